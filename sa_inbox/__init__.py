@@ -1,0 +1,45 @@
+"""sa-inbox: exactly-once message processing for SQLAlchemy (the inbox pattern).
+
+Claim ``(message_id, consumer_name)`` in the same transaction as the business change; the
+database's primary key rejects every redelivery. See :class:`Inbox`.
+"""
+
+from __future__ import annotations
+
+from .claim import Inbox as Inbox
+from .consumer import Outcome as Outcome
+from .consumer import Result as Result
+from .consumer import handle as handle
+from .exc import ClaimWarning as ClaimWarning
+from .exc import DuplicateMessage as DuplicateMessage
+from .exc import InboxError as InboxError
+from .exc import InvalidMessageId as InvalidMessageId
+from .exc import TransientClaimError as TransientClaimError
+from .exc import UnsupportedBackend as UnsupportedBackend
+from .retry import is_transient as is_transient
+from .retry import run_in_transaction as run_in_transaction
+from .schema import InboxMessageMixin as InboxMessageMixin
+from .schema import processed_messages_table as processed_messages_table
+from .session import install as install
+from .session import register_claim as register_claim
+
+__all__ = [
+    "ClaimWarning",
+    "DuplicateMessage",
+    "Inbox",
+    "InboxError",
+    "InboxMessageMixin",
+    "InvalidMessageId",
+    "Outcome",
+    "Result",
+    "TransientClaimError",
+    "UnsupportedBackend",
+    "handle",
+    "install",
+    "is_transient",
+    "processed_messages_table",
+    "register_claim",
+    "run_in_transaction",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,242 @@
+"""The :class:`Inbox`: the processed-messages table and the claim of a message by a consumer."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+from sqlalchemy.sql.expression import Executable
+
+from .dialects import ClaimDialect, Strategy, claim_dialect_for
+from .exc import InvalidMessageId
+from .schema import (
+    DEFAULT_MESSAGE_ID_LENGTH,
+    DEFAULT_TABLE_NAME,
+    REQUIRED_COLUMNS,
+    claim_columns,
+    processed_messages_table,
+)
+from .validation import validate_key, validate_keys
+
+__all__ = ["Bind", "Inbox"]
+
+#: What a claim runs on: a Session or Connection, already in the caller's transaction.
+Bind = Session | Connection
+
+
+class Inbox:
+    """The inbox of processed messages, defined on the caller's :class:`~sqlalchemy.MetaData`.
+
+    ``inbox.table`` is the processed-messages table (see
+    :func:`sa_inbox.schema.processed_messages_table`); create it with
+    ``metadata.create_all()`` or through Alembic.
+
+    :param metadata: the MetaData the table joins.
+    :param table_name: the table's name.
+    :param schema: the table's schema, or ``None``.
+    :param message_id_length: length in characters of ``message_id`` and ``consumer_name``.
+    :param strategy: ``"native"`` (default) for each backend's insert-or-skip statement;
+        ``"savepoint"`` for the portable SAVEPOINT + INSERT form on every backend.
+
+    Example::
+
+        inbox = Inbox(Base.metadata)
+        with Session(engine) as session, session.begin():
+            if inbox.claim(session, message_id, "billing"):
+                apply_payment(session, message)
+        ack()   # only after the commit
+    """
+
+    def __init__(
+        self,
+        metadata: sa.MetaData | None = None,
+        *,
+        table_name: str = DEFAULT_TABLE_NAME,
+        schema: str | None = None,
+        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+        strategy: Strategy = "native",
+        table: sa.Table | None = None,
+    ) -> None:
+        if table is None:
+            if metadata is None:
+                raise TypeError("Inbox() needs a MetaData (or table=)")
+            table = processed_messages_table(
+                metadata, table_name=table_name, schema=schema, message_id_length=message_id_length
+            )
+        self.table = table
+        self.strategy: Strategy = strategy
+        claim_dialect_for("", strategy)  # validate the strategy now, not at the first claim
+        self._columns = claim_columns(table)
+        self._max_lengths = {
+            name: getattr(table.c[name].type, "length", None) or message_id_length
+            for name in ("message_id", "consumer_name")
+        }
+        self._statements: dict[str, tuple[ClaimDialect, Executable]] = {}
+        self._checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_table(cls, table: sa.Table, *, strategy: Strategy = "native") -> Inbox:
+        """An Inbox over an existing table, such as one mapped with
+        :class:`~sa_inbox.schema.InboxMessageMixin`.
+
+        :raises ValueError: if ``table`` lacks a required column or its primary key is not
+            exactly ``(message_id, consumer_name)``.
+        """
+        missing = [name for name in REQUIRED_COLUMNS if name not in table.c]
+        if missing:
+            raise ValueError(f"table {table.name!r} lacks the columns {missing}")
+        key = [column.name for column in table.primary_key.columns]
+        if sorted(key) != ["consumer_name", "message_id"]:
+            raise ValueError(
+                f"table {table.name!r} must have the primary key (message_id, consumer_name), "
+                f"not {key}"
+            )
+        return cls(table=table, strategy=strategy)
+
+    # -- claims -------------------------------------------------------------------------
+
+    def claim(
+        self,
+        bind: Bind,
+        message_id: str,
+        consumer_name: str,
+        *,
+        message_type: str | None = None,
+        correlation_id: str | None = None,
+        payload_hash: bytes | None = None,
+    ) -> bool:
+        """Claim ``message_id`` for ``consumer_name`` inside the caller's transaction.
+
+        One statement (plus, on MySQL/MariaDB, ``SHOW WARNINGS`` only when the server
+        reported warnings). Never commits or rolls back the caller's transaction: the claim
+        becomes durable with the caller's commit, together with the business change.
+
+        :param bind: a Session or Connection, in (or auto-beginning) the caller's transaction.
+        :param message_id: the producer-assigned id, at most ``message_id_length`` characters.
+        :param consumer_name: the consumer (handler) name; one message can be processed once
+            per consumer.
+        :param message_type: optional, stored for debugging (at most 255 characters).
+        :param correlation_id: optional, stored for debugging (at most 255 characters).
+        :param payload_hash: optional digest of the payload (at most 64 bytes).
+        :returns: True if this transaction now owns the message; False if an earlier delivery
+            already committed it (a duplicate: skip the handler, then ack).
+        :raises InvalidMessageId: for an invalid ``message_id`` or ``consumer_name``, before
+            any SQL.
+        :raises TransientClaimError: on a serialization failure or deadlock: roll back and
+            retry the whole transaction.
+        :raises ClaimWarning: on MySQL/MariaDB, for a warning other than duplicate key.
+        """
+        row = self.validate(
+            message_id,
+            consumer_name,
+            message_type=message_type,
+            correlation_id=correlation_id,
+            payload_hash=payload_hash,
+        )
+        conn = self._connection(bind)
+        dialect, statement = self._prepared(conn)
+        return dialect.claim_one(conn, self.table, statement, row)
+
+    def claim_many(self, bind: Bind, message_ids: Iterable[str], consumer_name: str) -> set[str]:
+        """Claim a batch of messages (one broker poll) for ``consumer_name``.
+
+        Ids are de-duplicated and sent sorted, so two batches with overlapping ids lock in
+        the same order and cannot deadlock. PostgreSQL, SQLite (3.35+) and MariaDB (10.5+)
+        run one ``INSERT … RETURNING message_id`` per 1000 ids; MySQL 8 and Oracle, which
+        cannot return the inserted rows of an insert-or-skip, run one statement per id.
+
+        :param bind: a Session or Connection in the caller's transaction.
+        :param message_ids: any iterable of ids (duplicates within it are allowed).
+        :param consumer_name: the consumer.
+        :returns: exactly the ids newly claimed by this call (the set of ids returned by the
+            database, never inferred from positions).
+        :raises InvalidMessageId: if any id or the consumer name is invalid (nothing is sent).
+        :raises TransientClaimError: as :meth:`claim`.
+        """
+        consumer = validate_key(consumer_name, "consumer_name", self._max_lengths["consumer_name"])
+        ids = validate_keys(message_ids, "message_id", self._max_lengths["message_id"])
+        if not ids:
+            return set()
+        rows = [{"message_id": mid, "consumer_name": consumer} for mid in ids]
+        conn = self._connection(bind)
+        dialect, _ = self._prepared(conn)
+        return dialect.claim_many(conn, self.table, rows)
+
+    def is_processed(self, bind: Bind, message_id: str, consumer_name: str) -> bool:
+        """Whether a committed (or this transaction's) claim exists for the message."""
+        row = self.validate(message_id, consumer_name)
+        key = sa.and_(
+            self.table.c.message_id == row["message_id"],
+            self.table.c.consumer_name == row["consumer_name"],
+        )
+        query = sa.select(sa.literal(1)).select_from(self.table).where(key)
+        return self._connection(bind).execute(query).first() is not None
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def validate(
+        self,
+        message_id: str,
+        consumer_name: str,
+        *,
+        message_type: str | None = None,
+        correlation_id: str | None = None,
+        payload_hash: bytes | None = None,
+    ) -> dict[str, Any]:
+        """Validate a claim's values without sending anything; return the row to insert.
+
+        :raises InvalidMessageId: as :meth:`claim`.
+        """
+        values: dict[str, Any] = {
+            "message_id": validate_key(message_id, "message_id", self._max_lengths["message_id"]),
+            "consumer_name": validate_key(
+                consumer_name, "consumer_name", self._max_lengths["consumer_name"]
+            ),
+            "message_type": _optional_text(message_type, "message_type"),
+            "correlation_id": _optional_text(correlation_id, "correlation_id"),
+            "payload_hash": _optional_bytes(payload_hash),
+        }
+        return {name: values[name] for name in self._columns}
+
+    def _connection(self, bind: Bind) -> Connection:
+        if isinstance(bind, Session):
+            return bind.connection(bind_arguments={"clause": self.table})
+        if isinstance(bind, Connection):
+            return bind
+        raise TypeError(f"bind must be a Session or Connection, not {type(bind).__name__}")
+
+    def _prepared(self, conn: Connection) -> tuple[ClaimDialect, Executable]:
+        """The claim dialect and cached single-row statement for ``conn``'s backend."""
+        name = conn.dialect.name
+        prepared = self._statements.get(name)
+        if prepared is None:
+            dialect = claim_dialect_for(name, self.strategy)
+            prepared = (dialect, dialect.insert_or_skip(self.table, None))
+            self._statements[name] = prepared
+        if conn.engine not in self._checked:
+            with self._lock:
+                prepared[0].check_backend(conn)
+                self._checked.add(conn.engine)
+        return prepared
+
+
+def _optional_text(value: str | None, field: str, max_length: int = 255) -> str | None:
+    if value is None:
+        return None
+    return validate_key(value, field, max_length)
+
+
+def _optional_bytes(value: bytes | None, max_length: int = 64) -> bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, bytes):
+        raise InvalidMessageId(f"payload_hash must be bytes, not {type(value).__name__}")
+    if len(value) > max_length:
+        raise InvalidMessageId(f"payload_hash is {len(value)} bytes; the column holds {max_length}")
+    return value

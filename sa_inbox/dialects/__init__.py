@@ -1,0 +1,61 @@
+"""The dialect layer: one module per backend, chosen by SQLAlchemy dialect name.
+
+=============  ==============================================================
+backend        claim statement
+=============  ==============================================================
+postgresql     ``INSERT … ON CONFLICT (message_id, consumer_name) DO NOTHING``
+mysql/mariadb  ``INSERT IGNORE`` plus a warnings check
+oracle         ``MERGE INTO … WHEN NOT MATCHED THEN INSERT``
+sqlite         ``INSERT … ON CONFLICT (message_id, consumer_name) DO NOTHING``
+anything else  ``SAVEPOINT`` + ``INSERT`` (:mod:`sa_inbox.dialects.generic`)
+=============  ==============================================================
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from .base import ClaimDialect as ClaimDialect
+from .generic import SavepointClaim as SavepointClaim
+from .mysql import MySQLClaim as MySQLClaim
+from .oracle import MergeInsertOrSkip as MergeInsertOrSkip
+from .oracle import OracleClaim as OracleClaim
+from .postgresql import PostgreSQLClaim as PostgreSQLClaim
+from .sqlite import SQLiteClaim as SQLiteClaim
+
+__all__ = [
+    "ClaimDialect",
+    "MergeInsertOrSkip",
+    "MySQLClaim",
+    "OracleClaim",
+    "PostgreSQLClaim",
+    "SQLiteClaim",
+    "SavepointClaim",
+    "Strategy",
+    "claim_dialect_for",
+]
+
+Strategy = Literal["native", "savepoint"]
+
+_REGISTRY: dict[str, ClaimDialect] = {
+    name: dialect
+    for dialect in (PostgreSQLClaim(), MySQLClaim(), OracleClaim(), SQLiteClaim())
+    for name in dialect.names
+}
+
+
+def claim_dialect_for(dialect_name: str, strategy: Strategy = "native") -> ClaimDialect:
+    """The :class:`ClaimDialect` for a SQLAlchemy dialect name (``engine.dialect.name``).
+
+    :param dialect_name: e.g. ``"postgresql"``, ``"mysql"``, ``"mariadb"``, ``"oracle"``,
+        ``"sqlite"``; any other name gets the portable SAVEPOINT form.
+    :param strategy: ``"native"`` for the backend's insert-or-skip statement, or
+        ``"savepoint"`` to force the portable form (with the backend's error codes).
+    :raises ValueError: for an unknown ``strategy``.
+    """
+    native = _REGISTRY.get(dialect_name)
+    if strategy == "native":
+        return native if native is not None else SavepointClaim(None)
+    if strategy == "savepoint":
+        return SavepointClaim(native)
+    raise ValueError(f"strategy must be 'native' or 'savepoint', not {strategy!r}")

@@ -1,0 +1,148 @@
+"""The shape every backend shares: build an insert-or-skip, run it, read which rows were new.
+
+A backend module subclasses :class:`ClaimDialect` and specialises only what differs: the
+statement (:meth:`ClaimDialect.insert_or_skip`), how to tell that a row was skipped, and which
+driver error codes mean "duplicate key" and "retry the transaction".
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, CursorResult
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.sql.expression import Executable
+
+from ..exc import TransientClaimError
+
+__all__ = ["ClaimDialect", "Row", "driver_error", "sqlstate_of"]
+
+#: One row to claim: column name -> value, always with ``message_id`` and ``consumer_name``.
+Row = Mapping[str, Any]
+
+#: Rows per statement for batch claims; more are sent as several statements, in id order.
+MAX_ROWS_PER_STATEMENT = 1000
+
+
+def driver_error(exc: DBAPIError) -> Any:
+    """The DBAPI driver's own exception wrapped by SQLAlchemy's ``exc``."""
+    return exc.orig
+
+
+def sqlstate_of(exc: DBAPIError) -> str | None:
+    """The SQLSTATE of a driver error, if the driver exposes one (psycopg 3 and psycopg2 do).
+
+    :param exc: SQLAlchemy's wrapper of the driver's exception.
+    :returns: a five-character SQLSTATE such as ``"23505"``, or ``None``.
+    """
+    orig = driver_error(exc)
+    for attribute in ("sqlstate", "pgcode"):
+        value = getattr(orig, attribute, None)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+class ClaimDialect(abc.ABC):
+    """Insert-or-skip claims for one database backend.
+
+    Subclasses set :attr:`name` and override :meth:`insert_or_skip`, :meth:`is_duplicate`
+    and :meth:`is_transient`; the defaults here implement the common flow:
+
+    * :meth:`claim_one` runs one statement and reads ``rowcount`` (1 = new, 0 = skipped);
+    * :meth:`claim_many` runs one statement per :data:`MAX_ROWS_PER_STATEMENT` rows with
+      ``RETURNING message_id`` where the backend supports it, else one statement per row.
+
+    Neither commits nor rolls back the caller's transaction.
+    """
+
+    #: The SQLAlchemy dialect names this class serves.
+    names: ClassVar[tuple[str, ...]] = ()
+
+    def check_backend(self, conn: Connection) -> None:
+        """Raise :class:`~sa_inbox.exc.UnsupportedBackend` if ``conn``'s server is too old.
+
+        Called once per engine, at the first claim. The default accepts every server.
+        """
+        return None
+
+    @abc.abstractmethod
+    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> Executable:
+        """The statement that inserts ``rows`` into ``table`` and skips duplicates silently.
+
+        :param rows: the rows for a multi-row VALUES, or ``None`` for a single-row statement
+            whose values are given as parameters at execution (the cached form).
+        """
+
+    def supports_returning(self, conn: Connection) -> bool:
+        """Whether ``INSERT … RETURNING`` works with this backend's insert-or-skip."""
+        return bool(conn.dialect.insert_returning)
+
+    # -- the flow ---------------------------------------------------------------------
+
+    def claim_one(self, conn: Connection, table: sa.Table, statement: Executable, row: Row) -> bool:
+        """Run the cached single-row ``statement`` for ``row``; True if the row was inserted."""
+        with self.translate_errors():
+            result = self.execute(conn, statement, row)
+            return self.inserted_count(conn, result) == 1
+
+    def claim_many(self, conn: Connection, table: sa.Table, rows: Sequence[Row]) -> set[str]:
+        """Insert-or-skip ``rows`` (already validated and sorted) and return the new ids."""
+        if not self.supports_returning(conn):
+            single = self.insert_or_skip(table, None)
+            return {row["message_id"] for row in rows if self.claim_one(conn, table, single, row)}
+        claimed: set[str] = set()
+        for start in range(0, len(rows), MAX_ROWS_PER_STATEMENT):
+            chunk = rows[start : start + MAX_ROWS_PER_STATEMENT]
+            statement = self.insert_or_skip(table, chunk).returning(  # type: ignore[attr-defined]
+                table.c.message_id
+            )
+            with self.translate_errors():
+                result = self.execute(conn, statement, None)
+                claimed.update(result.scalars().all())
+        return claimed
+
+    def execute(
+        self, conn: Connection, statement: Executable, params: Row | None
+    ) -> CursorResult[Any]:
+        """Execute ``statement`` keeping ``rowcount`` (psycopg 3 reports -1 without it)."""
+        options = {"preserve_rowcount": True}
+        if params is None:
+            return conn.execute(statement, execution_options=options)
+        return conn.execute(statement, dict(params), execution_options=options)
+
+    def inserted_count(self, conn: Connection, result: CursorResult[Any]) -> int:
+        """Rows the insert-or-skip wrote: the statement's ``rowcount`` by default."""
+        return result.rowcount
+
+    # -- errors -----------------------------------------------------------------------
+
+    def is_duplicate(self, exc: DBAPIError, table: sa.Table) -> bool:
+        """True only if ``exc`` is a duplicate-key conflict on ``table``'s primary key."""
+        return False
+
+    def is_transient(self, exc: DBAPIError) -> bool:
+        """True if ``exc`` is a serialization failure or deadlock: retry the transaction."""
+        return False
+
+    @contextmanager
+    def translate_errors(self) -> Iterator[None]:
+        """Re-raise transient driver errors as :class:`~sa_inbox.exc.TransientClaimError`."""
+        try:
+            yield
+        except DBAPIError as exc:
+            if self.is_transient(exc):
+                raise TransientClaimError(
+                    f"claim aborted by the database, retry the transaction: {exc.orig}"
+                ) from exc
+            raise
+
+    def duplicate_or_raise(self, exc: IntegrityError, table: sa.Table) -> bool:
+        """Return False for a duplicate-key conflict on ``table``; re-raise anything else."""
+        if self.is_duplicate(exc, table):
+            return False
+        raise exc

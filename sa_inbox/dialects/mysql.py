@@ -1,0 +1,91 @@
+"""MySQL and MariaDB: ``INSERT IGNORE``.
+
+``IGNORE`` turns a duplicate key into warning 1062 and a skipped row, but it also downgrades
+other errors to warnings: truncation (1265, 1406), NULL into NOT NULL (1048), bad strings
+(1366) and foreign-key failures (1452) (MySQL manual, "13.2.6 INSERT Statement", "The Effect
+of IGNORE on Statement Execution"). So ids are validated before sending, and after each
+statement that the server reports warnings for, ``SHOW WARNINGS`` is read and anything but
+1062 raises :class:`~sa_inbox.exc.ClaimWarning`.
+
+``rowcount`` is the number of rows inserted: SQLAlchemy's MySQL dialects connect with
+``CLIENT.FOUND_ROWS``, which changes what ``UPDATE`` and ``ON DUPLICATE KEY UPDATE`` report
+(a duplicate counts as 1 there) but not ``INSERT IGNORE``, where a skipped row counts 0.
+That is why sa-inbox uses ``INSERT IGNORE`` and never ``ON DUPLICATE KEY UPDATE id = id``.
+
+MariaDB 10.5 and newer accept ``INSERT IGNORE … RETURNING``, so a batch is one statement
+returning the new ids; MySQL 8 has no ``RETURNING`` and a batch is one statement per id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Connection, CursorResult
+from sqlalchemy.exc import DBAPIError
+
+from ..exc import ClaimWarning
+from .base import ClaimDialect, Row, driver_error
+
+__all__ = ["MySQLClaim"]
+
+#: Deadlock found, lock wait timeout exceeded (MySQL manual, "Server Error Message Reference").
+TRANSIENT_ERRORS = frozenset({1213, 1205})
+ER_DUP_ENTRY = 1062
+
+
+def _error_code(exc: DBAPIError) -> int | None:
+    args = getattr(driver_error(exc), "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _warning_count(result: CursorResult[Any]) -> int | None:
+    """Warnings the server reported for the statement, or None if the driver hides them."""
+    cursor = result.context.cursor
+    count = getattr(cursor, "warning_count", None)  # PyMySQL, mysql-connector
+    if isinstance(count, int):
+        return count
+    connection = result.context.root_connection.connection.dbapi_connection
+    method = getattr(connection, "warning_count", None)  # mysqlclient
+    return method() if callable(method) else None
+
+
+class MySQLClaim(ClaimDialect):
+    """Claims on MySQL 5.7+/8 and MariaDB through SQLAlchemy's ``mysql.insert()``."""
+
+    names = ("mysql", "mariadb")
+
+    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> mysql.Insert:
+        statement = mysql.insert(table)
+        if rows is not None:
+            statement = statement.values(list(rows))
+        return statement.prefix_with("IGNORE")
+
+    def execute(self, conn: Connection, statement: Any, params: Row | None) -> CursorResult[Any]:
+        result = super().execute(conn, statement, params)
+        if _warning_count(result) == 0:
+            return result
+        if result.returns_rows:
+            # Keep the RETURNING rows: SHOW WARNINGS reuses the connection.
+            result = result.freeze()()  # type: ignore[assignment]
+        self._raise_on_warnings(conn)
+        return result
+
+    def _raise_on_warnings(self, conn: Connection) -> None:
+        rows = conn.exec_driver_sql("SHOW WARNINGS").all()
+        unexpected = [(str(r[0]), int(r[1]), str(r[2])) for r in rows if int(r[1]) != ER_DUP_ENTRY]
+        if unexpected:
+            raise ClaimWarning(unexpected)
+
+    def is_duplicate(self, exc: DBAPIError, table: sa.Table) -> bool:
+        if _error_code(exc) != ER_DUP_ENTRY:
+            return False
+        # "Duplicate entry 'a-b' for key 'PRIMARY'" (MariaDB, MySQL 5.7) or
+        # "... for key 'table.PRIMARY'" (MySQL 8): the primary key is always PRIMARY.
+        message = str(driver_error(exc))
+        return message.endswith("'PRIMARY'") or message.endswith(f"'{table.name}.PRIMARY'")
+
+    def is_transient(self, exc: DBAPIError) -> bool:
+        return _error_code(exc) in TRANSIENT_ERRORS

@@ -1,0 +1,122 @@
+"""Oracle: ``MERGE INTO … USING (SELECT … FROM dual) … WHEN NOT MATCHED THEN INSERT``.
+
+Oracle has no ``INSERT … ON CONFLICT``. ``MERGE`` with only a ``WHEN NOT MATCHED`` branch
+inserts the row when no row with the same key is visible to the statement, and reports
+``rowcount`` 1 (inserted) or 0 (matched). Two concurrent MERGEs can both take the not-matched
+branch; the loser then fails with ORA-00001 on the primary key (Oracle Database SQL Language
+Reference, "MERGE"). ORA-00001 on *the inbox's own primary key* (matched by constraint name)
+is a duplicate; ORA-00001 on any other constraint is re-raised. Oracle rolls back only the
+failed statement, so the caller's transaction stays usable.
+
+``MERGE`` has no ``RETURNING`` for the rows it inserts, so a batch is one MERGE per id.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.exc import CompileError, DBAPIError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import ClauseElement, Executable
+from sqlalchemy.sql.visitors import InternalTraversal
+
+from ..schema import claim_columns
+from .base import ClaimDialect, Row, driver_error
+
+__all__ = ["MergeInsertOrSkip", "OracleClaim"]
+
+#: ORA-08177 can't serialize access, ORA-00060 deadlock detected.
+TRANSIENT_ERRORS = frozenset({8177, 60})
+ORA_UNIQUE_VIOLATED = 1
+_CONSTRAINT = re.compile(r"unique constraint \((?:[^.()]+\.)?([^.()]+)\) violated", re.IGNORECASE)
+
+
+class MergeInsertOrSkip(Executable, ClauseElement):
+    """``MERGE INTO table USING (SELECT :col AS col, … FROM dual) s ON (key match)
+    WHEN NOT MATCHED THEN INSERT``: one row, its values bound by column name at execution.
+
+    :param table: the processed-messages table; its primary key columns form the ON clause.
+    :param columns: the column names to insert, ``message_id`` and ``consumer_name`` first.
+    :raises ValueError: if ``columns`` lacks a primary-key column of ``table``.
+
+    Compiles on Oracle only; other dialects raise :class:`~sqlalchemy.exc.CompileError`.
+    """
+
+    inherit_cache = True
+    _traverse_internals = [  # noqa: RUF012 (SQLAlchemy's own convention)
+        ("table", InternalTraversal.dp_clauseelement),
+        ("columns", InternalTraversal.dp_string_list),
+    ]
+
+    def __init__(self, table: sa.Table, columns: Sequence[str]) -> None:
+        missing = [c.name for c in table.primary_key.columns if c.name not in columns]
+        if missing:
+            raise ValueError(f"MERGE needs the primary key columns {missing}")
+        self.table = table
+        self.columns = list(columns)
+
+
+@compiles(MergeInsertOrSkip)
+def _merge_default(element: MergeInsertOrSkip, compiler: SQLCompiler, **kw: Any) -> str:
+    raise CompileError(f"MergeInsertOrSkip compiles on Oracle only, not {compiler.dialect.name}")
+
+
+@compiles(MergeInsertOrSkip, "oracle")
+def _merge_oracle(element: MergeInsertOrSkip, compiler: SQLCompiler, **kw: Any) -> str:
+    table = element.table
+    preparer = compiler.preparer
+    quoted = {name: preparer.quote(name) for name in element.columns}
+    source = ", ".join(
+        f"{compiler.process(sa.bindparam(name, type_=table.c[name].type), **kw)} AS {quoted[name]}"
+        for name in element.columns
+    )
+    on = " AND ".join(f"t.{quoted[c.name]} = s.{quoted[c.name]}" for c in table.primary_key.columns)
+    insert_columns = ", ".join(quoted[name] for name in element.columns)
+    insert_values = ", ".join(f"s.{quoted[name]}" for name in element.columns)
+    return (
+        f"MERGE INTO {preparer.format_table(table)} t "
+        f"USING (SELECT {source} FROM dual) s ON ({on}) "
+        f"WHEN NOT MATCHED THEN INSERT ({insert_columns}) VALUES ({insert_values})"
+    )
+
+
+def _error_code(exc: DBAPIError) -> int | None:
+    args = getattr(driver_error(exc), "args", ())
+    code = getattr(args[0], "code", None) if args else None  # oracledb's _Error
+    return code if isinstance(code, int) else None
+
+
+class OracleClaim(ClaimDialect):
+    """Claims on Oracle (12c and newer) through :class:`MergeInsertOrSkip`."""
+
+    names = ("oracle",)
+
+    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> MergeInsertOrSkip:
+        if rows is not None:
+            raise CompileError("Oracle's insert-or-skip is single-row; batches run one per id")
+        return MergeInsertOrSkip(table, claim_columns(table))
+
+    def supports_returning(self, conn: sa.Connection) -> bool:
+        return False
+
+    def claim_one(
+        self, conn: sa.Connection, table: sa.Table, statement: Executable, row: Row
+    ) -> bool:
+        try:
+            return super().claim_one(conn, table, statement, row)
+        except sa.exc.IntegrityError as exc:
+            return self.duplicate_or_raise(exc, table)
+
+    def is_duplicate(self, exc: DBAPIError, table: sa.Table) -> bool:
+        if _error_code(exc) != ORA_UNIQUE_VIOLATED:
+            return False
+        match = _CONSTRAINT.search(str(driver_error(exc)))
+        name = table.primary_key.name
+        return bool(match and isinstance(name, str) and match.group(1).upper() == name.upper())
+
+    def is_transient(self, exc: DBAPIError) -> bool:
+        return _error_code(exc) in TRANSIENT_ERRORS

@@ -1,0 +1,73 @@
+"""SQLite: ``INSERT … ON CONFLICT (message_id, consumer_name) DO NOTHING``.
+
+The upsert clause needs SQLite 3.24.0 and ``RETURNING`` 3.35.0 (SQLite manual, "UPSERT" and
+"RETURNING"); the library version is checked at the first claim. SQLite has one writer at a
+time: a second writer waits up to the driver's ``timeout`` and then fails with SQLITE_BUSY,
+reported as :class:`~sa_inbox.exc.TransientClaimError`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.exc import DBAPIError
+
+from ..exc import UnsupportedBackend
+from .base import ClaimDialect, Row, driver_error
+
+__all__ = ["SQLiteClaim"]
+
+UPSERT_VERSION = (3, 24, 0)
+RETURNING_VERSION = (3, 35, 0)
+#: Primary result codes (SQLite manual, "Result and Error Codes"); extended codes keep
+#: the primary code in their low byte.
+SQLITE_BUSY = 5
+SQLITE_LOCKED = 6
+SQLITE_CONSTRAINT_PRIMARYKEY = 1555
+SQLITE_CONSTRAINT_UNIQUE = 2067
+
+
+class SQLiteClaim(ClaimDialect):
+    """Claims on SQLite through SQLAlchemy's ``sqlite.insert()``."""
+
+    names = ("sqlite",)
+
+    def check_backend(self, conn: sa.Connection) -> None:
+        version = conn.dialect.dbapi.sqlite_version_info if conn.dialect.dbapi else (0,)
+        if tuple(version) < UPSERT_VERSION:
+            raise UnsupportedBackend(
+                f"SQLite {'.'.join(map(str, version))} has no ON CONFLICT DO NOTHING; "
+                "sa-inbox needs SQLite 3.24.0 or newer"
+            )
+
+    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> sqlite.Insert:
+        statement = sqlite.insert(table)
+        if rows is not None:
+            statement = statement.values(list(rows))
+        return statement.on_conflict_do_nothing(
+            index_elements=[table.c.message_id, table.c.consumer_name]
+        )
+
+    def supports_returning(self, conn: sa.Connection) -> bool:
+        dbapi = conn.dialect.dbapi
+        return dbapi is not None and tuple(dbapi.sqlite_version_info) >= RETURNING_VERSION
+
+    def is_duplicate(self, exc: DBAPIError, table: sa.Table) -> bool:
+        orig = driver_error(exc)
+        code = getattr(orig, "sqlite_errorcode", None)
+        if code not in (SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CONSTRAINT_UNIQUE):
+            return False
+        # SQLite names the columns, not the constraint: "UNIQUE constraint failed:
+        # t.message_id, t.consumer_name".
+        expected = f"{table.name}.message_id, {table.name}.consumer_name"
+        return expected in str(orig)
+
+    def is_transient(self, exc: DBAPIError) -> bool:
+        orig = driver_error(exc)
+        code = getattr(orig, "sqlite_errorcode", None)
+        if isinstance(code, int):
+            return code & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
+        return isinstance(orig, sqlite3.OperationalError) and "database is locked" in str(orig)

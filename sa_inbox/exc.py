@@ -1,0 +1,86 @@
+"""Exceptions raised by sa-inbox.
+
+Every exception derives from :class:`InboxError`, so ``except sa_inbox.InboxError`` catches
+everything the library raises on its own account. Database errors that are not about the
+inbox (a failing business statement, a lost connection) are never wrapped: they reach the
+caller as SQLAlchemy's own :class:`sqlalchemy.exc.DBAPIError`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClaimWarning",
+    "DuplicateMessage",
+    "InboxError",
+    "InvalidMessageId",
+    "TransientClaimError",
+    "UnsupportedBackend",
+]
+
+
+class InboxError(Exception):
+    """Root of every exception raised by sa-inbox."""
+
+
+class InvalidMessageId(InboxError, ValueError):
+    """A ``message_id`` or ``consumer_name`` was rejected before any SQL was sent.
+
+    Raised for ``None``, non-``str`` values, the empty string, values with leading or
+    trailing whitespace, values containing NUL, and values longer than the column
+    (counted in characters). Nothing has been written when this is raised.
+    """
+
+
+class DuplicateMessage(InboxError):
+    """The message was already processed by this consumer: an earlier delivery committed it.
+
+    Raised by the session extension when a registered claim finds the message already
+    claimed; the flush (or commit) is aborted and the caller must roll back. The attributes
+    name the delivery that was a duplicate.
+
+    :param message_id: the producer-assigned id of the duplicate message.
+    :param consumer_name: the consumer that already processed it.
+    """
+
+    def __init__(self, message_id: str, consumer_name: str) -> None:
+        super().__init__(
+            f"message {message_id!r} was already processed by consumer {consumer_name!r}"
+        )
+        self.message_id = message_id
+        self.consumer_name = consumer_name
+
+
+class TransientClaimError(InboxError):
+    """The database aborted the transaction for a reason that a retry can fix.
+
+    Serialization failures and deadlocks: PostgreSQL SQLSTATE 40001 / 40P01 (manual,
+    "Transaction Isolation", 13.2), MySQL/MariaDB errors 1213 (deadlock) / 1205 (lock wait
+    timeout), Oracle ORA-08177 / ORA-00060, SQLite SQLITE_BUSY / SQLITE_LOCKED. The caller's
+    transaction is no longer usable: roll back and run the whole unit of work again (see
+    :func:`sa_inbox.run_in_transaction`). The driver's error is chained as ``__cause__``.
+    """
+
+
+class ClaimWarning(InboxError):
+    """MySQL/MariaDB reported a warning other than a duplicate key during ``INSERT IGNORE``.
+
+    ``INSERT IGNORE`` downgrades truncation, NULL-into-NOT-NULL, bad character and
+    foreign-key errors to warnings (MySQL manual, "13.2.6 INSERT Statement", "IGNORE").
+    sa-inbox reads the statement's warnings and raises this on any warning but 1062
+    (duplicate entry). The row may have been written: the caller must roll back.
+
+    :param warnings: the ``(level, code, message)`` rows of ``SHOW WARNINGS``.
+    """
+
+    def __init__(self, warnings: list[tuple[str, int, str]]) -> None:
+        text = "; ".join(f"{level} {code}: {message}" for level, code, message in warnings)
+        super().__init__(f"INSERT IGNORE raised warnings other than duplicate key: {text}")
+        self.warnings = warnings
+
+
+class UnsupportedBackend(InboxError):
+    """The database or driver lacks a feature the requested operation needs.
+
+    For example SQLite older than 3.24.0 has no ``ON CONFLICT DO NOTHING`` (SQLite manual,
+    "UPSERT").
+    """

@@ -1,0 +1,119 @@
+"""The processed-messages table: one row per (message_id, consumer_name) ever claimed.
+
+The composite primary key *is* the deduplication: a second delivery of the same message to
+the same consumer collides with it. There is no surrogate key, since it would only add an
+index to maintain on every claim.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, declared_attr, mapped_column
+
+__all__ = [
+    "DEFAULT_MESSAGE_ID_LENGTH",
+    "DEFAULT_TABLE_NAME",
+    "REQUIRED_COLUMNS",
+    "InboxMessageMixin",
+    "claim_columns",
+    "processed_messages_table",
+]
+
+DEFAULT_TABLE_NAME = "inbox_processed_messages"
+DEFAULT_MESSAGE_ID_LENGTH = 255
+REQUIRED_COLUMNS = ("message_id", "consumer_name", "received_at")
+#: Columns a claim writes, in order; ``received_at`` comes from the server default.
+CLAIM_COLUMNS = ("message_id", "consumer_name", "message_type", "correlation_id", "payload_hash")
+
+
+def claim_columns(table: sa.Table) -> list[str]:
+    """The :data:`CLAIM_COLUMNS` that ``table`` has, in order."""
+    return [name for name in CLAIM_COLUMNS if name in table.c]
+
+
+def _columns(message_id_length: int) -> list[sa.Column[object]]:
+    return [
+        sa.Column("message_id", sa.String(message_id_length), nullable=False),
+        sa.Column("consumer_name", sa.String(message_id_length), nullable=False),
+        sa.Column(
+            "received_at",
+            sa.DateTime(timezone=True),
+            nullable=False,
+            server_default=sa.func.now(),
+        ),
+        sa.Column("message_type", sa.String(255), nullable=True),
+        sa.Column("correlation_id", sa.String(255), nullable=True),
+        sa.Column("payload_hash", sa.LargeBinary(64), nullable=True),
+    ]
+
+
+def processed_messages_table(
+    metadata: sa.MetaData,
+    *,
+    table_name: str = DEFAULT_TABLE_NAME,
+    schema: str | None = None,
+    message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+) -> sa.Table:
+    """Define the processed-messages table on ``metadata`` and return it.
+
+    Columns: ``message_id`` and ``consumer_name`` (``VARCHAR(message_id_length)``, NOT NULL,
+    together the primary key ``pk_<table_name>``), ``received_at`` (timestamp with time
+    zone, server default ``now()``, indexed as ``ix_<table_name>_received_at`` for the
+    purge), and the optional debugging columns ``message_type``, ``correlation_id`` and
+    ``payload_hash`` (up to 64 bytes, e.g. a SHA-256 digest).
+
+    The primary key is named so that a duplicate can be matched by constraint name on
+    backends whose only signal is the constraint (Oracle's ORA-00001).
+
+    :param metadata: the caller's MetaData; the table joins it, so ``create_all`` and
+        Alembic autogenerate see it.
+    :param table_name: the table's name.
+    :param schema: the schema, or ``None`` for the default.
+    :param message_id_length: the length in characters of ``message_id`` and
+        ``consumer_name``; longer values are refused before any SQL is sent.
+    :raises ValueError: if ``message_id_length`` is not a positive int.
+    """
+    if not isinstance(message_id_length, int) or message_id_length <= 0:
+        raise ValueError(f"message_id_length must be a positive int, not {message_id_length!r}")
+    return sa.Table(
+        table_name,
+        metadata,
+        *_columns(message_id_length),
+        sa.PrimaryKeyConstraint("message_id", "consumer_name", name=f"pk_{table_name}"),
+        sa.Index(f"ix_{table_name}_received_at", "received_at"),
+        schema=schema,
+        comment="sa-inbox: messages already processed, one row per (message_id, consumer)",
+    )
+
+
+class InboxMessageMixin:
+    """Declarative mixin for users who want an ORM class over the processed-messages table.
+
+    Example::
+
+        class ProcessedMessage(InboxMessageMixin, Base):
+            __tablename__ = "inbox_processed_messages"
+
+        inbox = Inbox.for_table(ProcessedMessage.__table__)
+
+    Columns and constraints are the same as :func:`processed_messages_table` with the
+    default ``message_id_length`` of 255 characters.
+    """
+
+    message_id: Mapped[str] = mapped_column(sa.String(DEFAULT_MESSAGE_ID_LENGTH), primary_key=True)
+    consumer_name: Mapped[str] = mapped_column(
+        sa.String(DEFAULT_MESSAGE_ID_LENGTH), primary_key=True
+    )
+    received_at: Mapped[datetime.datetime] = mapped_column(
+        sa.DateTime(timezone=True), server_default=sa.func.now(), index=True
+    )
+    message_type: Mapped[str | None] = mapped_column(sa.String(255))
+    correlation_id: Mapped[str | None] = mapped_column(sa.String(255))
+    payload_hash: Mapped[bytes | None] = mapped_column(sa.LargeBinary(64))
+
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple[object, ...]:
+        name = getattr(cls, "__tablename__", DEFAULT_TABLE_NAME)
+        return (sa.PrimaryKeyConstraint("message_id", "consumer_name", name=f"pk_{name}"),)

@@ -1,0 +1,157 @@
+"""The session extension: a claim registered on a Session is emitted first in its unit of work.
+
+Installed through SQLAlchemy session events (``before_flush``, ``do_orm_execute``,
+``before_commit``, ``after_soft_rollback``; SQLAlchemy docs, "ORM Events", "Session
+Events"), so users keep their own Session class. A registered claim is emitted at the first of:
+the next flush, the next ORM ``INSERT``/``UPDATE``/``DELETE`` executed through the session,
+or the commit; always before the business rows. A duplicate aborts that flush, statement or
+commit with :class:`~sa_inbox.exc.DuplicateMessage`, and the caller rolls back.
+
+Example::
+
+    Session = sessionmaker(engine)
+    install(inbox, Session)
+
+    with Session.begin() as session:
+        register_claim(session, inbox, message_id, "billing")
+        session.add(LedgerEntry(...))      # flushed after the claim
+    # DuplicateMessage here means: already processed, ack and move on
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
+
+from .claim import Inbox
+from .exc import DuplicateMessage, InboxError
+
+__all__ = ["install", "installed", "pending_claims", "register_claim", "uninstall"]
+
+_PENDING = "sa_inbox.pending_claims"
+_INSTALLED = "sa_inbox.installed"
+
+
+@dataclass(frozen=True)
+class _PendingClaim:
+    inbox: Inbox
+    message_id: str
+    consumer_name: str
+    extra: dict[str, Any]
+
+
+SessionTarget = sessionmaker[Any] | type[Session] | Session
+
+
+def _emit_pending(session: Session) -> None:
+    pending: list[_PendingClaim] = session.info.get(_PENDING, [])
+    while pending:
+        claim = pending.pop(0)
+        if not claim.inbox.claim(session, claim.message_id, claim.consumer_name, **claim.extra):
+            pending.clear()
+            raise DuplicateMessage(claim.message_id, claim.consumer_name)
+
+
+def _before_flush(session: Session, flush_context: Any, instances: Any) -> None:
+    _emit_pending(session)
+
+
+def _before_commit(session: Session) -> None:
+    _emit_pending(session)
+
+
+def _do_orm_execute(state: ORMExecuteState) -> None:
+    if state.is_insert or state.is_update or state.is_delete:
+        _emit_pending(state.session)
+
+
+def _clear_pending(session: Session, previous_transaction: Any) -> None:
+    session.info.pop(_PENDING, None)
+
+
+_LISTENERS = (
+    ("before_flush", _before_flush),
+    ("before_commit", _before_commit),
+    ("do_orm_execute", _do_orm_execute),
+    ("after_soft_rollback", _clear_pending),
+)
+
+
+def install(target: SessionTarget) -> None:
+    """Install the session extension on a ``sessionmaker``, a Session class or one Session.
+
+    Idempotent: installing twice registers the listeners once. Works for every
+    :class:`~sa_inbox.Inbox`; which inbox a claim goes to is given at :func:`register_claim`.
+
+    :param target: a :class:`~sqlalchemy.orm.sessionmaker`, a ``Session`` subclass (or
+        ``Session`` itself, which affects every session in the process), or one session.
+    """
+    for name, listener in _LISTENERS:
+        if not event.contains(target, name, listener):
+            event.listen(target, name, listener)
+    if isinstance(target, sessionmaker):
+        # Sessions made by a sessionmaker do not show its listeners to event.contains();
+        # mark them through the info dict it copies into each session.
+        target.kw.setdefault("info", {})[_INSTALLED] = True
+
+
+def uninstall(target: SessionTarget) -> None:
+    """Remove what :func:`install` added to ``target``."""
+    for name, listener in _LISTENERS:
+        if event.contains(target, name, listener):
+            event.remove(target, name, listener)
+    if isinstance(target, sessionmaker):
+        target.kw.get("info", {}).pop(_INSTALLED, None)
+
+
+def installed(session: Session) -> bool:
+    """Whether the extension is installed on ``session``, its class or its sessionmaker."""
+    if session.info.get(_INSTALLED):
+        return True
+    return all(
+        event.contains(session, name, listener) or event.contains(type(session), name, listener)
+        for name, listener in _LISTENERS
+    )
+
+
+def register_claim(
+    session: Session,
+    inbox: Inbox,
+    message_id: str,
+    consumer_name: str,
+    **extra: Any,
+) -> None:
+    """Put a claim of ``message_id`` for ``consumer_name`` into ``session``'s unit of work.
+
+    Nothing is sent now; the ids are validated at once. The claim is emitted before any
+    business row, at the next flush, DML statement or commit (whichever comes first).
+
+    :param session: a session on which :func:`install` was applied (directly, via its
+        class, or via its sessionmaker).
+    :param inbox: the inbox to claim in.
+    :param message_id: the producer-assigned id.
+    :param consumer_name: the consumer.
+    :param extra: ``message_type``, ``correlation_id``, ``payload_hash``, as for
+        :meth:`Inbox.claim`.
+    :raises InboxError: if the extension is not installed for ``session`` (the claim would
+        otherwise silently never be made).
+    :raises InvalidMessageId: for an invalid id or consumer name.
+    :raises DuplicateMessage: later, from the flush, DML statement or commit that emits it.
+    """
+    if not installed(session):
+        raise InboxError(
+            "the sa-inbox session extension is not installed: call "
+            "sa_inbox.session.install() on this sessionmaker, Session class or session"
+        )
+    inbox.validate(message_id, consumer_name, **extra)
+    session.info.setdefault(_PENDING, []).append(
+        _PendingClaim(inbox, message_id, consumer_name, dict(extra))
+    )
+
+
+def pending_claims(session: Session) -> list[tuple[str, str]]:
+    """The ``(message_id, consumer_name)`` claims registered on ``session`` and not yet sent."""
+    return [(c.message_id, c.consumer_name) for c in session.info.get(_PENDING, [])]

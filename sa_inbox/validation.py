@@ -1,0 +1,57 @@
+"""Validation of message ids and consumer names, done before any SQL is sent.
+
+A message id that the database would silently change (truncate, trim, coerce) could make two
+different messages collide, or one message look new twice. So sa-inbox refuses such values
+up front instead of trusting the database to reject them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .exc import InvalidMessageId
+
+__all__ = ["validate_key", "validate_keys"]
+
+
+def validate_key(value: object, field: str, max_length: int) -> str:
+    """Return ``value`` unchanged if it is a valid ``message_id`` or ``consumer_name``.
+
+    :param value: the candidate; must be a ``str``.
+    :param field: the name used in the error message (``"message_id"``, ``"consumer_name"``).
+    :param max_length: the column length in characters.
+    :raises InvalidMessageId: if ``value`` is ``None``, not a ``str`` (ints and bytes are
+        not coerced), empty, has leading or trailing whitespace, contains NUL (PostgreSQL
+        rejects NUL in text), or is longer than ``max_length`` characters (MySQL and
+        MariaDB would truncate it under ``INSERT IGNORE``).
+    """
+    if value is None:
+        raise InvalidMessageId(f"{field} must not be None")
+    if not isinstance(value, str):
+        raise InvalidMessageId(f"{field} must be str, not {type(value).__name__}")
+    if not value:
+        raise InvalidMessageId(f"{field} must not be empty")
+    if value != value.strip():
+        raise InvalidMessageId(f"{field} {value!r} has leading or trailing whitespace")
+    if "\x00" in value:
+        raise InvalidMessageId(f"{field} {value!r} contains NUL")
+    if len(value) > max_length:
+        raise InvalidMessageId(
+            f"{field} is {len(value)} characters long; the column holds {max_length}"
+        )
+    return value
+
+
+def validate_keys(values: Iterable[object], field: str, max_length: int) -> list[str]:
+    """Validate every value (see :func:`validate_key`) and return them de-duplicated, sorted.
+
+    Sorting gives every batch the same lock order, so two batches with overlapping ids
+    cannot deadlock on each other.
+
+    :param values: any iterable of candidate ids; a bare ``str`` is refused, since it would
+        be read as a sequence of one-character ids.
+    :raises InvalidMessageId: on the first invalid value, or if ``values`` is a ``str``.
+    """
+    if isinstance(values, str | bytes):
+        raise InvalidMessageId(f"{field}s must be an iterable of str, not a single string")
+    return sorted({validate_key(value, field, max_length) for value in values})

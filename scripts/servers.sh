@@ -1,0 +1,348 @@
+#!/usr/bin/env bash
+# Throwaway PostgreSQL 15 and MariaDB servers for the sa-inbox test suite.
+#
+#   scripts/servers.sh install [postgresql] [mysql]   apt-get install what is missing
+#   scripts/servers.sh start DIR [postgresql] [mysql]  start servers with all data in DIR
+#   scripts/servers.sh stop DIR                        stop whatever runs from DIR
+#
+# Without server names, both servers are meant. `start` listens on free ports of
+# 127.0.0.1 only and writes DIR/env.sh, which exports
+#   SA_INBOX_TEST_POSTGRESQL_URL and/or SA_INBOX_TEST_MYSQL_URL.
+# `stop` is idempotent and never fails. start/stop write nothing outside DIR;
+# as root, DIR is made traversable (o+x) for the postgres user.
+#
+# Meant for Debian 12 (bookworm). As root, PostgreSQL runs as the `postgres`
+# user (initdb and pg_ctl refuse to run as root); MariaDB runs as root.
+set -euo pipefail
+
+PG_BIN=/usr/lib/postgresql/15/bin
+TEST_DB=sa_inbox_test
+MYSQL_USER=sa_inbox
+MYSQL_PASSWORD=sa_inbox
+START_ATTEMPTS=3        # a free port can be taken by someone else before we bind it
+MARIADB_WAIT_SECONDS=30
+STOP_WAIT_SECONDS=60
+
+log() { printf 'servers.sh: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+# Microseconds clock, and seconds elapsed since such a reading ("1.3 s").
+now_us() { echo "${EPOCHREALTIME/[.,]/}"; }
+since() {
+    local ms=$((($(now_us) - $1) / 1000))
+    printf '%d.%d s' $((ms / 1000)) $((ms % 1000 / 100))
+}
+
+# Path of a program, also looking in the sbin directories a non-root PATH lacks.
+find_program() {
+    command -v "$1" 2>/dev/null && return 0
+    local dir
+    for dir in /usr/sbin /usr/bin /sbin /bin; do
+        [ -x "$dir/$1" ] && { echo "$dir/$1"; return 0; }
+    done
+    return 1
+}
+
+# Expands "no server names" to both and checks the names given.
+servers_or_all() {
+    if [ $# -eq 0 ]; then
+        echo postgresql mysql
+        return
+    fi
+    local name
+    for name in "$@"; do
+        case "$name" in
+            postgresql | mysql) ;;
+            *) die "unknown server '$name' (expected postgresql or mysql)" ;;
+        esac
+    done
+    echo "$@"
+}
+
+# Prints N distinct free TCP ports of 127.0.0.1 (all bound at once, so distinct).
+free_ports() {
+    python3 - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}
+
+# ---------------------------------------------------------------- install
+
+# Binaries, and (as root) the postgres user the server runs as.
+have_postgresql() {
+    [ -x "$PG_BIN/initdb" ] && [ -x "$PG_BIN/pg_ctl" ] && [ -x "$PG_BIN/postgres" ] &&
+        [ -x "$PG_BIN/createdb" ] && { ! is_root || id -u postgres >/dev/null 2>&1; }
+}
+
+have_mariadb() {
+    find_program mariadbd >/dev/null && find_program mariadb-install-db >/dev/null &&
+        find_program mariadb >/dev/null
+}
+
+# Runs apt-get as root (via sudo when not root and sudo exists).
+as_root() {
+    if is_root; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "must be root (or have sudo) to run: $*"
+    fi
+}
+
+# The packages' postinst scripts would start the system-wide services (on 5432
+# and 3306) through invoke-rc.d. We do not want them: while apt runs, a
+# policy-rc.d that forbids starting services is put in place, unless one exists
+# already. (A postinst that fails to start its service still succeeds.)
+POLICY_RC_D=/usr/sbin/policy-rc.d
+apt_install() {
+    if [ ! -e "$POLICY_RC_D" ]; then
+        trap 'as_root rm -f "$POLICY_RC_D"' EXIT
+        as_root sh -c "printf '#!/bin/sh\nexit 101\n' >$POLICY_RC_D && chmod 755 $POLICY_RC_D"
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "$@"
+}
+
+cmd_install() {
+    local servers packages=() name
+    servers=$(servers_or_all "$@")
+    for name in $servers; do
+        case "$name" in
+            postgresql) have_postgresql || packages+=(postgresql-15) ;;
+            mysql) have_mariadb || packages+=(mariadb-server mariadb-client) ;;
+        esac
+    done
+    if [ ${#packages[@]} -eq 0 ]; then
+        log "already installed: $servers"
+        return
+    fi
+    command -v apt-get >/dev/null 2>&1 ||
+        die "missing ${packages[*]} and no apt-get: install PostgreSQL 15 / MariaDB yourself, or export SA_INBOX_TEST_POSTGRESQL_URL / SA_INBOX_TEST_MYSQL_URL"
+    log "installing ${packages[*]} (apt-get)"
+    apt_install "${packages[@]}"
+    # A failed postinst service start is fine; missing binaries are not.
+    for name in $servers; do
+        case "$name" in
+            postgresql) have_postgresql ||
+                die "still no initdb/pg_ctl/postgres/createdb in $PG_BIN (or no postgres user)" ;;
+            mysql) have_mariadb || die "still no mariadbd/mariadb-install-db/mariadb" ;;
+        esac
+    done
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+
+# Runs a PostgreSQL program as the postgres user (when root), from / so that an
+# unreadable current directory does not bother it.
+as_postgres() {
+    if is_root; then
+        (cd / && runuser -u postgres -- "$@")
+    else
+        (cd / && "$@")
+    fi
+}
+
+start_postgresql() {
+    local dir=$1 data=$1/pg sock=$1/pgsock logfile=$1/pg.log port attempt
+    have_postgresql || die "PostgreSQL 15 not installed: run scripts/servers.sh install"
+    mkdir -p "$data" "$sock"
+    touch "$logfile"
+    if is_root; then
+        chown postgres: "$data" "$sock" "$logfile"
+        chmod o+x "$dir" # the postgres user must be able to traverse DIR
+        runuser -u postgres -- test -w "$data" ||
+            die "user postgres cannot write $data (is a parent directory closed to it?)"
+    fi
+
+    local t0; t0=$(now_us)
+    as_postgres "$PG_BIN/initdb" -D "$data" -A trust -U postgres --no-sync -E UTF8 \
+        --locale=C >>"$logfile" 2>&1 || { cat "$logfile" >&2; die "initdb failed"; }
+    log "postgresql: initdb done in $(since "$t0")"
+    t0=$(now_us)
+
+    for attempt in $(seq "$START_ATTEMPTS"); do
+        port=$(free_ports 1)
+        if as_postgres "$PG_BIN/pg_ctl" -D "$data" -l "$logfile" -w -t 60 \
+            -o "-p $port -k '$sock' -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" \
+            start >/dev/null; then
+            break
+        fi
+        log "postgresql: start on port $port failed (attempt $attempt)"
+        [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$logfile" >&2; die "PostgreSQL did not start"; }
+    done
+
+    as_postgres "$PG_BIN/createdb" -h "$sock" -p "$port" -U postgres "$TEST_DB"
+    echo "export SA_INBOX_TEST_POSTGRESQL_URL='postgresql+psycopg://postgres@127.0.0.1:$port/$TEST_DB'" >>"$dir/env.sh"
+    log "postgresql: ready on 127.0.0.1:$port (started in $(since "$t0"))"
+}
+
+stop_postgresql() {
+    local data=$1/pg
+    [ -f "$data/postmaster.pid" ] || return 0
+    as_postgres "$PG_BIN/pg_ctl" -D "$data" -m fast -w -t "$STOP_WAIT_SECONDS" stop >/dev/null 2>&1 ||
+        as_postgres "$PG_BIN/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
+}
+
+# ---------------------------------------------------------------- MariaDB
+
+# mariadb client as root over the unix socket of the server in DIR.
+mariadb_root() {
+    "$(find_program mariadb)" --no-defaults --protocol=socket --socket="$1/mariadb.sock" -uroot "${@:2}"
+}
+
+# True if process PID runs (a zombie, left unreaped by a lazy init, does not).
+process_alive() {
+    local state
+    state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# Prints the pid in DIR/mariadbd.pid if it is a live mariadbd of this DIR.
+mariadbd_pid() {
+    local pid
+    pid=$(cat "$1/mariadbd.pid" 2>/dev/null) || return 1
+    [ -n "$pid" ] && process_alive "$pid" || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "--datadir=$1/mariadb " || return 1
+    echo "$pid"
+}
+
+start_mariadb() {
+    local dir=$1 data=$1/mariadb logfile=$1/mariadb.log port attempt pid user_opt=()
+    have_mariadb || die "MariaDB not installed: run scripts/servers.sh install"
+    is_root && user_opt=(--user=root)
+
+    local t0; t0=$(now_us)
+    "$(find_program mariadb-install-db)" --no-defaults --datadir="$data" "${user_opt[@]}" \
+        --auth-root-authentication-method=normal --skip-test-db >"$dir/mariadb-install.log" 2>&1 ||
+        { cat "$dir/mariadb-install.log" >&2; die "mariadb-install-db failed"; }
+    log "mariadb: install-db done in $(since "$t0")"
+    t0=$(now_us)
+
+    for attempt in $(seq "$START_ATTEMPTS"); do
+        port=$(free_ports 1)
+        # Own session (setsid): a Ctrl-C in the terminal must not reach the
+        # server; `stop` shuts it down.
+        setsid "$(find_program mariadbd)" --no-defaults --datadir="$data" "${user_opt[@]}" \
+            --socket="$dir/mariadb.sock" --port="$port" --bind-address=127.0.0.1 \
+            --pid-file="$data/mariadbd.pid" --log-error="$logfile" --skip-name-resolve \
+            --character-set-server=utf8mb4 --collation-server=utf8mb4_unicode_ci \
+            --innodb-flush-log-at-trx-commit=2 --max-connections=200 \
+            </dev/null >>"$logfile" 2>&1 &
+        echo $! >"$dir/mariadbd.pid"
+        if wait_for_mariadb "$dir"; then
+            break
+        fi
+        log "mariadb: start on port $port failed (attempt $attempt)"
+        stop_mariadb "$dir"
+        [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$logfile" >&2; die "MariaDB did not start"; }
+    done
+
+    mariadb_root "$dir" <<EOF
+CREATE DATABASE $TEST_DB CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;
+CREATE USER '$MYSQL_USER'@'127.0.0.1' IDENTIFIED BY '$MYSQL_PASSWORD';
+CREATE USER '$MYSQL_USER'@'%' IDENTIFIED BY '$MYSQL_PASSWORD';
+GRANT ALL PRIVILEGES ON $TEST_DB.* TO '$MYSQL_USER'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON $TEST_DB.* TO '$MYSQL_USER'@'%';
+EOF
+    echo "export SA_INBOX_TEST_MYSQL_URL='mysql+pymysql://$MYSQL_USER:$MYSQL_PASSWORD@127.0.0.1:$port/$TEST_DB?charset=utf8mb4'" >>"$dir/env.sh"
+    log "mariadb: ready on 127.0.0.1:$port (started in $(since "$t0"))"
+}
+
+# Polls until the server in DIR answers; fails early if it died.
+wait_for_mariadb() {
+    local dir=$1 deadline=$((SECONDS + MARIADB_WAIT_SECONDS))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        mariadb_root "$dir" -e 'SELECT 1' >/dev/null 2>&1 && return 0
+        mariadbd_pid "$dir" >/dev/null || return 1
+        sleep 0.2
+    done
+    return 1
+}
+
+stop_mariadb() {
+    local dir=$1 pid deadline
+    pid=$(mariadbd_pid "$dir") || { rm -f "$dir/mariadbd.pid"; return 0; }
+    kill -TERM "$pid" 2>/dev/null || true
+    deadline=$((SECONDS + STOP_WAIT_SECONDS))
+    while process_alive "$pid"; do
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            log "mariadb: pid $pid did not stop in ${STOP_WAIT_SECONDS} s, killing it"
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+        sleep 0.1
+    done
+    rm -f "$dir/mariadbd.pid"
+}
+
+# ---------------------------------------------------------------- commands
+
+# Absolute path of an existing directory.
+absolute_dir() {
+    [ -d "$1" ] || die "no such directory: $1"
+    (cd "$1" && pwd -P)
+}
+
+cmd_start() {
+    [ $# -ge 1 ] || die "usage: servers.sh start DIR [postgresql] [mysql]"
+    local dir servers name
+    dir=$(absolute_dir "$1")
+    servers=$(servers_or_all "${@:2}")
+    [ ! -e "$dir/env.sh" ] || die "$dir/env.sh exists: servers already started there? (servers.sh stop $dir)"
+    # Unix socket paths are limited to 107 bytes.
+    [ ${#dir} -le 80 ] || die "directory path too long for unix sockets: $dir"
+    case "$dir" in *"'"* | *" "*) die "directory path must not contain spaces or quotes: $dir" ;; esac
+
+    echo "# written by scripts/servers.sh start; source it" >"$dir/env.sh"
+    # On failure, stop what was already started so nothing is left running.
+    STARTING_DIR=$dir
+    trap 'stop_on_failure $?' EXIT
+    for name in $servers; do
+        case "$name" in
+            postgresql) start_postgresql "$dir" ;;
+            mysql) start_mariadb "$dir" ;;
+        esac
+    done
+    trap - EXIT
+}
+
+stop_on_failure() {
+    if [ "$1" -ne 0 ]; then
+        log "start failed: stopping what was started in $STARTING_DIR"
+        cmd_stop "$STARTING_DIR" || true
+    fi
+}
+
+cmd_stop() {
+    [ $# -ge 1 ] || die "usage: servers.sh stop DIR"
+    local dir
+    dir=$(cd "$1" 2>/dev/null && pwd -P) || return 0 # no directory, nothing runs
+    stop_postgresql "$dir"
+    stop_mariadb "$dir"
+}
+
+main() {
+    local command=${1:-}
+    [ $# -gt 0 ] && shift
+    case "$command" in
+        install) cmd_install "$@" ;;
+        start) cmd_start "$@" ;;
+        stop) cmd_stop "$@" || true ;;
+        *)
+            # The comment at the top of this file is the usage text.
+            awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2
+            exit 2
+            ;;
+    esac
+}
+
+main "$@"

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The test command of sa-inbox:   ./scripts/test.sh [pytest arguments...]
+#
+# Works on a bare Debian 12 machine (as root, or with sudo for the first run):
+#   1. installs PostgreSQL 15 and MariaDB if missing (scripts/servers.sh install)
+#   2. makes the virtualenv .venv with the project and its test extras
+#   3. starts throwaway servers in a temporary directory, removed at exit
+#   4. runs pytest (arguments passed through), then ruff and mypy
+# The exit status is non-zero if any step failed (pytest's "no tests
+# collected", exit 5, counts as a failure).
+#
+# Environment:
+#   SA_INBOX_TEST_POSTGRESQL_URL, SA_INBOX_TEST_MYSQL_URL
+#       if set, that server is used and no throwaway one is installed/started
+#   SA_INBOX_SKIP_LINT=1
+#       skip ruff and mypy (any non-empty value)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+section() { printf '\n===== %s =====\n' "$*"; }
+
+# ---------------------------------------------------------------- servers
+
+SERVER_DIR=
+
+# EXIT trap: stops the throwaway servers and removes their directory.
+cleanup() {
+    if [ -n "$SERVER_DIR" ]; then
+        section "Stopping throwaway servers"
+        scripts/servers.sh stop "$SERVER_DIR" || true
+        rm -rf "$SERVER_DIR"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT # the EXIT trap runs on the way out
+trap 'exit 143' TERM
+
+# Servers to start: those whose URL the developer did not export.
+servers_needed() {
+    if [ -n "${SA_INBOX_TEST_POSTGRESQL_URL:-}" ]; then
+        echo "using SA_INBOX_TEST_POSTGRESQL_URL from the environment" >&2
+    else
+        echo postgresql
+    fi
+    if [ -n "${SA_INBOX_TEST_MYSQL_URL:-}" ]; then
+        echo "using SA_INBOX_TEST_MYSQL_URL from the environment" >&2
+    else
+        echo mysql
+    fi
+}
+
+start_servers() {
+    SERVER_DIR=$(mktemp -d "${TMPDIR:-/tmp}/sa-inbox-test.XXXXXX")
+    scripts/servers.sh start "$SERVER_DIR" "$@"
+    # shellcheck source=/dev/null
+    source "$SERVER_DIR/env.sh"
+}
+
+# ---------------------------------------------------------------- checks
+
+FAILED=()
+
+# run_check NAME COMMAND...: runs a check, records its failure, carries on.
+run_check() {
+    local name=$1 rc=0
+    shift
+    section "$name"
+    "$@" || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        echo "$name: passed"
+    else
+        [ "$name" = pytest ] && [ "$rc" -eq 5 ] && echo "pytest collected no tests"
+        FAILED+=("$name (exit $rc)")
+    fi
+}
+
+# Existing ones of the given directories (ruff fails on missing paths).
+existing_dirs() {
+    local dir
+    for dir in "$@"; do
+        [ -d "$dir" ] && echo "$dir"
+    done
+    return 0
+}
+
+# ---------------------------------------------------------------- main
+
+mapfile -t SERVERS < <(servers_needed)
+
+if [ ${#SERVERS[@]} -gt 0 ]; then
+    section "Database servers: install (${SERVERS[*]})"
+    scripts/servers.sh install "${SERVERS[@]}"
+fi
+
+section "Python environment (.venv)"
+scripts/venv.sh '.[postgresql,mysql,oracle,test]'
+
+if [ ${#SERVERS[@]} -gt 0 ]; then
+    section "Database servers: start (${SERVERS[*]})"
+    start_servers "${SERVERS[@]}"
+fi
+echo "SA_INBOX_TEST_POSTGRESQL_URL=${SA_INBOX_TEST_POSTGRESQL_URL:-}"
+echo "SA_INBOX_TEST_MYSQL_URL=${SA_INBOX_TEST_MYSQL_URL:-}"
+export SA_INBOX_TEST_POSTGRESQL_URL SA_INBOX_TEST_MYSQL_URL
+
+run_check pytest .venv/bin/python -m pytest "$@"
+
+if [ -z "${SA_INBOX_SKIP_LINT:-}" ]; then
+    mapfile -t LINT_DIRS < <(existing_dirs sa_inbox tests benchmarks)
+    run_check "ruff" .venv/bin/ruff check "${LINT_DIRS[@]}"
+    run_check "mypy" .venv/bin/mypy
+else
+    section "ruff, mypy: skipped (SA_INBOX_SKIP_LINT is set)"
+fi
+
+section "Summary"
+if [ ${#FAILED[@]} -gt 0 ]; then
+    printf 'FAILED: %s\n' "${FAILED[@]}"
+    exit 1
+fi
+echo "all passed"
