@@ -70,6 +70,13 @@ class ClaimDialect(abc.ABC):
         """
         return None
 
+    def before_savepoint(self, conn: Connection) -> None:
+        """Make sure a SAVEPOINT on ``conn`` nests inside the caller's transaction.
+
+        The default does nothing; see :meth:`SQLiteClaim.before_savepoint`.
+        """
+        return None
+
     @abc.abstractmethod
     def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> Executable:
         """The statement that inserts ``rows`` into ``table`` and skips duplicates silently.

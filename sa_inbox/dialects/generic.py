@@ -52,6 +52,8 @@ class SavepointClaim(ClaimDialect):
         return False
 
     def claim_one(self, conn: Connection, table: sa.Table, statement: Executable, row: Row) -> bool:
+        if self.native is not None:
+            self.native.before_savepoint(conn)
         savepoint = conn.begin_nested()
         try:
             with self.translate_errors():

@@ -41,6 +41,11 @@ def _error_code(exc: DBAPIError) -> int | None:
     return args[0] if args and isinstance(args[0], int) else None
 
 
+def _error_message(exc: DBAPIError) -> str:
+    args = getattr(driver_error(exc), "args", ())
+    return str(args[1]) if len(args) > 1 else str(driver_error(exc))
+
+
 def _warning_count(result: CursorResult[Any]) -> int | None:
     """Warnings the server reported for the statement, or None if the driver hides them."""
     cursor = result.context.cursor
@@ -84,7 +89,7 @@ class MySQLClaim(ClaimDialect):
             return False
         # "Duplicate entry 'a-b' for key 'PRIMARY'" (MariaDB, MySQL 5.7) or
         # "... for key 'table.PRIMARY'" (MySQL 8): the primary key is always PRIMARY.
-        message = str(driver_error(exc))
+        message = _error_message(exc)
         return message.endswith("'PRIMARY'") or message.endswith(f"'{table.name}.PRIMARY'")
 
     def is_transient(self, exc: DBAPIError) -> bool:

@@ -43,6 +43,20 @@ class SQLiteClaim(ClaimDialect):
                 "sa-inbox needs SQLite 3.24.0 or newer"
             )
 
+    def before_savepoint(self, conn: sa.Connection) -> None:
+        """Start the driver's transaction if it has not started yet.
+
+        Python's sqlite3 module in its legacy transaction mode emits ``BEGIN`` only before
+        INSERT/UPDATE/DELETE, so a ``SAVEPOINT`` sent first would open a transaction of its
+        own that ``RELEASE`` commits, outside the caller's transaction (SQLAlchemy docs,
+        "SQLite: Serializable isolation / Savepoints / Transactional DDL"). Emitting
+        ``BEGIN`` first puts the savepoint inside the transaction the caller will commit or
+        roll back.
+        """
+        dbapi_connection = conn.connection.dbapi_connection
+        if dbapi_connection is not None and not dbapi_connection.in_transaction:
+            conn.exec_driver_sql("BEGIN")
+
     def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> sqlite.Insert:
         statement = sqlite.insert(table)
         if rows is not None:

@@ -1,0 +1,208 @@
+"""The claim on every backend: duplicates, batches, bad input, and the caller's transaction."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+import sqlalchemy as sa
+
+from sa_inbox import Inbox, InvalidMessageId
+from tests.app import CONSUMER, App
+
+pytestmark = pytest.mark.backend
+
+BAD_IDS = [None, "", " ", " m1", "m1 ", "m\x001", 42, b"m1", "x" * 256]
+
+
+@pytest.fixture(params=["native", "savepoint"])
+def strategy_app(request: pytest.FixtureRequest, engine: sa.Engine) -> App:
+    app = App(engine, strategy=request.param)
+    app.reset()
+    yield app  # type: ignore[misc]
+    app.drop()
+
+
+def _deliver(app: App, message_id: str, amount: Decimal = Decimal("10.00")) -> bool:
+    """One delivery: claim then business change in one transaction; True if applied."""
+    with app.Session.begin() as session:
+        if not app.inbox.claim(session, message_id, CONSUMER):
+            return False
+        app.apply_payment(session, message_id, 1, amount)
+        return True
+
+
+def test_sequential_duplicate_is_applied_once(strategy_app: App) -> None:
+    app = strategy_app
+    assert _deliver(app, "pay-1") is True
+    assert _deliver(app, "pay-1") is False
+    assert _deliver(app, "pay-1") is False
+    assert app.ledger_rows("pay-1") == 1
+    assert app.balance(1) == Decimal("10.00")
+    assert app.inbox_rows() == 1
+
+
+def test_same_message_for_two_consumers_is_processed_by_each(strategy_app: App) -> None:
+    app = strategy_app
+    with app.engine.begin() as conn:
+        assert app.inbox.claim(conn, "pay-1", "billing") is True
+        assert app.inbox.claim(conn, "pay-1", "audit") is True
+        assert app.inbox.claim(conn, "pay-1", "audit") is False
+    assert app.inbox_rows() == 2
+
+
+def test_transaction_stays_usable_after_a_duplicate(strategy_app: App) -> None:
+    app = strategy_app
+    _deliver(app, "pay-1")
+    with app.Session.begin() as session:
+        assert app.inbox.claim(session, "pay-1", CONSUMER) is False
+        # The same transaction goes on: a different message is claimed and applied.
+        assert app.inbox.claim(session, "pay-2", CONSUMER) is True
+        app.apply_payment(session, "pay-2", 1, Decimal("5.00"))
+    assert app.ledger_rows() == 2
+    assert app.balance(1) == Decimal("15.00")
+
+
+def test_rollback_removes_the_claim(strategy_app: App) -> None:
+    app = strategy_app
+    with pytest.raises(RuntimeError), app.Session.begin() as session:
+        assert app.inbox.claim(session, "pay-1", CONSUMER)
+        app.apply_payment(session, "pay-1", 1, Decimal("10.00"))
+        raise RuntimeError("handler failed")
+    assert app.inbox_rows() == 0
+    assert app.ledger_rows() == 0
+    assert _deliver(app, "pay-1") is True  # the redelivery is processed
+    assert app.balance(1) == Decimal("10.00")
+
+
+def test_claim_many_returns_exactly_the_new_ids(strategy_app: App) -> None:
+    app = strategy_app
+    with app.engine.begin() as conn:
+        assert app.inbox.claim(conn, "m-005", CONSUMER)
+    batch = [f"m-{i:03d}" for i in range(10, 0, -1)] + ["m-003", "m-007"]  # unsorted, repeats
+    with app.engine.begin() as conn:
+        claimed = app.inbox.claim_many(conn, batch, CONSUMER)
+    assert claimed == {f"m-{i:03d}" for i in range(1, 11)} - {"m-005"}
+    with app.engine.begin() as conn:
+        assert app.inbox.claim_many(conn, batch, CONSUMER) == set()
+    assert app.inbox_rows() == 10
+
+
+def test_claim_many_over_one_statement_limit(app: App) -> None:
+    ids = [f"msg-{i:05d}" for i in range(2500)]
+    with app.engine.begin() as conn:
+        assert app.inbox.claim_many(conn, ids[:1200], CONSUMER) == set(ids[:1200])
+    with app.engine.begin() as conn:
+        assert app.inbox.claim_many(conn, ids, CONSUMER) == set(ids[1200:])
+    assert app.inbox_rows() == 2500
+
+
+def test_claim_many_of_nothing_sends_nothing(app: App) -> None:
+    with app.engine.connect() as conn:
+        assert app.inbox.claim_many(conn, [], CONSUMER) == set()
+        assert not conn.in_transaction()
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+def test_bad_message_id_is_rejected_with_nothing_written(app: App, bad: object) -> None:
+    with app.engine.connect() as conn:
+        with pytest.raises(InvalidMessageId):
+            app.inbox.claim(conn, bad, CONSUMER)  # type: ignore[arg-type]
+        with pytest.raises(InvalidMessageId):
+            app.inbox.claim(conn, "ok", bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidMessageId):
+            app.inbox.claim_many(conn, ["ok-1", bad], CONSUMER)  # type: ignore[list-item]
+        assert not conn.in_transaction(), "no SQL may be sent for invalid input"
+    assert app.inbox_rows() == 0
+
+
+def test_claim_many_refuses_a_bare_string(app: App) -> None:
+    with app.engine.connect() as conn, pytest.raises(InvalidMessageId):
+        app.inbox.claim_many(conn, "abc", CONSUMER)
+    assert app.inbox_rows() == 0
+
+
+def test_over_length_ids_never_collide(app: App) -> None:
+    """Two ids that share their first 255 characters are both refused, never truncated."""
+    stem = "x" * 255
+    with app.engine.begin() as conn:
+        assert app.inbox.claim(conn, stem, CONSUMER) is True
+        for long_id in (stem + "a", stem + "b"):
+            with pytest.raises(InvalidMessageId, match="256 characters"):
+                app.inbox.claim(conn, long_id, CONSUMER)
+    assert app.inbox_rows() == 1
+
+
+def test_non_ascii_ids_round_trip(app: App) -> None:
+    ids = ["zahlung-ü-1", "支払い-1", "emoji-🙂-1", "é" * 255]
+    with app.engine.begin() as conn:
+        assert app.inbox.claim_many(conn, ids, CONSUMER) == set(ids)
+    with app.engine.begin() as conn:
+        assert all(app.inbox.claim(conn, i, CONSUMER) is False for i in ids)
+        stored = set(conn.execute(sa.select(app.inbox.table.c.message_id)).scalars())
+    assert stored == set(ids)
+
+
+def test_optional_columns_are_stored(app: App) -> None:
+    digest = bytes(range(32))
+    with app.engine.begin() as conn:
+        app.inbox.claim(
+            conn,
+            "m1",
+            CONSUMER,
+            message_type="PaymentCaptured",
+            correlation_id="c-9",
+            payload_hash=digest,
+        )
+        row = conn.execute(sa.select(app.inbox.table)).one()
+    assert (row.message_type, row.correlation_id, row.payload_hash) == (
+        "PaymentCaptured",
+        "c-9",
+        digest,
+    )
+    assert row.received_at is not None
+
+
+def test_claim_through_the_mixin_table(engine: sa.Engine) -> None:
+    from sqlalchemy.orm import DeclarativeBase
+
+    from sa_inbox import InboxMessageMixin
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Processed(InboxMessageMixin, Base):
+        __tablename__ = "mixin_processed"
+
+    inbox = Inbox.for_table(Processed.__table__)  # type: ignore[arg-type]
+    Base.metadata.drop_all(engine)
+    Base.metadata.create_all(engine)
+    try:
+        with engine.begin() as conn:
+            assert inbox.claim(conn, "m1", CONSUMER) is True
+            assert inbox.claim(conn, "m1", CONSUMER) is False
+        pk = sa.inspect(engine).get_pk_constraint("mixin_processed")
+        assert pk["constrained_columns"] == ["message_id", "consumer_name"]
+    finally:
+        Base.metadata.drop_all(engine)
+
+
+def test_table_shape(app: App) -> None:
+    inspector = sa.inspect(app.engine)
+    name = app.inbox.table.name
+    assert inspector.get_pk_constraint(name)["constrained_columns"] == [
+        "message_id",
+        "consumer_name",
+    ]
+    columns = {c["name"]: c for c in inspector.get_columns(name)}
+    assert not columns["message_id"]["nullable"] and not columns["consumer_name"]["nullable"]
+    assert set(columns) == {
+        "message_id",
+        "consumer_name",
+        "received_at",
+        "message_type",
+        "correlation_id",
+        "payload_hash",
+    }
+    indexes = {ix["name"]: ix["column_names"] for ix in inspector.get_indexes(name)}
+    assert indexes[f"ix_{name}_received_at"] == ["received_at"]

@@ -1,0 +1,71 @@
+"""Backend fixtures: every ``backend`` test runs once per database.
+
+SQLite is embedded (a file in the test's temp dir). PostgreSQL, MariaDB/MySQL and Oracle come
+from URLs in ``SA_INBOX_TEST_POSTGRESQL_URL``, ``SA_INBOX_TEST_MYSQL_URL`` and
+``SA_INBOX_TEST_ORACLE_URL`` (``scripts/test.sh`` starts throwaway PostgreSQL and MariaDB
+servers and sets the first two). A missing URL skips that backend locally; with ``CI=true``
+a missing PostgreSQL or MySQL URL is a failure, never a skip. Oracle has no server here and
+runs only when its URL is set.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from tests.app import App
+
+BACKENDS = ("sqlite", "postgresql", "mysql", "oracle")
+URL_VARIABLES = {
+    "postgresql": "SA_INBOX_TEST_POSTGRESQL_URL",
+    "mysql": "SA_INBOX_TEST_MYSQL_URL",
+    "oracle": "SA_INBOX_TEST_ORACLE_URL",
+}
+REQUIRED_IN_CI = ("postgresql", "mysql")
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+def backend_url(name: str, tmp_path: object) -> str:
+    """The URL for backend ``name``; skips (or fails, in CI) when it is not configured."""
+    if name == "sqlite":
+        return f"sqlite:///{tmp_path}/inbox.db"
+    url = os.environ.get(URL_VARIABLES[name])
+    if url:
+        return url
+    message = f"{URL_VARIABLES[name]} is not set"
+    if _in_ci() and name in REQUIRED_IN_CI:
+        pytest.fail(f"{message}: CI must test {name} (run ./scripts/test.sh)")
+    pytest.skip(f"{message}; no {name} server to test against")
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: object) -> str:
+    """The database URL of the backend under test (one test run per backend)."""
+    request.applymarker(pytest.mark.backend)
+    return backend_url(request.param, tmp_path)
+
+
+@pytest.fixture
+def engine(url: str) -> Iterator[sa.Engine]:
+    engine = (
+        sa.create_engine(url, pool_size=10, max_overflow=10)
+        if not url.startswith("sqlite")
+        else sa.create_engine(url, connect_args={"timeout": 30})
+    )
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def app(engine: sa.Engine) -> Iterator[App]:
+    """A fresh accounts/ledger schema plus the inbox table on the backend under test."""
+    app = App(engine)
+    app.reset()
+    yield app
+    app.drop()
