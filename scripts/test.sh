@@ -57,6 +57,11 @@ start_servers() {
     source "$SERVER_DIR/env.sh"
 }
 
+# Prints a URL variable with its password masked.
+show_url() {
+    echo "$1=${!1:-}" | sed -E 's#(://[^:/@]*):[^@/]*@#\1:***@#'
+}
+
 # ---------------------------------------------------------------- checks
 
 FAILED=()
@@ -100,8 +105,8 @@ if [ ${#SERVERS[@]} -gt 0 ]; then
     section "Database servers: start (${SERVERS[*]})"
     start_servers "${SERVERS[@]}"
 fi
-echo "SA_INBOX_TEST_POSTGRESQL_URL=${SA_INBOX_TEST_POSTGRESQL_URL:-}"
-echo "SA_INBOX_TEST_MYSQL_URL=${SA_INBOX_TEST_MYSQL_URL:-}"
+show_url SA_INBOX_TEST_POSTGRESQL_URL
+show_url SA_INBOX_TEST_MYSQL_URL
 export SA_INBOX_TEST_POSTGRESQL_URL SA_INBOX_TEST_MYSQL_URL
 
 run_check pytest .venv/bin/python -m pytest "$@"

@@ -42,7 +42,7 @@ def _error_code(exc: DBAPIError) -> int | None:
 
 
 def _error_message(exc: DBAPIError) -> str:
-    args = getattr(driver_error(exc), "args", ())
+    args: tuple[object, ...] = tuple(getattr(driver_error(exc), "args", ()))
     return str(args[1]) if len(args) > 1 else str(driver_error(exc))
 
 
