@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import oracle
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
 __all__ = [
@@ -33,16 +34,17 @@ def claim_columns(table: sa.Table) -> list[str]:
     return [name for name in CLAIM_COLUMNS if name in table.c]
 
 
+#: Timestamp with time zone everywhere; Oracle's DateTime would be DATE (no fraction, no zone).
+TIMESTAMP_TZ = sa.DateTime(timezone=True).with_variant(oracle.TIMESTAMP(timezone=True), "oracle")
+#: ``CURRENT_TIMESTAMP`` is understood by every backend (MySQL 5.7 has no expression defaults).
+NOW = sa.text("CURRENT_TIMESTAMP")
+
+
 def _columns(message_id_length: int) -> list[sa.Column[object]]:
     return [
         sa.Column("message_id", sa.String(message_id_length), nullable=False),
         sa.Column("consumer_name", sa.String(message_id_length), nullable=False),
-        sa.Column(
-            "received_at",
-            sa.DateTime(timezone=True),
-            nullable=False,
-            server_default=sa.func.now(),
-        ),
+        sa.Column("received_at", TIMESTAMP_TZ, nullable=False, server_default=NOW),
         sa.Column("message_type", sa.String(255), nullable=True),
         sa.Column("correlation_id", sa.String(255), nullable=True),
         sa.Column("payload_hash", sa.LargeBinary(64), nullable=True),
@@ -107,7 +109,7 @@ class InboxMessageMixin:
         sa.String(DEFAULT_MESSAGE_ID_LENGTH), primary_key=True
     )
     received_at: Mapped[datetime.datetime] = mapped_column(
-        sa.DateTime(timezone=True), server_default=sa.func.now(), index=True
+        TIMESTAMP_TZ, server_default=NOW, index=True
     )
     message_type: Mapped[str | None] = mapped_column(sa.String(255))
     correlation_id: Mapped[str | None] = mapped_column(sa.String(255))

@@ -1,0 +1,41 @@
+"""Validation of ids happens before SQL; properties checked with hypothesis."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sa_inbox import InvalidMessageId
+from sa_inbox.validation import validate_key, validate_keys
+
+
+@given(st.text(min_size=1, max_size=255))
+def test_valid_or_rejected_never_altered(value: str) -> None:
+    try:
+        assert validate_key(value, "message_id", 255) is value
+    except InvalidMessageId:
+        assert value != value.strip() or "\x00" in value
+
+
+@given(st.text(min_size=256, max_size=400))
+def test_over_length_always_rejected(value: str) -> None:
+    with pytest.raises(InvalidMessageId):
+        validate_key(value, "message_id", 255)
+
+
+@given(st.lists(st.text(alphabet="abcdef0123456789", min_size=1, max_size=8), max_size=50))
+def test_batches_are_deduplicated_and_sorted(values: list[str]) -> None:
+    assert validate_keys(values, "message_id", 255) == sorted(set(values))
+
+
+@pytest.mark.parametrize("bad", [None, 1, 1.5, b"id", "", "\t", "a\n", "a\x00b"])
+def test_rejected(bad: object) -> None:
+    with pytest.raises(InvalidMessageId) as info:
+        validate_key(bad, "message_id", 255)
+    assert isinstance(info.value, ValueError)
+
+
+def test_rejects_a_string_as_a_batch() -> None:
+    with pytest.raises(InvalidMessageId, match="single string"):
+        validate_keys("abc", "message_id", 255)
