@@ -1,0 +1,154 @@
+"""The ``sa-inbox`` command line: a :mod:`click` group, one sub-command per task.
+
+Sub-commands stay thin: they parse options and call the library (``demo`` calls
+:func:`sa_inbox.demo.run_demo`), importing it only when they run.
+
+Exit codes: 0 success; 1 the run finished but its verification failed; 2 usage error;
+3 the command could not run (database unreachable, a worker died).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+__all__ = ["main"]
+
+#: Exit code when a command could not run to the end.
+EXIT_ERROR = 3
+
+
+class CommandError(click.ClickException):
+    """A command failed to run; printed as ``Error: ...``, exit code :data:`EXIT_ERROR`."""
+
+    exit_code = EXIT_ERROR
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="sa-inbox")
+def main() -> None:
+    """sa-inbox: exactly-once message processing for SQLAlchemy (the inbox pattern)."""
+
+
+@main.command()
+@click.option(
+    "--messages",
+    default=2000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Unique payment messages in the stream.",
+)
+@click.option(
+    "--workers",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Worker processes consuming the stream.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed of the stream (deterministic); random if omitted, and printed.",
+)
+@click.option(
+    "--duplicate-rate",
+    default=0.1,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Share of messages resent by a producer retry.",
+)
+@click.option(
+    "--concurrent-rate",
+    default=0.05,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Share of messages delivered twice at once, to two workers.",
+)
+@click.option(
+    "--crash-rate",
+    default=0.02,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Share of deliveries whose worker crashes after the commit, before the ack.",
+)
+@click.option(
+    "--url",
+    default=None,
+    help="Database URL (PostgreSQL, MariaDB/MySQL); the demo drops and creates "
+    "its own demo_* tables there. Default: a SQLite file.",
+)
+@click.option(
+    "--db-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="SQLite file to use (default: one in a temporary directory).",
+)
+@click.option(
+    "--no-inbox",
+    is_flag=True,
+    help="Apply every delivery naively, without the inbox, to show the duplicates "
+    "it prevents (the verification then fails: exit code 1).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the verification numbers to this JSON file.",
+)
+def demo(
+    messages: int,
+    workers: int,
+    seed: int | None,
+    duplicate_rate: float,
+    concurrent_rate: float,
+    crash_rate: float,
+    url: str | None,
+    db_file: Path | None,
+    no_inbox: bool,
+    json_path: Path | None,
+) -> None:
+    """Replay a payment stream at-least-once through the inbox and verify the ledger.
+
+    Duplicates come from producer retries, crashes between commit and ack (the broker
+    redelivers), and copies of one message in flight in two worker processes at once.
+    Exit code 0 if every payment was applied exactly once, 1 if not.
+    """
+    from rich.console import Console
+
+    from .demo import DemoConfig, DemoError, render, run_demo
+
+    if url is not None and db_file is not None:
+        raise click.UsageError("--url and --db-file are exclusive")
+    config = DemoConfig(
+        messages=messages,
+        workers=workers,
+        seed=seed,
+        duplicate_rate=duplicate_rate,
+        concurrent_rate=concurrent_rate,
+        crash_rate=crash_rate,
+        url=url,
+        db_file=db_file,
+        use_inbox=not no_inbox,
+    ).with_seed()
+    console = Console()
+    mode = "WITHOUT the inbox (naive consumer)" if no_inbox else "through the inbox"
+    console.print(
+        f"sa-inbox demo: {messages} payments, {workers} workers, seed {config.seed}, {mode}"
+    )
+    try:
+        verification = run_demo(config, console=Console(stderr=True))
+    except DemoError as exc:
+        raise CommandError(str(exc)) from exc
+    console.print(render(verification))
+    if json_path is not None:
+        json_path.write_text(json.dumps(verification.to_json(), indent=2) + "\n")
+    if not verification.ok:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The demo's business schema: merchant accounts, a ledger, and the inbox, all ``demo_``.
+
+Money is stored as integer cents (``BIGINT``), exact on every backend, SQLite included
+(which has no decimal type). The demo drops and creates only its own three tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from ..claim import Inbox
+from .stream import Payment
+
+__all__ = ["CONSUMER", "INBOX_TABLE", "DemoSchema", "LedgerState"]
+
+#: The consumer name the demo's workers claim under.
+CONSUMER = "demo-billing"
+INBOX_TABLE = "demo_inbox_processed_messages"
+
+
+@dataclass(frozen=True)
+class LedgerState:
+    """What the database holds after a run.
+
+    :param ledger_rows: rows in ``demo_ledger`` (one per applied delivery).
+    :param ledger_messages: distinct message ids in ``demo_ledger``.
+    :param inbox_rows: rows in the inbox table.
+    :param balances: balance in cents per account id.
+    """
+
+    ledger_rows: int
+    ledger_messages: int
+    inbox_rows: int
+    balances: dict[str, int]
+
+
+class DemoSchema:
+    """The demo's tables on their own :class:`~sqlalchemy.MetaData`."""
+
+    def __init__(self) -> None:
+        self.metadata = sa.MetaData()
+        self.inbox = Inbox(self.metadata, table_name=INBOX_TABLE)
+        self.accounts = sa.Table(
+            "demo_accounts",
+            self.metadata,
+            sa.Column("account_id", sa.String(32), primary_key=True),
+            sa.Column("balance_cents", sa.BigInteger, nullable=False),
+        )
+        self.ledger = sa.Table(
+            "demo_ledger",
+            self.metadata,
+            sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+            sa.Column("message_id", sa.String(64), nullable=False),
+            sa.Column("account_id", sa.String(32), nullable=False),
+            sa.Column("amount_cents", sa.BigInteger, nullable=False),
+        )
+
+    def reset(self, engine: sa.Engine, accounts: list[str]) -> None:
+        """Drop the demo's tables if they exist, create them, open ``accounts`` at 0."""
+        self.metadata.drop_all(engine, checkfirst=True)
+        self.metadata.create_all(engine)
+        with engine.begin() as conn:
+            conn.execute(
+                self.accounts.insert(),
+                [{"account_id": account, "balance_cents": 0} for account in accounts],
+            )
+
+    def apply_payment(self, session: Session, payment: Payment) -> None:
+        """The business change: a ledger row and the account's new balance."""
+        session.execute(
+            self.ledger.insert().values(
+                message_id=payment.message_id,
+                account_id=payment.account_id,
+                amount_cents=payment.amount_cents,
+            )
+        )
+        session.execute(
+            self.accounts.update()
+            .where(self.accounts.c.account_id == payment.account_id)
+            .values(balance_cents=self.accounts.c.balance_cents + payment.amount_cents)
+        )
+
+    def read_state(self, engine: sa.Engine) -> LedgerState:
+        """Count the ledger and inbox rows and read every balance."""
+        ledger, inbox = self.ledger, self.inbox.table
+        with engine.connect() as conn:
+            rows = conn.execute(sa.select(sa.func.count()).select_from(ledger)).scalar_one()
+            messages = conn.execute(
+                sa.select(sa.func.count(sa.distinct(ledger.c.message_id)))
+            ).scalar_one()
+            claimed = conn.execute(sa.select(sa.func.count()).select_from(inbox)).scalar_one()
+            balances = conn.execute(
+                sa.select(self.accounts.c.account_id, self.accounts.c.balance_cents)
+            ).all()
+        return LedgerState(
+            ledger_rows=int(rows),
+            ledger_messages=int(messages),
+            inbox_rows=int(claimed),
+            balances={account: int(cents) for account, cents in balances},
+        )
