@@ -137,7 +137,9 @@ def register_claim(
     :param extra: ``message_type``, ``correlation_id``, ``payload_hash``, as for
         :meth:`Inbox.claim`.
     :raises InboxError: if the extension is not installed for ``session`` (the claim would
-        otherwise silently never be made).
+        otherwise silently never be made), or if ``session`` has no transaction begun (the
+        claim belongs to one transaction: call it inside ``with Session.begin()``, so that a
+        rollback discards it).
     :raises InvalidMessageId: for an invalid id or consumer name.
     :raises DuplicateMessage: later, from the flush, DML statement or commit that emits it.
     """
@@ -145,6 +147,11 @@ def register_claim(
         raise InboxError(
             "the sa-inbox session extension is not installed: call "
             "sa_inbox.session.install() on this sessionmaker, Session class or session"
+        )
+    if not session.in_transaction():
+        raise InboxError(
+            "register_claim() needs a begun transaction (with Session.begin() as session: …), "
+            "so that the claim belongs to it and a rollback discards it"
         )
     inbox.validate(message_id, consumer_name, **extra)
     session.info.setdefault(_PENDING, []).append(

@@ -1,0 +1,189 @@
+"""The session extension and the handler runner on every backend."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from sa_inbox import DuplicateMessage, InboxError, Outcome, handle, install, register_claim
+from sa_inbox.session import pending_claims, uninstall
+from tests.app import CONSUMER, App
+
+pytestmark = pytest.mark.backend
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class LedgerEntry(Base):
+    __tablename__ = "orm_ledger"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    message_id: Mapped[str] = mapped_column(sa.String(255))
+    amount: Mapped[Decimal] = mapped_column(sa.Numeric(14, 2))
+
+
+@pytest.fixture
+def orm_app(app: App) -> App:
+    Base.metadata.drop_all(app.engine)
+    Base.metadata.create_all(app.engine)
+    install(app.Session)
+    yield app  # type: ignore[misc]
+    Base.metadata.drop_all(app.engine)
+
+
+def orm_rows(app: App) -> int:
+    with app.engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(LedgerEntry)).scalar_one())
+
+
+def test_claim_is_emitted_first_at_flush(orm_app: App) -> None:
+    statements: list[str] = []
+    sa.event.listen(
+        orm_app.engine, "before_cursor_execute", lambda *a: statements.append(a[2]), named=False
+    )
+    with orm_app.Session.begin() as session:
+        session.add(LedgerEntry(id=1, message_id="m1", amount=Decimal(5)))
+        register_claim(session, orm_app.inbox, "m1", CONSUMER)
+        assert pending_claims(session) == [("m1", CONSUMER)]
+    writes = [s for s in statements if s.lstrip().upper().startswith(("INSERT", "MERGE"))]
+    assert orm_app.inbox.table.name in writes[0] and "orm_ledger" in writes[1]
+    assert orm_rows(orm_app) == 1
+
+
+def test_duplicate_aborts_the_flush_and_writes_nothing(orm_app: App) -> None:
+    with orm_app.Session.begin() as session:
+        register_claim(session, orm_app.inbox, "m1", CONSUMER)
+        session.add(LedgerEntry(id=1, message_id="m1", amount=Decimal(5)))
+    with pytest.raises(DuplicateMessage) as info, orm_app.Session.begin() as session:
+        register_claim(session, orm_app.inbox, "m1", CONSUMER)
+        session.add(LedgerEntry(id=2, message_id="m1", amount=Decimal(5)))
+    assert (info.value.message_id, info.value.consumer_name) == ("m1", CONSUMER)
+    assert orm_rows(orm_app) == 1
+
+
+def test_claim_is_emitted_before_core_dml_through_the_session(orm_app: App) -> None:
+    for _ in range(2):
+        with pytest.raises(DuplicateMessage) if orm_app.inbox_rows() else _no_error():
+            with orm_app.Session.begin() as session:
+                register_claim(session, orm_app.inbox, "m1", CONSUMER)
+                orm_app.apply_payment(session, "m1", 1, Decimal(7))
+    assert orm_app.ledger_rows() == 1
+    assert orm_app.balance(1) == Decimal(7)
+
+
+def test_claim_without_business_rows_is_emitted_at_commit(orm_app: App) -> None:
+    with orm_app.Session.begin() as session:
+        register_claim(session, orm_app.inbox, "m1", CONSUMER)
+    assert orm_app.inbox_rows() == 1
+    with pytest.raises(DuplicateMessage), orm_app.Session.begin() as session:
+        register_claim(session, orm_app.inbox, "m1", CONSUMER)
+
+
+def test_rollback_discards_pending_claims(orm_app: App) -> None:
+    with orm_app.Session() as session:
+        with pytest.raises(InboxError, match="begun transaction"):
+            register_claim(session, orm_app.inbox, "m1", CONSUMER)
+        session.begin()
+        register_claim(session, orm_app.inbox, "m1", CONSUMER)
+        session.rollback()
+        assert pending_claims(session) == []
+        session.commit()
+    assert orm_app.inbox_rows() == 0
+
+
+def test_not_installed_is_an_error(app: App) -> None:
+    plain = sessionmaker(app.engine)
+    with plain() as session, pytest.raises(InboxError, match="not installed"):
+        register_claim(session, app.inbox, "m1", CONSUMER)
+    install(plain)
+    uninstall(plain)
+    with plain() as session, pytest.raises(InboxError, match="not installed"):
+        register_claim(session, app.inbox, "m1", CONSUMER)
+
+
+def test_install_on_a_single_session(app: App) -> None:
+    with Session(app.engine) as session:
+        install(session)
+        with session.begin():
+            register_claim(session, app.inbox, "m1", CONSUMER)
+    assert app.inbox_rows() == 1
+
+
+class _no_error:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+# -- the handler runner --------------------------------------------------------------------
+
+
+class Broker:
+    """Records acks and nacks of one delivery."""
+
+    def __init__(self) -> None:
+        self.acks = 0
+        self.nacks = 0
+
+    def ack(self) -> None:
+        self.acks += 1
+
+    def nack(self) -> None:
+        self.nacks += 1
+
+
+def test_handle_processes_once_and_acks_duplicates(app: App) -> None:
+    calls = 0
+
+    def handler(session: Session) -> None:
+        nonlocal calls
+        calls += 1
+        app.apply_payment(session, "m1", 1, Decimal(3))
+
+    first, second = Broker(), Broker()
+    result = handle(app.Session, app.inbox, "m1", CONSUMER, handler, ack=first.ack, nack=first.nack)
+    assert result.outcome is Outcome.PROCESSED and (first.acks, first.nacks) == (1, 0)
+    result = handle(
+        app.Session, app.inbox, "m1", CONSUMER, handler, ack=second.ack, nack=second.nack
+    )
+    assert result.outcome is Outcome.DUPLICATE and (second.acks, second.nacks) == (1, 0)
+    assert calls == 1
+    assert app.ledger_rows() == 1 and app.balance(1) == Decimal(3)
+
+
+def test_handle_failure_nacks_and_records_nothing(app: App) -> None:
+    def failing(session: Session) -> None:
+        app.apply_payment(session, "m1", 1, Decimal(3))
+        raise ValueError("downstream said no")
+
+    broker = Broker()
+    result = handle(app.Session, app.inbox, "m1", CONSUMER, failing, ack=broker.ack, nack=broker.nack)
+    assert result.outcome is Outcome.FAILED and isinstance(result.error, ValueError)
+    assert (broker.acks, broker.nacks) == (0, 1)
+    assert app.inbox_rows() == 0 and app.ledger_rows() == 0 and app.balance(1) == 0
+
+    def working(session: Session) -> None:
+        app.apply_payment(session, "m1", 1, Decimal(3))
+
+    result = handle(app.Session, app.inbox, "m1", CONSUMER, working, ack=broker.ack, nack=broker.nack)
+    assert result.outcome is Outcome.PROCESSED
+    assert app.ledger_rows() == 1 and app.balance(1) == Decimal(3)
+
+
+def test_handle_acks_only_after_commit(app: App) -> None:
+    seen: list[int] = []
+
+    def ack() -> None:
+        seen.append(app.ledger_rows())  # read from another connection: committed state
+
+    def handler(session: Session) -> None:
+        app.apply_payment(session, "m1", 1, Decimal(3))
+
+    handle(app.Session, app.inbox, "m1", CONSUMER, handler, ack=ack, nack=lambda: None)
+    assert seen == [1]
