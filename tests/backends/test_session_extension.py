@@ -163,7 +163,9 @@ def test_handle_failure_nacks_and_records_nothing(app: App) -> None:
         raise ValueError("downstream said no")
 
     broker = Broker()
-    result = handle(app.Session, app.inbox, "m1", CONSUMER, failing, ack=broker.ack, nack=broker.nack)
+    result = handle(
+        app.Session, app.inbox, "m1", CONSUMER, failing, ack=broker.ack, nack=broker.nack
+    )
     assert result.outcome is Outcome.FAILED and isinstance(result.error, ValueError)
     assert (broker.acks, broker.nacks) == (0, 1)
     assert app.inbox_rows() == 0 and app.ledger_rows() == 0 and app.balance(1) == 0
@@ -171,7 +173,9 @@ def test_handle_failure_nacks_and_records_nothing(app: App) -> None:
     def working(session: Session) -> None:
         app.apply_payment(session, "m1", 1, Decimal(3))
 
-    result = handle(app.Session, app.inbox, "m1", CONSUMER, working, ack=broker.ack, nack=broker.nack)
+    result = handle(
+        app.Session, app.inbox, "m1", CONSUMER, working, ack=broker.ack, nack=broker.nack
+    )
     assert result.outcome is Outcome.PROCESSED
     assert app.ledger_rows() == 1 and app.balance(1) == Decimal(3)
 
