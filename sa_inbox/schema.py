@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import oracle
+from sqlalchemy.dialects import mysql, oracle
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "REQUIRED_COLUMNS",
     "InboxMessageMixin",
     "claim_columns",
+    "key_type",
     "processed_messages_table",
 ]
 
@@ -40,10 +41,24 @@ TIMESTAMP_TZ = sa.DateTime(timezone=True).with_variant(oracle.TIMESTAMP(timezone
 NOW = sa.text("CURRENT_TIMESTAMP")
 
 
+def key_type(length: int) -> sa.types.TypeEngine[str]:
+    """``VARCHAR(length)`` compared byte for byte on every backend.
+
+    MySQL's and MariaDB's default collations are case- and accent-insensitive
+    (``utf8mb4_0900_ai_ci``, ``utf8mb4_general_ci``): under them ``"Pay-1"`` and ``"pay-1"``
+    would collide on the primary key and the second message would be skipped as a duplicate.
+    So the key columns use ``utf8mb4_bin`` there (MySQL manual, "10.8.5 The binary Collation
+    Compared to _bin Collations"). PostgreSQL's, SQLite's and Oracle's defaults are already
+    binary/deterministic.
+    """
+    binary = mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_bin")
+    return sa.String(length).with_variant(binary, "mysql", "mariadb")
+
+
 def _columns(message_id_length: int) -> list[sa.Column[object]]:
     return [
-        sa.Column("message_id", sa.String(message_id_length), nullable=False),
-        sa.Column("consumer_name", sa.String(message_id_length), nullable=False),
+        sa.Column("message_id", key_type(message_id_length), nullable=False),
+        sa.Column("consumer_name", key_type(message_id_length), nullable=False),
         sa.Column("received_at", TIMESTAMP_TZ, nullable=False, server_default=NOW),
         sa.Column("message_type", sa.String(255), nullable=True),
         sa.Column("correlation_id", sa.String(255), nullable=True),

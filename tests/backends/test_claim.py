@@ -143,6 +143,17 @@ def test_non_ascii_ids_round_trip(app: App) -> None:
     assert stored == set(ids)
 
 
+def test_ids_differing_only_by_case_accent_or_normalisation_are_distinct(app: App) -> None:
+    """MySQL's default collations would merge these; the key columns compare bytes."""
+    ids = ["Pay-1", "pay-1", "PAY-1", "café-1", "cafe-1", "cafe\u0301-1", "straße-1", "strasse-1"]
+    with app.engine.begin() as conn:
+        assert [app.inbox.claim(conn, i, CONSUMER) for i in ids] == [True] * len(ids)
+        assert app.inbox.claim_many(conn, ids, CONSUMER) == set()
+    with app.engine.begin() as conn:
+        assert app.inbox.claim_many(conn, ids, "Billing") == set(ids)
+    assert app.inbox_rows() == 2 * len(ids)
+
+
 def test_optional_columns_are_stored(app: App) -> None:
     digest = bytes(range(32))
     with app.engine.begin() as conn:
