@@ -29,7 +29,10 @@ die() { log "error: $*"; exit 1; }
 is_root() { [ "$(id -u)" -eq 0 ]; }
 
 # Microseconds clock, and seconds elapsed since such a reading ("1.3 s").
-now_us() { echo "${EPOCHREALTIME/[.,]/}"; }
+now_us() {
+    local t=${EPOCHREALTIME:-$SECONDS.000000} # bash >= 5 has EPOCHREALTIME
+    echo "${t/[.,]/}"
+}
 since() {
     local ms=$((($(now_us) - $1) / 1000))
     printf '%d.%d s' $((ms / 1000)) $((ms % 1000 / 100))
@@ -217,7 +220,7 @@ mariadbd_pid() {
 }
 
 start_mariadb() {
-    local dir=$1 data=$1/mariadb logfile=$1/mariadb.log port attempt pid user_opt=()
+    local dir=$1 data=$1/mariadb logfile=$1/mariadb.log port attempt user_opt=()
     have_mariadb || die "MariaDB not installed: run scripts/servers.sh install"
     is_root && user_opt=(--user=root)
 
@@ -251,8 +254,8 @@ start_mariadb() {
 CREATE DATABASE $TEST_DB CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;
 CREATE USER '$MYSQL_USER'@'127.0.0.1' IDENTIFIED BY '$MYSQL_PASSWORD';
 CREATE USER '$MYSQL_USER'@'%' IDENTIFIED BY '$MYSQL_PASSWORD';
-GRANT ALL PRIVILEGES ON $TEST_DB.* TO '$MYSQL_USER'@'127.0.0.1';
-GRANT ALL PRIVILEGES ON $TEST_DB.* TO '$MYSQL_USER'@'%';
+GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'%';
 EOF
     echo "export SA_INBOX_TEST_MYSQL_URL='mysql+pymysql://$MYSQL_USER:$MYSQL_PASSWORD@127.0.0.1:$port/$TEST_DB?charset=utf8mb4'" >>"$dir/env.sh"
     log "mariadb: ready on 127.0.0.1:$port (started in $(since "$t0"))"
@@ -297,7 +300,7 @@ cmd_start() {
     local dir servers name
     dir=$(absolute_dir "$1")
     servers=$(servers_or_all "${@:2}")
-    [ ! -e "$dir/env.sh" ] || die "$dir/env.sh exists: servers already started there? (servers.sh stop $dir)"
+    [ ! -e "$dir/env.sh" ] || die "$dir was used before (it has env.sh): start in a fresh directory"
     # Unix socket paths are limited to 107 bytes.
     [ ${#dir} -le 80 ] || die "directory path too long for unix sockets: $dir"
     case "$dir" in *"'"* | *" "*) die "directory path must not contain spaces or quotes: $dir" ;; esac

@@ -23,18 +23,35 @@ section() { printf '\n===== %s =====\n' "$*"; }
 # ---------------------------------------------------------------- servers
 
 SERVER_DIR=
+CHECK_PID= # the check (pytest, ruff, mypy) running now
 
 # EXIT trap: stops the throwaway servers and removes their directory.
 cleanup() {
     if [ -n "$SERVER_DIR" ]; then
         section "Stopping throwaway servers"
         scripts/servers.sh stop "$SERVER_DIR" || true
-        rm -rf "$SERVER_DIR"
+        rm -rf "$SERVER_DIR" || true
     fi
 }
+
+# INT/TERM trap: lets the running check end first, then exits (running the
+# EXIT trap). A Ctrl-C reaches the check by itself (same process group); a
+# TERM sent to this script alone is passed on to it.
+on_signal() {
+    local status=$1 signal=$2
+    trap '' INT TERM
+    if [ -n "$CHECK_PID" ]; then
+        if [ "$signal" = TERM ]; then
+            kill -TERM "$CHECK_PID" 2>/dev/null || true
+        fi
+        wait "$CHECK_PID" 2>/dev/null || true
+    fi
+    exit "$status"
+}
+
 trap cleanup EXIT
-trap 'exit 130' INT # the EXIT trap runs on the way out
-trap 'exit 143' TERM
+trap 'on_signal 130 INT' INT
+trap 'on_signal 143 TERM' TERM
 
 # Servers to start: those whose URL the developer did not export.
 servers_needed() {
@@ -65,13 +82,20 @@ show_url() {
 # ---------------------------------------------------------------- checks
 
 FAILED=()
+exec {STDIN_FD}<&0 || exec {STDIN_FD}</dev/null # for the checks (pytest --pdb)
 
 # run_check NAME COMMAND...: runs a check, records its failure, carries on.
+# The check runs in the background (with the terminal's stdin and default
+# Ctrl-C handling, as in the foreground) so that the signal traps above run at
+# once instead of when the check ends.
 run_check() {
     local name=$1 rc=0
     shift
     section "$name"
-    "$@" || rc=$?
+    (trap - INT && exec "$@" <&"$STDIN_FD") &
+    CHECK_PID=$!
+    wait "$CHECK_PID" || rc=$?
+    CHECK_PID=
     if [ "$rc" -eq 0 ]; then
         echo "$name: passed"
     else
