@@ -8,8 +8,9 @@ duplicate-key failure rolls back only the INSERT and the caller's transaction st
 A failure counts as a duplicate only when it is a genuine duplicate-key conflict on the inbox's
 primary key: the backend's own classifier decides where sa-inbox has one (SQLSTATE 23505 and
 the constraint name on PostgreSQL, error 1062 on key PRIMARY on MySQL, ...); on an unknown
-backend, SQLSTATE 23505 if the driver exposes it, otherwise the row's presence is checked
-after the rollback to the savepoint. Any other error is re-raised unchanged.
+backend, an integrity error (SQLSTATE class 23, or no SQLSTATE exposed) counts only if the
+row with the same key is found after the rollback to the savepoint. Any other error is
+re-raised unchanged.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from .base import ClaimDialect, Row, sqlstate_of
 
 __all__ = ["SavepointClaim"]
 
-UNIQUE_VIOLATION = "23505"
+#: SQLSTATE class 23, "integrity constraint violation" (SQL:2011, and e.g. the PostgreSQL
+#: manual, Appendix A); drivers like pyodbc report only "23000".
+INTEGRITY_CLASS = "23"
 
 
 class SavepointClaim(ClaimDialect):
@@ -74,8 +77,8 @@ class SavepointClaim(ClaimDialect):
         if self.native is not None:
             return self.native.is_duplicate(exc, table)
         sqlstate = sqlstate_of(exc)
-        if sqlstate is not None:
-            return sqlstate == UNIQUE_VIOLATION
+        if sqlstate is not None and not sqlstate.startswith(INTEGRITY_CLASS):
+            return False
         key = sa.and_(
             table.c.message_id == row["message_id"],
             table.c.consumer_name == row["consumer_name"],
