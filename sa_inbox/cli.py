@@ -135,7 +135,11 @@ def demo(
         use_inbox=not no_inbox,
     ).with_seed()
     console = Console()
-    mode = "WITHOUT the inbox (naive consumer)" if no_inbox else "through the inbox"
+    mode = (
+        "WITHOUT the inbox (naive consumer: the verification is expected to fail)"
+        if no_inbox
+        else "through the inbox"
+    )
     console.print(
         f"sa-inbox demo: {messages} payments, {workers} workers, seed {config.seed}, {mode}"
     )

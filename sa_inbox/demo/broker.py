@@ -28,6 +28,7 @@ __all__ = [
     "Nack",
     "Report",
     "WorkerExit",
+    "WorkerReady",
 ]
 
 
@@ -76,6 +77,13 @@ class Report:
 
 
 @dataclass(frozen=True)
+class WorkerReady:
+    """Worker ``worker`` is connected to the database and waits for deliveries."""
+
+    worker: int
+
+
+@dataclass(frozen=True)
 class WorkerExit:
     """A worker stopped.
 
@@ -90,7 +98,7 @@ class WorkerExit:
 
 
 #: Everything a worker sends to the main process.
-Event = Ack | Nack | ConnectionLost | Report | WorkerExit
+Event = Ack | Nack | ConnectionLost | Report | WorkerReady | WorkerExit
 
 
 @dataclass(frozen=True)

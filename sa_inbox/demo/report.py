@@ -109,6 +109,7 @@ class Verification:
         }
         if self.use_inbox:
             checks["inbox_rows"] = self.inbox_rows == self.unique_messages
+            checks["processed"] = self.stats.processed == self.unique_messages
             checks["duplicates_skipped"] = self.stats.duplicates_skipped == self.expected_duplicates
         return checks
 
@@ -179,7 +180,8 @@ def _delivery_table(v: Verification) -> Table:
         ("  producer retries (same id resent later)", v.producer_retries),
         ("  concurrent copies (adjacent in the queue)", v.concurrent_copies),
         ("crashes after commit, before ack", s.crashes),
-        ("redeliveries by the broker", s.redeliveries),
+        ("failures rolled back and nacked", s.nacks),
+        ("redeliveries by the broker (crashes + nacks)", s.redeliveries),
         ("messages in flight in 2 processes at once", s.concurrent_overlaps),
         ("transactions retried (busy / deadlock)", s.transient_retries),
         ("deliveries handled", s.deliveries),
@@ -204,6 +206,13 @@ def _verification_table(v: Verification) -> Table:
             _mark(checks["duplicates_skipped"]),
         )
     table.add_row("unique messages", str(v.unique_messages), "", "")
+    if v.use_inbox:
+        table.add_row(
+            "processed (handler committed)",
+            str(v.unique_messages),
+            str(s.processed),
+            _mark(checks["processed"]),
+        )
     table.add_row(
         "ledger rows",
         str(v.unique_messages),

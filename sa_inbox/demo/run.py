@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .app import DemoSchema
-from .broker import Ack, Broker, ConnectionLost, Nack, Report, WorkerExit
+from .broker import Ack, Broker, ConnectionLost, Event, Nack, Report, WorkerExit, WorkerReady
 from .db import make_engine, prepare_database, sqlite_url
 from .report import RunStats, Verification, verify
 from .stream import Stream, generate_stream
@@ -145,68 +145,90 @@ def _stop(processes: Sequence[BaseProcess]) -> None:
         process.join(STOP_TIMEOUT)
 
 
-def _run_workers(
-    config: DemoConfig, url: str, stream: Stream, console: Console
-) -> tuple[_Collector, Broker]:
-    """Start the workers, feed them the stream, and collect until every copy is acked."""
-    context = multiprocessing.get_context("spawn")
-    broker = Broker(context)
-    collector = _Collector()
-    processes = [
-        context.Process(
-            target=worker_main,
-            args=(WorkerConfig(index, url, config.use_inbox), broker.channel),
-            name=f"sa-inbox-demo-worker-{index}",
-            daemon=True,
-        )
-        for index in range(config.workers)
-    ]
-    finished = False
-    try:
-        for process in processes:
-            process.start()
-        broker.publish(stream.deliveries)
+class _Run:
+    """One run of the workers: start them, feed them the stream, collect their events."""
+
+    def __init__(self, config: DemoConfig, url: str, stream: Stream) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.stream = stream
+        self.broker = Broker(context)
+        self.collector = _Collector()
+        self.ready: set[int] = set()
+        self.processes = [
+            context.Process(
+                target=worker_main,
+                args=(WorkerConfig(index, url, config.use_inbox), self.broker.channel),
+                name=f"sa-inbox-demo-worker-{index}",
+                daemon=True,
+            )
+            for index in range(config.workers)
+        ]
+
+    def run(self, console: Console) -> RunStats:
+        """Run to the end; the workers are stopped whatever happens."""
+        finished = False
+        try:
+            for process in self.processes:
+                process.start()
+            # Publish only once every worker is connected, so all of them compete for the
+            # queue from the first message on.
+            while len(self.ready) < len(self.processes):
+                self._next_event()
+            started = time.monotonic()
+            self.broker.publish(self.stream.deliveries)
+            with _progress(console) as progress:
+                self._consume(progress)
+            elapsed = time.monotonic() - started
+            for process in self.processes:
+                process.join(STOP_TIMEOUT)
+            finished = True
+        finally:
+            if not finished:
+                _stop(self.processes)
+            self.broker.shutdown(wait=finished)
+        return self.collector.stats(self.broker, elapsed)
+
+    def _consume(self, progress: Progress) -> None:
+        """Settle acks, nacks and crashes until every copy is acked and the workers exit."""
         # Each planned crash adds one redelivery; each nack adds one more (counted as seen).
-        total = len(stream.deliveries) + stream.crashes_planned
-        with _progress(console) as progress:
-            task = progress.add_task("delivering", total=total)
-            closed = False
-            while len(collector.exits) < len(processes):
-                try:
-                    event = broker.channel.events.get(timeout=POLL_INTERVAL)
-                except queue.Empty:
-                    _check_alive(processes, collector)
-                    continue
-                if isinstance(event, Report):
-                    collector.reports.append(event)
-                    progress.advance(task)
-                elif isinstance(event, WorkerExit):
-                    if event.error is not None:
-                        raise DemoError(f"worker {event.worker} failed:\n{event.error}")
-                    collector.exits[event.worker] = event
-                elif isinstance(event, Nack):
-                    broker.settle(event)  # requeued: one more delivery to come
-                    total += 1
-                    progress.update(task, total=total)
-                elif isinstance(event, Ack | ConnectionLost):
-                    broker.settle(event)
-                if not closed and broker.unacked == 0:
-                    broker.close(len(processes))
-                    closed = True
-        for process in processes:
-            process.join(STOP_TIMEOUT)
-        finished = True
-    finally:
-        if not finished:
-            _stop(processes)
-        broker.shutdown(wait=finished)
-    return collector, broker
+        total = len(self.stream.deliveries) + self.stream.crashes_planned
+        task = progress.add_task("delivering", total=total)
+        closed = False
+        while len(self.collector.exits) < len(self.processes):
+            event = self._next_event()
+            if isinstance(event, Report):
+                self.collector.reports.append(event)
+                progress.advance(task)
+            elif isinstance(event, Nack):
+                self.broker.settle(event)  # requeued: one more delivery to come
+                total += 1
+                progress.update(task, total=total)
+            elif isinstance(event, Ack | ConnectionLost):
+                self.broker.settle(event)
+            if not closed and self.broker.unacked == 0:
+                self.broker.close(len(self.processes))
+                closed = True
 
+    def _next_event(self) -> Event:
+        """The next event from the workers; records readiness and exits, raises on failure."""
+        while True:
+            try:
+                event = self.broker.channel.events.get(timeout=POLL_INTERVAL)
+            except queue.Empty:
+                self._check_alive()
+                continue
+            if isinstance(event, WorkerReady):
+                self.ready.add(event.worker)
+            elif isinstance(event, WorkerExit):
+                if event.error is not None:
+                    raise DemoError(f"worker {event.worker} failed:\n{event.error}")
+                self.collector.exits[event.worker] = event
+            return event
 
-def _check_alive(processes: Sequence[BaseProcess], collector: _Collector) -> None:
-    for index, process in enumerate(processes):
-        if index not in collector.exits and not process.is_alive():
-            raise DemoError(f"worker {index} died (exit code {process.exitcode})")
+    def _check_alive(self) -> None:
+        for index, process in enumerate(self.processes):
+            if index not in self.collector.exits and not process.is_alive():
+                raise DemoError(f"worker {index} died (exit code {process.exitcode})")
 
 
 def run_demo(config: DemoConfig, *, console: Console) -> Verification:
@@ -236,9 +258,7 @@ def run_demo(config: DemoConfig, *, console: Console) -> Verification:
                 schema.reset(engine, stream.accounts)
             except sa.exc.SQLAlchemyError as exc:
                 raise DemoError(f"cannot prepare the database: {exc}") from exc
-            started = time.monotonic()
-            collector, broker = _run_workers(config, url, stream, console)
-            stats = collector.stats(broker, time.monotonic() - started)
+            stats = _Run(config, url, stream).run(console)
             state = schema.read_state(engine)
         finally:
             engine.dispose()

@@ -8,8 +8,10 @@ of it handed to a consumer; at-least-once delivery means a payment can arrive se
 * **producer retries**: a copy published again a few messages later, as a producer does
   when its publish timed out although the broker had stored the first copy;
 * **concurrent copies**: a copy published right after the original, as a broker does when
-  a visibility timeout expires while the first consumer still holds the message; adjacent
-  in the shared queue, the two copies are taken by two worker processes at once.
+  a visibility timeout expires while a slow consumer still holds the message. The original
+  is marked slow (:data:`SLOW_STEP_S` of work before its transaction, like a call to a
+  fraud-check service), so while one worker holds it, the adjacent copy is taken by
+  another worker process: the same message is in flight in two processes at once.
 
 It also flags some deliveries to crash their worker after the commit and before the ack,
 so that the broker redelivers them (see :mod:`sa_inbox.demo.worker`). Everything is
@@ -27,6 +29,7 @@ from decimal import Decimal
 from typing import Literal
 
 __all__ = [
+    "SLOW_STEP_S",
     "Delivery",
     "Payment",
     "Reason",
@@ -39,6 +42,9 @@ Reason = Literal["original", "producer-retry", "concurrent"]
 
 #: A producer retry is published this many messages after the original, at most.
 RETRY_WINDOW = 40
+#: Seconds of simulated slow work before the transaction, for an original that has a
+#: concurrent copy (long enough for another worker to take the copy meanwhile).
+SLOW_STEP_S = 0.03
 #: Share of payments that are refunds (negative amounts).
 REFUND_RATE = 0.1
 CENT = Decimal("0.01")
@@ -75,6 +81,7 @@ class Delivery:
     :param reason: why this copy was published.
     :param crash_before_ack: the worker that gets this copy commits, then crashes before
         acking it; the broker clears the flag when it redelivers.
+    :param slow_s: seconds the worker spends on this copy before its transaction begins.
     :param redelivered: set by the broker on a redelivery (as AMQP's ``redelivered``).
     :param attempt: 1 for the first delivery of this copy, then 2, 3, ...
     """
@@ -83,6 +90,7 @@ class Delivery:
     payment: Payment
     reason: Reason
     crash_before_ack: bool = False
+    slow_s: float = 0.0
     redelivered: bool = False
     attempt: int = 1
 
@@ -161,18 +169,19 @@ def generate_stream(
     payments = [_payment(rng, account_ids) for _ in range(messages)]
     # Sort keys: the original of payment i at i, its concurrent copy at i + 0.5 (adjacent),
     # a producer retry at i + k + 0.25 with k >= 2 (later, after other messages).
-    planned: list[tuple[float, Reason, Payment]] = []
+    planned: list[tuple[float, Reason, Payment, float]] = []
     for position, payment in enumerate(payments):
-        planned.append((position, "original", payment))
-        if rng.random() < concurrent_rate:
-            planned.append((position + 0.5, "concurrent", payment))
+        concurrent = rng.random() < concurrent_rate
+        planned.append((position, "original", payment, SLOW_STEP_S if concurrent else 0.0))
+        if concurrent:
+            planned.append((position + 0.5, "concurrent", payment, 0.0))
         if rng.random() < duplicate_rate:
             offset = rng.randint(2, RETRY_WINDOW)
-            planned.append((position + offset + 0.25, "producer-retry", payment))
+            planned.append((position + offset + 0.25, "producer-retry", payment, 0.0))
     planned.sort(key=lambda item: item[0])
     deliveries = [
-        Delivery(tag, payment, reason, crash_before_ack=rng.random() < crash_rate)
-        for tag, (_, reason, payment) in enumerate(planned, start=1)
+        Delivery(tag, payment, reason, crash_before_ack=rng.random() < crash_rate, slow_s=slow)
+        for tag, (_, reason, payment, slow) in enumerate(planned, start=1)
     ]
     reasons: Counter[str] = Counter(delivery.reason for delivery in deliveries)
     return Stream(payments, deliveries, account_ids, seed, reasons)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ..consumer import Outcome, handle
 from ..retry import run_in_transaction
 from .app import CONSUMER, DemoSchema
-from .broker import Ack, Channel, ConnectionLost, Nack, Report, WorkerExit
+from .broker import Ack, Channel, ConnectionLost, Nack, Report, WorkerExit, WorkerReady
 from .db import make_engine
 from .stream import Delivery
 
@@ -64,6 +65,19 @@ class _RetryCounter(logging.Handler):
             self.count += 1
 
 
+class _OneLineErrors(logging.Handler):
+    """Prints sa-inbox warnings as one line per event on stderr, without the traceback."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(logging.WARNING)
+        self.index = index
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[1] if record.exc_info else None
+        detail = f": {type(error).__name__}: {error}" if error else ""
+        print(f"worker {self.index}: {record.getMessage()}{detail}", file=sys.stderr)
+
+
 class _Consumer:
     """Applies deliveries on one engine; recreated after a simulated crash."""
 
@@ -96,6 +110,8 @@ class _Consumer:
         def nack() -> None:
             self.channel.send(Nack(delivery.tag))
 
+        if delivery.slow_s:
+            time.sleep(delivery.slow_s)  # slow work before the transaction (see stream.py)
         try:
             if self.config.use_inbox:
                 payment = delivery.payment
@@ -145,6 +161,9 @@ def _consume(config: WorkerConfig, channel: Channel) -> None:
     consumer = _Consumer(config, DemoSchema(), channel)
     pid = os.getpid()
     try:
+        with consumer.engine.connect():  # connect now, so that all workers start together
+            pass
+        channel.send(WorkerReady(config.index))
         while (delivery := channel.get()) is not None:
             started = time.monotonic_ns()
             outcome, crashed = consumer.deliver(delivery)
@@ -174,6 +193,7 @@ def worker_main(config: WorkerConfig, channel: Channel) -> None:
     retry_logger = logging.getLogger("sa_inbox.retry")
     retry_logger.addHandler(retries)
     retry_logger.setLevel(logging.INFO)
+    logging.getLogger("sa_inbox").addHandler(_OneLineErrors(config.index))
     error: str | None = None
     try:
         _consume(config, channel)
