@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, CursorResult
@@ -19,7 +19,7 @@ from sqlalchemy.sql.expression import Executable
 
 from ..exc import TransientClaimError
 
-__all__ = ["ClaimDialect", "Row", "driver_error", "sqlstate_of"]
+__all__ = ["ClaimDialect", "OnConflictDoNothingClaim", "Row", "driver_error", "sqlstate_of"]
 
 #: One row to claim: column name -> value, always with ``message_id`` and ``consumer_name``.
 Row = Mapping[str, Any]
@@ -153,3 +153,27 @@ class ClaimDialect(abc.ABC):
         if self.is_duplicate(exc, table):
             return False
         raise exc
+
+
+class _OnConflictInsert(Protocol):
+    def values(self, rows: list[Row]) -> _OnConflictInsert: ...
+
+    def on_conflict_do_nothing(self, *, index_elements: list[sa.Column[Any]]) -> Executable: ...
+
+
+class OnConflictDoNothingClaim(ClaimDialect):
+    """The shape shared by backends with ``INSERT … ON CONFLICT (key) DO NOTHING``.
+
+    Subclasses name SQLAlchemy's dialect-specific ``insert()`` factory in
+    :attr:`insert_factory` (``postgresql.insert``, ``sqlite.insert``).
+    """
+
+    insert_factory: ClassVar[Any]
+
+    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> Executable:
+        statement: _OnConflictInsert = type(self).insert_factory(table)
+        if rows is not None:
+            statement = statement.values(list(rows))
+        return statement.on_conflict_do_nothing(
+            index_elements=[table.c.message_id, table.c.consumer_name]
+        )

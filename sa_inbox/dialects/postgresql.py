@@ -9,13 +9,11 @@ conflict with a row committed after the snapshot raises SQLSTATE 40001 instead (
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 
-from .base import ClaimDialect, Row, driver_error, sqlstate_of
+from .base import OnConflictDoNothingClaim, driver_error, sqlstate_of
 
 __all__ = ["PostgreSQLClaim"]
 
@@ -24,18 +22,11 @@ TRANSIENT_SQLSTATES = frozenset({"40001", "40P01"})
 UNIQUE_VIOLATION = "23505"
 
 
-class PostgreSQLClaim(ClaimDialect):
+class PostgreSQLClaim(OnConflictDoNothingClaim):
     """Claims on PostgreSQL (9.5 and newer) through SQLAlchemy's ``postgresql.insert()``."""
 
     names = ("postgresql",)
-
-    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> postgresql.Insert:
-        statement = postgresql.insert(table)
-        if rows is not None:
-            statement = statement.values(list(rows))
-        return statement.on_conflict_do_nothing(
-            index_elements=[table.c.message_id, table.c.consumer_name]
-        )
+    insert_factory = postgresql.insert
 
     def supports_returning(self, conn: sa.Connection) -> bool:
         return True

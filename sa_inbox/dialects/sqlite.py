@@ -9,14 +9,13 @@ reported as :class:`~sa_inbox.exc.TransientClaimError`.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError
 
 from ..exc import UnsupportedBackend
-from .base import ClaimDialect, Row, driver_error
+from .base import OnConflictDoNothingClaim, driver_error
 
 __all__ = ["SQLiteClaim"]
 
@@ -30,10 +29,11 @@ SQLITE_CONSTRAINT_PRIMARYKEY = 1555
 SQLITE_CONSTRAINT_UNIQUE = 2067
 
 
-class SQLiteClaim(ClaimDialect):
+class SQLiteClaim(OnConflictDoNothingClaim):
     """Claims on SQLite through SQLAlchemy's ``sqlite.insert()``."""
 
     names = ("sqlite",)
+    insert_factory = sqlite.insert
 
     def check_backend(self, conn: sa.Connection) -> None:
         version = conn.dialect.dbapi.sqlite_version_info if conn.dialect.dbapi else (0,)
@@ -56,14 +56,6 @@ class SQLiteClaim(ClaimDialect):
         dbapi_connection = conn.connection.dbapi_connection
         if dbapi_connection is not None and not dbapi_connection.in_transaction:
             conn.exec_driver_sql("BEGIN")
-
-    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> sqlite.Insert:
-        statement = sqlite.insert(table)
-        if rows is not None:
-            statement = statement.values(list(rows))
-        return statement.on_conflict_do_nothing(
-            index_elements=[table.c.message_id, table.c.consumer_name]
-        )
 
     def supports_returning(self, conn: sa.Connection) -> bool:
         dbapi = conn.dialect.dbapi
