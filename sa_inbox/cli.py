@@ -4,7 +4,7 @@ Sub-commands stay thin: they parse options and call the library (``demo`` calls
 :func:`sa_inbox.demo.run_demo`), importing it only when they run.
 
 Exit codes: 0 success; 1 the run finished but its verification failed; 2 usage error;
-3 the command could not run (database unreachable, a worker died).
+3 the command could not run (database unreachable, a worker died); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 
 import click
+
+from .alembic_cli import alembic_group
 
 __all__ = ["main"]
 
@@ -147,12 +149,17 @@ def demo(
         verification = run_demo(config, console=Console(stderr=True))
     except DemoError as exc:
         raise CommandError(str(exc)) from exc
+    except KeyboardInterrupt:
+        console.print("interrupted: workers stopped, nothing verified")
+        raise SystemExit(130) from None
     console.print(render(verification))
     if json_path is not None:
         json_path.write_text(json.dumps(verification.to_json(), indent=2) + "\n")
     if not verification.ok:
         raise SystemExit(1)
 
+
+main.add_command(alembic_group)
 
 if __name__ == "__main__":
     main()

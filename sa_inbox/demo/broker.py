@@ -6,12 +6,15 @@ is free, so two adjacent copies of a message are usually taken by two workers at
 workers talk back through a second queue of events. A copy stays *unacked* until its
 :class:`Ack`: a :class:`Nack` (the handler failed) or a :class:`ConnectionLost` (the
 worker crashed while holding it) puts it back at the end of the queue, marked
-``redelivered``, as AMQP brokers do.
+``redelivered``, as AMQP brokers do. A copy nacked :data:`MAX_DELIVERIES` times is
+dead-lettered (dropped and counted), so a message that always fails cannot loop forever.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import queue
 from collections.abc import Iterable
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
@@ -30,6 +33,11 @@ __all__ = [
     "WorkerExit",
     "WorkerReady",
 ]
+
+#: Deliveries of one copy before the broker gives up on it and dead-letters it.
+MAX_DELIVERIES = 10
+#: Seconds a worker waits for a delivery before checking that the main process lives.
+PARENT_CHECK_INTERVAL = 1.0
 
 
 @dataclass(frozen=True)
@@ -109,8 +117,19 @@ class Channel:
     events: Queue[Event]
 
     def get(self) -> Delivery | None:
-        """The next delivery, waiting for one; None means "no more, stop"."""
-        return self.deliveries.get()
+        """The next delivery, waiting for one; None means "no more, stop".
+
+        :raises SystemExit: if the main process died (killed without a chance to stop
+            the workers): the worker exits instead of waiting forever.
+        """
+        while True:
+            try:
+                return self.deliveries.get(timeout=PARENT_CHECK_INTERVAL)
+            except queue.Empty:
+                parent = multiprocessing.parent_process()
+                if parent is not None and not parent.is_alive():
+                    self.events.cancel_join_thread()  # nobody reads the events any more
+                    raise SystemExit(1) from None
 
     def send(self, event: Event) -> None:
         """Send ``event`` to the main process."""
@@ -129,6 +148,8 @@ class Broker:
         #: Copies put back in the queue, after a nack or a lost connection.
         self.redeliveries = 0
         self.nacks = 0
+        #: Copies dropped after :data:`MAX_DELIVERIES` failed deliveries.
+        self.dead_letters = 0
 
     @property
     def unacked(self) -> int:
@@ -142,12 +163,16 @@ class Broker:
             self.channel.deliveries.put(delivery)
 
     def settle(self, event: Ack | Nack | ConnectionLost) -> Delivery | None:
-        """Apply a worker's ack, nack or lost connection; return the redelivery if any."""
+        """Apply a worker's ack, nack or lost connection; return the redelivery if any
+        (None after an ack, or when the copy is dead-lettered)."""
         delivery = self._unacked.pop(event.tag)
         if isinstance(event, Ack):
             return None
         if isinstance(event, Nack):
             self.nacks += 1
+            if delivery.attempt >= MAX_DELIVERIES:
+                self.dead_letters += 1
+                return None
         redelivery = dataclasses.replace(
             delivery,
             redelivered=True,
@@ -166,7 +191,7 @@ class Broker:
 
     def shutdown(self, *, wait: bool) -> None:
         """Close the queues; ``wait=False`` drops what is still buffered (after an error)."""
-        for queue in (self.channel.deliveries, self.channel.events):
+        for channel_queue in (self.channel.deliveries, self.channel.events):
             if not wait:
-                queue.cancel_join_thread()
-            queue.close()
+                channel_queue.cancel_join_thread()
+            channel_queue.close()

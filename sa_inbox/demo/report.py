@@ -31,6 +31,7 @@ class RunStats:
     :param crashes: workers crashed between commit and ack.
     :param redeliveries: copies the broker put back (crashes and nacks).
     :param nacks: deliveries nacked.
+    :param dead_letters: copies the broker gave up on after too many failed deliveries.
     :param transient_retries: transactions rolled back and retried (SQLITE_BUSY, deadlock).
     :param concurrent_overlaps: messages in flight in two worker processes at once.
     :param elapsed_s: wall-clock seconds from the first delivery to the last exit.
@@ -43,6 +44,7 @@ class RunStats:
     crashes: int
     redeliveries: int
     nacks: int
+    dead_letters: int
     transient_retries: int
     concurrent_overlaps: int
     elapsed_s: float
@@ -182,6 +184,7 @@ def _delivery_table(v: Verification) -> Table:
         ("crashes after commit, before ack", s.crashes),
         ("failures rolled back and nacked", s.nacks),
         ("redeliveries by the broker (crashes + nacks)", s.redeliveries),
+        ("dead-lettered (failed on every delivery)", s.dead_letters),
         ("messages in flight in 2 processes at once", s.concurrent_overlaps),
         ("transactions retried (busy / deadlock)", s.transient_retries),
         ("deliveries handled", s.deliveries),
@@ -238,6 +241,23 @@ def _verification_table(v: Verification) -> Table:
     return table
 
 
+def _discrepancy(v: Verification) -> str:
+    """What is wrong with the ledger, in words: extra or missing rows and money."""
+    rows = v.ledger_rows - v.unique_messages
+    money = v.actual_balance_cents - v.expected_balance_cents
+    parts = []
+    if rows:
+        parts.append(f"{abs(rows)} ledger rows {'too many' if rows > 0 else 'missing'}")
+    if money:
+        parts.append(f"{format_cents(abs(money))} {'extra' if money > 0 else 'missing'} in total")
+    parts.append(
+        f"{v.account_mismatches} accounts off by {format_cents(v.account_error_cents)} altogether"
+    )
+    if v.stats.dead_letters:
+        parts.append(f"{v.stats.dead_letters} copies dead-lettered after repeated failures")
+    return "; ".join(parts)
+
+
 def _verdict(v: Verification) -> Text:
     s = v.stats
     rate = s.deliveries / s.elapsed_s if s.elapsed_s > 0 else 0.0
@@ -248,13 +268,7 @@ def _verdict(v: Verification) -> Text:
             f": every payment applied exactly once; {s.duplicates_skipped} duplicates "
             f"skipped. {timing}.",
         )
-    extra = v.actual_balance_cents - v.expected_balance_cents
-    text = Text.assemble(
-        ("FAIL", "bold red"),
-        f": {v.ledger_rows - v.unique_messages} extra ledger rows, "
-        f"{format_cents(extra)} extra money in total, {v.account_mismatches} accounts "
-        f"off by {format_cents(v.account_error_cents)} altogether. {timing}.",
-    )
+    text = Text.assemble(("FAIL", "bold red"), f": {_discrepancy(v)}. {timing}.")
     if not v.use_inbox:
         text.append(
             "\nThis failure is the expected demonstration: without the inbox, every duplicate "

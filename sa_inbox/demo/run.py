@@ -103,6 +103,7 @@ class _Collector:
             crashes=sum(report.crashed for report in self.reports),
             redeliveries=broker.redeliveries,
             nacks=broker.nacks,
+            dead_letters=broker.dead_letters,
             transient_retries=sum(exit.transient_retries for exit in self.exits.values()),
             concurrent_overlaps=_concurrent_overlaps(self.reports),
             elapsed_s=elapsed,
@@ -200,9 +201,9 @@ class _Run:
                 self.collector.reports.append(event)
                 progress.advance(task)
             elif isinstance(event, Nack):
-                self.broker.settle(event)  # requeued: one more delivery to come
-                total += 1
-                progress.update(task, total=total)
+                if self.broker.settle(event) is not None:  # requeued: one more to come
+                    total += 1
+                    progress.update(task, total=total)
             elif isinstance(event, Ack | ConnectionLost):
                 self.broker.settle(event)
             if not closed and self.broker.unacked == 0:
@@ -231,6 +232,21 @@ class _Run:
                 raise DemoError(f"worker {index} died (exit code {process.exitcode})")
 
 
+def _prepared_engine(url: str, schema: DemoSchema, stream: Stream) -> sa.Engine:
+    """An engine on ``url`` with the demo's tables freshly created."""
+    try:
+        engine = make_engine(url)
+    except sa.exc.SQLAlchemyError as exc:
+        raise DemoError(f"bad database URL: {exc}") from exc
+    try:
+        prepare_database(engine)
+        schema.reset(engine, stream.accounts)
+    except sa.exc.SQLAlchemyError as exc:
+        engine.dispose()
+        raise DemoError(f"cannot prepare the database: {exc}") from exc
+    return engine
+
+
 def run_demo(config: DemoConfig, *, console: Console) -> Verification:
     """Run the whole demo and return its verification (not printed).
 
@@ -251,13 +267,8 @@ def run_demo(config: DemoConfig, *, console: Console) -> Verification:
     )
     schema = DemoSchema()
     with _database_url(config) as url:
-        engine = make_engine(url)
+        engine = _prepared_engine(url, schema, stream)
         try:
-            try:
-                prepare_database(engine)
-                schema.reset(engine, stream.accounts)
-            except sa.exc.SQLAlchemyError as exc:
-                raise DemoError(f"cannot prepare the database: {exc}") from exc
             stats = _Run(config, url, stream).run(console)
             state = schema.read_state(engine)
         finally:
