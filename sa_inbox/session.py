@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,10 +93,7 @@ def install(target: SessionTarget) -> None:
     for name, listener in _LISTENERS:
         if not event.contains(target, name, listener):
             event.listen(target, name, listener)
-    if isinstance(target, sessionmaker):
-        # Sessions made by a sessionmaker do not show its listeners to event.contains();
-        # mark them through the info dict it copies into each session.
-        target.kw.setdefault("info", {})[_INSTALLED] = True
+    _mark(target, True)
 
 
 def uninstall(target: SessionTarget) -> None:
@@ -103,17 +101,38 @@ def uninstall(target: SessionTarget) -> None:
     for name, listener in _LISTENERS:
         if event.contains(target, name, listener):
             event.remove(target, name, listener)
+    _mark(target, False)
+
+
+#: Session classes and single sessions the extension is installed on. Sessions made by a
+#: sessionmaker are marked through the ``info`` dict that it copies into each session.
+_installed_classes: weakref.WeakSet[type[Session]] = weakref.WeakSet()
+_installed_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+
+
+def _mark(target: SessionTarget, on: bool) -> None:
     if isinstance(target, sessionmaker):
-        target.kw.get("info", {}).pop(_INSTALLED, None)
+        info = target.kw.setdefault("info", {})
+        if on:
+            info[_INSTALLED] = True
+        else:
+            info.pop(_INSTALLED, None)
+        return
+    targets: weakref.WeakSet[Any] = (
+        _installed_classes if isinstance(target, type) else _installed_sessions
+    )
+    if on:
+        targets.add(target)
+    else:
+        targets.discard(target)
 
 
 def installed(session: Session) -> bool:
     """Whether the extension is installed on ``session``, its class or its sessionmaker."""
-    if session.info.get(_INSTALLED):
-        return True
-    return all(
-        event.contains(session, name, listener) or event.contains(type(session), name, listener)
-        for name, listener in _LISTENERS
+    return (
+        bool(session.info.get(_INSTALLED))
+        or session in _installed_sessions
+        or any(isinstance(session, cls) for cls in _installed_classes)
     )
 
 

@@ -187,3 +187,18 @@ def test_handle_acks_only_after_commit(app: App) -> None:
 
     handle(app.Session, app.inbox, "m1", CONSUMER, handler, ack=ack, nack=lambda: None)
     assert seen == [1]
+
+
+def test_install_on_a_session_class(app: App) -> None:
+    class AppSession(Session):
+        pass
+
+    install(AppSession)
+    try:
+        with AppSession(app.engine) as session, session.begin():
+            register_claim(session, app.inbox, "m1", CONSUMER)
+        assert app.inbox_rows() == 1
+    finally:
+        uninstall(AppSession)
+    with AppSession(app.engine) as session, pytest.raises(InboxError, match="not installed"):
+        register_claim(session, app.inbox, "m2", CONSUMER)
