@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import queue
 import random
@@ -71,7 +72,7 @@ class DemoConfig:
         """This config with a concrete seed."""
         if self.seed is not None:
             return self
-        return DemoConfig(**{**self.__dict__, "seed": random.SystemRandom().randrange(10**6)})
+        return dataclasses.replace(self, seed=random.SystemRandom().randrange(10**6))
 
 
 @contextlib.contextmanager
