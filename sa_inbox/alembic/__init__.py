@@ -1,0 +1,50 @@
+"""Alembic integration: operations, autogenerate hooks and templates for the sa-inbox tables.
+
+Importing this module registers ``op.create_inbox_table()`` / ``op.drop_inbox_table()`` on
+Alembic's :class:`~alembic.operations.Operations`, and the autogenerate comparator and
+renderers that write them into revisions; revision files that use them start with
+``import sa_inbox.alembic``.
+
+- ``sa-inbox alembic init DIR``: a new Alembic environment pre-wired for sa-inbox
+  (:class:`Config`, template ``sa_inbox``).
+- ``sa-inbox alembic revision -m "add inbox"``: a ready revision for an existing project
+  (:func:`write_inbox_revision`).
+- ``alembic revision --autogenerate``: renders ``op.create_inbox_table(...)`` for the
+  tables ``Inbox(metadata)`` defines.
+
+Requires Alembic 1.18 or later (``pip install 'sa-inbox[alembic]'``).
+"""
+
+from __future__ import annotations
+
+from . import autogenerate as autogenerate
+from .config import Config as Config
+from .config import target_metadata as target_metadata
+from .config import template_directory as template_directory
+from .exc import AlembicSetupError as AlembicSetupError
+from .exc import InvalidTableOptions as InvalidTableOptions
+from .operations import CreateInboxTableOp as CreateInboxTableOp
+from .operations import CreateProcessedMessagesTableOp as CreateProcessedMessagesTableOp
+from .operations import DropInboxTableOp as DropInboxTableOp
+from .operations import DropProcessedMessagesTableOp as DropProcessedMessagesTableOp
+from .operations import create_inbox_table as create_inbox_table
+from .operations import drop_inbox_table as drop_inbox_table
+from .revision import inbox_operations as inbox_operations
+from .revision import write_inbox_revision as write_inbox_revision
+
+__all__ = [
+    "AlembicSetupError",
+    "Config",
+    "CreateInboxTableOp",
+    "CreateProcessedMessagesTableOp",
+    "DropInboxTableOp",
+    "DropProcessedMessagesTableOp",
+    "InvalidTableOptions",
+    "autogenerate",
+    "create_inbox_table",
+    "drop_inbox_table",
+    "inbox_operations",
+    "target_metadata",
+    "template_directory",
+    "write_inbox_revision",
+]

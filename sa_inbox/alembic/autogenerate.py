@@ -1,0 +1,139 @@
+"""Autogenerate support: sa-inbox tables render as ``op.create_inbox_table(...)``.
+
+Alembic's own table comparator turns every table of the target MetaData that the database
+lacks into a ``CreateTableOp`` (plus ``CreateIndexOp`` for its indexes).
+:func:`rewrite_inbox_tables` runs after it (priority ``LAST`` of the ``"schema"``
+comparators) and replaces those ops, for the tables an sa-inbox factory marked, by the
+sa-inbox operation of that kind; the renderers below write it into the revision file with
+the ``import sa_inbox.alembic`` line that makes ``op.create_inbox_table`` exist when the
+revision runs. Tables the database already has are compared by Alembic as usual, so a
+second autogenerate after the upgrade is empty.
+
+The comparator is registered in Alembic's global comparator registry when this module is
+imported (the template's ``env.py`` imports it), and is also published as the Alembic plugin
+``sa_inbox.autogenerate`` (entry point ``alembic.plugins``, see :mod:`sa_inbox.alembic_plugin`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from alembic.autogenerate import comparators, renderers
+from alembic.autogenerate.api import AutogenContext
+from alembic.operations import ops
+from alembic.util import DispatchPriority, PriorityDispatchResult
+
+from .operations import CreateInboxTableOp, DropInboxTableOp
+from .tables import InboxTableKind, marker, matches_factory
+
+__all__ = ["IMPORT_LINE", "inbox_operation_for", "render_inbox_op", "rewrite_inbox_tables"]
+
+#: The import a revision using the sa-inbox operations needs (it registers them).
+IMPORT_LINE = "import sa_inbox.alembic"
+
+
+def inbox_operation_for(
+    operation: ops.CreateTableOp, table: sa.Table | None, dialect: sa.Dialect
+) -> CreateInboxTableOp | None:
+    """The sa-inbox operation that replaces ``operation``, or ``None`` to keep it.
+
+    :param operation: Alembic's op for a table the database lacks.
+    :param table: the MetaData table it was made from.
+    :param dialect: the dialect of the migration, for the DDL comparison.
+    """
+    found = marker(operation.info or {})
+    if found is None or table is None:
+        return None
+    kind, options = found
+    if not matches_factory(table, kind, options, dialect):
+        return None
+    create_class = _create_class(kind)
+    return create_class(table.name, schema=table.schema, **options)
+
+
+def _create_class(kind: InboxTableKind) -> type[CreateInboxTableOp]:
+    for cls in _subclasses(CreateInboxTableOp):
+        if getattr(cls, "kind", None) == kind:
+            return cls
+    raise LookupError(f"no create operation registered for sa-inbox table kind {kind.name!r}")
+
+
+def _subclasses(cls: type[CreateInboxTableOp]) -> list[type[CreateInboxTableOp]]:
+    found = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_subclasses(sub))
+    return found
+
+
+def _lookup_table(autogen_context: AutogenContext, name: str, schema: str | None) -> sa.Table:
+    key = name if schema is None else f"{schema}.{name}"
+    return autogen_context.table_key_to_table[key]
+
+
+def rewrite_inbox_tables(
+    autogen_context: AutogenContext, upgrade_ops: ops.UpgradeOps, schemas: Any
+) -> PriorityDispatchResult:
+    """The ``"schema"`` comparator: sa-inbox ops in place of ``create_table`` + indexes.
+
+    Idempotent: run twice (global hook and plugin both enabled), it changes nothing more.
+    """
+    dialect = autogen_context.dialect
+    assert dialect is not None
+    created: dict[tuple[str | None, str], set[str]] = {}
+    rewritten: list[ops.MigrateOperation] = []
+    for operation in upgrade_ops.ops:
+        if isinstance(operation, ops.CreateTableOp):
+            table = _lookup_table(autogen_context, operation.table_name, operation.schema)
+            replacement = inbox_operation_for(operation, table, dialect)
+            if replacement is not None:
+                rewritten.append(replacement)
+                indexes = {str(index.name) for index in table.indexes}
+                created[(operation.schema, operation.table_name)] = indexes
+                continue
+        rewritten.append(operation)
+    upgrade_ops.ops[:] = [op for op in rewritten if not _drop_covered(op, created)]
+    return PriorityDispatchResult.CONTINUE
+
+
+def _drop_covered(
+    operation: ops.MigrateOperation, created: dict[tuple[str | None, str], set[str]]
+) -> bool:
+    """Remove the ``CreateIndexOp`` that the sa-inbox op already covers; True if now empty."""
+    if not isinstance(operation, ops.ModifyTableOps):
+        return False
+    indexes = created.get((operation.schema, operation.table_name))
+    if indexes is None:
+        return False
+    operation.ops[:] = [
+        op
+        for op in operation.ops
+        if not (isinstance(op, ops.CreateIndexOp) and op.index_name in indexes)
+    ]
+    return operation.is_empty()
+
+
+def render_inbox_op(
+    autogen_context: AutogenContext, operation: CreateInboxTableOp | DropInboxTableOp
+) -> str:
+    """``op.create_inbox_table('name', schema='s', message_id_length=255)``, imports added."""
+    autogen_context.imports.add(IMPORT_LINE)
+    name = (
+        operation.kind.create_op
+        if isinstance(operation, CreateInboxTableOp)
+        else operation.kind.drop_op
+    )
+    arguments = [repr(operation.table_name)]
+    if operation.schema is not None:
+        arguments.append(f"schema={operation.schema!r}")
+    arguments.extend(f"{key}={value!r}" for key, value in sorted(operation.options.items()))
+    prefix = autogen_context.opts.get("alembic_module_prefix") or "op."
+    return f"{prefix}{name}({', '.join(arguments)})"
+
+
+# Global registries: every autogenerate run in this process uses them once this module is
+# imported (Alembic copies the global comparators into each run's own dispatcher).
+comparators.dispatch_for("schema", priority=DispatchPriority.LAST)(rewrite_inbox_tables)
+renderers.dispatch_for(CreateInboxTableOp)(render_inbox_op)
+renderers.dispatch_for(DropInboxTableOp)(render_inbox_op)

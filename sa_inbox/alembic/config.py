@@ -1,0 +1,120 @@
+"""Alembic configuration for sa-inbox: the template folder and the env.py helpers.
+
+``sa-inbox alembic init DIR`` is ``alembic init -t sa_inbox DIR`` with a :class:`Config`
+whose :meth:`~Config.get_template_directory` is ``sa_inbox/alembic_templates/`` (Alembic
+looks for templates only there). The template's ``env.py`` calls :func:`target_metadata`,
+which reads the ``[sa_inbox]`` section of ``alembic.ini``::
+
+    [sa_inbox]
+    target_metadata = myapp.models:Base.metadata   # module:attribute; empty for none
+    table_name = inbox_processed_messages
+    schema =
+    message_id_length = 255
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib import resources
+from typing import Any
+
+import alembic.config
+import sqlalchemy as sa
+
+from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME
+from .exc import AlembicSetupError
+from .operations import PROCESSED_MESSAGES
+from .tables import build_table, marker
+
+__all__ = ["SECTION", "TEMPLATE", "Config", "target_metadata", "template_directory"]
+
+#: Name of the template folder under ``sa_inbox/alembic_templates/``.
+TEMPLATE = "sa_inbox"
+#: The ``alembic.ini`` section read by :func:`target_metadata`.
+SECTION = "sa_inbox"
+
+
+def template_directory() -> str:
+    """Path of ``sa_inbox/alembic_templates/`` (installed as package data)."""
+    return str(resources.files("sa_inbox") / "alembic_templates")
+
+
+class Config(alembic.config.Config):
+    """An Alembic :class:`alembic.config.Config` that finds the sa-inbox templates.
+
+    Use it with :mod:`alembic.command` exactly like Alembic's own::
+
+        from alembic import command
+        from sa_inbox.alembic import Config
+
+        config = Config("alembic.ini")
+        command.init(config, "migrations", template="sa_inbox")
+    """
+
+    def get_template_directory(self) -> str:
+        return template_directory()
+
+
+def _import_metadata(spec: str) -> sa.MetaData:
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise AlembicSetupError(
+            f"[{SECTION}] target_metadata must be 'module:attribute', not {spec!r}"
+        )
+    try:
+        value: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError) as exc:
+        raise AlembicSetupError(f"[{SECTION}] target_metadata {spec!r}: {exc}") from exc
+    if not isinstance(value, sa.MetaData):
+        raise AlembicSetupError(
+            f"[{SECTION}] target_metadata {spec!r} is a {type(value).__name__}, not a MetaData"
+        )
+    return value
+
+
+def _has_processed_messages(metadata: sa.MetaData, table_name: str, schema: str | None) -> bool:
+    key = table_name if schema is None else f"{schema}.{table_name}"
+    if key in metadata.tables:
+        return True
+    return any(
+        (found := marker(table.info)) is not None and found[0] is PROCESSED_MESSAGES
+        for table in metadata.tables.values()
+    )
+
+
+def target_metadata(config: alembic.config.Config) -> sa.MetaData:
+    """The MetaData for ``env.py``: the application's, plus the inbox table if it lacks one.
+
+    Reads the ``[sa_inbox]`` section of the config file (every option may be absent):
+    ``target_metadata`` (``module:attribute`` of the application's MetaData, imported
+    with ``prepend_sys_path`` in effect; absent or empty: a new MetaData), ``table_name``,
+    ``schema``, ``message_id_length`` (characters). The processed-messages table is added
+    unless the MetaData already holds a table of that name or any sa-inbox
+    processed-messages table (built by ``Inbox(metadata)``).
+
+    :raises AlembicSetupError: if ``target_metadata`` cannot be imported or is not a
+        MetaData, or ``message_id_length`` is not an integer.
+    :raises InvalidTableOptions: if the table options are invalid.
+    """
+
+    section = config.get_section(SECTION, {})
+
+    def option(name: str, default: str = "") -> str:
+        return (section.get(name) or default).strip()
+
+    spec = option("target_metadata")
+    metadata = _import_metadata(spec) if spec else sa.MetaData()
+    table_name = option("table_name", DEFAULT_TABLE_NAME)
+    schema = option("schema") or None
+    length_text = option("message_id_length", str(DEFAULT_MESSAGE_ID_LENGTH))
+    try:
+        length = int(length_text)
+    except ValueError as exc:
+        raise AlembicSetupError(
+            f"[{SECTION}] message_id_length must be an integer, not {length_text!r}"
+        ) from exc
+    if not _has_processed_messages(metadata, table_name, schema):
+        build_table(PROCESSED_MESSAGES, table_name, schema, {"message_id_length": length}, metadata)
+    return metadata

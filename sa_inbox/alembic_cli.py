@@ -1,0 +1,118 @@
+"""``sa-inbox alembic``: set up Alembic for the inbox tables.
+
+- ``sa-inbox alembic init DIR``: a new Alembic environment from the ``sa_inbox`` template
+  (``alembic.ini`` is written next to the current directory unless ``-c`` says otherwise).
+- ``sa-inbox alembic revision -m "add inbox"``: in an existing Alembic project, a ready
+  revision creating the inbox tables (and dropping them on downgrade).
+
+Alembic is imported only when a sub-command runs (it is the optional ``alembic`` extra).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["alembic_group"]
+
+#: Exit code when a command could not run (the same as ``sa_inbox.cli``).
+EXIT_ERROR = 3
+
+
+class AlembicCommandError(click.ClickException):
+    """Alembic refused the command; printed as ``Error: ...`` with exit code 3."""
+
+    exit_code = EXIT_ERROR
+
+
+CONFIG_OPTION = click.option(
+    "-c",
+    "--config",
+    "config_file",
+    default="alembic.ini",
+    show_default=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The Alembic config file.",
+)
+
+
+@click.group("alembic")
+def alembic_group() -> None:
+    """Alembic support: an environment for sa-inbox, or a revision adding the inbox."""
+
+
+@alembic_group.command("init")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@CONFIG_OPTION
+def init(directory: Path, config_file: Path) -> None:
+    """Create an Alembic environment in DIRECTORY, pre-wired for sa-inbox.
+
+    Writes the config file (unless it exists), DIRECTORY/env.py, script.py.mako and
+    versions/. Then set sqlalchemy.url and [sa_inbox] target_metadata in the config file,
+    and run: alembic revision --autogenerate -m "add inbox".
+    """
+    from alembic import command
+    from alembic.util import CommandError
+
+    from .alembic import Config
+    from .alembic.config import TEMPLATE
+
+    try:
+        command.init(Config(str(config_file)), str(directory), template=TEMPLATE)
+    except CommandError as exc:
+        raise AlembicCommandError(str(exc)) from exc
+
+
+@alembic_group.command("revision")
+@click.option("-m", "--message", default="add inbox", show_default=True, help="Revision message.")
+@CONFIG_OPTION
+@click.option(
+    "--table-name",
+    default="inbox_processed_messages",
+    show_default=True,
+    help="Name of the processed-messages table.",
+)
+@click.option("--schema", default=None, help="Schema of the tables (default: the connection's).")
+@click.option(
+    "--message-id-length",
+    default=255,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Length in characters of message_id and consumer_name.",
+)
+@click.option("--rev-id", default=None, help="Revision id (default: a random one).")
+@click.option("--head", default="head", show_default=True, help="Revision to build on.")
+def revision(
+    message: str,
+    config_file: Path,
+    table_name: str,
+    schema: str | None,
+    message_id_length: int,
+    rev_id: str | None,
+    head: str,
+) -> None:
+    """Write a revision that creates the sa-inbox tables in an existing Alembic project.
+
+    No database connection is needed; the revision uses op.create_inbox_table() and its
+    downgrade op.drop_inbox_table().
+    """
+    from alembic.util import CommandError
+
+    from .alembic import Config, InvalidTableOptions, inbox_operations, write_inbox_revision
+
+    if not config_file.is_file():
+        raise click.UsageError(f"no Alembic config file {str(config_file)!r} (see -c)")
+    try:
+        operations = inbox_operations(
+            table_name=table_name, schema=schema, message_id_length=message_id_length
+        )
+    except InvalidTableOptions as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
+        script = write_inbox_revision(
+            Config(str(config_file)), message, operations=operations, rev_id=rev_id, head=head
+        )
+    except CommandError as exc:
+        raise AlembicCommandError(str(exc)) from exc
+    click.echo(f"Generated {script.path}")
