@@ -9,10 +9,12 @@ caller as SQLAlchemy's own :class:`sqlalchemy.exc.DBAPIError`.
 from __future__ import annotations
 
 __all__ = [
+    "ClaimLost",
     "ClaimWarning",
     "DuplicateMessage",
     "InboxError",
     "InvalidMessageId",
+    "InvalidStoreArgument",
     "TransientClaimError",
     "UnsupportedBackend",
 ]
@@ -83,4 +85,23 @@ class UnsupportedBackend(InboxError):
 
     For example SQLite older than 3.24.0 has no ``ON CONFLICT DO NOTHING`` (SQLite manual,
     "UPSERT").
+    """
+
+
+class InvalidStoreArgument(InboxError, ValueError):
+    """An argument of the inbox store or its worker was rejected before any SQL was sent.
+
+    Raised for a payload that is not JSON-serialisable (or holds NaN/Infinity, which
+    PostgreSQL's JSON refuses), a ``limit``/``batch_size``/``max_attempts`` that is not a
+    positive int, a timeout that is not a positive number of seconds, a naive ``now``, and a
+    replay with no row chosen. Nothing has been written.
+    """
+
+
+class ClaimLost(InboxError):
+    """A worker's claim on a stored message is no longer its own.
+
+    The claim's visibility timeout passed and another worker claimed the row again (or it
+    was reaped or replayed). The transaction is rolled back, so the message is processed
+    once, by the row's current claim holder.
     """

@@ -28,8 +28,9 @@ from sqlalchemy.exc import DBAPIError
 
 from ..exc import ClaimWarning
 from .base import ClaimDialect, Row, driver_error
+from .store_claim import StoreClaimDialect, require_version
 
-__all__ = ["MySQLClaim"]
+__all__ = ["MySQLClaim", "MySQLStoreClaim"]
 
 #: Deadlock found, lock wait timeout exceeded (MySQL manual, "Server Error Message Reference").
 TRANSIENT_ERRORS = frozenset({1213, 1205})
@@ -94,3 +95,27 @@ class MySQLClaim(ClaimDialect):
 
     def is_transient(self, exc: DBAPIError) -> bool:
         return _error_code(exc) in TRANSIENT_ERRORS
+
+
+#: First releases with ``FOR UPDATE SKIP LOCKED`` (MySQL 8.0 manual, "Locking Read
+#: Concurrency with NOWAIT and SKIP LOCKED"; MariaDB 10.6 release notes, "SKIP LOCKED").
+MYSQL_SKIP_LOCKED = (8, 0, 1)
+MARIADB_SKIP_LOCKED = (10, 6)
+
+
+class MySQLStoreClaim(StoreClaimDialect):
+    """The store's claim on MySQL ≥ 8.0.1 and MariaDB ≥ 10.6: the three-statement form.
+
+    ``SELECT id … ORDER BY received_at, id LIMIT n FOR UPDATE SKIP LOCKED``, then ``UPDATE …
+    WHERE id IN (…)`` and a ``SELECT`` of the claimed rows, in one READ COMMITTED
+    transaction. Neither backend has ``UPDATE … RETURNING``, and MySQL refuses an
+    ``UPDATE`` whose subquery reads the table being updated (error 1093).
+    """
+
+    names = ("mysql", "mariadb")
+
+    def check_backend(self, conn: Connection) -> None:
+        if conn.dialect.is_mariadb:  # type: ignore[attr-defined]
+            require_version(conn, MARIADB_SKIP_LOCKED, "MariaDB", "FOR UPDATE SKIP LOCKED")
+        else:
+            require_version(conn, MYSQL_SKIP_LOCKED, "MySQL", "FOR UPDATE SKIP LOCKED")

@@ -26,8 +26,9 @@ from sqlalchemy.sql.visitors import InternalTraversal
 
 from ..schema import claim_columns
 from .base import ClaimDialect, Row, driver_error
+from .store_claim import StoreClaimDialect
 
-__all__ = ["MergeInsertOrSkip", "OracleClaim"]
+__all__ = ["MergeInsertOrSkip", "OracleClaim", "OracleStoreClaim"]
 
 #: ORA-08177 can't serialize access, ORA-00060 deadlock detected.
 TRANSIENT_ERRORS = frozenset({8177, 60})
@@ -53,7 +54,7 @@ class MergeInsertOrSkip(Executable, ClauseElement):
     ]
 
     def __init__(self, table: sa.Table, columns: Sequence[str]) -> None:
-        missing = [c.name for c in table.primary_key.columns if c.name not in columns]
+        missing = [c.name for c in dedup_key(table).columns if c.name not in columns]
         if missing:
             raise ValueError(f"MERGE needs the primary key columns {missing}")
         self.table = table
@@ -74,7 +75,7 @@ def _merge_oracle(element: MergeInsertOrSkip, compiler: SQLCompiler, **kw: Any) 
         f"{compiler.process(sa.bindparam(name, type_=table.c[name].type), **kw)} AS {quoted[name]}"
         for name in element.columns
     )
-    on = " AND ".join(f"t.{quoted[c.name]} = s.{quoted[c.name]}" for c in table.primary_key.columns)
+    on = " AND ".join(f"t.{quoted[c.name]} = s.{quoted[c.name]}" for c in dedup_key(table).columns)
     insert_columns = ", ".join(quoted[name] for name in element.columns)
     insert_values = ", ".join(f"s.{quoted[name]}" for name in element.columns)
     return (
@@ -82,6 +83,23 @@ def _merge_oracle(element: MergeInsertOrSkip, compiler: SQLCompiler, **kw: Any) 
         f"USING (SELECT {source} FROM dual) s ON ({on}) "
         f"WHEN NOT MATCHED THEN INSERT ({insert_columns}) VALUES ({insert_values})"
     )
+
+
+#: ``table.info`` key: the columns a single-row MERGE inserts, when not the processed-messages
+#: table's (the inbox store sets it to its own columns).
+INSERT_COLUMNS_INFO = "sa_inbox.insert_columns"
+
+
+def dedup_key(table: sa.Table) -> sa.PrimaryKeyConstraint | sa.UniqueConstraint:
+    """The constraint whose violation is a duplicate: the unique ``(message_id,
+    consumer_name)`` of the inbox store, else the table's primary key (processed messages).
+    """
+    for constraint in table.constraints:
+        if isinstance(constraint, sa.UniqueConstraint) and {
+            column.name for column in constraint.columns
+        } == {"message_id", "consumer_name"}:
+            return constraint
+    return table.primary_key
 
 
 def _error_code(exc: DBAPIError) -> int | None:
@@ -98,7 +116,8 @@ class OracleClaim(ClaimDialect):
     def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> MergeInsertOrSkip:
         if rows is not None:
             raise CompileError("Oracle's insert-or-skip is single-row; batches run one per id")
-        return MergeInsertOrSkip(table, claim_columns(table))
+        columns = table.info.get(INSERT_COLUMNS_INFO) or claim_columns(table)
+        return MergeInsertOrSkip(table, columns)
 
     def supports_returning(self, conn: sa.Connection) -> bool:
         return False
@@ -115,8 +134,32 @@ class OracleClaim(ClaimDialect):
         if _error_code(exc) != ORA_UNIQUE_VIOLATED:
             return False
         match = _CONSTRAINT.search(str(driver_error(exc)))
-        name = table.primary_key.name
+        name = dedup_key(table).name
         return bool(match and isinstance(name, str) and match.group(1).upper() == name.upper())
 
     def is_transient(self, exc: DBAPIError) -> bool:
         return _error_code(exc) in TRANSIENT_ERRORS
+
+
+class OracleStoreClaim(StoreClaimDialect):
+    """The store's claim on Oracle: lock with ``SKIP LOCKED``, fetch only ``n`` rows.
+
+    Oracle refuses ``FETCH FIRST``/``ROWNUM`` limits together with ``FOR UPDATE``
+    (ORA-02014), and a ``ROWNUM`` filter would be applied before the locked rows are
+    skipped. So the select has no limit; with ``SKIP LOCKED`` Oracle locks rows as they are
+    fetched (Oracle Database SQL Language Reference, "SELECT", "for_update_clause"), and
+    only ``n`` rows are fetched before the cursor is closed. Rows the driver prefetched past
+    ``n`` stay locked until the claim's short transaction commits.
+    """
+
+    names = ("oracle",)
+
+    def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
+        return candidates.with_for_update(skip_locked=True)
+
+    def locked_ids(self, conn: sa.Connection, statement: sa.Select[Any], limit: int) -> list[int]:
+        result = conn.execute(statement)
+        try:
+            return [int(row[0]) for row in result.fetchmany(limit)]
+        finally:
+            result.close()

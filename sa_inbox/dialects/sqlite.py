@@ -9,6 +9,7 @@ reported as :class:`~sa_inbox.exc.TransientClaimError`.
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
@@ -16,8 +17,9 @@ from sqlalchemy.exc import DBAPIError
 
 from ..exc import UnsupportedBackend
 from .base import OnConflictDoNothingClaim, driver_error
+from .store_claim import StoreClaimDialect
 
-__all__ = ["SQLiteClaim"]
+__all__ = ["SQLiteClaim", "SQLiteStoreClaim"]
 
 UPSERT_VERSION = (3, 24, 0)
 RETURNING_VERSION = (3, 35, 0)
@@ -77,3 +79,34 @@ class SQLiteClaim(OnConflictDoNothingClaim):
         if isinstance(code, int):
             return code & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
         return isinstance(orig, sqlite3.OperationalError) and "database is locked" in str(orig)
+
+
+class SQLiteStoreClaim(StoreClaimDialect):
+    """The store's claim on SQLite: one writer at a time instead of ``SKIP LOCKED``.
+
+    SQLite has no row locks. Every store transaction that writes starts with ``BEGIN
+    IMMEDIATE``, which takes the database's write lock at once (SQLite manual, "BEGIN
+    TRANSACTION"), so two claimers run one after the other and the second sees the first's
+    rows as claimed; then ``SELECT id … LIMIT n``, ``UPDATE … WHERE id IN (…)`` and a
+    ``SELECT``. A claimer waits for the lock up to the driver's ``timeout``.
+    """
+
+    names = ("sqlite",)
+    isolation_level = None
+
+    def check_backend(self, conn: sa.Connection) -> None:
+        SQLiteClaim().check_backend(conn)
+
+    def begin_write(self, conn: sa.Connection) -> None:
+        """``BEGIN IMMEDIATE`` if the driver has not begun a transaction yet.
+
+        Python's sqlite3 module (legacy transaction control) begins only before DML, with a
+        deferred ``BEGIN``; an explicit ``BEGIN IMMEDIATE`` first makes it use this
+        transaction, committed or rolled back by SQLAlchemy as usual.
+        """
+        dbapi_connection = conn.connection.dbapi_connection
+        if dbapi_connection is not None and not dbapi_connection.in_transaction:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
+        return candidates.limit(limit)

@@ -1,0 +1,900 @@
+"""The inbox store: receive a message durably (deduplicated), process it later.
+
+The store-then-process half of the inbox pattern. A consumer only *receives*: it stores the
+raw message with the same insert-or-skip as :meth:`sa_inbox.Inbox.claim` (so a redelivery
+is skipped), commits, and acks at once. Workers (:mod:`sa_inbox.worker`) later *claim*
+stored rows in short transactions, run the handler with the business change and mark the row
+``done`` in one transaction.
+
+Row states::
+
+    pending ──claim──▶ processing ──handler commits──▶ done
+       ▲                 │  │
+       │   error, retry  │  └── error after max_attempts ──▶ dead
+       └─────────────────┘          (replay: dead/done ──▶ pending)
+
+Time: every timestamp is Python's UTC clock at the worker or receiver, passed as a
+parameter, never the database's ``CURRENT_TIMESTAMP``. One rule then holds on every backend:
+SQLite's ``CURRENT_TIMESTAMP`` has whole seconds only, and MySQL/MariaDB ``DATETIME`` has no
+time zone (``CURRENT_TIMESTAMP`` follows the session's ``time_zone``). Values are stored as
+UTC (``timestamptz`` on PostgreSQL; naive UTC with microseconds elsewhere, see
+:class:`UTCDateTime`). The hosts' clocks must agree to well within the visibility timeout.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, oracle
+from sqlalchemy.engine import Connection, Dialect, RowMapping
+from sqlalchemy.orm import Session, sessionmaker
+
+from .dialects import ClaimDialect, claim_dialect_for
+from .dialects.oracle import INSERT_COLUMNS_INFO
+from .dialects.store_claim import StoreClaimDialect
+from .dialects.store_registry import store_claim_dialect_for
+from .exc import ClaimLost, InvalidStoreArgument
+from .retry import is_transient
+from .schema import DEFAULT_MESSAGE_ID_LENGTH, key_type
+from .validation import validate_key
+
+__all__ = [
+    "DEAD",
+    "DEFAULT_CONSUMER",
+    "DEFAULT_STORE_TABLE",
+    "DONE",
+    "PENDING",
+    "PROCESSING",
+    "STATUSES",
+    "BoundStore",
+    "Handler",
+    "InboxStore",
+    "Incoming",
+    "MessageStore",
+    "ReapResult",
+    "StoredMessage",
+    "UTCDateTime",
+    "inbox_store_table",
+    "utc_now",
+]
+
+DEFAULT_STORE_TABLE = "inbox_store"
+DEFAULT_CONSUMER = "default"
+PENDING, PROCESSING, DONE, DEAD = "pending", "processing", "done", "dead"
+STATUSES = (PENDING, PROCESSING, DONE, DEAD)
+#: ``last_error`` keeps at most this many characters of the error text.
+MAX_ERROR_LENGTH = 2000
+#: Columns a receive writes; ``message_id`` and ``consumer_name`` first (Oracle's MERGE).
+RECEIVE_COLUMNS = (
+    "message_id",
+    "consumer_name",
+    "aggregate_id",
+    "message_type",
+    "payload",
+    "status",
+    "received_at",
+    "available_at",
+    "attempts",
+)
+
+
+def utc_now() -> datetime.datetime:
+    """The current time, time-zone aware, in UTC."""
+    return datetime.datetime.now(datetime.UTC)
+
+
+class UTCDateTime(sa.TypeDecorator[datetime.datetime]):
+    """A UTC timestamp with microseconds on every backend; aware ``datetime`` in and out.
+
+    PostgreSQL: ``TIMESTAMP WITH TIME ZONE``. MySQL/MariaDB: ``DATETIME(6)`` (plain
+    ``DATETIME`` has whole seconds; MySQL manual, "Fractional Seconds in Time Values").
+    Oracle: ``TIMESTAMP``. SQLite: SQLAlchemy's ``DATETIME`` text. Everywhere but PostgreSQL
+    the value is written as naive UTC, since those drivers drop the zone; a naive value read
+    back is UTC.
+
+    :raises InvalidStoreArgument: when binding a naive ``datetime``.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        if dialect.name == "oracle":
+            return dialect.type_descriptor(oracle.TIMESTAMP())
+        return dialect.type_descriptor(sa.DateTime(timezone=True))
+
+    def process_bind_param(
+        self, value: datetime.datetime | None, dialect: Dialect
+    ) -> datetime.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise InvalidStoreArgument(f"timestamps must be time-zone aware, not {value!r}")
+        value = value.astimezone(datetime.UTC)
+        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=datetime.UTC)  # type: ignore[no-any-return]
+        return value.astimezone(datetime.UTC)  # type: ignore[no-any-return]
+
+
+class JSONText(sa.TypeDecorator[Any]):
+    """JSON kept as text in a ``CLOB``: the payload's type on Oracle (any version)."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str:
+        return json.dumps(value, allow_nan=False)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        return None if value is None else json.loads(value)
+
+
+#: ``JSON`` on PostgreSQL, MySQL/MariaDB and SQLite; JSON text in a ``CLOB`` on Oracle.
+PAYLOAD = sa.JSON().with_variant(JSONText(), "oracle")
+
+
+def inbox_store_table(
+    metadata: sa.MetaData,
+    *,
+    table_name: str = DEFAULT_STORE_TABLE,
+    schema: str | None = None,
+    message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+) -> sa.Table:
+    """Define the inbox-store table on ``metadata`` and return it.
+
+    Columns: ``id`` (bigint identity, the primary key), ``consumer_name`` and
+    ``message_id`` (``VARCHAR(message_id_length)``, byte-compared; together unique as
+    ``uq_<table>_message``, the deduplication key), ``aggregate_id`` (up to 255 characters,
+    for per-aggregate ordering), ``message_type``, ``payload`` (JSON), ``status`` (one of
+    :data:`STATUSES`, checked by ``ck_<table>_status``), ``received_at``, ``available_at``
+    (not claimable before: the retry back-off), ``claimed_at``, ``claimed_by`` (the claim
+    token), ``attempts`` (counted at claim time), ``last_error`` and ``processed_at``.
+
+    Indexes, named the same on every backend: ``ix_<table>_claim`` (consumer_name, status,
+    received_at) serves the claim's scan in arrival order; ``ix_<table>_aggregate``
+    (consumer_name, aggregate_id, status) the per-aggregate ordering check;
+    ``ix_<table>_purge`` (status, processed_at) a purge of old ``done`` rows.
+
+    :param metadata: the caller's MetaData (``create_all`` and Alembic see the table).
+    :param table_name: the table's name.
+    :param schema: the schema, or ``None``.
+    :param message_id_length: length in characters of ``message_id`` and ``consumer_name``.
+    :raises ValueError: if ``message_id_length`` is not a positive int.
+    """
+    if not isinstance(message_id_length, int) or message_id_length <= 0:
+        raise ValueError(f"message_id_length must be a positive int, not {message_id_length!r}")
+    statuses = ", ".join(f"'{status}'" for status in STATUSES)
+    return sa.Table(
+        table_name,
+        metadata,
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            sa.Identity(),
+            primary_key=True,
+        ),
+        sa.Column("consumer_name", key_type(message_id_length), nullable=False),
+        sa.Column("message_id", key_type(message_id_length), nullable=False),
+        sa.Column("aggregate_id", key_type(255), nullable=True),
+        sa.Column("message_type", sa.String(255), nullable=True),
+        sa.Column("payload", PAYLOAD, nullable=False),
+        sa.Column("status", sa.String(16), nullable=False, server_default=PENDING),
+        sa.Column("received_at", UTCDateTime(), nullable=False),
+        sa.Column("available_at", UTCDateTime(), nullable=False),
+        sa.Column("claimed_at", UTCDateTime(), nullable=True),
+        sa.Column("claimed_by", sa.String(255), nullable=True),
+        sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.Column("processed_at", UTCDateTime(), nullable=True),
+        sa.UniqueConstraint("message_id", "consumer_name", name=f"uq_{table_name}_message"),
+        sa.CheckConstraint(f"status IN ({statuses})", name=f"ck_{table_name}_status"),
+        sa.Index(f"ix_{table_name}_claim", "consumer_name", "status", "received_at"),
+        sa.Index(f"ix_{table_name}_aggregate", "consumer_name", "aggregate_id", "status"),
+        sa.Index(f"ix_{table_name}_purge", "status", "processed_at"),
+        schema=schema,
+        comment="sa-inbox: stored messages, processed later by workers",
+        info={INSERT_COLUMNS_INFO: list(RECEIVE_COLUMNS)},
+    )
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One message of a batch for :meth:`InboxStore.receive_many`.
+
+    :param message_id: the producer-assigned id.
+    :param payload: any JSON-serialisable value.
+    :param aggregate_id: the aggregate (entity) the message is about, for ordering.
+    :param message_type: optional, for handlers that dispatch on it.
+    """
+
+    message_id: str
+    payload: Any
+    aggregate_id: str | None = None
+    message_type: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A claimed message, as the handler sees it.
+
+    ``claimed_by`` is the claim token: the row is this worker's only while its
+    ``claimed_by`` still holds it. ``attempts`` counts this attempt (1 on the first).
+    """
+
+    id: int
+    message_id: str
+    consumer_name: str
+    payload: Any
+    aggregate_id: str | None
+    message_type: str | None
+    attempts: int
+    received_at: datetime.datetime
+    claimed_by: str
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    """What :meth:`InboxStore.reap` did: rows back to ``pending``, rows moved to ``dead``."""
+
+    released: int
+    dead: int
+
+
+#: A handler: ``handler(session, message)``. It runs in the transaction that marks the row
+#: ``done`` and must not commit. (The in-memory store passes its own context for session.)
+Handler = Callable[[Any, StoredMessage], object]
+
+
+class MessageStore(Protocol):
+    """What a :class:`~sa_inbox.worker.Worker` needs from a store.
+
+    :class:`BoundStore` (a database) and :class:`sa_inbox.testing.MemoryStore` implement
+    it. ``now`` is always an aware UTC datetime from the worker's clock.
+    """
+
+    def claim(
+        self,
+        *,
+        consumer_name: str,
+        claimed_by: str,
+        limit: int,
+        visibility_timeout: float,
+        max_attempts: int,
+        ordered: bool,
+        now: datetime.datetime,
+    ) -> list[StoredMessage]: ...
+
+    def complete(
+        self, message: StoredMessage, handler: Handler, *, now: datetime.datetime
+    ) -> bool: ...
+
+    def fail(
+        self,
+        message: StoredMessage,
+        error: str,
+        *,
+        retry_at: datetime.datetime | None,
+        now: datetime.datetime,
+    ) -> bool: ...
+
+    def release(self, messages: Sequence[StoredMessage]) -> int: ...
+
+    def reap(
+        self,
+        *,
+        consumer_name: str | None,
+        visibility_timeout: float,
+        max_attempts: int,
+        now: datetime.datetime,
+    ) -> ReapResult: ...
+
+    def is_transient(self, exc: BaseException) -> bool: ...
+
+
+#: What a receive runs on: a Session or Connection, in the caller's transaction.
+Bind = Session | Connection
+
+
+class InboxStore:
+    """The inbox store, defined on the caller's :class:`~sqlalchemy.MetaData`.
+
+    :param metadata: the MetaData the table joins (see :func:`inbox_store_table`).
+    :param table_name: the table's name.
+    :param schema: the table's schema, or ``None``.
+    :param message_id_length: length in characters of ``message_id`` and ``consumer_name``.
+
+    Example::
+
+        store = InboxStore(Base.metadata)
+        with Session.begin() as session:          # the consumer: store, commit, ack
+            store.receive(session, msg.id, msg.body, aggregate_id=msg.key)
+        ack(msg)
+
+        Worker(store.bind(engine), handle_payment).run()    # the worker, elsewhere
+
+    Receive runs in the caller's transaction; every other operation (claim, complete, fail,
+    release, reap, replay) runs in its own short transaction on an engine.
+    """
+
+    def __init__(
+        self,
+        metadata: sa.MetaData,
+        *,
+        table_name: str = DEFAULT_STORE_TABLE,
+        schema: str | None = None,
+        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+    ) -> None:
+        self.table = inbox_store_table(
+            metadata, table_name=table_name, schema=schema, message_id_length=message_id_length
+        )
+        self.message_id_length = message_id_length
+        self._insert_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+        self._claim_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def bind(
+        self, engine: sa.Engine, session_factory: Callable[[], Session] | None = None
+    ) -> BoundStore:
+        """This store on ``engine``, as the :class:`MessageStore` a worker uses.
+
+        :param session_factory: makes the Session handed to the handler (default
+            ``sessionmaker(engine)``); it must be bound to ``engine``'s database.
+        """
+        return BoundStore(self, engine, session_factory or sessionmaker(engine))
+
+    # -- receive ------------------------------------------------------------------------
+
+    def receive(
+        self,
+        bind: Bind,
+        message_id: str,
+        payload: Any,
+        *,
+        consumer_name: str = DEFAULT_CONSUMER,
+        aggregate_id: str | None = None,
+        message_type: str | None = None,
+        now: datetime.datetime | None = None,
+    ) -> bool:
+        """Store one message in the caller's transaction; skip it if already stored.
+
+        The same insert-or-skip statement as :meth:`sa_inbox.Inbox.claim` (``ON CONFLICT
+        DO NOTHING``, ``INSERT IGNORE``, ``MERGE``) on the unique ``(message_id,
+        consumer_name)``. Commit, then ack the broker; a duplicate is acked too.
+
+        :param bind: a Session or Connection in the caller's transaction (never committed
+            here).
+        :param message_id: the producer-assigned id.
+        :param payload: any JSON-serialisable value.
+        :param consumer_name: the consumer (queue) the message is stored for.
+        :param aggregate_id: the aggregate the message is about (per-aggregate ordering).
+        :param message_type: optional type name, at most 255 characters.
+        :param now: the receive time (aware); default the current UTC time.
+        :returns: True if the message is new, False if it was already stored.
+        :raises InvalidMessageId: for an invalid id, consumer name, aggregate id or type.
+        :raises InvalidStoreArgument: for a payload that is not JSON (nothing is sent).
+        :raises TransientClaimError: on a deadlock or serialization failure: roll back and
+            retry.
+        """
+        row = self._row(
+            Incoming(message_id, payload, aggregate_id, message_type), consumer_name, now
+        )
+        conn = self._connection(bind)
+        dialect = self._insert_dialect(conn)
+        return dialect.claim_one(conn, self.table, dialect.insert_or_skip(self.table, None), row)
+
+    def receive_many(
+        self,
+        bind: Bind,
+        messages: Iterable[Incoming],
+        *,
+        consumer_name: str = DEFAULT_CONSUMER,
+        now: datetime.datetime | None = None,
+    ) -> set[str]:
+        """Store a batch (one broker poll) in the caller's transaction.
+
+        The batch keeps its order (ids, hence the claim order, follow it); a message id that
+        occurs twice keeps its first occurrence. PostgreSQL, SQLite and MariaDB insert up to
+        1000 rows per statement with ``RETURNING``; MySQL and Oracle one row per statement.
+        Two concurrent batches holding the same ids in different orders can deadlock:
+        that is a :class:`~sa_inbox.exc.TransientClaimError`, retry the transaction.
+
+        :param messages: the batch; every message is validated before any SQL is sent.
+        :returns: the ids of the messages that were new.
+        :raises InvalidMessageId, InvalidStoreArgument: as :meth:`receive`, for any message.
+        """
+        if isinstance(messages, Incoming):
+            raise InvalidStoreArgument("receive_many takes an iterable of Incoming messages")
+        when = _aware(now)
+        rows: dict[str, Mapping[str, Any]] = {}
+        for message in messages:
+            if not isinstance(message, Incoming):
+                raise InvalidStoreArgument(f"expected Incoming, not {type(message).__name__}")
+            row = self._row(message, consumer_name, when)
+            rows.setdefault(row["message_id"], row)
+        if not rows:
+            return set()
+        conn = self._connection(bind)
+        return self._insert_dialect(conn).claim_many(conn, self.table, list(rows.values()))
+
+    # -- claim and finish (each in its own transaction) ----------------------------------
+
+    def claim(
+        self,
+        engine: sa.Engine,
+        *,
+        claimed_by: str,
+        limit: int,
+        visibility_timeout: float,
+        max_attempts: int,
+        consumer_name: str = DEFAULT_CONSUMER,
+        ordered: bool = False,
+        now: datetime.datetime | None = None,
+    ) -> list[StoredMessage]:
+        """Claim up to ``limit`` claimable rows in one short transaction; count the attempt.
+
+        Claimable: ``pending`` with ``available_at <= now``, or ``processing`` with
+        ``claimed_at`` older than ``visibility_timeout`` (its worker died) and fewer than
+        ``max_attempts`` attempts (one with ``max_attempts`` goes ``dead`` by
+        :meth:`reap`). With ``ordered``, also: no other row of the same aggregate is
+        ``processing``, and none is ``pending`` ahead of it in ``(received_at, id)``
+        order; ``dead`` rows do not block. Taken in ``(received_at, id)`` order with ``FOR
+        UPDATE SKIP LOCKED`` (SQLite: ``BEGIN IMMEDIATE``), so two workers never claim the
+        same row. Each claimed row gets ``status='processing'``, ``claimed_at=now``,
+        ``claimed_by`` and ``attempts + 1``.
+
+        :param engine: the store's database.
+        :param claimed_by: the claim token, unique per claim (at most 255 characters).
+        :param limit: rows at most, a positive int.
+        :param visibility_timeout: seconds after which a claim counts as abandoned.
+        :param max_attempts: attempts after which a message is dead.
+        :returns: the claimed messages in ``(received_at, id)`` order.
+        :raises UnsupportedBackend: if the server has no ``SKIP LOCKED`` (PostgreSQL < 9.5,
+            MySQL < 8.0.1, MariaDB < 10.6) or the backend is unknown.
+        :raises InvalidStoreArgument: for a bad ``limit``, timeout or ``max_attempts``.
+        """
+        _positive_int(limit, "limit")
+        _positive_int(max_attempts, "max_attempts")
+        stale_before = _aware(now) - _seconds(visibility_timeout, "visibility_timeout")
+        when = _aware(now)
+        consumer = validate_key(consumer_name, "consumer_name", self.message_id_length)
+        token = validate_key(claimed_by, "claimed_by", 255)
+
+        def candidates(source: sa.FromClause) -> sa.Select[Any]:
+            where = self._claimable(source, consumer, when, stale_before, max_attempts, ordered)
+            return sa.select(source.c.id).where(where).order_by(source.c.received_at, source.c.id)
+
+        values = {
+            "status": PROCESSING,
+            "claimed_at": when,
+            "claimed_by": token,
+            "attempts": self.table.c.attempts + 1,
+        }
+        with self.transaction(engine) as (conn, dialect):
+            rows = dialect.claim(conn, self.table, candidates, limit, values)
+        messages = [_message(row) for row in rows]
+        return sorted(messages, key=lambda m: (m.received_at, m.id))
+
+    def complete(
+        self,
+        engine: sa.Engine,
+        message: StoredMessage,
+        handler: Handler,
+        *,
+        session_factory: Callable[[], Session] | None = None,
+        now: datetime.datetime | None = None,
+    ) -> bool:
+        """Run ``handler(session, message)`` and mark the row ``done``, in one transaction.
+
+        The row is marked first, guarded by the claim token, so it stays locked while the
+        handler runs: no other worker can claim it again, even after the visibility
+        timeout. If the claim is no longer this one's (see
+        :class:`~sa_inbox.exc.ClaimLost`), nothing runs and False is returned.
+
+        :returns: True if the handler's change and ``done`` committed together.
+        :raises Exception: whatever the handler raised (everything rolled back).
+        """
+        factory = session_factory or sessionmaker(engine)
+        done = {"status": DONE, "processed_at": _aware(now)}
+        try:
+            with factory() as session, session.begin():
+                conn = session.connection(bind_arguments={"clause": self.table})
+                self._claim_dialect(engine).begin_write(conn)
+                if not self._update_claimed(conn, message, done):
+                    raise ClaimLost(f"message {message.message_id!r} is no longer claimed")
+                handler(session, message)
+        except ClaimLost:
+            return False
+        return True
+
+    def fail(
+        self,
+        engine: sa.Engine,
+        message: StoredMessage,
+        error: str,
+        *,
+        retry_at: datetime.datetime | None,
+        now: datetime.datetime | None = None,
+    ) -> bool:
+        """Record a failed attempt: back to ``pending`` at ``retry_at``, or ``dead``.
+
+        :param error: the error text; its first :data:`MAX_ERROR_LENGTH` characters are kept
+            in ``last_error``.
+        :param retry_at: when the message may be claimed again; ``None`` moves it to
+            ``dead`` (a state apart from ``done``: it never ran to completion).
+        :returns: False if the claim was no longer this one's (nothing written).
+        """
+        values: dict[str, Any] = {"last_error": error[:MAX_ERROR_LENGTH]}
+        if retry_at is None:
+            values["status"] = DEAD
+        else:
+            values.update(status=PENDING, available_at=_aware(retry_at))
+        with self.transaction(engine) as (conn, _):
+            return self._update_claimed(conn, message, values)
+
+    def release(self, engine: sa.Engine, messages: Sequence[StoredMessage]) -> int:
+        """Give back claimed rows that were not processed (graceful shutdown).
+
+        They return to ``pending`` and their attempt is not counted. Rows whose claim is no
+        longer the message's ``claimed_by`` are left alone.
+
+        :returns: the number of rows released.
+        """
+        t = self.table
+        released = 0
+        with self.transaction(engine) as (conn, _):
+            for token in sorted({m.claimed_by for m in messages}):
+                ids = sorted(m.id for m in messages if m.claimed_by == token)
+                statement = (
+                    sa.update(t)
+                    .where(t.c.id.in_(ids), t.c.status == PROCESSING, t.c.claimed_by == token)
+                    .values(
+                        status=PENDING, attempts=t.c.attempts - 1, claimed_at=None, claimed_by=None
+                    )
+                )
+                released += _rowcount(conn, statement)
+        return released
+
+    # -- maintenance ----------------------------------------------------------------------
+
+    def reap(
+        self,
+        engine: sa.Engine,
+        *,
+        visibility_timeout: float,
+        max_attempts: int,
+        consumer_name: str | None = None,
+        now: datetime.datetime | None = None,
+    ) -> ReapResult:
+        """Return abandoned claims to ``pending``, or move them to ``dead``.
+
+        A row ``processing`` for longer than ``visibility_timeout`` seconds lost its
+        worker (a crash, a kill). With fewer than ``max_attempts`` attempts it goes back to
+        ``pending`` (the attempt stays counted); otherwise it is ``dead``, with
+        ``last_error`` saying so. Correctness does not depend on calling this: the claim
+        itself takes abandoned rows; workers call it periodically so that a message that
+        kills its worker every time reaches ``dead``.
+
+        :returns: how many rows went back to pending and how many to dead.
+        """
+        _positive_int(max_attempts, "max_attempts")
+        stale_before = _aware(now) - _seconds(visibility_timeout, "visibility_timeout")
+        t = self.table
+        stale = sa.and_(t.c.status == PROCESSING, t.c.claimed_at < stale_before)
+        if consumer_name is not None:
+            stale = sa.and_(stale, t.c.consumer_name == consumer_name)
+        lost = f"claim abandoned: no result within the visibility timeout ({visibility_timeout} s)"
+        with self.transaction(engine) as (conn, _):
+            dead = _rowcount(
+                conn,
+                sa.update(t)
+                .where(stale, t.c.attempts >= max_attempts)
+                .values(status=DEAD, last_error=lost),
+            )
+            released = _rowcount(
+                conn,
+                sa.update(t)
+                .where(stale, t.c.attempts < max_attempts)
+                .values(status=PENDING, claimed_at=None, claimed_by=None),
+            )
+        return ReapResult(released=released, dead=dead)
+
+    def replay(
+        self,
+        engine: sa.Engine,
+        *,
+        ids: Iterable[int] | None = None,
+        status: str | None = None,
+        received_from: datetime.datetime | None = None,
+        received_before: datetime.datetime | None = None,
+        consumer_name: str | None = None,
+        now: datetime.datetime | None = None,
+    ) -> int:
+        """Reset chosen rows to ``pending`` so workers process them again.
+
+        Rows are chosen by all the given filters together: ``ids``, ``status`` (``"dead"``
+        or ``"done"``), ``received_at`` in ``[received_from, received_before)``,
+        ``consumer_name``. Rows being processed are never touched. Replayed rows get
+        ``attempts = 0`` and ``available_at = now``; ``last_error`` is kept.
+
+        :returns: the number of rows reset.
+        :raises InvalidStoreArgument: if no row filter is given (``consumer_name`` alone
+            does not choose rows), or ``status`` is not ``"dead"``, ``"done"`` or
+            ``"pending"``.
+        """
+        t = self.table
+        conditions: list[sa.ColumnElement[bool]] = []
+        if ids is not None:
+            conditions.append(t.c.id.in_(sorted({int(i) for i in ids})))
+        if status is not None:
+            if status not in (DEAD, DONE, PENDING):
+                raise InvalidStoreArgument(
+                    f"replay status must be dead, done or pending: {status!r}"
+                )
+            conditions.append(t.c.status == status)
+        if received_from is not None:
+            conditions.append(t.c.received_at >= _aware(received_from))
+        if received_before is not None:
+            conditions.append(t.c.received_at < _aware(received_before))
+        if not conditions:
+            raise InvalidStoreArgument("replay needs ids, a status or a time range")
+        if consumer_name is not None:
+            conditions.append(t.c.consumer_name == consumer_name)
+        values = {
+            "status": PENDING,
+            "attempts": 0,
+            "available_at": _aware(now),
+            "claimed_at": None,
+            "claimed_by": None,
+            "processed_at": None,
+        }
+        statement = sa.update(t).where(t.c.status != PROCESSING, *conditions).values(values)
+        with self.transaction(engine) as (conn, _):
+            return _rowcount(conn, statement)
+
+    def counts(self, engine: sa.Engine, consumer_name: str | None = None) -> dict[str, int]:
+        """Rows per status (every status present, 0 when none)."""
+        t = self.table
+        query = sa.select(t.c.status, sa.func.count()).group_by(t.c.status)
+        if consumer_name is not None:
+            query = query.where(t.c.consumer_name == consumer_name)
+        with engine.connect() as conn:
+            found = {str(status): int(count) for status, count in conn.execute(query)}
+        return {status: found.get(status, 0) for status in STATUSES}
+
+    # -- helpers --------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, engine: sa.Engine) -> Iterator[tuple[Connection, StoreClaimDialect]]:
+        """A short store transaction on ``engine``: its isolation level, its write lock."""
+        dialect = self._claim_dialect(engine)
+        with engine.connect() as conn:
+            if dialect.isolation_level is not None:
+                conn.execution_options(isolation_level=dialect.isolation_level)
+            with conn.begin():
+                dialect.begin_write(conn)
+                yield conn, dialect
+
+    def _claimable(
+        self,
+        source: sa.FromClause,
+        consumer: str,
+        now: datetime.datetime,
+        stale_before: datetime.datetime,
+        max_attempts: int,
+        ordered: bool,
+    ) -> sa.ColumnElement[bool]:
+        c = source.c
+        pending = sa.and_(c.status == PENDING, c.available_at <= now)
+        abandoned = sa.and_(
+            c.status == PROCESSING, c.claimed_at < stale_before, c.attempts < max_attempts
+        )
+        where = sa.and_(c.consumer_name == consumer, sa.or_(pending, abandoned))
+        if not ordered:
+            return where
+        e = self.table.alias("earlier")
+        ahead = sa.or_(
+            e.c.received_at < c.received_at,
+            sa.and_(e.c.received_at == c.received_at, e.c.id < c.id),
+        )
+        blocking = sa.select(e.c.id).where(
+            e.c.consumer_name == c.consumer_name,
+            e.c.aggregate_id == c.aggregate_id,
+            e.c.id != c.id,
+            sa.or_(e.c.status == PROCESSING, sa.and_(e.c.status == PENDING, ahead)),
+        )
+        return sa.and_(where, ~sa.exists(blocking))
+
+    def _update_claimed(
+        self, conn: Connection, message: StoredMessage, values: Mapping[str, Any]
+    ) -> bool:
+        t = self.table
+        statement = (
+            sa.update(t)
+            .where(
+                t.c.id == message.id, t.c.status == PROCESSING, t.c.claimed_by == message.claimed_by
+            )
+            .values(dict(values))
+        )
+        return _rowcount(conn, statement) == 1
+
+    def _row(
+        self, message: Incoming, consumer_name: str, now: datetime.datetime | None
+    ) -> dict[str, Any]:
+        when = _aware(now)
+        return {
+            "message_id": validate_key(message.message_id, "message_id", self.message_id_length),
+            "consumer_name": validate_key(consumer_name, "consumer_name", self.message_id_length),
+            "aggregate_id": _optional_key(message.aggregate_id, "aggregate_id"),
+            "message_type": _optional_key(message.message_type, "message_type"),
+            "payload": _json(message.payload),
+            "status": PENDING,
+            "received_at": when,
+            "available_at": when,
+            "attempts": 0,
+        }
+
+    def _connection(self, bind: Bind) -> Connection:
+        if isinstance(bind, Session):
+            return bind.connection(bind_arguments={"clause": self.table})
+        if isinstance(bind, Connection):
+            return bind
+        raise TypeError(f"bind must be a Session or Connection, not {type(bind).__name__}")
+
+    def _insert_dialect(self, conn: Connection) -> ClaimDialect:
+        dialect = claim_dialect_for(conn.dialect.name)
+        if conn.engine not in self._insert_checked:
+            with self._lock:
+                dialect.check_backend(conn)
+                self._insert_checked.add(conn.engine)
+        return dialect
+
+    def _claim_dialect(self, engine: sa.Engine) -> StoreClaimDialect:
+        dialect = store_claim_dialect_for(engine.dialect.name)
+        if engine not in self._claim_checked:
+            with self._lock, engine.connect() as conn:
+                dialect.check_backend(conn)
+                self._claim_checked.add(engine)
+        return dialect
+
+
+class BoundStore:
+    """An :class:`InboxStore` on one engine: the :class:`MessageStore` of a worker.
+
+    :param store: the store (its table).
+    :param engine: the database.
+    :param session_factory: makes the handler's Session.
+    """
+
+    def __init__(
+        self, store: InboxStore, engine: sa.Engine, session_factory: Callable[[], Session]
+    ) -> None:
+        self.store = store
+        self.engine = engine
+        self.session_factory = session_factory
+
+    def claim(
+        self,
+        *,
+        consumer_name: str,
+        claimed_by: str,
+        limit: int,
+        visibility_timeout: float,
+        max_attempts: int,
+        ordered: bool,
+        now: datetime.datetime,
+    ) -> list[StoredMessage]:
+        return self.store.claim(
+            self.engine,
+            consumer_name=consumer_name,
+            claimed_by=claimed_by,
+            limit=limit,
+            visibility_timeout=visibility_timeout,
+            max_attempts=max_attempts,
+            ordered=ordered,
+            now=now,
+        )
+
+    def complete(self, message: StoredMessage, handler: Handler, *, now: datetime.datetime) -> bool:
+        return self.store.complete(
+            self.engine, message, handler, session_factory=self.session_factory, now=now
+        )
+
+    def fail(
+        self,
+        message: StoredMessage,
+        error: str,
+        *,
+        retry_at: datetime.datetime | None,
+        now: datetime.datetime,
+    ) -> bool:
+        return self.store.fail(self.engine, message, error, retry_at=retry_at, now=now)
+
+    def release(self, messages: Sequence[StoredMessage]) -> int:
+        return self.store.release(self.engine, messages)
+
+    def reap(
+        self,
+        *,
+        consumer_name: str | None,
+        visibility_timeout: float,
+        max_attempts: int,
+        now: datetime.datetime,
+    ) -> ReapResult:
+        return self.store.reap(
+            self.engine,
+            consumer_name=consumer_name,
+            visibility_timeout=visibility_timeout,
+            max_attempts=max_attempts,
+            now=now,
+        )
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a deadlock, serialization failure or busy database."""
+        return is_transient(exc, self.engine.dialect.name)
+
+
+def _message(row: RowMapping) -> StoredMessage:
+    return StoredMessage(
+        id=int(row["id"]),
+        message_id=row["message_id"],
+        consumer_name=row["consumer_name"],
+        payload=row["payload"],
+        aggregate_id=row["aggregate_id"],
+        message_type=row["message_type"],
+        attempts=int(row["attempts"]),
+        received_at=row["received_at"],
+        claimed_by=row["claimed_by"],
+    )
+
+
+def _rowcount(conn: Connection, statement: sa.Update) -> int:
+    result = conn.execute(statement, execution_options={"preserve_rowcount": True})
+    return int(result.rowcount)
+
+
+def _aware(now: datetime.datetime | None) -> datetime.datetime:
+    if now is None:
+        return utc_now()
+    if not isinstance(now, datetime.datetime) or now.tzinfo is None:
+        raise InvalidStoreArgument(f"now must be a time-zone aware datetime, not {now!r}")
+    return now.astimezone(datetime.UTC)
+
+
+def _seconds(value: float, name: str) -> datetime.timedelta:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidStoreArgument(f"{name} must be a positive number of seconds, not {value!r}")
+    return datetime.timedelta(seconds=value)
+
+
+def _positive_int(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidStoreArgument(f"{name} must be a positive int, not {value!r}")
+    return value
+
+
+def _optional_key(value: str | None, field: str) -> str | None:
+    return None if value is None else validate_key(value, field, 255)
+
+
+def _json(payload: Any) -> Any:
+    """``payload`` itself if JSON can represent it exactly (no NaN/Infinity)."""
+    try:
+        json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidStoreArgument(f"payload is not JSON-serialisable: {exc}") from exc
+    return payload
