@@ -14,8 +14,11 @@ from .exc import ClaimWarning as ClaimWarning
 from .exc import DuplicateMessage as DuplicateMessage
 from .exc import InboxError as InboxError
 from .exc import InvalidMessageId as InvalidMessageId
+from .exc import RetentionWindowTooShort as RetentionWindowTooShort
 from .exc import TransientClaimError as TransientClaimError
 from .exc import UnsupportedBackend as UnsupportedBackend
+from .retention import RetentionPolicy as RetentionPolicy
+from .retention import purge as purge
 from .retry import is_transient as is_transient
 from .retry import run_in_transaction as run_in_transaction
 from .schema import InboxMessageMixin as InboxMessageMixin
@@ -32,12 +35,15 @@ __all__ = [
     "InvalidMessageId",
     "Outcome",
     "Result",
+    "RetentionPolicy",
+    "RetentionWindowTooShort",
     "TransientClaimError",
     "UnsupportedBackend",
     "handle",
     "install",
     "is_transient",
     "processed_messages_table",
+    "purge",
     "register_claim",
     "run_in_transaction",
 ]

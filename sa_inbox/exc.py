@@ -14,8 +14,12 @@ __all__ = [
     "DuplicateMessage",
     "InboxError",
     "InvalidMessageId",
+    "InvalidRetentionPolicy",
     "InvalidStoreArgument",
+    "PurgeLockTimeout",
+    "RetentionWindowTooShort",
     "TransientClaimError",
+    "UnsafePartitionKey",
     "UnsupportedBackend",
 ]
 
@@ -85,6 +89,57 @@ class UnsupportedBackend(InboxError):
 
     For example SQLite older than 3.24.0 has no ``ON CONFLICT DO NOTHING`` (SQLite manual,
     "UPSERT").
+    """
+
+
+class InvalidRetentionPolicy(InboxError, ValueError):
+    """A :class:`~sa_inbox.retention.RetentionPolicy` or purge argument is malformed.
+
+    Raised for a duration that is not a :class:`datetime.timedelta`, a negative duration,
+    a zero ``max_redelivery``, a ``batch_size`` that is not a positive int, or a bare
+    ``older_than`` with no policy to check it against. Nothing has been deleted.
+    """
+
+
+class RetentionWindowTooShort(InboxError, ValueError):
+    """A purge would delete rows the broker can still redeliver or replay.
+
+    A processed-messages row must outlive every redelivery of its message: the broker
+    redelivers an unacked message for up to ``max_redelivery`` and can replay old messages
+    for up to ``max_replay`` (Kafka's retention, SQS's retention period, a RabbitMQ stream's
+    ``max-age``). Deleting a row younger than their sum (plus the safety margin) would let
+    a redelivery be processed a second time. Nothing has been deleted.
+
+    :param older_than: the window asked for.
+    :param minimum: the shortest window the policy allows.
+    """
+
+    def __init__(self, older_than: object, minimum: object) -> None:
+        super().__init__(
+            f"refusing to purge rows older than {older_than}: the retention policy needs "
+            f"at least {minimum} (max_redelivery + max_replay + margin), or a redelivery "
+            "of a purged message would be processed twice"
+        )
+        self.older_than = older_than
+        self.minimum = minimum
+
+
+class UnsafePartitionKey(InboxError, ValueError):
+    """A partitioned processed-messages table whose partition key breaks deduplication.
+
+    The partition key must come from the message itself (e.g. the producer's event time),
+    so that every redelivery carries the same value, lands in the same partition and
+    collides with the primary key ``(message_id, consumer_name, key)``. A key taken from
+    arrival time (``received_at``, a server or Python default) differs on each delivery: a
+    redelivery would land in another partition and be processed twice. Nothing is created.
+    """
+
+
+class PurgeLockTimeout(InboxError):
+    """Another purger held the table's purge lock for longer than the timeout.
+
+    MySQL/MariaDB purges take the named lock ``GET_LOCK()`` around each batch (MySQL
+    manual, "Locking Functions"); nothing was deleted by the batch that timed out.
     """
 
 

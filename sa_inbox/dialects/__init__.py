@@ -18,21 +18,32 @@ from typing import Literal
 from .base import ClaimDialect as ClaimDialect
 from .generic import SavepointClaim as SavepointClaim
 from .mysql import MySQLClaim as MySQLClaim
+from .mysql import MySQLPurge as MySQLPurge
 from .oracle import MergeInsertOrSkip as MergeInsertOrSkip
 from .oracle import OracleClaim as OracleClaim
+from .oracle import OraclePurge as OraclePurge
 from .postgresql import PostgreSQLClaim as PostgreSQLClaim
+from .postgresql import PostgreSQLPurge as PostgreSQLPurge
+from .purge import PurgeDialect as PurgeDialect
 from .sqlite import SQLiteClaim as SQLiteClaim
+from .sqlite import SQLitePurge as SQLitePurge
 
 __all__ = [
     "ClaimDialect",
     "MergeInsertOrSkip",
     "MySQLClaim",
+    "MySQLPurge",
     "OracleClaim",
+    "OraclePurge",
     "PostgreSQLClaim",
+    "PostgreSQLPurge",
+    "PurgeDialect",
     "SQLiteClaim",
+    "SQLitePurge",
     "SavepointClaim",
     "Strategy",
     "claim_dialect_for",
+    "purge_dialect_for",
 ]
 
 Strategy = Literal["native", "savepoint"]
@@ -59,3 +70,18 @@ def claim_dialect_for(dialect_name: str, strategy: Strategy = "native") -> Claim
     if strategy == "savepoint":
         return SavepointClaim(native)
     raise ValueError(f"strategy must be 'native' or 'savepoint', not {strategy!r}")
+
+
+_PURGE_REGISTRY: dict[str, PurgeDialect] = {
+    name: dialect
+    for dialect in (PostgreSQLPurge(), MySQLPurge(), OraclePurge(), SQLitePurge())
+    for name in dialect.names
+}
+
+
+def purge_dialect_for(dialect_name: str) -> PurgeDialect:
+    """The :class:`PurgeDialect` for a SQLAlchemy dialect name (``engine.dialect.name``).
+
+    Any other name gets the portable primary-key subquery without row locks.
+    """
+    return _PURGE_REGISTRY.get(dialect_name) or PurgeDialect()

@@ -18,19 +18,26 @@ returning the new ids; MySQL 8 has no ``RETURNING`` and a batch is one statement
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection, CursorResult
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import CompileError, DBAPIError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
+from sqlalchemy.sql.visitors import InternalTraversal
 
-from ..exc import ClaimWarning
+from ..exc import ClaimWarning, PurgeLockTimeout
 from .base import ClaimDialect, Row, driver_error
+from .purge import PurgeDialect
 from .store_claim import StoreClaimDialect, require_version
 
-__all__ = ["MySQLClaim", "MySQLStoreClaim"]
+__all__ = ["DeleteOrderedLimit", "MySQLClaim", "MySQLPurge", "MySQLStoreClaim"]
 
 #: Deadlock found, lock wait timeout exceeded (MySQL manual, "Server Error Message Reference").
 TRANSIENT_ERRORS = frozenset({1213, 1205})
@@ -95,6 +102,114 @@ class MySQLClaim(ClaimDialect):
 
     def is_transient(self, exc: DBAPIError) -> bool:
         return _error_code(exc) in TRANSIENT_ERRORS
+
+
+class DeleteOrderedLimit(Executable, ClauseElement):
+    """MySQL's single-table ``DELETE FROM t WHERE … ORDER BY col LIMIT n``.
+
+    SQLAlchemy's :func:`~sqlalchemy.delete` has no ``ORDER BY`` for MySQL; the single-table
+    form is the only one that takes ``ORDER BY`` and ``LIMIT`` (MySQL manual, "DELETE
+    Statement"). Compiles on MySQL/MariaDB only; elsewhere it raises
+    :class:`~sqlalchemy.exc.CompileError`.
+
+    :param table: the table to delete from.
+    :param whereclause: the condition (it holds the cut-off).
+    :param order_by: the column rows are deleted in order of.
+    :param limit: rows per statement, at most (a positive int, rendered inline).
+    :raises ValueError: if ``limit`` is not a positive int.
+    """
+
+    inherit_cache = True
+    _traverse_internals = [  # noqa: RUF012 (SQLAlchemy's own convention)
+        ("table", InternalTraversal.dp_clauseelement),
+        ("whereclause", InternalTraversal.dp_clauseelement),
+        ("order_by", InternalTraversal.dp_clauseelement),
+        ("limit", InternalTraversal.dp_plain_obj),
+    ]
+
+    def __init__(
+        self,
+        table: sa.Table,
+        whereclause: ColumnElement[bool],
+        order_by: ColumnElement[Any],
+        limit: int,
+    ) -> None:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+            raise ValueError(f"limit must be a positive int, not {limit!r}")
+        self.table = table
+        self.whereclause = whereclause
+        self.order_by = order_by
+        self.limit = limit
+
+
+@compiles(DeleteOrderedLimit)
+def _delete_default(element: DeleteOrderedLimit, compiler: SQLCompiler, **kw: Any) -> str:
+    raise CompileError(f"DeleteOrderedLimit compiles on MySQL only, not {compiler.dialect.name}")
+
+
+@compiles(DeleteOrderedLimit, "mysql")
+@compiles(DeleteOrderedLimit, "mariadb")
+def _delete_mysql(element: DeleteOrderedLimit, compiler: SQLCompiler, **kw: Any) -> str:
+    return (
+        f"DELETE FROM {compiler.preparer.format_table(element.table)} "
+        f"WHERE {compiler.process(element.whereclause, **kw)} "
+        f"ORDER BY {compiler.process(element.order_by, **kw)} LIMIT {element.limit:d}"
+    )
+
+
+def purge_lock_name(table: sa.Table) -> str:
+    """The ``GET_LOCK()`` name of ``table``'s purge: at most 64 characters (MySQL 5.7+)."""
+    name = f"sa_inbox.purge.{table.fullname}"
+    if len(name) <= 64:
+        return name
+    return f"sa_inbox.purge.{hashlib.sha256(table.fullname.encode()).hexdigest()[:48]}"
+
+
+class MySQLPurge(PurgeDialect):
+    """Purge batches on MySQL and MariaDB: one single-table ``DELETE … ORDER BY … LIMIT``.
+
+    ::
+
+        DELETE FROM t WHERE t.received_at < %s ORDER BY t.received_at LIMIT 5000
+
+    InnoDB walks the ``received_at`` index from the oldest row and stops after ``n`` rows.
+    MySQL cannot put ``LIMIT`` in an ``IN`` subquery, and a ``DELETE`` has no ``SKIP
+    LOCKED``, so two purgers are kept apart by the named lock ``GET_LOCK()`` held around
+    each batch (MySQL manual, "Locking Functions"): they take turns, batch by batch, and
+    never wait on each other's row locks. Claims never take that lock. The batches run at
+    READ COMMITTED, which takes no gap locks, so inserts of new claims are not blocked.
+    """
+
+    names = ("mysql", "mariadb")
+    #: READ COMMITTED: each batch sees the latest committed rows (and, on InnoDB, takes no
+    #: gap locks, so new claims are never blocked; MySQL manual, "Transaction Isolation
+    #: Levels").
+    isolation_level = "READ COMMITTED"
+    concurrency = "named lock GET_LOCK() around each batch"
+
+    def delete_batch(
+        self,
+        table: sa.Table,
+        expired: ColumnElement[bool],
+        order_by: ColumnElement[Any],
+        batch_size: int,
+    ) -> Executable:
+        return DeleteOrderedLimit(table, expired, order_by, batch_size)
+
+    @contextmanager
+    def exclusive(self, conn: Connection, table: sa.Table, timeout: float) -> Iterator[None]:
+        name = purge_lock_name(table)
+        acquired = conn.execute(sa.select(sa.func.get_lock(name, timeout))).scalar()
+        conn.commit()
+        if acquired != 1:
+            raise PurgeLockTimeout(f"another purger held {name!r} for over {timeout} s")
+        try:
+            yield
+        finally:
+            if conn.in_transaction():
+                conn.rollback()
+            conn.execute(sa.select(sa.func.release_lock(name)))
+            conn.commit()
 
 
 #: First releases with ``FOR UPDATE SKIP LOCKED`` (MySQL 8.0 manual, "Locking Read

@@ -16,12 +16,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql.expression import Executable
+from sqlalchemy.sql.expression import ColumnElement, Executable
 
 from .base import OnConflictDoNothingClaim, driver_error, sqlstate_of
+from .purge import PurgeDialect, primary_key_batch
 from .store_claim import CandidateQuery, StoreClaimDialect, require_version
 
-__all__ = ["PostgreSQLClaim", "PostgreSQLStoreClaim"]
+__all__ = ["PostgreSQLClaim", "PostgreSQLPurge", "PostgreSQLStoreClaim"]
 
 #: serialization_failure, deadlock_detected (PostgreSQL manual, Appendix A, "Error Codes").
 TRANSIENT_SQLSTATES = frozenset({"40001", "40P01"})
@@ -46,6 +47,72 @@ class PostgreSQLClaim(OnConflictDoNothingClaim):
 
     def is_transient(self, exc: DBAPIError) -> bool:
         return sqlstate_of(exc) in TRANSIENT_SQLSTATES
+
+
+class PostgreSQLPurge(PurgeDialect):
+    """Purge batches on PostgreSQL, by ``ctid`` with ``FOR UPDATE SKIP LOCKED``.
+
+    A plain table is purged by physical row address::
+
+        DELETE FROM t WHERE ctid = ANY (array((SELECT ctid FROM t WHERE t.received_at < :cutoff
+            ORDER BY t.received_at LIMIT :n FOR UPDATE SKIP LOCKED)))
+
+    The inner select walks the ``received_at`` index from the oldest row and stops after
+    ``n`` rows; the delete is a TID scan of exactly those rows (no scan of the table, no
+    primary-key lookups). A ctid is stable while the row is locked, and ``SKIP LOCKED`` makes
+    a second purger take the next rows instead of waiting (PostgreSQL manual, "SELECT", "The
+    Locking Clause"). A partitioned table (``relkind = 'p'``) repeats ctids across its
+    partitions, so it is purged by primary key instead (:func:`primary_key_batch`, also
+    with ``SKIP LOCKED``).
+    """
+
+    names = ("postgresql",)
+    #: READ COMMITTED: each batch sees the latest committed rows (and, on InnoDB, takes no
+    #: gap locks, so new claims are never blocked; MySQL manual, "Transaction Isolation
+    #: Levels").
+    isolation_level = "READ COMMITTED"
+    concurrency = "FOR UPDATE SKIP LOCKED in the batch select"
+
+    def delete_batch(
+        self,
+        table: sa.Table,
+        expired: ColumnElement[bool],
+        order_by: ColumnElement[Any],
+        batch_size: int,
+        *,
+        partitioned: bool = False,
+    ) -> Executable:
+        if partitioned:
+            return primary_key_batch(table, expired, order_by, batch_size, skip_locked=True)
+        ctid: ColumnElement[Any] = sa.literal_column("ctid")
+        batch = (
+            sa.select(ctid)
+            .select_from(table)
+            .where(expired)
+            .order_by(order_by)
+            .limit(batch_size)
+            .with_for_update(skip_locked=True)
+        )
+        return sa.delete(table).where(ctid == sa.any_(sa.func.array(batch.scalar_subquery())))
+
+    def batch_statement(
+        self,
+        conn: sa.Connection,
+        table: sa.Table,
+        expired: ColumnElement[bool],
+        order_by: ColumnElement[Any],
+        batch_size: int,
+    ) -> Executable:
+        return self.delete_batch(
+            table, expired, order_by, batch_size, partitioned=is_partitioned(conn, table)
+        )
+
+
+def is_partitioned(conn: sa.Connection, table: sa.Table) -> bool:
+    """Whether ``table`` is a partitioned table on ``conn``'s PostgreSQL server."""
+    name = conn.dialect.identifier_preparer.format_table(table)
+    query = sa.text("SELECT relkind FROM pg_class WHERE oid = to_regclass(:name)")
+    return conn.execute(query, {"name": name}).scalar() == "p"
 
 
 class PostgreSQLStoreClaim(StoreClaimDialect):

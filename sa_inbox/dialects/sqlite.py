@@ -9,6 +9,8 @@ reported as :class:`~sa_inbox.exc.TransientClaimError`.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,9 +19,10 @@ from sqlalchemy.exc import DBAPIError
 
 from ..exc import UnsupportedBackend
 from .base import OnConflictDoNothingClaim, driver_error
+from .purge import PurgeDialect
 from .store_claim import StoreClaimDialect
 
-__all__ = ["SQLiteClaim", "SQLiteStoreClaim"]
+__all__ = ["SQLiteClaim", "SQLitePurge", "SQLiteStoreClaim"]
 
 UPSERT_VERSION = (3, 24, 0)
 RETURNING_VERSION = (3, 35, 0)
@@ -79,6 +82,40 @@ class SQLiteClaim(OnConflictDoNothingClaim):
         if isinstance(code, int):
             return code & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
         return isinstance(orig, sqlite3.OperationalError) and "database is locked" in str(orig)
+
+
+class SQLitePurge(PurgeDialect):
+    """Purge batches on SQLite: the primary-key subquery, each batch ``BEGIN IMMEDIATE``.
+
+    ::
+
+        DELETE FROM t WHERE (t.message_id, t.consumer_name) IN (SELECT t.message_id,
+            t.consumer_name FROM t WHERE t.received_at < ? ORDER BY t.received_at
+            LIMIT ? OFFSET ?)
+
+    Row values need SQLite 3.15 (SQLite manual, "Row Values"). SQLite has one writer at a
+    time. A deferred transaction that reads before it writes can fail at once with
+    SQLITE_BUSY instead of waiting, when another writer is committing (SQLite manual,
+    "sqlite3_busy_handler": the handler is skipped where waiting could deadlock); so each
+    batch starts with ``BEGIN IMMEDIATE``, which takes the write lock first and waits up to
+    the driver's ``timeout`` for it. Two purgers (and the claims) then take turns.
+    """
+
+    names = ("sqlite",)
+    concurrency = "one writer at a time: BEGIN IMMEDIATE per batch"
+
+    @contextmanager
+    def exclusive(self, conn: sa.Connection, table: sa.Table, timeout: float) -> Iterator[None]:
+        dbapi_connection: Any = conn.connection.dbapi_connection
+        previous = getattr(dbapi_connection, "isolation_level", None)
+        if previous is None:  # autocommit: pysqlite emits no BEGIN at all
+            yield
+            return
+        dbapi_connection.isolation_level = "IMMEDIATE"  # pysqlite: BEGIN IMMEDIATE before DML
+        try:
+            yield
+        finally:
+            dbapi_connection.isolation_level = previous
 
 
 class SQLiteStoreClaim(StoreClaimDialect):

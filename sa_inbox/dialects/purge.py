@@ -1,0 +1,101 @@
+"""The shape every backend shares for the purge: delete one short batch of expired rows.
+
+:func:`sa_inbox.retention.purge` runs :meth:`PurgeDialect.batch_statement` in its own short
+transaction again and again until a batch deletes nothing. A backend module subclasses
+:class:`PurgeDialect` and specialises only what differs: the batch statement, how the batch
+is protected from a second purger running at the same time (``FOR UPDATE SKIP LOCKED`` in
+the batch's select, or an advisory lock around the batch), and the isolation level.
+
+The cut-off is always *inside* the limited part of the statement (``WHERE received_at <
+:cutoff … LIMIT n``), so the database stops after ``n`` expired rows and a batch never has
+to read past rows that are not expired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.expression import ColumnElement, Executable
+
+__all__ = ["PurgeDialect", "primary_key_batch"]
+
+
+def primary_key_batch(
+    table: sa.Table,
+    expired: ColumnElement[bool],
+    order_by: ColumnElement[Any],
+    batch_size: int,
+    *,
+    skip_locked: bool = False,
+) -> sa.Delete:
+    """``DELETE FROM t WHERE (primary key) IN (SELECT primary key FROM t WHERE expired
+    ORDER BY order_by LIMIT batch_size [FOR UPDATE SKIP LOCKED])``.
+
+    :param table: the table to purge; its primary key identifies the rows of the batch.
+    :param expired: the condition of an expired row (it holds the cut-off).
+    :param order_by: the column the batch is taken in order of (an indexed time column).
+    :param batch_size: rows per batch, at most.
+    :param skip_locked: lock the batch's rows and skip rows another transaction has locked
+        (PostgreSQL manual, "SELECT", "The Locking Clause").
+    """
+    keys = list(table.primary_key.columns)
+    batch = sa.select(*keys).where(expired).order_by(order_by).limit(batch_size)
+    if skip_locked:
+        batch = batch.with_for_update(skip_locked=True)
+    target: ColumnElement[Any] = keys[0] if len(keys) == 1 else sa.tuple_(*keys)
+    return sa.delete(table).where(target.in_(batch))
+
+
+class PurgeDialect:
+    """Batched deletes of expired rows for one database backend.
+
+    The default, used by SQLite and by backends sa-inbox does not know, is the primary-key
+    subquery of :func:`primary_key_batch` without row locks.
+    """
+
+    #: The SQLAlchemy dialect names this class serves.
+    names: ClassVar[tuple[str, ...]] = ()
+    #: Isolation level of the purge's own transactions (``None``: keep the engine's).
+    isolation_level: ClassVar[str | None] = None
+    #: How concurrent purgers are kept apart, for the documentation and the CLI.
+    concurrency: ClassVar[str] = "one writer at a time (the database lock)"
+
+    def delete_batch(
+        self,
+        table: sa.Table,
+        expired: ColumnElement[bool],
+        order_by: ColumnElement[Any],
+        batch_size: int,
+    ) -> Executable:
+        """The statement deleting at most ``batch_size`` rows matching ``expired``."""
+        return primary_key_batch(table, expired, order_by, batch_size)
+
+    def batch_statement(
+        self,
+        conn: Connection,
+        table: sa.Table,
+        expired: ColumnElement[bool],
+        order_by: ColumnElement[Any],
+        batch_size: int,
+    ) -> Executable:
+        """The batch statement for ``table`` as it exists on ``conn``'s database.
+
+        The default is :meth:`delete_batch`; a backend may look at the catalog first (see
+        :class:`~sa_inbox.dialects.postgresql.PostgreSQLPurge`).
+        """
+        return self.delete_batch(table, expired, order_by, batch_size)
+
+    @contextmanager
+    def exclusive(self, conn: Connection, table: sa.Table, timeout: float) -> Iterator[None]:
+        """Hold whatever keeps two purgers from deleting the same batch, around one batch.
+
+        Entered outside the batch's transaction and left after its commit. The default
+        holds nothing: the batch statement itself keeps purgers apart.
+
+        :param timeout: seconds to wait for another purger's batch.
+        """
+        yield

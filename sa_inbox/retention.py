@@ -1,0 +1,337 @@
+"""Retention: how long processed-message rows must live, and the batched purge of the rest.
+
+Every claim adds a row and nothing else removes it. A row may only go once the broker can no
+longer deliver its message again: after the longest redelivery of an unacked message
+(``max_redelivery``) plus the longest replay of old messages (``max_replay``: Kafka's
+``retention.ms``, SQS's ``MessageRetentionPeriod``, a RabbitMQ stream's ``max-age``). Delete
+it earlier and a late redelivery is claimed as new and processed a second time. So the
+window is a correctness setting: :class:`RetentionPolicy` holds it, and :func:`purge` refuses
+to delete inside it.
+
+:func:`purge` deletes in short transactions of at most ``batch_size`` rows, each with the
+cut-off inside its limited statement (see :mod:`sa_inbox.dialects.purge` for the SQL per
+backend), until a batch deletes nothing. Several purgers may run at once: PostgreSQL skips
+rows another purger has locked (``FOR UPDATE SKIP LOCKED``), MySQL/MariaDB take turns on a
+named lock per batch, SQLite has one writer at a time.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.expression import ColumnElement
+
+from .claim import Inbox
+from .dialects import PurgeDialect, purge_dialect_for
+from .exc import InvalidRetentionPolicy, RetentionWindowTooShort
+from .schema import DEFAULT_TABLE_NAME, processed_messages_table
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_LOCK_TIMEOUT",
+    "DEFAULT_MARGIN",
+    "Batch",
+    "PurgeTarget",
+    "RetentionPolicy",
+    "count_expired",
+    "database_now",
+    "purge",
+    "purge_target",
+]
+
+#: Rows per purge transaction, at most.
+DEFAULT_BATCH_SIZE = 5000
+#: Safety margin added to the broker's limits: clock skew, consumer lag, slow acks.
+DEFAULT_MARGIN = datetime.timedelta(hours=1)
+#: Seconds a MySQL/MariaDB purger waits for another purger's batch (``GET_LOCK``).
+DEFAULT_LOCK_TIMEOUT = 60.0
+
+_ZERO = datetime.timedelta(0)
+
+
+def _duration(value: object, name: str) -> datetime.timedelta:
+    if not isinstance(value, datetime.timedelta):
+        raise InvalidRetentionPolicy(f"{name} must be a datetime.timedelta, not {value!r}")
+    if value < _ZERO:
+        raise InvalidRetentionPolicy(f"{name} must not be negative, not {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """The broker's limits, from which the shortest safe retention window follows.
+
+    :param max_redelivery: the longest time the broker keeps redelivering a message that was
+        not acked (visibility timeouts times ``maxReceiveCount`` on SQS, the consumer
+        timeout and dead-letter policy on RabbitMQ, the longest consumer stall on Kafka);
+        a positive :class:`datetime.timedelta`.
+    :param max_replay: the longest time the broker keeps old messages that a consumer can be
+        rewound to (Kafka ``retention.ms``, SQS ``MessageRetentionPeriod``, a stream's
+        ``max-age``); ``timedelta(0)`` if messages are never replayed.
+    :param margin: added on top for clock skew and consumer lag; default one hour.
+    :raises InvalidRetentionPolicy: for a value that is not a timedelta, a negative one, or
+        a zero ``max_redelivery``.
+
+    Example::
+
+        policy = RetentionPolicy(max_redelivery=timedelta(days=1), max_replay=timedelta(days=7))
+        policy.window                     # 8 days 1 hour: rows younger than this stay
+        purge(engine, older_than=policy)  # deletes rows older than policy.window
+    """
+
+    max_redelivery: datetime.timedelta
+    max_replay: datetime.timedelta = _ZERO
+    margin: datetime.timedelta = DEFAULT_MARGIN
+
+    def __post_init__(self) -> None:
+        if _duration(self.max_redelivery, "max_redelivery") == _ZERO:
+            raise InvalidRetentionPolicy("max_redelivery must be positive: brokers redeliver")
+        _duration(self.max_replay, "max_replay")
+        _duration(self.margin, "margin")
+
+    @property
+    def window(self) -> datetime.timedelta:
+        """The shortest retention window: ``max_redelivery + max_replay + margin``."""
+        return self.max_redelivery + self.max_replay + self.margin
+
+    def check(self, older_than: datetime.timedelta) -> datetime.timedelta:
+        """Return ``older_than`` if purging rows older than it is safe under this policy.
+
+        :param older_than: the age beyond which rows would be deleted.
+        :raises RetentionWindowTooShort: if ``older_than`` is shorter than :attr:`window`.
+        :raises InvalidRetentionPolicy: if ``older_than`` is not a non-negative timedelta.
+        """
+        if _duration(older_than, "older_than") < self.window:
+            raise RetentionWindowTooShort(older_than, self.window)
+        return older_than
+
+
+def resolve_window(
+    older_than: RetentionPolicy | datetime.timedelta, policy: RetentionPolicy | None
+) -> datetime.timedelta:
+    """The checked window of a purge: a policy's own window, or a timedelta it allows.
+
+    :raises InvalidRetentionPolicy: for a bare timedelta with no policy to check it against.
+    :raises RetentionWindowTooShort: as :meth:`RetentionPolicy.check`.
+    """
+    if isinstance(older_than, RetentionPolicy):
+        return older_than.check(older_than.window)
+    if policy is None:
+        raise InvalidRetentionPolicy(
+            "older_than as a timedelta needs policy=RetentionPolicy(...): the window must be "
+            "checked against the broker's redelivery and replay limits"
+        )
+    return policy.check(older_than)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One committed purge batch, as reported to ``on_batch``.
+
+    :param rows: rows deleted by the batch (at most the batch size).
+    :param seconds: wall time of the batch's transaction, from its first statement to its
+        commit (the time its row locks were held).
+    :param total: rows deleted by this purge so far, this batch included.
+    :param cutoff: rows older than this database timestamp are expired.
+    """
+
+    rows: int
+    seconds: float
+    total: int
+    cutoff: datetime.datetime
+
+
+@dataclass(frozen=True)
+class PurgeTarget:
+    """What a purge deletes: rows of ``table`` whose ``time_column`` is before the cut-off.
+
+    :param table: the table; it needs a primary key and ``time_column`` (indexed, so that a
+        batch walks the index from the oldest row).
+    :param time_column: the column the window counts from (``received_at``).
+    :param condition: an extra condition every purged row must meet (e.g. the inbox store's
+        ``status = 'done'``), or ``None``.
+    :raises InvalidRetentionPolicy: if ``table`` has no column ``time_column``.
+    """
+
+    table: sa.Table
+    time_column: str = "received_at"
+    condition: ColumnElement[bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.time_column not in self.table.c:
+            raise InvalidRetentionPolicy(
+                f"table {self.table.name!r} has no column {self.time_column!r} to purge by"
+            )
+
+    @property
+    def order_by(self) -> sa.Column[Any]:
+        return self.table.c[self.time_column]
+
+    def expired(self, cutoff: datetime.datetime) -> ColumnElement[bool]:
+        """The condition of an expired row: older than ``cutoff`` (and ``condition``)."""
+        older = self.order_by < sa.bindparam("cutoff", cutoff, type_=self.order_by.type)
+        return older if self.condition is None else sa.and_(older, self.condition)
+
+
+def database_now(conn: Connection) -> datetime.datetime:
+    """The database's ``CURRENT_TIMESTAMP``: the clock ``received_at`` is written with."""
+    now = conn.execute(sa.select(sa.func.current_timestamp())).scalar_one()
+    if not isinstance(now, datetime.datetime):
+        raise TypeError(f"CURRENT_TIMESTAMP returned {now!r}")
+    return now
+
+
+def _processed_table(table: Inbox | sa.Table | None) -> sa.Table:
+    if table is None:
+        return processed_messages_table(sa.MetaData(), table_name=DEFAULT_TABLE_NAME)
+    if isinstance(table, Inbox):
+        return table.table
+    if isinstance(table, sa.Table):
+        return table
+    raise TypeError(f"table must be an Inbox or a Table, not {type(table).__name__}")
+
+
+def _check_batch_size(batch_size: object) -> int:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
+        raise InvalidRetentionPolicy(f"batch_size must be a positive int, not {batch_size!r}")
+    return batch_size
+
+
+@contextmanager
+def _purge_connection(bind: sa.Engine | Connection, dialect: PurgeDialect) -> Iterator[Connection]:
+    """A connection outside any transaction, at the dialect's isolation level."""
+    options = (
+        {} if dialect.isolation_level is None else {"isolation_level": dialect.isolation_level}
+    )
+    if isinstance(bind, sa.Engine):
+        with bind.connect() as conn:
+            yield conn.execution_options(**options)
+        return
+    if not isinstance(bind, Connection):
+        raise TypeError(f"bind must be an Engine or Connection, not {type(bind).__name__}")
+    if bind.in_transaction():
+        raise InvalidRetentionPolicy(
+            "purge runs its own short transactions: pass an Engine, or a Connection that is "
+            "not in a transaction"
+        )
+    yield bind.execution_options(**options)
+
+
+def purge_target(
+    bind: sa.Engine | Connection,
+    target: PurgeTarget,
+    older_than: datetime.timedelta,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    on_batch: Callable[[Batch], None] | None = None,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> int:
+    """Delete ``target``'s rows older than ``older_than`` in batches: the shape of every purge.
+
+    ``older_than`` must already be checked against a :class:`RetentionPolicy` (see
+    :func:`purge`). The cut-off is fixed once, from the database clock, at the start.
+
+    :returns: rows deleted by this call.
+    :raises PurgeLockTimeout: on MySQL/MariaDB, if another purger held the purge lock for
+        more than ``lock_timeout`` seconds.
+    """
+    batch_size = _check_batch_size(batch_size)
+    dialect = purge_dialect_for(bind.dialect.name)
+    with _purge_connection(bind, dialect) as conn:
+        cutoff = database_now(conn) - older_than
+        statement = dialect.batch_statement(
+            conn, target.table, target.expired(cutoff), target.order_by, batch_size
+        )
+        conn.commit()
+        total = 0
+        while True:
+            with dialect.exclusive(conn, target.table, lock_timeout):
+                started = time.perf_counter()
+                with conn.begin():
+                    result = conn.execute(statement, execution_options={"preserve_rowcount": True})
+                    rows = max(result.rowcount, 0)
+                seconds = time.perf_counter() - started
+            if rows == 0:
+                return total
+            total += rows
+            if on_batch is not None:
+                on_batch(Batch(rows=rows, seconds=seconds, total=total, cutoff=cutoff))
+
+
+def purge(
+    bind: sa.Engine | Connection,
+    *,
+    older_than: RetentionPolicy | datetime.timedelta,
+    policy: RetentionPolicy | None = None,
+    table: Inbox | sa.Table | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    on_batch: Callable[[Batch], None] | None = None,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> int:
+    """Delete processed-message rows older than the retention window, in short batches.
+
+    Each batch is its own transaction deleting at most ``batch_size`` rows whose
+    ``received_at`` is before the cut-off (``CURRENT_TIMESTAMP - older_than``, read once
+    from the database at the start); batches repeat until one deletes nothing. Rows claimed
+    while the purge runs are never touched, and claims keep flowing: each batch locks only
+    the rows it deletes.
+
+    Safe to run from several processes at once, with no row deleted (or counted) twice:
+    PostgreSQL batches skip rows another purger has locked (``FOR UPDATE SKIP LOCKED``);
+    MySQL/MariaDB purgers take turns on the named lock ``GET_LOCK()`` around each batch;
+    SQLite has one writer at a time; Oracle's ``DELETE`` waits on the other purger's row
+    locks and restarts on the committed rows.
+
+    :param bind: an Engine, or a Connection that is not in a transaction (the purge commits
+        each batch itself).
+    :param older_than: the :class:`RetentionPolicy` (rows older than its
+        :attr:`~RetentionPolicy.window` are deleted), or a longer :class:`datetime.timedelta`
+        together with ``policy``.
+    :param policy: the policy a timedelta ``older_than`` is checked against.
+    :param table: the :class:`~sa_inbox.Inbox` or its table; default: the table
+        ``inbox_processed_messages`` with the standard columns.
+    :param batch_size: rows per transaction, at most (default 5000).
+    :param on_batch: called after each committed batch with a :class:`Batch` (rows, seconds,
+        running total); for progress bars and measurements.
+    :param lock_timeout: seconds to wait for another purger's batch (MySQL/MariaDB).
+    :returns: the number of rows this call deleted.
+    :raises RetentionWindowTooShort: if the window is shorter than the policy allows
+        (``max_redelivery + max_replay + margin``); nothing is deleted.
+    :raises InvalidRetentionPolicy: for a bare timedelta without ``policy``, a bad
+        ``batch_size``, or a Connection already in a transaction; nothing is deleted.
+    :raises PurgeLockTimeout: as :func:`purge_target`.
+
+    Example::
+
+        policy = RetentionPolicy(max_redelivery=timedelta(hours=12), max_replay=timedelta(days=7))
+        deleted = purge(engine, older_than=policy, table=inbox)
+    """
+    window = resolve_window(older_than, policy)
+    target = PurgeTarget(_processed_table(table))
+    return purge_target(
+        bind, target, window, batch_size=batch_size, on_batch=on_batch, lock_timeout=lock_timeout
+    )
+
+
+def count_expired(
+    bind: sa.Engine | Connection,
+    target: PurgeTarget,
+    older_than: datetime.timedelta,
+) -> int:
+    """How many of ``target``'s rows are older than ``older_than`` now (for progress bars).
+
+    One ``COUNT(*)`` over the time index; the purge itself never needs it.
+    """
+    with _purge_connection(bind, purge_dialect_for(bind.dialect.name)) as conn:
+        cutoff = database_now(conn) - older_than
+        query = sa.select(sa.func.count()).select_from(target.table).where(target.expired(cutoff))
+        count = int(conn.execute(query).scalar_one())
+        conn.commit()
+        return count
