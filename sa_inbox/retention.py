@@ -32,6 +32,7 @@ from .claim import Inbox
 from .dialects import PurgeDialect, purge_dialect_for
 from .exc import InvalidRetentionPolicy, RetentionWindowTooShort
 from .schema import DEFAULT_TABLE_NAME, processed_messages_table
+from .store import DEAD, DONE, InboxStore, utc_now
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -40,10 +41,13 @@ __all__ = [
     "Batch",
     "PurgeTarget",
     "RetentionPolicy",
+    "StorePurgeResult",
     "count_expired",
     "database_now",
     "purge",
+    "purge_store",
     "purge_target",
+    "python_utc_now",
 ]
 
 #: Rows per purge transaction, at most.
@@ -148,6 +152,19 @@ class Batch:
     cutoff: datetime.datetime
 
 
+def database_now(conn: Connection) -> datetime.datetime:
+    """The database's ``CURRENT_TIMESTAMP``: the clock ``received_at`` is written with."""
+    now = conn.execute(sa.select(sa.func.current_timestamp())).scalar_one()
+    if not isinstance(now, datetime.datetime):
+        raise TypeError(f"CURRENT_TIMESTAMP returned {now!r}")
+    return now
+
+
+def python_utc_now(conn: Connection) -> datetime.datetime:
+    """Python's UTC clock: the clock the inbox store writes its timestamps with."""
+    return utc_now()
+
+
 @dataclass(frozen=True)
 class PurgeTarget:
     """What a purge deletes: rows of ``table`` whose ``time_column`` is before the cut-off.
@@ -157,12 +174,16 @@ class PurgeTarget:
     :param time_column: the column the window counts from (``received_at``).
     :param condition: an extra condition every purged row must meet (e.g. the inbox store's
         ``status = 'done'``), or ``None``.
+    :param clock: reads "now" for the cut-off, on the purge's connection: the clock the
+        rows' times were written with (:func:`database_now` for ``CURRENT_TIMESTAMP``
+        defaults, :func:`python_utc_now` for the store's Python UTC times).
     :raises InvalidRetentionPolicy: if ``table`` has no column ``time_column``.
     """
 
     table: sa.Table
     time_column: str = "received_at"
     condition: ColumnElement[bool] | None = None
+    clock: Callable[[Connection], datetime.datetime] = database_now
 
     def __post_init__(self) -> None:
         if self.time_column not in self.table.c:
@@ -178,14 +199,6 @@ class PurgeTarget:
         """The condition of an expired row: older than ``cutoff`` (and ``condition``)."""
         older = self.order_by < sa.bindparam("cutoff", cutoff, type_=self.order_by.type)
         return older if self.condition is None else sa.and_(older, self.condition)
-
-
-def database_now(conn: Connection) -> datetime.datetime:
-    """The database's ``CURRENT_TIMESTAMP``: the clock ``received_at`` is written with."""
-    now = conn.execute(sa.select(sa.func.current_timestamp())).scalar_one()
-    if not isinstance(now, datetime.datetime):
-        raise TypeError(f"CURRENT_TIMESTAMP returned {now!r}")
-    return now
 
 
 def _processed_table(table: Inbox | sa.Table | None) -> sa.Table:
@@ -245,7 +258,7 @@ def purge_target(
     batch_size = _check_batch_size(batch_size)
     dialect = purge_dialect_for(bind.dialect.name)
     with _purge_connection(bind, dialect) as conn:
-        cutoff = database_now(conn) - older_than
+        cutoff = target.clock(conn) - older_than
         statement = dialect.batch_statement(
             conn, target.table, target.expired(cutoff), target.order_by, batch_size
         )
@@ -330,8 +343,79 @@ def count_expired(
     One ``COUNT(*)`` over the time index; the purge itself never needs it.
     """
     with _purge_connection(bind, purge_dialect_for(bind.dialect.name)) as conn:
-        cutoff = database_now(conn) - older_than
+        cutoff = target.clock(conn) - older_than
         query = sa.select(sa.func.count()).select_from(target.table).where(target.expired(cutoff))
         count = int(conn.execute(query).scalar_one())
         conn.commit()
         return count
+
+
+@dataclass(frozen=True)
+class StorePurgeResult:
+    """Rows deleted from the inbox store by :func:`purge_store`.
+
+    :param done: ``done`` rows deleted.
+    :param dead: ``dead`` rows deleted (0 unless ``dead_older_than`` was given).
+    """
+
+    done: int
+    dead: int
+
+    @property
+    def total(self) -> int:
+        return self.done + self.dead
+
+
+def purge_store(
+    bind: sa.Engine | Connection,
+    store: InboxStore,
+    *,
+    older_than: RetentionPolicy | datetime.timedelta,
+    policy: RetentionPolicy | None = None,
+    dead_older_than: datetime.timedelta | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    on_batch: Callable[[Batch], None] | None = None,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+) -> StorePurgeResult:
+    """Delete old ``done`` rows (and, if asked, old ``dead`` rows) from the inbox store.
+
+    The same batched purge as :func:`purge` (:func:`purge_target`), on the store's table:
+    ``done`` rows whose ``processed_at`` is older than the window (the index
+    ``ix_<table>_purge (status, processed_at)`` serves the batches), then, only when
+    ``dead_older_than`` is given, ``dead`` rows whose ``received_at`` is older than that.
+    ``pending`` and ``processing`` rows are never touched. A store row is also the
+    deduplication record of its message, so both windows are checked against the policy.
+    The cut-off uses Python's UTC clock, the clock the store writes its times with.
+
+    :param bind: an Engine, or a Connection that is not in a transaction.
+    :param store: the :class:`~sa_inbox.store.InboxStore`.
+    :param older_than: the policy, or a timedelta with ``policy``: the ``done`` window.
+    :param policy: the policy a timedelta window is checked against.
+    :param dead_older_than: the ``dead`` rows' own window (dead letters are usually kept
+        longer, for inspection and replay); ``None`` (default) keeps every dead row.
+    :param batch_size: rows per transaction, at most.
+    :param on_batch: called after each committed batch (both phases).
+    :param lock_timeout: seconds to wait for another purger's batch (MySQL/MariaDB).
+    :returns: the rows deleted per status.
+    :raises RetentionWindowTooShort: if either window is inside the policy; nothing is
+        deleted.
+    :raises InvalidRetentionPolicy: as :func:`purge`.
+    """
+    window = resolve_window(older_than, policy)
+    checked = older_than if isinstance(older_than, RetentionPolicy) else policy
+    dead_window = None
+    if dead_older_than is not None:
+        dead_window = resolve_window(dead_older_than, checked)
+    table = store.table
+    done_target = PurgeTarget(table, "processed_at", table.c.status == DONE, python_utc_now)
+    options: dict[str, Any] = {
+        "batch_size": batch_size,
+        "on_batch": on_batch,
+        "lock_timeout": lock_timeout,
+    }
+    done = purge_target(bind, done_target, window, **options)
+    dead = 0
+    if dead_window is not None:
+        dead_target = PurgeTarget(table, "received_at", table.c.status == DEAD, python_utc_now)
+        dead = purge_target(bind, dead_target, dead_window, **options)
+    return StorePurgeResult(done=done, dead=dead)
