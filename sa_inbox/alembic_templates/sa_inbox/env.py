@@ -18,7 +18,7 @@ import sa_inbox.alembic
 config = context.config
 
 if config.config_file_name is not None:
-    fileConfig(config.config_file_name)
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 # The application's MetaData plus the inbox tables (see the [sa_inbox] section of alembic.ini).
 target_metadata = sa_inbox.alembic.target_metadata(config)
