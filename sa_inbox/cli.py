@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from .alembic_cli import alembic_group
+from .retention_cli import partitions_group, purge_command
 
 __all__ = ["main"]
 
@@ -160,6 +161,8 @@ def demo(
 
 
 main.add_command(alembic_group)
+main.add_command(purge_command)
+main.add_command(partitions_group)
 
 if __name__ == "__main__":
     main()

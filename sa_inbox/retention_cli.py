@@ -1,0 +1,373 @@
+"""``sa-inbox purge`` and ``sa-inbox partitions``: retention from the command line.
+
+- ``sa-inbox purge --url URL --max-redelivery 1d --max-replay 7d``: delete processed-message
+  rows older than the policy's window (or ``--older-than``, if longer) in batches, with a
+  progress bar; ``--store`` purges the inbox store's ``done`` rows instead (and ``dead``
+  rows with ``--dead-older-than``).
+- ``sa-inbox partitions maintain --url URL --table T --max-redelivery 1d ...``: create the
+  PostgreSQL partitions of the window and ahead, drop those wholly outside the window.
+- ``sa-inbox partitions list --url URL --table T``: the partitions and their ranges.
+
+Durations are a number and a unit: ``90s``, ``15m``, ``12h``, ``7d``, ``2w``.
+Exit codes: 0 done; 2 usage error or a window the policy refuses (nothing deleted); 3 the
+command could not run (database error).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["Duration", "partitions_group", "purge_command"]
+
+#: Exit code when a command could not run (the same as ``sa_inbox.cli``).
+EXIT_ERROR = 3
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
+class RetentionCommandError(click.ClickException):
+    """The command could not run; printed as ``Error: ...`` with exit code 3."""
+
+    exit_code = EXIT_ERROR
+
+
+class Duration(click.ParamType):  # type: ignore[type-arg]
+    """A duration such as ``90s``, ``15m``, ``12h``, ``7d`` or ``2w``, as a timedelta.
+
+    (``click.ParamType`` is generic only in newer click releases, hence the ignore.)
+    """
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime.timedelta:
+        if isinstance(value, datetime.timedelta):
+            return value
+        match = _DURATION.match(str(value))
+        if match is None:
+            self.fail(f"{value!r} is not a duration like 90s, 15m, 12h, 7d or 2w", param, ctx)
+        return datetime.timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+DURATION = Duration()
+
+
+def _policy_options(command: Any) -> Any:
+    options = [
+        click.option(
+            "--max-redelivery",
+            type=DURATION,
+            required=True,
+            help="Longest time the broker redelivers an unacked message.",
+        ),
+        click.option(
+            "--max-replay",
+            type=DURATION,
+            default="0s",
+            show_default=True,
+            help="Longest time the broker keeps old messages for replay.",
+        ),
+        click.option(
+            "--margin",
+            type=DURATION,
+            default="1h",
+            show_default=True,
+            help="Safety margin on top (clock skew, consumer lag).",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _target_options(command: Any) -> Any:
+    options = [
+        click.option("--url", required=True, help="Database URL (SQLAlchemy form)."),
+        click.option("--table", default=None, help="Table name (default: the standard name)."),
+        click.option("--schema", default=None, help="Schema of the table."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _engine(url: str) -> Any:
+    import sqlalchemy as sa
+
+    try:
+        return sa.create_engine(url)
+    except (sa.exc.ArgumentError, ImportError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--url") from exc
+
+
+@click.command("purge")
+@_target_options
+@_policy_options
+@click.option(
+    "--older-than",
+    type=DURATION,
+    default=None,
+    help="Delete rows older than this (at least the policy's window; default: the window).",
+)
+@click.option("--store", is_flag=True, help="Purge the inbox store's done rows instead.")
+@click.option(
+    "--dead-older-than",
+    type=DURATION,
+    default=None,
+    help="With --store: also delete dead rows older than this (default: keep them).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=5000,
+    show_default=True,
+    help="Rows per transaction, at most.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the figures (rows, batches, longest batch) to this JSON file.",
+)
+def purge_command(
+    url: str,
+    table: str | None,
+    schema: str | None,
+    max_redelivery: datetime.timedelta,
+    max_replay: datetime.timedelta,
+    margin: datetime.timedelta,
+    older_than: datetime.timedelta | None,
+    store: bool,
+    dead_older_than: datetime.timedelta | None,
+    batch_size: int,
+    json_path: Path | None,
+) -> None:
+    """Delete rows older than the retention window, in short batches, with a progress bar.
+
+    The window is at least --max-redelivery + --max-replay + --margin: a shorter
+    --older-than is refused and nothing is deleted.
+    """
+    import sqlalchemy as sa
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from . import retention
+    from .exc import InboxError, RetentionWindowTooShort
+
+    if dead_older_than is not None and not store:
+        raise click.UsageError("--dead-older-than needs --store")
+    try:
+        policy = retention.RetentionPolicy(max_redelivery, max_replay, margin)
+        window = retention.resolve_window(older_than or policy, policy)
+        if dead_older_than is not None:
+            retention.resolve_window(dead_older_than, policy)
+    except RetentionWindowTooShort as exc:
+        raise click.UsageError(str(exc)) from exc
+    except InboxError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+    console = Console(stderr=True)
+    engine = _engine(url)
+    batches: list[retention.Batch] = []
+    started = time.perf_counter()
+    try:
+        target, runner = _purge_plan(
+            engine, table, schema, store, policy, window, dead_older_than, batch_size
+        )
+        expected = retention.count_expired(engine, target, window)
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
+            task = progress.add_task(f"purging {target.table.fullname}", total=expected or None)
+
+            def on_batch(batch: retention.Batch) -> None:
+                batches.append(batch)
+                progress.update(task, advance=batch.rows)
+
+            deleted = runner(on_batch)
+    except sa.exc.SQLAlchemyError as exc:
+        raise RetentionCommandError(f"purge failed: {exc}") from exc
+    finally:
+        engine.dispose()
+    elapsed = time.perf_counter() - started
+    figures = _figures(deleted, batches, elapsed, window)
+    click.echo(
+        f"deleted {figures['rows']} rows in {figures['batches']} batches "
+        f"(longest {figures['longest_batch_seconds'] * 1000:.0f} ms) in {elapsed:.1f} s"
+    )
+    if json_path is not None:
+        json_path.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def _purge_plan(
+    engine: Any,
+    table: str | None,
+    schema: str | None,
+    store: bool,
+    policy: Any,
+    window: datetime.timedelta,
+    dead_older_than: datetime.timedelta | None,
+    batch_size: int,
+) -> tuple[Any, Any]:
+    """The target to count for the progress bar, and the purge to run."""
+    import sqlalchemy as sa
+
+    from . import retention
+
+    if store:
+        from .store import DEFAULT_STORE_TABLE, DONE, InboxStore
+
+        inbox_store = InboxStore(
+            sa.MetaData(), table_name=table or DEFAULT_STORE_TABLE, schema=schema
+        )
+        t = inbox_store.table
+        target = retention.PurgeTarget(
+            t, "processed_at", t.c.status == DONE, retention.python_utc_now
+        )
+
+        def run_store(on_batch: Any) -> int:
+            result = retention.purge_store(
+                engine,
+                inbox_store,
+                older_than=window,
+                policy=policy,
+                dead_older_than=dead_older_than,
+                batch_size=batch_size,
+                on_batch=on_batch,
+            )
+            return result.total
+
+        return target, run_store
+
+    from .schema import DEFAULT_TABLE_NAME
+
+    reflected = sa.Table(
+        table or DEFAULT_TABLE_NAME, sa.MetaData(), schema=schema, autoload_with=engine
+    )
+
+    def run(on_batch: Any) -> int:
+        return retention.purge(
+            engine,
+            older_than=window,
+            policy=policy,
+            table=reflected,
+            batch_size=batch_size,
+            on_batch=on_batch,
+        )
+
+    return retention.PurgeTarget(reflected), run
+
+
+def _figures(
+    deleted: int, batches: list[Any], elapsed: float, window: datetime.timedelta
+) -> dict[str, Any]:
+    longest = max((batch.seconds for batch in batches), default=0.0)
+    return {
+        "rows": deleted,
+        "batches": len(batches),
+        "longest_batch_seconds": round(longest, 6),
+        "seconds": round(elapsed, 3),
+        "rows_per_second": round(deleted / elapsed, 1) if elapsed > 0 else None,
+        "window_seconds": window.total_seconds(),
+    }
+
+
+@click.group("partitions")
+def partitions_group() -> None:
+    """PostgreSQL time partitions of the processed-messages table."""
+
+
+def _partitioned_table(engine: Any, table: str | None, schema: str | None) -> Any:
+    import sqlalchemy as sa
+
+    from .schema import DEFAULT_TABLE_NAME
+
+    if engine.dialect.name != "postgresql":
+        raise click.UsageError("time partitions are a PostgreSQL feature")
+    return sa.Table(table or DEFAULT_TABLE_NAME, sa.MetaData(), schema=schema, autoload_with=engine)
+
+
+@partitions_group.command("maintain")
+@_target_options
+@_policy_options
+@click.option("--interval", type=DURATION, default="1d", show_default=True, help="Width.")
+@click.option(
+    "--ahead", type=DURATION, default="7d", show_default=True, help="Create partitions ahead."
+)
+def maintain_command(
+    url: str,
+    table: str | None,
+    schema: str | None,
+    max_redelivery: datetime.timedelta,
+    max_replay: datetime.timedelta,
+    margin: datetime.timedelta,
+    interval: datetime.timedelta,
+    ahead: datetime.timedelta,
+) -> None:
+    """Create the partitions of the window and ahead; drop those wholly outside the window.
+
+    Refuses (exit 2, nothing changed) a table partitioned by arrival time.
+    """
+    import sqlalchemy as sa
+
+    from .exc import InboxError, UnsafePartitionKey
+    from .partitions import maintain_partitions
+    from .retention import RetentionPolicy
+
+    try:
+        policy = RetentionPolicy(max_redelivery, max_replay, margin)
+    except InboxError as exc:
+        raise click.UsageError(str(exc)) from exc
+    engine = _engine(url)
+    try:
+        result = maintain_partitions(
+            engine,
+            _partitioned_table(engine, table, schema),
+            policy=policy,
+            interval=interval,
+            ahead=ahead,
+        )
+    except UnsafePartitionKey as exc:
+        raise click.UsageError(str(exc)) from exc
+    except sa.exc.SQLAlchemyError as exc:
+        raise RetentionCommandError(f"partition maintenance failed: {exc}") from exc
+    finally:
+        engine.dispose()
+    click.echo(f"created {len(result.created)}: {', '.join(result.created) or '-'}")
+    click.echo(f"dropped {len(result.dropped)}: {', '.join(result.dropped) or '-'}")
+
+
+@partitions_group.command("list")
+@_target_options
+def list_command(url: str, table: str | None, schema: str | None) -> None:
+    """The partitions of the table and their ranges, oldest first (one per line)."""
+    import sqlalchemy as sa
+
+    from .partitions import list_partitions
+
+    engine = _engine(url)
+    try:
+        parent = _partitioned_table(engine, table, schema)
+        with engine.connect() as conn:
+            partitions = list_partitions(conn, parent)
+    except sa.exc.SQLAlchemyError as exc:
+        raise RetentionCommandError(f"could not list partitions: {exc}") from exc
+    finally:
+        engine.dispose()
+    for partition in partitions:
+        click.echo(
+            f"{partition.name}\t{partition.lower.isoformat()}\t{partition.upper.isoformat()}"
+        )
