@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from .dialects import ClaimDialect, claim_dialect_for
 from .dialects.oracle import INSERT_COLUMNS_INFO
-from .dialects.store_claim import StoreClaimDialect
+from .dialects.store_claim import CandidateQuery, StoreClaimDialect
 from .dialects.store_registry import store_claim_dialect_for
 from .exc import ClaimLost, InvalidStoreArgument
 from .retry import is_transient
@@ -166,7 +166,7 @@ def inbox_store_table(
     token), ``attempts`` (counted at claim time), ``last_error`` and ``processed_at``.
 
     Indexes, named the same on every backend: ``ix_<table>_claim`` (consumer_name, status,
-    received_at) serves the claim's scan in arrival order; ``ix_<table>_aggregate``
+    received_at, id) serves the claim's scan in arrival order; ``ix_<table>_aggregate``
     (consumer_name, aggregate_id, status) the per-aggregate ordering check;
     ``ix_<table>_purge`` (status, processed_at) a purge of old ``done`` rows.
 
@@ -203,12 +203,16 @@ def inbox_store_table(
         sa.Column("processed_at", UTCDateTime(), nullable=True),
         sa.UniqueConstraint("message_id", "consumer_name", name=f"uq_{table_name}_message"),
         sa.CheckConstraint(f"status IN ({statuses})", name=f"ck_{table_name}_status"),
-        sa.Index(f"ix_{table_name}_claim", "consumer_name", "status", "received_at"),
+        sa.Index(f"ix_{table_name}_claim", "consumer_name", "status", "received_at", "id"),
         sa.Index(f"ix_{table_name}_aggregate", "consumer_name", "aggregate_id", "status"),
         sa.Index(f"ix_{table_name}_purge", "status", "processed_at"),
         schema=schema,
         comment="sa-inbox: stored messages, processed later by workers",
-        info={INSERT_COLUMNS_INFO: list(RECEIVE_COLUMNS)},
+        info={
+            INSERT_COLUMNS_INFO: list(RECEIVE_COLUMNS),
+            # Marks the table for Alembic autogenerate (sa_inbox.alembic): kind + options.
+            "sa_inbox": {"kind": "store", "options": {"message_id_length": message_id_length}},
+        },
     )
 
 
@@ -468,26 +472,74 @@ class InboxStore:
         :raises InvalidStoreArgument: for a bad ``limit``, timeout or ``max_attempts``.
         """
         _positive_int(limit, "limit")
-        _positive_int(max_attempts, "max_attempts")
-        stale_before = _aware(now) - _seconds(visibility_timeout, "visibility_timeout")
         when = _aware(now)
-        consumer = validate_key(consumer_name, "consumer_name", self.message_id_length)
         token = validate_key(claimed_by, "claimed_by", 255)
-
-        def candidates(source: sa.FromClause) -> sa.Select[Any]:
-            where = self._claimable(source, consumer, when, stale_before, max_attempts, ordered)
-            return sa.select(source.c.id).where(where).order_by(source.c.received_at, source.c.id)
-
+        candidates = self.candidates(
+            consumer_name=consumer_name,
+            visibility_timeout=visibility_timeout,
+            max_attempts=max_attempts,
+            ordered=ordered,
+            now=when,
+        )
         values = {
             "status": PROCESSING,
             "claimed_at": when,
             "claimed_by": token,
             "attempts": self.table.c.attempts + 1,
         }
+        rows: list[RowMapping] = []
         with self.transaction(engine) as (conn, dialect):
-            rows = dialect.claim(conn, self.table, candidates, limit, values)
+            for query in candidates:
+                rows.extend(dialect.claim(conn, self.table, query, limit - len(rows), values))
+                if len(rows) >= limit:
+                    break
         messages = [_message(row) for row in rows]
         return sorted(messages, key=lambda m: (m.received_at, m.id))
+
+    def candidates(
+        self,
+        *,
+        visibility_timeout: float,
+        max_attempts: int,
+        consumer_name: str = DEFAULT_CONSUMER,
+        ordered: bool = False,
+        now: datetime.datetime | None = None,
+    ) -> tuple[CandidateQuery, CandidateQuery]:
+        """The claim's choice of rows: abandoned claims first, then pending rows.
+
+        Each is a :data:`~sa_inbox.dialects.store_claim.CandidateQuery`, ``SELECT source.id
+        FROM source WHERE consumer_name = :c AND status = :s AND … ORDER BY
+        source.received_at, source.id``, with the rules of :meth:`claim`; the backend adds
+        the limit and the locking clause. Two queries, each on one ``status``, so that the
+        index ``ix_<table>_claim`` (consumer_name, status, received_at, id) delivers rows in
+        claim order and the scan stops after ``limit`` rows: with ``status IN (…)`` the
+        database must read and sort every candidate first, and InnoDB then locks them all
+        (MySQL manual, "Locks Set by Different SQL Statements in InnoDB"), so a second
+        worker's ``SKIP LOCKED`` would skip the whole backlog.
+
+        :raises InvalidStoreArgument: for a bad timeout or ``max_attempts``.
+        :raises InvalidMessageId: for a bad ``consumer_name``.
+        """
+        _positive_int(max_attempts, "max_attempts")
+        when = _aware(now)
+        stale_before = when - _seconds(visibility_timeout, "visibility_timeout")
+        consumer = validate_key(consumer_name, "consumer_name", self.message_id_length)
+
+        def query(status: str) -> CandidateQuery:
+            def candidates(source: sa.FromClause) -> sa.Select[Any]:
+                c = source.c
+                if status == PENDING:
+                    claimable = c.available_at <= when
+                else:
+                    claimable = sa.and_(c.claimed_at < stale_before, c.attempts < max_attempts)
+                where = sa.and_(c.consumer_name == consumer, c.status == status, claimable)
+                if ordered:
+                    where = sa.and_(where, self._first_of_aggregate(source))
+                return sa.select(c.id).where(where).order_by(c.received_at, c.id)
+
+            return candidates
+
+        return query(PROCESSING), query(PENDING)
 
     def complete(
         self,
@@ -689,23 +741,9 @@ class InboxStore:
                 dialect.begin_write(conn)
                 yield conn, dialect
 
-    def _claimable(
-        self,
-        source: sa.FromClause,
-        consumer: str,
-        now: datetime.datetime,
-        stale_before: datetime.datetime,
-        max_attempts: int,
-        ordered: bool,
-    ) -> sa.ColumnElement[bool]:
+    def _first_of_aggregate(self, source: sa.FromClause) -> sa.ColumnElement[bool]:
+        """No other row of the aggregate is processing or pending ahead of this one."""
         c = source.c
-        pending = sa.and_(c.status == PENDING, c.available_at <= now)
-        abandoned = sa.and_(
-            c.status == PROCESSING, c.claimed_at < stale_before, c.attempts < max_attempts
-        )
-        where = sa.and_(c.consumer_name == consumer, sa.or_(pending, abandoned))
-        if not ordered:
-            return where
         e = self.table.alias("earlier")
         ahead = sa.or_(
             e.c.received_at < c.received_at,
@@ -717,7 +755,7 @@ class InboxStore:
             e.c.id != c.id,
             sa.or_(e.c.status == PROCESSING, sa.and_(e.c.status == PENDING, ahead)),
         )
-        return sa.and_(where, ~sa.exists(blocking))
+        return ~sa.exists(blocking)
 
     def _update_claimed(
         self, conn: Connection, message: StoredMessage, values: Mapping[str, Any]

@@ -20,6 +20,7 @@ attempts to ``dead``.
 from __future__ import annotations
 
 import datetime
+import functools
 import itertools
 import logging
 import os
@@ -179,6 +180,13 @@ class Worker:
         Stops early if :attr:`stop_event` is set, releasing the messages not yet started.
         A transient database error during the claim (deadlock, busy SQLite) claims nothing.
         """
+        batch = self._claim(thread)
+        if batch:
+            self._process_batch(batch)
+        return len(batch or ())
+
+    def _claim(self, thread: int) -> list[StoredMessage] | None:
+        """One claim; ``None`` if the database aborted it (retry), else the batch."""
         token = f"{self.name}/{thread}#{next(self._sequence)}"
         try:
             batch = self.store.claim(
@@ -194,18 +202,19 @@ class Worker:
             if not self.store.is_transient(exc):
                 raise
             logger.info("claim aborted, retrying", extra={"action": "claim", "error": str(exc)})
-            return 0
-        if not batch:
-            return 0
-        logger.debug("claimed", extra={"action": "claim", "token": token, "count": len(batch)})
-        if self.on_claim is not None:
-            self.on_claim(token, batch)
+            return None
+        if batch:
+            logger.debug("claimed", extra={"action": "claim", "token": token, "count": len(batch)})
+            if self.on_claim is not None:
+                self.on_claim(token, batch)
+        return batch
+
+    def _process_batch(self, batch: Sequence[StoredMessage]) -> None:
         for index, message in enumerate(batch):
             if self.stop_event.is_set():
                 self._release(batch[index:])
                 break
             self._count(self.process(message))
-        return len(batch)
 
     def process(self, message: StoredMessage) -> str:
         """Run the handler for one claimed message; return the outcome.
@@ -235,7 +244,8 @@ class Worker:
                 "reaped abandoned claims",
                 extra={"action": "reap", "released": result.released, "dead": result.dead},
             )
-        self._count("reaped_dead", result.dead)
+        if result.dead:
+            self._count("reaped_dead", result.dead)
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -283,11 +293,13 @@ class Worker:
             if thread == 0 and time.monotonic() >= next_reap:
                 next_reap = time.monotonic() + self.reap_interval
                 self._guarded(self.reap)
-            claimed = self._guarded(lambda: self.run_once(thread))
-            if claimed == 0 and until_empty:
-                return
-            if not claimed:
-                self.stop_event.wait(self.poll_interval)
+            batch = self._guarded(lambda: self._claim(thread))
+            if batch:
+                self._guarded(functools.partial(self._process_batch, batch))
+                continue
+            if batch is not None and until_empty:
+                return  # nothing claimable (not merely a claim aborted by the database)
+            self.stop_event.wait(self.poll_interval)
 
     def _guarded(self, step: Callable[[], Any]) -> Any:
         """Run one step; log and swallow an unexpected error so the worker keeps going."""

@@ -1,0 +1,100 @@
+"""The store tests' schema: an inbox store plus an ``effects`` table the handlers write.
+
+``effects`` has no unique key on ``message_id`` on purpose: a message processed twice shows
+up as two rows instead of an error, so the tests can count it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from sa_inbox.store import InboxStore, StoredMessage
+
+TABLE = "store_test_inbox"
+
+
+def make_engine(url: str) -> sa.Engine:
+    """An engine for the tests; SQLite in WAL mode (one fsync-free commit per message)."""
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"timeout": 60})
+        sa.event.listen(engine, "connect", _sqlite_wal)
+        return engine
+    return sa.create_engine(url, pool_size=5, max_overflow=5)
+
+
+def _sqlite_wal(dbapi_connection: Any, record: object) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+class StoreApp:
+    """The store and the effects table on ``engine``."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self.metadata = sa.MetaData()
+        self.store = InboxStore(self.metadata, table_name=TABLE)
+        self.effects = sa.Table(
+            "store_test_effects",
+            self.metadata,
+            sa.Column(
+                "id",
+                sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+                sa.Identity(),
+                primary_key=True,
+            ),
+            sa.Column("message_id", sa.String(255), nullable=False),
+            sa.Column("aggregate_id", sa.String(255), nullable=True),
+            sa.Column("seq", sa.Integer, nullable=True),
+            sa.Column("claimed_by", sa.String(255), nullable=False),
+        )
+
+    def reset(self) -> None:
+        self.drop()
+        self.metadata.create_all(self.engine)
+
+    def drop(self) -> None:
+        self.metadata.drop_all(self.engine, checkfirst=True)
+
+    # -- the business change --------------------------------------------------------------
+
+    def apply(self, session: Session, message: StoredMessage) -> None:
+        """The handler's business change: one effect row."""
+        payload: dict[str, Any] = message.payload
+        session.execute(
+            self.effects.insert().values(
+                message_id=message.message_id,
+                aggregate_id=message.aggregate_id,
+                seq=payload.get("seq"),
+                claimed_by=message.claimed_by,
+            )
+        )
+
+    # -- state ----------------------------------------------------------------------------
+
+    def effect_ids(self) -> list[str]:
+        """``message_id`` of every effect row, in insertion order (duplicates kept)."""
+        query = sa.select(self.effects.c.message_id).order_by(self.effects.c.id)
+        with self.engine.connect() as conn:
+            return list(conn.execute(query).scalars())
+
+    def effects_by_aggregate(self) -> dict[str, list[int]]:
+        """Sequence numbers applied per aggregate, in the order they were applied."""
+        query = sa.select(self.effects.c.aggregate_id, self.effects.c.seq).order_by(
+            self.effects.c.id
+        )
+        applied: dict[str, list[int]] = {}
+        with self.engine.connect() as conn:
+            for aggregate, seq in conn.execute(query):
+                applied.setdefault(aggregate, []).append(seq)
+        return applied
+
+    def row(self, message_id: str) -> sa.RowMapping:
+        t = self.store.table
+        with self.engine.connect() as conn:
+            return conn.execute(sa.select(t).where(t.c.message_id == message_id)).mappings().one()

@@ -1,0 +1,361 @@
+"""The inbox store on real servers (SQLite, PostgreSQL, MariaDB; Oracle when configured).
+
+Workers are separate processes (``tests/store/child.py``) started together at a barrier;
+every claimed batch is logged by the worker before it processes it, and the handler writes
+one ``effects`` row per message in the transaction that marks the message done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from sa_inbox.exc import InvalidMessageId, InvalidStoreArgument
+from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming, ReapResult, StoredMessage
+from sa_inbox.worker import Backoff, Worker
+from tests.store.app import StoreApp, make_engine
+
+pytestmark = pytest.mark.backend
+
+ROOT = Path(__file__).resolve().parents[2]
+VISIBILITY = 2.0  # seconds: the visibility timeout of the crash tests
+
+
+@pytest.fixture
+def store_app(url: str) -> Iterator[StoreApp]:
+    engine = make_engine(url)
+    app = StoreApp(engine)
+    app.reset()
+    yield app
+    app.drop()
+    engine.dispose()
+
+
+def start(url: str, mode: str, log_path: Path, **options: object) -> subprocess.Popen[str]:
+    args = [f"{key}={value}" for key, value in options.items()]
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.store.child", url, mode, str(log_path), *args],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def release_together(children: list[subprocess.Popen[str]]) -> None:
+    """The barrier: wait until every child is connected, then let them all go at once."""
+    for child in children:
+        assert child.stdout is not None and child.stdin is not None
+        line = child.stdout.readline().strip()
+        assert line == "READY", (
+            f"child said {line!r}: {child.stderr.read() if child.stderr else ''}"
+        )
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write("GO\n")
+        child.stdin.flush()
+
+
+def finish(child: subprocess.Popen[str], timeout: float = 120) -> dict[str, int]:
+    out, err = child.communicate(timeout=timeout)
+    assert child.returncode == 0, err
+    stats: dict[str, int] = json.loads(out.strip().splitlines()[-1])
+    return stats
+
+
+def read_batches(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def wait_until(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def stream_with_duplicates(count: int, duplicates: int, seed: int) -> list[Incoming]:
+    """``count`` messages plus ``duplicates`` redeliveries of earlier ones, later in the stream."""
+    rng = random.Random(seed)
+    stream = [Incoming(f"msg-{i:05d}", {"seq": i}) for i in range(count)]
+    for _ in range(duplicates):
+        position = rng.randrange(1, len(stream))
+        stream.insert(position, stream[rng.randrange(position)])
+    return stream
+
+
+def receive_stream(app: StoreApp, stream: list[Incoming], chunk: int = 100) -> int:
+    """Receive a stream as a consumer would: one transaction per broker poll. Returns new."""
+    new = 0
+    for start_at in range(0, len(stream), chunk):
+        with app.engine.begin() as conn:
+            new += len(app.store.receive_many(conn, stream[start_at : start_at + chunk]))
+    return new
+
+
+# -- receive ---------------------------------------------------------------------------------
+
+
+def test_receive_stores_each_message_once(store_app: StoreApp) -> None:
+    store = store_app.store
+    with store_app.engine.begin() as conn:
+        assert store.receive(conn, "m-1", {"amount": "10.00"}, aggregate_id="acct-1")
+        assert not store.receive(conn, "m-1", {"amount": "99.00"})
+        assert store.receive(conn, "M-1", [1, 2], message_type="case differs")
+    with store_app.engine.begin() as conn:
+        new = store.receive_many(
+            conn,
+            [Incoming("m-2", None), Incoming("m-1", 0), Incoming("m-3", "x"), Incoming("m-2", 1)],
+        )
+    assert new == {"m-2", "m-3"}
+    assert store.counts(store_app.engine) == {PENDING: 4, PROCESSING: 0, DONE: 0, DEAD: 0}
+    assert store_app.row("m-1")["payload"] == {"amount": "10.00"}
+    assert store_app.row("m-2")["payload"] is None
+    assert store_app.row("m-1")["aggregate_id"] == "acct-1"
+
+
+def test_receive_rolled_back_or_refused_leaves_nothing(store_app: StoreApp) -> None:
+    store = store_app.store
+    with pytest.raises(RuntimeError), store_app.engine.begin() as conn:
+        store.receive(conn, "m-1", 1)
+        raise RuntimeError("the consumer failed before its commit")
+    with store_app.engine.begin() as conn:
+        with pytest.raises(InvalidStoreArgument):
+            store.receive(conn, "m-2", {"amount": float("inf")})
+        with pytest.raises(InvalidMessageId):
+            store.receive_many(conn, [Incoming("m-3", 1), Incoming("", 2)])
+    assert store.counts(store_app.engine)[PENDING] == 0
+    with store_app.engine.begin() as conn:
+        assert store.receive(conn, "m-1", 1), "the rolled-back receive did not count"
+
+
+# -- N worker processes ------------------------------------------------------------------------
+
+
+def test_worker_processes_drain_the_store_exactly_once(
+    url: str, store_app: StoreApp, tmp_path: Path
+) -> None:
+    count, duplicates, workers = 2000, 300, 3
+    stream = stream_with_duplicates(count, duplicates, seed=4)
+    assert receive_stream(store_app, stream) == count, "every redelivery skipped at receive"
+    log = tmp_path / "batches.jsonl"
+    children = [start(url, "drain", log, batch=25) for _ in range(workers)]
+    release_together(children)
+    stats = [finish(child) for child in children]
+
+    batches = read_batches(log)
+    claimed = [i for batch in batches for i in batch["ids"]]
+    assert len(claimed) == len(set(claimed)) == count, "no row was in two batches"
+    assert len({b["pid"] for b in batches}) == workers, "every process took part"
+    assert sum(s.get("done", 0) for s in stats) == count
+    effects = store_app.effect_ids()
+    assert len(effects) == len(set(effects)) == count, "every message processed exactly once"
+    assert store_app.store.counts(store_app.engine) == {
+        PENDING: 0,
+        PROCESSING: 0,
+        DONE: count,
+        DEAD: 0,
+    }
+
+
+def test_per_aggregate_order_with_out_of_order_arrival(
+    url: str, store_app: StoreApp, tmp_path: Path
+) -> None:
+    aggregates, per_aggregate = 30, 12
+    rng = random.Random(7)
+    # Each aggregate's messages arrive in its own order, interleaved at random with the
+    # other aggregates', in polls of random size, while the workers are already running;
+    # late redeliveries of earlier messages are mixed in. Every 5th message fails its first
+    # attempt, so the next message of its aggregate is claimable by time but must wait.
+    queues = [
+        [
+            Incoming(f"a{a:02d}-{s:02d}", {"seq": s}, aggregate_id=f"a{a:02d}")
+            for s in range(per_aggregate)
+        ]
+        for a in range(aggregates)
+    ]
+    stream: list[Incoming] = []
+    while any(queues):
+        queue = rng.choice([q for q in queues if q])
+        stream.append(queue.pop(0))
+        if rng.random() < 0.1:
+            stream.append(rng.choice(stream))
+    log = tmp_path / "batches.jsonl"
+    children = [
+        start(url, "serve", log, batch=10, ordered=1, fail_first=5, visibility=30) for _ in range(3)
+    ]
+    release_together(children)
+    position = 0
+    while position < len(stream):
+        size = rng.randint(1, 25)
+        with store_app.engine.begin() as conn:
+            store_app.store.receive_many(conn, stream[position : position + size])
+        position += size
+        time.sleep(rng.random() * 0.02)
+    total = aggregates * per_aggregate
+    wait_until(
+        lambda: store_app.store.counts(store_app.engine)[DONE] == total, 120, "all processed"
+    )
+    for child in children:
+        child.send_signal(signal.SIGTERM)
+    for child in children:
+        finish(child)
+
+    applied = store_app.effects_by_aggregate()
+    assert applied == {f"a{a:02d}": list(range(per_aggregate)) for a in range(aggregates)}
+    claimed = [i for batch in read_batches(log) for i in batch["ids"]]
+    retried = aggregates * len(range(0, per_aggregate, 5))  # seq 0, 5, 10 fail once
+    assert len(claimed) == total + retried, "claimed once, and once more after a failure"
+    for batch in read_batches(log):
+        assert len(batch["ids"]) == len(set(batch["ids"]))
+
+
+# -- crashes and failures -------------------------------------------------------------------
+
+
+def test_sigkilled_worker_rows_come_back_after_the_visibility_timeout(
+    url: str, store_app: StoreApp, tmp_path: Path
+) -> None:
+    receive_stream(store_app, [Incoming(f"m-{i}", {"seq": i}) for i in range(5)])
+    log = tmp_path / "batches.jsonl"
+    child = start(url, "hang", log, batch=5, visibility=VISIBILITY)
+    release_together([child])
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "HANDLING m-0"
+    claimed_at = time.monotonic()
+    child.send_signal(signal.SIGKILL)
+    child.communicate(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    [batch] = read_batches(log)
+    assert len(batch["ids"]) == 5
+    assert store_app.store.counts(store_app.engine)[PROCESSING] == 5, "held by the dead worker"
+
+    seen: list[StoredMessage] = []
+
+    def handler(session: Any, message: StoredMessage) -> None:
+        seen.append(message)
+        store_app.apply(session, message)
+
+    worker = Worker(
+        store_app.store.bind(store_app.engine),
+        handler,
+        visibility_timeout=VISIBILITY,
+        poll_interval=0.05,
+    )
+    if time.monotonic() - claimed_at < VISIBILITY * 0.75:
+        assert worker.run_once() == 0, "not claimable within the visibility timeout"
+    time.sleep(max(0.0, claimed_at + VISIBILITY + 0.2 - time.monotonic()))
+    worker.run(until_empty=True, handle_signals=False)
+    assert sorted(m.message_id for m in seen) == [f"m-{i}" for i in range(5)]
+    assert {m.attempts for m in seen} == {2}, "the killed attempt was counted"
+    assert sorted(store_app.effect_ids()) == [f"m-{i}" for i in range(5)], "processed once"
+    assert store_app.store.counts(store_app.engine)[DONE] == 5
+
+
+def test_sigterm_finishes_the_message_in_hand_and_releases_the_rest(
+    url: str, store_app: StoreApp, tmp_path: Path
+) -> None:
+    receive_stream(store_app, [Incoming(f"m-{i}", {"seq": i}) for i in range(4)])
+    child = start(url, "slow", tmp_path / "batches.jsonl", batch=4)
+    release_together([child])
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "HANDLING m-0"
+    child.send_signal(signal.SIGTERM)
+    stats = finish(child, timeout=30)
+    assert stats == {"done": 1, "released": 3}
+    assert store_app.effect_ids() == ["m-0"]
+    t = store_app.store.table
+    with store_app.engine.connect() as conn:
+        rows = conn.execute(sa.select(t.c.message_id, t.c.status, t.c.attempts).order_by(t.c.id))
+        assert [tuple(r) for r in rows] == [
+            ("m-0", DONE, 1),
+            ("m-1", PENDING, 0),
+            ("m-2", PENDING, 0),
+            ("m-3", PENDING, 0),
+        ]
+
+
+def test_poison_message_goes_dead_others_flow_then_replay_after_fix(store_app: StoreApp) -> None:
+    messages = [Incoming(f"m-{i:02d}", {"seq": i}) for i in range(40)]
+    messages.insert(3, Incoming("poison", {"seq": -1, "poison": True}))
+    receive_stream(store_app, messages)
+    fixed = False
+
+    def handler(session: Any, message: StoredMessage) -> None:
+        store_app.apply(session, message)  # rolled back when the handler raises
+        if message.payload.get("poison") and not fixed:
+            raise ValueError(f"cannot handle {message.message_id}")
+
+    worker = Worker(
+        store_app.store.bind(store_app.engine),
+        handler,
+        batch_size=8,
+        concurrency=2,
+        max_attempts=3,
+        backoff=Backoff(base=0.05, maximum=0.1),
+        poll_interval=0.02,
+    )
+
+    def settled() -> bool:
+        worker.run_once()
+        counts = store_app.store.counts(store_app.engine)
+        return counts[PENDING] == counts[PROCESSING] == 0
+
+    wait_until(settled, 60, "the store to settle")
+    row = store_app.row("poison")
+    assert (row["status"], row["attempts"]) == (DEAD, 3)
+    assert row["last_error"] == "ValueError: cannot handle poison"
+    assert row["processed_at"] is None
+    effects = store_app.effect_ids()
+    assert sorted(effects) == sorted(f"m-{i:02d}" for i in range(40)), "poison left no effect"
+    assert store_app.store.counts(store_app.engine) == {
+        PENDING: 0,
+        PROCESSING: 0,
+        DONE: 40,
+        DEAD: 1,
+    }
+
+    fixed = True
+    assert store_app.store.replay(store_app.engine, status=DEAD) == 1
+    worker.run(until_empty=True, handle_signals=False)
+    row = store_app.row("poison")
+    assert (row["status"], row["attempts"]) == (DONE, 1)
+    assert store_app.effect_ids().count("poison") == 1
+    assert store_app.store.replay(store_app.engine, status=DEAD) == 0
+
+
+def test_reap_releases_or_dead_letters_abandoned_claims(store_app: StoreApp) -> None:
+    store, engine = store_app.store, store_app.engine
+    receive_stream(store_app, [Incoming("a", 1), Incoming("b", 2)])
+
+    def claim(token: str) -> list[int]:
+        batch = store.claim(
+            engine, claimed_by=token, limit=5, visibility_timeout=0.2, max_attempts=3
+        )
+        return [m.attempts for m in batch]
+
+    assert claim("crashed#1") == [1, 1]
+    time.sleep(0.3)
+    assert store.reap(engine, visibility_timeout=0.2, max_attempts=3) == ReapResult(2, 0)
+    assert store.counts(engine)[PENDING] == 2
+    assert claim("crashed#2") == [2, 2]
+    time.sleep(0.3)
+    assert claim("crashed#3") == [3, 3], "the claim itself takes abandoned rows"
+    time.sleep(0.3)
+    assert claim("next") == [], "attempts used up: never claimed a fourth time"
+    assert store.reap(engine, visibility_timeout=0.2, max_attempts=3) == ReapResult(0, 2)
+    row = store_app.row("a")
+    assert row["status"] == DEAD and "abandoned" in row["last_error"]
