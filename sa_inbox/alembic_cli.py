@@ -73,6 +73,17 @@ def init(directory: Path, config_file: Path) -> None:
     show_default=True,
     help="Name of the processed-messages table.",
 )
+@click.option(
+    "--store",
+    is_flag=True,
+    help="Also create the inbox store table (sa_inbox.store.InboxStore).",
+)
+@click.option(
+    "--store-table-name",
+    default="inbox_store",
+    show_default=True,
+    help="Name of the inbox store table (with --store).",
+)
 @click.option("--schema", default=None, help="Schema of the tables (default: the connection's).")
 @click.option(
     "--message-id-length",
@@ -87,6 +98,8 @@ def revision(
     message: str,
     config_file: Path,
     table_name: str,
+    store: bool,
+    store_table_name: str,
     schema: str | None,
     message_id_length: int,
     rev_id: str | None,
@@ -94,8 +107,8 @@ def revision(
 ) -> None:
     """Write a revision that creates the sa-inbox tables in an existing Alembic project.
 
-    No database connection is needed; the revision uses op.create_inbox_table() and its
-    downgrade op.drop_inbox_table().
+    No database connection is needed; the revision uses op.create_inbox_table() (and
+    op.create_inbox_store_table() with --store), its downgrade the drop operations.
     """
     from alembic.util import CommandError
 
@@ -105,7 +118,11 @@ def revision(
         raise click.UsageError(f"no Alembic config file {str(config_file)!r} (see -c)")
     try:
         operations = inbox_operations(
-            table_name=table_name, schema=schema, message_id_length=message_id_length
+            table_name=table_name,
+            schema=schema,
+            message_id_length=message_id_length,
+            store=store,
+            store_table_name=store_table_name,
         )
     except InvalidTableOptions as exc:
         raise click.UsageError(str(exc)) from exc

@@ -126,6 +126,13 @@ def partitioned_processed_messages_table(
         schema=schema,
         postgresql_partition_by=f"RANGE ({partition_key})",
         comment="sa-inbox: processed messages, partitioned by the message's own time",
+        # Marks the table for Alembic autogenerate (sa_inbox.alembic): kind + factory options.
+        info={
+            "sa_inbox": {
+                "kind": "partitioned_processed_messages",
+                "options": {"message_id_length": message_id_length, "partition_key": partition_key},
+            }
+        },
     )
     check_partition_key(table)
     return table

@@ -1,9 +1,11 @@
 """Alembic integration: operations, autogenerate hooks and templates for the sa-inbox tables.
 
-Importing this module registers ``op.create_inbox_table()`` / ``op.drop_inbox_table()`` on
-Alembic's :class:`~alembic.operations.Operations`, and the autogenerate comparator and
-renderers that write them into revisions; revision files that use them start with
-``import sa_inbox.alembic``.
+Importing this module registers on Alembic's :class:`~alembic.operations.Operations`
+``op.create_inbox_table()`` / ``op.drop_inbox_table()`` (processed messages, :class:`Inbox`),
+``op.create_inbox_store_table()`` / ``op.drop_inbox_store_table()`` (the inbox store) and
+``op.create_partitioned_inbox_table()`` / ``op.drop_partitioned_inbox_table()`` (PostgreSQL
+partitions), with the autogenerate comparator and renderers that write them into revisions;
+revision files that use them start with ``import sa_inbox.alembic``.
 
 - ``sa-inbox alembic init DIR``: a new Alembic environment pre-wired for sa-inbox
   (:class:`Config`, template ``sa_inbox``).
@@ -23,26 +25,42 @@ from .config import target_metadata as target_metadata
 from .config import template_directory as template_directory
 from .exc import AlembicSetupError as AlembicSetupError
 from .exc import InvalidTableOptions as InvalidTableOptions
+from .operations import CreateInboxStoreTableOp as CreateInboxStoreTableOp
 from .operations import CreateInboxTableOp as CreateInboxTableOp
+from .operations import CreatePartitionedInboxTableOp as CreatePartitionedInboxTableOp
 from .operations import CreateProcessedMessagesTableOp as CreateProcessedMessagesTableOp
+from .operations import DropInboxStoreTableOp as DropInboxStoreTableOp
 from .operations import DropInboxTableOp as DropInboxTableOp
+from .operations import DropPartitionedInboxTableOp as DropPartitionedInboxTableOp
 from .operations import DropProcessedMessagesTableOp as DropProcessedMessagesTableOp
+from .operations import create_inbox_store_table as create_inbox_store_table
 from .operations import create_inbox_table as create_inbox_table
+from .operations import create_partitioned_inbox_table as create_partitioned_inbox_table
+from .operations import drop_inbox_store_table as drop_inbox_store_table
 from .operations import drop_inbox_table as drop_inbox_table
+from .operations import drop_partitioned_inbox_table as drop_partitioned_inbox_table
 from .revision import inbox_operations as inbox_operations
 from .revision import write_inbox_revision as write_inbox_revision
 
 __all__ = [
     "AlembicSetupError",
     "Config",
+    "CreateInboxStoreTableOp",
     "CreateInboxTableOp",
+    "CreatePartitionedInboxTableOp",
     "CreateProcessedMessagesTableOp",
+    "DropInboxStoreTableOp",
     "DropInboxTableOp",
+    "DropPartitionedInboxTableOp",
     "DropProcessedMessagesTableOp",
     "InvalidTableOptions",
     "autogenerate",
+    "create_inbox_store_table",
     "create_inbox_table",
+    "create_partitioned_inbox_table",
+    "drop_inbox_store_table",
     "drop_inbox_table",
+    "drop_partitioned_inbox_table",
     "inbox_operations",
     "target_metadata",
     "template_directory",

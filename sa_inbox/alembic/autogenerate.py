@@ -24,8 +24,13 @@ from alembic.autogenerate.api import AutogenContext
 from alembic.operations import ops
 from alembic.util import DispatchPriority, PriorityDispatchResult
 
-from .operations import CreateInboxTableOp, DropInboxTableOp
-from .tables import InboxTableKind, marker, matches_factory
+from .operations import (
+    CREATE_OPERATIONS,
+    PARTITIONED_PROCESSED_MESSAGES,
+    CreateInboxTableOp,
+    DropInboxTableOp,
+)
+from .tables import marker, matches_factory
 
 __all__ = ["IMPORT_LINE", "inbox_operation_for", "render_inbox_op", "rewrite_inbox_tables"]
 
@@ -48,23 +53,7 @@ def inbox_operation_for(
     kind, options = found
     if not matches_factory(table, kind, options, dialect):
         return None
-    create_class = _create_class(kind)
-    return create_class(table.name, schema=table.schema, **options)
-
-
-def _create_class(kind: InboxTableKind) -> type[CreateInboxTableOp]:
-    for cls in _subclasses(CreateInboxTableOp):
-        if getattr(cls, "kind", None) == kind:
-            return cls
-    raise LookupError(f"no create operation registered for sa-inbox table kind {kind.name!r}")
-
-
-def _subclasses(cls: type[CreateInboxTableOp]) -> list[type[CreateInboxTableOp]]:
-    found = []
-    for sub in cls.__subclasses__():
-        found.append(sub)
-        found.extend(_subclasses(sub))
-    return found
+    return CREATE_OPERATIONS[kind.name](table.name, schema=table.schema, **options)
 
 
 def _lookup_table(autogen_context: AutogenContext, name: str, schema: str | None) -> sa.Table:
@@ -93,8 +82,47 @@ def rewrite_inbox_tables(
                 created[(operation.schema, operation.table_name)] = indexes
                 continue
         rewritten.append(operation)
-    upgrade_ops.ops[:] = [op for op in rewritten if not _drop_covered(op, created)]
+    partitions = _partitions(autogen_context)
+    upgrade_ops.ops[:] = [
+        op
+        for op in rewritten
+        if not _drop_covered(op, created) and not _is_partition(op, partitions)
+    ]
     return PriorityDispatchResult.CONTINUE
+
+
+#: The partitions of a partitioned table (PostgreSQL catalog, manual "pg_inherits").
+PARTITIONS_SQL = sa.text(
+    "SELECT c.relname FROM pg_catalog.pg_inherits i "
+    "JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid "
+    "WHERE i.inhparent = to_regclass(:parent)"
+)
+
+
+def _partitions(autogen_context: AutogenContext) -> set[tuple[str | None, str]]:
+    """``(schema, name)`` of the partitions of the marked partitioned tables.
+
+    Partitions are made at run time (:func:`sa_inbox.partitions.ensure_partitions`), not
+    by migrations, so autogenerate must not offer to drop them.
+    """
+    conn = autogen_context.connection
+    if conn is None or conn.dialect.name != "postgresql":
+        return set()
+    found: set[tuple[str | None, str]] = set()
+    for table in autogen_context.sorted_tables:
+        mark = marker(table.info)
+        if mark is None or mark[0] is not PARTITIONED_PROCESSED_MESSAGES:
+            continue
+        parent = conn.dialect.identifier_preparer.format_table(table)
+        for (name,) in conn.execute(PARTITIONS_SQL, {"parent": parent}):
+            found.add((table.schema, name))
+    return found
+
+
+def _is_partition(operation: ops.MigrateOperation, partitions: set[tuple[str | None, str]]) -> bool:
+    if isinstance(operation, ops.DropTableOp | ops.ModifyTableOps):
+        return (operation.schema, operation.table_name) in partitions
+    return False
 
 
 def _drop_covered(

@@ -7,7 +7,9 @@ which reads the ``[sa_inbox]`` section of ``alembic.ini``::
 
     [sa_inbox]
     target_metadata = myapp.models:Base.metadata   # module:attribute; empty for none
+    tables = processed_messages                     # and/or: store
     table_name = inbox_processed_messages
+    store_table_name = inbox_store
     schema =
     message_id_length = 255
 """
@@ -22,9 +24,10 @@ import alembic.config
 import sqlalchemy as sa
 
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME
+from ..store import DEFAULT_STORE_TABLE
 from .exc import AlembicSetupError
-from .operations import PROCESSED_MESSAGES
-from .tables import build_table, marker
+from .operations import PROCESSED_MESSAGES, STORE
+from .tables import InboxTableKind, build_table, marker
 
 __all__ = ["SECTION", "TEMPLATE", "Config", "target_metadata", "template_directory"]
 
@@ -74,29 +77,40 @@ def _import_metadata(spec: str) -> sa.MetaData:
     return value
 
 
-def _has_processed_messages(metadata: sa.MetaData, table_name: str, schema: str | None) -> bool:
+#: ``tables =`` values: the kind, and the option naming its table with its default name.
+TABLE_OPTIONS: dict[str, tuple[InboxTableKind, str, str]] = {
+    "processed_messages": (PROCESSED_MESSAGES, "table_name", DEFAULT_TABLE_NAME),
+    "store": (STORE, "store_table_name", DEFAULT_STORE_TABLE),
+}
+
+
+def _has_table(
+    metadata: sa.MetaData, kind: InboxTableKind, table_name: str, schema: str | None
+) -> bool:
     key = table_name if schema is None else f"{schema}.{table_name}"
     if key in metadata.tables:
         return True
     return any(
-        (found := marker(table.info)) is not None and found[0] is PROCESSED_MESSAGES
+        (found := marker(table.info)) is not None and found[0] is kind
         for table in metadata.tables.values()
     )
 
 
 def target_metadata(config: alembic.config.Config) -> sa.MetaData:
-    """The MetaData for ``env.py``: the application's, plus the inbox table if it lacks one.
+    """The MetaData for ``env.py``: the application's, plus the inbox tables it lacks.
 
     Reads the ``[sa_inbox]`` section of the config file (every option may be absent):
     ``target_metadata`` (``module:attribute`` of the application's MetaData, imported
-    with ``prepend_sys_path`` in effect; absent or empty: a new MetaData), ``table_name``,
-    ``schema``, ``message_id_length`` (characters). The processed-messages table is added
-    unless the MetaData already holds a table of that name or any sa-inbox
-    processed-messages table (built by ``Inbox(metadata)``).
+    with ``prepend_sys_path`` in effect; absent or empty: a new MetaData), ``tables``
+    (comma-separated: ``processed_messages`` (default), ``store``), ``table_name``,
+    ``store_table_name``, ``schema``, ``message_id_length`` (characters). Each table is
+    added unless the MetaData already holds a table of that name or an sa-inbox table of
+    that kind (built by ``Inbox(metadata)`` / ``InboxStore(metadata)``).
 
     :raises AlembicSetupError: if ``target_metadata`` cannot be imported or is not a
-        MetaData, or ``message_id_length`` is not an integer.
-    :raises InvalidTableOptions: if the table options are invalid.
+        MetaData, ``tables`` names an unknown table, or ``message_id_length`` is not an
+        integer.
+    :raises sa_inbox.alembic.InvalidTableOptions: if the table options are invalid.
     """
 
     section = config.get_section(SECTION, {})
@@ -106,7 +120,12 @@ def target_metadata(config: alembic.config.Config) -> sa.MetaData:
 
     spec = option("target_metadata")
     metadata = _import_metadata(spec) if spec else sa.MetaData()
-    table_name = option("table_name", DEFAULT_TABLE_NAME)
+    names = [name.strip() for name in option("tables", "processed_messages").split(",")]
+    unknown = [name for name in names if name and name not in TABLE_OPTIONS]
+    if unknown:
+        raise AlembicSetupError(
+            f"[{SECTION}] tables: unknown {unknown}; known: {sorted(TABLE_OPTIONS)}"
+        )
     schema = option("schema") or None
     length_text = option("message_id_length", str(DEFAULT_MESSAGE_ID_LENGTH))
     try:
@@ -115,6 +134,9 @@ def target_metadata(config: alembic.config.Config) -> sa.MetaData:
         raise AlembicSetupError(
             f"[{SECTION}] message_id_length must be an integer, not {length_text!r}"
         ) from exc
-    if not _has_processed_messages(metadata, table_name, schema):
-        build_table(PROCESSED_MESSAGES, table_name, schema, {"message_id_length": length}, metadata)
+    for name in filter(None, names):
+        kind, name_option, default_name = TABLE_OPTIONS[name]
+        table_name = option(name_option, default_name)
+        if not _has_table(metadata, kind, table_name, schema):
+            build_table(kind, table_name, schema, {"message_id_length": length}, metadata)
     return metadata

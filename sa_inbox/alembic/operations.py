@@ -24,19 +24,34 @@ from typing import Any, ClassVar, Protocol
 
 import sqlalchemy as sa
 from alembic.operations import MigrateOperation, Operations
+from sqlalchemy.util import OrderedSet
 
+from ..exc import UnsupportedBackend
+from ..partitions import DEFAULT_PARTITION_KEY, partitioned_processed_messages_table
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME, processed_messages_table
+from ..store import DEFAULT_STORE_TABLE, inbox_store_table
 from .tables import InboxTableKind, build_table, register_kind
 
 __all__ = [
+    "CREATE_OPERATIONS",
+    "PARTITIONED_PROCESSED_MESSAGES",
     "PROCESSED_MESSAGES",
+    "STORE",
+    "CreateInboxStoreTableOp",
     "CreateInboxTableOp",
+    "CreatePartitionedInboxTableOp",
     "CreateProcessedMessagesTableOp",
+    "DropInboxStoreTableOp",
     "DropInboxTableOp",
+    "DropPartitionedInboxTableOp",
     "DropProcessedMessagesTableOp",
     "Invoker",
+    "create_inbox_store_table",
     "create_inbox_table",
+    "create_partitioned_inbox_table",
+    "drop_inbox_store_table",
     "drop_inbox_table",
+    "drop_partitioned_inbox_table",
 ]
 
 
@@ -59,8 +74,14 @@ class _InboxTableOp(MigrateOperation):
         build_table(self.kind, table_name, schema, self.options)  # validate now, not in DDL
 
     def to_table(self, metadata: sa.MetaData | None = None) -> sa.Table:
-        """The table this operation creates or drops, built by the kind's factory."""
-        return build_table(self.kind, self.table_name, self.schema, self.options, metadata)
+        """The table this operation creates or drops, built by the kind's factory.
+
+        Its indexes iterate in name order (``Table.indexes`` is a set), so the DDL of the
+        operation, and an offline script, come out the same on every run.
+        """
+        table = build_table(self.kind, self.table_name, self.schema, self.options, metadata)
+        table.indexes = OrderedSet(sorted(table.indexes, key=lambda index: str(index.name)))
+        return table
 
     def __repr__(self) -> str:
         options = "".join(f", {key}={value!r}" for key, value in sorted(self.options.items()))
@@ -98,19 +119,36 @@ class DropInboxTableOp(_InboxTableOp):
         return self.create_class(self.table_name, schema=self.schema, **self.options)
 
 
+def _check_dialect(operations: Operations, operation: _InboxTableOp) -> None:
+    dialects = operation.kind.dialects
+    name = operations.impl.dialect.name
+    if dialects is not None and name not in dialects:
+        raise UnsupportedBackend(
+            f"{operation.kind.create_op}: the {operation.kind.name} table exists only on "
+            f"{', '.join(sorted(dialects))}, not on {name}"
+        )
+
+
 @Operations.implementation_for(CreateInboxTableOp)
 def _create(operations: Operations, operation: CreateInboxTableOp) -> None:
+    _check_dialect(operations, operation)
     operations.impl.create_table(operation.to_table())
 
 
 @Operations.implementation_for(DropInboxTableOp)
 def _drop(operations: Operations, operation: DropInboxTableOp) -> None:
+    _check_dialect(operations, operation)
     operations.impl.drop_table(operation.to_table())
+
+
+#: The create operation of each table kind, by kind name (read by autogenerate).
+CREATE_OPERATIONS: dict[str, type[CreateInboxTableOp]] = {}
 
 
 def _pair(create: type[CreateInboxTableOp], drop: type[DropInboxTableOp]) -> None:
     create.drop_class = drop
     drop.create_class = create
+    CREATE_OPERATIONS[create.kind.name] = create
 
 
 # -- the processed-messages table (sa_inbox.Inbox) ------------------------------------------
@@ -183,6 +221,161 @@ class DropProcessedMessagesTableOp(DropInboxTableOp):
 _pair(CreateProcessedMessagesTableOp, DropProcessedMessagesTableOp)
 
 
+# -- the inbox store (sa_inbox.store.InboxStore) --------------------------------------------
+
+STORE = register_kind(
+    InboxTableKind(
+        name="store",
+        factory=inbox_store_table,
+        create_op="create_inbox_store_table",
+        drop_op="drop_inbox_store_table",
+    )
+)
+
+
+@Operations.register_operation("create_inbox_store_table")
+class CreateInboxStoreTableOp(CreateInboxTableOp):
+    """``op.create_inbox_store_table()``: the table of :class:`sa_inbox.store.InboxStore`."""
+
+    kind = STORE
+
+    @classmethod
+    def create_inbox_store_table(
+        cls,
+        operations: Operations,
+        table_name: str = DEFAULT_STORE_TABLE,
+        *,
+        schema: str | None = None,
+        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+    ) -> None:
+        """Create the sa-inbox store table, its constraints and its three indexes.
+
+        The DDL is that of :func:`sa_inbox.store.inbox_store_table`.
+
+        :param table_name: the table's name.
+        :param schema: the schema, or ``None`` for the connection's default.
+        :param message_id_length: length in characters of ``message_id`` and
+            ``consumer_name``; must equal the ``InboxStore(...)`` the application builds.
+        :raises sa_inbox.alembic.InvalidTableOptions: for a bad name or length, before SQL.
+        """
+        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
+
+
+@Operations.register_operation("drop_inbox_store_table")
+class DropInboxStoreTableOp(DropInboxTableOp):
+    """``op.drop_inbox_store_table()``: drop the inbox store table."""
+
+    kind = STORE
+
+    @classmethod
+    def drop_inbox_store_table(
+        cls,
+        operations: Operations,
+        table_name: str = DEFAULT_STORE_TABLE,
+        *,
+        schema: str | None = None,
+        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+    ) -> None:
+        """Drop the sa-inbox store table (its indexes go with it).
+
+        :param message_id_length: kept for the reverse operation (the re-created table).
+        :raises sa_inbox.alembic.InvalidTableOptions: for a bad name or length, before SQL.
+        """
+        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
+
+
+_pair(CreateInboxStoreTableOp, DropInboxStoreTableOp)
+
+
+# -- the PostgreSQL partitioned processed-messages table (sa_inbox.partitions) ---------------
+
+PARTITIONED_PROCESSED_MESSAGES = register_kind(
+    InboxTableKind(
+        name="partitioned_processed_messages",
+        factory=partitioned_processed_messages_table,
+        create_op="create_partitioned_inbox_table",
+        drop_op="drop_partitioned_inbox_table",
+        dialects=frozenset({"postgresql"}),
+    )
+)
+
+
+@Operations.register_operation("create_partitioned_inbox_table")
+class CreatePartitionedInboxTableOp(CreateInboxTableOp):
+    """``op.create_partitioned_inbox_table()``: the partitioned table of
+    :class:`sa_inbox.partitions.PartitionedInbox` (PostgreSQL only)."""
+
+    kind = PARTITIONED_PROCESSED_MESSAGES
+
+    @classmethod
+    def create_partitioned_inbox_table(
+        cls,
+        operations: Operations,
+        table_name: str = DEFAULT_TABLE_NAME,
+        *,
+        schema: str | None = None,
+        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+        partition_key: str = DEFAULT_PARTITION_KEY,
+    ) -> None:
+        """Create the partitioned parent table ``PARTITION BY RANGE (partition_key)``.
+
+        The DDL is that of :func:`sa_inbox.partitions.partitioned_processed_messages_table`.
+        No partition is created: run :func:`sa_inbox.partitions.ensure_partitions` (or
+        ``sa-inbox partitions maintain``) before the first claim. Autogenerate ignores
+        the partitions of a marked partitioned table.
+
+        :param partition_key: the column of the message's own time.
+        :raises sa_inbox.alembic.InvalidTableOptions: for a bad name or length, or an
+            arrival-time partition key, before SQL.
+        :raises sa_inbox.UnsupportedBackend: on any database but PostgreSQL.
+        """
+        operations.invoke(
+            cls(
+                table_name,
+                schema=schema,
+                message_id_length=message_id_length,
+                partition_key=partition_key,
+            )
+        )
+
+
+@Operations.register_operation("drop_partitioned_inbox_table")
+class DropPartitionedInboxTableOp(DropInboxTableOp):
+    """``op.drop_partitioned_inbox_table()``: drop the partitioned table and its partitions."""
+
+    kind = PARTITIONED_PROCESSED_MESSAGES
+
+    @classmethod
+    def drop_partitioned_inbox_table(
+        cls,
+        operations: Operations,
+        table_name: str = DEFAULT_TABLE_NAME,
+        *,
+        schema: str | None = None,
+        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+        partition_key: str = DEFAULT_PARTITION_KEY,
+    ) -> None:
+        """Drop the partitioned table; PostgreSQL drops its partitions with it.
+
+        :raises sa_inbox.alembic.InvalidTableOptions: for bad options, before SQL.
+        :raises sa_inbox.UnsupportedBackend: on any database but PostgreSQL.
+        """
+        operations.invoke(
+            cls(
+                table_name,
+                schema=schema,
+                message_id_length=message_id_length,
+                partition_key=partition_key,
+            )
+        )
+
+
+_pair(CreatePartitionedInboxTableOp, DropPartitionedInboxTableOp)
+
+
+# -- typed spellings ----------------------------------------------------------------------
+
+
 def create_inbox_table(
     op: Invoker,
     table_name: str = DEFAULT_TABLE_NAME,
@@ -214,4 +407,66 @@ def drop_inbox_table(
     """
     op.invoke(
         DropProcessedMessagesTableOp(table_name, schema=schema, message_id_length=message_id_length)
+    )
+
+
+def create_inbox_store_table(
+    op: Invoker,
+    table_name: str = DEFAULT_STORE_TABLE,
+    *,
+    schema: str | None = None,
+    message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+) -> None:
+    """Typed spelling of ``op.create_inbox_store_table(...)``; ``op`` is ``alembic.op``."""
+    op.invoke(
+        CreateInboxStoreTableOp(table_name, schema=schema, message_id_length=message_id_length)
+    )
+
+
+def drop_inbox_store_table(
+    op: Invoker,
+    table_name: str = DEFAULT_STORE_TABLE,
+    *,
+    schema: str | None = None,
+    message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+) -> None:
+    """Typed spelling of ``op.drop_inbox_store_table(...)``; ``op`` is ``alembic.op``."""
+    op.invoke(DropInboxStoreTableOp(table_name, schema=schema, message_id_length=message_id_length))
+
+
+def create_partitioned_inbox_table(
+    op: Invoker,
+    table_name: str = DEFAULT_TABLE_NAME,
+    *,
+    schema: str | None = None,
+    message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+    partition_key: str = DEFAULT_PARTITION_KEY,
+) -> None:
+    """Typed spelling of ``op.create_partitioned_inbox_table(...)`` (PostgreSQL only)."""
+    op.invoke(
+        CreatePartitionedInboxTableOp(
+            table_name,
+            schema=schema,
+            message_id_length=message_id_length,
+            partition_key=partition_key,
+        )
+    )
+
+
+def drop_partitioned_inbox_table(
+    op: Invoker,
+    table_name: str = DEFAULT_TABLE_NAME,
+    *,
+    schema: str | None = None,
+    message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+    partition_key: str = DEFAULT_PARTITION_KEY,
+) -> None:
+    """Typed spelling of ``op.drop_partitioned_inbox_table(...)`` (PostgreSQL only)."""
+    op.invoke(
+        DropPartitionedInboxTableOp(
+            table_name,
+            schema=schema,
+            message_id_length=message_id_length,
+            partition_key=partition_key,
+        )
     )

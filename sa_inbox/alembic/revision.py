@@ -17,8 +17,9 @@ from alembic.script import Script, ScriptDirectory
 from alembic.util import rev_id as new_rev_id
 
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME
+from ..store import DEFAULT_STORE_TABLE
 from .autogenerate import IMPORT_LINE
-from .operations import CreateInboxTableOp, CreateProcessedMessagesTableOp
+from .operations import CreateInboxStoreTableOp, CreateInboxTableOp, CreateProcessedMessagesTableOp
 
 __all__ = ["inbox_operations", "write_inbox_revision"]
 
@@ -28,16 +29,33 @@ def inbox_operations(
     table_name: str = DEFAULT_TABLE_NAME,
     schema: str | None = None,
     message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+    processed_messages: bool = True,
+    store: bool = False,
+    store_table_name: str = DEFAULT_STORE_TABLE,
 ) -> list[CreateInboxTableOp]:
     """The operations that create the sa-inbox tables, for :func:`write_inbox_revision`.
 
+    :param processed_messages: create the processed-messages table ``table_name``.
+    :param store: create the inbox store table ``store_table_name``.
     :raises sa_inbox.alembic.InvalidTableOptions: for a bad name, schema or length.
+    :raises ValueError: if neither table is asked for.
     """
-    return [
-        CreateProcessedMessagesTableOp(
-            table_name, schema=schema, message_id_length=message_id_length
+    operations: list[CreateInboxTableOp] = []
+    if processed_messages:
+        operations.append(
+            CreateProcessedMessagesTableOp(
+                table_name, schema=schema, message_id_length=message_id_length
+            )
         )
-    ]
+    if store:
+        operations.append(
+            CreateInboxStoreTableOp(
+                store_table_name, schema=schema, message_id_length=message_id_length
+            )
+        )
+    if not operations:
+        raise ValueError("no sa-inbox table asked for")
+    return operations
 
 
 def write_inbox_revision(

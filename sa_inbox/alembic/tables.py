@@ -42,12 +42,14 @@ class InboxTableKind:
     :param factory: ``factory(metadata, *, table_name, schema, **options) -> Table``.
     :param create_op: name of the Alembic operation that creates the table.
     :param drop_op: name of the Alembic operation that drops it.
+    :param dialects: the dialect names the table exists on, or ``None`` for all.
     """
 
     name: str
     factory: TableFactory
     create_op: str
     drop_op: str
+    dialects: frozenset[str] | None = None
 
 
 _KINDS: dict[str, InboxTableKind] = {}

@@ -95,8 +95,11 @@ sqlalchemy.url = driver://user:pass@localhost/dbname
 # The application's MetaData as module:attribute (e.g. myapp.models:Base.metadata), imported
 # with prepend_sys_path in effect. Empty: the inbox tables alone.
 target_metadata =
-# The processed-messages table, added unless the MetaData already has one (Inbox(metadata)).
+# sa-inbox tables added unless the MetaData already has them (Inbox(metadata),
+# InboxStore(metadata)), comma-separated: processed_messages, store
+tables = processed_messages
 table_name = inbox_processed_messages
+store_table_name = inbox_store
 schema =
 message_id_length = 255
 
