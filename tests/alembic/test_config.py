@@ -1,0 +1,83 @@
+"""``[sa_inbox]`` in alembic.ini: which tables env.py's target MetaData gets; bad settings."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import alembic.config
+import pytest
+from click.testing import CliRunner
+
+from sa_inbox import InboxError
+from sa_inbox.alembic import AlembicSetupError, target_metadata
+from sa_inbox.alembic.tables import marker
+from sa_inbox.cli import main
+
+
+def _config(tmp_path: Path, section: str) -> alembic.config.Config:
+    ini = tmp_path / "alembic.ini"
+    ini.write_text(f"[alembic]\nscript_location = migrations\n\n[sa_inbox]\n{section}\n")
+    return alembic.config.Config(str(ini))
+
+
+def _kinds(config: alembic.config.Config) -> dict[str, str]:
+    metadata = target_metadata(config)
+    found = {name: marker(table.info) for name, table in metadata.tables.items()}
+    return {name: mark[0].name for name, mark in found.items() if mark is not None}
+
+
+def test_default_is_the_processed_messages_table(tmp_path: Path) -> None:
+    assert _kinds(_config(tmp_path, "")) == {"inbox_processed_messages": "processed_messages"}
+
+
+def test_store_and_names_and_schema(tmp_path: Path) -> None:
+    config = _config(
+        tmp_path,
+        "tables = processed_messages, store\ntable_name = seen\nstore_table_name = queue\n"
+        "schema = audit\nmessage_id_length = 64",
+    )
+    metadata = target_metadata(config)
+    assert _kinds(config) == {"audit.seen": "processed_messages", "audit.queue": "store"}
+    assert metadata.tables["audit.queue"].c.message_id.type.length == 64  # type: ignore[attr-defined]
+
+
+def test_application_metadata_keeps_its_own_inbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An application that already has Inbox(metadata) under another name gets no second one."""
+    (tmp_path / "cfg_app_models.py").write_text(
+        "import sqlalchemy as sa\nfrom sa_inbox import Inbox\n"
+        "metadata = sa.MetaData()\nInbox(metadata, table_name='my_inbox')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = _config(tmp_path, "target_metadata = cfg_app_models:metadata")
+    assert _kinds(config) == {"my_inbox": "processed_messages"}
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ("tables = outbox", "unknown ['outbox']"),
+        ("message_id_length = many", "message_id_length must be an integer"),
+        ("target_metadata = no_such_module_xyz:metadata", "No module named 'no_such_module_xyz'"),
+        ("target_metadata = just_a_name", "must be 'module:attribute'"),
+        ("target_metadata = sa_inbox:Inbox", "is a type, not a MetaData"),
+    ],
+)
+def test_bad_settings_raise_a_typed_error(tmp_path: Path, section: str, message: str) -> None:
+    with pytest.raises(AlembicSetupError, match=re.escape(message)) as info:
+        target_metadata(_config(tmp_path, section))
+    assert isinstance(info.value, InboxError)
+
+
+def test_revision_with_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(main, ["alembic", "init", "migrations"]).exit_code == 0
+    result = CliRunner().invoke(main, ["alembic", "revision", "--store", "--rev-id", "abc"])
+    assert result.exit_code == 0, result.output
+    text = next((tmp_path / "migrations" / "versions").glob("abc_*.py")).read_text()
+    upgrade, downgrade = text.split("def downgrade()")
+    assert upgrade.index("op.create_inbox_table(") < upgrade.index("op.create_inbox_store_table(")
+    assert "op.create_inbox_store_table('inbox_store', message_id_length=255)" in upgrade
+    assert downgrade.index("op.drop_inbox_store_table(") < downgrade.index("op.drop_inbox_table(")
