@@ -198,7 +198,7 @@ def inbox_store_table(
         sa.Column("available_at", UTCDateTime(), nullable=False),
         sa.Column("claimed_at", UTCDateTime(), nullable=True),
         sa.Column("claimed_by", sa.String(255), nullable=True),
-        sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("attempts", sa.Integer(), nullable=False, server_default=sa.text("0")),
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column("processed_at", UTCDateTime(), nullable=True),
         sa.UniqueConstraint("message_id", "consumer_name", name=f"uq_{table_name}_message"),

@@ -1,0 +1,216 @@
+"""The exact SQL of the inbox store's claim and receive per dialect, with no database.
+
+Oracle has no server here: these are its proof (plus the live suite when
+``SA_INBOX_TEST_ORACLE_URL`` is set).
+"""
+
+from __future__ import annotations
+
+import datetime
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, oracle, postgresql, sqlite
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+from sa_inbox.dialects import claim_dialect_for
+from sa_inbox.dialects.mysql import MySQLStoreClaim
+from sa_inbox.dialects.postgresql import PostgreSQLStoreClaim
+from sa_inbox.dialects.store_registry import store_claim_dialect_for
+from sa_inbox.exc import InvalidStoreArgument, UnsupportedBackend
+from sa_inbox.store import PROCESSING, InboxStore
+
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+PENDING_WHERE = (
+    "WHERE inbox_store.consumer_name = {p} AND inbox_store.status = {p} "
+    "AND inbox_store.available_at <= {p} ORDER BY inbox_store.received_at, inbox_store.id"
+)
+
+
+def sql(statement: Any, dialect: sa.Dialect) -> str:
+    """The compiled statement with its line breaks folded (tokens unchanged)."""
+    return " ".join(str(statement.compile(dialect=dialect)).split())
+
+
+@pytest.fixture
+def store() -> InboxStore:
+    return InboxStore(sa.MetaData())
+
+
+def queries(store: InboxStore, ordered: bool = False) -> Any:
+    return store.candidates(visibility_timeout=30, max_attempts=5, now=NOW, ordered=ordered)
+
+
+def test_postgresql_claims_in_one_update_returning(store: InboxStore) -> None:
+    t = store.table
+    _, pending = queries(store)
+    values = {
+        "status": PROCESSING,
+        "claimed_at": NOW,
+        "claimed_by": "w#1",
+        "attempts": t.c.attempts + 1,
+    }
+    statement = PostgreSQLStoreClaim().claim_statement(t, pending, 10, values)
+    assert sql(statement, postgresql.dialect()) == (
+        "UPDATE inbox_store SET status=%(status)s::VARCHAR, "
+        "claimed_at=%(claimed_at)s::TIMESTAMP WITH TIME ZONE, claimed_by=%(claimed_by)s::VARCHAR, "
+        "attempts=(inbox_store.attempts + %(attempts_1)s::INTEGER) "
+        "WHERE inbox_store.id IN (SELECT candidate.id FROM inbox_store AS candidate "
+        "WHERE candidate.consumer_name = %(consumer_name_1)s::VARCHAR "
+        "AND candidate.status = %(status_1)s::VARCHAR "
+        "AND candidate.available_at <= %(available_at_1)s::TIMESTAMP WITH TIME ZONE "
+        "ORDER BY candidate.received_at, candidate.id "
+        "LIMIT %(param_1)s::INTEGER FOR UPDATE SKIP LOCKED) "
+        "RETURNING inbox_store.id, inbox_store.consumer_name, inbox_store.message_id, "
+        "inbox_store.aggregate_id, inbox_store.message_type, inbox_store.payload, "
+        "inbox_store.status, inbox_store.received_at, inbox_store.available_at, "
+        "inbox_store.claimed_at, inbox_store.claimed_by, inbox_store.attempts, "
+        "inbox_store.last_error, inbox_store.processed_at"
+    )
+
+
+@pytest.mark.parametrize("dialect", [mysql.dialect(), mysql.dialect(is_mariadb=True)])
+def test_mysql_and_mariadb_lock_with_limit_and_skip_locked(
+    store: InboxStore, dialect: sa.Dialect
+) -> None:
+    _, pending = queries(store)
+    lock = store_claim_dialect_for(dialect.name).lock(pending(store.table), 10)
+    assert sql(lock, dialect) == (
+        "SELECT inbox_store.id FROM inbox_store "
+        + PENDING_WHERE.format(p="%s")
+        + " LIMIT %s FOR UPDATE SKIP LOCKED"
+    )
+
+
+def test_oracle_locks_without_fetch_first(store: InboxStore) -> None:
+    abandoned, pending = queries(store)
+    claim = store_claim_dialect_for("oracle")
+    assert sql(claim.lock(pending(store.table), 10), oracle.dialect()) == (
+        "SELECT inbox_store.id FROM inbox_store WHERE inbox_store.consumer_name = :consumer_name_1 "
+        "AND inbox_store.status = :status_1 AND inbox_store.available_at <= :available_at_1 "
+        "ORDER BY inbox_store.received_at, inbox_store.id FOR UPDATE SKIP LOCKED"
+    )
+    assert sql(claim.lock(abandoned(store.table), 10), oracle.dialect()) == (
+        "SELECT inbox_store.id FROM inbox_store WHERE inbox_store.consumer_name = :consumer_name_1 "
+        "AND inbox_store.status = :status_1 AND inbox_store.claimed_at < :claimed_at_1 "
+        "AND inbox_store.attempts < :attempts_1 "
+        "ORDER BY inbox_store.received_at, inbox_store.id FOR UPDATE SKIP LOCKED"
+    )
+
+
+def test_oracle_ordered_claim_checks_the_aggregate(store: InboxStore) -> None:
+    _, pending = queries(store, ordered=True)
+    lock = store_claim_dialect_for("oracle").lock(pending(store.table), 10)
+    assert sql(lock, oracle.dialect()) == (
+        "SELECT inbox_store.id FROM inbox_store WHERE inbox_store.consumer_name = :consumer_name_1 "
+        "AND inbox_store.status = :status_1 AND inbox_store.available_at <= :available_at_1 "
+        "AND NOT (EXISTS (SELECT earlier.id FROM inbox_store earlier "
+        "WHERE earlier.consumer_name = inbox_store.consumer_name "
+        "AND earlier.aggregate_id = inbox_store.aggregate_id AND earlier.id != inbox_store.id "
+        "AND (earlier.status = :status_2 OR earlier.status = :status_3 "
+        "AND (earlier.received_at < inbox_store.received_at "
+        "OR earlier.received_at = inbox_store.received_at AND earlier.id < inbox_store.id)))) "
+        "ORDER BY inbox_store.received_at, inbox_store.id FOR UPDATE SKIP LOCKED"
+    )
+
+
+def test_sqlite_relies_on_begin_immediate(store: InboxStore) -> None:
+    _, pending = queries(store)
+    lock = store_claim_dialect_for("sqlite").lock(pending(store.table), 10)
+    assert sql(lock, sqlite.dialect()) == (
+        "SELECT inbox_store.id FROM inbox_store "
+        + PENDING_WHERE.format(p="?")
+        + " LIMIT ? OFFSET ?"
+    )
+
+
+def test_oracle_receive_is_a_merge_on_the_unique_key(store: InboxStore) -> None:
+    columns = [
+        "message_id",
+        "consumer_name",
+        "aggregate_id",
+        "message_type",
+        "payload",
+        "status",
+        "received_at",
+        "available_at",
+        "attempts",
+    ]
+    statement = claim_dialect_for("oracle").insert_or_skip(store.table, None)
+    source = ", ".join(f":{c} AS {c}" for c in columns)
+    assert sql(statement, oracle.dialect()) == (
+        f"MERGE INTO inbox_store t USING (SELECT {source} FROM dual) s "
+        "ON (t.message_id = s.message_id AND t.consumer_name = s.consumer_name) "
+        f"WHEN NOT MATCHED THEN INSERT ({', '.join(columns)}) "
+        f"VALUES ({', '.join('s.' + c for c in columns)})"
+    )
+
+
+def test_ddl_names_and_types_on_oracle(store: InboxStore) -> None:
+    ddl = sql(CreateTable(store.table), oracle.dialect())
+    for fragment in (
+        "id NUMBER(19) GENERATED BY DEFAULT AS IDENTITY",
+        "payload CLOB NOT NULL",
+        "received_at TIMESTAMP NOT NULL",
+        "attempts INTEGER DEFAULT 0 NOT NULL",
+        "CONSTRAINT uq_inbox_store_message UNIQUE (message_id, consumer_name)",
+        "CONSTRAINT ck_inbox_store_status CHECK "
+        "(status IN ('pending', 'processing', 'done', 'dead'))",
+    ):
+        assert fragment in ddl
+    indexes = sorted(sql(CreateIndex(ix), oracle.dialect()) for ix in store.table.indexes)
+    assert indexes == [
+        "CREATE INDEX ix_inbox_store_aggregate ON inbox_store "
+        "(consumer_name, aggregate_id, status)",
+        "CREATE INDEX ix_inbox_store_claim ON inbox_store (consumer_name, status, received_at, id)",
+        "CREATE INDEX ix_inbox_store_purge ON inbox_store (status, processed_at)",
+    ]
+
+
+def test_mysql_timestamps_keep_microseconds(store: InboxStore) -> None:
+    ddl = sql(CreateTable(store.table), mysql.dialect())
+    assert "received_at DATETIME(6) NOT NULL" in ddl
+    assert "payload JSON NOT NULL" in ddl
+
+
+def fake_connection(version: tuple[int, ...], mariadb: bool = False) -> Any:
+    return SimpleNamespace(dialect=SimpleNamespace(server_version_info=version, is_mariadb=mariadb))
+
+
+@pytest.mark.parametrize(
+    ("claim", "version", "mariadb", "ok"),
+    [
+        (PostgreSQLStoreClaim(), (9, 4, 26), False, False),
+        (PostgreSQLStoreClaim(), (9, 5, 0), False, True),
+        (MySQLStoreClaim(), (8, 0, 0), False, False),
+        (MySQLStoreClaim(), (8, 0, 1), False, True),
+        (MySQLStoreClaim(), (10, 5, 22), True, False),
+        (MySQLStoreClaim(), (10, 6, 0), True, True),
+        (MySQLStoreClaim(), (10, 11, 6), True, True),
+    ],
+)
+def test_skip_locked_version_gate(
+    claim: Any, version: tuple[int, ...], mariadb: bool, ok: bool
+) -> None:
+    connection = fake_connection(version, mariadb)
+    if ok:
+        claim.check_backend(connection)
+    else:
+        with pytest.raises(UnsupportedBackend, match="SKIP LOCKED"):
+            claim.check_backend(connection)
+
+
+def test_unknown_backend_has_no_store_claim() -> None:
+    with pytest.raises(UnsupportedBackend, match="mssql"):
+        store_claim_dialect_for("mssql")
+
+
+def test_bad_claim_arguments_are_refused_before_sql(store: InboxStore) -> None:
+    with pytest.raises(InvalidStoreArgument):
+        store.candidates(visibility_timeout=0, max_attempts=5)
+    with pytest.raises(InvalidStoreArgument):
+        store.candidates(visibility_timeout=5, max_attempts=0)
+    with pytest.raises(InvalidStoreArgument):
+        store.candidates(visibility_timeout=5, max_attempts=5, now=datetime.datetime(2026, 1, 1))
