@@ -16,6 +16,7 @@ import click
 
 from .alembic_cli import alembic_group
 from .retention_cli import partitions_group, purge_command
+from .worker_cli import store_group, worker_command
 
 __all__ = ["main"]
 
@@ -163,6 +164,8 @@ def demo(
 main.add_command(alembic_group)
 main.add_command(purge_command)
 main.add_command(partitions_group)
+main.add_command(worker_command)
+main.add_command(store_group)
 
 if __name__ == "__main__":
     main()

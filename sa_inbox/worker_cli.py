@@ -1,0 +1,192 @@
+"""``sa-inbox worker`` and ``sa-inbox store``: run the store's worker, inspect and replay rows.
+
+Registered into the :mod:`click` group of :mod:`sa_inbox.cli`. Exit codes as there: 0
+success, 2 usage error (a bad ``--handler``), 3 the command could not run (database
+unreachable, store table missing).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+__all__ = ["resolve_handler", "store_group", "worker_command"]
+
+#: Exit code when a command could not run (as :data:`sa_inbox.cli.EXIT_ERROR`).
+EXIT_ERROR = 3
+
+
+class CommandError(click.ClickException):
+    """The command could not run; printed as ``Error: ...``, exit code :data:`EXIT_ERROR`."""
+
+    exit_code = EXIT_ERROR
+
+
+def resolve_handler(spec: str) -> Callable[..., Any]:
+    """The callable named by ``"package.module:function"`` (``"module:obj.method"`` works).
+
+    :raises click.BadParameter: if ``spec`` has no ``:``, the module cannot be imported, the
+        name is missing, or the object is not callable.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(f"expected module:function, not {spec!r}", param_hint="--handler")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}", param_hint="--handler"
+        ) from exc
+    for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise click.BadParameter(
+                f"{module_name!r} has no {attribute!r}", param_hint="--handler"
+            )
+        target = getattr(target, part)
+    if not callable(target):
+        raise click.BadParameter(f"{spec!r} is not callable", param_hint="--handler")
+    return target  # type: ignore[no-any-return]
+
+
+def _bound_store(url: str, table: str, schema: str | None) -> Any:
+    """``(InboxStore, engine)`` for ``url``, after checking the store table exists."""
+    import sqlalchemy as sa
+
+    from .store import InboxStore
+
+    try:
+        engine = sa.create_engine(url)
+        exists = sa.inspect(engine).has_table(table, schema=schema)
+    except (sa.exc.SQLAlchemyError, ImportError, ValueError) as exc:
+        raise CommandError(f"cannot connect to the database: {exc}") from exc
+    if not exists:
+        raise CommandError(
+            f"the store table {table!r} does not exist: create it with metadata.create_all() "
+            "or an Alembic migration"
+        )
+    return InboxStore(sa.MetaData(), table_name=table, schema=schema), engine
+
+
+def _table_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--url", required=True, help="Database URL (SQLAlchemy form)."),
+        click.option(
+            "--table", default="inbox_store", show_default=True, help="The store table's name."
+        ),
+        click.option("--schema", default=None, help="The store table's schema."),
+        click.option(
+            "--consumer", default="default", show_default=True, help="The consumer (queue) name."
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@click.command("worker")
+@_table_options
+@click.option("--handler", "handler_spec", required=True, help="module:function to call.")
+@click.option("--batch-size", default=10, show_default=True, type=click.IntRange(min=1))
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--visibility-timeout",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds after which an unfinished claim is taken again.",
+)
+@click.option("--max-attempts", default=5, show_default=True, type=click.IntRange(min=1))
+@click.option("--ordered", is_flag=True, help="Keep each aggregate's messages in order.")
+@click.option("--backoff", default=1.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--max-backoff", default=300.0, show_default=True, type=click.FloatRange(min=0))
+@click.option(
+    "--poll-interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True)
+)
+@click.option("--until-empty", is_flag=True, help="Exit once nothing is claimable.")
+@click.option("--log-level", default="INFO", show_default=True)
+def worker_command(
+    url: str,
+    table: str,
+    schema: str | None,
+    consumer: str,
+    handler_spec: str,
+    batch_size: int,
+    concurrency: int,
+    visibility_timeout: float,
+    max_attempts: int,
+    ordered: bool,
+    backoff: float,
+    max_backoff: float,
+    poll_interval: float,
+    until_empty: bool,
+    log_level: str,
+) -> None:
+    """Process the inbox store's messages with HANDLER until SIGTERM/SIGINT.
+
+    HANDLER is called as handler(session, message) in the transaction that marks the
+    message done. On SIGTERM or SIGINT the worker finishes the message in hand, releases
+    the rest of its batch and exits 0. Prints the outcome counts as JSON at exit.
+    """
+    from .worker import Backoff, Worker
+
+    handler = resolve_handler(handler_spec)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    store, engine = _bound_store(url, table, schema)
+    worker = Worker(
+        store.bind(engine),
+        handler,
+        consumer_name=consumer,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        visibility_timeout=visibility_timeout,
+        max_attempts=max_attempts,
+        ordered=ordered,
+        backoff=Backoff(base=backoff, maximum=max_backoff),
+        poll_interval=poll_interval,
+    )
+    try:
+        worker.run(until_empty=until_empty)
+    finally:
+        engine.dispose()
+    click.echo(json.dumps(dict(sorted(worker.stats.items()))))
+
+
+@click.group("store")
+def store_group() -> None:
+    """Inspect the inbox store and replay its rows."""
+
+
+@store_group.command("counts")
+@_table_options
+def counts_command(url: str, table: str, schema: str | None, consumer: str) -> None:
+    """Print the number of rows per status as JSON."""
+    store, engine = _bound_store(url, table, schema)
+    click.echo(json.dumps(store.counts(engine, consumer)))
+
+
+@store_group.command("replay")
+@_table_options
+@click.option("--id", "ids", type=int, multiple=True, help="A row id (repeatable).")
+@click.option("--status", type=click.Choice(["dead", "done"]), help="Rows in this status.")
+def replay_command(
+    url: str,
+    table: str,
+    schema: str | None,
+    consumer: str,
+    ids: tuple[int, ...],
+    status: str | None,
+) -> None:
+    """Reset the chosen rows to pending; print how many."""
+    from .exc import InvalidStoreArgument
+
+    store, engine = _bound_store(url, table, schema)
+    try:
+        count = store.replay(engine, ids=ids or None, status=status, consumer_name=consumer)
+    except InvalidStoreArgument as exc:
+        raise click.UsageError(str(exc)) from exc
+    click.echo(json.dumps({"replayed": count}))

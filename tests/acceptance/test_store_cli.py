@@ -1,0 +1,110 @@
+"""``sa-inbox worker`` and ``sa-inbox store`` in real subprocesses, on real servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming
+from tests.store.app import TABLE, StoreApp, make_engine
+
+pytestmark = pytest.mark.backend
+
+ROOT = Path(__file__).resolve().parents[2]
+HANDLER = "tests.store.cli_handler:record"
+
+
+@pytest.fixture
+def store_app(url: str) -> Iterator[StoreApp]:
+    app = StoreApp(make_engine(url))
+    app.reset()
+    yield app
+    app.drop()
+    app.engine.dispose()
+
+
+def cli(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sa_inbox.cli", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def receive(app: StoreApp, count: int) -> None:
+    with app.engine.begin() as conn:
+        app.store.receive_many(conn, [Incoming(f"m-{i}", {"seq": i}) for i in range(count)])
+
+
+def test_worker_command_drains_the_store(url: str, store_app: StoreApp) -> None:
+    receive(store_app, 30)
+    child = cli("worker", "--url", url, "--table", TABLE, "--handler", HANDLER, "--until-empty")
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == {"done": 30}
+    assert sorted(store_app.effect_ids()) == sorted(f"m-{i}" for i in range(30))
+    counts = cli("store", "counts", "--url", url, "--table", TABLE)
+    out, err = counts.communicate(timeout=60)
+    assert json.loads(out) == {PENDING: 0, PROCESSING: 0, DONE: 30, DEAD: 0}, err
+
+
+def test_worker_command_stops_on_sigterm(url: str, store_app: StoreApp) -> None:
+    child = cli(
+        "worker", "--url", url, "--table", TABLE, "--handler", HANDLER, "--poll-interval", "0.1"
+    )
+    receive(store_app, 5)
+    deadline = time.monotonic() + 60
+    while len(store_app.effect_ids()) < 5:
+        assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        assert time.monotonic() < deadline, "the worker did not process the messages"
+        time.sleep(0.1)
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == {"done": 5}
+
+
+def test_store_replay_command(url: str, store_app: StoreApp) -> None:
+    receive(store_app, 2)
+    t = store_app.store.table
+    with store_app.engine.begin() as conn:
+        conn.execute(t.update().where(t.c.message_id == "m-1").values(status=DEAD))
+    child = cli("store", "replay", "--url", url, "--table", TABLE, "--status", "dead")
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert json.loads(out) == {"replayed": 1}
+    assert store_app.store.counts(store_app.engine)[PENDING] == 2
+
+
+@pytest.mark.parametrize(
+    ("handler", "message"),
+    [
+        ("no_colon", "expected module:function"),
+        ("tests.store.nowhere:record", "cannot import"),
+        ("tests.store.cli_handler:missing", "has no 'missing'"),
+        ("tests.store.cli_handler:NOT_CALLABLE", "is not callable"),
+    ],
+)
+def test_bad_handler_is_a_usage_error(tmp_path: Path, handler: str, message: str) -> None:
+    child = cli("worker", "--url", f"sqlite:///{tmp_path}/x.db", "--handler", handler)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 2
+    assert message in err
+
+
+def test_missing_table_is_reported(tmp_path: Path) -> None:
+    child = cli("worker", "--url", f"sqlite:///{tmp_path}/x.db", "--handler", HANDLER)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 3
+    assert "the store table 'inbox_store' does not exist" in err

@@ -1,0 +1,28 @@
+"""Handlers for ``sa-inbox worker --handler tests.store.cli_handler:…`` in the CLI tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from sa_inbox.store import StoredMessage
+from tests.store.app import StoreApp
+
+EFFECTS = StoreApp(None).effects  # type: ignore[arg-type]
+
+
+def record(session: Session, message: StoredMessage) -> None:
+    """One effect row per message, in the transaction that marks it done."""
+    payload: dict[str, Any] = message.payload
+    session.execute(
+        EFFECTS.insert().values(
+            message_id=message.message_id,
+            aggregate_id=message.aggregate_id,
+            seq=payload.get("seq"),
+            claimed_by=message.claimed_by,
+        )
+    )
+
+
+NOT_CALLABLE = 42
