@@ -10,10 +10,12 @@ from .claim import Inbox as Inbox
 from .consumer import Outcome as Outcome
 from .consumer import Result as Result
 from .consumer import handle as handle
+from .exc import ClaimLost as ClaimLost
 from .exc import ClaimWarning as ClaimWarning
 from .exc import DuplicateMessage as DuplicateMessage
 from .exc import InboxError as InboxError
 from .exc import InvalidMessageId as InvalidMessageId
+from .exc import InvalidStoreArgument as InvalidStoreArgument
 from .exc import RetentionWindowTooShort as RetentionWindowTooShort
 from .exc import TransientClaimError as TransientClaimError
 from .exc import UnsupportedBackend as UnsupportedBackend
@@ -25,20 +27,32 @@ from .schema import InboxMessageMixin as InboxMessageMixin
 from .schema import processed_messages_table as processed_messages_table
 from .session import install as install
 from .session import register_claim as register_claim
+from .store import InboxStore as InboxStore
+from .store import Incoming as Incoming
+from .store import StoredMessage as StoredMessage
+from .worker import Backoff as Backoff
+from .worker import Worker as Worker
 
 __all__ = [
+    "Backoff",
+    "ClaimLost",
     "ClaimWarning",
     "DuplicateMessage",
     "Inbox",
     "InboxError",
     "InboxMessageMixin",
+    "InboxStore",
+    "Incoming",
     "InvalidMessageId",
+    "InvalidStoreArgument",
     "Outcome",
     "Result",
     "RetentionPolicy",
     "RetentionWindowTooShort",
+    "StoredMessage",
     "TransientClaimError",
     "UnsupportedBackend",
+    "Worker",
     "handle",
     "install",
     "is_transient",
