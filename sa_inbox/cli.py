@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from .alembic_cli import alembic_group
+from .bench.cli import bench
 from .retention_cli import partitions_group, purge_command
 from .worker_cli import store_group, worker_command
 
@@ -166,6 +167,7 @@ main.add_command(purge_command)
 main.add_command(partitions_group)
 main.add_command(worker_command)
 main.add_command(store_group)
+main.add_command(bench)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,37 @@
+"""The sa-inbox benchmark suite, run by ``sa-inbox bench``.
+
+One module per scenario; each module's docstring (first line) is its label, and each
+measured function's docstring is the label of its figures:
+
+* :mod:`.claim_overhead`: the business transaction with and without the claim (ORM, Core,
+  raw DBAPI), at 1 … W concurrent worker processes;
+* :mod:`.batch_claim`: :meth:`~sa_inbox.Inbox.claim_many` at batch sizes 1 … 1000;
+* :mod:`.index_hotspots`: message-id key formats and primary-key column orders under
+  concurrent writers: throughput, index size, leaf density, waits;
+* :mod:`.growth`: bytes per row at 1 M rows, and the retention calculator.
+
+Each scenario prints a table and writes JSON; :mod:`.report` turns the JSON into Markdown
+tables and PNG plots. The published figures are in the repository's
+``benchmarks/RESULTS.md``. Scenario modules are imported only when asked for, so that
+``sa-inbox --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+__all__ = ["SCENARIOS", "scenario"]
+
+#: Scenario names, in the order ``sa-inbox bench`` runs them by default.
+SCENARIOS = ("claim_overhead", "batch_claim", "index_hotspots", "growth")
+
+
+def scenario(name: str) -> ModuleType:
+    """The module of scenario ``name`` (one of :data:`SCENARIOS`).
+
+    :raises ValueError: for an unknown name.
+    """
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    return importlib.import_module(f"{__name__}.{name}")

@@ -1,0 +1,373 @@
+"""Claim overhead: one business transaction with and without the claim, per layer.
+
+The business transaction inserts a ledger row and updates an account's balance. Each layer
+runs it twice, without and with the claim, so the claim's cost shows as a ratio:
+
+* ORM: a :class:`~sqlalchemy.orm.Session`; the claim through the session extension
+  (:func:`sa_inbox.install` + :func:`sa_inbox.register_claim`);
+* Core: a :class:`~sqlalchemy.engine.Connection`; the claim through :meth:`Inbox.claim`;
+* raw: hand-written SQL on the DBAPI driver's own connection; the claim as the backend's
+  insert-or-skip statement, written by hand.
+
+Every layer keeps one connection open for the whole run (no pool checkout per
+transaction). Worker ``i`` updates account ``i`` only, so workers contend for the database,
+not for one row. Each cell runs ``messages`` transactions split over ``workers`` processes,
+after :data:`WARMUP` untimed transactions per worker.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import sqlalchemy as sa
+from rich.progress import Progress
+from rich.table import Table
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..session import install, register_claim
+from .db import ACCOUNT, LEDGER, Account, BenchSchema, LedgerEntry, make_engine
+from .runner import BenchConfig, label_of
+from .workers import BenchError, WorkerPool, levels, summarise
+
+__all__ = [
+    "LAYERS",
+    "VARIANTS",
+    "Context",
+    "core_claim",
+    "core_plain",
+    "measure",
+    "orm_claim",
+    "orm_plain",
+    "raw_claim",
+    "raw_plain",
+    "run",
+    "table",
+]
+
+CONSUMER = "billing"
+DEFAULT_MESSAGES = 1000
+AMOUNT = Decimal("1.00")
+#: Untimed transactions per worker before the measurement (statement caches, ORM set-up).
+WARMUP = 5
+
+
+@dataclass(frozen=True)
+class RawSQL:
+    """Hand-written statements for one driver, in its paramstyle."""
+
+    claim: str
+    ledger: str
+    balance: str
+
+
+_RAW_PG_MYSQL = RawSQL(
+    claim="INSERT INTO bench_inbox (message_id, consumer_name) VALUES (%s, %s) "
+    "ON CONFLICT (message_id, consumer_name) DO NOTHING",
+    ledger="INSERT INTO bench_ledger (message_id, account_id, amount) VALUES (%s, %s, %s)",
+    balance="UPDATE bench_accounts SET balance = balance + %s WHERE id = %s",
+)
+_RAW_MYSQL = RawSQL(
+    claim="INSERT IGNORE INTO bench_inbox (message_id, consumer_name) VALUES (%s, %s)",
+    ledger=_RAW_PG_MYSQL.ledger,
+    balance=_RAW_PG_MYSQL.balance,
+)
+_RAW_ORACLE = RawSQL(
+    claim="MERGE INTO bench_inbox t USING (SELECT :1 AS message_id, :2 AS consumer_name "
+    "FROM dual) s ON (t.message_id = s.message_id AND t.consumer_name = s.consumer_name) "
+    "WHEN NOT MATCHED THEN INSERT (message_id, consumer_name) "
+    "VALUES (s.message_id, s.consumer_name)",
+    ledger="INSERT INTO bench_ledger (message_id, account_id, amount) VALUES (:1, :2, :3)",
+    balance="UPDATE bench_accounts SET balance = balance + :1 WHERE id = :2",
+)
+RAW_SQL: dict[str, RawSQL] = {
+    "oracle": _RAW_ORACLE,
+    "postgresql": _RAW_PG_MYSQL,
+    "mysql": _RAW_MYSQL,
+    "mariadb": _RAW_MYSQL,
+    "sqlite": RawSQL(
+        claim="INSERT INTO bench_inbox (message_id, consumer_name) VALUES (?, ?) "
+        "ON CONFLICT (message_id, consumer_name) DO NOTHING",
+        ledger="INSERT INTO bench_ledger (message_id, account_id, amount) VALUES (?, ?, ?)",
+        balance="UPDATE bench_accounts SET balance = balance + ? WHERE id = ?",
+    ),
+}
+
+
+#: Sessionmakers made and installed once per process, as an application does; each session
+#: is bound to the worker's open connection. (A sessionmaker per Context would also be
+#: correct if :func:`sa_inbox.install` were reliable on short-lived sessionmakers; it is not
+#: yet: a new sessionmaker at the address of a freed, installed one is taken as installed.)
+PLAIN_SESSIONS: sessionmaker[Session] = sessionmaker()
+CLAIM_SESSIONS: sessionmaker[Session] = sessionmaker()
+install(CLAIM_SESSIONS)
+
+
+class Context:
+    """What one worker's transactions run on: its connections and account.
+
+    :param engine: the worker's engine.
+    :param account: the account this worker updates.
+    """
+
+    def __init__(self, engine: sa.Engine, account: int) -> None:
+        self.engine = engine
+        self.account = account
+        self.inbox = BenchSchema(engine).inbox
+        self.conn: Connection = engine.connect()
+        self._raw = engine.raw_connection()
+        raw: Any = self._raw.driver_connection
+        self.raw = raw
+        self.cursor: Any = raw.cursor()
+        dialect = engine.dialect.name
+        if dialect not in RAW_SQL:
+            raise BenchError(f"no hand-written SQL for {dialect}; the raw layer needs it")
+        self.sql = RAW_SQL[dialect]
+        self.raw_amount: Any = float(AMOUNT) if dialect == "sqlite" else AMOUNT
+
+    def close(self) -> None:
+        self.cursor.close()
+        self._raw.close()
+        self.conn.close()
+
+
+def _orm_business(session: Session, ctx: Context, message_id: str) -> None:
+    session.add(LedgerEntry(message_id=message_id, account_id=ctx.account, amount=AMOUNT))
+    session.execute(
+        sa.update(Account)
+        .where(Account.id == ctx.account)
+        .values(balance=Account.balance + AMOUNT)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def _core_business(conn: Connection, ctx: Context, message_id: str) -> None:
+    conn.execute(
+        LEDGER.insert(), {"message_id": message_id, "account_id": ctx.account, "amount": AMOUNT}
+    )
+    conn.execute(
+        ACCOUNT.update()
+        .where(ACCOUNT.c.id == ctx.account)
+        .values(balance=ACCOUNT.c.balance + AMOUNT)
+    )
+
+
+def _raw_business(ctx: Context, message_id: str) -> None:
+    ctx.cursor.execute(ctx.sql.ledger, (message_id, ctx.account, ctx.raw_amount))
+    ctx.cursor.execute(ctx.sql.balance, (ctx.raw_amount, ctx.account))
+
+
+def orm_plain(ctx: Context, message_id: str) -> None:
+    """ORM: business transaction only"""
+    with PLAIN_SESSIONS(bind=ctx.conn) as session, session.begin():
+        _orm_business(session, ctx, message_id)
+
+
+def orm_claim(ctx: Context, message_id: str) -> None:
+    """ORM: register_claim() + business transaction"""
+    with CLAIM_SESSIONS(bind=ctx.conn) as session, session.begin():
+        register_claim(session, ctx.inbox, message_id, CONSUMER)
+        _orm_business(session, ctx, message_id)
+
+
+def core_plain(ctx: Context, message_id: str) -> None:
+    """Core: business transaction only"""
+    with ctx.conn.begin():
+        _core_business(ctx.conn, ctx, message_id)
+
+
+def core_claim(ctx: Context, message_id: str) -> None:
+    """Core: inbox.claim() + business transaction"""
+    with ctx.conn.begin():
+        if ctx.inbox.claim(ctx.conn, message_id, CONSUMER):
+            _core_business(ctx.conn, ctx, message_id)
+
+
+def raw_plain(ctx: Context, message_id: str) -> None:
+    """Raw DBAPI: hand-written business transaction only"""
+    _raw_business(ctx, message_id)
+    ctx.raw.commit()
+
+
+def raw_claim(ctx: Context, message_id: str) -> None:
+    """Raw DBAPI: hand-written insert-or-skip claim + business transaction"""
+    ctx.cursor.execute(ctx.sql.claim, (message_id, CONSUMER))
+    if ctx.cursor.rowcount == 1:
+        _raw_business(ctx, message_id)
+    ctx.raw.commit()
+
+
+Transaction = Callable[[Context, str], None]
+
+#: layer -> (without the claim, with the claim)
+LAYERS: dict[str, tuple[Transaction, Transaction]] = {
+    "orm": (orm_plain, orm_claim),
+    "core": (core_plain, core_claim),
+    "raw": (raw_plain, raw_claim),
+}
+VARIANTS: dict[str, Transaction] = {fn.__name__: fn for pair in LAYERS.values() for fn in pair}
+
+
+def share(messages: int, worker: int, workers: int) -> int:
+    """Messages worker ``worker`` of ``workers`` processes (the first ones take the rest)."""
+    base, rest = divmod(messages, workers)
+    return base + (1 if worker < rest else 0)
+
+
+def measure(
+    params: Mapping[str, Any], worker: int, workers: int, go: Callable[[], float]
+) -> dict[str, Any]:
+    """One worker's part of a cell (runs in a worker process; see :mod:`.workers`)."""
+    engine = make_engine(params["url"])
+    ctx = Context(engine, account=worker)
+    try:
+        transaction = VARIANTS[params["variant"]]
+        ids = [str(uuid.uuid4()) for _ in range(share(params["messages"], worker, workers))]
+        for _ in range(WARMUP):
+            transaction(ctx, str(uuid.uuid4()))
+        latencies: list[float] = []
+        started = go()
+        for message_id in ids:
+            t0 = time.perf_counter()
+            transaction(ctx, message_id)
+            latencies.append(time.perf_counter() - t0)
+        finished = time.perf_counter()
+    finally:
+        ctx.close()
+        engine.dispose()
+    return {"started": started, "finished": finished, "latencies": latencies}
+
+
+def _check_state(schema: BenchSchema, claim: bool, messages: int, workers: int) -> dict[str, Any]:
+    expected_rows = messages + WARMUP * workers
+    expected = {
+        "ledger_rows": expected_rows,
+        "inbox_rows": expected_rows if claim else 0,
+        "balance_total": str((AMOUNT * expected_rows).quantize(Decimal("0.01"))),
+    }
+    state = schema.state()
+    if state != expected:
+        raise BenchError(f"business state {state} differs from the expected {expected}")
+    return state
+
+
+def _cells(config: BenchConfig) -> list[tuple[int, int, str, bool]]:
+    return [
+        (repeat, workers, layer, claim)
+        for repeat in range(config.repeat)
+        for workers in levels(config.workers)
+        for layer in LAYERS
+        for claim in (False, True)
+    ]
+
+
+def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
+    """Measure every layer with and without the claim at each concurrency level.
+
+    Cells are interleaved (repeat → workers → layer → without/with), so drift on a shared
+    machine spreads over all of them; the ratio is computed per repeat from the adjacent
+    pair and the median over repeats is reported.
+    """
+    messages = config.messages or DEFAULT_MESSAGES
+    engine = make_engine(config.url)
+    schema = BenchSchema(engine)
+    cells = _cells(config)
+    task = progress.add_task("claim overhead", total=len(cells))
+    measured: list[dict[str, Any]] = []
+    try:
+        with WorkerPool(config.workers) as pool:
+            for repeat, workers, layer, claim in cells:
+                transaction = LAYERS[layer][claim]
+                schema.reset()
+                params = {"url": config.url, "variant": transaction.__name__, "messages": messages}
+                results = pool.run(f"{__name__}:measure", params, workers)
+                state = _check_state(schema, claim, messages, workers)
+                measured.append(
+                    {
+                        "repeat": repeat,
+                        "workers": workers,
+                        "layer": layer,
+                        "claim": claim,
+                        "variant": transaction.__name__,
+                        "label": label_of(transaction),
+                        "messages": messages,
+                        "state": state,
+                        **summarise(results, messages),
+                    }
+                )
+                progress.advance(task)
+        schema.drop()
+    finally:
+        engine.dispose()
+    return {
+        "workers_kind": "processes",
+        "cells": measured,
+        "summary": summary(measured),
+    }
+
+
+def summary(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Medians over repeats per (layer, workers): µs/message without and with the claim,
+    messages/s, and the median of the per-repeat ratios (with / without)."""
+    rows: list[dict[str, Any]] = []
+    keys = sorted(
+        {(c["workers"], c["layer"]) for c in cells}, key=lambda k: (k[0], list(LAYERS).index(k[1]))
+    )
+    for workers, layer in keys:
+        plain = {
+            c["repeat"]: c
+            for c in cells
+            if (c["workers"], c["layer"], c["claim"]) == (workers, layer, False)
+        }
+        claim = {
+            c["repeat"]: c
+            for c in cells
+            if (c["workers"], c["layer"], c["claim"]) == (workers, layer, True)
+        }
+        repeats = sorted(set(plain) & set(claim))
+        ratios = [claim[r]["us_per_message"] / plain[r]["us_per_message"] for r in repeats]
+        rows.append(
+            {
+                "workers": workers,
+                "layer": layer,
+                "repeats": len(repeats),
+                "plain_us_per_message": statistics.median(
+                    plain[r]["us_per_message"] for r in repeats
+                ),
+                "claim_us_per_message": statistics.median(
+                    claim[r]["us_per_message"] for r in repeats
+                ),
+                "plain_per_second": statistics.median(plain[r]["per_second"] for r in repeats),
+                "claim_per_second": statistics.median(claim[r]["per_second"] for r in repeats),
+                "claim_latency_median_us": statistics.median(
+                    claim[r]["latency_median_us"] for r in repeats
+                ),
+                "ratio": statistics.median(ratios),
+                "ratio_min": min(ratios),
+                "ratio_max": max(ratios),
+            }
+        )
+    return rows
+
+
+def table(results: Mapping[str, Any]) -> Table:
+    """Per (workers, layer): µs per message without / with the claim, and their ratio."""
+    out = Table(
+        "workers", "layer", "µs/msg without", "µs/msg with", "msg/s with", "ratio (min-max)"
+    )
+    for row in results["summary"]:
+        out.add_row(
+            str(row["workers"]),
+            row["layer"],
+            f"{row['plain_us_per_message']:.0f}",
+            f"{row['claim_us_per_message']:.0f}",
+            f"{row['claim_per_second']:.0f}",
+            f"{row['ratio']:.2f} ({row['ratio_min']:.2f}-{row['ratio_max']:.2f})",
+        )
+    return out

@@ -1,0 +1,200 @@
+"""``sa-inbox bench``: run benchmark scenarios, build the report, or project table growth.
+
+::
+
+    sa-inbox bench                                  # every scenario, on a SQLite file
+    sa-inbox bench claim_overhead --url postgresql+psycopg://… --messages 2000 --workers 4
+    sa-inbox bench report                           # bench-results/*.json -> report.md + PNGs
+    sa-inbox bench growth --rate 2000 --window 7d   # the calculator, from measured bytes/row
+
+Exit codes as for every ``sa-inbox`` command: 0 success, 2 usage error, 3 the benchmark
+could not run (database unreachable, a worker failed, wrong business state).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from . import SCENARIOS
+
+__all__ = ["bench"]
+
+EXIT_ERROR = 3
+REPORT = "report"
+
+
+class BenchFailed(click.ClickException):
+    """The benchmark could not run; exit code :data:`EXIT_ERROR`."""
+
+    exit_code = EXIT_ERROR
+
+
+@click.command("bench")
+@click.argument("names", nargs=-1, type=click.Choice([*SCENARIOS, REPORT]), metavar="[SCENARIO]...")
+@click.option("--url", default=None, help="Database URL. Default: a SQLite file in a temp dir.")
+@click.option(
+    "--messages",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Messages per measured cell (default: 1000; index_hotspots 2000).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Most concurrent worker processes; cells run at 1, 2, 4 … WORKERS.",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Runs per cell (medians are reported).",
+)
+@click.option(
+    "--rows",
+    type=click.IntRange(min=1),
+    default=1_000_000,
+    show_default=True,
+    help="growth: rows inserted before measuring bytes per row.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("bench-results"),
+    show_default=True,
+    help="Directory for the JSON (and for report.md and the PNGs).",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="growth calculator: messages per second.",
+)
+@click.option(
+    "--window",
+    default="7d",
+    show_default=True,
+    help="growth calculator: retention window (s, m, h, d, w).",
+)
+@click.option(
+    "--consumers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="growth calculator: consumers claiming each message.",
+)
+@click.option(
+    "--figures",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="growth calculator: growth-*.json of your own run (or its directory). "
+    "Default: the figures published with sa-inbox.",
+)
+def bench(
+    names: tuple[str, ...],
+    url: str | None,
+    messages: int | None,
+    workers: int,
+    repeat: int,
+    rows: int,
+    out: Path,
+    rate: float | None,
+    window: str,
+    consumers: int,
+    figures: Path | None,
+) -> None:
+    """Run benchmark SCENARIOs (default: all), print tables and write JSON to --out.
+
+    Scenarios: claim_overhead, batch_claim, index_hotspots, growth. `report` turns the JSON
+    in --out into report.md and PNG plots. `growth --rate R` is the calculator: the rows
+    and bytes the inbox holds at R messages/s over --window.
+    """
+    if REPORT in names:
+        if len(names) > 1:
+            raise click.UsageError("'report' runs alone: sa-inbox bench report [--out DIR]")
+        _report(out)
+    elif rate is not None:
+        if names != ("growth",):
+            raise click.UsageError("--rate is for the calculator: sa-inbox bench growth --rate R")
+        _calculate(rate, window, consumers, figures)
+    else:
+        _run(names or SCENARIOS, url, messages, workers, repeat, rows, out)
+
+
+def _report(out: Path) -> None:
+    from .report import write_report
+
+    try:
+        written = write_report(out)
+    except FileNotFoundError as exc:
+        raise BenchFailed(str(exc)) from exc
+    except ImportError as exc:
+        raise BenchFailed(
+            f"the report needs matplotlib: pip install 'sa-inbox[bench]' ({exc})"
+        ) from exc
+    for path in written:
+        click.echo(f"wrote {path}")
+
+
+def _calculate(rate: float, window: str, consumers: int, source: Path | None) -> None:
+    from rich.console import Console
+
+    from .growth import load_figures, parse_window, project, projection_table
+
+    try:
+        seconds = parse_window(window)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--window") from exc
+    try:
+        figures = load_figures(source)
+    except (FileNotFoundError, KeyError) as exc:
+        raise BenchFailed(f"cannot read growth figures: {exc}") from exc
+    projections = project(rate, seconds, figures, consumers)
+    console = Console()
+    console.print(
+        f"{rate:g} messages/s x {window} ({seconds:,.0f} s) x {consumers} consumer(s) "
+        f"= {projections[0].rows:,} rows in the inbox (before the purge)"
+    )
+    console.print(projection_table(projections, figures))
+
+
+def _run(
+    names: tuple[str, ...],
+    url: str | None,
+    messages: int | None,
+    workers: int,
+    repeat: int,
+    rows: int,
+    out: Path,
+) -> None:
+    from rich.console import Console
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from . import scenario
+    from .db import default_sqlite_url
+    from .runner import BenchConfig, make_progress, run_scenario
+    from .workers import BenchError
+
+    config = BenchConfig(
+        url=url or default_sqlite_url(),
+        messages=messages,
+        workers=workers,
+        repeat=repeat,
+        rows=rows,
+        out=out,
+    )
+    console = Console()
+    console.print(f"sa-inbox bench on {config.to_json()['url']}: {', '.join(names)}")
+    started = time.perf_counter()
+    try:
+        with make_progress(console) as progress:
+            for name in names:
+                run_scenario(scenario(name), config, console=console, progress=progress)
+    except (BenchError, SQLAlchemyError) as exc:
+        raise BenchFailed(str(exc)) from exc
+    console.print(f"done in {time.perf_counter() - started:.0f} s; JSON in {out}")

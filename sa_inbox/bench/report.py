@@ -1,0 +1,278 @@
+"""Turn the benchmarks' JSON into Markdown tables and PNG plots (``sa-inbox bench report``).
+
+Reads every ``<scenario>-<backend>.json`` in a directory and writes, next to them,
+``report.md`` (one table per scenario, all backends) and one PNG per scenario.
+Plots are drawn with matplotlib's non-interactive Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["load_results", "markdown", "write_report"]
+
+BACKEND_ORDER = ("sqlite", "postgresql", "mariadb", "mysql", "oracle")
+
+Document = Mapping[str, Any]
+
+
+def load_results(directory: Path) -> dict[str, list[Document]]:
+    """scenario -> its JSON documents (one per backend), in :data:`BACKEND_ORDER`.
+
+    :raises FileNotFoundError: if ``directory`` holds no benchmark JSON.
+    """
+    found: dict[str, list[Document]] = defaultdict(list)
+    for path in sorted(directory.glob("*.json")):
+        document = json.loads(path.read_text())
+        if isinstance(document, dict) and {"scenario", "backend", "results"} <= document.keys():
+            found[document["scenario"]].append(document)
+    if not found:
+        raise FileNotFoundError(f"no benchmark JSON in {directory}")
+    for documents in found.values():
+        documents.sort(key=_backend_rank)
+    return dict(found)
+
+
+def _backend_rank(document: Document) -> int:
+    name = document["backend"]
+    return BACKEND_ORDER.index(name) if name in BACKEND_ORDER else len(BACKEND_ORDER)
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _f(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+# -- Markdown ----------------------------------------------------------------------------
+
+
+def _claim_overhead_md(documents: Sequence[Document]) -> str:
+    rows = [
+        [
+            d["backend"],
+            str(r["workers"]),
+            r["layer"],
+            _f(r["plain_us_per_message"], ".0f"),
+            _f(r["claim_us_per_message"], ".0f"),
+            f"**{r['ratio']:.2f}** ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})",
+            _f(r["claim_per_second"], ".0f"),
+            str(r["repeats"]),
+        ]
+        for d in documents
+        for r in d["results"]["summary"]
+    ]
+    header = [
+        "backend",
+        "workers",
+        "layer",
+        "µs/msg without",
+        "µs/msg with",
+        "ratio (min-max)",
+        "msg/s with",
+        "runs",
+    ]
+    return _md_table(header, rows)
+
+
+def _batch_claim_md(documents: Sequence[Document]) -> str:
+    rows = [
+        [
+            d["backend"],
+            str(r["batch_size"]),
+            _f(r["per_second"], ",.0f"),
+            _f(r["us_per_message"], ".1f"),
+            _f(r["speedup"], ".1f"),
+            str(r["repeats"]),
+        ]
+        for d in documents
+        for r in d["results"]["summary"]
+    ]
+    return _md_table(["backend", "batch size", "msg/s", "µs/msg", "x batch 1", "runs"], rows)
+
+
+def _index_hotspots_md(documents: Sequence[Document]) -> str:
+    rows = []
+    for d in documents:
+        for r in d["results"]["summary"]:
+            splits = r.get("index_page_splits")
+            waits = ", ".join(f"{k} {v}" for k, v in r["top_waits"].items()) or "-"
+            rows.append(
+                [
+                    d["backend"],
+                    str(r["workers"]),
+                    r["pk_order"],
+                    r["key_format"],
+                    _f(r["per_second"], ".0f"),
+                    _f(r["latency_p95_us"], ".0f"),
+                    _f(None if r["index_bytes"] is None else r["index_bytes"] / 1024, ".0f"),
+                    _f(r["leaf_density_pct"], ".1f"),
+                    _f(splits, ".0f"),
+                    waits,
+                ]
+            )
+    header = [
+        "backend", "writers", "PK order", "key", "claims/s", "p95 µs", "PK KiB",
+        "leaf fill %", "page splits", "waits sampled (sessions x samples)",
+    ]  # fmt: skip
+    return _md_table(header, rows)
+
+
+def _growth_md(documents: Sequence[Document]) -> str:
+    mib = 1024 * 1024
+    rows = [
+        [
+            d["backend"],
+            f"{d['results']['rows']:,}",
+            f"**{d['results']['bytes_per_row']:.0f}**",
+            f"{d['results']['table_bytes_per_row']:.0f}",
+            f"{d['results']['index_bytes_per_row']:.0f}",
+            f"{d['results']['total_bytes'] / mib:.0f}",
+        ]
+        for d in documents
+    ]
+    header = ["backend", "rows", "bytes/row", "table bytes/row", "index bytes/row", "total MiB"]
+    return _md_table(header, rows)
+
+
+_MARKDOWN: dict[str, Callable[[Sequence[Document]], str]] = {
+    "claim_overhead": _claim_overhead_md,
+    "batch_claim": _batch_claim_md,
+    "index_hotspots": _index_hotspots_md,
+    "growth": _growth_md,
+}
+
+
+def markdown(results: Mapping[str, Sequence[Document]]) -> str:
+    """``report.md``: per scenario, its label, where it ran, and its table."""
+    parts = ["# sa-inbox benchmark report", ""]
+    for scenario in _MARKDOWN:
+        documents = results.get(scenario)
+        if not documents:
+            continue
+        parts += [f"## {documents[0]['label']}", ""]
+        for d in documents:
+            config = d["config"]
+            parts.append(
+                f"- {d['backend']}: {d['server']}; {d['machine']['cpus']} CPUs; "
+                f"messages={config['messages']}, workers={config['workers']}, "
+                f"repeat={config['repeat']}; {d['finished_at']}"
+            )
+        parts += ["", _MARKDOWN[scenario](documents), "", f"![{scenario}]({scenario}.png)", ""]
+    return "\n".join(parts)
+
+
+# -- plots -------------------------------------------------------------------------------
+
+
+def _claim_overhead_plot(documents: Sequence[Document], axes_row: Any) -> None:
+    for ax, d in zip(axes_row, documents, strict=True):
+        by_layer: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        for r in d["results"]["summary"]:
+            by_layer[r["layer"]].append((r["workers"], r["ratio"]))
+        for layer, points in by_layer.items():
+            ax.plot(*zip(*points, strict=True), marker="o", label=layer)
+        ax.axhline(1.0, color="grey", linewidth=0.5)
+        ax.set_title(d["backend"])
+        ax.set_xlabel("concurrent worker processes")
+        ax.set_ylabel("time with claim / without")
+        ax.legend()
+
+
+def _batch_claim_plot(documents: Sequence[Document], ax: Any) -> None:
+    for d in documents:
+        rows = d["results"]["summary"]
+        ax.plot(
+            [r["batch_size"] for r in rows],
+            [r["per_second"] for r in rows],
+            marker="o",
+            label=d["backend"],
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("ids per claim_many() transaction")
+    ax.set_ylabel("messages claimed per second")
+    ax.legend()
+
+
+def _index_hotspots_plot(documents: Sequence[Document], axes: Any) -> None:
+    for column, d in enumerate(documents):
+        rows = d["results"]["summary"]
+        top = max(r["workers"] for r in rows)
+        formats = list(d["results"]["key_formats"])
+        orders = sorted({r["pk_order"] for r in rows})
+        width = 0.8 / len(orders)
+        for i, order in enumerate(orders):
+            picked = {
+                r["key_format"]: r for r in rows if r["workers"] == top and r["pk_order"] == order
+            }
+            xs = [k + i * width for k in range(len(formats))]
+            axes[0][column].bar(xs, [picked[f]["per_second"] for f in formats], width, label=order)
+            density = [picked[f]["leaf_density_pct"] or 0 for f in formats]
+            axes[1][column].bar(xs, density, width, label=order)
+        for row, ylabel in ((0, f"claims/s, {top} writers"), (1, "PK leaf fill %")):
+            ax = axes[row][column]
+            ax.set_xticks([k + width * (len(orders) - 1) / 2 for k in range(len(formats))], formats)
+            ax.set_ylabel(ylabel)
+            ax.set_title(d["backend"])
+            ax.legend(fontsize="small")
+
+
+def _growth_plot(documents: Sequence[Document], ax: Any) -> None:
+    names = [d["backend"] for d in documents]
+    table = [d["results"]["table_bytes_per_row"] for d in documents]
+    index = [d["results"]["index_bytes_per_row"] for d in documents]
+    ax.bar(names, table, label="table (MariaDB: clustered PK)")
+    ax.bar(names, index, bottom=table, label="indexes")
+    ax.set_ylabel("bytes per row")
+    ax.legend()
+
+
+def _plot(scenario: str, documents: Sequence[Document], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    n = len(documents)
+    if scenario == "claim_overhead":
+        figure, axes = pyplot.subplots(1, n, figsize=(4.5 * n, 4), squeeze=False)
+        _claim_overhead_plot(documents, axes[0])
+    elif scenario == "index_hotspots":
+        figure, axes = pyplot.subplots(2, n, figsize=(5.5 * n, 7), squeeze=False)
+        _index_hotspots_plot(documents, axes)
+    else:
+        figure, ax = pyplot.subplots(figsize=(6, 4))
+        (_batch_claim_plot if scenario == "batch_claim" else _growth_plot)(documents, ax)
+    figure.suptitle(documents[0]["label"], fontsize="medium")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+
+
+def write_report(directory: Path) -> list[Path]:
+    """Write ``report.md`` and one PNG per scenario into ``directory``.
+
+    :param directory: where the benchmark JSON is (and the report goes).
+    :returns: the files written.
+    :raises FileNotFoundError: if ``directory`` holds no benchmark JSON.
+    """
+    results = load_results(directory)
+    written = []
+    for scenario, documents in results.items():
+        if scenario in _MARKDOWN:
+            path = directory / f"{scenario}.png"
+            _plot(scenario, documents, path)
+            written.append(path)
+    report = directory / "report.md"
+    report.write_text(markdown(results))
+    written.append(report)
+    return written
