@@ -70,6 +70,8 @@ DEFAULT_STORE_TABLE = "inbox_store"
 DEFAULT_CONSUMER = "default"
 PENDING, PROCESSING, DONE, DEAD = "pending", "processing", "done", "dead"
 STATUSES = (PENDING, PROCESSING, DONE, DEAD)
+#: Rows of each kind one :meth:`InboxStore.reap` call moves, at most.
+REAP_BATCH = 1000
 #: ``last_error`` keeps at most this many characters of the error text.
 MAX_ERROR_LENGTH = 2000
 #: Columns a receive writes; ``message_id`` and ``consumer_name`` first (Oracle's MERGE).
@@ -641,29 +643,39 @@ class InboxStore:
         itself takes abandoned rows; workers call it periodically so that a message that
         kills its worker every time reaches ``dead``.
 
+        Rows are taken with the claim's locking (``SKIP LOCKED``), at most
+        :data:`REAP_BATCH` of each kind per call: a row whose slow handler still holds its
+        lock is alive and is skipped, never waited for.
+
         :returns: how many rows went back to pending and how many to dead.
         """
         _positive_int(max_attempts, "max_attempts")
         stale_before = _aware(now) - _seconds(visibility_timeout, "visibility_timeout")
-        t = self.table
-        stale = sa.and_(t.c.status == PROCESSING, t.c.claimed_at < stale_before)
-        if consumer_name is not None:
-            stale = sa.and_(stale, t.c.consumer_name == consumer_name)
+
+        def abandoned(exhausted: bool) -> CandidateQuery:
+            def candidates(source: sa.FromClause) -> sa.Select[Any]:
+                c = source.c
+                used = c.attempts >= max_attempts if exhausted else c.attempts < max_attempts
+                where = sa.and_(c.status == PROCESSING, c.claimed_at < stale_before, used)
+                if consumer_name is not None:
+                    where = sa.and_(where, c.consumer_name == consumer_name)
+                return sa.select(c.id).where(where).order_by(c.received_at, c.id)
+
+            return candidates
+
         lost = f"claim abandoned: no result within the visibility timeout ({visibility_timeout} s)"
-        with self.transaction(engine) as (conn, _):
-            dead = _rowcount(
-                conn,
-                sa.update(t)
-                .where(stale, t.c.attempts >= max_attempts)
-                .values(status=DEAD, last_error=lost),
+        with self.transaction(engine) as (conn, dialect):
+            dead = dialect.claim(
+                conn, self.table, abandoned(True), REAP_BATCH, {"status": DEAD, "last_error": lost}
             )
-            released = _rowcount(
+            released = dialect.claim(
                 conn,
-                sa.update(t)
-                .where(stale, t.c.attempts < max_attempts)
-                .values(status=PENDING, claimed_at=None, claimed_by=None),
+                self.table,
+                abandoned(False),
+                REAP_BATCH,
+                {"status": PENDING, "claimed_at": None, "claimed_by": None},
             )
-        return ReapResult(released=released, dead=dead)
+        return ReapResult(released=len(released), dead=len(dead))
 
     def replay(
         self,

@@ -13,6 +13,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -359,3 +360,34 @@ def test_reap_releases_or_dead_letters_abandoned_claims(store_app: StoreApp) -> 
     assert store.reap(engine, visibility_timeout=0.2, max_attempts=3) == ReapResult(0, 2)
     row = store_app.row("a")
     assert row["status"] == DEAD and "abandoned" in row["last_error"]
+
+
+def test_slow_handler_past_the_visibility_timeout_is_not_taken(store_app: StoreApp) -> None:
+    receive_stream(store_app, [Incoming("slow", {"seq": 0})])
+    bound = store_app.store.bind(store_app.engine)
+    started, release = threading.Event(), threading.Event()
+
+    def slow(session: Any, message: StoredMessage) -> None:
+        started.set()
+        assert release.wait(30)
+        store_app.apply(session, message)
+
+    first = Worker(bound, slow, visibility_timeout=0.5, poll_interval=0.05)
+    second = Worker(bound, store_app.apply, visibility_timeout=0.5, poll_interval=0.05)
+    holder = threading.Thread(target=first.run_once)
+    holder.start()
+    assert started.wait(30)
+    time.sleep(0.8)  # the claim is now older than the visibility timeout
+    results: list[object] = []
+    # SKIP LOCKED skips the row in hand (SQLite: the claim waits for the writer to commit)
+    other = threading.Thread(target=lambda: results.extend([second.run_once(), second.reap()]))
+    other.start()
+    time.sleep(0.5)
+    release.set()
+    holder.join(30)
+    other.join(60)
+    assert results[0] == 0, "the row being processed was claimed again"
+    assert store_app.effect_ids() == ["slow"]
+    row = store_app.row("slow")
+    assert (row["status"], row["attempts"]) == (DONE, 1)
+    assert first.stats["done"] == 1 and second.stats["done"] == 0
