@@ -25,6 +25,7 @@ from sa_inbox.exc import InvalidRetentionPolicy, RetentionWindowTooShort
 from sa_inbox.retention import Batch, RetentionPolicy, purge
 from tests.app import CONSUMER, App
 from tests.conftest import backend_url
+from tests.retention.loaders import load_rows
 
 pytestmark = pytest.mark.backend
 
@@ -38,41 +39,6 @@ POLICY = RetentionPolicy(
 BATCH = 5000
 ROWS = {"postgresql": 1_000_000, "mysql": 1_000_000, "sqlite": 100_000, "oracle": 100_000}
 TABLE = "retention_processed"
-
-#: Row g (1..n): 'old-g' 10 days + (g mod 1 day) old, or 'keep-g' up to 8 days old.
-LOADERS = {
-    "postgresql": """
-        INSERT INTO retention_processed (message_id, consumer_name, received_at)
-        SELECT CASE WHEN g % 2 = 0 THEN 'old-' || g ELSE 'keep-' || g END, 'billing',
-               CASE WHEN g % 2 = 0
-                    THEN now() - interval '10 days' - (g % 86400) * interval '1 second'
-                    ELSE now() - (g % 691200) * interval '1 second' END
-        FROM generate_series(1, :n) AS g""",
-    "mysql": """
-        INSERT INTO retention_processed (message_id, consumer_name, received_at)
-        SELECT IF(MOD(seq, 2) = 0, CONCAT('old-', seq), CONCAT('keep-', seq)), 'billing',
-               IF(MOD(seq, 2) = 0,
-                  NOW() - INTERVAL 10 DAY - INTERVAL MOD(seq, 86400) SECOND,
-                  NOW() - INTERVAL MOD(seq, 691200) SECOND)
-        FROM {sequence}""",
-    "sqlite": """
-        WITH RECURSIVE seq(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < :n)
-        INSERT INTO retention_processed (message_id, consumer_name, received_at)
-        SELECT CASE WHEN g % 2 = 0 THEN 'old-' || g ELSE 'keep-' || g END, 'billing',
-               CASE WHEN g % 2 = 0
-                    THEN datetime('now', '-10 days', '-' || (g % 86400) || ' seconds')
-                    ELSE datetime('now', '-' || (g % 691200) || ' seconds') END
-        FROM seq""",
-    "oracle": """
-        INSERT INTO retention_processed (message_id, consumer_name, received_at)
-        SELECT CASE WHEN MOD(LEVEL, 2) = 0 THEN 'old-' || LEVEL ELSE 'keep-' || LEVEL END,
-               'billing',
-               CASE WHEN MOD(LEVEL, 2) = 0
-                    THEN SYSTIMESTAMP - NUMTODSINTERVAL(10, 'DAY')
-                         - NUMTODSINTERVAL(MOD(LEVEL, 86400), 'SECOND')
-                    ELSE SYSTIMESTAMP - NUMTODSINTERVAL(MOD(LEVEL, 691200), 'SECOND') END
-        FROM dual CONNECT BY LEVEL <= :n""",
-}
 
 
 @dataclass
@@ -97,24 +63,6 @@ class Loaded:
             return int(conn.execute(query).scalar_one())
 
 
-def _load(backend: str, engine: sa.Engine, rows: int) -> None:
-    sql = LOADERS[backend]
-    with engine.begin() as conn:
-        if backend == "mysql":
-            if engine.dialect.is_mariadb:  # type: ignore[attr-defined]
-                sequence = f"seq_1_to_{rows}"  # MariaDB's Sequence engine
-            else:
-                conn.exec_driver_sql(f"SET SESSION cte_max_recursion_depth = {rows}")
-                sequence = "(WITH RECURSIVE s (seq) AS (SELECT 1 UNION ALL SELECT seq + 1 "
-                sequence += f"FROM s WHERE seq < {rows}) SELECT seq FROM s) AS s"
-            conn.execute(sa.text(sql.format(sequence=sequence)))
-        else:
-            conn.execute(sa.text(sql), {"n": rows})
-    if backend == "postgresql":
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.exec_driver_sql(f"ANALYZE {TABLE}")
-
-
 def _engine(url: str) -> sa.Engine:
     if url.startswith("sqlite"):
         return sa.create_engine(url, connect_args={"timeout": 60})
@@ -137,7 +85,7 @@ def loaded(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Loaded]
     metadata.drop_all(engine)
     metadata.create_all(engine)
     started = time.perf_counter()
-    _load(backend, engine, ROWS[backend])
+    load_rows(backend, engine, TABLE, ROWS[backend])
     loaded = Loaded(backend, engine, inbox, ROWS[backend])
     assert loaded.count() == loaded.rows
     assert loaded.count("old-") == loaded.expired
