@@ -303,7 +303,8 @@ def purge(
     locks and restarts on the committed rows.
 
     :param bind: an Engine, or a Connection that is not in a transaction (the purge commits
-        each batch itself).
+        each batch itself). On PostgreSQL, MySQL/MariaDB and Oracle the batches run at READ
+        COMMITTED (a given Connection is switched to it; the pool resets it on return).
     :param older_than: the :class:`RetentionPolicy` (rows older than its
         :attr:`~RetentionPolicy.window` are deleted), or a longer :class:`datetime.timedelta`
         together with ``policy``.
