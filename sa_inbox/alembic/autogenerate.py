@@ -24,15 +24,22 @@ from alembic.autogenerate.api import AutogenContext
 from alembic.operations import ops
 from alembic.util import DispatchPriority, PriorityDispatchResult
 
+from .exc import InvalidTableOptions
 from .operations import (
     CREATE_OPERATIONS,
     PARTITIONED_PROCESSED_MESSAGES,
     CreateInboxTableOp,
     DropInboxTableOp,
 )
-from .tables import marker, matches_factory
+from .tables import build_table, marker, matches_factory
 
-__all__ = ["IMPORT_LINE", "inbox_operation_for", "render_inbox_op", "rewrite_inbox_tables"]
+__all__ = [
+    "IMPORT_LINE",
+    "dropped_inbox_operation",
+    "inbox_operation_for",
+    "render_inbox_op",
+    "rewrite_inbox_tables",
+]
 
 #: The import a revision using the sa-inbox operations needs (it registers them).
 IMPORT_LINE = "import sa_inbox.alembic"
@@ -64,31 +71,103 @@ def _lookup_table(autogen_context: AutogenContext, name: str, schema: str | None
 def rewrite_inbox_tables(
     autogen_context: AutogenContext, upgrade_ops: ops.UpgradeOps, schemas: Any
 ) -> PriorityDispatchResult:
-    """The ``"schema"`` comparator: sa-inbox ops in place of ``create_table`` + indexes.
+    """The ``"schema"`` comparator: sa-inbox ops in place of ``create_table`` / ``drop_table``.
 
+    A new marked table becomes ``create_<kind>``, its ``create_index`` ops dropped; a
+    removed table recognised by :func:`dropped_inbox_operation` becomes ``drop_<kind>``,
+    its ``drop_index`` ops dropped (so the downgrade re-creates it with the sa-inbox op).
     Idempotent: run twice (global hook and plugin both enabled), it changes nothing more.
     """
     dialect = autogen_context.dialect
     assert dialect is not None
-    created: dict[tuple[str | None, str], set[str]] = {}
+    dropped_indexes = _dropped_indexes(upgrade_ops)
+    covered: dict[tuple[str | None, str], set[str]] = {}
     rewritten: list[ops.MigrateOperation] = []
     for operation in upgrade_ops.ops:
+        key = _table_key(operation)
+        replacement: CreateInboxTableOp | DropInboxTableOp | None = None
         if isinstance(operation, ops.CreateTableOp):
             table = _lookup_table(autogen_context, operation.table_name, operation.schema)
             replacement = inbox_operation_for(operation, table, dialect)
-            if replacement is not None:
-                rewritten.append(replacement)
-                indexes = {str(index.name) for index in table.indexes}
-                created[(operation.schema, operation.table_name)] = indexes
-                continue
+        elif isinstance(operation, ops.DropTableOp) and key is not None:
+            replacement = dropped_inbox_operation(operation, dropped_indexes.get(key), dialect)
+        if replacement is not None and key is not None:
+            rewritten.append(replacement)
+            covered[key] = {str(index.name) for index in replacement.to_table().indexes}
+            covered[key] |= _unique_names(replacement.to_table())
+            continue
         rewritten.append(operation)
     partitions = _partitions(autogen_context)
     upgrade_ops.ops[:] = [
         op
         for op in rewritten
-        if not _drop_covered(op, created) and not _is_partition(op, partitions)
+        if not _drop_covered(op, covered) and not _is_partition(op, partitions)
     ]
     return PriorityDispatchResult.CONTINUE
+
+
+def _table_key(operation: ops.MigrateOperation) -> tuple[str | None, str] | None:
+    if isinstance(operation, ops.CreateTableOp | ops.DropTableOp | ops.ModifyTableOps):
+        return (operation.schema, operation.table_name)
+    return None
+
+
+def _unique_names(table: sa.Table) -> set[str]:
+    return {
+        str(constraint.name)
+        for constraint in table.constraints
+        if isinstance(constraint, sa.UniqueConstraint)
+    }
+
+
+def _dropped_indexes(upgrade_ops: ops.UpgradeOps) -> dict[tuple[str | None, str], set[str]]:
+    """Index names of each ``ModifyTableOps`` that only drops indexes (a removed table's)."""
+    found: dict[tuple[str | None, str], set[str]] = {}
+    for operation in upgrade_ops.ops:
+        if isinstance(operation, ops.ModifyTableOps) and all(
+            isinstance(op, ops.DropIndexOp) for op in operation.ops
+        ):
+            names = {str(op.index_name) for op in operation.ops if isinstance(op, ops.DropIndexOp)}
+            found[(operation.schema, operation.table_name)] = names
+    return found
+
+
+def dropped_inbox_operation(
+    operation: ops.DropTableOp, dropped_indexes: set[str] | None, dialect: sa.Dialect
+) -> DropInboxTableOp | None:
+    """The sa-inbox drop operation for a table the MetaData no longer has, or ``None``.
+
+    A reflected table is recognised as a kind's table when its columns are exactly the
+    factory's (same names, same order) and the indexes Alembic drops with it are exactly
+    the factory's (MySQL lists a unique constraint among them). ``message_id_length`` is
+    read from the reflected ``message_id`` column. Anything else keeps Alembic's
+    ``drop_table``.
+    """
+    if dropped_indexes is None:
+        return None
+    table = operation.to_table()
+    if "message_id" not in table.c:
+        return None
+    length = getattr(table.c.message_id.type, "length", None)
+    for create_class in CREATE_OPERATIONS.values():
+        kind = create_class.kind
+        if kind.dialects is not None and dialect.name not in kind.dialects:
+            continue
+        try:
+            fresh = build_table(kind, table.name, table.schema, {"message_id_length": length})
+        except InvalidTableOptions:
+            continue
+        indexes = {str(index.name) for index in fresh.indexes}
+        same_columns = [c.name for c in table.columns] == [c.name for c in fresh.columns]
+        if same_columns and indexes <= dropped_indexes <= indexes | _unique_names(fresh):
+            return create_class.drop_class(table.name, schema=table.schema, **_options(fresh))
+    return None
+
+
+def _options(table: sa.Table) -> dict[str, Any]:
+    found = marker(table.info)
+    assert found is not None, "factories mark their tables"
+    return found[1]
 
 
 #: The partitions of a partitioned table (PostgreSQL catalog, manual "pg_inherits").
@@ -126,18 +205,20 @@ def _is_partition(operation: ops.MigrateOperation, partitions: set[tuple[str | N
 
 
 def _drop_covered(
-    operation: ops.MigrateOperation, created: dict[tuple[str | None, str], set[str]]
+    operation: ops.MigrateOperation, covered: dict[tuple[str | None, str], set[str]]
 ) -> bool:
-    """Remove the ``CreateIndexOp`` that the sa-inbox op already covers; True if now empty."""
+    """Remove the index ops the sa-inbox op already does (create or drop); True if now empty."""
     if not isinstance(operation, ops.ModifyTableOps):
         return False
-    indexes = created.get((operation.schema, operation.table_name))
+    indexes = covered.get((operation.schema, operation.table_name))
     if indexes is None:
         return False
     operation.ops[:] = [
         op
         for op in operation.ops
-        if not (isinstance(op, ops.CreateIndexOp) and op.index_name in indexes)
+        if not (
+            isinstance(op, ops.CreateIndexOp | ops.DropIndexOp) and str(op.index_name) in indexes
+        )
     ]
     return operation.is_empty()
 

@@ -102,7 +102,7 @@ def target_metadata(config: alembic.config.Config) -> sa.MetaData:
     Reads the ``[sa_inbox]`` section of the config file (every option may be absent):
     ``target_metadata`` (``module:attribute`` of the application's MetaData, imported
     with ``prepend_sys_path`` in effect; absent or empty: a new MetaData), ``tables``
-    (comma-separated: ``processed_messages`` (default), ``store``), ``table_name``,
+    (comma-separated: ``processed_messages`` (default), ``store``; empty: none), ``table_name``,
     ``store_table_name``, ``schema``, ``message_id_length`` (characters). Each table is
     added unless the MetaData already holds a table of that name or an sa-inbox table of
     that kind (built by ``Inbox(metadata)`` / ``InboxStore(metadata)``).
@@ -116,11 +116,14 @@ def target_metadata(config: alembic.config.Config) -> sa.MetaData:
     section = config.get_section(SECTION, {})
 
     def option(name: str, default: str = "") -> str:
+        """The option's value; ``default`` when absent or empty."""
         return (section.get(name) or default).strip()
 
     spec = option("target_metadata")
     metadata = _import_metadata(spec) if spec else sa.MetaData()
-    names = [name.strip() for name in option("tables", "processed_messages").split(",")]
+    tables = section.get("tables")  # absent: the default; empty: no sa-inbox table
+    tables = "processed_messages" if tables is None else tables
+    names = [name.strip() for name in tables.split(",")]
     unknown = [name for name in names if name and name not in TABLE_OPTIONS]
     if unknown:
         raise AlembicSetupError(

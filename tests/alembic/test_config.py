@@ -31,6 +31,10 @@ def test_default_is_the_processed_messages_table(tmp_path: Path) -> None:
     assert _kinds(_config(tmp_path, "")) == {"inbox_processed_messages": "processed_messages"}
 
 
+def test_empty_tables_adds_none(tmp_path: Path) -> None:
+    assert _kinds(_config(tmp_path, "tables =")) == {}
+
+
 def test_store_and_names_and_schema(tmp_path: Path) -> None:
     config = _config(
         tmp_path,

@@ -136,3 +136,51 @@ def test_models_and_inbox_together(project: Project) -> None:
     command.check(project.config())
     command.downgrade(project.config(), "base")
     assert project.table_names() == {"alembic_version"}
+
+
+REMOVED = {
+    "processed_messages": ("Inbox(metadata, message_id_length=200)", "inbox_table", TABLE),
+    "store": (
+        "__import__('sa_inbox.store').store.InboxStore(metadata, message_id_length=200)",
+        "inbox_store_table",
+        "inbox_store",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(REMOVED))
+def test_removing_an_inbox_table_renders_its_drop_operation(project: Project, kind: str) -> None:
+    """The MetaData loses the table: ``drop_<kind>`` up, ``create_<kind>`` down (reflected)."""
+    build, op_name, table = REMOVED[kind]
+    project.init()
+    project.ini.write_text(
+        project.ini.read_text().replace("tables = processed_messages", "tables =")
+    )
+    project.write_models(
+        f"{kind}_table = {build}\n" + "accounts = sa.Table('accounts', metadata, "
+        "sa.Column('id', sa.Integer, primary_key=True))\n"
+    )
+    _autogenerate(project, "initial")
+    command.upgrade(project.config(), "head")
+    project.write_models(
+        "accounts = sa.Table('accounts', metadata, sa.Column('id', sa.Integer, primary_key=True))\n"
+    )
+
+    text = _autogenerate(project, "remove inbox")
+    upgrade, downgrade = text.split("def downgrade()")
+    assert f"op.drop_{op_name}('{table}', message_id_length=200)" in upgrade
+    assert f"op.create_{op_name}('{table}', message_id_length=200)" in downgrade
+    assert "op.drop_table(" not in upgrade and "op.drop_index(" not in upgrade
+    assert "op.create_table(" not in downgrade and "op.create_index(" not in downgrade
+
+    command.upgrade(project.config(), "head")
+    assert project.table_names() == {"alembic_version", "accounts"}
+    command.check(project.config())
+    command.downgrade(project.config(), "-1")
+    assert table in project.table_names()
+    if kind == "processed_messages":
+        engine = project.engine()
+        try:
+            assert_inbox_table(engine, length=200)
+        finally:
+            engine.dispose()
