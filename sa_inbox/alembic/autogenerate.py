@@ -7,7 +7,9 @@ comparators) and replaces those ops, for the tables an sa-inbox factory marked, 
 sa-inbox operation of that kind; the renderers below write it into the revision file with
 the ``import sa_inbox.alembic`` line that makes ``op.create_inbox_table`` exist when the
 revision runs. Tables the database already has are compared by Alembic as usual, so a
-second autogenerate after the upgrade is empty.
+second autogenerate after the upgrade is empty. A table removed from the MetaData that is
+recognisably an sa-inbox one renders ``op.drop_inbox_table(...)`` (downgrade: the create
+op), and the run-time partitions of a partitioned table are never offered for dropping.
 
 The comparator is registered in Alembic's global comparator registry when this module is
 imported (the template's ``env.py`` imports it), and is also published as the Alembic plugin
