@@ -8,7 +8,9 @@ measured function's docstring is the label of its figures:
 * :mod:`.batch_claim`: :meth:`~sa_inbox.Inbox.claim_many` at batch sizes 1 … 1000;
 * :mod:`.index_hotspots`: message-id key formats and primary-key column orders under
   concurrent writers: throughput, index size, leaf density, waits;
-* :mod:`.growth`: bytes per row at 1 M rows, and the retention calculator.
+* :mod:`.growth`: bytes per row at 1 M rows, and the retention calculator;
+* :mod:`.purge`: the batched purge of the expired half of 1 M rows: rows deleted per
+  second and the longest batch.
 
 Each scenario prints a table and writes JSON; :mod:`.report` turns the JSON into Markdown
 tables and PNG plots. The published figures are in the repository's
@@ -24,7 +26,7 @@ from types import ModuleType
 __all__ = ["SCENARIOS", "scenario"]
 
 #: Scenario names, in the order ``sa-inbox bench`` runs them by default.
-SCENARIOS = ("claim_overhead", "batch_claim", "index_hotspots", "growth")
+SCENARIOS = ("claim_overhead", "batch_claim", "index_hotspots", "growth", "purge")
 
 
 def scenario(name: str) -> ModuleType:

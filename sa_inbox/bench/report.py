@@ -143,11 +143,39 @@ def _growth_md(documents: Sequence[Document]) -> str:
     return _md_table(header, rows)
 
 
+def _purge_md(documents: Sequence[Document]) -> str:
+    rows = [
+        [
+            d["backend"],
+            f"{d['results']['rows']:,}",
+            f"{d['results']['expired_rows']:,}",
+            f"{d['results']['batch_size']:,}",
+            _f(d["results"]["summary"]["rows_per_second"], ",.0f"),
+            _f(d["results"]["summary"]["longest_batch_seconds"] * 1000, ".0f"),
+            _f(d["results"]["summary"]["median_batch_seconds"] * 1000, ".0f"),
+            str(len(d["results"]["runs"])),
+        ]
+        for d in documents
+    ]
+    header = [
+        "backend",
+        "rows",
+        "deleted",
+        "batch",
+        "rows deleted/s",
+        "longest batch ms",
+        "median batch ms",
+        "runs",
+    ]
+    return _md_table(header, rows)
+
+
 _MARKDOWN: dict[str, Callable[[Sequence[Document]], str]] = {
     "claim_overhead": _claim_overhead_md,
     "batch_claim": _batch_claim_md,
     "index_hotspots": _index_hotspots_md,
     "growth": _growth_md,
+    "purge": _purge_md,
 }
 
 
@@ -236,6 +264,21 @@ def _growth_plot(documents: Sequence[Document], ax: Any) -> None:
     ax.legend()
 
 
+def _purge_plot(documents: Sequence[Document], ax: Any) -> None:
+    names = [d["backend"] for d in documents]
+    ax.bar(names, [d["results"]["summary"]["rows_per_second"] for d in documents])
+    ax.set_ylabel("rows deleted per second")
+    longest = ax.twinx()
+    longest.plot(
+        names,
+        [d["results"]["summary"]["longest_batch_seconds"] * 1000 for d in documents],
+        color="black",
+        marker="o",
+        linestyle="none",
+    )
+    longest.set_ylabel("longest batch (ms, dots)")
+
+
 def _plot(scenario: str, documents: Sequence[Document], path: Path) -> None:
     import matplotlib
 
@@ -251,7 +294,8 @@ def _plot(scenario: str, documents: Sequence[Document], path: Path) -> None:
         _index_hotspots_plot(documents, axes)
     else:
         figure, ax = pyplot.subplots(figsize=(6, 4))
-        (_batch_claim_plot if scenario == "batch_claim" else _growth_plot)(documents, ax)
+        plots = {"batch_claim": _batch_claim_plot, "purge": _purge_plot}
+        plots.get(scenario, _growth_plot)(documents, ax)
     figure.suptitle(documents[0]["label"], fontsize="medium")
     figure.tight_layout()
     figure.savefig(path, dpi=100)

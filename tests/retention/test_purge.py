@@ -21,11 +21,11 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from sa_inbox import Inbox, run_in_transaction
+from sa_inbox.bench.purge import load_rows
 from sa_inbox.exc import InvalidRetentionPolicy, RetentionWindowTooShort
 from sa_inbox.retention import Batch, RetentionPolicy, purge
 from tests.app import CONSUMER, App
 from tests.conftest import backend_url
-from tests.retention.loaders import load_rows
 
 pytestmark = pytest.mark.backend
 

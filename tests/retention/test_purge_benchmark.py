@@ -1,57 +1,41 @@
-"""A tiny run of the purge benchmark (``benchmarks/purge.py``): it runs and checks its state.
+"""A tiny run of the ``purge`` benchmark scenario (``sa-inbox bench purge``) per backend.
 
-The figures are printed by the benchmark and never asserted; only the business state is.
+The figures are never asserted: only that the scenario ran on the real backend, wrote its
+JSON, and deleted exactly the expired half in batches of at most the batch size (the
+scenario itself raises if any row inside the window went).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import io
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from click.testing import CliRunner
+from rich.console import Console
 
+from sa_inbox.bench import scenario
+from sa_inbox.bench.runner import BenchConfig, make_progress, run_scenario
 from tests.conftest import backend_url
 
 pytestmark = pytest.mark.benchmark
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "purge.py"
-
-
-def _benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("benchmarks_purge", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql", "mysql"])
-def test_purge_benchmark_tiny_run(backend: str, tmp_path: Path) -> None:
-    url = backend_url(backend, tmp_path)
-    out = tmp_path / "purge.json"
-    result = CliRunner().invoke(
-        _benchmark().main,
-        [
-            "--dburl",
-            url,
-            "--rows",
-            "3000",
-            "--batch-size",
-            "400",
-            "--repeats",
-            "1",
-            "--json",
-            str(out),
-        ],
+def test_purge_scenario_tiny_run(backend: str, tmp_path: Path) -> None:
+    config = BenchConfig(
+        url=backend_url(backend, tmp_path),
+        repeat=2,
+        rows=3000,
+        out=tmp_path / "out",
+        options={"batch_size": 400},
     )
-    assert result.exit_code == 0, result.output
-    document = json.loads(out.read_text())
-    (figures,) = document["results"]
-    (run,) = figures["runs"]
-    assert run["deleted"] == 1500 and run["batches"] == 4  # 1500 rows in batches of <= 400
-    assert "purge: delete the expired half" in result.output
+    console = Console(file=io.StringIO(), width=200)
+    with make_progress(console) as progress:
+        path = run_scenario(scenario("purge"), config, console=console, progress=progress)
+    document = json.loads(path.read_text())
+    assert document["scenario"] == "purge" and document["label"].startswith("Purge")
+    results = document["results"]
+    assert (results["rows"], results["expired_rows"], results["batch_size"]) == (3000, 1500, 400)
+    assert [(r["deleted"], r["batches"]) for r in results["runs"]] == [(1500, 4), (1500, 4)]
+    assert "rows/s" in console.file.getvalue()  # type: ignore[attr-defined]
