@@ -13,12 +13,8 @@ Row states::
        │   error, retry  │  └── error after max_attempts ──▶ dead
        └─────────────────┘          (replay: dead/done ──▶ pending)
 
-Time: every timestamp is Python's UTC clock at the worker or receiver, passed as a
-parameter, never the database's ``CURRENT_TIMESTAMP``. One rule then holds on every backend:
-SQLite's ``CURRENT_TIMESTAMP`` has whole seconds only, and MySQL/MariaDB ``DATETIME`` has no
-time zone (``CURRENT_TIMESTAMP`` follows the session's ``time_zone``). Values are stored as
-UTC (``timestamptz`` on PostgreSQL; naive UTC with microseconds elsewhere, see
-:class:`UTCDateTime`). The hosts' clocks must agree to well within the visibility timeout.
+The table is defined in :mod:`sa_inbox.store_schema`, the worker's view of a store in
+:mod:`sa_inbox.store_protocol`; their names are re-exported here.
 """
 
 from __future__ import annotations
@@ -29,21 +25,35 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql, oracle
-from sqlalchemy.engine import Connection, Dialect, RowMapping
+from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.orm import Session, sessionmaker
 
 from .dialects import ClaimDialect, claim_dialect_for
-from .dialects.oracle import INSERT_COLUMNS_INFO
 from .dialects.store_claim import CandidateQuery, StoreClaimDialect
 from .dialects.store_registry import store_claim_dialect_for
 from .exc import ClaimLost, InvalidStoreArgument
 from .retry import is_transient
-from .schema import DEFAULT_MESSAGE_ID_LENGTH, key_type
+from .schema import DEFAULT_MESSAGE_ID_LENGTH
+from .store_protocol import Handler as Handler
+from .store_protocol import Incoming as Incoming
+from .store_protocol import MessageStore as MessageStore
+from .store_protocol import ReapResult as ReapResult
+from .store_protocol import StoredMessage as StoredMessage
+from .store_schema import DEAD as DEAD
+from .store_schema import DEFAULT_CONSUMER as DEFAULT_CONSUMER
+from .store_schema import DEFAULT_STORE_TABLE as DEFAULT_STORE_TABLE
+from .store_schema import DONE as DONE
+from .store_schema import MAX_ERROR_LENGTH as MAX_ERROR_LENGTH
+from .store_schema import PENDING as PENDING
+from .store_schema import PROCESSING as PROCESSING
+from .store_schema import REAP_BATCH as REAP_BATCH
+from .store_schema import STATUSES as STATUSES
+from .store_schema import UTCDateTime as UTCDateTime
+from .store_schema import inbox_store_table as inbox_store_table
+from .store_schema import utc_now as utc_now
 from .validation import validate_key
 
 __all__ = [
@@ -51,8 +61,10 @@ __all__ = [
     "DEFAULT_CONSUMER",
     "DEFAULT_STORE_TABLE",
     "DONE",
+    "MAX_ERROR_LENGTH",
     "PENDING",
     "PROCESSING",
+    "REAP_BATCH",
     "STATUSES",
     "BoundStore",
     "Handler",
@@ -65,251 +77,6 @@ __all__ = [
     "inbox_store_table",
     "utc_now",
 ]
-
-DEFAULT_STORE_TABLE = "inbox_store"
-DEFAULT_CONSUMER = "default"
-PENDING, PROCESSING, DONE, DEAD = "pending", "processing", "done", "dead"
-STATUSES = (PENDING, PROCESSING, DONE, DEAD)
-#: Rows of each kind one :meth:`InboxStore.reap` call moves, at most.
-REAP_BATCH = 1000
-#: ``last_error`` keeps at most this many characters of the error text.
-MAX_ERROR_LENGTH = 2000
-#: Columns a receive writes; ``message_id`` and ``consumer_name`` first (Oracle's MERGE).
-RECEIVE_COLUMNS = (
-    "message_id",
-    "consumer_name",
-    "aggregate_id",
-    "message_type",
-    "payload",
-    "status",
-    "received_at",
-    "available_at",
-    "attempts",
-)
-
-
-def utc_now() -> datetime.datetime:
-    """The current time, time-zone aware, in UTC."""
-    return datetime.datetime.now(datetime.UTC)
-
-
-class UTCDateTime(sa.TypeDecorator[datetime.datetime]):
-    """A UTC timestamp with microseconds on every backend; aware ``datetime`` in and out.
-
-    PostgreSQL: ``TIMESTAMP WITH TIME ZONE``. MySQL/MariaDB: ``DATETIME(6)`` (plain
-    ``DATETIME`` has whole seconds; MySQL manual, "Fractional Seconds in Time Values").
-    Oracle: ``TIMESTAMP``. SQLite: SQLAlchemy's ``DATETIME`` text. Everywhere but PostgreSQL
-    the value is written as naive UTC, since those drivers drop the zone; a naive value read
-    back is UTC.
-
-    :raises InvalidStoreArgument: when binding a naive ``datetime``.
-    """
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
-        if dialect.name in ("mysql", "mariadb"):
-            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
-        if dialect.name == "oracle":
-            return dialect.type_descriptor(oracle.TIMESTAMP())
-        return dialect.type_descriptor(sa.DateTime(timezone=True))
-
-    def process_bind_param(
-        self, value: datetime.datetime | None, dialect: Dialect
-    ) -> datetime.datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise InvalidStoreArgument(f"timestamps must be time-zone aware, not {value!r}")
-        value = value.astimezone(datetime.UTC)
-        return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime.datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=datetime.UTC)  # type: ignore[no-any-return]
-        return value.astimezone(datetime.UTC)  # type: ignore[no-any-return]
-
-
-class JSONText(sa.TypeDecorator[Any]):
-    """JSON kept as text in a ``CLOB``: the payload's type on Oracle (any version)."""
-
-    impl = sa.Text
-    cache_ok = True
-
-    def process_bind_param(self, value: Any, dialect: Dialect) -> str:
-        return json.dumps(value, allow_nan=False)
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
-        return None if value is None else json.loads(value)
-
-
-#: ``JSON`` on PostgreSQL, MySQL/MariaDB and SQLite; JSON text in a ``CLOB`` on Oracle.
-PAYLOAD = sa.JSON().with_variant(JSONText(), "oracle")
-
-
-def inbox_store_table(
-    metadata: sa.MetaData,
-    *,
-    table_name: str = DEFAULT_STORE_TABLE,
-    schema: str | None = None,
-    message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-) -> sa.Table:
-    """Define the inbox-store table on ``metadata`` and return it.
-
-    Columns: ``id`` (bigint identity, the primary key), ``consumer_name`` and
-    ``message_id`` (``VARCHAR(message_id_length)``, byte-compared; together unique as
-    ``uq_<table>_message``, the deduplication key), ``aggregate_id`` (up to 255 characters,
-    for per-aggregate ordering), ``message_type``, ``payload`` (JSON), ``status`` (one of
-    :data:`STATUSES`, checked by ``ck_<table>_status``), ``received_at``, ``available_at``
-    (not claimable before: the retry back-off), ``claimed_at``, ``claimed_by`` (the claim
-    token), ``attempts`` (counted at claim time), ``last_error`` and ``processed_at``.
-
-    Indexes, named the same on every backend: ``ix_<table>_claim`` (consumer_name, status,
-    received_at, id) serves the claim's scan in arrival order; ``ix_<table>_aggregate``
-    (consumer_name, aggregate_id, status) the per-aggregate ordering check;
-    ``ix_<table>_purge`` (status, processed_at) a purge of old ``done`` rows.
-
-    :param metadata: the caller's MetaData (``create_all`` and Alembic see the table).
-    :param table_name: the table's name.
-    :param schema: the schema, or ``None``.
-    :param message_id_length: length in characters of ``message_id`` and ``consumer_name``.
-    :raises ValueError: if ``message_id_length`` is not a positive int.
-    """
-    if not isinstance(message_id_length, int) or message_id_length <= 0:
-        raise ValueError(f"message_id_length must be a positive int, not {message_id_length!r}")
-    statuses = ", ".join(f"'{status}'" for status in STATUSES)
-    return sa.Table(
-        table_name,
-        metadata,
-        sa.Column(
-            "id",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            sa.Identity(),
-            primary_key=True,
-        ),
-        sa.Column("consumer_name", key_type(message_id_length), nullable=False),
-        sa.Column("message_id", key_type(message_id_length), nullable=False),
-        sa.Column("aggregate_id", key_type(255), nullable=True),
-        sa.Column("message_type", sa.String(255), nullable=True),
-        sa.Column("payload", PAYLOAD, nullable=False),
-        sa.Column("status", sa.String(16), nullable=False, server_default=PENDING),
-        sa.Column("received_at", UTCDateTime(), nullable=False),
-        sa.Column("available_at", UTCDateTime(), nullable=False),
-        sa.Column("claimed_at", UTCDateTime(), nullable=True),
-        sa.Column("claimed_by", sa.String(255), nullable=True),
-        sa.Column("attempts", sa.Integer(), nullable=False, server_default=sa.text("0")),
-        sa.Column("last_error", sa.Text(), nullable=True),
-        sa.Column("processed_at", UTCDateTime(), nullable=True),
-        sa.UniqueConstraint("message_id", "consumer_name", name=f"uq_{table_name}_message"),
-        sa.CheckConstraint(f"status IN ({statuses})", name=f"ck_{table_name}_status"),
-        sa.Index(f"ix_{table_name}_claim", "consumer_name", "status", "received_at", "id"),
-        sa.Index(f"ix_{table_name}_aggregate", "consumer_name", "aggregate_id", "status"),
-        sa.Index(f"ix_{table_name}_purge", "status", "processed_at"),
-        schema=schema,
-        comment="sa-inbox: stored messages, processed later by workers",
-        info={
-            INSERT_COLUMNS_INFO: list(RECEIVE_COLUMNS),
-            # Marks the table for Alembic autogenerate (sa_inbox.alembic): kind + options.
-            "sa_inbox": {"kind": "store", "options": {"message_id_length": message_id_length}},
-        },
-    )
-
-
-@dataclass(frozen=True)
-class Incoming:
-    """One message of a batch for :meth:`InboxStore.receive_many`.
-
-    :param message_id: the producer-assigned id.
-    :param payload: any JSON-serialisable value.
-    :param aggregate_id: the aggregate (entity) the message is about, for ordering.
-    :param message_type: optional, for handlers that dispatch on it.
-    """
-
-    message_id: str
-    payload: Any
-    aggregate_id: str | None = None
-    message_type: str | None = None
-
-
-@dataclass(frozen=True)
-class StoredMessage:
-    """A claimed message, as the handler sees it.
-
-    ``claimed_by`` is the claim token: the row is this worker's only while its
-    ``claimed_by`` still holds it. ``attempts`` counts this attempt (1 on the first).
-    """
-
-    id: int
-    message_id: str
-    consumer_name: str
-    payload: Any
-    aggregate_id: str | None
-    message_type: str | None
-    attempts: int
-    received_at: datetime.datetime
-    claimed_by: str
-
-
-@dataclass(frozen=True)
-class ReapResult:
-    """What :meth:`InboxStore.reap` did: rows back to ``pending``, rows moved to ``dead``."""
-
-    released: int
-    dead: int
-
-
-#: A handler: ``handler(session, message)``. It runs in the transaction that marks the row
-#: ``done`` and must not commit. (The in-memory store passes its own context for session.)
-Handler = Callable[[Any, StoredMessage], object]
-
-
-class MessageStore(Protocol):
-    """What a :class:`~sa_inbox.worker.Worker` needs from a store.
-
-    :class:`BoundStore` (a database) and :class:`sa_inbox.testing.MemoryStore` implement
-    it. ``now`` is always an aware UTC datetime from the worker's clock.
-    """
-
-    def claim(
-        self,
-        *,
-        consumer_name: str,
-        claimed_by: str,
-        limit: int,
-        visibility_timeout: float,
-        max_attempts: int,
-        ordered: bool,
-        now: datetime.datetime,
-    ) -> list[StoredMessage]: ...
-
-    def complete(
-        self, message: StoredMessage, handler: Handler, *, now: datetime.datetime
-    ) -> bool: ...
-
-    def fail(
-        self,
-        message: StoredMessage,
-        error: str,
-        *,
-        retry_at: datetime.datetime | None,
-        now: datetime.datetime,
-    ) -> bool: ...
-
-    def release(self, messages: Sequence[StoredMessage]) -> int: ...
-
-    def reap(
-        self,
-        *,
-        consumer_name: str | None,
-        visibility_timeout: float,
-        max_attempts: int,
-        now: datetime.datetime,
-    ) -> ReapResult: ...
-
-    def is_transient(self, exc: BaseException) -> bool: ...
 
 
 #: What a receive runs on: a Session or Connection, in the caller's transaction.

@@ -1,0 +1,111 @@
+"""What the worker sees of a store: the messages it claims and the :class:`MessageStore`
+protocol that the database store and the in-memory store both implement.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["Handler", "Incoming", "MessageStore", "ReapResult", "StoredMessage"]
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """One message of a batch for :meth:`~sa_inbox.store.InboxStore.receive_many`.
+
+    :param message_id: the producer-assigned id.
+    :param payload: any JSON-serialisable value.
+    :param aggregate_id: the aggregate (entity) the message is about, for ordering.
+    :param message_type: optional, for handlers that dispatch on it.
+    """
+
+    message_id: str
+    payload: Any
+    aggregate_id: str | None = None
+    message_type: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A claimed message, as the handler sees it.
+
+    ``claimed_by`` is the claim token: the row is this worker's only while its
+    ``claimed_by`` still holds it. ``attempts`` counts this attempt (1 on the first).
+    """
+
+    id: int
+    message_id: str
+    consumer_name: str
+    payload: Any
+    aggregate_id: str | None
+    message_type: str | None
+    attempts: int
+    received_at: datetime.datetime
+    claimed_by: str
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    """What :meth:`~sa_inbox.store.InboxStore.reap` did.
+
+    :param released: rows back to ``pending``.
+    :param dead: rows moved to ``dead``.
+    """
+
+    released: int
+    dead: int
+
+
+#: A handler: ``handler(session, message)``. It runs in the transaction that marks the row
+#: ``done`` and must not commit. (The in-memory store passes its own context for session.)
+Handler = Callable[[Any, StoredMessage], object]
+
+
+class MessageStore(Protocol):
+    """What a :class:`~sa_inbox.worker.Worker` needs from a store.
+
+    :class:`~sa_inbox.store.BoundStore` (a database) and
+    :class:`sa_inbox.testing.MemoryStore` implement it. ``now`` is always an aware UTC
+    datetime from the worker's clock.
+    """
+
+    def claim(
+        self,
+        *,
+        consumer_name: str,
+        claimed_by: str,
+        limit: int,
+        visibility_timeout: float,
+        max_attempts: int,
+        ordered: bool,
+        now: datetime.datetime,
+    ) -> list[StoredMessage]: ...
+
+    def complete(
+        self, message: StoredMessage, handler: Handler, *, now: datetime.datetime
+    ) -> bool: ...
+
+    def fail(
+        self,
+        message: StoredMessage,
+        error: str,
+        *,
+        retry_at: datetime.datetime | None,
+        now: datetime.datetime,
+    ) -> bool: ...
+
+    def release(self, messages: Sequence[StoredMessage]) -> int: ...
+
+    def reap(
+        self,
+        *,
+        consumer_name: str | None,
+        visibility_timeout: float,
+        max_attempts: int,
+        now: datetime.datetime,
+    ) -> ReapResult: ...
+
+    def is_transient(self, exc: BaseException) -> bool: ...
