@@ -26,6 +26,7 @@ __all__ = [
 DEFAULT_TABLE_NAME = "inbox_processed_messages"
 DEFAULT_MESSAGE_ID_LENGTH = 255
 REQUIRED_COLUMNS = ("message_id", "consumer_name", "received_at")
+TABLE_COMMENT = "sa-inbox: messages already processed, one row per (message_id, consumer)"
 #: Columns a claim writes, in order; ``received_at`` comes from the server default.
 CLAIM_COLUMNS = ("message_id", "consumer_name", "message_type", "correlation_id", "payload_hash")
 
@@ -70,6 +71,16 @@ def _columns(message_id_length: int) -> list[sa.Column[object]]:
     ]
 
 
+def _table_info(message_id_length: int) -> dict[str, object]:
+    """The mark by which Alembic autogenerate recognises an sa-inbox table."""
+    return {
+        "sa_inbox": {
+            "kind": "processed_messages",
+            "options": {"message_id_length": message_id_length},
+        }
+    }
+
+
 def processed_messages_table(
     metadata: sa.MetaData,
     *,
@@ -105,14 +116,9 @@ def processed_messages_table(
         sa.PrimaryKeyConstraint("message_id", "consumer_name", name=f"pk_{table_name}"),
         sa.Index(f"ix_{table_name}_received_at", "received_at"),
         schema=schema,
-        comment="sa-inbox: messages already processed, one row per (message_id, consumer)",
+        comment=TABLE_COMMENT,
         # Marks the table for Alembic autogenerate (sa_inbox.alembic): kind + factory options.
-        info={
-            "sa_inbox": {
-                "kind": "processed_messages",
-                "options": {"message_id_length": message_id_length},
-            }
-        },
+        info=_table_info(message_id_length),
     )
 
 
@@ -130,18 +136,20 @@ class InboxMessageMixin:
     default ``message_id_length`` of 255 characters.
     """
 
-    message_id: Mapped[str] = mapped_column(sa.String(DEFAULT_MESSAGE_ID_LENGTH), primary_key=True)
+    message_id: Mapped[str] = mapped_column(key_type(DEFAULT_MESSAGE_ID_LENGTH), primary_key=True)
     consumer_name: Mapped[str] = mapped_column(
-        sa.String(DEFAULT_MESSAGE_ID_LENGTH), primary_key=True
+        key_type(DEFAULT_MESSAGE_ID_LENGTH), primary_key=True
     )
-    received_at: Mapped[datetime.datetime] = mapped_column(
-        TIMESTAMP_TZ, server_default=NOW, index=True
-    )
+    received_at: Mapped[datetime.datetime] = mapped_column(TIMESTAMP_TZ, server_default=NOW)
     message_type: Mapped[str | None] = mapped_column(sa.String(255))
     correlation_id: Mapped[str | None] = mapped_column(sa.String(255))
-    payload_hash: Mapped[bytes | None] = mapped_column(sa.LargeBinary(64))
+    payload_hash: Mapped[bytes | None] = mapped_column(PAYLOAD_HASH)
 
     @declared_attr.directive
     def __table_args__(cls) -> tuple[object, ...]:
         name = getattr(cls, "__tablename__", DEFAULT_TABLE_NAME)
-        return (sa.PrimaryKeyConstraint("message_id", "consumer_name", name=f"pk_{name}"),)
+        return (
+            sa.PrimaryKeyConstraint("message_id", "consumer_name", name=f"pk_{name}"),
+            sa.Index(f"ix_{name}_received_at", "received_at"),
+            {"comment": TABLE_COMMENT, "info": _table_info(DEFAULT_MESSAGE_ID_LENGTH)},
+        )

@@ -141,3 +141,24 @@ def test_oracle_ddl(table: sa.Table) -> None:
     assert "message_id VARCHAR2(255 CHAR) NOT NULL" in ddl
     assert "received_at TIMESTAMP WITH TIME ZONE DEFAULT CURRENT_TIMESTAMP NOT NULL" in ddl
     assert "CONSTRAINT pk_inbox_processed_messages PRIMARY KEY (message_id, consumer_name)" in ddl
+
+
+@pytest.mark.parametrize(
+    "dialect", [postgresql.dialect(), mysql.dialect(), oracle.dialect(), sqlite.dialect()]
+)
+def test_mixin_table_has_the_same_ddl_as_the_factory(dialect: sa.Dialect) -> None:
+    from sqlalchemy.orm import DeclarativeBase
+
+    from sa_inbox import InboxMessageMixin
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Processed(InboxMessageMixin, Base):
+        __tablename__ = "inbox_processed_messages"
+
+    mapped: sa.Table = Processed.__table__  # type: ignore[assignment]
+    table = Inbox(sa.MetaData()).table
+    assert sql(sa.schema.CreateTable(mapped), dialect) == sql(sa.schema.CreateTable(table), dialect)
+    indexes = [sql(sa.schema.CreateIndex(ix), dialect) for ix in mapped.indexes]
+    assert indexes == [sql(sa.schema.CreateIndex(ix), dialect) for ix in table.indexes]
