@@ -24,6 +24,7 @@ import functools
 import itertools
 import logging
 import os
+import random
 import signal
 import socket
 import threading
@@ -54,6 +55,7 @@ __all__ = [
     "DEFAULT_VISIBILITY_TIMEOUT",
     "LOST",
     "RETRY",
+    "TRANSIENT_RETRIES",
     "Backoff",
     "Worker",
 ]
@@ -68,6 +70,8 @@ DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_POLL_INTERVAL = 1.0
 #: Seconds :meth:`Worker.run` waits for the batches in hand after a stop request.
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+#: Immediate re-runs of a message's transaction after a deadlock or serialization failure.
+TRANSIENT_RETRIES = 3
 #: Outcomes of one message besides ``done`` and ``dead``: retried later, claim lost.
 RETRY, LOST = "retry", "lost"
 
@@ -219,17 +223,28 @@ class Worker:
     def process(self, message: StoredMessage) -> str:
         """Run the handler for one claimed message; return the outcome.
 
+        A transient database error in its transaction (deadlock, serialization failure,
+        busy SQLite: see :func:`sa_inbox.is_transient`) is retried at once, up to
+        :data:`TRANSIENT_RETRIES` times, before it counts as a failed attempt.
+
         :returns: ``"done"``; ``"retry"`` (rolled back, pending again after the back-off);
             ``"dead"`` (rolled back, ``max_attempts`` reached); ``"lost"`` (the claim had
             expired and was taken by another worker: nothing ran).
         """
-        try:
-            if self.store.complete(message, self.handler, now=self.clock()):
-                return DONE
-            logger.warning("claim lost", extra={"action": "lost", "id": message.id})
-            return LOST
-        except Exception as exc:
-            return self._failed(message, exc)
+        for retry in range(TRANSIENT_RETRIES + 1):
+            try:
+                if self.store.complete(message, self.handler, now=self.clock()):
+                    return DONE
+                logger.warning("claim lost", extra={"action": "lost", "id": message.id})
+                return LOST
+            except Exception as exc:
+                if retry == TRANSIENT_RETRIES or not self.store.is_transient(exc):
+                    return self._failed(message, exc)
+                logger.info(
+                    "transient error, retrying", extra={"action": "retry", "error": str(exc)}
+                )
+                time.sleep(random.uniform(0, 0.05 * 2**retry))
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def reap(self) -> None:
         """Move abandoned claims back to pending, or to dead once their attempts are used."""

@@ -6,6 +6,7 @@ import datetime
 import os
 import signal
 import threading
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from sa_inbox.exc import InvalidMessageId, InvalidStoreArgument
 from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming, StoredMessage
 from sa_inbox.testing import MemoryStore
-from sa_inbox.worker import Backoff, Worker
+from sa_inbox.worker import TRANSIENT_RETRIES, Backoff, Worker
 
 START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -265,3 +266,32 @@ def test_bad_worker_arguments(store: MemoryStore, kw: dict[str, Any]) -> None:
 def test_backoff_doubles_and_caps() -> None:
     backoff = Backoff(base=0.5, maximum=3.0)
     assert [backoff.delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+class Deadlock(Exception):
+    """Stands for a driver's deadlock error in the test below."""
+
+
+class DeadlockingStore(MemoryStore):
+    def is_transient(self, exc: BaseException) -> bool:
+        return isinstance(exc, Deadlock)
+
+
+def test_transient_errors_are_retried_before_they_count(clock: Clock) -> None:
+    store = DeadlockingStore(clock=clock)
+    store.receive("m1", 1)
+    store.receive("m2", 2)
+    calls: Counter[str] = Counter()
+
+    def handler(ctx: Any, message: StoredMessage) -> None:
+        calls[message.message_id] += 1
+        if message.message_id == "m1" and calls["m1"] <= 2:
+            raise Deadlock()
+        if message.message_id == "m2":
+            raise Deadlock()
+
+    w = worker(store, handler, clock)
+    w.run_once()
+    assert (store.row("m1").status, store.row("m1").attempts, calls["m1"]) == (DONE, 1, 3)
+    assert calls["m2"] == 1 + TRANSIENT_RETRIES, "then it counts as a failed attempt"
+    assert (store.row("m2").status, store.row("m2").last_error) == (PENDING, "Deadlock: ")
