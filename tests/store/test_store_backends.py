@@ -7,6 +7,7 @@ one ``effects`` row per message in the transaction that marks the message done.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import random
@@ -391,3 +392,31 @@ def test_slow_handler_past_the_visibility_timeout_is_not_taken(store_app: StoreA
     row = store_app.row("slow")
     assert (row["status"], row["attempts"]) == (DONE, 1)
     assert first.stats["done"] == 1 and second.stats["done"] == 0
+
+
+def test_replay_by_id_and_time_range_never_touches_rows_in_hand(store_app: StoreApp) -> None:
+    store, engine = store_app.store, store_app.engine
+    base = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    for hour in range(4):
+        with engine.begin() as conn:
+            store.receive(
+                conn, f"h{hour}", {"seq": hour}, now=base + datetime.timedelta(hours=hour)
+            )
+    worker = Worker(store.bind(engine), store_app.apply, poll_interval=0.05)
+    worker.run(until_empty=True, handle_signals=False)
+    claim = {"visibility_timeout": 60, "max_attempts": 5}
+    assert store.claim(engine, claimed_by="w#1", limit=5, **claim) == [], "all done"
+    assert store.replay(engine, ids=[store_app.row("h0")["id"]]) == 1
+    [in_hand] = store.claim(
+        engine, claimed_by="w#2", limit=5, visibility_timeout=60, max_attempts=5
+    )
+    assert in_hand.message_id == "h0"
+    window = {"received_from": base, "received_before": base + datetime.timedelta(hours=2)}
+    assert store.replay(engine, **window) == 1, "h1 only: h0 is in a worker's hands"
+    assert store_app.row("h0")["status"] == PROCESSING
+    assert store_app.row("h1")["status"] == PENDING
+    assert store.replay(engine, status=DONE, consumer_name="someone-else") == 0
+    with pytest.raises(InvalidStoreArgument):
+        store.replay(engine, consumer_name="default")
+    with pytest.raises(InvalidStoreArgument):
+        store.replay(engine, status=PROCESSING)
