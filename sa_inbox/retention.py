@@ -249,7 +249,7 @@ def purge_target(
     """Delete ``target``'s rows older than ``older_than`` in batches: the shape of every purge.
 
     ``older_than`` must already be checked against a :class:`RetentionPolicy` (see
-    :func:`purge`). The cut-off is fixed once, from the database clock, at the start.
+    :func:`purge`). The cut-off is fixed once at the start, from ``target.clock``.
 
     :returns: rows deleted by this call.
     :raises PurgeLockTimeout: on MySQL/MariaDB, if another purger held the purge lock for
