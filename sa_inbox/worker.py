@@ -99,7 +99,8 @@ class Worker:
         :class:`~sa_inbox.testing.MemoryStore`).
     :param handler: ``handler(session, message)``: the business change, in the transaction
         that marks the message ``done``; it must not commit. Raising rolls back and counts
-        as a failed attempt.
+        as a failed attempt (a deadlock or serialization failure is first re-run at once,
+        up to :data:`TRANSIENT_RETRIES` times).
     :param consumer_name: the consumer whose messages are processed.
     :param batch_size: messages claimed at once, per thread.
     :param concurrency: threads, each claiming and processing its own batches.
