@@ -24,8 +24,10 @@ counts from the partition key, so it must be a time the broker's retention count
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -400,8 +402,26 @@ def create_partition(
     return name
 
 
-def _begin(bind: sa.Engine | Connection) -> Any:
-    return bind.begin()
+@contextlib.contextmanager
+def _maintenance(bind: sa.Engine | Connection, table: sa.Table) -> Iterator[Connection]:
+    """One transaction holding the table's maintenance lock, the partition key checked.
+
+    ``pg_advisory_xact_lock`` on a hash of the table's name (PostgreSQL manual, 9.27.10
+    "Advisory Lock Functions"): two maintainers run one after the other instead of racing
+    on the same ``CREATE TABLE``; claims and purges never take this lock.
+    """
+    with contextlib.ExitStack() as stack:
+        if isinstance(bind, sa.Engine):
+            conn = stack.enter_context(bind.begin())
+        else:
+            conn = bind
+            stack.enter_context(bind.begin())
+        conn.execute(
+            sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:name, 0))"),
+            {"name": f"sa_inbox.partitions.{_regclass(conn, table)}"},
+        )
+        check_partition_key_on_server(conn, table)
+        yield conn
 
 
 def ensure_partitions(
@@ -422,8 +442,7 @@ def ensure_partitions(
     :raises UnsafePartitionKey: if the live table's partition key is unsafe (nothing is
         created).
     """
-    with _begin(bind) as conn:
-        check_partition_key_on_server(conn, table)
+    with _maintenance(bind, table) as conn:
         now = database_now(conn)
         existing = {p.name for p in list_partitions(conn, table)}
         lower, _ = partition_range(now - policy.window, interval)
@@ -449,8 +468,7 @@ def drop_expired_partitions(
     :raises UnsafePartitionKey: if the live table's partition key is unsafe (nothing is
         dropped).
     """
-    with _begin(bind) as conn:
-        check_partition_key_on_server(conn, table)
+    with _maintenance(bind, table) as conn:
         cutoff = database_now(conn) - policy.window
         dropped = []
         preparer = conn.dialect.identifier_preparer

@@ -4,6 +4,7 @@ and maintenance that never drops a partition overlapping the retention window.""
 from __future__ import annotations
 
 import datetime
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 
 from sa_inbox.exc import InvalidMessageId, UnsafePartitionKey
 from sa_inbox.partitions import (
+    MaintenanceResult,
     PartitionedInbox,
     check_partition_key,
     check_partition_key_on_server,
@@ -288,3 +290,30 @@ def test_purge_of_a_partitioned_table_by_primary_key(pg: sa.Engine, table: sa.Ta
         )
     assert purge(pg, older_than=POLICY, table=table, batch_size=7) == 40
     assert _rows(pg, table) == 80
+
+
+@pytest.mark.backend
+def test_two_maintainers_at_once_create_each_partition_once(pg: sa.Engine, table: sa.Table) -> None:
+    barrier = threading.Barrier(2, timeout=30)
+    results: list[object] = [None, None]
+
+    def maintain(index: int) -> None:
+        try:
+            with pg.connect() as conn:  # a Connection bind, not in a transaction
+                barrier.wait()
+                results[index] = maintain_partitions(conn, table, policy=POLICY, ahead=3 * DAY)
+        except BaseException as exc:  # asserted on below
+            results[index] = exc
+
+    threads = [threading.Thread(target=maintain, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    assert all(isinstance(r, MaintenanceResult) for r in results), results
+    created = [name for r in results for name in r.created]  # type: ignore[union-attr]
+    with pg.connect() as conn:
+        existing = [p.name for p in list_partitions(conn, table)]
+    assert sorted(created) == sorted(existing), "each partition created exactly once"
+    assert len(existing) >= 6
