@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from sa_inbox import Inbox
+from sa_inbox.bench.purge import load_rows
 from sa_inbox.partitions import list_partitions, partitioned_processed_messages_table
 from sa_inbox.store import DONE, InboxStore, Incoming, utc_now
 from tests.conftest import backend_url
@@ -142,4 +143,45 @@ def test_partitions_maintain_and_list(tmp_path: Path) -> None:
     finally:
         with engine.begin() as conn:
             conn.exec_driver_sql("DROP TABLE IF EXISTS cli_partitioned, cli_arrival CASCADE")
+        engine.dispose()
+
+
+@pytest.mark.backend
+@pytest.mark.parametrize("backend", ["postgresql", "mysql"])
+def test_two_purge_processes_at_once(backend: str, tmp_path: Path) -> None:
+    """Two ``sa-inbox purge`` processes on one table: no error, no row counted twice."""
+    url = backend_url(backend, tmp_path)
+    engine = sa.create_engine(url)
+    metadata = sa.MetaData()
+    inbox = Inbox(metadata, table_name="cli_purge")
+    metadata.drop_all(engine)
+    metadata.create_all(engine)
+    rows = 200_000
+    try:
+        load_rows(backend, engine, "cli_purge", rows)
+        args = ["purge", "--url", url, "--table", "cli_purge", "--max-redelivery", "2d"]
+        args += ["--max-replay", "7d", "--batch-size", "2000"]
+        outputs = [tmp_path / f"purge-{i}.json" for i in range(2)]
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "-m", "sa_inbox.cli", *args, "--json", str(out)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for out in outputs
+        ]
+        for process in processes:
+            _, stderr = process.communicate(timeout=300)
+            assert process.returncode == 0, stderr
+        deleted = [json.loads(out.read_text())["rows"] for out in outputs]
+        assert sum(deleted) == rows // 2, deleted
+        with engine.connect() as conn:
+            left = conn.execute(
+                sa.select(sa.func.count()).where(inbox.table.c.message_id.startswith("old-"))
+            ).scalar_one()
+        assert left == 0
+        assert _rows(engine, inbox.table) == rows // 2
+    finally:
+        metadata.drop_all(engine)
         engine.dispose()

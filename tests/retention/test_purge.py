@@ -302,10 +302,12 @@ def test_a_window_inside_the_policy_is_refused_and_deletes_nothing(app: App) -> 
 
 
 def test_a_batch_of_rows_inside_the_window_never_stalls_the_purge(app: App) -> None:
-    """The oldest-by-key rows are all inside the window; the expired ones come after them.
+    """The first rows in key and insertion (physical) order are all inside the window.
 
-    With the cut-off outside the limited subquery a batch would pick rows that must stay
-    and delete nothing, and the purge would stop early with expired rows left.
+    A batch limited before the cut-off is applied (Oracle's ``ROWNUM`` outside the
+    condition, a limited subquery without the cut-off) would pick those rows, delete
+    nothing and stop the purge with expired rows left. The time-ordered forms cannot pick
+    them; the unordered one (Oracle) can, and runs this test when its server is set.
     """
     table = app.inbox.table
     with app.engine.begin() as conn:
