@@ -13,6 +13,7 @@ could not run (database unreachable, a worker failed, wrong business state).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -180,21 +181,19 @@ def _run(
     from .runner import BenchConfig, make_progress, run_scenario
     from .workers import BenchError
 
-    config = BenchConfig(
-        url=url or default_sqlite_url(),
-        messages=messages,
-        workers=workers,
-        repeat=repeat,
-        rows=rows,
-        out=out,
-    )
     console = Console()
-    console.print(f"sa-inbox bench on {config.to_json()['url']}: {', '.join(names)}")
     started = time.perf_counter()
-    try:
-        with make_progress(console) as progress:
-            for name in names:
-                run_scenario(scenario(name), config, console=console, progress=progress)
-    except (BenchError, SQLAlchemyError) as exc:
-        raise BenchFailed(str(exc)) from exc
+    with contextlib.ExitStack() as stack:
+        if url is None:
+            url = stack.enter_context(default_sqlite_url())
+        config = BenchConfig(
+            url=url, messages=messages, workers=workers, repeat=repeat, rows=rows, out=out
+        )
+        console.print(f"sa-inbox bench on {config.to_json()['url']}: {', '.join(names)}")
+        try:
+            with make_progress(console) as progress:
+                for name in names:
+                    run_scenario(scenario(name), config, console=console, progress=progress)
+        except (BenchError, SQLAlchemyError) as exc:
+            raise BenchFailed(str(exc)) from exc
     console.print(f"done in {time.perf_counter() - started:.0f} s; JSON in {out}")

@@ -10,7 +10,9 @@ figures measure SQL work rather than the disk, as on the servers started by
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -34,9 +36,12 @@ __all__ = [
 SQLITE_TIMEOUT = 60.0
 
 
-def default_sqlite_url() -> str:
-    """A SQLite file in a fresh temporary directory: the default database of ``sa-inbox bench``."""
-    return f"sqlite:///{Path(tempfile.mkdtemp(prefix='sa-inbox-bench-')) / 'bench.db'}"
+@contextlib.contextmanager
+def default_sqlite_url() -> Iterator[str]:
+    """The default database of ``sa-inbox bench``: a SQLite file in a temporary directory,
+    removed with the directory when the context ends."""
+    with tempfile.TemporaryDirectory(prefix="sa-inbox-bench-") as directory:
+        yield f"sqlite:///{Path(directory) / 'bench.db'}"
 
 
 def backend_name(url: str | sa.Engine) -> str:

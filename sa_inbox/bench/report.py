@@ -55,31 +55,36 @@ def _f(value: Any, spec: str) -> str:
 # -- Markdown ----------------------------------------------------------------------------
 
 
+def _claim_overhead_rows(document: Document) -> list[dict[str, Any]]:
+    """The summary recomputed from the cells, so older JSON gets the newer columns too."""
+    from .claim_overhead import summary
+
+    return summary(document["results"]["cells"])
+
+
 def _claim_overhead_md(documents: Sequence[Document]) -> str:
     rows = [
         [
             d["backend"],
             str(r["workers"]),
             r["layer"],
+            _f(r["plain_latency_median_us"], ".0f"),
+            _f(r["claim_latency_median_us"], ".0f"),
+            f"**{r['latency_ratio']:.2f}**",
             _f(r["plain_us_per_message"], ".0f"),
             _f(r["claim_us_per_message"], ".0f"),
-            f"**{r['ratio']:.2f}** ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})",
+            f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})",
             _f(r["claim_per_second"], ".0f"),
             str(r["repeats"]),
         ]
         for d in documents
-        for r in d["results"]["summary"]
+        for r in _claim_overhead_rows(d)
     ]
     header = [
-        "backend",
-        "workers",
-        "layer",
-        "µs/msg without",
-        "µs/msg with",
-        "ratio (min-max)",
-        "msg/s with",
-        "runs",
-    ]
+        "backend", "workers", "layer", "latency µs without", "latency µs with",
+        "latency ratio", "wall µs/msg without", "wall µs/msg with", "wall ratio (min-max)",
+        "msg/s with", "runs",
+    ]  # fmt: skip
     return _md_table(header, rows)
 
 
@@ -179,6 +184,19 @@ _MARKDOWN: dict[str, Callable[[Sequence[Document]], str]] = {
 }
 
 
+def _run_line(scenario: str, document: Document) -> str:
+    """Server, CPUs, the options that matter for ``scenario``, and when it finished."""
+    config = document["config"]
+    server = str(document["server"]).split(" on ")[0]  # PostgreSQL's version() is long
+    if scenario in ("growth", "purge"):
+        options = f"rows={config['rows']:,}"
+    else:
+        options = f"messages={config['messages']}, workers={config['workers']}"
+    if scenario != "growth":  # growth fills and measures once
+        options += f", repeat={config['repeat']}"
+    return f"{server}; {document['machine']['cpus']} CPUs; {options}; {document['finished_at']}"
+
+
 def markdown(results: Mapping[str, Sequence[Document]]) -> str:
     """``report.md``: per scenario, its label, where it ran, and its table."""
     parts = ["# sa-inbox benchmark report", ""]
@@ -188,12 +206,7 @@ def markdown(results: Mapping[str, Sequence[Document]]) -> str:
             continue
         parts += [f"## {documents[0]['label']}", ""]
         for d in documents:
-            config = d["config"]
-            parts.append(
-                f"- {d['backend']}: {d['server']}; {d['machine']['cpus']} CPUs; "
-                f"messages={config['messages']}, workers={config['workers']}, "
-                f"repeat={config['repeat']}; {d['finished_at']}"
-            )
+            parts.append(f"- {d['backend']}: {_run_line(scenario, d)}")
         parts += ["", _MARKDOWN[scenario](documents), "", f"![{scenario}]({scenario}.png)", ""]
     return "\n".join(parts)
 
@@ -203,15 +216,17 @@ def markdown(results: Mapping[str, Sequence[Document]]) -> str:
 
 def _claim_overhead_plot(documents: Sequence[Document], axes_row: Any) -> None:
     for ax, d in zip(axes_row, documents, strict=True):
-        by_layer: dict[str, list[tuple[int, float]]] = defaultdict(list)
-        for r in d["results"]["summary"]:
-            by_layer[r["layer"]].append((r["workers"], r["ratio"]))
-        for layer, points in by_layer.items():
-            ax.plot(*zip(*points, strict=True), marker="o", label=layer)
+        rows = _claim_overhead_rows(d)
+        for color, layer in enumerate(dict.fromkeys(r["layer"] for r in rows)):
+            picked = [r for r in rows if r["layer"] == layer]
+            workers = [r["workers"] for r in picked]
+            style = {"color": f"C{color}", "marker": "o"}
+            ax.plot(workers, [r["latency_ratio"] for r in picked], label=f"{layer}", **style)
+            ax.plot(workers, [r["ratio"] for r in picked], linestyle="--", alpha=0.5, **style)
         ax.axhline(1.0, color="grey", linewidth=0.5)
         ax.set_title(d["backend"])
         ax.set_xlabel("concurrent worker processes")
-        ax.set_ylabel("time with claim / without")
+        ax.set_ylabel("with claim / without (solid: median latency, dashed: wall)")
         ax.legend()
 
 
