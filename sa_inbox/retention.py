@@ -141,7 +141,8 @@ class Batch:
 
     :param rows: rows deleted by the batch (at most the batch size).
     :param seconds: wall time of the batch's transaction, from its first statement to its
-        commit (the time its row locks were held).
+        commit (the time its row locks were held; on SQLite it includes the wait for the
+        database's write lock).
     :param total: rows deleted by this purge so far, this batch included.
     :param cutoff: rows older than this database timestamp are expired.
     """
@@ -245,18 +246,22 @@ def purge_target(
     batch_size: int = DEFAULT_BATCH_SIZE,
     on_batch: Callable[[Batch], None] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    pause: float | None = None,
 ) -> int:
     """Delete ``target``'s rows older than ``older_than`` in batches: the shape of every purge.
 
     ``older_than`` must already be checked against a :class:`RetentionPolicy` (see
     :func:`purge`). The cut-off is fixed once at the start, from ``target.clock``.
 
+    :param pause: seconds to wait between batches; ``None`` for the backend's default
+        (0.1 s on SQLite, whose waiting writers would otherwise starve; 0 elsewhere).
     :returns: rows deleted by this call.
     :raises PurgeLockTimeout: on MySQL/MariaDB, if another purger held the purge lock for
         more than ``lock_timeout`` seconds.
     """
     batch_size = _check_batch_size(batch_size)
     dialect = purge_dialect_for(bind.dialect.name)
+    pause = dialect.pause if pause is None else pause
     with _purge_connection(bind, dialect) as conn:
         cutoff = target.clock(conn) - older_than
         statement = dialect.batch_statement(
@@ -276,6 +281,8 @@ def purge_target(
             total += rows
             if on_batch is not None:
                 on_batch(Batch(rows=rows, seconds=seconds, total=total, cutoff=cutoff))
+            if pause > 0:
+                time.sleep(pause)
 
 
 def purge(
@@ -287,6 +294,7 @@ def purge(
     batch_size: int = DEFAULT_BATCH_SIZE,
     on_batch: Callable[[Batch], None] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    pause: float | None = None,
 ) -> int:
     """Delete processed-message rows older than the retention window, in short batches.
 
@@ -315,6 +323,8 @@ def purge(
     :param on_batch: called after each committed batch with a :class:`Batch` (rows, seconds,
         running total); for progress bars and measurements.
     :param lock_timeout: seconds to wait for another purger's batch (MySQL/MariaDB).
+    :param pause: seconds between batches; ``None``: 0.1 s on SQLite (so that waiting
+        claims get the database's single write lock), 0 elsewhere.
     :returns: the number of rows this call deleted.
     :raises RetentionWindowTooShort: if the window is shorter than the policy allows
         (``max_redelivery + max_replay + margin``); nothing is deleted.
@@ -330,7 +340,13 @@ def purge(
     window = resolve_window(older_than, policy)
     target = PurgeTarget(_processed_table(table))
     return purge_target(
-        bind, target, window, batch_size=batch_size, on_batch=on_batch, lock_timeout=lock_timeout
+        bind,
+        target,
+        window,
+        batch_size=batch_size,
+        on_batch=on_batch,
+        lock_timeout=lock_timeout,
+        pause=pause,
     )
 
 
@@ -377,6 +393,7 @@ def purge_store(
     batch_size: int = DEFAULT_BATCH_SIZE,
     on_batch: Callable[[Batch], None] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+    pause: float | None = None,
 ) -> StorePurgeResult:
     """Delete old ``done`` rows (and, if asked, old ``dead`` rows) from the inbox store.
 
@@ -397,6 +414,7 @@ def purge_store(
     :param batch_size: rows per transaction, at most.
     :param on_batch: called after each committed batch (both phases).
     :param lock_timeout: seconds to wait for another purger's batch (MySQL/MariaDB).
+    :param pause: seconds between batches, as :func:`purge`.
     :returns: the rows deleted per status.
     :raises RetentionWindowTooShort: if either window is inside the policy; nothing is
         deleted.
@@ -413,6 +431,7 @@ def purge_store(
         "batch_size": batch_size,
         "on_batch": on_batch,
         "lock_timeout": lock_timeout,
+        "pause": pause,
     }
     done = purge_target(bind, done_target, window, **options)
     dead = 0

@@ -63,6 +63,9 @@ class PurgeDialect:
     isolation_level: ClassVar[str | None] = None
     #: How concurrent purgers are kept apart, for the documentation and the CLI.
     concurrency: ClassVar[str] = "one writer at a time (the database lock)"
+    #: Seconds the purge waits between two batches by default, so that other writers
+    #: waiting for a database-wide write lock get it (0: row locks, nobody waits for it).
+    pause: ClassVar[float] = 0.0
 
     def delete_batch(
         self,

@@ -99,10 +99,17 @@ class SQLitePurge(PurgeDialect):
     "sqlite3_busy_handler": the handler is skipped where waiting could deadlock); so each
     batch starts with ``BEGIN IMMEDIATE``, which takes the write lock first and waits up to
     the driver's ``timeout`` for it. Two purgers (and the claims) then take turns.
+
+    A writer waiting for the lock sleeps up to 100 ms between tries (the default busy
+    handler of ``sqlite3_busy_timeout``: 1, 2, 5 … 50, 100 ms), while a purger would take
+    the lock again microseconds after its commit and starve every claim until the purge
+    ends. So the purge pauses :attr:`pause` (0.1 s) between batches: every waiting writer
+    tries at least once while the lock is free.
     """
 
     names = ("sqlite",)
-    concurrency = "one writer at a time: BEGIN IMMEDIATE per batch"
+    concurrency = "one writer at a time: BEGIN IMMEDIATE per batch, a pause between batches"
+    pause = 0.1
 
     @contextmanager
     def exclusive(self, conn: sa.Connection, table: sa.Table, timeout: float) -> Iterator[None]:
