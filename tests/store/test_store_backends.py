@@ -24,7 +24,16 @@ import pytest
 import sqlalchemy as sa
 
 from sa_inbox.exc import InvalidMessageId, InvalidStoreArgument
-from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming, ReapResult, StoredMessage
+from sa_inbox.store import (
+    DEAD,
+    DONE,
+    PENDING,
+    PROCESSING,
+    Incoming,
+    ReapResult,
+    StoredMessage,
+    utc_now,
+)
 from sa_inbox.worker import Backoff, Worker
 from tests.store.app import StoreApp, make_engine
 
@@ -237,13 +246,21 @@ def test_sigkilled_worker_rows_come_back_after_the_visibility_timeout(
     release_together([child])
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "HANDLING m-0"
-    claimed_at = time.monotonic()
     child.send_signal(signal.SIGKILL)
     child.communicate(timeout=30)
     assert child.returncode == -signal.SIGKILL
     [batch] = read_batches(log)
     assert len(batch["ids"]) == 5
     assert store_app.store.counts(store_app.engine)[PROCESSING] == 5, "held by the dead worker"
+    claimed_at = store_app.row("m-0")["claimed_at"]
+    timeout = datetime.timedelta(seconds=VISIBILITY)
+    for now, claimable in ((claimed_at + timeout * 0.95, 0), (claimed_at + timeout * 1.05, 5)):
+        with store_app.engine.begin() as conn:  # look, without keeping the claim
+            candidates = store_app.store.candidates(
+                visibility_timeout=VISIBILITY, max_attempts=5, now=now
+            )[0]
+            found = conn.execute(candidates(store_app.store.table)).scalars().all()
+        assert len(found) == claimable, f"at {now - claimed_at} after the claim"
 
     seen: list[StoredMessage] = []
 
@@ -257,9 +274,10 @@ def test_sigkilled_worker_rows_come_back_after_the_visibility_timeout(
         visibility_timeout=VISIBILITY,
         poll_interval=0.05,
     )
-    if time.monotonic() - claimed_at < VISIBILITY * 0.75:
+    wait = claimed_at + timeout - utc_now()
+    if wait.total_seconds() > 0.2:
         assert worker.run_once() == 0, "not claimable within the visibility timeout"
-    time.sleep(max(0.0, claimed_at + VISIBILITY + 0.2 - time.monotonic()))
+    time.sleep(max(0.0, wait.total_seconds() + 0.1))
     worker.run(until_empty=True, handle_signals=False)
     assert sorted(m.message_id for m in seen) == [f"m-{i}" for i in range(5)]
     assert {m.attempts for m in seen} == {2}, "the killed attempt was counted"
