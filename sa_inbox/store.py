@@ -230,6 +230,11 @@ class InboxStore:
         same row. Each claimed row gets ``status='processing'``, ``claimed_at=now``,
         ``claimed_by`` and ``attempts + 1``.
 
+        The order is that of committed rows: a receive that commits after a later message
+        of its aggregate was already processed cannot go before it. To keep a producer's
+        order, receive each aggregate's messages from one consumer at a time (one Kafka
+        partition, one queue consumer), which commits them in order.
+
         :param engine: the store's database.
         :param claimed_by: the claim token, unique per claim (at most 255 characters).
         :param limit: rows at most, a positive int.
