@@ -34,7 +34,7 @@ from sqlalchemy.sql.visitors import InternalTraversal
 
 from ..exc import ClaimWarning, PurgeLockTimeout
 from .base import ClaimDialect, Row, driver_error
-from .purge import PurgeDialect
+from .purge import RowLockingPurge
 from .store_claim import StoreClaimDialect, require_version
 
 __all__ = ["DeleteOrderedLimit", "MySQLClaim", "MySQLPurge", "MySQLStoreClaim"]
@@ -165,7 +165,7 @@ def purge_lock_name(table: sa.Table) -> str:
     return f"sa_inbox.purge.{hashlib.sha256(table.fullname.encode()).hexdigest()[:48]}"
 
 
-class MySQLPurge(PurgeDialect):
+class MySQLPurge(RowLockingPurge):
     """Purge batches on MySQL and MariaDB: one single-table ``DELETE … ORDER BY … LIMIT``.
 
     ::
@@ -181,10 +181,6 @@ class MySQLPurge(PurgeDialect):
     """
 
     names = ("mysql", "mariadb")
-    #: READ COMMITTED: each batch sees the latest committed rows (and, on InnoDB, takes no
-    #: gap locks, so new claims are never blocked; MySQL manual, "Transaction Isolation
-    #: Levels").
-    isolation_level = "READ COMMITTED"
     concurrency = "named lock GET_LOCK() around each batch"
 
     def delete_batch(

@@ -26,7 +26,7 @@ from sqlalchemy.sql.visitors import InternalTraversal
 
 from ..schema import claim_columns
 from .base import ClaimDialect, Row, driver_error
-from .purge import PurgeDialect
+from .purge import RowLockingPurge
 from .store_claim import StoreClaimDialect
 
 __all__ = ["MergeInsertOrSkip", "OracleClaim", "OraclePurge", "OracleStoreClaim"]
@@ -142,7 +142,7 @@ class OracleClaim(ClaimDialect):
         return _error_code(exc) in TRANSIENT_ERRORS
 
 
-class OraclePurge(PurgeDialect):
+class OraclePurge(RowLockingPurge):
     """Purge batches on Oracle: ``ROWNUM`` limits a single-table ``DELETE``.
 
     ::
@@ -158,10 +158,6 @@ class OraclePurge(PurgeDialect):
     """
 
     names = ("oracle",)
-    #: READ COMMITTED: each batch sees the latest committed rows (and, on InnoDB, takes no
-    #: gap locks, so new claims are never blocked; MySQL manual, "Transaction Isolation
-    #: Levels").
-    isolation_level = "READ COMMITTED"
     concurrency = "row locks; a waiting DELETE restarts on the committed data"
 
     def delete_batch(

@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.expression import ColumnElement, Executable
 
 from .base import OnConflictDoNothingClaim, driver_error, sqlstate_of
-from .purge import PurgeDialect, primary_key_batch
+from .purge import RowLockingPurge, primary_key_batch
 from .store_claim import CandidateQuery, StoreClaimDialect, require_version
 
 __all__ = ["PostgreSQLClaim", "PostgreSQLPurge", "PostgreSQLStoreClaim"]
@@ -49,7 +49,7 @@ class PostgreSQLClaim(OnConflictDoNothingClaim):
         return sqlstate_of(exc) in TRANSIENT_SQLSTATES
 
 
-class PostgreSQLPurge(PurgeDialect):
+class PostgreSQLPurge(RowLockingPurge):
     """Purge batches on PostgreSQL, by ``ctid`` with ``FOR UPDATE SKIP LOCKED``.
 
     A plain table is purged by physical row address::
@@ -67,10 +67,6 @@ class PostgreSQLPurge(PurgeDialect):
     """
 
     names = ("postgresql",)
-    #: READ COMMITTED: each batch sees the latest committed rows (and, on InnoDB, takes no
-    #: gap locks, so new claims are never blocked; MySQL manual, "Transaction Isolation
-    #: Levels").
-    isolation_level = "READ COMMITTED"
     concurrency = "FOR UPDATE SKIP LOCKED in the batch select"
 
     def delete_batch(

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import ColumnElement, Executable
 
-__all__ = ["PurgeDialect", "primary_key_batch"]
+__all__ = ["PurgeDialect", "RowLockingPurge", "primary_key_batch"]
 
 
 def primary_key_batch(
@@ -102,3 +102,15 @@ class PurgeDialect:
         :param timeout: seconds to wait for another purger's batch.
         """
         yield
+
+
+class RowLockingPurge(PurgeDialect):
+    """The purge on backends with row locks (PostgreSQL, MySQL/MariaDB, Oracle).
+
+    Each batch runs at READ COMMITTED, so it sees the latest committed rows; on InnoDB it also
+    takes no gap locks, so inserts of new claims are never blocked by a batch (MySQL manual,
+    "15.7.2.1 Transaction Isolation Levels"; PostgreSQL manual, 13.2.1 "Read Committed
+    Isolation Level").
+    """
+
+    isolation_level: ClassVar[str | None] = "READ COMMITTED"
