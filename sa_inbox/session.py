@@ -1,16 +1,27 @@
 """The session extension: a claim registered on a Session is emitted first in its unit of work.
 
 Installed through SQLAlchemy session events (``before_flush``, ``do_orm_execute``,
-``before_commit``, ``after_soft_rollback``; SQLAlchemy docs, "ORM Events", "Session
-Events"), so users keep their own Session class. A registered claim is emitted at the first of:
-the next flush, the next ORM ``INSERT``/``UPDATE``/``DELETE`` executed through the session,
-or the commit; always before the business rows. A duplicate aborts that flush, statement or
-commit with :class:`~sa_inbox.exc.DuplicateMessage`, and the caller rolls back.
+``before_commit``, ``after_soft_rollback``, ``after_transaction_end``; SQLAlchemy docs, "ORM
+Events", "Session Events"), so users keep their own Session class. A registered claim is
+emitted at the first of: the next flush, the next ORM ``INSERT``/``UPDATE``/``DELETE``
+executed through the session, or the commit; always before the business rows. A duplicate
+aborts that flush, statement or commit with :class:`~sa_inbox.exc.DuplicateMessage`, and
+the caller rolls back.
+
+The claim belongs to the session's outermost transaction:
+
+* a claim emitted inside a SAVEPOINT (``session.begin_nested()``) that is rolled back is
+  registered again and re-emitted before the outer transaction commits, so the business
+  rows can never commit without it;
+* a savepoint rollback never discards claims of the enclosing transaction;
+* once a duplicate was found, the transaction refuses to commit (even if the caller caught
+  the :class:`~sa_inbox.exc.DuplicateMessage`): it must roll back;
+* registering the same claim twice in one transaction is a no-op.
 
 Example::
 
     Session = sessionmaker(engine)
-    install(inbox, Session)
+    install(Session)
 
     with Session.begin() as session:
         register_claim(session, inbox, message_id, "billing")
@@ -21,18 +32,19 @@ Example::
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.orm import ORMExecuteState, Session, sessionmaker
+from sqlalchemy.orm import ORMExecuteState, Session, SessionTransaction, sessionmaker
 
 from .claim import Inbox
 from .exc import DuplicateMessage, InboxError
 
 __all__ = ["install", "installed", "pending_claims", "register_claim", "uninstall"]
 
-_PENDING = "sa_inbox.pending_claims"
+_STATE = "sa_inbox.claims"
 _INSTALLED = "sa_inbox.installed"
 
 
@@ -43,17 +55,48 @@ class _PendingClaim:
     consumer_name: str
     extra: dict[str, Any]
 
+    @property
+    def key(self) -> tuple[sa.Table, str, str]:
+        return (self.inbox.table, self.message_id, self.consumer_name)
+
+
+@dataclass
+class _ClaimState:
+    """The claims of one session's outermost transaction."""
+
+    #: Registered, not sent yet.
+    pending: list[_PendingClaim] = field(default_factory=list)
+    #: Sent, with the (possibly nested) transaction they were sent in.
+    emitted: list[tuple[SessionTransaction, _PendingClaim]] = field(default_factory=list)
+    #: Set once a duplicate was found: the transaction must not commit.
+    duplicate: DuplicateMessage | None = None
+
+    def registered(self, key: tuple[sa.Table, str, str]) -> bool:
+        return any(c.key == key for c in self.pending) or any(c.key == key for _, c in self.emitted)
+
 
 SessionTarget = sessionmaker[Any] | type[Session] | Session
 
 
+def _state(session: Session) -> _ClaimState | None:
+    state: _ClaimState | None = session.info.get(_STATE)
+    return state
+
+
 def _emit_pending(session: Session) -> None:
-    pending: list[_PendingClaim] = session.info.get(_PENDING, [])
-    while pending:
-        claim = pending.pop(0)
+    state = _state(session)
+    if state is None:
+        return
+    while state.pending:
+        claim = state.pending[0]
+        transaction = session.get_nested_transaction() or session.get_transaction()
         if not claim.inbox.claim(session, claim.message_id, claim.consumer_name, **claim.extra):
-            pending.clear()
-            raise DuplicateMessage(claim.message_id, claim.consumer_name)
+            state.pending.clear()
+            state.duplicate = DuplicateMessage(claim.message_id, claim.consumer_name)
+            raise state.duplicate
+        state.pending.pop(0)
+        assert transaction is not None  # claim() began one if there was none
+        state.emitted.append((transaction, claim))
 
 
 def _before_flush(session: Session, flush_context: Any, instances: Any) -> None:
@@ -61,6 +104,9 @@ def _before_flush(session: Session, flush_context: Any, instances: Any) -> None:
 
 
 def _before_commit(session: Session) -> None:
+    state = _state(session)
+    if state is not None and state.duplicate is not None:
+        raise DuplicateMessage(state.duplicate.message_id, state.duplicate.consumer_name)
     _emit_pending(session)
 
 
@@ -69,15 +115,36 @@ def _do_orm_execute(state: ORMExecuteState) -> None:
         _emit_pending(state.session)
 
 
-def _clear_pending(session: Session, previous_transaction: Any) -> None:
-    session.info.pop(_PENDING, None)
+def _within(transaction: SessionTransaction | None, ended: SessionTransaction) -> bool:
+    while transaction is not None:
+        if transaction is ended:
+            return True
+        transaction = transaction.parent
+    return False
+
+
+def _after_soft_rollback(session: Session, previous_transaction: SessionTransaction) -> None:
+    """A rolled-back savepoint took its claims with it: register them again."""
+    state = _state(session)
+    if state is None or previous_transaction.parent is None:
+        return
+    undone = [c for t, c in state.emitted if _within(t, previous_transaction)]
+    state.emitted = [(t, c) for t, c in state.emitted if not _within(t, previous_transaction)]
+    state.pending[:0] = undone
+
+
+def _after_transaction_end(session: Session, transaction: SessionTransaction) -> None:
+    """The outermost transaction ended (commit or rollback): its claims end with it."""
+    if transaction.parent is None:
+        session.info.pop(_STATE, None)
 
 
 _LISTENERS = (
     ("before_flush", _before_flush),
     ("before_commit", _before_commit),
     ("do_orm_execute", _do_orm_execute),
-    ("after_soft_rollback", _clear_pending),
+    ("after_soft_rollback", _after_soft_rollback),
+    ("after_transaction_end", _after_transaction_end),
 )
 
 
@@ -160,7 +227,8 @@ def register_claim(
         claim belongs to one transaction: call it inside ``with Session.begin()``, so that a
         rollback discards it).
     :raises InvalidMessageId: for an invalid id or consumer name.
-    :raises DuplicateMessage: later, from the flush, DML statement or commit that emits it.
+    :raises DuplicateMessage: later, from the flush, DML statement or commit that emits it,
+        and from every later commit of the same transaction.
     """
     if not installed(session):
         raise InboxError(
@@ -173,11 +241,13 @@ def register_claim(
             "so that the claim belongs to it and a rollback discards it"
         )
     inbox.validate(message_id, consumer_name, **extra)
-    session.info.setdefault(_PENDING, []).append(
-        _PendingClaim(inbox, message_id, consumer_name, dict(extra))
-    )
+    claim = _PendingClaim(inbox, message_id, consumer_name, dict(extra))
+    state = session.info.setdefault(_STATE, _ClaimState())
+    if not state.registered(claim.key):
+        state.pending.append(claim)
 
 
 def pending_claims(session: Session) -> list[tuple[str, str]]:
     """The ``(message_id, consumer_name)`` claims registered on ``session`` and not yet sent."""
-    return [(c.message_id, c.consumer_name) for c in session.info.get(_PENDING, [])]
+    state = _state(session)
+    return [] if state is None else [(c.message_id, c.consumer_name) for c in state.pending]

@@ -202,3 +202,70 @@ def test_install_on_a_session_class(app: App) -> None:
         uninstall(AppSession)
     with AppSession(app.engine) as session, pytest.raises(InboxError, match="not installed"):
         register_claim(session, app.inbox, "m2", CONSUMER)
+
+
+# -- savepoints, repeated registration, a caught duplicate -------------------------------
+
+
+def _sqlite_savepoints(engine: sa.Engine) -> None:
+    """SQLAlchemy's documented recipe for SAVEPOINT on pysqlite ("Serializable isolation /
+    Savepoints / Transactional DDL"): the driver must not manage transactions itself."""
+    if engine.dialect.name != "sqlite":
+        return
+
+    @sa.event.listens_for(engine, "connect")
+    def connect(dbapi_connection: object, record: object) -> None:
+        dbapi_connection.isolation_level = None  # type: ignore[attr-defined]
+
+    @sa.event.listens_for(engine, "begin")
+    def begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+    engine.dispose()
+
+
+def pay_with_savepoint(app: App, message_id: str, *, flush_in_savepoint: bool) -> None:
+    with app.Session.begin() as session:
+        register_claim(session, app.inbox, message_id, CONSUMER)
+        with pytest.raises(ValueError), session.begin_nested():
+            if flush_in_savepoint:
+                session.add(LedgerEntry(id=None, message_id=message_id, amount=Decimal(1)))
+                session.flush()  # the claim is emitted here, inside the savepoint
+            raise ValueError("a failed optional step")
+        session.add(LedgerEntry(message_id=message_id, amount=Decimal(5)))
+
+
+@pytest.mark.parametrize("flush_in_savepoint", [False, True])
+def test_savepoint_rollback_never_loses_the_claim(orm_app: App, flush_in_savepoint: bool) -> None:
+    _sqlite_savepoints(orm_app.engine)
+    pay_with_savepoint(orm_app, "m1", flush_in_savepoint=flush_in_savepoint)
+    assert orm_app.inbox_rows() == 1 and orm_rows(orm_app) == 1
+    with pytest.raises(DuplicateMessage):
+        pay_with_savepoint(orm_app, "m1", flush_in_savepoint=flush_in_savepoint)
+    assert orm_app.inbox_rows() == 1 and orm_rows(orm_app) == 1
+
+
+def test_registering_twice_in_one_transaction_claims_once(orm_app: App) -> None:
+    with orm_app.Session.begin() as session:
+        register_claim(session, orm_app.inbox, "m1", CONSUMER)
+        session.add(LedgerEntry(message_id="m1", amount=Decimal(5)))
+        session.flush()
+        register_claim(session, orm_app.inbox, "m1", CONSUMER)  # e.g. a retried step
+        assert pending_claims(session) == []
+    assert orm_app.inbox_rows() == 1 and orm_rows(orm_app) == 1
+
+
+def test_a_caught_duplicate_still_refuses_the_commit(orm_app: App) -> None:
+    with orm_app.Session.begin() as session:
+        register_claim(session, orm_app.inbox, "m1", CONSUMER)
+        session.add(LedgerEntry(message_id="m1", amount=Decimal(5)))
+    with orm_app.Session() as session:
+        session.begin()
+        register_claim(session, orm_app.inbox, "m1", CONSUMER)
+        session.add(LedgerEntry(message_id="m1", amount=Decimal(5)))
+        with pytest.raises(DuplicateMessage):
+            session.flush()
+        with pytest.raises(DuplicateMessage):
+            session.commit()  # the caller ignored the duplicate: refused
+        session.rollback()
+    assert orm_rows(orm_app) == 1
