@@ -9,11 +9,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.sql.expression import Executable
 
 from .dialects import ClaimDialect, Strategy, claim_dialect_for
-from .exc import InvalidMessageId
+from .exc import InvalidMessageId, UnsafeTransaction
 from .schema import (
     DEFAULT_MESSAGE_ID_LENGTH,
     DEFAULT_TABLE_NAME,
@@ -25,8 +25,9 @@ from .validation import validate_key, validate_keys
 
 __all__ = ["Bind", "Inbox"]
 
-#: What a claim runs on: a Session or Connection, already in the caller's transaction.
-Bind = Session | Connection
+#: What a claim runs on: a Session (or scoped_session) or Connection, in the caller's
+#: transaction (never an AUTOCOMMIT one).
+Bind = Session | scoped_session[Any] | Connection
 
 
 class Inbox:
@@ -117,7 +118,8 @@ class Inbox:
         reported warnings). Never commits or rolls back the caller's transaction: the claim
         becomes durable with the caller's commit, together with the business change.
 
-        :param bind: a Session or Connection, in (or auto-beginning) the caller's transaction.
+        :param bind: a Session, scoped_session or Connection, in (or auto-beginning) the
+            caller's transaction.
         :param message_id: the producer-assigned id, at most ``message_id_length`` characters.
         :param consumer_name: the consumer (handler) name; one message can be processed once
             per consumer.
@@ -131,6 +133,9 @@ class Inbox:
         :raises TransientClaimError: on a serialization failure or deadlock: roll back and
             retry the whole transaction.
         :raises ClaimWarning: on MySQL/MariaDB, for a warning other than duplicate key.
+        :raises UnsafeTransaction: if ``bind`` is in AUTOCOMMIT mode (the claim would commit
+            apart from the business change).
+        :raises TypeError: if ``bind`` is not a Session or Connection.
         """
         row = self.validate(
             message_id,
@@ -205,11 +210,20 @@ class Inbox:
         return {name: values[name] for name in self._columns}
 
     def _connection(self, bind: Bind) -> Connection:
-        if isinstance(bind, Session):
-            return bind.connection(bind_arguments={"clause": self.table})
-        if isinstance(bind, Connection):
-            return bind
-        raise TypeError(f"bind must be a Session or Connection, not {type(bind).__name__}")
+        if isinstance(bind, Session | scoped_session):
+            conn = bind.connection(bind_arguments={"clause": self.table})
+        elif isinstance(bind, Connection):
+            conn = bind
+        else:
+            raise TypeError(
+                f"bind must be a Session, scoped_session or Connection, not {type(bind).__name__}"
+            )
+        if _autocommit(conn):
+            raise UnsafeTransaction(
+                "the claim's connection is in AUTOCOMMIT mode: the claim would commit on its "
+                "own, apart from the business change; use a transactional connection"
+            )
+        return conn
 
     def _prepared(self, conn: Connection) -> tuple[ClaimDialect, Executable]:
         """The claim dialect and cached single-row statement for ``conn``'s backend."""
@@ -224,6 +238,16 @@ class Inbox:
                 prepared[0].check_backend(conn)
                 self._checked.add(conn.engine)
         return prepared
+
+
+def _autocommit(conn: Connection) -> bool:
+    """Whether ``conn`` runs in AUTOCOMMIT (``isolation_level="AUTOCOMMIT"`` on the
+    connection, the engine, or ``create_engine()``; SQLAlchemy docs, "Setting Transaction
+    Isolation Levels including DBAPI Autocommit")."""
+    check = getattr(conn, "_is_autocommit_isolation", None)  # SQLAlchemy 2.0 and 2.1
+    if callable(check):
+        return bool(check())
+    return conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
 
 
 def _optional_text(value: str | None, field: str, max_length: int = 255) -> str | None:

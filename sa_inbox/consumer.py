@@ -90,6 +90,12 @@ def handle(
         (KeyboardInterrupt, SystemExit), which nack and propagate.
     :raises InvalidMessageId: for an invalid id, before anything is sent (not acked: the
         caller decides whether such a message goes to a dead-letter queue).
+    :raises ValueError: if ``max_attempts`` < 1, before anything is sent.
+
+    A handler that commits is refused (:class:`~sa_inbox.exc.UnsafeTransaction`, nothing
+    committed) and one that rolls back is detected: both give :attr:`Outcome.FAILED` and a
+    nack, never an ack of a message whose change did not commit. An exception from ``nack``
+    propagates (chained to the handler's error).
     """
 
     def unit_of_work(session: Session) -> Outcome:
@@ -99,6 +105,8 @@ def handle(
         return Outcome.PROCESSED
 
     inbox.validate(message_id, consumer_name, **claim_extra)
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be >= 1, not {max_attempts}")
     try:
         outcome = run_in_transaction(session_factory, unit_of_work, max_attempts=max_attempts)
     except DuplicateMessage:

@@ -20,6 +20,7 @@ __all__ = [
     "RetentionWindowTooShort",
     "TransientClaimError",
     "UnsafePartitionKey",
+    "UnsafeTransaction",
     "UnsupportedBackend",
 ]
 
@@ -82,6 +83,17 @@ class ClaimWarning(InboxError):
         text = "; ".join(f"{level} {code}: {message}" for level, code, message in warnings)
         super().__init__(f"INSERT IGNORE raised warnings other than duplicate key: {text}")
         self.warnings = warnings
+
+
+class UnsafeTransaction(InboxError):
+    """The claim and the business change would not share one transaction.
+
+    Raised when a claim is asked to run on an AUTOCOMMIT connection (each statement would
+    commit on its own, so a failing handler would leave the claim committed and the message
+    lost), and by :func:`sa_inbox.run_in_transaction` / :func:`sa_inbox.handle` when the unit
+    of work commits or rolls back the transaction it was given: only the runner may end it,
+    after the unit of work returns.
+    """
 
 
 class UnsupportedBackend(InboxError):

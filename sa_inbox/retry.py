@@ -8,11 +8,12 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from .dialects import claim_dialect_for
-from .exc import TransientClaimError
+from .exc import TransientClaimError, UnsafeTransaction
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "is_transient", "run_in_transaction"]
 
@@ -24,6 +25,31 @@ DEFAULT_MAX_ATTEMPTS = 5
 #: First back-off in seconds; doubled per attempt, with full jitter.
 DEFAULT_BACKOFF = 0.02
 MAX_BACKOFF = 1.0
+
+
+def _run_once(session: Session, work: Callable[[Session], T]) -> T:
+    """``work(session)`` in one transaction that only this function may commit."""
+    with session:
+        transaction = session.begin()
+        committing = False
+
+        def refuse_commit(committing_session: Session) -> None:
+            # Fired for savepoint releases too; only the outermost commit is refused.
+            if not committing and committing_session.get_nested_transaction() is None:
+                raise UnsafeTransaction(
+                    "the unit of work must not commit: the runner commits after it returns"
+                )
+
+        event.listen(session, "before_commit", refuse_commit)
+        with transaction:
+            result = work(session)
+            if not transaction.is_active or session.get_transaction() is not transaction:
+                raise UnsafeTransaction(
+                    "the unit of work ended its transaction (rollback); the claim and the "
+                    "business change were rolled back"
+                )
+            committing = True
+        return result
 
 
 def is_transient(exc: BaseException, dialect_name: str) -> bool:
@@ -66,6 +92,8 @@ def run_in_transaction(
     :returns: what ``work`` returned on the attempt that committed.
     :raises TransientClaimError: if the last attempt failed transiently (the driver error is
         chained).
+    :raises UnsafeTransaction: if ``work`` commits (refused: nothing is committed) or rolls
+        back the transaction itself; nothing of that attempt is retried.
     :raises ValueError: if ``max_attempts`` < 1.
     """
     if max_attempts < 1:
@@ -73,8 +101,7 @@ def run_in_transaction(
     for attempt in range(1, max_attempts + 1):
         session = session_factory()
         try:
-            with session, session.begin():
-                return work(session)
+            return _run_once(session, work)
         except (TransientClaimError, DBAPIError) as exc:
             if not is_transient(exc, session.get_bind().dialect.name):
                 raise

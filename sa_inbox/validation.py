@@ -22,8 +22,9 @@ def validate_key(value: object, field: str, max_length: int) -> str:
     :param max_length: the column length in characters.
     :raises InvalidMessageId: if ``value`` is ``None``, not a ``str`` (ints and bytes are
         not coerced), empty, has leading or trailing whitespace, contains NUL (PostgreSQL
-        rejects NUL in text), or is longer than ``max_length`` characters (MySQL and
-        MariaDB would truncate it under ``INSERT IGNORE``).
+        rejects NUL in text), is not encodable as UTF-8 (a lone surrogate), or is longer
+        than ``max_length`` characters (MySQL and MariaDB would truncate it under
+        ``INSERT IGNORE``).
     """
     if value is None:
         raise InvalidMessageId(f"{field} must not be None")
@@ -35,6 +36,10 @@ def validate_key(value: object, field: str, max_length: int) -> str:
         raise InvalidMessageId(f"{field} {value!r} has leading or trailing whitespace")
     if "\x00" in value:
         raise InvalidMessageId(f"{field} {value!r} contains NUL")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessageId(f"{field} {value!r} is not valid Unicode (lone surrogate)") from None
     if len(value) > max_length:
         raise InvalidMessageId(
             f"{field} is {len(value)} characters long; the column holds {max_length}"
@@ -50,8 +55,15 @@ def validate_keys(values: Iterable[object], field: str, max_length: int) -> list
 
     :param values: any iterable of candidate ids; a bare ``str`` is refused, since it would
         be read as a sequence of one-character ids.
-    :raises InvalidMessageId: on the first invalid value, or if ``values`` is a ``str``.
+    :raises InvalidMessageId: on the first invalid value, or if ``values`` is a ``str`` or
+        not iterable.
     """
     if isinstance(values, str | bytes):
         raise InvalidMessageId(f"{field}s must be an iterable of str, not a single string")
-    return sorted({validate_key(value, field, max_length) for value in values})
+    try:
+        candidates = list(values)
+    except TypeError:
+        raise InvalidMessageId(
+            f"{field}s must be an iterable of str, not {type(values).__name__}"
+        ) from None
+    return sorted({validate_key(value, field, max_length) for value in candidates})

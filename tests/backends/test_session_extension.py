@@ -9,6 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from sa_inbox import DuplicateMessage, InboxError, Outcome, handle, install, register_claim
+from sa_inbox.exc import UnsafeTransaction
 from sa_inbox.session import pending_claims, uninstall
 from tests.app import CONSUMER, App
 
@@ -269,3 +270,99 @@ def test_a_caught_duplicate_still_refuses_the_commit(orm_app: App) -> None:
             session.commit()  # the caller ignored the duplicate: refused
         session.rollback()
     assert orm_rows(orm_app) == 1
+
+
+# -- the runner refuses a unit of work that ends its own transaction ----------------------
+
+
+def test_handler_that_rolls_back_is_failed_and_nacked(app: App) -> None:
+    def rolls_back(session: Session) -> None:
+        app.apply_payment(session, "m1", 1, Decimal(3))
+        session.rollback()
+
+    broker = Broker()
+    result = handle(
+        app.Session, app.inbox, "m1", CONSUMER, rolls_back, ack=broker.ack, nack=broker.nack
+    )
+    assert result.outcome is Outcome.FAILED and isinstance(result.error, UnsafeTransaction)
+    assert (broker.acks, broker.nacks) == (0, 1)
+    assert app.inbox_rows() == 0 and app.ledger_rows() == 0
+
+
+def test_handler_that_commits_is_refused_and_nothing_commits(app: App) -> None:
+    def commits_half(session: Session) -> None:
+        app.apply_payment(session, "m1", 1, Decimal(3))
+        session.commit()
+        app.apply_payment(session, "m1", 2, Decimal(3))
+
+    broker = Broker()
+    result = handle(
+        app.Session, app.inbox, "m1", CONSUMER, commits_half, ack=broker.ack, nack=broker.nack
+    )
+    assert result.outcome is Outcome.FAILED and isinstance(result.error, UnsafeTransaction)
+    assert (broker.acks, broker.nacks) == (0, 1)
+    assert app.inbox_rows() == 0 and app.ledger_rows() == 0 and app.balance(1) == 0
+
+
+def test_handler_may_use_savepoints(app: App) -> None:
+    _sqlite_savepoints(app.engine)
+
+    def with_savepoint(session: Session) -> None:
+        with session.begin_nested():
+            app.apply_payment(session, "m1", 1, Decimal(3))
+
+    result = handle(
+        app.Session, app.inbox, "m1", CONSUMER, with_savepoint, ack=lambda: None, nack=lambda: None
+    )
+    assert result.outcome is Outcome.PROCESSED
+    assert app.inbox_rows() == 1 and app.balance(1) == Decimal(3)
+
+
+def test_autocommit_is_refused(app: App) -> None:
+    autocommit = app.engine.execution_options(isolation_level="AUTOCOMMIT")
+    with autocommit.connect() as conn, pytest.raises(UnsafeTransaction, match="AUTOCOMMIT"):
+        app.inbox.claim(conn, "m1", CONSUMER)
+    failing = Broker()
+
+    def fails(session: Session) -> None:
+        app.apply_payment(session, "m1", 1, Decimal(3))
+        raise ValueError("boom")
+
+    result = handle(
+        sessionmaker(autocommit),
+        app.inbox,
+        "m1",
+        CONSUMER,
+        fails,
+        ack=failing.ack,
+        nack=failing.nack,
+    )
+    assert result.outcome is Outcome.FAILED and isinstance(result.error, UnsafeTransaction)
+    assert app.inbox_rows() == 0 and app.ledger_rows() == 0
+
+
+def test_scoped_session_is_a_bind(app: App) -> None:
+    from sqlalchemy.orm import scoped_session
+
+    scoped = scoped_session(app.Session)
+    try:
+        with scoped.begin():
+            assert app.inbox.claim(scoped, "m1", CONSUMER) is True
+            assert app.inbox.claim(scoped, "m1", CONSUMER) is False
+    finally:
+        scoped.remove()
+    assert app.inbox_rows() == 1
+
+
+def test_handle_rejects_max_attempts_below_one(app: App) -> None:
+    with pytest.raises(ValueError, match="max_attempts"):
+        handle(
+            app.Session,
+            app.inbox,
+            "m1",
+            CONSUMER,
+            lambda s: None,
+            ack=lambda: None,
+            nack=lambda: None,
+            max_attempts=0,
+        )

@@ -39,3 +39,14 @@ def test_rejected(bad: object) -> None:
 def test_rejects_a_string_as_a_batch() -> None:
     with pytest.raises(InvalidMessageId, match="single string"):
         validate_keys("abc", "message_id", 255)
+
+
+def test_rejects_lone_surrogates_before_the_driver_would() -> None:
+    with pytest.raises(InvalidMessageId, match="surrogate"):
+        validate_key("pay-\ud800", "message_id", 255)
+
+
+@pytest.mark.parametrize("bad", [None, 5, 1.5])
+def test_rejects_a_non_iterable_batch(bad: object) -> None:
+    with pytest.raises(InvalidMessageId, match="iterable"):
+        validate_keys(bad, "message_id", 255)  # type: ignore[arg-type]
