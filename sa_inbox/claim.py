@@ -23,7 +23,7 @@ from .schema import (
 )
 from .validation import validate_key, validate_keys
 
-__all__ = ["Bind", "Inbox"]
+__all__ = ["Bind", "Inbox", "connection_for"]
 
 #: What a claim runs on: a Session (or scoped_session) or Connection, in the caller's
 #: transaction (never an AUTOCOMMIT one).
@@ -210,14 +210,7 @@ class Inbox:
         return {name: values[name] for name in self._columns}
 
     def _connection(self, bind: Bind) -> Connection:
-        if isinstance(bind, Session | scoped_session):
-            conn = bind.connection(bind_arguments={"clause": self.table})
-        elif isinstance(bind, Connection):
-            conn = bind
-        else:
-            raise TypeError(
-                f"bind must be a Session, scoped_session or Connection, not {type(bind).__name__}"
-            )
+        conn = connection_for(bind, self.table)
         if _autocommit(conn):
             raise UnsafeTransaction(
                 "the claim's connection is in AUTOCOMMIT mode: the claim would commit on its "
@@ -236,8 +229,23 @@ class Inbox:
         if conn.engine not in self._checked:
             with self._lock:
                 prepared[0].check_backend(conn)
-                self._checked.add(conn.engine)
+                if prepared[0].check_table(conn, self.table):
+                    self._checked.add(conn.engine)
         return prepared
+
+
+def connection_for(bind: Bind, table: sa.Table) -> Connection:
+    """The Connection a Session, scoped_session or Connection runs ``table``'s statements on.
+
+    :raises TypeError: for anything else.
+    """
+    if isinstance(bind, Session | scoped_session):
+        return bind.connection(bind_arguments={"clause": table})
+    if isinstance(bind, Connection):
+        return bind
+    raise TypeError(
+        f"bind must be a Session, scoped_session or Connection, not {type(bind).__name__}"
+    )
 
 
 def _autocommit(conn: Connection) -> bool:

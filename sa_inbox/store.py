@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.orm import Session, sessionmaker
 
+from .claim import Bind, connection_for
 from .dialects import ClaimDialect, claim_dialect_for
 from .dialects.store_claim import CandidateQuery, StoreClaimDialect
 from .dialects.store_registry import store_claim_dialect_for
@@ -77,10 +78,6 @@ __all__ = [
     "inbox_store_table",
     "utc_now",
 ]
-
-
-#: What a receive runs on: a Session or Connection, in the caller's transaction.
-Bind = Session | Connection
 
 
 class InboxStore:
@@ -571,18 +568,15 @@ class InboxStore:
         }
 
     def _connection(self, bind: Bind) -> Connection:
-        if isinstance(bind, Session):
-            return bind.connection(bind_arguments={"clause": self.table})
-        if isinstance(bind, Connection):
-            return bind
-        raise TypeError(f"bind must be a Session or Connection, not {type(bind).__name__}")
+        return connection_for(bind, self.table)
 
     def _insert_dialect(self, conn: Connection) -> ClaimDialect:
         dialect = claim_dialect_for(conn.dialect.name)
         if conn.engine not in self._insert_checked:
             with self._lock:
                 dialect.check_backend(conn)
-                self._insert_checked.add(conn.engine)
+                if dialect.check_table(conn, self.table):
+                    self._insert_checked.add(conn.engine)
         return dialect
 
     def _claim_dialect(self, engine: sa.Engine) -> StoreClaimDialect:

@@ -70,6 +70,17 @@ class ClaimDialect(abc.ABC):
         """
         return None
 
+    def check_table(self, conn: Connection, table: sa.Table) -> bool:
+        """Raise :class:`~sa_inbox.exc.UnsupportedBackend` if ``table`` as it exists on the
+        server would merge distinct keys (see :meth:`MySQLClaim.check_table`).
+
+        Called at the first claim per engine, in the caller's transaction.
+
+        :returns: True once the table was checked (False if it does not exist yet, so the
+            check runs again at the next claim). The default checks nothing.
+        """
+        return True
+
     def before_savepoint(self, conn: Connection) -> None:
         """Make sure a SAVEPOINT on ``conn`` nests inside the caller's transaction.
 

@@ -47,6 +47,9 @@ class SavepointClaim(ClaimDialect):
         if self.native is not None:
             self.native.check_backend(conn)
 
+    def check_table(self, conn: Connection, table: sa.Table) -> bool:
+        return self.native.check_table(conn, table) if self.native is not None else True
+
     def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> Executable:
         statement = sa.insert(table)
         return statement if rows is None else statement.values(list(rows))

@@ -32,7 +32,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
 from sqlalchemy.sql.visitors import InternalTraversal
 
-from ..exc import ClaimWarning, PurgeLockTimeout
+from ..exc import ClaimWarning, PurgeLockTimeout, UnsupportedBackend
 from .base import ClaimDialect, Row, driver_error
 from .purge import RowLockingPurge
 from .store_claim import StoreClaimDialect, require_version
@@ -52,6 +52,18 @@ def _error_code(exc: DBAPIError) -> int | None:
 def _error_message(exc: DBAPIError) -> str:
     args: tuple[object, ...] = tuple(getattr(driver_error(exc), "args", ()))
     return str(args[1]) if len(args) > 1 else str(driver_error(exc))
+
+
+_KEY_COLLATIONS = sa.text(
+    "SELECT COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
+    "WHERE TABLE_SCHEMA = COALESCE(:schema, DATABASE()) AND TABLE_NAME = :table "
+    "AND COLUMN_NAME IN ('message_id', 'consumer_name')"
+)
+
+
+def _unsafe_collation(collation: str | None) -> bool:
+    """True for a case- or accent-insensitive collation (NULL: a binary type, safe)."""
+    return collation is not None and not collation.endswith("_bin") and collation != "binary"
 
 
 def _warning_count(result: CursorResult[Any]) -> int | None:
@@ -91,6 +103,30 @@ class MySQLClaim(ClaimDialect):
         unexpected = [(str(r[0]), int(r[1]), str(r[2])) for r in rows if int(r[1]) != ER_DUP_ENTRY]
         if unexpected:
             raise ClaimWarning(unexpected)
+
+    def check_table(self, conn: Connection, table: sa.Table) -> bool:
+        """Refuse key columns whose collation is not binary.
+
+        MySQL's and MariaDB's default collations ignore case, accents and some Unicode
+        differences (``utf8mb4_0900_ai_ci``, ``utf8mb4_general_ci``): the primary key would
+        then take ``"Pay-1"`` and ``"pay-1"`` for the same message and skip the second as a
+        duplicate (MySQL manual, "10.8.5 The binary Collation Compared to _bin Collations").
+        Tables made by sa-inbox use ``utf8mb4_bin``; this catches tables made otherwise
+        (``Inbox.for_table``, hand-written migrations).
+
+        :raises UnsupportedBackend: naming the columns and the ``ALTER TABLE`` that fixes them.
+        """
+        rows = conn.execute(_KEY_COLLATIONS, {"schema": table.schema, "table": table.name}).all()
+        unsafe = [(name, collation) for name, collation in rows if _unsafe_collation(collation)]
+        if unsafe:
+            columns = ", ".join(f"{name} ({collation})" for name, collation in unsafe)
+            raise UnsupportedBackend(
+                f"table {table.name!r} compares its key columns without case/accent "
+                f"sensitivity: {columns}; distinct message ids would be taken for duplicates. "
+                "Use a binary collation, e.g. ALTER TABLE … MODIFY message_id VARCHAR(n) "
+                "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL (and consumer_name)"
+            )
+        return bool(rows)
 
     def is_duplicate(self, exc: DBAPIError, table: sa.Table) -> bool:
         if _error_code(exc) != ER_DUP_ENTRY:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox import ClaimWarning, Inbox
+from sa_inbox import ClaimWarning, Inbox, UnsupportedBackend
 from sa_inbox.dialects import MySQLClaim
 from tests.app import CONSUMER, App
 from tests.conftest import backend_url
@@ -104,3 +104,34 @@ def test_mariadb_batch_uses_returning(mysql_engine: sa.Engine) -> None:
             assert os.environ.get("CI") != "true", "CI runs MariaDB"
             pytest.skip("MySQL has no INSERT … RETURNING")
         assert MySQLClaim().supports_returning(conn)
+
+
+def test_for_table_refuses_a_case_insensitive_key_collation(mysql_engine: sa.Engine) -> None:
+    """A hand-made table in the server's default collation would merge Pay-1 and pay-1."""
+    metadata = sa.MetaData()
+    table = sa.Table(
+        "inbox_ci",
+        metadata,
+        sa.Column("message_id", sa.String(255), primary_key=True),
+        sa.Column("consumer_name", sa.String(255), primary_key=True),
+        sa.Column("received_at", sa.DateTime, server_default=sa.text("CURRENT_TIMESTAMP")),
+    )
+    metadata.drop_all(mysql_engine)
+    metadata.create_all(mysql_engine)
+    try:
+        inbox = Inbox.for_table(table)
+        with mysql_engine.begin() as conn, pytest.raises(UnsupportedBackend, match="utf8mb4_bin"):
+            inbox.claim(conn, "Pay-1", CONSUMER)
+        with mysql_engine.connect() as conn:
+            assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
+        with mysql_engine.begin() as conn:
+            conn.exec_driver_sql(
+                "ALTER TABLE inbox_ci MODIFY message_id VARCHAR(255) CHARACTER SET utf8mb4 "
+                "COLLATE utf8mb4_bin NOT NULL, MODIFY consumer_name VARCHAR(255) "
+                "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"
+            )
+        with mysql_engine.begin() as conn:
+            assert inbox.claim(conn, "Pay-1", CONSUMER) is True
+            assert inbox.claim(conn, "pay-1", CONSUMER) is True
+    finally:
+        metadata.drop_all(mysql_engine)
