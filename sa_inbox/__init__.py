@@ -15,9 +15,13 @@ from .exc import ClaimWarning as ClaimWarning
 from .exc import DuplicateMessage as DuplicateMessage
 from .exc import InboxError as InboxError
 from .exc import InvalidMessageId as InvalidMessageId
+from .exc import InvalidRetentionPolicy as InvalidRetentionPolicy
 from .exc import InvalidStoreArgument as InvalidStoreArgument
+from .exc import PurgeLockTimeout as PurgeLockTimeout
 from .exc import RetentionWindowTooShort as RetentionWindowTooShort
 from .exc import TransientClaimError as TransientClaimError
+from .exc import UnsafePartitionKey as UnsafePartitionKey
+from .exc import UnsafeTransaction as UnsafeTransaction
 from .exc import UnsupportedBackend as UnsupportedBackend
 from .retention import RetentionPolicy as RetentionPolicy
 from .retention import purge as purge
@@ -44,13 +48,17 @@ __all__ = [
     "InboxStore",
     "Incoming",
     "InvalidMessageId",
+    "InvalidRetentionPolicy",
     "InvalidStoreArgument",
     "Outcome",
+    "PurgeLockTimeout",
     "Result",
     "RetentionPolicy",
     "RetentionWindowTooShort",
     "StoredMessage",
     "TransientClaimError",
+    "UnsafePartitionKey",
+    "UnsafeTransaction",
     "UnsupportedBackend",
     "Worker",
     "handle",

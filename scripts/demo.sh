@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The demo of sa-inbox:   ./scripts/demo.sh [sa-inbox demo options...]
-# Makes the virtualenv .venv with the project (base dependencies only) if
+# Makes the virtualenv .venv with the project and the PostgreSQL and MySQL drivers, if
 # needed, quietly, then runs `sa-inbox demo` with the arguments given.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || echo "preparing .venv (first run only)..." >&2
-if ! output=$(scripts/venv.sh . 2>&1); then
+if ! output=$(scripts/venv.sh ".[postgresql,mysql]" 2>&1); then
     printf '%s\n' "$output" >&2
     exit 1
 fi
