@@ -21,7 +21,7 @@ import datetime
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -76,10 +76,14 @@ class RetentionPolicy:
         not acked (visibility timeouts times ``maxReceiveCount`` on SQS, the consumer
         timeout and dead-letter policy on RabbitMQ, the longest consumer stall on Kafka);
         a positive :class:`datetime.timedelta`.
-    :param max_replay: the longest time the broker keeps old messages that a consumer can be
-        rewound to (Kafka ``retention.ms``, SQS ``MessageRetentionPeriod``, a stream's
-        ``max-age``); ``timedelta(0)`` if messages are never replayed.
-    :param margin: added on top for clock skew and consumer lag; default one hour.
+    :param max_replay: keyword-only and required: the longest time the broker keeps old
+        messages that a consumer can be rewound to (Kafka ``retention.ms``, SQS
+        ``MessageRetentionPeriod``, a stream's ``max-age``). Pass ``timedelta(0)``
+        explicitly if messages are never replayed: there is no default, because a forgotten
+        replay limit would let a replayed message be claimed as new and processed twice.
+    :param margin: keyword-only; added on top for clock skew and consumer lag; default one
+        hour.
+    :raises TypeError: if ``max_replay`` is not given.
     :raises InvalidRetentionPolicy: for a value that is not a timedelta, a negative one, or
         a zero ``max_redelivery``.
 
@@ -91,7 +95,8 @@ class RetentionPolicy:
     """
 
     max_redelivery: datetime.timedelta
-    max_replay: datetime.timedelta = _ZERO
+    _: KW_ONLY
+    max_replay: datetime.timedelta
     margin: datetime.timedelta = DEFAULT_MARGIN
 
     def __post_init__(self) -> None:

@@ -71,9 +71,9 @@ def _policy_options(command: Any) -> Any:
         click.option(
             "--max-replay",
             type=DURATION,
-            default="0s",
-            show_default=True,
-            help="Longest time the broker keeps old messages for replay.",
+            required=True,
+            help="Longest time the broker keeps old messages for replay (Kafka retention.ms, "
+            "SQS retention period, a stream's max-age); 0s only if messages are never replayed.",
         ),
         click.option(
             "--margin",
@@ -166,7 +166,7 @@ def purge_command(
     if dead_older_than is not None and not store:
         raise click.UsageError("--dead-older-than needs --store")
     try:
-        policy = retention.RetentionPolicy(max_redelivery, max_replay, margin)
+        policy = retention.RetentionPolicy(max_redelivery, max_replay=max_replay, margin=margin)
         window = retention.resolve_window(older_than or policy, policy)
         if dead_older_than is not None:
             retention.resolve_window(dead_older_than, policy)
@@ -328,7 +328,7 @@ def maintain_command(
     from .retention import RetentionPolicy
 
     try:
-        policy = RetentionPolicy(max_redelivery, max_replay, margin)
+        policy = RetentionPolicy(max_redelivery, max_replay=max_replay, margin=margin)
     except InboxError as exc:
         raise click.UsageError(str(exc)) from exc
     engine = _engine(url)

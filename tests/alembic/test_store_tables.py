@@ -137,7 +137,9 @@ def test_partitioned_round_trip_ignores_runtime_partitions(project: Project) -> 
     models = project.import_models()
     engine = project.engine()
     try:
-        policy = RetentionPolicy(max_redelivery=datetime.timedelta(days=2))
+        policy = RetentionPolicy(
+            max_redelivery=datetime.timedelta(days=2), max_replay=datetime.timedelta(0)
+        )
         created = ensure_partitions(engine, models.table, policy=policy)
         assert len(created) >= 7  # the window and a week ahead, one partition a day
         names = set(sa.inspect(engine).get_table_names())

@@ -86,6 +86,20 @@ def test_a_window_inside_the_policy_is_refused_with_exit_2(
     assert bad.returncode == 2 and "not a duration" in bad.stderr
 
 
+def test_the_replay_limit_is_a_required_option(
+    sqlite_db: tuple[str, sa.Engine, Inbox],
+) -> None:
+    url, engine, inbox = sqlite_db
+    forgotten = run_cli("purge", "--url", url, "--max-redelivery", "1d")
+    assert forgotten.returncode == 2 and "Missing option '--max-replay'" in forgotten.stderr
+    assert _rows(engine, inbox.table) == 400, "nothing deleted"
+    maintain = run_cli("partitions", "maintain", "--url", url, "--max-redelivery", "1d")
+    assert maintain.returncode == 2 and "Missing option '--max-replay'" in maintain.stderr
+    explicit = run_cli("purge", "--url", url, "--max-redelivery", "1d", "--max-replay", "0s")
+    assert explicit.returncode == 0, explicit.stderr
+    assert _rows(engine, inbox.table) == 300, "rows 10 days old go, rows 1 day old stay"
+
+
 def test_purge_of_the_store(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/store.db"
     engine = sa.create_engine(url)

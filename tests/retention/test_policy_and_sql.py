@@ -30,7 +30,8 @@ T = "inbox_processed_messages"
 def test_window_is_redelivery_plus_replay_plus_margin() -> None:
     policy = RetentionPolicy(max_redelivery=2 * DAY, max_replay=7 * DAY, margin=HOUR)
     assert policy.window == 9 * DAY + HOUR
-    assert RetentionPolicy(max_redelivery=DAY).window == DAY + HOUR  # default margin: 1 h
+    no_replay = RetentionPolicy(max_redelivery=DAY, max_replay=datetime.timedelta(0))
+    assert no_replay.window == DAY + HOUR  # default margin: 1 h
     assert policy.check(policy.window) == policy.window
     assert policy.check(30 * DAY) == 30 * DAY
     assert resolve_window(policy, None) == policy.window
@@ -56,15 +57,33 @@ def test_a_window_inside_the_policy_is_refused(older_than: datetime.timedelta) -
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"max_redelivery": datetime.timedelta(0)}, "max_redelivery must be positive"),
-        ({"max_redelivery": 3600}, "max_redelivery must be a datetime.timedelta"),
+        (
+            {"max_redelivery": datetime.timedelta(0), "max_replay": DAY},
+            "max_redelivery must be positive",
+        ),
+        (
+            {"max_redelivery": 3600, "max_replay": DAY},
+            "max_redelivery must be a datetime.timedelta",
+        ),
         ({"max_redelivery": DAY, "max_replay": -DAY}, "max_replay must not be negative"),
-        ({"max_redelivery": DAY, "margin": "1h"}, "margin must be a datetime.timedelta"),
+        (
+            {"max_redelivery": DAY, "max_replay": DAY, "margin": "1h"},
+            "margin must be a datetime.timedelta",
+        ),
     ],
 )
 def test_malformed_policies_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidRetentionPolicy, match=message):
         RetentionPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_the_replay_limit_has_no_default_and_is_keyword_only() -> None:
+    # A forgotten replay limit would purge rows a replay still needs: it must be stated.
+    with pytest.raises(TypeError, match="max_replay"):
+        RetentionPolicy(max_redelivery=DAY)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        RetentionPolicy(DAY, 7 * DAY)  # type: ignore[call-arg]
+    assert RetentionPolicy(DAY, max_replay=7 * DAY).window == 8 * DAY + HOUR
 
 
 def test_a_bare_timedelta_needs_a_policy() -> None:
