@@ -79,6 +79,9 @@ __all__ = [
     "utc_now",
 ]
 
+#: The statuses :meth:`InboxStore.replay` resets to pending.
+_REPLAYABLE = (DEAD, DONE)
+
 
 class InboxStore:
     """The inbox store, defined on the caller's :class:`~sqlalchemy.MetaData`.
@@ -459,25 +462,70 @@ class InboxStore:
     ) -> int:
         """Reset chosen rows to ``pending`` so workers process them again.
 
-        Rows are chosen by all the given filters together: ``ids``, ``status`` (``"dead"``
-        or ``"done"``), ``received_at`` in ``[received_from, received_before)``,
-        ``consumer_name``. Rows being processed are never touched. Replayed rows get
-        ``attempts = 0`` and ``available_at = now``; ``last_error`` is kept.
+        Rows are chosen by all the given filters together: ``ids`` (row ids), ``status``
+        (``"dead"`` or ``"done"``), ``received_at`` in ``[received_from, received_before)``
+        (aware datetimes; naive ones are taken as UTC), ``consumer_name``. Rows being
+        processed are never touched, and neither are ``pending`` rows (they will be
+        processed anyway). Replayed rows get ``attempts = 0`` and ``available_at = now``;
+        ``last_error`` is kept. Replaying ``done`` rows processes their messages a second
+        time: count them first with :meth:`replayable`.
 
         :returns: the number of rows reset.
         :raises InvalidStoreArgument: if no row filter is given (``consumer_name`` alone
-            does not choose rows), or ``status`` is not ``"dead"``, ``"done"`` or
-            ``"pending"``.
+            does not choose rows), or ``status`` is neither ``"dead"`` nor ``"done"``.
         """
+        conditions = self._replay_conditions(
+            ids, status, received_from, received_before, consumer_name
+        )
+        values = {
+            "status": PENDING,
+            "attempts": 0,
+            "available_at": _aware(now),
+            "claimed_at": None,
+            "claimed_by": None,
+            "processed_at": None,
+        }
+        statement = sa.update(self.table).where(*conditions).values(values)
+        with self.transaction(engine) as (conn, _):
+            return _rowcount(conn, statement)
+
+    def replayable(
+        self,
+        engine: sa.Engine,
+        *,
+        ids: Iterable[int] | None = None,
+        status: str | None = None,
+        received_from: datetime.datetime | None = None,
+        received_before: datetime.datetime | None = None,
+        consumer_name: str | None = None,
+    ) -> int:
+        """The number of rows :meth:`replay` with the same filters would reset now.
+
+        :raises InvalidStoreArgument: as :meth:`replay`.
+        """
+        conditions = self._replay_conditions(
+            ids, status, received_from, received_before, consumer_name
+        )
+        query = sa.select(sa.func.count()).select_from(self.table).where(*conditions)
+        with engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def _replay_conditions(
+        self,
+        ids: Iterable[int] | None,
+        status: str | None,
+        received_from: datetime.datetime | None,
+        received_before: datetime.datetime | None,
+        consumer_name: str | None,
+    ) -> list[sa.ColumnElement[bool]]:
+        """The WHERE conditions of a replay: the filters, and only dead or done rows."""
         t = self.table
         conditions: list[sa.ColumnElement[bool]] = []
         if ids is not None:
             conditions.append(t.c.id.in_(sorted({int(i) for i in ids})))
         if status is not None:
-            if status not in (DEAD, DONE, PENDING):
-                raise InvalidStoreArgument(
-                    f"replay status must be dead, done or pending: {status!r}"
-                )
+            if status not in _REPLAYABLE:
+                raise InvalidStoreArgument(f"replay status must be dead or done: {status!r}")
             conditions.append(t.c.status == status)
         if received_from is not None:
             conditions.append(t.c.received_at >= _aware(received_from))
@@ -487,17 +535,8 @@ class InboxStore:
             raise InvalidStoreArgument("replay needs ids, a status or a time range")
         if consumer_name is not None:
             conditions.append(t.c.consumer_name == consumer_name)
-        values = {
-            "status": PENDING,
-            "attempts": 0,
-            "available_at": _aware(now),
-            "claimed_at": None,
-            "claimed_by": None,
-            "processed_at": None,
-        }
-        statement = sa.update(t).where(t.c.status != PROCESSING, *conditions).values(values)
-        with self.transaction(engine) as (conn, _):
-            return _rowcount(conn, statement)
+        conditions.append(t.c.status.in_(_REPLAYABLE))
+        return conditions
 
     def counts(self, engine: sa.Engine, consumer_name: str | None = None) -> dict[str, int]:
         """Rows per status (every status present, 0 when none)."""

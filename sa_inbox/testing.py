@@ -276,14 +276,16 @@ class MemoryStore:
         status: str | None = None,
         now: datetime.datetime | None = None,
     ) -> int:
-        """Reset the chosen rows (not those processing) to pending with 0 attempts."""
+        """Reset the chosen dead or done rows to pending with 0 attempts (as the store)."""
         if ids is None and status is None:
             raise InvalidStoreArgument("replay needs ids or a status")
+        if status is not None and status not in (DEAD, DONE):
+            raise InvalidStoreArgument(f"replay status must be dead or done: {status!r}")
         chosen = None if ids is None else set(ids)
         count = 0
         with self._lock:
             for row in self.rows:
-                if row.status == PROCESSING or (status is not None and row.status != status):
+                if row.status not in (DEAD, DONE) or (status is not None and row.status != status):
                     continue
                 if chosen is not None and row.id not in chosen:
                     continue

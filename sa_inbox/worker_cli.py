@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-__all__ = ["resolve_handler", "store_group", "worker_command"]
+__all__ = ["ConfirmationNeeded", "resolve_handler", "store_group", "worker_command"]
 
 #: Exit code when a command could not run (as :data:`sa_inbox.cli.EXIT_ERROR`).
 EXIT_ERROR = 3
@@ -169,10 +169,24 @@ def counts_command(url: str, table: str, schema: str | None, consumer: str) -> N
     click.echo(json.dumps(store.counts(engine, consumer)))
 
 
+class ConfirmationNeeded(click.ClickException):
+    """A replay of done rows without ``--yes``: nothing changed, exit code 2."""
+
+    exit_code = 2
+
+
 @store_group.command("replay")
 @_table_options
 @click.option("--id", "ids", type=int, multiple=True, help="A row id (repeatable).")
 @click.option("--status", type=click.Choice(["dead", "done"]), help="Rows in this status.")
+@click.option(
+    "--dry-run", is_flag=True, help="Only print how many rows would be replayed; change nothing."
+)
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Confirm a replay of done rows (their messages are processed a second time).",
+)
 def replay_command(
     url: str,
     table: str,
@@ -180,13 +194,32 @@ def replay_command(
     consumer: str,
     ids: tuple[int, ...],
     status: str | None,
+    dry_run: bool,
+    yes: bool,
 ) -> None:
-    """Reset the chosen rows to pending; print how many."""
+    """Reset the chosen dead or done rows to pending; print how many as JSON.
+
+    Replaying done rows processes their messages again, so --status done needs --yes
+    (without it: the count is printed, nothing changes, exit code 2). --dry-run prints
+    {"would_replay": N} and changes nothing.
+    """
     from .exc import InvalidStoreArgument
 
     store, engine = _bound_store(url, table, schema)
+    filters: dict[str, Any] = {"ids": ids or None, "status": status, "consumer_name": consumer}
     try:
-        count = store.replay(engine, ids=ids or None, status=status, consumer_name=consumer)
+        if dry_run or (status == "done" and not yes):
+            count = store.replayable(engine, **filters)
+            if dry_run:
+                click.echo(json.dumps({"would_replay": count}))
+                return
+            raise ConfirmationNeeded(
+                f"{count} done rows would be reset to pending and their messages processed "
+                "again: pass --yes to replay them (or --dry-run to only count)"
+            )
+        count = store.replay(engine, **filters)
     except InvalidStoreArgument as exc:
         raise click.UsageError(str(exc)) from exc
+    finally:
+        engine.dispose()
     click.echo(json.dumps({"replayed": count}))

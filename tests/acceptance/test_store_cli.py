@@ -87,6 +87,35 @@ def test_store_replay_command(url: str, store_app: StoreApp) -> None:
     assert store_app.store.counts(store_app.engine)[PENDING] == 2
 
 
+def test_replaying_done_rows_needs_yes_and_dry_run_only_counts(
+    url: str, store_app: StoreApp
+) -> None:
+    receive(store_app, 3)
+    t = store_app.store.table
+    with store_app.engine.begin() as conn:
+        conn.execute(t.update().where(t.c.message_id != "m-2").values(status=DONE))
+    before = {PENDING: 1, PROCESSING: 0, DONE: 2, DEAD: 0}
+    replay = ["store", "replay", "--url", url, "--table", TABLE, "--status", "done"]
+
+    refused = cli(*replay)
+    out, err = refused.communicate(timeout=60)
+    assert refused.returncode == 2, err
+    assert "2 done rows would be reset to pending" in err and "--yes" in err
+    assert store_app.store.counts(store_app.engine) == before, "nothing replayed"
+
+    dry = cli(*replay, "--dry-run")
+    out, err = dry.communicate(timeout=60)
+    assert dry.returncode == 0, err
+    assert json.loads(out) == {"would_replay": 2}
+    assert store_app.store.counts(store_app.engine) == before, "nothing replayed"
+
+    confirmed = cli(*replay, "--yes")
+    out, err = confirmed.communicate(timeout=60)
+    assert confirmed.returncode == 0, err
+    assert json.loads(out) == {"replayed": 2}
+    assert store_app.store.counts(store_app.engine) == {**before, PENDING: 3, DONE: 0}
+
+
 @pytest.mark.parametrize(
     ("handler", "message"),
     [

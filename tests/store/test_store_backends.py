@@ -438,3 +438,11 @@ def test_replay_by_id_and_time_range_never_touches_rows_in_hand(store_app: Store
         store.replay(engine, consumer_name="default")
     with pytest.raises(InvalidStoreArgument):
         store.replay(engine, status=PROCESSING)
+    with pytest.raises(InvalidStoreArgument, match="dead or done"):
+        store.replay(engine, status=PENDING)
+    h1 = store_app.row("h1")
+    assert store.replayable(engine, ids=[h1["id"]]) == 0, "a pending row is not replayed"
+    assert store.replay(engine, ids=[h1["id"]], now=base) == 0
+    assert store_app.row("h1")["available_at"] == h1["available_at"], "left untouched"
+    assert store.replayable(engine, status=DONE) == 2, "h2 and h3"
+    assert store_app.store.counts(engine)[DONE] == 2, "counting changes nothing"

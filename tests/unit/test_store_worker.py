@@ -243,6 +243,8 @@ def test_replay_dead_after_a_fix(store: MemoryStore, clock: Clock) -> None:
     fixed = True
     with pytest.raises(InvalidStoreArgument):
         store.replay()
+    with pytest.raises(InvalidStoreArgument, match="dead or done"):
+        store.replay(status=PENDING)
     assert store.replay(status=DEAD) == 1
     w.run_once()
     assert (store.row("m1").status, store.row("m1").attempts) == (DONE, 1)
