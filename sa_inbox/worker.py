@@ -206,7 +206,11 @@ class Worker:
         except Exception as exc:
             if not self.store.is_transient(exc):
                 raise
-            logger.info("claim aborted, retrying", extra={"action": "claim", "error": str(exc)})
+            logger.info(
+                "claim aborted by a transient database error, retrying: %s",
+                exc,
+                extra={"action": "claim", "error": str(exc)},
+            )
             return None
         if batch:
             logger.debug("claimed", extra={"action": "claim", "token": token, "count": len(batch)})
@@ -236,13 +240,23 @@ class Worker:
             try:
                 if self.store.complete(message, self.handler, now=self.clock()):
                     return DONE
-                logger.warning("claim lost", extra={"action": "lost", "id": message.id})
+                logger.warning(
+                    "message %s (row %s): claim lost (expired and taken by another worker), "
+                    "nothing ran",
+                    message.message_id,
+                    message.id,
+                    extra={"action": "lost", "id": message.id, "message_id": message.message_id},
+                )
                 return LOST
             except Exception as exc:
                 if retry == TRANSIENT_RETRIES or not self.store.is_transient(exc):
                     return self._failed(message, exc)
                 logger.info(
-                    "transient error, retrying", extra={"action": "retry", "error": str(exc)}
+                    "message %s (row %s): transient error, re-running its transaction: %s",
+                    message.message_id,
+                    message.id,
+                    exc,
+                    extra={"action": "retry", "message_id": message.message_id, "error": str(exc)},
                 )
                 time.sleep(random.uniform(0, 0.05 * 2**retry))
         raise AssertionError("unreachable")  # pragma: no cover
@@ -257,7 +271,9 @@ class Worker:
         )
         if result.released or result.dead:
             logger.info(
-                "reaped abandoned claims",
+                "reaped abandoned claims: %d back to pending, %d dead",
+                result.released,
+                result.dead,
                 extra={"action": "reap", "released": result.released, "dead": result.dead},
             )
         if result.dead:
@@ -332,7 +348,9 @@ class Worker:
             return
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
-            logger.info("stop requested", extra={"action": "stop", "signal": signum})
+            logger.info(
+                "stop requested (signal %s)", signum, extra={"action": "stop", "signal": signum}
+            )
             self.stop()
 
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -354,7 +372,13 @@ class Worker:
         recorded = self.store.fail(message, error, retry_at=retry_at, now=now)
         outcome = DEAD if retry_at is None else RETRY
         logger.warning(
-            "message failed",
+            "message %s (row %s) failed on attempt %d of %d: %s; %s",
+            message.message_id,
+            message.id,
+            message.attempts,
+            self.max_attempts,
+            error,
+            _outcome_text(outcome, retry_at, recorded),
             extra={
                 "action": outcome,
                 "id": message.id,
@@ -368,9 +392,22 @@ class Worker:
 
     def _release(self, messages: Sequence[StoredMessage]) -> None:
         released = self.store.release(messages)
-        logger.info("released unstarted messages", extra={"action": "release", "count": released})
+        logger.info(
+            "released %d unstarted messages",
+            released,
+            extra={"action": "release", "count": released},
+        )
         self._count("released", released)
 
     def _count(self, outcome: str, amount: int = 1) -> None:
         with self._lock:
             self.stats[outcome] += amount
+
+
+def _outcome_text(outcome: str, retry_at: datetime.datetime | None, recorded: bool) -> str:
+    """The outcome of a failed attempt, for the log line."""
+    if not recorded:
+        return "claim lost meanwhile, nothing recorded"
+    if retry_at is None:
+        return "dead (max attempts reached)"
+    return f"retry at {retry_at.isoformat(timespec='seconds')}"

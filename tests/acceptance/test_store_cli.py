@@ -75,6 +75,27 @@ def test_worker_command_stops_on_sigterm(url: str, store_app: StoreApp) -> None:
     assert json.loads(out.strip().splitlines()[-1]) == {"done": 5}
 
 
+def test_worker_log_names_the_message_the_error_and_the_outcome(
+    url: str, store_app: StoreApp
+) -> None:
+    receive(store_app, 1)
+    child = cli(
+        "worker", "--url", url, "--table", TABLE, "--handler", "tests.store.cli_handler:fail",
+        "--max-attempts", "2", "--backoff", "0", "--until-empty",
+    )  # fmt: skip
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == {"dead": 1, "retry": 1}
+    failures = [line for line in err.splitlines() if "WARNING" in line]
+    assert len(failures) == 2, err
+    error = "RuntimeError: no account for m-0"
+    assert "m-0" in failures[0] and "attempt 1 of 2" in failures[0] and error in failures[0]
+    assert "; retry at " in failures[0]
+    assert "attempt 2 of 2" in failures[1] and error in failures[1]
+    assert "; dead (max attempts reached)" in failures[1]
+    assert store_app.store.counts(store_app.engine)[DEAD] == 1
+
+
 def test_store_replay_command(url: str, store_app: StoreApp) -> None:
     receive(store_app, 2)
     t = store_app.store.table

@@ -26,3 +26,8 @@ def record(session: Session, message: StoredMessage) -> None:
 
 
 NOT_CALLABLE = 42
+
+
+def fail(session: Session, message: StoredMessage) -> None:
+    """Always raises: every attempt fails, then the message is dead."""
+    raise RuntimeError(f"no account for {message.message_id}")
