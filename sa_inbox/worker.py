@@ -111,14 +111,18 @@ class Worker:
     :param max_attempts: attempts before a message is ``dead``.
     :param ordered: per-aggregate ordering: a message is claimed only once every earlier
         message of its aggregate is ``done`` or ``dead``.
-    :param backoff: the wait before a failed message is retried.
+    :param backoff: a :class:`Backoff` (not a number): the wait before a failed message is
+        retried, ``Backoff(base, maximum)`` in seconds, doubling per attempt; default
+        ``Backoff()`` (1 s, at most 300 s). The CLI's ``--backoff`` and ``--max-backoff``
+        are its ``base`` and ``maximum`` in seconds.
     :param poll_interval: seconds to wait when nothing is claimable.
     :param reap_interval: seconds between :meth:`reap` calls (default: the visibility
         timeout).
     :param name: the worker's name in claim tokens (default ``host:pid:random``).
     :param clock: returns the current aware UTC time (tests pass a fake).
     :param on_claim: called with ``(token, batch)`` after each non-empty claim.
-    :raises InvalidStoreArgument: for a non-positive size, count or time.
+    :raises InvalidStoreArgument: for a non-positive size, count or time, or a ``backoff``
+        that is not a :class:`Backoff`.
 
     The same ``visibility_timeout`` and ``max_attempts`` must be used by every worker of a
     consumer.
@@ -164,6 +168,10 @@ class Worker:
         self.visibility_timeout = float(visibility_timeout)
         self.max_attempts = max_attempts
         self.ordered = ordered
+        if backoff is not None and not isinstance(backoff, Backoff):
+            raise InvalidStoreArgument(
+                f"backoff must be a Backoff(base=seconds, maximum=seconds), not {backoff!r}"
+            )
         self.backoff = backoff or Backoff()
         self.poll_interval = float(poll_interval)
         self.reap_interval = float(visibility_timeout if reap_interval is None else reap_interval)

@@ -102,8 +102,20 @@ def _table_options(command: Callable[..., Any]) -> Callable[..., Any]:
 )
 @click.option("--max-attempts", default=5, show_default=True, type=click.IntRange(min=1))
 @click.option("--ordered", is_flag=True, help="Keep each aggregate's messages in order.")
-@click.option("--backoff", default=1.0, show_default=True, type=click.FloatRange(min=0))
-@click.option("--max-backoff", default=300.0, show_default=True, type=click.FloatRange(min=0))
+@click.option(
+    "--backoff",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds before a failed message's second attempt; doubled for each further one.",
+)
+@click.option(
+    "--max-backoff",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="The longest wait in seconds between attempts.",
+)
 @click.option(
     "--poll-interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True)
 )

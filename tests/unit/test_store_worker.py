@@ -297,3 +297,9 @@ def test_transient_errors_are_retried_before_they_count(clock: Clock) -> None:
     assert (store.row("m1").status, store.row("m1").attempts, calls["m1"]) == (DONE, 1, 3)
     assert calls["m2"] == 1 + TRANSIENT_RETRIES, "then it counts as a failed attempt"
     assert (store.row("m2").status, store.row("m2").last_error) == (PENDING, "Deadlock: ")
+
+
+def test_backoff_is_a_backoff_object_not_seconds(store: MemoryStore, clock: Clock) -> None:
+    # seconds given directly would only fail at the first failed message, inside the loop
+    with pytest.raises(InvalidStoreArgument, match=r"backoff must be a Backoff\(base=seconds"):
+        worker(store, lambda ctx, message: None, clock, backoff=5.0)
