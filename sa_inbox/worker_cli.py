@@ -8,6 +8,7 @@ unreachable, store table missing).
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import logging
 from collections.abc import Callable
@@ -31,7 +32,8 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
     """The callable named by ``"package.module:function"`` (``"module:obj.method"`` works).
 
     :raises click.BadParameter: if ``spec`` has no ``:``, the module cannot be imported, the
-        name is missing, or the object is not callable.
+        name is missing, the object is not callable, or it cannot be called with the two
+        arguments the worker passes (``handler(session, message)``).
     """
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
@@ -50,7 +52,31 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
         target = getattr(target, part)
     if not callable(target):
         raise click.BadParameter(f"{spec!r} is not callable", param_hint="--handler")
+    _check_signature(target, spec)
     return target  # type: ignore[no-any-return]
+
+
+def _check_signature(handler: Callable[..., Any], spec: str) -> None:
+    """Refuse a handler that cannot be called as ``handler(session, message)``.
+
+    The worker calls it with those two positional arguments; a callable that cannot bind
+    them would fail on every message and send them all to dead. A callable whose
+    signature Python cannot inspect (some built-ins) is accepted.
+
+    :raises click.BadParameter: if the two arguments do not bind.
+    """
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        raise click.BadParameter(
+            f"{spec!r} cannot be called as handler(session, message): its signature is "
+            f"{spec.partition(':')[2]}{signature} ({exc})",
+            param_hint="--handler",
+        ) from exc
 
 
 def _bound_store(url: str, table: str, schema: str | None) -> Any:

@@ -144,6 +144,8 @@ def test_replaying_done_rows_needs_yes_and_dry_run_only_counts(
         ("tests.store.nowhere:record", "cannot import"),
         ("tests.store.cli_handler:missing", "has no 'missing'"),
         ("tests.store.cli_handler:NOT_CALLABLE", "is not callable"),
+        ("os:getcwd", "'os:getcwd' cannot be called as handler(session, message)"),
+        ("tests.store.cli_handler:one_argument", "cannot be called as handler(session, message)"),
     ],
 )
 def test_bad_handler_is_a_usage_error(tmp_path: Path, handler: str, message: str) -> None:
@@ -151,6 +153,17 @@ def test_bad_handler_is_a_usage_error(tmp_path: Path, handler: str, message: str
     _, err = child.communicate(timeout=60)
     assert child.returncode == 2
     assert message in err
+
+
+def test_a_handler_with_the_wrong_signature_is_refused_before_any_message(
+    url: str, store_app: StoreApp
+) -> None:
+    receive(store_app, 3)
+    child = cli("worker", "--url", url, "--table", TABLE, "--handler", "os:getcwd", "--until-empty")
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 2, err
+    assert "cannot be called as handler(session, message)" in err and out == ""
+    assert store_app.store.counts(store_app.engine) == {PENDING: 3, PROCESSING: 0, DONE: 0, DEAD: 0}
 
 
 def test_missing_table_is_reported(tmp_path: Path) -> None:

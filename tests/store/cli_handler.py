@@ -31,3 +31,7 @@ NOT_CALLABLE = 42
 def fail(session: Session, message: StoredMessage) -> None:
     """Always raises: every attempt fails, then the message is dead."""
     raise RuntimeError(f"no account for {message.message_id}")
+
+
+def one_argument(message: StoredMessage) -> None:
+    """A handler with the wrong signature (no session): refused at start-up."""
