@@ -62,6 +62,11 @@ def init(directory: Path, config_file: Path) -> None:
         command.init(Config(str(config_file)), str(directory), template=TEMPLATE)
     except CommandError as exc:
         raise AlembicCommandError(str(exc)) from exc
+    except OSError as exc:
+        raise AlembicCommandError(
+            f"cannot create the Alembic environment in {str(directory)!r}: "
+            f"{exc.strerror or exc} ({exc.filename or directory})"
+        ) from exc
 
 
 @alembic_group.command("revision")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -108,6 +109,28 @@ def _engine(url: str) -> Any:
         raise click.BadParameter(str(exc), param_hint="--url") from exc
 
 
+def _writable_json_path(
+    ctx: click.Context, param: click.Parameter, value: Path | None
+) -> Path | None:
+    """Check ``--json`` can be written before anything is deleted (a click callback).
+
+    :raises click.BadParameter: if the path is a directory, its directory does not exist,
+        or the file or its directory is not writable.
+    """
+    if value is None:
+        return None
+    parent = value.parent if str(value.parent) else Path(".")
+    if value.is_dir():
+        problem = "is a directory"
+    elif not parent.is_dir():
+        problem = f"its directory {str(parent)!r} does not exist"
+    elif not os.access(value if value.exists() else parent, os.W_OK):
+        problem = "is not writable"
+    else:
+        return value
+    raise click.BadParameter(f"cannot write {str(value)!r}: {problem}", ctx, param)
+
+
 @click.command("purge")
 @_target_options
 @_policy_options
@@ -136,7 +159,9 @@ def _engine(url: str) -> Any:
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Also write the figures (rows, batches, longest batch) to this JSON file.",
+    callback=_writable_json_path,
+    help="Also write the figures (rows, batches, longest batch) to this JSON file "
+    "(checked before anything is deleted).",
 )
 def purge_command(
     url: str,

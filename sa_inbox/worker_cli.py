@@ -146,7 +146,13 @@ def _table_options(command: Callable[..., Any]) -> Callable[..., Any]:
     "--poll-interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True)
 )
 @click.option("--until-empty", is_flag=True, help="Exit once nothing is claimable.")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+    help="The lowest level of log lines written to stderr.",
+)
 def worker_command(
     url: str,
     table: str,

@@ -1,0 +1,89 @@
+"""Bad arguments to ``sa-inbox`` commands, run as real subprocesses: a clean ``Error:``
+line and exit code (2 usage, 3 could not run), never a traceback, and nothing changed."""
+
+from __future__ import annotations
+
+import datetime
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from sa_inbox import Inbox
+
+ROOT = Path(__file__).resolve().parents[2]
+DAY = datetime.timedelta(days=1)
+POLICY_ARGS = ["--max-redelivery", "1d", "--max-replay", "2d"]
+HANDLER = "tests.store.cli_handler:record"
+
+
+def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    completed = subprocess.run(
+        [sys.executable, "-m", "sa_inbox.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=cwd,
+    )
+    assert "Traceback" not in completed.stderr, completed.stderr
+    return completed
+
+
+@pytest.fixture
+def sqlite_inbox(tmp_path: Path) -> Iterator[tuple[str, sa.Engine, sa.Table]]:
+    """A SQLite file with the processed-messages table: 40 rows, 10 of them 10 days old."""
+    url = f"sqlite:///{tmp_path}/inbox.db"
+    engine = sa.create_engine(url)
+    metadata = sa.MetaData()
+    inbox = Inbox(metadata)
+    metadata.create_all(engine)
+    with engine.begin() as conn:
+        now = conn.execute(sa.select(sa.func.current_timestamp())).scalar_one()
+        rows = [
+            {"message_id": f"m-{i}", "consumer_name": "c", "received_at": now - DAY * (i % 4 * 3)}
+            for i in range(40)
+        ]
+        conn.execute(inbox.table.insert(), rows)
+    yield url, engine, inbox.table
+    engine.dispose()
+
+
+def count(engine: sa.Engine, table: sa.Table) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
+def test_an_unknown_log_level_is_a_usage_error(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/x.db"
+    done = run_cli("worker", "--url", url, "--handler", HANDLER, "--log-level", "LOUD")
+    assert done.returncode == 2
+    assert "Invalid value for '--log-level': 'LOUD' is not one of" in done.stderr
+    assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.parametrize("target", ["/proc/nope", "a-file/migrations"])
+def test_alembic_init_where_no_directory_can_be_made(tmp_path: Path, target: str) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    done = run_cli("alembic", "init", target, cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    assert "Error: cannot create the Alembic environment in" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"], "nothing written"
+
+
+def test_an_unwritable_json_path_is_refused_before_the_purge(
+    sqlite_inbox: tuple[str, sa.Engine, sa.Table], tmp_path: Path
+) -> None:
+    url, engine, table = sqlite_inbox
+    for path in ["/nonexistent/dir/x.json", str(tmp_path)]:
+        done = run_cli("purge", "--url", url, *POLICY_ARGS, "--json", path)
+        assert done.returncode == 2, done.stderr
+        assert "Invalid value for '--json'" in done.stderr
+        assert count(engine, table) == 40, "nothing deleted"
+    out = tmp_path / "figures.json"
+    done = run_cli("purge", "--url", url, *POLICY_ARGS, "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    assert count(engine, table) == 20 and out.is_file(), "the 9- and 6-day-old rows went"
