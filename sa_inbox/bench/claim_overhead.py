@@ -1,7 +1,8 @@
 """Claim overhead: one business transaction with and without the claim, per layer.
 
 The business transaction inserts a ledger row and updates an account's balance. Each layer
-runs it twice, without and with the claim, so the claim's cost shows as a ratio:
+runs it without the claim, with the claim, and *paired* (both alternately, message by
+message, in the same cell), so the claim's cost shows as a ratio:
 
 * ORM: a :class:`~sqlalchemy.orm.Session`; the claim through the session extension
   (:func:`sa_inbox.install` + :func:`sa_inbox.register_claim`);
@@ -220,59 +221,97 @@ def share(messages: int, worker: int, workers: int) -> int:
     return base + (1 if worker < rest else 0)
 
 
+#: Cell modes: the business transaction alone, with the claim, or both alternately.
+MODES = ("plain", "claim", "paired")
+
+
+def _sequence(mode: str, layer: str) -> tuple[Transaction, ...]:
+    """The transactions a worker cycles through in ``mode``."""
+    plain, claim = LAYERS[layer]
+    return {"plain": (plain,), "claim": (claim,), "paired": (plain, claim)}[mode]
+
+
 def measure(
     params: Mapping[str, Any], worker: int, workers: int, go: Callable[[], float]
 ) -> dict[str, Any]:
-    """One worker's part of a cell (runs in a worker process; see :mod:`.workers`)."""
+    """One worker's part of a cell (runs in a worker process; see :mod:`.workers`).
+
+    In ``paired`` mode the worker alternates the transaction without and with the claim,
+    message by message, and keeps their latencies apart: both see the same moment of a
+    shared machine, so their ratio is not skewed by load that comes and goes.
+    """
     engine = make_engine(params["url"])
     ctx = Context(engine, account=worker)
+    sequence = _sequence(params["mode"], params["layer"])
+    by_kind: list[list[float]] = [[] for _ in sequence]
     try:
-        transaction = VARIANTS[params["variant"]]
         ids = [str(uuid.uuid4()) for _ in range(share(params["messages"], worker, workers))]
         for _ in range(WARMUP):
-            transaction(ctx, str(uuid.uuid4()))
-        latencies: list[float] = []
+            for transaction in sequence:
+                transaction(ctx, str(uuid.uuid4()))
         started = go()
-        for message_id in ids:
+        for n, message_id in enumerate(ids):
+            kind = n % len(sequence)
             t0 = time.perf_counter()
-            transaction(ctx, message_id)
-            latencies.append(time.perf_counter() - t0)
+            sequence[kind](ctx, message_id)
+            by_kind[kind].append(time.perf_counter() - t0)
         finished = time.perf_counter()
     finally:
         ctx.close()
         engine.dispose()
-    return {"started": started, "finished": finished, "latencies": latencies}
+    claims = len(by_kind[-1]) + WARMUP if params["mode"] != "plain" else 0
+    return {
+        "started": started,
+        "finished": finished,
+        "latencies": [x for kind in by_kind for x in kind],
+        "paired_latencies": by_kind if params["mode"] == "paired" else None,
+        "transactions": len(ids) + WARMUP * len(sequence),
+        "claims": claims,
+    }
 
 
-def _check_state(schema: BenchSchema, claim: bool, messages: int, workers: int) -> dict[str, Any]:
-    expected_rows = messages + WARMUP * workers
+def _check_state(
+    schema: BenchSchema, results: list[dict[str, Any]], messages: int, warmups: int
+) -> dict[str, Any]:
+    """Ledger rows == transactions run == messages + warm-ups; one inbox row per claim."""
+    transactions = sum(r["transactions"] for r in results)
     expected = {
-        "ledger_rows": expected_rows,
-        "inbox_rows": expected_rows if claim else 0,
-        "balance_total": str((AMOUNT * expected_rows).quantize(Decimal("0.01"))),
+        "ledger_rows": messages + warmups,
+        "inbox_rows": sum(r["claims"] for r in results),
+        "balance_total": str((AMOUNT * transactions).quantize(Decimal("0.01"))),
     }
     state = schema.state()
-    if state != expected:
+    if transactions != messages + warmups or state != expected:
         raise BenchError(f"business state {state} differs from the expected {expected}")
     return state
 
 
-def _cells(config: BenchConfig) -> list[tuple[int, int, str, bool]]:
+def _cells(config: BenchConfig) -> list[tuple[int, int, str, str]]:
     return [
-        (repeat, workers, layer, claim)
+        (repeat, workers, layer, mode)
         for repeat in range(config.repeat)
         for workers in levels(config.workers)
         for layer in LAYERS
-        for claim in (False, True)
+        for mode in MODES
     ]
 
 
-def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
-    """Measure every layer with and without the claim at each concurrency level.
+def _paired_medians(results: list[dict[str, Any]]) -> dict[str, float]:
+    plain = [x for r in results for x in r["paired_latencies"][0]]
+    claim = [x for r in results for x in r["paired_latencies"][1]]
+    return {
+        "paired_plain_median_us": statistics.median(plain) * 1e6,
+        "paired_claim_median_us": statistics.median(claim) * 1e6,
+    }
 
-    Cells are interleaved (repeat → workers → layer → without/with), so drift on a shared
-    machine spreads over all of them; the ratio is computed per repeat from the adjacent
-    pair and the median over repeats is reported.
+
+def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
+    """Measure every layer without the claim, with it, and both alternately (``paired``)
+    at each concurrency level.
+
+    Cells are interleaved (repeat → workers → layer → mode), so drift on a shared machine
+    spreads over all of them; ratios are computed per repeat and the median over repeats is
+    reported.
     """
     messages = config.messages or DEFAULT_MESSAGES
     engine = make_engine(config.url)
@@ -282,25 +321,25 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     measured: list[dict[str, Any]] = []
     try:
         with WorkerPool(config.workers) as pool:
-            for repeat, workers, layer, claim in cells:
-                transaction = LAYERS[layer][claim]
+            for repeat, workers, layer, mode in cells:
                 schema.reset()
-                params = {"url": config.url, "variant": transaction.__name__, "messages": messages}
+                params = {"url": config.url, "layer": layer, "mode": mode, "messages": messages}
                 results = pool.run(f"{__name__}:measure", params, workers)
-                state = _check_state(schema, claim, messages, workers)
-                measured.append(
-                    {
-                        "repeat": repeat,
-                        "workers": workers,
-                        "layer": layer,
-                        "claim": claim,
-                        "variant": transaction.__name__,
-                        "label": label_of(transaction),
-                        "messages": messages,
-                        "state": state,
-                        **summarise(results, messages),
-                    }
-                )
+                warmups = WARMUP * workers * len(_sequence(mode, layer))
+                cell = {
+                    "repeat": repeat,
+                    "workers": workers,
+                    "layer": layer,
+                    "mode": mode,
+                    "claim": mode == "claim",
+                    "label": " / ".join(label_of(t) for t in _sequence(mode, layer)),
+                    "messages": messages,
+                    "state": _check_state(schema, results, messages, warmups),
+                    **summarise(results, messages),
+                }
+                if mode == "paired":
+                    cell.update(_paired_medians(results))
+                measured.append(cell)
                 progress.advance(task)
         schema.drop()
     finally:
@@ -310,6 +349,10 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
         "cells": measured,
         "summary": summary(measured),
     }
+
+
+def _mode(cell: Mapping[str, Any]) -> str:
+    return str(cell.get("mode") or ("claim" if cell["claim"] else "plain"))
 
 
 def summary(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -328,16 +371,14 @@ def summary(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         {(c["workers"], c["layer"]) for c in cells}, key=lambda k: (k[0], list(LAYERS).index(k[1]))
     )
     for workers, layer in keys:
-        plain = {
-            c["repeat"]: c
-            for c in cells
-            if (c["workers"], c["layer"], c["claim"]) == (workers, layer, False)
-        }
-        claim = {
-            c["repeat"]: c
-            for c in cells
-            if (c["workers"], c["layer"], c["claim"]) == (workers, layer, True)
-        }
+        plain, claim, paired = (
+            {
+                c["repeat"]: c
+                for c in cells
+                if (c["workers"], c["layer"], _mode(c)) == (workers, layer, mode)
+            }
+            for mode in MODES
+        )
         repeats = sorted(set(plain) & set(claim))
         ratios = [claim[r]["us_per_message"] / plain[r]["us_per_message"] for r in repeats]
         added = [claim[r]["us_per_message"] - plain[r]["us_per_message"] for r in repeats]
@@ -360,6 +401,7 @@ def summary(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "claim_latency_median_us": claim_latency,
                 "latency_ratio": claim_latency / plain_latency,
                 "added_us_per_message": statistics.median(added),
+                **_paired_summary(list(paired.values())),
                 "ratio": statistics.median(ratios),
                 "ratio_min": min(ratios),
                 "ratio_max": max(ratios),
@@ -368,26 +410,45 @@ def summary(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def _paired_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the repeats of the paired cells: latency without / with, and the
+    median of their per-repeat ratios; empty if there are no paired cells."""
+    if not cells:
+        return {}
+    ratios = [c["paired_claim_median_us"] / c["paired_plain_median_us"] for c in cells]
+    return {
+        "paired_plain_median_us": statistics.median(c["paired_plain_median_us"] for c in cells),
+        "paired_claim_median_us": statistics.median(c["paired_claim_median_us"] for c in cells),
+        "paired_ratio": statistics.median(ratios),
+        "paired_ratio_min": min(ratios),
+        "paired_ratio_max": max(ratios),
+    }
+
+
 def table(results: Mapping[str, Any]) -> Table:
-    """Per (workers, layer): µs per message without / with the claim, the ratio of the
-    medians of per-transaction latency, and the wall-time ratio (min-max over repeats)."""
+    """Per (workers, layer): µs per message without / with the claim, the paired latency
+    ratio and the wall-time ratio (median, min-max over repeats)."""
     out = Table(
         "workers",
         "layer",
         "µs/msg without",
         "µs/msg with",
         "msg/s with",
-        "latency ratio",
+        "paired latency ratio (min-max)",
         "wall ratio (min-max)",
     )
     for row in results["summary"]:
+        paired = "-"
+        if "paired_ratio" in row:
+            spread = f"{row['paired_ratio_min']:.2f}-{row['paired_ratio_max']:.2f}"
+            paired = f"{row['paired_ratio']:.2f} ({spread})"
         out.add_row(
             str(row["workers"]),
             row["layer"],
             f"{row['plain_us_per_message']:.0f}",
             f"{row['claim_us_per_message']:.0f}",
             f"{row['claim_per_second']:.0f}",
-            f"{row['latency_ratio']:.2f}",
+            paired,
             f"{row['ratio']:.2f} ({row['ratio_min']:.2f}-{row['ratio_max']:.2f})",
         )
     return out

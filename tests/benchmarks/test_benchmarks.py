@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from sa_inbox.bench import SCENARIOS, scenario
-from sa_inbox.bench.claim_overhead import LAYERS, WARMUP
+from sa_inbox.bench.claim_overhead import LAYERS, MODES, WARMUP, share
 from sa_inbox.bench.keys import KEY_FORMATS
 from sa_inbox.bench.runner import BenchConfig, make_progress, run_scenario
 from sa_inbox.cli import main
@@ -57,19 +57,29 @@ def test_claim_overhead(bench_url: str, tmp_path: Path) -> None:
     results = run("claim_overhead", tiny(bench_url, tmp_path, messages=messages))["results"]
     cells = results["cells"]
     assert results["workers_kind"] == "processes"
-    assert {(c["workers"], c["layer"], c["claim"]) for c in cells} == {
-        (w, layer, claim) for w in (1, 2) for layer in LAYERS for claim in (False, True)
+    assert {(c["workers"], c["layer"], c["mode"]) for c in cells} == {
+        (w, layer, mode) for w in (1, 2) for layer in LAYERS for mode in MODES
     }
     for cell in cells:
-        processed = messages + WARMUP * cell["workers"]
+        workers, mode = cell["workers"], cell["mode"]
+        warmups = WARMUP * workers * (2 if mode == "paired" else 1)
+        claims = {
+            "plain": 0,
+            "claim": messages + warmups,
+            # every second message of each worker, plus its warm-up claims
+            "paired": sum(share(messages, w, workers) // 2 + WARMUP for w in range(workers)),
+        }[mode]
         assert cell["state"] == {
-            "ledger_rows": processed,
-            "inbox_rows": processed if cell["claim"] else 0,
-            "balance_total": f"{processed}.00",
+            "ledger_rows": messages + warmups,
+            "inbox_rows": claims,
+            "balance_total": f"{messages + warmups}.00",
         }
         assert cell["label"] and cell["per_second"] > 0
+        if mode == "paired":
+            assert cell["paired_plain_median_us"] > 0 and cell["paired_claim_median_us"] > 0
     assert len(results["summary"]) == 2 * len(LAYERS)
-    assert {"ratio", "plain_us_per_message", "claim_us_per_message"} <= results["summary"][0].keys()
+    keys = {"ratio", "paired_ratio", "plain_us_per_message", "claim_us_per_message"}
+    assert keys <= results["summary"][0].keys()
 
 
 def test_batch_claim(bench_url: str, tmp_path: Path) -> None:
