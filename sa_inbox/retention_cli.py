@@ -101,12 +101,10 @@ def _target_options(command: Any) -> Any:
 
 
 def _engine(url: str) -> Any:
-    import sqlalchemy as sa
+    """The engine of ``--url`` (see :func:`sa_inbox.cli_engine.open_engine`)."""
+    from .cli_engine import open_engine
 
-    try:
-        return sa.create_engine(url)
-    except (sa.exc.ArgumentError, ImportError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--url") from exc
+    return open_engine(url)
 
 
 def _writable_json_path(

@@ -18,15 +18,6 @@ import click
 
 __all__ = ["ConfirmationNeeded", "resolve_handler", "store_group", "worker_command"]
 
-#: Exit code when a command could not run (as :data:`sa_inbox.cli.EXIT_ERROR`).
-EXIT_ERROR = 3
-
-
-class CommandError(click.ClickException):
-    """The command could not run; printed as ``Error: ...``, exit code :data:`EXIT_ERROR`."""
-
-    exit_code = EXIT_ERROR
-
 
 def resolve_handler(spec: str) -> Callable[..., Any]:
     """The callable named by ``"package.module:function"`` (``"module:obj.method"`` works).
@@ -80,21 +71,22 @@ def _check_signature(handler: Callable[..., Any], spec: str) -> None:
 
 
 def _bound_store(url: str, table: str, schema: str | None) -> Any:
-    """``(InboxStore, engine)`` for ``url``, after checking the store table exists."""
+    """``(InboxStore, engine)`` for ``url``, after checking the store table exists.
+
+    :raises click.ClickException: as :func:`~sa_inbox.cli_engine.open_engine` and
+        :func:`~sa_inbox.cli_engine.require_table` (exit 2 or 3).
+    """
     import sqlalchemy as sa
 
+    from .cli_engine import open_engine, require_table
     from .store import InboxStore
 
+    engine = open_engine(url)
     try:
-        engine = sa.create_engine(url)
-        exists = sa.inspect(engine).has_table(table, schema=schema)
-    except (sa.exc.SQLAlchemyError, ImportError, ValueError) as exc:
-        raise CommandError(f"cannot connect to the database: {exc}") from exc
-    if not exists:
-        raise CommandError(
-            f"the store table {table!r} does not exist: create it with metadata.create_all() "
-            "or an Alembic migration"
-        )
+        require_table(engine, table, schema, "store table")
+    except click.ClickException:
+        engine.dispose()
+        raise
     return InboxStore(sa.MetaData(), table_name=table, schema=schema), engine
 
 

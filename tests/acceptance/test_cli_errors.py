@@ -87,3 +87,66 @@ def test_an_unwritable_json_path_is_refused_before_the_purge(
     done = run_cli("purge", "--url", url, *POLICY_ARGS, "--json", str(out))
     assert done.returncode == 0, done.stderr
     assert count(engine, table) == 20 and out.is_file(), "the 9- and 6-day-old rows went"
+
+
+#: Every command that opens --url, with the arguments it needs besides --url.
+URL_COMMANDS = [
+    ["worker", "--handler", HANDLER, "--until-empty"],
+    ["store", "counts"],
+    ["store", "replay", "--status", "dead"],
+    ["purge", *POLICY_ARGS],
+    ["purge", *POLICY_ARGS, "--store"],
+    ["partitions", "list"],
+    ["partitions", "maintain", *POLICY_ARGS],
+]
+
+
+def _with_url(command: list[str], url: str) -> list[str]:
+    split = 2 if command[0] in ("store", "partitions") else 1
+    return [*command[:split], "--url", url, *command[split:]]
+
+
+def run_without(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``sa-inbox ARGS`` in a Python where ``import MODULE`` fails, as if not installed."""
+    code = f"import sys; sys.modules[{module!r}] = None; from sa_inbox.cli import main; main()"
+    completed = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
+    assert "Traceback" not in completed.stderr, completed.stderr
+    return completed
+
+
+@pytest.mark.parametrize("command", URL_COMMANDS, ids=lambda c: " ".join(c[:2]))
+@pytest.mark.parametrize(
+    ("module", "url", "extra"),
+    [
+        ("psycopg", "postgresql+psycopg://u@127.0.0.1:1/db", "postgresql"),
+        ("psycopg", "postgresql://u@127.0.0.1:1/db", "postgresql"),
+        ("pymysql", "mysql+pymysql://u@127.0.0.1:1/db", "mysql"),
+        ("oracledb", "oracle+oracledb://u@127.0.0.1:1/db", "oracle"),
+    ],
+)
+def test_a_missing_driver_is_reported_the_same_way_by_every_command(
+    command: list[str], module: str, url: str, extra: str
+) -> None:
+    done = run_without(module, *_with_url(command, url))
+    assert done.returncode == 3, done.stderr
+    assert f"Error: the database driver for {url.split(':')[0]!r} is not installed" in done.stderr
+    assert f"No module named '{module}'" in done.stderr or module in done.stderr
+    assert f"pip install 'sa-inbox[{extra}]'" in done.stderr
+
+
+@pytest.mark.parametrize("command", URL_COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_a_missing_sqlite_file_is_refused_and_not_created(
+    command: list[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "typo.db"
+    done = run_cli(*_with_url(command, f"sqlite:///{missing}"))
+    assert done.returncode == 3, done.stderr
+    assert f"the SQLite database file '{missing}' does not exist" in done.stderr
+    assert not missing.exists(), "no empty database file left behind"
