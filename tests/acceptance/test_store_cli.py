@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -167,6 +168,7 @@ def test_a_handler_with_the_wrong_signature_is_refused_before_any_message(
 
 
 def test_missing_table_is_reported(tmp_path: Path) -> None:
+    sqlite3.connect(tmp_path / "x.db").close()  # the database exists, the table does not
     child = cli("worker", "--url", f"sqlite:///{tmp_path}/x.db", "--handler", HANDLER)
     _, err = child.communicate(timeout=60)
     assert child.returncode == 3
