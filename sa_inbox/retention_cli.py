@@ -245,14 +245,19 @@ def _purge_plan(
     dead_older_than: datetime.timedelta | None,
     batch_size: int,
 ) -> tuple[Any, Any]:
-    """The target to count for the progress bar, and the purge to run."""
+    """The target to count for the progress bar, and the purge to run.
+
+    :raises CannotRun: (exit 3) if the table does not exist.
+    """
     import sqlalchemy as sa
 
     from . import retention
+    from .cli_engine import require_table
 
     if store:
         from .store import DEFAULT_STORE_TABLE, DONE, InboxStore
 
+        require_table(engine, table or DEFAULT_STORE_TABLE, schema, "store table")
         inbox_store = InboxStore(
             sa.MetaData(), table_name=table or DEFAULT_STORE_TABLE, schema=schema
         )
@@ -277,6 +282,7 @@ def _purge_plan(
 
     from .schema import DEFAULT_TABLE_NAME
 
+    require_table(engine, table or DEFAULT_TABLE_NAME, schema, "table")
     reflected = sa.Table(
         table or DEFAULT_TABLE_NAME, sa.MetaData(), schema=schema, autoload_with=engine
     )
@@ -314,13 +320,21 @@ def partitions_group() -> None:
 
 
 def _partitioned_table(engine: Any, table: str | None, schema: str | None) -> Any:
+    """The partitioned table named by ``--table``, reflected.
+
+    :raises click.UsageError: (exit 2) if the database is not PostgreSQL.
+    :raises CannotRun: (exit 3) if the table does not exist.
+    """
     import sqlalchemy as sa
 
+    from .cli_engine import require_table
     from .schema import DEFAULT_TABLE_NAME
 
     if engine.dialect.name != "postgresql":
         raise click.UsageError("time partitions are a PostgreSQL feature")
-    return sa.Table(table or DEFAULT_TABLE_NAME, sa.MetaData(), schema=schema, autoload_with=engine)
+    name = table or DEFAULT_TABLE_NAME
+    require_table(engine, name, schema, "table")
+    return sa.Table(name, sa.MetaData(), schema=schema, autoload_with=engine)
 
 
 @partitions_group.command("maintain")

@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from sa_inbox import Inbox
+from tests.conftest import backend_url
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY = datetime.timedelta(days=1)
@@ -150,3 +151,30 @@ def test_a_missing_sqlite_file_is_refused_and_not_created(
     assert done.returncode == 3, done.stderr
     assert f"the SQLite database file '{missing}' does not exist" in done.stderr
     assert not missing.exists(), "no empty database file left behind"
+
+
+def test_purge_of_a_missing_table_says_it_does_not_exist(
+    sqlite_inbox: tuple[str, sa.Engine, sa.Table],
+) -> None:
+    url, engine, table = sqlite_inbox
+    cases = [
+        (["--table", "nosuch"], "the table 'nosuch' does not exist"),
+        (["--store"], "the store table 'inbox_store' does not exist"),
+        (["--store", "--table", "nosuch"], "the store table 'nosuch' does not exist"),
+    ]
+    for extra, message in cases:
+        done = run_cli("purge", "--url", url, *POLICY_ARGS, *extra)
+        assert done.returncode == 3, done.stderr
+        assert f"Error: {message}" in done.stderr
+        assert "SELECT" not in done.stderr, "no raw SQL"
+    assert count(engine, table) == 40, "nothing deleted"
+
+
+@pytest.mark.backend
+def test_partition_commands_on_a_missing_table(tmp_path: Path) -> None:
+    url = backend_url("postgresql", tmp_path)
+    for command in (["list"], ["maintain", *POLICY_ARGS]):
+        done = run_cli("partitions", command[0], "--url", url, "--table", "nosuch", *command[1:])
+        assert done.returncode == 3, done.stderr
+        assert "Error: the table 'nosuch' does not exist" in done.stderr
+
