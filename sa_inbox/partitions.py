@@ -62,6 +62,7 @@ __all__ = [
     "ensure_partitions",
     "list_partitions",
     "maintain_partitions",
+    "partition_key_definition",
     "partition_range",
     "partitioned_processed_messages_table",
 ]
@@ -198,6 +199,25 @@ def _regclass(conn: Connection, table: sa.Table) -> str:
     return conn.dialect.identifier_preparer.format_table(table)
 
 
+def partition_key_definition(conn: Connection, table: sa.Table) -> str | None:
+    """The table's partition key as PostgreSQL prints it (``"RANGE (event_time)"``), or
+    ``None`` if the table is not partitioned (it has no row in the ``pg_partitioned_table``
+    catalog: PostgreSQL manual, "System Catalogs", and "Table Partitioning").
+
+    :raises UnsupportedBackend: if ``conn`` is not PostgreSQL.
+    """
+    if conn.dialect.name != "postgresql":
+        raise UnsupportedBackend("time partitions are a PostgreSQL feature")
+    spec = conn.execute(
+        sa.text(
+            "SELECT pg_get_partkeydef(p.partrelid) FROM pg_partitioned_table p "
+            "WHERE p.partrelid = to_regclass(:name)"
+        ),
+        {"name": _regclass(conn, table)},
+    ).scalar()
+    return None if spec is None else str(spec)
+
+
 def check_partition_key_on_server(conn: Connection, table: sa.Table) -> str:
     """:func:`check_partition_key` for the table as it exists on the server (the catalog).
 
@@ -206,19 +226,18 @@ def check_partition_key_on_server(conn: Connection, table: sa.Table) -> str:
 
     :returns: the partition key column's name.
     :raises UnsupportedBackend: if ``conn`` is not PostgreSQL.
-    :raises UnsafePartitionKey: if the table is not range-partitioned on one safe column.
+    :raises UnsafePartitionKey: if the table is not partitioned, or not range-partitioned on
+        one safe column.
     """
-    if conn.dialect.name != "postgresql":
-        raise UnsupportedBackend("time partitions are a PostgreSQL feature")
     name = _regclass(conn, table)
-    spec = conn.execute(
-        sa.text(
-            "SELECT pg_get_partkeydef(p.partrelid) FROM pg_partitioned_table p "
-            "WHERE p.partrelid = to_regclass(:name)"
-        ),
-        {"name": name},
-    ).scalar()
-    match = _RANGE_KEY.match(spec or "")
+    spec = partition_key_definition(conn, table)
+    if spec is None:
+        raise UnsafePartitionKey(
+            f"table {name} is not partitioned: create it with "
+            "partitioned_processed_messages_table() (PARTITION BY RANGE on the message's own "
+            "time)"
+        )
+    match = _RANGE_KEY.match(spec)
     if match is None:
         raise UnsafePartitionKey(
             f"table {name} must be partitioned by RANGE on one column of the message's own "

@@ -324,17 +324,27 @@ def _partitioned_table(engine: Any, table: str | None, schema: str | None) -> An
 
     :raises click.UsageError: (exit 2) if the database is not PostgreSQL.
     :raises CannotRun: (exit 3) if the table does not exist.
+    :raises click.BadParameter: (exit 2) if the table is not partitioned.
     """
     import sqlalchemy as sa
 
     from .cli_engine import require_table
+    from .partitions import partition_key_definition
     from .schema import DEFAULT_TABLE_NAME
 
     if engine.dialect.name != "postgresql":
         raise click.UsageError("time partitions are a PostgreSQL feature")
     name = table or DEFAULT_TABLE_NAME
     require_table(engine, name, schema, "table")
-    return sa.Table(name, sa.MetaData(), schema=schema, autoload_with=engine)
+    reflected = sa.Table(name, sa.MetaData(), schema=schema, autoload_with=engine)
+    with engine.connect() as conn:
+        if partition_key_definition(conn, reflected) is None:
+            raise click.BadParameter(
+                f"table {reflected.fullname!r} is not partitioned: create it with "
+                "sa_inbox.partitions.partitioned_processed_messages_table()",
+                param_hint="--table",
+            )
+    return reflected
 
 
 @partitions_group.command("maintain")

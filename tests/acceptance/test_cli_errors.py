@@ -178,3 +178,29 @@ def test_partition_commands_on_a_missing_table(tmp_path: Path) -> None:
         assert done.returncode == 3, done.stderr
         assert "Error: the table 'nosuch' does not exist" in done.stderr
 
+
+@pytest.mark.backend
+def test_partition_commands_on_an_unpartitioned_table(tmp_path: Path) -> None:
+    url = backend_url("postgresql", tmp_path)
+    engine = sa.create_engine(url)
+    metadata = sa.MetaData()
+    plain = Inbox(metadata, table_name="cli_not_partitioned").table
+    metadata.drop_all(engine)
+    metadata.create_all(engine)
+    try:
+        for command in (["list"], ["maintain", *POLICY_ARGS]):
+            done = run_cli(
+                "partitions", command[0], "--url", url, "--table", plain.name, *command[1:]
+            )
+            assert done.returncode == 2, done.stderr
+            assert "table 'cli_not_partitioned' is not partitioned" in done.stderr
+            assert done.stdout == ""
+        assert count(engine, plain) == 0
+        with engine.connect() as conn:
+            children = conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_inherits WHERE inhparent = 'cli_not_partitioned'::regclass"
+            ).scalar()
+        assert children == 0, "nothing created"
+    finally:
+        metadata.drop_all(engine)
+        engine.dispose()

@@ -22,10 +22,12 @@ from sa_inbox.partitions import (
     ensure_partitions,
     list_partitions,
     maintain_partitions,
+    partition_key_definition,
     partition_range,
     partitioned_processed_messages_table,
 )
 from sa_inbox.retention import RetentionPolicy, database_now, purge
+from sa_inbox.schema import processed_messages_table
 from tests.conftest import backend_url
 
 DAY = datetime.timedelta(days=1)
@@ -317,3 +319,25 @@ def test_two_maintainers_at_once_create_each_partition_once(pg: sa.Engine, table
         existing = [p.name for p in list_partitions(conn, table)]
     assert sorted(created) == sorted(existing), "each partition created exactly once"
     assert len(existing) >= 6
+
+
+@pytest.mark.backend
+def test_maintenance_of_a_table_that_is_not_partitioned_says_so(pg: sa.Engine) -> None:
+    metadata = sa.MetaData()
+    plain = processed_messages_table(metadata, table_name=TABLE)
+    metadata.drop_all(pg)
+    metadata.create_all(pg)
+    with pg.connect() as conn:
+        assert partition_key_definition(conn, plain) is None
+    with pytest.raises(UnsafePartitionKey, match=f"table {TABLE} is not partitioned"):
+        maintain_partitions(pg, plain, policy=POLICY)
+    with pg.connect() as conn:
+        assert list_partitions(conn, plain) == []
+
+
+@pytest.mark.backend
+def test_the_partition_key_definition_of_a_partitioned_table(
+    table: sa.Table, pg: sa.Engine
+) -> None:
+    with pg.connect() as conn:
+        assert partition_key_definition(conn, table) == "RANGE (event_time)"
