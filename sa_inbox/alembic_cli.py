@@ -3,7 +3,9 @@
 - ``sa-inbox alembic init DIR``: a new Alembic environment from the ``sa_inbox`` template
   (``alembic.ini`` is written next to the current directory unless ``-c`` says otherwise).
 - ``sa-inbox alembic revision -m "add inbox"``: in an existing Alembic project, a ready
-  revision creating the inbox tables (and dropping them on downgrade).
+  revision creating the inbox tables (and dropping them on downgrade): the processed-messages
+  table, plus the inbox store table with ``--store``, or only the store table with
+  ``--store-only`` (when an earlier revision already created the processed-messages table).
 
 Alembic is imported only when a sub-command runs (it is the optional ``alembic`` extra).
 """
@@ -84,6 +86,12 @@ def init(directory: Path, config_file: Path) -> None:
     help="Also create the inbox store table (sa_inbox.store.InboxStore).",
 )
 @click.option(
+    "--store-only",
+    is_flag=True,
+    help="Create only the inbox store table: for a history whose earlier revision already "
+    "creates the processed-messages table.",
+)
+@click.option(
     "--store-table-name",
     default="inbox_store",
     show_default=True,
@@ -104,6 +112,7 @@ def revision(
     config_file: Path,
     table_name: str,
     store: bool,
+    store_only: bool,
     store_table_name: str,
     schema: str | None,
     message_id_length: int,
@@ -114,6 +123,9 @@ def revision(
 
     No database connection is needed; the revision uses op.create_inbox_table() (and
     op.create_inbox_store_table() with --store), its downgrade the drop operations.
+    Each revision creates its tables anew: to add the store to a history that already
+    has the processed-messages table, use --store-only (--store would create that table
+    a second time and the upgrade would fail).
     """
     from alembic.util import CommandError
 
@@ -126,7 +138,8 @@ def revision(
             table_name=table_name,
             schema=schema,
             message_id_length=message_id_length,
-            store=store,
+            processed_messages=not store_only,
+            store=store or store_only,
             store_table_name=store_table_name,
         )
     except InvalidTableOptions as exc:
