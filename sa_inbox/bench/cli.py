@@ -2,7 +2,7 @@
 
 ::
 
-    sa-inbox bench                                  # every scenario, on a SQLite file
+    sa-inbox bench                                  # every scenario (SCENARIOS), on SQLite
     sa-inbox bench claim_overhead --url postgresql+psycopg://… --messages 2000 --workers 4
     sa-inbox bench report                           # bench-results/*.json -> report.md + PNGs
     sa-inbox bench growth --rate 2000 --window 7d   # the calculator, from measured bytes/row
@@ -33,7 +33,16 @@ class BenchFailed(click.ClickException):
     exit_code = EXIT_ERROR
 
 
-@click.command("bench")
+#: The command's help, naming every scenario of :data:`sa_inbox.bench.SCENARIOS`.
+HELP = f"""Run benchmark SCENARIOs (default: all), print tables and write JSON to --out.
+
+SCENARIO is one of: {", ".join(SCENARIOS)}; or `report` (alone), which turns the JSON
+in --out into report.md and PNG plots. `growth --rate R` is the calculator: the rows
+and bytes the inbox holds at R messages/s over --window.
+"""
+
+
+@click.command("bench", help=HELP)
 @click.argument("names", nargs=-1, type=click.Choice([*SCENARIOS, REPORT]), metavar="[SCENARIO]...")
 @click.option("--url", default=None, help="Database URL. Default: a SQLite file in a temp dir.")
 @click.option(
@@ -109,12 +118,7 @@ def bench(
     consumers: int,
     figures: Path | None,
 ) -> None:
-    """Run benchmark SCENARIOs (default: all), print tables and write JSON to --out.
-
-    Scenarios: claim_overhead, batch_claim, index_hotspots, growth. `report` turns the JSON
-    in --out into report.md and PNG plots. `growth --rate R` is the calculator: the rows
-    and bytes the inbox holds at R messages/s over --window.
-    """
+    """Run benchmark scenarios, build the report, or run the growth calculator (see HELP)."""
     if REPORT in names:
         if len(names) > 1:
             raise click.UsageError("'report' runs alone: sa-inbox bench report [--out DIR]")

@@ -204,3 +204,16 @@ def test_partition_commands_on_an_unpartitioned_table(tmp_path: Path) -> None:
     finally:
         metadata.drop_all(engine)
         engine.dispose()
+
+
+def test_bench_help_names_every_scenario_it_accepts() -> None:
+    from sa_inbox.bench.cli import bench
+
+    (names,) = [p for p in bench.params if p.name == "names"]
+    accepted = list(names.type.choices)  # type: ignore[attr-defined]
+    assert "purge" in accepted and "report" in accepted
+    done = run_cli("bench", "--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())  # click wraps the help
+    for name in accepted:
+        assert name in text, f"bench accepts {name!r} but its help does not name it"
