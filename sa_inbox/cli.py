@@ -128,6 +128,10 @@ def demo(
 
     if url is not None and db_file is not None:
         raise click.UsageError("--url and --db-file are exclusive")
+    if url is not None:
+        from .cli_engine import check_url
+
+        check_url(url)
     config = DemoConfig(
         messages=messages,
         workers=workers,

@@ -1,6 +1,7 @@
 """Opening the database of a ``sa-inbox`` command: one helper, the same errors everywhere.
 
-:func:`open_engine` turns the ``--url`` of every command into an engine, or into a clean
+:func:`open_engine` turns the ``--url`` of a command into an engine (:func:`check_url` only
+checks it, for ``demo`` and ``bench``, whose engines live in worker processes), or into a clean
 ``Error: ...`` with the CLI's exit codes (:mod:`sa_inbox.cli`): 2 for a URL that is not a
 SQLAlchemy URL, 3 when the command cannot run (the backend's driver is not installed, the
 SQLite file does not exist). :func:`require_table` reports a missing table the same way.
@@ -17,6 +18,7 @@ __all__ = [
     "DRIVER_EXTRAS",
     "EXIT_ERROR",
     "CannotRun",
+    "check_url",
     "open_engine",
     "require_table",
     "sqlite_file",
@@ -48,6 +50,27 @@ def sqlite_file(url: sa.URL) -> Path | None:
     if database in ("", ":memory:") or database.startswith("file:"):
         return None
     return Path(database)
+
+
+def check_url(url: str) -> sa.URL:
+    """Parse a command's ``--url`` and import its driver, without connecting.
+
+    For commands that create their engines elsewhere (``demo``, ``bench``: in worker
+    processes, with their own pool settings).
+
+    :raises click.BadParameter: (exit 2) as :func:`open_engine`.
+    :raises CannotRun: (exit 3) if the backend's driver is not installed.
+    """
+    try:
+        parsed = sa.make_url(url)
+        dialect = parsed.get_dialect()
+    except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--url") from exc
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        raise CannotRun(_missing_driver(parsed, exc)) from exc
+    return parsed
 
 
 def open_engine(url: str, *, existing: bool = True) -> sa.Engine:

@@ -128,6 +128,10 @@ def bench(
             raise click.UsageError("--rate is for the calculator: sa-inbox bench growth --rate R")
         _calculate(rate, window, consumers, figures)
     else:
+        if url is not None:
+            from ..cli_engine import check_url
+
+            check_url(url)
         _run(names or SCENARIOS, url, messages, workers, repeat, rows, out)
 
 

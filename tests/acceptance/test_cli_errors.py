@@ -122,7 +122,11 @@ def run_without(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     return completed
 
 
-@pytest.mark.parametrize("command", URL_COMMANDS, ids=lambda c: " ".join(c[:2]))
+@pytest.mark.parametrize(
+    "command",
+    [*URL_COMMANDS, ["demo", "--messages", "10"], ["bench", "growth", "--rows", "10"]],
+    ids=lambda c: " ".join(c[:2]),
+)
 @pytest.mark.parametrize(
     ("module", "url", "extra"),
     [
