@@ -63,27 +63,32 @@ def _claim_overhead_rows(document: Document) -> list[dict[str, Any]]:
 
 
 def _claim_overhead_md(documents: Sequence[Document]) -> str:
-    rows = [
-        [
-            d["backend"],
-            str(r["workers"]),
-            r["layer"],
-            _f(r["plain_latency_median_us"], ".0f"),
-            _f(r["claim_latency_median_us"], ".0f"),
-            f"**{r['latency_ratio']:.2f}**",
-            _f(r["plain_us_per_message"], ".0f"),
-            _f(r["claim_us_per_message"], ".0f"),
-            f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})",
-            _f(r["claim_per_second"], ".0f"),
-            str(r["repeats"]),
-        ]
-        for d in documents
-        for r in _claim_overhead_rows(d)
-    ]
+    rows = []
+    for d in documents:
+        for r in _claim_overhead_rows(d):
+            paired = "-"
+            if "paired_ratio" in r:
+                spread = f"{r['paired_ratio_min']:.2f}-{r['paired_ratio_max']:.2f}"
+                paired = f"**{r['paired_ratio']:.2f}** ({spread})"
+            rows.append(
+                [
+                    d["backend"],
+                    str(r["workers"]),
+                    r["layer"],
+                    _f(r.get("paired_plain_median_us"), ".0f"),
+                    _f(r.get("paired_claim_median_us"), ".0f"),
+                    paired,
+                    _f(r["plain_us_per_message"], ".0f"),
+                    _f(r["claim_us_per_message"], ".0f"),
+                    f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})",
+                    _f(r["claim_per_second"], ".0f"),
+                    str(r["repeats"]),
+                ]
+            )
     header = [
-        "backend", "workers", "layer", "latency µs without", "latency µs with",
-        "latency ratio", "wall µs/msg without", "wall µs/msg with", "wall ratio (min-max)",
-        "msg/s with", "runs",
+        "backend", "workers", "layer", "paired µs without", "paired µs with",
+        "paired ratio (min-max)", "wall µs/msg without", "wall µs/msg with",
+        "wall ratio (min-max)", "msg/s with", "runs",
     ]  # fmt: skip
     return _md_table(header, rows)
 
@@ -221,12 +226,13 @@ def _claim_overhead_plot(documents: Sequence[Document], axes_row: Any) -> None:
             picked = [r for r in rows if r["layer"] == layer]
             workers = [r["workers"] for r in picked]
             style = {"color": f"C{color}", "marker": "o"}
-            ax.plot(workers, [r["latency_ratio"] for r in picked], label=f"{layer}", **style)
+            solid = [r.get("paired_ratio", r["latency_ratio"]) for r in picked]
+            ax.plot(workers, solid, label=f"{layer}", **style)
             ax.plot(workers, [r["ratio"] for r in picked], linestyle="--", alpha=0.5, **style)
         ax.axhline(1.0, color="grey", linewidth=0.5)
         ax.set_title(d["backend"])
         ax.set_xlabel("concurrent worker processes")
-        ax.set_ylabel("with claim / without (solid: median latency, dashed: wall)")
+        ax.set_ylabel("with claim / without (solid: paired latency, dashed: wall)")
         ax.legend()
 
 
