@@ -16,9 +16,9 @@ and leaf density, plus the waits seen meanwhile:
   (``wait_event_type``/``wait_event`` of the workers' backends, every
   :data:`SAMPLE_INTERVAL` seconds).
 * MariaDB: the primary key is InnoDB's clustered index (the leaves hold the rows); its
-  size and leaf pages from ``mysql.innodb_index_stats`` after ``ANALYZE TABLE``, its fill
-  from ``information_schema.INNODB_BUFFER_PAGE`` (``DATA_SIZE`` / page size over the
-  index's pages, all in the buffer pool right after the run), and deltas of the
+  pages and fill from ``information_schema.INNODB_BUFFER_PAGE`` (``DATA_SIZE`` / page size
+  over the index's pages, all in the buffer pool right after the run; the allocated size
+  from ``mysql.innodb_index_stats`` after ``ANALYZE TABLE``), and deltas of the
   ``INNODB_METRICS`` counters ``index_page_splits``, ``lock_row_lock_waits``,
   ``lock_row_lock_time`` and ``buffer_pool_wait_free`` (enabled with ``SET GLOBAL
   innodb_monitor_enable``; MariaDB manual, "Information Schema INNODB_METRICS Table").
