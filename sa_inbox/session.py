@@ -157,17 +157,22 @@ def install(target: SessionTarget) -> None:
     :param target: a :class:`~sqlalchemy.orm.sessionmaker`, a ``Session`` subclass (or
         ``Session`` itself, which affects every session in the process), or one session.
     """
+    # Idempotence comes from our own mark, never from event.contains(): SQLAlchemy's event
+    # registry is keyed by id(target), so a new sessionmaker allocated where a freed one
+    # lived can look "already listened" and would silently get no listeners.
+    if _marked(target):
+        return
     for name, listener in _LISTENERS:
-        if not event.contains(target, name, listener):
-            event.listen(target, name, listener)
+        event.listen(target, name, listener)
     _mark(target, True)
 
 
 def uninstall(target: SessionTarget) -> None:
     """Remove what :func:`install` added to ``target``."""
+    if not _marked(target):
+        return
     for name, listener in _LISTENERS:
-        if event.contains(target, name, listener):
-            event.remove(target, name, listener)
+        event.remove(target, name, listener)
     _mark(target, False)
 
 
@@ -192,6 +197,14 @@ def _mark(target: SessionTarget, on: bool) -> None:
         targets.add(target)
     else:
         targets.discard(target)
+
+
+def _marked(target: SessionTarget) -> bool:
+    if isinstance(target, sessionmaker):
+        return bool(target.kw.get("info", {}).get(_INSTALLED))
+    if isinstance(target, type):
+        return target in _installed_classes
+    return target in _installed_sessions
 
 
 def installed(session: Session) -> bool:
