@@ -113,25 +113,38 @@ class ClaimDialect(abc.ABC):
         if not self.supports_returning(conn):
             single = self.insert_or_skip(table, None)
             return {row["message_id"] for row in rows if self.claim_one(conn, table, single, row)}
+        # One cached statement, sent as an executemany: SQLAlchemy's "insertmanyvalues"
+        # turns it into one multi-row INSERT … RETURNING per chunk (SQLAlchemy docs,
+        # '"Insert Many Values" Behavior for INSERT statements'), without compiling a
+        # statement of 2 x N parameters for every batch as .values([...]) would.
+        statement = self.insert_or_skip(table, None).returning(  # type: ignore[attr-defined]
+            table.c.message_id
+        )
         claimed: set[str] = set()
         for start in range(0, len(rows), MAX_ROWS_PER_STATEMENT):
             chunk = rows[start : start + MAX_ROWS_PER_STATEMENT]
-            statement = self.insert_or_skip(table, chunk).returning(  # type: ignore[attr-defined]
-                table.c.message_id
-            )
             with self.translate_errors():
-                result = self.execute(conn, statement, None)
+                result = self.execute(conn, statement, chunk)
                 claimed.update(result.scalars().all())
         return claimed
 
     def execute(
-        self, conn: Connection, statement: Executable, params: Row | None
+        self, conn: Connection, statement: Executable, params: Row | Sequence[Row] | None
     ) -> CursorResult[Any]:
-        """Execute ``statement`` keeping ``rowcount`` (psycopg 3 reports -1 without it)."""
-        options = {"preserve_rowcount": True}
+        """Execute ``statement`` keeping ``rowcount`` (psycopg 3 reports -1 without it).
+
+        :param params: one row, several rows (an executemany of at most
+            :data:`MAX_ROWS_PER_STATEMENT`, sent as one statement), or None.
+        """
+        options = {
+            "preserve_rowcount": True,
+            "insertmanyvalues_page_size": MAX_ROWS_PER_STATEMENT,
+        }
         if params is None:
             return conn.execute(statement, execution_options=options)
-        return conn.execute(statement, dict(params), execution_options=options)
+        if isinstance(params, Mapping):
+            return conn.execute(statement, dict(params), execution_options=options)
+        return conn.execute(statement, [dict(p) for p in params], execution_options=options)
 
     def inserted_count(self, conn: Connection, result: CursorResult[Any]) -> int:
         """Rows the insert-or-skip wrote: the statement's ``rowcount`` by default."""

@@ -88,7 +88,9 @@ class MySQLClaim(ClaimDialect):
             statement = statement.values(list(rows))
         return statement.prefix_with("IGNORE")
 
-    def execute(self, conn: Connection, statement: Any, params: Row | None) -> CursorResult[Any]:
+    def execute(
+        self, conn: Connection, statement: Any, params: Row | Sequence[Row] | None
+    ) -> CursorResult[Any]:
         result = super().execute(conn, statement, params)
         if _warning_count(result) == 0:
             return result
