@@ -5,17 +5,18 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, SessionTransaction
 
 from .dialects import claim_dialect_for
 from .exc import TransientClaimError, UnsafeTransaction
 
-__all__ = ["DEFAULT_MAX_ATTEMPTS", "is_transient", "run_in_transaction"]
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "is_transient", "owned_transaction", "run_in_transaction"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,29 +28,45 @@ DEFAULT_BACKOFF = 0.02
 MAX_BACKOFF = 1.0
 
 
-def _run_once(session: Session, work: Callable[[Session], T]) -> T:
-    """``work(session)`` in one transaction that only this function may commit."""
-    with session:
-        transaction = session.begin()
-        committing = False
+@contextmanager
+def owned_transaction(session: Session) -> Iterator[SessionTransaction]:
+    """Begin a transaction on ``session`` that only the end of this block may commit.
 
-        def refuse_commit(committing_session: Session) -> None:
-            # Fired for savepoint releases too; only the outermost commit is refused.
-            if not committing and committing_session.get_nested_transaction() is None:
-                raise UnsafeTransaction(
-                    "the unit of work must not commit: the runner commits after it returns"
-                )
+    The block's code (a handler, a unit of work) may use savepoints, but committing the
+    transaction raises :class:`~sa_inbox.exc.UnsafeTransaction` at once (nothing is
+    committed), and rolling it back is detected when the block ends and raises it too.
+    The block's exit commits; an exception rolls back.
 
-        event.listen(session, "before_commit", refuse_commit)
+    :raises UnsafeTransaction: as described; the caller treats it as a failed attempt.
+    """
+    transaction = session.begin()
+    committing = False
+
+    def refuse_commit(committing_session: Session) -> None:
+        # Fired for savepoint releases too; only the outermost commit is refused.
+        if not committing and committing_session.get_nested_transaction() is None:
+            raise UnsafeTransaction(
+                "the handler must not commit: the runner commits after it returns"
+            )
+
+    event.listen(session, "before_commit", refuse_commit)
+    try:
         with transaction:
-            result = work(session)
+            yield transaction
             if not transaction.is_active or session.get_transaction() is not transaction:
                 raise UnsafeTransaction(
-                    "the unit of work ended its transaction (rollback); the claim and the "
-                    "business change were rolled back"
+                    "the handler ended its transaction (rollback); its changes and the "
+                    "claim were rolled back"
                 )
             committing = True
-        return result
+    finally:
+        event.remove(session, "before_commit", refuse_commit)
+
+
+def _run_once(session: Session, work: Callable[[Session], T]) -> T:
+    """``work(session)`` in one transaction that only this function may commit."""
+    with session, owned_transaction(session):
+        return work(session)
 
 
 def is_transient(exc: BaseException, dialect_name: str) -> bool:

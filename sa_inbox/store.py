@@ -36,7 +36,7 @@ from .dialects import ClaimDialect, claim_dialect_for
 from .dialects.store_claim import CandidateQuery, StoreClaimDialect
 from .dialects.store_registry import store_claim_dialect_for
 from .exc import ClaimLost, InvalidStoreArgument
-from .retry import is_transient
+from .retry import is_transient, owned_transaction
 from .schema import DEFAULT_MESSAGE_ID_LENGTH
 from .store_protocol import Handler as Handler
 from .store_protocol import Incoming as Incoming
@@ -333,11 +333,13 @@ class InboxStore:
 
         :returns: True if the handler's change and ``done`` committed together.
         :raises Exception: whatever the handler raised (everything rolled back).
+        :raises UnsafeTransaction: if the handler commits (refused, nothing committed) or
+            rolls back the transaction itself: a failed attempt like any other.
         """
         factory = session_factory or sessionmaker(engine)
         done = {"status": DONE, "processed_at": _aware(now)}
         try:
-            with factory() as session, session.begin():
+            with factory() as session, owned_transaction(session):
                 conn = session.connection(bind_arguments={"clause": self.table})
                 self._claim_dialect(engine).begin_write(conn)
                 if not self._update_claimed(conn, message, done):

@@ -446,3 +446,39 @@ def test_replay_by_id_and_time_range_never_touches_rows_in_hand(store_app: Store
     assert store_app.row("h1")["available_at"] == h1["available_at"], "left untouched"
     assert store.replayable(engine, status=DONE) == 2, "h2 and h3"
     assert store_app.store.counts(engine)[DONE] == 2, "counting changes nothing"
+
+
+@pytest.mark.parametrize("misuse", ["rollback", "commit"])
+def test_handler_that_ends_the_transaction_is_a_failed_attempt(
+    store_app: StoreApp, misuse: str
+) -> None:
+    """A handler that commits (refused: nothing committed) or rolls back never leaves the
+    row `done` without its effect, nor an effect without `done`: it is a failed attempt."""
+    receive_stream(store_app, [Incoming("m-1", {"seq": 1})])
+
+    def handler(session: Any, message: StoredMessage) -> None:
+        store_app.apply(session, message)
+        if misuse == "rollback":
+            session.rollback()
+        else:
+            session.commit()
+
+    worker = Worker(
+        store_app.store.bind(store_app.engine),
+        handler,
+        batch_size=1,
+        max_attempts=2,
+        backoff=Backoff(base=0.05, maximum=0.1),
+        poll_interval=0.02,
+    )
+
+    def settled() -> bool:
+        worker.run_once()
+        counts = store_app.store.counts(store_app.engine)
+        return counts[PENDING] == counts[PROCESSING] == 0
+
+    wait_until(settled, 30, "the store to settle")
+    row = store_app.row("m-1")
+    assert (row["status"], row["attempts"]) == (DEAD, 2)
+    assert row["last_error"].startswith("UnsafeTransaction: the handler")
+    assert store_app.effect_ids() == []
