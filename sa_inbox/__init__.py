@@ -10,13 +10,20 @@ from .claim import Inbox as Inbox
 from .consumer import Outcome as Outcome
 from .consumer import Result as Result
 from .consumer import handle as handle
+from .exc import AsyncHandlerError as AsyncHandlerError
+from .exc import AutocommitConnection as AutocommitConnection
 from .exc import ClaimLost as ClaimLost
 from .exc import ClaimWarning as ClaimWarning
+from .exc import ConfigurationError as ConfigurationError
 from .exc import DuplicateMessage as DuplicateMessage
+from .exc import HandlerEndedTransaction as HandlerEndedTransaction
 from .exc import InboxError as InboxError
+from .exc import InvalidHandler as InvalidHandler
 from .exc import InvalidMessageId as InvalidMessageId
 from .exc import InvalidRetentionPolicy as InvalidRetentionPolicy
+from .exc import InvalidSessionFactory as InvalidSessionFactory
 from .exc import InvalidStoreArgument as InvalidStoreArgument
+from .exc import MissingTable as MissingTable
 from .exc import PurgeLockTimeout as PurgeLockTimeout
 from .exc import RetentionWindowTooShort as RetentionWindowTooShort
 from .exc import TransientClaimError as TransientClaimError
@@ -38,18 +45,25 @@ from .worker import Backoff as Backoff
 from .worker import Worker as Worker
 
 __all__ = [
+    "AsyncHandlerError",
+    "AutocommitConnection",
     "Backoff",
     "ClaimLost",
     "ClaimWarning",
+    "ConfigurationError",
     "DuplicateMessage",
+    "HandlerEndedTransaction",
     "Inbox",
     "InboxError",
     "InboxMessageMixin",
     "InboxStore",
     "Incoming",
+    "InvalidHandler",
     "InvalidMessageId",
     "InvalidRetentionPolicy",
+    "InvalidSessionFactory",
     "InvalidStoreArgument",
+    "MissingTable",
     "Outcome",
     "PurgeLockTimeout",
     "Result",

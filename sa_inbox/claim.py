@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.sql.expression import Executable
 
 from .dialects import ClaimDialect, Strategy, claim_dialect_for
-from .exc import InvalidMessageId, UnsafeTransaction
+from .exc import AutocommitConnection, InvalidMessageId
 from .schema import (
     DEFAULT_MESSAGE_ID_LENGTH,
     DEFAULT_TABLE_NAME,
@@ -212,7 +212,7 @@ class Inbox:
     def _connection(self, bind: Bind) -> Connection:
         conn = connection_for(bind, self.table)
         if _autocommit(conn):
-            raise UnsafeTransaction(
+            raise AutocommitConnection(
                 "the claim's connection is in AUTOCOMMIT mode: the claim would commit on its "
                 "own, apart from the business change; use a transactional connection"
             )

@@ -9,13 +9,20 @@ caller as SQLAlchemy's own :class:`sqlalchemy.exc.DBAPIError`.
 from __future__ import annotations
 
 __all__ = [
+    "AsyncHandlerError",
+    "AutocommitConnection",
     "ClaimLost",
     "ClaimWarning",
+    "ConfigurationError",
     "DuplicateMessage",
+    "HandlerEndedTransaction",
     "InboxError",
+    "InvalidHandler",
     "InvalidMessageId",
     "InvalidRetentionPolicy",
+    "InvalidSessionFactory",
     "InvalidStoreArgument",
+    "MissingTable",
     "PurgeLockTimeout",
     "RetentionWindowTooShort",
     "TransientClaimError",
@@ -27,6 +34,55 @@ __all__ = [
 
 class InboxError(Exception):
     """Root of every exception raised by sa-inbox."""
+
+
+class ConfigurationError(InboxError):
+    """sa-inbox, the database or the handler is set up wrongly: no message is at fault.
+
+    The same error would fail every message, so it is never a message failure: the runner
+    (:func:`sa_inbox.handle`) raises it to the caller without ack or nack, and the
+    :class:`~sa_inbox.Worker` stops with it instead of counting a failed attempt (the
+    message's row is left for a worker that is set up right). Nothing has been committed.
+    """
+
+
+class MissingTable(ConfigurationError):
+    """A table or column that a statement needs does not exist in the database.
+
+    Raised from the database's own error (chained as ``__cause__``): PostgreSQL SQLSTATE
+    42P01 / 42703 (undefined table / column, manual, Appendix A "PostgreSQL Error Codes"),
+    MySQL/MariaDB errors 1146 / 1054 (``ER_NO_SUCH_TABLE`` / ``ER_BAD_FIELD_ERROR``),
+    SQLite's "no such table" / "no such column", Oracle ORA-00942 / ORA-00904. Create the
+    tables (``metadata.create_all()`` or an Alembic migration) before consuming.
+    """
+
+
+class InvalidSessionFactory(ConfigurationError, TypeError):
+    """The session factory did not make a :class:`~sqlalchemy.orm.Session`.
+
+    The runner needs a factory such as ``sessionmaker(engine)`` (called with no arguments,
+    returning a new Session). ``Session.begin`` or ``sessionmaker.begin``, which return a
+    transaction context manager, are the usual mistake.
+    """
+
+
+class InvalidHandler(ConfigurationError, TypeError):
+    """The handler cannot be called the way the runner or worker calls it.
+
+    :func:`sa_inbox.handle` calls ``handler(session)``; the :class:`~sa_inbox.Worker` calls
+    ``handler(session, message)``. Checked with :func:`inspect.signature` before anything
+    is sent.
+    """
+
+
+class AsyncHandlerError(InboxError, TypeError):
+    """A synchronous runner was given an ``async def`` handler, or one returning an awaitable.
+
+    The sync runner and worker cannot await it: its body would never run while the claim
+    committed, so the message would be acked without being applied. The attempt is refused
+    before anything commits (a nack, or a failed attempt in the worker). Use the asyncio
+    API for coroutine handlers.
+    """
 
 
 class InvalidMessageId(InboxError, ValueError):
@@ -88,11 +144,29 @@ class ClaimWarning(InboxError):
 class UnsafeTransaction(InboxError):
     """The claim and the business change would not share one transaction.
 
-    Raised when a claim is asked to run on an AUTOCOMMIT connection (each statement would
-    commit on its own, so a failing handler would leave the claim committed and the message
-    lost), and by :func:`sa_inbox.run_in_transaction` / :func:`sa_inbox.handle` when the unit
-    of work commits or rolls back the transaction it was given: only the runner may end it,
-    after the unit of work returns.
+    The base of :class:`AutocommitConnection` (a configuration error) and
+    :class:`HandlerEndedTransaction` (a failed attempt).
+    """
+
+
+class AutocommitConnection(UnsafeTransaction, ConfigurationError):
+    """A claim was asked to run on a connection that commits each statement on its own.
+
+    The claim would commit apart from the business change, so a failing handler would leave
+    the claim committed and the message lost. Detected for SQLAlchemy's
+    ``isolation_level="AUTOCOMMIT"`` and for driver-level autocommit (psycopg 3
+    ``autocommit=True``, PyMySQL ``autocommit=True``, :mod:`sqlite3` with
+    ``isolation_level=None`` outside a transaction or ``autocommit=True``).
+    """
+
+
+class HandlerEndedTransaction(UnsafeTransaction):
+    """The handler committed, rolled back or replaced the transaction that holds the claim.
+
+    Only the runner may end that transaction, after the handler returns. A commit is
+    refused before it reaches the database (nothing is committed); a rollback is detected
+    when the handler returns. Either way the attempt fails (nack, or a failed attempt in
+    the worker) and is never acked.
     """
 
 

@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, SessionTransaction
 
 from .dialects import claim_dialect_for
-from .exc import TransientClaimError, UnsafeTransaction
+from .exc import HandlerEndedTransaction, TransientClaimError
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "is_transient", "owned_transaction", "run_in_transaction"]
 
@@ -45,7 +45,7 @@ def owned_transaction(session: Session) -> Iterator[SessionTransaction]:
     def refuse_commit(committing_session: Session) -> None:
         # Fired for savepoint releases too; only the outermost commit is refused.
         if not committing and committing_session.get_nested_transaction() is None:
-            raise UnsafeTransaction(
+            raise HandlerEndedTransaction(
                 "the handler must not commit: the runner commits after it returns"
             )
 
@@ -54,7 +54,7 @@ def owned_transaction(session: Session) -> Iterator[SessionTransaction]:
         with transaction:
             yield transaction
             if not transaction.is_active or session.get_transaction() is not transaction:
-                raise UnsafeTransaction(
+                raise HandlerEndedTransaction(
                     "the handler ended its transaction (rollback); its changes and the "
                     "claim were rolled back"
                 )
