@@ -21,6 +21,7 @@ from .exc import InboxError as InboxError
 from .exc import InvalidHandler as InvalidHandler
 from .exc import InvalidMessageId as InvalidMessageId
 from .exc import InvalidRetentionPolicy as InvalidRetentionPolicy
+from .exc import InvalidRetryArgument as InvalidRetryArgument
 from .exc import InvalidSessionFactory as InvalidSessionFactory
 from .exc import InvalidStoreArgument as InvalidStoreArgument
 from .exc import MissingTable as MissingTable
@@ -61,6 +62,7 @@ __all__ = [
     "InvalidHandler",
     "InvalidMessageId",
     "InvalidRetentionPolicy",
+    "InvalidRetryArgument",
     "InvalidSessionFactory",
     "InvalidStoreArgument",
     "MissingTable",

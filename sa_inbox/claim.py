@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.sql.expression import Executable
 
-from .dialects import ClaimDialect, Strategy, claim_dialect_for
+from .dialects import ClaimDialect, Strategy, claim_dialect_for, is_autocommit
 from .exc import AutocommitConnection, InvalidMessageId
 from .schema import (
     DEFAULT_MESSAGE_ID_LENGTH,
@@ -133,7 +133,8 @@ class Inbox:
         :raises TransientClaimError: on a serialization failure or deadlock: roll back and
             retry the whole transaction.
         :raises ClaimWarning: on MySQL/MariaDB, for a warning other than duplicate key.
-        :raises UnsafeTransaction: if ``bind`` is in AUTOCOMMIT mode (the claim would commit
+        :raises AutocommitConnection: if ``bind`` commits each statement on its own
+            (SQLAlchemy's AUTOCOMMIT or the driver's own autocommit; the claim would commit
             apart from the business change).
         :raises TypeError: if ``bind`` is not a Session or Connection.
         """
@@ -211,7 +212,7 @@ class Inbox:
 
     def _connection(self, bind: Bind) -> Connection:
         conn = connection_for(bind, self.table)
-        if _autocommit(conn):
+        if is_autocommit(conn):
             raise AutocommitConnection(
                 "the claim's connection is in AUTOCOMMIT mode: the claim would commit on its "
                 "own, apart from the business change; use a transactional connection"
@@ -246,16 +247,6 @@ def connection_for(bind: Bind, table: sa.Table) -> Connection:
     raise TypeError(
         f"bind must be a Session, scoped_session or Connection, not {type(bind).__name__}"
     )
-
-
-def _autocommit(conn: Connection) -> bool:
-    """Whether ``conn`` runs in AUTOCOMMIT (``isolation_level="AUTOCOMMIT"`` on the
-    connection, the engine, or ``create_engine()``; SQLAlchemy docs, "Setting Transaction
-    Isolation Levels including DBAPI Autocommit")."""
-    check = getattr(conn, "_is_autocommit_isolation", None)  # SQLAlchemy 2.0 and 2.1
-    if callable(check):
-        return bool(check())
-    return conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
 
 
 def _optional_text(value: str | None, field: str, max_length: int = 255) -> str | None:

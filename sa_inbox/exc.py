@@ -20,6 +20,7 @@ __all__ = [
     "InvalidHandler",
     "InvalidMessageId",
     "InvalidRetentionPolicy",
+    "InvalidRetryArgument",
     "InvalidSessionFactory",
     "InvalidStoreArgument",
     "MissingTable",
@@ -184,6 +185,14 @@ class InvalidRetentionPolicy(InboxError, ValueError):
     Raised for a duration that is not a :class:`datetime.timedelta`, a negative duration,
     a zero ``max_redelivery``, a ``batch_size`` that is not a positive int, or a bare
     ``older_than`` with no policy to check it against. Nothing has been deleted.
+    """
+
+
+class InvalidRetryArgument(InboxError, ValueError):
+    """A retry setting of the runner was rejected before anything was sent.
+
+    Raised by :func:`sa_inbox.handle` and :func:`sa_inbox.run_in_transaction` for a
+    ``max_attempts`` that is not an int >= 1.
     """
 
 

@@ -5,18 +5,24 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TypeVar
 
-from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session, SessionTransaction
+from sqlalchemy.orm import Session
 
 from .dialects import claim_dialect_for
-from .exc import HandlerEndedTransaction, TransientClaimError
+from .exc import InvalidRetryArgument, InvalidSessionFactory, TransientClaimError
+from .guard import owned_transaction
 
-__all__ = ["DEFAULT_MAX_ATTEMPTS", "is_transient", "owned_transaction", "run_in_transaction"]
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "check_max_attempts",
+    "is_transient",
+    "new_session",
+    "owned_transaction",
+    "run_in_transaction",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -28,45 +34,44 @@ DEFAULT_BACKOFF = 0.02
 MAX_BACKOFF = 1.0
 
 
-@contextmanager
-def owned_transaction(session: Session) -> Iterator[SessionTransaction]:
-    """Begin a transaction on ``session`` that only the end of this block may commit.
-
-    The block's code (a handler, a unit of work) may use savepoints, but committing the
-    transaction raises :class:`~sa_inbox.exc.UnsafeTransaction` at once (nothing is
-    committed), and rolling it back is detected when the block ends and raises it too.
-    The block's exit commits; an exception rolls back.
-
-    :raises UnsafeTransaction: as described; the caller treats it as a failed attempt.
-    """
-    transaction = session.begin()
-    committing = False
-
-    def refuse_commit(committing_session: Session) -> None:
-        # Fired for savepoint releases too; only the outermost commit is refused.
-        if not committing and committing_session.get_nested_transaction() is None:
-            raise HandlerEndedTransaction(
-                "the handler must not commit: the runner commits after it returns"
-            )
-
-    event.listen(session, "before_commit", refuse_commit)
-    try:
-        with transaction:
-            yield transaction
-            if not transaction.is_active or session.get_transaction() is not transaction:
-                raise HandlerEndedTransaction(
-                    "the handler ended its transaction (rollback); its changes and the "
-                    "claim were rolled back"
-                )
-            committing = True
-    finally:
-        event.remove(session, "before_commit", refuse_commit)
-
-
 def _run_once(session: Session, work: Callable[[Session], T]) -> T:
-    """``work(session)`` in one transaction that only this function may commit."""
-    with session, owned_transaction(session):
+    """``work(session)`` in one transaction that only this function may commit; a missing
+    table or column becomes :class:`~sa_inbox.exc.MissingTable`."""
+    dialect = claim_dialect_for(session.get_bind().dialect.name)
+    with session, dialect.translate_configuration_errors(), owned_transaction(session):
         return work(session)
+
+
+def new_session(session_factory: Callable[[], Session]) -> Session:
+    """``session_factory()``, checked to be a new :class:`~sqlalchemy.orm.Session`.
+
+    :raises InvalidSessionFactory: if the call fails with :class:`TypeError` (an unbound
+        ``Session.begin``) or returns anything but a Session (``sessionmaker.begin``
+        returns a transaction context manager).
+    """
+    try:
+        session = session_factory()
+    except TypeError as exc:
+        raise InvalidSessionFactory(
+            f"the session factory {session_factory!r} cannot be called with no arguments: "
+            f"{exc}; pass a sessionmaker"
+        ) from exc
+    if not isinstance(session, Session):
+        raise InvalidSessionFactory(
+            f"the session factory {session_factory!r} returned {type(session).__name__}, "
+            "not a Session; pass a sessionmaker (not sessionmaker.begin or Session.begin)"
+        )
+    return session
+
+
+def check_max_attempts(max_attempts: int) -> int:
+    """``max_attempts`` if it is an int >= 1.
+
+    :raises InvalidRetryArgument: otherwise (nothing has been sent).
+    """
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise InvalidRetryArgument(f"max_attempts must be an int >= 1, not {max_attempts!r}")
+    return max_attempts
 
 
 def is_transient(exc: BaseException, dialect_name: str) -> bool:
@@ -109,14 +114,17 @@ def run_in_transaction(
     :returns: what ``work`` returned on the attempt that committed.
     :raises TransientClaimError: if the last attempt failed transiently (the driver error is
         chained).
-    :raises UnsafeTransaction: if ``work`` commits (refused: nothing is committed) or rolls
-        back the transaction itself; nothing of that attempt is retried.
-    :raises ValueError: if ``max_attempts`` < 1.
+    :raises HandlerEndedTransaction: if ``work`` commits (refused: nothing is committed) or
+        rolls back the transaction itself; nothing of that attempt is retried.
+    :raises ConfigurationError: :class:`~sa_inbox.exc.MissingTable` for a missing table or
+        column, :class:`~sa_inbox.exc.AutocommitConnection` for an engine that commits each
+        statement on its own, :class:`~sa_inbox.exc.InvalidSessionFactory` for a factory
+        that does not make Sessions; never retried.
+    :raises InvalidRetryArgument: if ``max_attempts`` is not an int >= 1, before anything.
     """
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be >= 1, not {max_attempts}")
+    check_max_attempts(max_attempts)
     for attempt in range(1, max_attempts + 1):
-        session = session_factory()
+        session = new_session(session_factory)
         try:
             return _run_once(session, work)
         except (TransientClaimError, DBAPIError) as exc:

@@ -36,7 +36,9 @@ from .dialects import ClaimDialect, claim_dialect_for
 from .dialects.store_claim import CandidateQuery, StoreClaimDialect
 from .dialects.store_registry import store_claim_dialect_for
 from .exc import ClaimLost, InvalidStoreArgument
-from .retry import is_transient, owned_transaction
+from .guard import owned_transaction
+from .handlers import call_handler
+from .retry import is_transient, new_session
 from .schema import DEFAULT_MESSAGE_ID_LENGTH
 from .store_protocol import Handler as Handler
 from .store_protocol import Incoming as Incoming
@@ -333,18 +335,30 @@ class InboxStore:
 
         :returns: True if the handler's change and ``done`` committed together.
         :raises Exception: whatever the handler raised (everything rolled back).
-        :raises UnsafeTransaction: if the handler commits (refused, nothing committed) or
-            rolls back the transaction itself: a failed attempt like any other.
+        :raises HandlerEndedTransaction: if the handler commits (refused, nothing committed)
+            or rolls back the transaction itself: a failed attempt like any other.
+        :raises AsyncHandlerError: if the handler's result is awaitable (an ``async def``
+            handler): rolled back before anything commits, a failed attempt.
+        :raises ConfigurationError: :class:`~sa_inbox.exc.MissingTable` (the store's or a
+            business table or column is missing), :class:`~sa_inbox.exc.AutocommitConnection`
+            (the session's engine commits each statement on its own, so ``done`` would commit
+            before the handler ran), :class:`~sa_inbox.exc.InvalidSessionFactory`: the
+            worker stops, nothing is recorded against the message.
         """
         factory = session_factory or sessionmaker(engine)
         done = {"status": DONE, "processed_at": _aware(now)}
+        dialect = self._claim_dialect(engine)
         try:
-            with factory() as session, owned_transaction(session):
+            with (
+                new_session(factory) as session,
+                claim_dialect_for(engine.dialect.name).translate_configuration_errors(),
+                owned_transaction(session),
+            ):
                 conn = session.connection(bind_arguments={"clause": self.table})
-                self._claim_dialect(engine).begin_write(conn)
+                dialect.begin_write(conn)
                 if not self._update_claimed(conn, message, done):
                     raise ClaimLost(f"message {message.message_id!r} is no longer claimed")
-                handler(session, message)
+                call_handler(handler, session, message)
         except ClaimLost:
             return False
         return True
@@ -554,9 +568,15 @@ class InboxStore:
 
     @contextmanager
     def transaction(self, engine: sa.Engine) -> Iterator[tuple[Connection, StoreClaimDialect]]:
-        """A short store transaction on ``engine``: its isolation level, its write lock."""
+        """A short store transaction on ``engine``: its isolation level, its write lock.
+
+        :raises MissingTable: if the store table (or a column) does not exist.
+        """
         dialect = self._claim_dialect(engine)
-        with engine.connect() as conn:
+        with (
+            claim_dialect_for(engine.dialect.name).translate_configuration_errors(),
+            engine.connect() as conn,
+        ):
             if dialect.isolation_level is not None:
                 conn.execution_options(isolation_level=dialect.isolation_level)
             with conn.begin():

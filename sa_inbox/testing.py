@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .exc import InvalidStoreArgument
+from .handlers import call_handler
 from .store import (
     DEAD,
     DEFAULT_CONSUMER,
@@ -182,6 +183,9 @@ class MemoryStore:
     def complete(self, message: StoredMessage, handler: Handler, *, now: datetime.datetime) -> bool:
         """Run ``handler(context, message)``; mark ``done`` only if it returns.
 
+        A handler whose result is awaitable is refused (:class:`~sa_inbox.exc.AsyncHandlerError`,
+        a failed attempt), as by the database store.
+
         While the handler runs the row is held (as the database's row lock holds it): no
         claim takes it, however long the handler runs.
         """
@@ -191,7 +195,8 @@ class MemoryStore:
                 return False
             self._running.add(row.id)
         try:
-            handler(self.context, replace(message, payload=copy.deepcopy(message.payload)))
+            payload = copy.deepcopy(message.payload)
+            call_handler(handler, self.context, replace(message, payload=payload))
         finally:
             with self._lock:
                 self._running.discard(row.id)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from sqlalchemy.engine import Connection
+
 from .base import ClaimDialect as ClaimDialect
 from .generic import SavepointClaim as SavepointClaim
 from .mysql import MySQLClaim as MySQLClaim
@@ -43,6 +45,7 @@ __all__ = [
     "SavepointClaim",
     "Strategy",
     "claim_dialect_for",
+    "is_autocommit",
     "purge_dialect_for",
 ]
 
@@ -70,6 +73,27 @@ def claim_dialect_for(dialect_name: str, strategy: Strategy = "native") -> Claim
     if strategy == "savepoint":
         return SavepointClaim(native)
     raise ValueError(f"strategy must be 'native' or 'savepoint', not {strategy!r}")
+
+
+def is_autocommit(conn: Connection) -> bool:
+    """Whether ``conn`` commits each statement on its own, so a claim on it would commit
+    apart from the business change.
+
+    True for SQLAlchemy's ``isolation_level="AUTOCOMMIT"`` (on the connection, the engine or
+    ``create_engine()``; SQLAlchemy docs, "Setting Transaction Isolation Levels including
+    DBAPI Autocommit") and for autocommit set on the driver itself, as the backend's
+    :meth:`ClaimDialect.driver_autocommit` reads it (psycopg 3 / PyMySQL
+    ``connect_args={"autocommit": True}``, :mod:`sqlite3` ``isolation_level=None``).
+
+    :param conn: a Connection; its DBAPI connection is checked out if it was not yet.
+    """
+    check = getattr(conn, "_is_autocommit_isolation", None)  # SQLAlchemy 2.0 and 2.1
+    if callable(check) and check():
+        return True
+    if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+        return True
+    dialect = claim_dialect_for(conn.dialect.name)
+    return dialect.driver_autocommit(conn.connection.dbapi_connection)
 
 
 _PURGE_REGISTRY: dict[str, PurgeDialect] = {

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.sql.expression import Executable
 
-from ..exc import TransientClaimError
+from ..exc import MissingTable, TransientClaimError
 
 __all__ = ["ClaimDialect", "OnConflictDoNothingClaim", "Row", "driver_error", "sqlstate_of"]
 
@@ -96,6 +96,20 @@ class ClaimDialect(abc.ABC):
             whose values are given as parameters at execution (the cached form).
         """
 
+    def driver_autocommit(self, dbapi_connection: Any) -> bool:
+        """Whether the driver's own connection commits each statement on its own.
+
+        SQLAlchemy's ``isolation_level="AUTOCOMMIT"`` is checked apart (see
+        :func:`is_autocommit`); this hook sees what the driver was told directly, such as
+        ``create_engine(url, connect_args={"autocommit": True})``. The default reads a
+        boolean ``autocommit`` attribute, which psycopg 3, psycopg2, oracledb and Python
+        3.12's :mod:`sqlite3` (``autocommit=True``) expose; backends whose driver reports it
+        otherwise override this.
+
+        :param dbapi_connection: the DBAPI connection (``conn.connection.dbapi_connection``).
+        """
+        return getattr(dbapi_connection, "autocommit", False) is True
+
     def supports_returning(self, conn: Connection) -> bool:
         """Whether ``INSERT … RETURNING`` works with this backend's insert-or-skip."""
         return bool(conn.dialect.insert_returning)
@@ -160,9 +174,25 @@ class ClaimDialect(abc.ABC):
         """True if ``exc`` is a serialization failure or deadlock: retry the transaction."""
         return False
 
+    def is_missing_table(self, exc: DBAPIError) -> bool:
+        """True if ``exc`` says a table or column does not exist (a configuration error)."""
+        return False
+
+    @contextmanager
+    def translate_configuration_errors(self) -> Iterator[None]:
+        """Re-raise "no such table / column" driver errors as
+        :class:`~sa_inbox.exc.MissingTable` (chained), leaving every other error as it is."""
+        try:
+            yield
+        except DBAPIError as exc:
+            if self.is_missing_table(exc):
+                raise MissingTable(f"a table or column does not exist: {exc.orig}") from exc
+            raise
+
     @contextmanager
     def translate_errors(self) -> Iterator[None]:
-        """Re-raise transient driver errors as :class:`~sa_inbox.exc.TransientClaimError`."""
+        """Re-raise transient driver errors as :class:`~sa_inbox.exc.TransientClaimError`,
+        missing tables as :class:`~sa_inbox.exc.MissingTable`."""
         try:
             yield
         except DBAPIError as exc:
@@ -170,6 +200,8 @@ class ClaimDialect(abc.ABC):
                 raise TransientClaimError(
                     f"claim aborted by the database, retry the transaction: {exc.orig}"
                 ) from exc
+            if self.is_missing_table(exc):
+                raise MissingTable(f"the inbox table does not exist: {exc.orig}") from exc
             raise
 
     def duplicate_or_raise(self, exc: IntegrityError, table: sa.Table) -> bool:

@@ -16,6 +16,7 @@ re-raised unchanged.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -93,3 +94,11 @@ class SavepointClaim(ClaimDialect):
 
     def is_transient(self, exc: DBAPIError) -> bool:
         return self.native is not None and self.native.is_transient(exc)
+
+    def is_missing_table(self, exc: DBAPIError) -> bool:
+        return self.native is not None and self.native.is_missing_table(exc)
+
+    def driver_autocommit(self, dbapi_connection: Any) -> bool:
+        if self.native is not None:
+            return self.native.driver_autocommit(dbapi_connection)
+        return super().driver_autocommit(dbapi_connection)

@@ -42,6 +42,8 @@ __all__ = ["DeleteOrderedLimit", "MySQLClaim", "MySQLPurge", "MySQLStoreClaim"]
 #: Deadlock found, lock wait timeout exceeded (MySQL manual, "Server Error Message Reference").
 TRANSIENT_ERRORS = frozenset({1213, 1205})
 ER_DUP_ENTRY = 1062
+#: ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR (MySQL manual, "Server Error Message Reference").
+MISSING_TABLE_ERRORS = frozenset({1146, 1054})
 
 
 def _error_code(exc: DBAPIError) -> int | None:
@@ -140,6 +142,19 @@ class MySQLClaim(ClaimDialect):
 
     def is_transient(self, exc: DBAPIError) -> bool:
         return _error_code(exc) in TRANSIENT_ERRORS
+
+    def is_missing_table(self, exc: DBAPIError) -> bool:
+        return _error_code(exc) in MISSING_TABLE_ERRORS
+
+    def driver_autocommit(self, dbapi_connection: Any) -> bool:
+        """PyMySQL and mysqlclient: ``get_autocommit()``, which reads the
+        ``SERVER_STATUS_AUTOCOMMIT`` flag of the server's last reply (no round trip; MySQL
+        manual, "Client/Server Protocol", "SERVER_STATUS_flags_enum"), so it also sees a
+        ``SET autocommit=1`` sent behind the driver's back."""
+        probe = getattr(dbapi_connection, "get_autocommit", None)
+        if callable(probe):
+            return bool(probe())
+        return super().driver_autocommit(dbapi_connection)
 
 
 class DeleteOrderedLimit(Executable, ClauseElement):

@@ -34,6 +34,9 @@ __all__ = ["MergeInsertOrSkip", "OracleClaim", "OraclePurge", "OracleStoreClaim"
 #: ORA-08177 can't serialize access, ORA-00060 deadlock detected.
 TRANSIENT_ERRORS = frozenset({8177, 60})
 ORA_UNIQUE_VIOLATED = 1
+#: ORA-00942 table or view does not exist, ORA-00904 invalid identifier (Oracle Database
+#: Error Messages).
+MISSING_TABLE_ERRORS = frozenset({942, 904})
 _CONSTRAINT = re.compile(r"unique constraint \((?:[^.()]+\.)?([^.()]+)\) violated", re.IGNORECASE)
 
 
@@ -140,6 +143,9 @@ class OracleClaim(ClaimDialect):
 
     def is_transient(self, exc: DBAPIError) -> bool:
         return _error_code(exc) in TRANSIENT_ERRORS
+
+    def is_missing_table(self, exc: DBAPIError) -> bool:
+        return _error_code(exc) in MISSING_TABLE_ERRORS
 
 
 class OraclePurge(RowLockingPurge):

@@ -27,6 +27,8 @@ __all__ = ["PostgreSQLClaim", "PostgreSQLPurge", "PostgreSQLStoreClaim"]
 #: serialization_failure, deadlock_detected (PostgreSQL manual, Appendix A, "Error Codes").
 TRANSIENT_SQLSTATES = frozenset({"40001", "40P01"})
 UNIQUE_VIOLATION = "23505"
+#: undefined_table, undefined_column (PostgreSQL manual, Appendix A, "Error Codes").
+MISSING_TABLE_SQLSTATES = frozenset({"42P01", "42703"})
 
 
 class PostgreSQLClaim(OnConflictDoNothingClaim):
@@ -47,6 +49,9 @@ class PostgreSQLClaim(OnConflictDoNothingClaim):
 
     def is_transient(self, exc: DBAPIError) -> bool:
         return sqlstate_of(exc) in TRANSIENT_SQLSTATES
+
+    def is_missing_table(self, exc: DBAPIError) -> bool:
+        return sqlstate_of(exc) in MISSING_TABLE_SQLSTATES
 
 
 class PostgreSQLPurge(RowLockingPurge):

@@ -83,6 +83,26 @@ class SQLiteClaim(OnConflictDoNothingClaim):
             return code & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
         return isinstance(orig, sqlite3.OperationalError) and "database is locked" in str(orig)
 
+    def is_missing_table(self, exc: DBAPIError) -> bool:
+        # SQLITE_ERROR (1) carries no finer code: the message is the only signal.
+        orig = driver_error(exc)
+        return isinstance(orig, sqlite3.OperationalError) and str(orig).startswith(
+            ("no such table", "no such column")
+        )
+
+    def driver_autocommit(self, dbapi_connection: Any) -> bool:
+        """:mod:`sqlite3` outside a transaction with ``isolation_level=None`` (no implicit
+        ``BEGIN``) or Python 3.12's ``autocommit=True``: each statement commits on its own
+        (Python docs, "sqlite3 — Transaction control"). SQLAlchemy's documented savepoint
+        recipe sets ``isolation_level=None`` and emits ``BEGIN`` itself, so an open
+        transaction (``in_transaction``) is not autocommit."""
+        if getattr(dbapi_connection, "in_transaction", False):
+            return False
+        return (
+            getattr(dbapi_connection, "isolation_level", "") is None
+            or getattr(dbapi_connection, "autocommit", False) is True
+        )
+
 
 class SQLitePurge(PurgeDialect):
     """Purge batches on SQLite: the primary-key subquery, each batch ``BEGIN IMMEDIATE``.

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from sa_inbox import DuplicateMessage, InboxError, Outcome, handle, install, register_claim
-from sa_inbox.exc import UnsafeTransaction
+from sa_inbox.exc import AutocommitConnection, UnsafeTransaction
 from sa_inbox.session import pending_claims, uninstall
 from tests.app import CONSUMER, App
 
@@ -328,16 +328,18 @@ def test_autocommit_is_refused(app: App) -> None:
         app.apply_payment(session, "m1", 1, Decimal(3))
         raise ValueError("boom")
 
-    result = handle(
-        sessionmaker(autocommit),
-        app.inbox,
-        "m1",
-        CONSUMER,
-        fails,
-        ack=failing.ack,
-        nack=failing.nack,
-    )
-    assert result.outcome is Outcome.FAILED and isinstance(result.error, UnsafeTransaction)
+    # A configuration error: raised to the caller, neither acked nor nacked.
+    with pytest.raises(AutocommitConnection, match="AUTOCOMMIT"):
+        handle(
+            sessionmaker(autocommit),
+            app.inbox,
+            "m1",
+            CONSUMER,
+            fails,
+            ack=failing.ack,
+            nack=failing.nack,
+        )
+    assert (failing.acks, failing.nacks) == (0, 0)
     assert app.inbox_rows() == 0 and app.ledger_rows() == 0
 
 

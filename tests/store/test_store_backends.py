@@ -480,5 +480,5 @@ def test_handler_that_ends_the_transaction_is_a_failed_attempt(
     wait_until(settled, 30, "the store to settle")
     row = store_app.row("m-1")
     assert (row["status"], row["attempts"]) == (DEAD, 2)
-    assert row["last_error"].startswith("UnsafeTransaction: the handler")
+    assert row["last_error"].startswith("HandlerEndedTransaction: the handler")
     assert store_app.effect_ids() == []

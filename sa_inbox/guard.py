@@ -1,0 +1,181 @@
+"""The transaction that holds a claim, guarded while a handler runs inside it.
+
+The runner (:func:`sa_inbox.handle`, :func:`sa_inbox.run_in_transaction`) and the store's
+worker begin one transaction, claim the message in it, run the handler in it and commit it.
+A handler that ended that transaction itself would split the claim from the business change:
+committing it makes the claim durable before the change (a failure after the commit then
+loses the message: the redelivery is a duplicate), rolling it back drops the claim while the
+handler may go on writing in a new transaction. :func:`owned_transaction` refuses or
+detects each way SQLAlchemy offers to do that:
+
+==========================================================  ===============================
+what the handler does                                       what happens
+==========================================================  ===============================
+``session.commit()``, ``session.get_transaction().commit()``  refused before any SQL
+                                                            (``SessionEvents.before_commit``)
+``session.connection().commit()``, a nested                 refused before the driver's
+``Session(bind=session.connection(),                        ``commit()`` (``ConnectionEvents
+join_transaction_mode="control_fully").commit()``           .commit``); the driver's
+                                                            transaction is rolled back
+``session.rollback()``, ``session.connection().rollback()``,  detected when the handler
+a nested session's rollback                                 returns; a statement after it,
+                                                            which would begin a new
+                                                            transaction, is refused
+``session.begin()`` / ``with session.begin():``             SQLAlchemy raises ("a
+                                                            transaction is already begun")
+a raw DBAPI ``commit()`` (``conn.connection                 **not intercepted**: it bypasses
+.dbapi_connection.commit()``), a textual ``COMMIT``          SQLAlchemy; never do this
+==========================================================  ===============================
+
+Every refusal is a :class:`~sa_inbox.exc.HandlerEndedTransaction`: the attempt fails, nothing
+is committed and the delivery is never acked. Each connection the transaction enlists is also
+checked for autocommit (:func:`sa_inbox.dialects.is_autocommit`), a
+:class:`~sa_inbox.exc.AutocommitConnection`, before anything is sent on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, RootTransaction, Transaction
+from sqlalchemy.orm import Session, SessionTransaction
+
+from .dialects import is_autocommit
+from .exc import AutocommitConnection, HandlerEndedTransaction
+
+__all__ = ["owned_transaction"]
+
+
+class _Guard:
+    """The listeners of one owned transaction; see :func:`owned_transaction`."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.transaction: SessionTransaction | None = None
+        self.committing = False
+        #: Why a commit or begin was refused (the handler may have caught the error).
+        self.refused: str | None = None
+        #: The connections of the transaction, with the root transaction each held.
+        self.connections: list[tuple[Connection, Transaction | None]] = []
+
+    # -- session listeners ------------------------------------------------------------
+
+    def before_commit(self, session: Session) -> None:
+        # Fired for savepoint releases too; only the outermost commit is refused.
+        if not self.committing and session.get_nested_transaction() is None:
+            self.refuse("the handler must not commit: the runner commits after it returns")
+
+    def after_begin(
+        self, session: Session, transaction: SessionTransaction, connection: Connection
+    ) -> None:
+        root = transaction
+        while root.parent is not None:
+            root = root.parent
+        if root is not self.transaction:
+            self.refuse(
+                "the handler began a new transaction after ending the one that holds the "
+                "claim (a rollback): its changes would commit without the claim"
+            )
+        if any(known is connection for known, _ in self.connections):
+            return  # a savepoint on a connection already guarded
+        if is_autocommit(connection):
+            raise AutocommitConnection(
+                "the session's connection commits each statement on its own (AUTOCOMMIT "
+                "or the driver's autocommit): the claim would commit apart from the "
+                "business change; use a transactional engine"
+            )
+        event.listen(connection, "commit", self.connection_commit)
+        event.listen(connection, "begin", self.connection_begin)
+        self.connections.append((connection, connection.get_transaction()))
+
+    # -- connection listeners -----------------------------------------------------------
+
+    def connection_commit(self, connection: Connection) -> None:
+        if self.committing:
+            return
+        # SQLAlchemy marks its transaction inactive whatever this listener does; the
+        # driver's transaction is still open, so roll it back here, or the next user of
+        # the pooled connection would commit the claim without the business change.
+        dbapi_connection = connection.connection.dbapi_connection
+        if dbapi_connection is not None:
+            dbapi_connection.rollback()
+        self.refuse(
+            "the handler must not commit the connection: the runner commits after it "
+            "returns (the transaction was rolled back)"
+        )
+
+    def connection_begin(self, connection: Connection) -> None:
+        if not self.committing:
+            self.refuse(
+                "the handler began a new transaction on the claim's connection after "
+                "ending the one that holds the claim"
+            )
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def refuse(self, reason: str) -> None:
+        self.refused = self.refused or reason
+        raise HandlerEndedTransaction(reason)
+
+    def check(self, transaction: SessionTransaction) -> None:
+        """Raise unless ``transaction`` and every connection's root are as they began."""
+        if self.refused is not None:
+            raise HandlerEndedTransaction(self.refused)
+        intact = transaction.is_active and self.session.get_transaction() is transaction
+        for connection, root in self.connections:
+            current = connection.get_transaction()
+            if current is not root or (
+                isinstance(current, RootTransaction) and not current.is_active
+            ):
+                intact = False
+        if not intact:
+            raise HandlerEndedTransaction(
+                "the handler ended its transaction (rollback); its changes and the claim "
+                "were rolled back"
+            )
+
+    @contextmanager
+    def listening(self) -> Iterator[None]:
+        session_listeners = (
+            ("before_commit", self.before_commit),
+            ("after_begin", self.after_begin),
+        )
+        for name, listener in session_listeners:
+            event.listen(self.session, name, listener)
+        try:
+            yield
+        finally:
+            for name, listener in session_listeners:
+                event.remove(self.session, name, listener)
+            for connection, _ in self.connections:
+                event.remove(connection, "commit", self.connection_commit)
+                event.remove(connection, "begin", self.connection_begin)
+
+
+@contextmanager
+def owned_transaction(session: Session) -> Iterator[SessionTransaction]:
+    """Begin a transaction on ``session`` that only the end of this block may commit.
+
+    The block (a handler, a unit of work) may use savepoints. Committing the transaction,
+    through the Session or any of its connections, is refused before it reaches the
+    database; rolling it back is detected when the block ends; a new transaction begun after
+    such a rollback is refused (see the module's table). Each refusal raises
+    :class:`~sa_inbox.exc.HandlerEndedTransaction`, and the block's end raises it again if
+    the block caught it, so nothing of the attempt commits. The block's exit commits; an
+    exception rolls back.
+
+    :param session: a new Session with no transaction in progress.
+    :raises HandlerEndedTransaction: as described; the caller treats it as a failed attempt.
+    :raises AutocommitConnection: when the transaction enlists a connection that commits
+        each statement on its own, before anything is sent on it.
+    """
+    guard = _Guard(session)
+    with guard.listening():
+        transaction = session.begin()
+        guard.transaction = transaction
+        with transaction:
+            yield transaction
+            guard.check(transaction)
+            guard.committing = True

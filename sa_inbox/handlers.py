@@ -1,0 +1,83 @@
+"""Checks on the handlers the synchronous runner and worker call.
+
+A synchronous runner cannot await a coroutine: calling an ``async def`` handler returns a
+coroutine object whose body never runs, while the claim commits and the delivery is acked.
+:func:`check_handler` refuses such a handler before anything is sent, and
+:func:`call_handler` refuses any result that is awaitable (a plain function returning a
+coroutine, a callable object with an ``async def __call__``) before the transaction commits.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from .exc import AsyncHandlerError, InvalidHandler
+
+__all__ = ["call_handler", "check_handler", "is_async_callable"]
+
+
+def is_async_callable(handler: object) -> bool:
+    """Whether calling ``handler`` returns a coroutine: an ``async def`` function, a
+    :func:`functools.partial` of one, or an object whose ``__call__`` is ``async def``."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = getattr(type(handler), "__call__", None)  # noqa: B004 (the method, not callable())
+    return inspect.iscoroutinefunction(call)
+
+
+def check_handler(handler: object, arguments: tuple[str, ...]) -> None:
+    """Refuse a handler the synchronous runner cannot call as ``handler(*arguments)``.
+
+    :param handler: the handler.
+    :param arguments: the names of the positional arguments it is called with, for the
+        error message (``("session",)`` for :func:`sa_inbox.handle`, ``("session",
+        "message")`` for the worker).
+    :raises InvalidHandler: if ``handler`` is not callable, or its signature cannot bind
+        that many positional arguments (:func:`inspect.signature`; a callable whose
+        signature cannot be read, as some built-ins, is accepted).
+    :raises AsyncHandlerError: if ``handler`` is a coroutine function (see
+        :func:`is_async_callable`).
+    """
+    call = f"handler({', '.join(arguments)})"
+    if not callable(handler):
+        raise InvalidHandler(f"the handler must be callable as {call}, not {handler!r}")
+    if is_async_callable(handler):
+        raise AsyncHandlerError(
+            f"{handler!r} is a coroutine function: the synchronous runner cannot await it "
+            "(its body would never run while the claim commits); use sa_inbox's asyncio API "
+            "or a synchronous handler"
+        )
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*arguments)
+    except TypeError as exc:
+        raise InvalidHandler(
+            f"{handler!r} cannot be called as {call}: its signature is {signature} ({exc})"
+        ) from exc
+
+
+def call_handler(handler: Callable[..., object], *arguments: Any) -> object:
+    """``handler(*arguments)``, refusing an awaitable result.
+
+    :raises AsyncHandlerError: if the result is awaitable; a coroutine is closed first (so
+        Python does not warn that it was never awaited) and never runs. The caller's
+        transaction must then be rolled back.
+    """
+    result = handler(*arguments)
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if callable(close):
+            close()
+        raise AsyncHandlerError(
+            f"{handler!r} returned an awaitable ({type(result).__name__}): the synchronous "
+            "runner cannot await it; nothing of this attempt is committed"
+        )
+    return result
