@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -23,11 +23,35 @@ from .schema import (
 )
 from .validation import validate_key, validate_keys
 
-__all__ = ["Bind", "Inbox", "connection_for"]
+__all__ = ["Bind", "Inbox", "connection_for", "message_id_of"]
 
 #: What a claim runs on: a Session (or scoped_session) or Connection, in the caller's
 #: transaction (never an AUTOCOMMIT one).
 Bind = Session | scoped_session[Any] | Connection
+
+#: A message of a broker poll, of the caller's type (see :meth:`Inbox.claim_batch`).
+M = TypeVar("M")
+
+_MISSING = object()
+
+
+def message_id_of(message: object) -> Any:
+    """The ``message_id`` attribute of ``message``: the default ``key`` of
+    :meth:`Inbox.claim_batch` (the attribute of :class:`~sa_inbox.Incoming` and
+    :class:`~sa_inbox.StoredMessage`).
+
+    The value is returned as it is; the claim validates it.
+
+    :param message: any object.
+    :raises InvalidMessageId: if ``message`` has no ``message_id`` attribute.
+    """
+    value = getattr(message, "message_id", _MISSING)
+    if value is _MISSING:
+        raise InvalidMessageId(
+            f"{type(message).__name__} has no message_id attribute: pass claim_batch(key=...), "
+            "e.g. key=lambda m: m when the messages are the ids themselves"
+        )
+    return value
 
 
 class Inbox:
@@ -172,6 +196,64 @@ class Inbox:
         conn = self._connection(bind)
         dialect, _ = self._prepared(conn)
         return dialect.claim_many(conn, self.table, rows)
+
+    def claim_batch(
+        self,
+        bind: Bind,
+        messages: Iterable[M],
+        consumer_name: str,
+        *,
+        key: Callable[[M], str] = message_id_of,
+    ) -> list[M]:
+        """Claim a broker poll for ``consumer_name`` and return the messages to process.
+
+        The poll may carry one id more than once (a producer retry, a redelivery inside
+        the same poll). Applying every message whose id :meth:`claim_many` reports as new
+        would apply such an id once per copy; this returns each newly claimed id's *first*
+        message only, in poll order, so ``for m in inbox.claim_batch(...): apply(m)``
+        applies every new id exactly once. Ids already claimed by a committed transaction
+        are left out. The claim itself is :meth:`claim_many`'s (same statement, same lock
+        order, same backends).
+
+        :param bind: a Session, scoped_session or Connection in the caller's transaction.
+        :param messages: the poll, in delivery order: any iterable (read once) of messages
+            of any type; a bare ``str`` or ``bytes`` is refused.
+        :param consumer_name: the consumer.
+        :param key: ``message -> message_id``. The default, :func:`message_id_of`, reads
+            the ``message_id`` attribute (as on :class:`~sa_inbox.Incoming`); pass e.g.
+            ``key=operator.attrgetter("id")``, ``key=lambda m: m.key().decode()``, or, when
+            the messages are the ids themselves, ``key=lambda m: m``. Its own exceptions
+            propagate unchanged, before any SQL.
+        :returns: a new list of the messages whose id this call newly claimed, the first
+            occurrence of each id, in poll order (empty if nothing is new).
+        :raises InvalidMessageId: if ``messages`` is a ``str``/``bytes`` or not iterable,
+            a message has no ``message_id`` (default ``key``), ``key`` returns an invalid
+            id, or ``consumer_name`` is invalid; nothing is sent.
+        :raises TransientClaimError: as :meth:`claim`.
+
+        Example::
+
+            with Session.begin() as session:
+                for message in inbox.claim_batch(session, poll, "billing"):
+                    apply_payment(session, message)
+            consumer.commit()   # ack the poll only after the commit
+        """
+        if isinstance(messages, str | bytes):
+            raise InvalidMessageId("messages must be an iterable of messages, not a string")
+        try:
+            batch = list(messages)
+        except TypeError:
+            raise InvalidMessageId(
+                f"messages must be an iterable, not {type(messages).__name__}"
+            ) from None
+        ids = [key(message) for message in batch]
+        claimed = self.claim_many(bind, ids, consumer_name)  # validates all before any SQL
+        to_process: list[M] = []
+        for message, message_id in zip(batch, ids, strict=True):
+            if message_id in claimed:
+                claimed.discard(message_id)  # later copies of the id are skipped
+                to_process.append(message)
+        return to_process
 
     def is_processed(self, bind: Bind, message_id: str, consumer_name: str) -> bool:
         """Whether a committed (or this transaction's) claim exists for the message."""
