@@ -13,7 +13,13 @@ from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.sql.expression import Executable
 
 from .dialects import ClaimDialect, Strategy, claim_dialect_for
-from .exc import AutocommitConnection, InvalidMessageId
+from .exc import (
+    AutocommitConnection,
+    InvalidBind,
+    InvalidMessageId,
+    InvalidTable,
+    InvalidTableType,
+)
 from .schema import (
     DEFAULT_MESSAGE_ID_LENGTH,
     DEFAULT_TABLE_NAME,
@@ -89,7 +95,7 @@ class Inbox:
     ) -> None:
         if table is None:
             if metadata is None:
-                raise TypeError("Inbox() needs a MetaData (or table=)")
+                raise InvalidTableType("Inbox() needs a MetaData (or table=)")
             table = processed_messages_table(
                 metadata, table_name=table_name, schema=schema, message_id_length=message_id_length
             )
@@ -110,15 +116,15 @@ class Inbox:
         """An Inbox over an existing table, such as one mapped with
         :class:`~sa_inbox.schema.InboxMessageMixin`.
 
-        :raises ValueError: if ``table`` lacks a required column or its primary key is not
-            exactly ``(message_id, consumer_name)``.
+        :raises InvalidTable: if ``table`` lacks a required column or its primary key is
+            not exactly ``(message_id, consumer_name)``.
         """
         missing = [name for name in REQUIRED_COLUMNS if name not in table.c]
         if missing:
-            raise ValueError(f"table {table.name!r} lacks the columns {missing}")
+            raise InvalidTable(f"table {table.name!r} lacks the columns {missing}")
         key = [column.name for column in table.primary_key.columns]
         if sorted(key) != ["consumer_name", "message_id"]:
-            raise ValueError(
+            raise InvalidTable(
                 f"table {table.name!r} must have the primary key (message_id, consumer_name), "
                 f"not {key}"
             )
@@ -159,7 +165,7 @@ class Inbox:
         :raises ClaimWarning: on MySQL/MariaDB, for a warning other than duplicate key.
         :raises UnsafeTransaction: if ``bind`` is in AUTOCOMMIT mode (the claim would commit
             apart from the business change).
-        :raises TypeError: if ``bind`` is not a Session or Connection.
+        :raises InvalidBind: if ``bind`` is not a Session, scoped_session or Connection.
         """
         row = self.validate(
             message_id,
@@ -319,13 +325,13 @@ class Inbox:
 def connection_for(bind: Bind, table: sa.Table) -> Connection:
     """The Connection a Session, scoped_session or Connection runs ``table``'s statements on.
 
-    :raises TypeError: for anything else.
+    :raises InvalidBind: for anything else (a :class:`TypeError` too).
     """
     if isinstance(bind, Session | scoped_session):
         return bind.connection(bind_arguments={"clause": table})
     if isinstance(bind, Connection):
         return bind
-    raise TypeError(
+    raise InvalidBind(
         f"bind must be a Session, scoped_session or Connection, not {type(bind).__name__}"
     )
 

@@ -36,7 +36,13 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from .claim import Bind, Inbox
-from .exc import InvalidMessageId, UnsafePartitionKey, UnsupportedBackend
+from .exc import (
+    InvalidMessageId,
+    InvalidRetentionPolicy,
+    InvalidTable,
+    UnsafePartitionKey,
+    UnsupportedBackend,
+)
 from .retention import RetentionPolicy, database_now
 from .schema import (
     DEFAULT_MESSAGE_ID_LENGTH,
@@ -316,7 +322,7 @@ class PartitionedInbox:
         :raises AutocommitConnection: if ``bind`` is in AUTOCOMMIT mode (the claim would
             commit apart from the business change); nothing is sent.
         :raises UnsupportedBackend: if ``bind`` is not on PostgreSQL; nothing is sent.
-        :raises TypeError: if ``bind`` is not a Session, scoped_session or Connection.
+        :raises InvalidBind: if ``bind`` is not a Session, scoped_session or Connection.
         :raises TransientClaimError: on a serialization failure or deadlock.
         :raises sqlalchemy.exc.IntegrityError: if no partition covers ``event_time``
             (SQLSTATE 23514): run :func:`ensure_partitions` ahead of time.
@@ -370,7 +376,9 @@ def partition_range(
 
 def _check_interval(interval: object) -> None:
     if not isinstance(interval, datetime.timedelta) or interval < datetime.timedelta(minutes=1):
-        raise ValueError(f"interval must be a timedelta of at least one minute, not {interval!r}")
+        raise InvalidRetentionPolicy(
+            f"interval must be a timedelta of at least one minute, not {interval!r}"
+        )
 
 
 def _partition_name(table: sa.Table, lower: datetime.datetime, interval: datetime.timedelta) -> str:
@@ -381,7 +389,7 @@ def _partition_name(table: sa.Table, lower: datetime.datetime, interval: datetim
     )
     name = f"{table.name}_p{lower.astimezone(datetime.UTC).strftime(stamp)}"
     if len(name) > 63:  # PostgreSQL's NAMEDATALEN - 1
-        raise ValueError(f"partition name {name!r} is over 63 characters: shorten the table name")
+        raise InvalidTable(f"partition name {name!r} is over 63 characters: shorten the table name")
     return name
 
 
@@ -414,10 +422,12 @@ def create_partition(
     (lower) TO (lower + interval)`` in the caller's transaction; returns the name.
 
     :param lower: the range's start, aligned (see :func:`partition_range`).
-    :raises ValueError: if ``lower`` is not aligned on ``interval``.
+    :raises InvalidRetentionPolicy: if ``lower`` is not aligned on ``interval``, or
+        ``interval`` is shorter than one minute.
+    :raises InvalidTable: if the partition's name would be over 63 characters.
     """
     if partition_range(lower, interval)[0] != lower:
-        raise ValueError(f"{lower} is not aligned on {interval}")
+        raise InvalidRetentionPolicy(f"{lower} is not aligned on {interval}")
     name = _partition_name(table, lower, interval)
     preparer = conn.dialect.identifier_preparer
     qualified = preparer.quote(name)
