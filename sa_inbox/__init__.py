@@ -18,12 +18,16 @@ from .exc import ConfigurationError as ConfigurationError
 from .exc import DuplicateMessage as DuplicateMessage
 from .exc import HandlerEndedTransaction as HandlerEndedTransaction
 from .exc import InboxError as InboxError
+from .exc import InvalidBind as InvalidBind
 from .exc import InvalidHandler as InvalidHandler
 from .exc import InvalidMessageId as InvalidMessageId
 from .exc import InvalidRetentionPolicy as InvalidRetentionPolicy
 from .exc import InvalidRetryArgument as InvalidRetryArgument
 from .exc import InvalidSessionFactory as InvalidSessionFactory
 from .exc import InvalidStoreArgument as InvalidStoreArgument
+from .exc import InvalidStrategy as InvalidStrategy
+from .exc import InvalidTable as InvalidTable
+from .exc import InvalidTableType as InvalidTableType
 from .exc import MissingTable as MissingTable
 from .exc import PurgeLockTimeout as PurgeLockTimeout
 from .exc import RetentionWindowTooShort as RetentionWindowTooShort
@@ -59,12 +63,16 @@ __all__ = [
     "InboxMessageMixin",
     "InboxStore",
     "Incoming",
+    "InvalidBind",
     "InvalidHandler",
     "InvalidMessageId",
     "InvalidRetentionPolicy",
     "InvalidRetryArgument",
     "InvalidSessionFactory",
     "InvalidStoreArgument",
+    "InvalidStrategy",
+    "InvalidTable",
+    "InvalidTableType",
     "MissingTable",
     "Outcome",
     "PurgeLockTimeout",

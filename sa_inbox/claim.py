@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -13,7 +13,13 @@ from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.sql.expression import Executable
 
 from .dialects import ClaimDialect, Strategy, claim_dialect_for, is_autocommit
-from .exc import AutocommitConnection, InvalidMessageId
+from .exc import (
+    AutocommitConnection,
+    InvalidBind,
+    InvalidMessageId,
+    InvalidTable,
+    InvalidTableType,
+)
 from .schema import (
     DEFAULT_MESSAGE_ID_LENGTH,
     DEFAULT_TABLE_NAME,
@@ -23,11 +29,35 @@ from .schema import (
 )
 from .validation import validate_key, validate_keys
 
-__all__ = ["Bind", "Inbox", "connection_for"]
+__all__ = ["Bind", "Inbox", "connection_for", "message_id_of"]
 
 #: What a claim runs on: a Session (or scoped_session) or Connection, in the caller's
 #: transaction (never an AUTOCOMMIT one).
 Bind = Session | scoped_session[Any] | Connection
+
+#: A message of a broker poll, of the caller's type (see :meth:`Inbox.claim_batch`).
+M = TypeVar("M")
+
+_MISSING = object()
+
+
+def message_id_of(message: object) -> Any:
+    """The ``message_id`` attribute of ``message``: the default ``key`` of
+    :meth:`Inbox.claim_batch` (the attribute of :class:`~sa_inbox.Incoming` and
+    :class:`~sa_inbox.StoredMessage`).
+
+    The value is returned as it is; the claim validates it.
+
+    :param message: any object.
+    :raises InvalidMessageId: if ``message`` has no ``message_id`` attribute.
+    """
+    value = getattr(message, "message_id", _MISSING)
+    if value is _MISSING:
+        raise InvalidMessageId(
+            f"{type(message).__name__} has no message_id attribute: pass claim_batch(key=...), "
+            "e.g. key=lambda m: m when the messages are the ids themselves"
+        )
+    return value
 
 
 class Inbox:
@@ -65,7 +95,7 @@ class Inbox:
     ) -> None:
         if table is None:
             if metadata is None:
-                raise TypeError("Inbox() needs a MetaData (or table=)")
+                raise InvalidTableType("Inbox() needs a MetaData (or table=)")
             table = processed_messages_table(
                 metadata, table_name=table_name, schema=schema, message_id_length=message_id_length
             )
@@ -86,15 +116,15 @@ class Inbox:
         """An Inbox over an existing table, such as one mapped with
         :class:`~sa_inbox.schema.InboxMessageMixin`.
 
-        :raises ValueError: if ``table`` lacks a required column or its primary key is not
-            exactly ``(message_id, consumer_name)``.
+        :raises InvalidTable: if ``table`` lacks a required column or its primary key is
+            not exactly ``(message_id, consumer_name)``.
         """
         missing = [name for name in REQUIRED_COLUMNS if name not in table.c]
         if missing:
-            raise ValueError(f"table {table.name!r} lacks the columns {missing}")
+            raise InvalidTable(f"table {table.name!r} lacks the columns {missing}")
         key = [column.name for column in table.primary_key.columns]
         if sorted(key) != ["consumer_name", "message_id"]:
-            raise ValueError(
+            raise InvalidTable(
                 f"table {table.name!r} must have the primary key (message_id, consumer_name), "
                 f"not {key}"
             )
@@ -136,7 +166,7 @@ class Inbox:
         :raises AutocommitConnection: if ``bind`` commits each statement on its own
             (SQLAlchemy's AUTOCOMMIT or the driver's own autocommit; the claim would commit
             apart from the business change).
-        :raises TypeError: if ``bind`` is not a Session or Connection.
+        :raises InvalidBind: if ``bind`` is not a Session, scoped_session or Connection.
         """
         row = self.validate(
             message_id,
@@ -173,6 +203,64 @@ class Inbox:
         conn = self._connection(bind)
         dialect, _ = self._prepared(conn)
         return dialect.claim_many(conn, self.table, rows)
+
+    def claim_batch(
+        self,
+        bind: Bind,
+        messages: Iterable[M],
+        consumer_name: str,
+        *,
+        key: Callable[[M], str] = message_id_of,
+    ) -> list[M]:
+        """Claim a broker poll for ``consumer_name`` and return the messages to process.
+
+        The poll may carry one id more than once (a producer retry, a redelivery inside
+        the same poll). Applying every message whose id :meth:`claim_many` reports as new
+        would apply such an id once per copy; this returns each newly claimed id's *first*
+        message only, in poll order, so ``for m in inbox.claim_batch(...): apply(m)``
+        applies every new id exactly once. Ids already claimed by a committed transaction
+        are left out. The claim itself is :meth:`claim_many`'s (same statement, same lock
+        order, same backends).
+
+        :param bind: a Session, scoped_session or Connection in the caller's transaction.
+        :param messages: the poll, in delivery order: any iterable (read once) of messages
+            of any type; a bare ``str`` or ``bytes`` is refused.
+        :param consumer_name: the consumer.
+        :param key: ``message -> message_id``. The default, :func:`message_id_of`, reads
+            the ``message_id`` attribute (as on :class:`~sa_inbox.Incoming`); pass e.g.
+            ``key=operator.attrgetter("id")``, ``key=lambda m: m.key().decode()``, or, when
+            the messages are the ids themselves, ``key=lambda m: m``. Its own exceptions
+            propagate unchanged, before any SQL.
+        :returns: a new list of the messages whose id this call newly claimed, the first
+            occurrence of each id, in poll order (empty if nothing is new).
+        :raises InvalidMessageId: if ``messages`` is a ``str``/``bytes`` or not iterable,
+            a message has no ``message_id`` (default ``key``), ``key`` returns an invalid
+            id, or ``consumer_name`` is invalid; nothing is sent.
+        :raises TransientClaimError: as :meth:`claim`.
+
+        Example::
+
+            with Session.begin() as session:
+                for message in inbox.claim_batch(session, poll, "billing"):
+                    apply_payment(session, message)
+            consumer.commit()   # ack the poll only after the commit
+        """
+        if isinstance(messages, str | bytes):
+            raise InvalidMessageId("messages must be an iterable of messages, not a string")
+        try:
+            batch = list(messages)
+        except TypeError:
+            raise InvalidMessageId(
+                f"messages must be an iterable, not {type(messages).__name__}"
+            ) from None
+        ids = [key(message) for message in batch]
+        claimed = self.claim_many(bind, ids, consumer_name)  # validates all before any SQL
+        to_process: list[M] = []
+        for message, message_id in zip(batch, ids, strict=True):
+            if message_id in claimed:
+                claimed.discard(message_id)  # later copies of the id are skipped
+                to_process.append(message)
+        return to_process
 
     def is_processed(self, bind: Bind, message_id: str, consumer_name: str) -> bool:
         """Whether a committed (or this transaction's) claim exists for the message."""
@@ -238,13 +326,13 @@ class Inbox:
 def connection_for(bind: Bind, table: sa.Table) -> Connection:
     """The Connection a Session, scoped_session or Connection runs ``table``'s statements on.
 
-    :raises TypeError: for anything else.
+    :raises InvalidBind: for anything else (a :class:`TypeError` too).
     """
     if isinstance(bind, Session | scoped_session):
         return bind.connection(bind_arguments={"clause": table})
     if isinstance(bind, Connection):
         return bind
-    raise TypeError(
+    raise InvalidBind(
         f"bind must be a Session, scoped_session or Connection, not {type(bind).__name__}"
     )
 

@@ -17,12 +17,16 @@ __all__ = [
     "DuplicateMessage",
     "HandlerEndedTransaction",
     "InboxError",
+    "InvalidBind",
     "InvalidHandler",
     "InvalidMessageId",
     "InvalidRetentionPolicy",
     "InvalidRetryArgument",
     "InvalidSessionFactory",
     "InvalidStoreArgument",
+    "InvalidStrategy",
+    "InvalidTable",
+    "InvalidTableType",
     "MissingTable",
     "PurgeLockTimeout",
     "RetentionWindowTooShort",
@@ -56,6 +60,39 @@ class MissingTable(ConfigurationError):
     SQLite's "no such table" / "no such column", Oracle ORA-00942 / ORA-00904. Create the
     tables (``metadata.create_all()`` or an Alembic migration) before consuming.
     """
+
+
+class InvalidBind(ConfigurationError, TypeError):
+    """A ``bind`` argument is not of a type the operation can run on.
+
+    A claim runs on a :class:`~sqlalchemy.orm.Session`, a
+    :class:`~sqlalchemy.orm.scoped_session` or a :class:`~sqlalchemy.engine.Connection`; a
+    purge on an :class:`~sqlalchemy.engine.Engine` or a Connection. Checked before any SQL.
+    """
+
+
+class InvalidTable(ConfigurationError, ValueError):
+    """A table given to sa-inbox, or the definition asked for, cannot serve the inbox.
+
+    Raised for a table that lacks a required column or whose primary key is not
+    ``(message_id, consumer_name)`` (:meth:`sa_inbox.Inbox.for_table`), a
+    ``message_id_length`` that is not a positive int, a ``MERGE`` (Oracle) built without the
+    table's key columns, and a partition name over PostgreSQL's 63 characters. Raised while
+    the table or statement is defined, before any SQL.
+    """
+
+
+class InvalidTableType(InvalidTable, TypeError):
+    """An :class:`InvalidTable` where no table was given at all, or not a table.
+
+    ``Inbox()`` with neither a MetaData nor ``table=``, or a purge given something other
+    than an :class:`~sa_inbox.Inbox` or a :class:`~sqlalchemy.Table`.
+    """
+
+
+class InvalidStrategy(ConfigurationError, ValueError):
+    """A claim strategy other than ``"native"`` or ``"savepoint"`` (see
+    :class:`sa_inbox.Inbox`); raised when the Inbox is built."""
 
 
 class InvalidSessionFactory(ConfigurationError, TypeError):
@@ -180,11 +217,14 @@ class UnsupportedBackend(InboxError):
 
 
 class InvalidRetentionPolicy(InboxError, ValueError):
-    """A :class:`~sa_inbox.retention.RetentionPolicy` or purge argument is malformed.
+    """A :class:`~sa_inbox.retention.RetentionPolicy`, purge or partition argument is
+    malformed.
 
     Raised for a duration that is not a :class:`datetime.timedelta`, a negative duration,
-    a zero ``max_redelivery``, a ``batch_size`` that is not a positive int, or a bare
-    ``older_than`` with no policy to check it against. Nothing has been deleted.
+    a zero ``max_redelivery``, a ``batch_size`` (or a MySQL ``DELETE … LIMIT``) that is not
+    a positive int, a bare ``older_than`` with no policy to check it against, a partition
+    interval shorter than one minute, or a partition bound not aligned on its interval
+    (:mod:`sa_inbox.partitions`). Nothing has been deleted or created.
     """
 
 

@@ -34,10 +34,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
-from sqlalchemy.orm import Session
 
-from .dialects.postgresql import PostgreSQLClaim
-from .exc import InvalidMessageId, UnsafePartitionKey, UnsupportedBackend
+from .claim import Bind, Inbox
+from .exc import (
+    InvalidMessageId,
+    InvalidRetentionPolicy,
+    InvalidTable,
+    UnsafePartitionKey,
+    UnsupportedBackend,
+)
 from .retention import RetentionPolicy, database_now
 from .schema import (
     DEFAULT_MESSAGE_ID_LENGTH,
@@ -46,7 +51,6 @@ from .schema import (
     TIMESTAMP_TZ,
     key_type,
 )
-from .validation import validate_key
 
 __all__ = [
     "DEFAULT_AHEAD",
@@ -288,14 +292,18 @@ class PartitionedInbox:
     def __init__(self, table: sa.Table) -> None:
         self.table = table
         self.key = check_partition_key(table)
-        self._dialect = PostgreSQLClaim()
+        # The Inbox over the same table supplies the claim's shared path: validation, the
+        # bind's connection (AUTOCOMMIT refused, a Session's bind chosen by this table) and
+        # the once-per-engine backend checks. Only the statement differs: its conflict
+        # target includes the partition key.
+        self._inbox = Inbox(table=table)
         self._statement = postgresql.insert(table).on_conflict_do_nothing(
             index_elements=list(table.primary_key.columns)
         )
 
     def claim(
         self,
-        bind: Connection | Session,
+        bind: Bind,
         message_id: str,
         consumer_name: str,
         *,
@@ -303,23 +311,31 @@ class PartitionedInbox:
     ) -> bool:
         """Claim ``message_id`` for ``consumer_name``; True if new, False for a duplicate.
 
-        :param bind: a Session or Connection in the caller's transaction (never committed).
+        Runs as :meth:`sa_inbox.Inbox.claim` does, on the same connection handling.
+
+        :param bind: a Session, scoped_session or Connection in the caller's transaction
+            (never committed). A Session's bind is the one for :attr:`table` (its
+            ``binds``, or ``get_bind()``).
         :param event_time: the message's own time (aware), the same on every redelivery.
-        :raises InvalidMessageId: for an invalid id or a naive/non-datetime ``event_time``.
+        :raises InvalidMessageId: for an invalid id or a naive/non-datetime ``event_time``,
+            before any SQL.
+        :raises AutocommitConnection: if ``bind`` is in AUTOCOMMIT mode (the claim would
+            commit apart from the business change); nothing is sent.
+        :raises UnsupportedBackend: if ``bind`` is not on PostgreSQL; nothing is sent.
+        :raises InvalidBind: if ``bind`` is not a Session, scoped_session or Connection.
         :raises TransientClaimError: on a serialization failure or deadlock.
         :raises sqlalchemy.exc.IntegrityError: if no partition covers ``event_time``
             (SQLSTATE 23514): run :func:`ensure_partitions` ahead of time.
         """
-        length = getattr(self.table.c.message_id.type, "length", None) or 255
-        row = {
-            "message_id": validate_key(message_id, "message_id", length),
-            "consumer_name": validate_key(consumer_name, "consumer_name", length),
-            self.key.name: _aware_time(event_time),
-        }
-        conn = bind if isinstance(bind, Connection) else bind.connection()
-        with self._dialect.translate_errors():
-            result = self._dialect.execute(conn, self._statement, row)
-        return result.rowcount == 1
+        row = self._inbox.validate(message_id, consumer_name)
+        row[self.key.name] = _aware_time(event_time)
+        conn = self._inbox._connection(bind)
+        if conn.dialect.name != "postgresql":
+            raise UnsupportedBackend(
+                f"time partitions are a PostgreSQL feature; this bind is {conn.dialect.name}"
+            )
+        dialect, _ = self._inbox._prepared(conn)
+        return dialect.claim_one(conn, self.table, self._statement, row)
 
 
 def _aware_time(value: object) -> datetime.datetime:
@@ -360,7 +376,9 @@ def partition_range(
 
 def _check_interval(interval: object) -> None:
     if not isinstance(interval, datetime.timedelta) or interval < datetime.timedelta(minutes=1):
-        raise ValueError(f"interval must be a timedelta of at least one minute, not {interval!r}")
+        raise InvalidRetentionPolicy(
+            f"interval must be a timedelta of at least one minute, not {interval!r}"
+        )
 
 
 def _partition_name(table: sa.Table, lower: datetime.datetime, interval: datetime.timedelta) -> str:
@@ -371,7 +389,7 @@ def _partition_name(table: sa.Table, lower: datetime.datetime, interval: datetim
     )
     name = f"{table.name}_p{lower.astimezone(datetime.UTC).strftime(stamp)}"
     if len(name) > 63:  # PostgreSQL's NAMEDATALEN - 1
-        raise ValueError(f"partition name {name!r} is over 63 characters: shorten the table name")
+        raise InvalidTable(f"partition name {name!r} is over 63 characters: shorten the table name")
     return name
 
 
@@ -404,10 +422,12 @@ def create_partition(
     (lower) TO (lower + interval)`` in the caller's transaction; returns the name.
 
     :param lower: the range's start, aligned (see :func:`partition_range`).
-    :raises ValueError: if ``lower`` is not aligned on ``interval``.
+    :raises InvalidRetentionPolicy: if ``lower`` is not aligned on ``interval``, or
+        ``interval`` is shorter than one minute.
+    :raises InvalidTable: if the partition's name would be over 63 characters.
     """
     if partition_range(lower, interval)[0] != lower:
-        raise ValueError(f"{lower} is not aligned on {interval}")
+        raise InvalidRetentionPolicy(f"{lower} is not aligned on {interval}")
     name = _partition_name(table, lower, interval)
     preparer = conn.dialect.identifier_preparer
     qualified = preparer.quote(name)

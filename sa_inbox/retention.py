@@ -30,7 +30,13 @@ from sqlalchemy.sql.expression import ColumnElement
 
 from .claim import Inbox
 from .dialects import PurgeDialect, purge_dialect_for
-from .exc import InvalidRetentionPolicy, RetentionWindowTooShort
+from .exc import (
+    InvalidBind,
+    InvalidRetentionPolicy,
+    InvalidTableType,
+    RetentionWindowTooShort,
+    UnsupportedBackend,
+)
 from .schema import DEFAULT_TABLE_NAME, processed_messages_table
 from .store import DEAD, DONE, InboxStore, utc_now
 
@@ -162,7 +168,7 @@ def database_now(conn: Connection) -> datetime.datetime:
     """The database's ``CURRENT_TIMESTAMP``: the clock ``received_at`` is written with."""
     now = conn.execute(sa.select(sa.func.current_timestamp())).scalar_one()
     if not isinstance(now, datetime.datetime):
-        raise TypeError(f"CURRENT_TIMESTAMP returned {now!r}")
+        raise UnsupportedBackend(f"CURRENT_TIMESTAMP returned {now!r}, not a datetime")
     return now
 
 
@@ -214,13 +220,19 @@ def _processed_table(table: Inbox | sa.Table | None) -> sa.Table:
         return table.table
     if isinstance(table, sa.Table):
         return table
-    raise TypeError(f"table must be an Inbox or a Table, not {type(table).__name__}")
+    raise InvalidTableType(f"table must be an Inbox or a Table, not {type(table).__name__}")
 
 
 def _check_batch_size(batch_size: object) -> int:
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
         raise InvalidRetentionPolicy(f"batch_size must be a positive int, not {batch_size!r}")
     return batch_size
+
+
+def _purge_bind(bind: object) -> sa.Engine | Connection:
+    if not isinstance(bind, sa.Engine | Connection):
+        raise InvalidBind(f"bind must be an Engine or Connection, not {type(bind).__name__}")
+    return bind
 
 
 @contextmanager
@@ -233,8 +245,6 @@ def _purge_connection(bind: sa.Engine | Connection, dialect: PurgeDialect) -> It
         with bind.connect() as conn:
             yield conn.execution_options(**options)
         return
-    if not isinstance(bind, Connection):
-        raise TypeError(f"bind must be an Engine or Connection, not {type(bind).__name__}")
     if bind.in_transaction():
         raise InvalidRetentionPolicy(
             "purge runs its own short transactions: pass an Engine, or a Connection that is "
@@ -263,9 +273,10 @@ def purge_target(
     :returns: rows deleted by this call.
     :raises PurgeLockTimeout: on MySQL/MariaDB, if another purger held the purge lock for
         more than ``lock_timeout`` seconds.
+    :raises InvalidBind: if ``bind`` is not an Engine or Connection (before any SQL).
     """
     batch_size = _check_batch_size(batch_size)
-    dialect = purge_dialect_for(bind.dialect.name)
+    dialect = purge_dialect_for(_purge_bind(bind).dialect.name)
     pause = dialect.pause if pause is None else pause
     with _purge_connection(bind, dialect) as conn:
         cutoff = target.clock(conn) - older_than
@@ -336,6 +347,8 @@ def purge(
     :raises InvalidRetentionPolicy: for a bare timedelta without ``policy``, a bad
         ``batch_size``, or a Connection already in a transaction; nothing is deleted.
     :raises PurgeLockTimeout: as :func:`purge_target`.
+    :raises InvalidBind: if ``bind`` is not an Engine or Connection, before any SQL.
+    :raises InvalidTableType: if ``table`` is not an Inbox, a Table or ``None``.
 
     Example::
 
@@ -364,7 +377,7 @@ def count_expired(
 
     One ``COUNT(*)`` over the time index; the purge itself never needs it.
     """
-    with _purge_connection(bind, purge_dialect_for(bind.dialect.name)) as conn:
+    with _purge_connection(bind, purge_dialect_for(_purge_bind(bind).dialect.name)) as conn:
         cutoff = target.clock(conn) - older_than
         query = sa.select(sa.func.count()).select_from(target.table).where(target.expired(cutoff))
         count = int(conn.execute(query).scalar_one())

@@ -13,6 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, oracle
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
+from .exc import InvalidTable
+
 __all__ = [
     "DEFAULT_MESSAGE_ID_LENGTH",
     "DEFAULT_TABLE_NAME",
@@ -105,10 +107,10 @@ def processed_messages_table(
     :param schema: the schema, or ``None`` for the default.
     :param message_id_length: the length in characters of ``message_id`` and
         ``consumer_name``; longer values are refused before any SQL is sent.
-    :raises ValueError: if ``message_id_length`` is not a positive int.
+    :raises InvalidTable: if ``message_id_length`` is not a positive int.
     """
     if not isinstance(message_id_length, int) or message_id_length <= 0:
-        raise ValueError(f"message_id_length must be a positive int, not {message_id_length!r}")
+        raise InvalidTable(f"message_id_length must be a positive int, not {message_id_length!r}")
     return sa.Table(
         table_name,
         metadata,

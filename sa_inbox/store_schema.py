@@ -19,7 +19,7 @@ from sqlalchemy.dialects import mysql, oracle
 from sqlalchemy.engine import Dialect
 
 from .dialects.oracle import INSERT_COLUMNS_INFO
-from .exc import InvalidStoreArgument
+from .exc import InvalidStoreArgument, InvalidTable
 from .schema import DEFAULT_MESSAGE_ID_LENGTH, key_type
 
 __all__ = [
@@ -150,10 +150,10 @@ def inbox_store_table(
     :param table_name: the table's name.
     :param schema: the schema, or ``None``.
     :param message_id_length: length in characters of ``message_id`` and ``consumer_name``.
-    :raises ValueError: if ``message_id_length`` is not a positive int.
+    :raises InvalidTable: if ``message_id_length`` is not a positive int.
     """
     if not isinstance(message_id_length, int) or message_id_length <= 0:
-        raise ValueError(f"message_id_length must be a positive int, not {message_id_length!r}")
+        raise InvalidTable(f"message_id_length must be a positive int, not {message_id_length!r}")
     statuses = ", ".join(f"'{status}'" for status in STATUSES)
     return sa.Table(
         table_name,

@@ -19,6 +19,7 @@ from alembic.util import rev_id as new_rev_id
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME
 from ..store import DEFAULT_STORE_TABLE
 from .autogenerate import IMPORT_LINE
+from .exc import InvalidTableOptions
 from .operations import CreateInboxStoreTableOp, CreateInboxTableOp, CreateProcessedMessagesTableOp
 
 __all__ = ["inbox_operations", "write_inbox_revision"]
@@ -38,7 +39,7 @@ def inbox_operations(
     :param processed_messages: create the processed-messages table ``table_name``.
     :param store: create the inbox store table ``store_table_name``.
     :raises sa_inbox.alembic.InvalidTableOptions: for a bad name, schema or length.
-    :raises ValueError: if neither table is asked for.
+    :raises sa_inbox.alembic.InvalidTableOptions: if neither table is asked for.
     """
     operations: list[CreateInboxTableOp] = []
     if processed_messages:
@@ -54,7 +55,7 @@ def inbox_operations(
             )
         )
     if not operations:
-        raise ValueError("no sa-inbox table asked for")
+        raise InvalidTableOptions("no sa-inbox table asked for")
     return operations
 
 

@@ -58,11 +58,13 @@ _KINDS: dict[str, InboxTableKind] = {}
 def register_kind(kind: InboxTableKind) -> InboxTableKind:
     """Add ``kind`` to the registry read by autogenerate and return it.
 
-    :raises ValueError: if another kind of the same name is registered.
+    :raises InvalidTableOptions: if another kind of the same name is registered.
     """
     existing = _KINDS.get(kind.name)
     if existing is not None and existing != kind:
-        raise ValueError(f"an sa-inbox table kind named {kind.name!r} is already registered")
+        raise InvalidTableOptions(
+            f"an sa-inbox table kind named {kind.name!r} is already registered"
+        )
     _KINDS[kind.name] = kind
     return kind
 

@@ -17,6 +17,7 @@ from typing import Literal
 
 from sqlalchemy.engine import Connection
 
+from ..exc import InvalidStrategy
 from .base import ClaimDialect as ClaimDialect
 from .generic import SavepointClaim as SavepointClaim
 from .mysql import MySQLClaim as MySQLClaim
@@ -65,14 +66,14 @@ def claim_dialect_for(dialect_name: str, strategy: Strategy = "native") -> Claim
         ``"sqlite"``; any other name gets the portable SAVEPOINT form.
     :param strategy: ``"native"`` for the backend's insert-or-skip statement, or
         ``"savepoint"`` to force the portable form (with the backend's error codes).
-    :raises ValueError: for an unknown ``strategy``.
+    :raises InvalidStrategy: for an unknown ``strategy``.
     """
     native = _REGISTRY.get(dialect_name)
     if strategy == "native":
         return native if native is not None else SavepointClaim(None)
     if strategy == "savepoint":
         return SavepointClaim(native)
-    raise ValueError(f"strategy must be 'native' or 'savepoint', not {strategy!r}")
+    raise InvalidStrategy(f"strategy must be 'native' or 'savepoint', not {strategy!r}")
 
 
 def is_autocommit(conn: Connection) -> bool:

@@ -32,7 +32,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
 from sqlalchemy.sql.visitors import InternalTraversal
 
-from ..exc import ClaimWarning, PurgeLockTimeout, UnsupportedBackend
+from ..exc import ClaimWarning, InvalidRetentionPolicy, PurgeLockTimeout, UnsupportedBackend
 from .base import ClaimDialect, Row, driver_error
 from .purge import RowLockingPurge
 from .store_claim import StoreClaimDialect, require_version
@@ -169,7 +169,7 @@ class DeleteOrderedLimit(Executable, ClauseElement):
     :param whereclause: the condition (it holds the cut-off).
     :param order_by: the column rows are deleted in order of.
     :param limit: rows per statement, at most (a positive int, rendered inline).
-    :raises ValueError: if ``limit`` is not a positive int.
+    :raises InvalidRetentionPolicy: if ``limit`` is not a positive int.
     """
 
     inherit_cache = True
@@ -188,7 +188,7 @@ class DeleteOrderedLimit(Executable, ClauseElement):
         limit: int,
     ) -> None:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
-            raise ValueError(f"limit must be a positive int, not {limit!r}")
+            raise InvalidRetentionPolicy(f"limit must be a positive int, not {limit!r}")
         self.table = table
         self.whereclause = whereclause
         self.order_by = order_by

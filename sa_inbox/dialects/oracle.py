@@ -24,6 +24,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
 from sqlalchemy.sql.visitors import InternalTraversal
 
+from ..exc import InvalidTable
 from ..schema import claim_columns
 from .base import ClaimDialect, Row, driver_error
 from .purge import RowLockingPurge
@@ -46,7 +47,7 @@ class MergeInsertOrSkip(Executable, ClauseElement):
 
     :param table: the processed-messages table; its primary key columns form the ON clause.
     :param columns: the column names to insert, ``message_id`` and ``consumer_name`` first.
-    :raises ValueError: if ``columns`` lacks a primary-key column of ``table``.
+    :raises InvalidTable: if ``columns`` lacks a primary-key column of ``table``.
 
     Compiles on Oracle only; other dialects raise :class:`~sqlalchemy.exc.CompileError`.
     """
@@ -60,7 +61,7 @@ class MergeInsertOrSkip(Executable, ClauseElement):
     def __init__(self, table: sa.Table, columns: Sequence[str]) -> None:
         missing = [c.name for c in dedup_key(table).columns if c.name not in columns]
         if missing:
-            raise ValueError(f"MERGE needs the primary key columns {missing}")
+            raise InvalidTable(f"MERGE needs the primary key columns {missing}")
         self.table = table
         self.columns = list(columns)
 

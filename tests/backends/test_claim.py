@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+from dataclasses import dataclass
 from decimal import Decimal
 
 import pytest
@@ -101,6 +103,109 @@ def test_claim_many_of_nothing_sends_nothing(app: App) -> None:
     with app.engine.connect() as conn:
         assert app.inbox.claim_many(conn, [], CONSUMER) == set()
         assert not conn.in_transaction()
+
+
+@dataclass(frozen=True)
+class Payment:
+    """A broker message of the caller's own type: ``message_id`` is the default key."""
+
+    message_id: str
+    account_id: int
+    amount: Decimal
+
+
+def _apply_poll(app: App, poll: list[Payment]) -> list[Payment]:
+    """One poll, one transaction: claim the batch, apply each message it returns."""
+    with app.Session.begin() as session:
+        to_process = app.inbox.claim_batch(session, poll, CONSUMER)
+        for message in to_process:
+            app.apply_payment(session, message.message_id, message.account_id, message.amount)
+    return to_process
+
+
+def test_claim_batch_applies_each_new_id_once(strategy_app: App) -> None:
+    """A poll carrying ids twice, and an id committed by an earlier transaction."""
+    app = strategy_app
+    with app.Session.begin() as session:
+        assert app.inbox.claim(session, "pay-2", CONSUMER)
+        app.apply_payment(session, "pay-2", 2, Decimal("20.00"))
+    first_1 = Payment("pay-1", 1, Decimal("10.00"))
+    poll = [
+        Payment("pay-3", 3, Decimal("30.00")),
+        first_1,
+        Payment("pay-2", 2, Decimal("20.00")),  # committed earlier: a duplicate
+        Payment("pay-1", 1, Decimal("10.00")),  # a second copy in the same poll
+        Payment("pay-4", 1, Decimal("4.00")),
+        Payment("pay-3", 3, Decimal("30.00")),
+        Payment("pay-2", 2, Decimal("20.00")),
+    ]
+    to_process = _apply_poll(app, poll)
+    # The first copy of each new id, in poll order (the very objects of the poll).
+    assert [m.message_id for m in to_process] == ["pay-3", "pay-1", "pay-4"]
+    assert to_process[0] is poll[0] and to_process[1] is first_1
+    assert app.ledger_rows() == 4
+    assert [app.ledger_rows(f"pay-{i}") for i in range(1, 5)] == [1, 1, 1, 1]
+    assert app.balance(1) == Decimal("14.00")
+    assert app.balance(2) == Decimal("20.00")
+    assert app.balance(3) == Decimal("30.00")
+    assert app.inbox_rows() == 4
+
+    # The whole poll redelivered: nothing is applied again.
+    assert _apply_poll(app, poll) == []
+    assert app.ledger_rows() == 4
+    assert app.balance(1) == Decimal("14.00")
+    assert app.inbox_rows() == 4
+
+
+def test_claim_batch_of_ids_with_an_identity_key(app: App) -> None:
+    with app.engine.begin() as conn:
+        assert app.inbox.claim(conn, "b", CONSUMER)
+    with app.engine.begin() as conn:
+        new = app.inbox.claim_batch(
+            conn, iter(["c", "a", "b", "c", "a"]), CONSUMER, key=lambda m: m
+        )
+    assert new == ["c", "a"]
+    assert app.inbox_rows() == 3
+
+
+def test_claim_batch_with_a_key_function(app: App) -> None:
+    poll = [{"id": "x-2"}, {"id": "x-1"}, {"id": "x-2"}]
+    with app.engine.begin() as conn:
+        new = app.inbox.claim_batch(conn, poll, CONSUMER, key=operator.itemgetter("id"))
+    assert new == [poll[0], poll[1]] and new[0] is poll[0]
+    assert app.inbox_rows() == 2
+
+
+def test_claim_batch_of_nothing_sends_nothing(app: App) -> None:
+    with app.engine.connect() as conn:
+        assert app.inbox.claim_batch(conn, [], CONSUMER) == []
+        assert not conn.in_transaction()
+
+
+@pytest.mark.parametrize(
+    ("messages", "key", "match"),
+    [
+        ([Payment("ok-1", 1, Decimal(1)), Payment(" bad", 1, Decimal(1))], None, "whitespace"),
+        ([Payment("ok-1", 1, Decimal(1)), "ok-2"], None, "no message_id attribute"),
+        (["ok-1", None], "identity", "must not be None"),
+        (["ok-1", 42], "identity", "must be str"),
+        ("ok-1", "identity", "not a string"),
+        (b"ok-1", "identity", "not a string"),
+        (7, "identity", "must be an iterable"),
+    ],
+    ids=repr,
+)
+def test_claim_batch_validates_everything_before_any_sql(
+    app: App, messages: object, key: str | None, match: str
+) -> None:
+    kwargs = {} if key is None else {"key": lambda m: m}
+    with app.engine.connect() as conn:
+        with pytest.raises(InvalidMessageId, match=match):
+            app.inbox.claim_batch(conn, messages, CONSUMER, **kwargs)  # type: ignore[arg-type]
+        with pytest.raises(InvalidMessageId, match="consumer_name"):
+            app.inbox.claim_batch(conn, ["ok-1"], " billing", key=lambda m: m)
+        assert not conn.in_transaction(), "no SQL may be sent for invalid input"
+    assert app.inbox_rows() == 0
 
 
 @pytest.mark.parametrize("bad", BAD_IDS, ids=repr)

@@ -10,8 +10,14 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
-from sa_inbox.exc import InvalidMessageId, UnsafePartitionKey
+from sa_inbox.exc import (
+    AutocommitConnection,
+    InvalidMessageId,
+    UnsafePartitionKey,
+    UnsupportedBackend,
+)
 from sa_inbox.partitions import (
     MaintenanceResult,
     PartitionedInbox,
@@ -186,6 +192,70 @@ def test_a_claim_outside_every_partition_fails_and_writes_nothing(
     with pytest.raises(IntegrityError, match="no partition"), pg.begin() as conn:
         inbox.claim(conn, "m-far", "billing", event_time=far)
     assert _rows(pg, table) == 0
+
+
+@pytest.mark.backend
+def test_a_claim_in_autocommit_is_refused_and_writes_nothing(
+    pg: sa.Engine, table: sa.Table
+) -> None:
+    """The claim would commit on its own, apart from the business change."""
+    ensure_partitions(pg, table, policy=POLICY, ahead=DAY)
+    inbox = PartitionedInbox(table)
+    now = _now(pg)
+    with pg.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        with pytest.raises(AutocommitConnection):
+            inbox.claim(conn, "m-1", "billing", event_time=now)
+    autocommit = pg.execution_options(isolation_level="AUTOCOMMIT")
+    with Session(autocommit) as session, pytest.raises(AutocommitConnection):
+        inbox.claim(session, "m-1", "billing", event_time=now)
+    assert _rows(pg, table) == 0
+
+
+@pytest.mark.backend
+def test_a_session_whose_binds_are_routed_by_table(pg: sa.Engine, table: sa.Table) -> None:
+    """No default bind: the claim's connection is the one bound to the partitioned table,
+    shared with the business change; through a scoped_session too."""
+    ensure_partitions(pg, table, policy=POLICY, ahead=DAY)
+    ledger = sa.Table(
+        "partition_ledger",
+        sa.MetaData(),
+        sa.Column("message_id", sa.String(255), primary_key=True),
+        sa.Column("amount", sa.Integer, nullable=False),
+    )
+    ledger.drop(pg, checkfirst=True)
+    ledger.create(pg)
+    inbox = PartitionedInbox(table)
+    now = _now(pg)
+    factory = sessionmaker(binds={table: pg, ledger: pg})
+    scoped = scoped_session(factory)
+    try:
+        for message_id, session_of in [("m-1", factory), ("m-1", factory), ("m-2", scoped)]:
+            session = session_of()
+            with session.begin():
+                if inbox.claim(session, message_id, "billing", event_time=now):
+                    session.execute(ledger.insert().values(message_id=message_id, amount=10))
+            session.close()
+        scoped.remove()
+        with pg.connect() as conn:
+            assert conn.execute(sa.select(sa.func.sum(ledger.c.amount))).scalar_one() == 20
+        assert _rows(pg, ledger) == 2
+        assert _rows(pg, table) == 2
+    finally:
+        ledger.drop(pg)
+
+
+@pytest.mark.backend
+def test_a_claim_off_postgresql_is_refused(tmp_path: object) -> None:
+    engine = sa.create_engine(backend_url("sqlite", tmp_path))
+    metadata = sa.MetaData()
+    table = partitioned_processed_messages_table(metadata)
+    metadata.create_all(engine)
+    now = datetime.datetime.now(datetime.UTC)
+    with pytest.raises(UnsupportedBackend, match="PostgreSQL"), engine.begin() as conn:
+        PartitionedInbox(table).claim(conn, "m-1", "billing", event_time=now)
+    assert _rows(engine, table) == 0
+    engine.dispose()
 
 
 @pytest.mark.backend
