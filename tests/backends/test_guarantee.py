@@ -499,3 +499,17 @@ def test_worker_refusal_leaves_the_row_retryable(store_app: tuple[App, InboxStor
     assert store.complete(app.engine, again, pay) is True
     assert stored_row(app, store)["status"] == DONE
     assert app.ledger_rows() == 1 and app.balance(1) == Decimal(3)
+
+
+def test_nack_log_line_names_the_message(app: App, caplog: pytest.LogCaptureFixture) -> None:
+    """The plain-text log line of a nack names the message, the consumer and the error."""
+
+    def fails(session: Session) -> None:
+        raise RuntimeError("card declined")
+
+    with caplog.at_level("WARNING", logger="sa_inbox.consumer"):
+        result, broker = deliver(app, fails, "pay-42")
+    assert result.outcome is Outcome.FAILED and broker.nacks == 1
+    (record,) = [r for r in caplog.records if r.name == "sa_inbox.consumer"]
+    text = record.getMessage()
+    assert "pay-42" in text and CONSUMER in text and "RuntimeError: card declined" in text
