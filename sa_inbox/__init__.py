@@ -20,6 +20,7 @@ from .exc import HandlerEndedTransaction as HandlerEndedTransaction
 from .exc import InboxError as InboxError
 from .exc import InvalidHandler as InvalidHandler
 from .exc import InvalidMessageId as InvalidMessageId
+from .exc import InvalidPurgeTarget as InvalidPurgeTarget
 from .exc import InvalidRetentionPolicy as InvalidRetentionPolicy
 from .exc import InvalidSessionFactory as InvalidSessionFactory
 from .exc import InvalidStoreArgument as InvalidStoreArgument
@@ -31,7 +32,9 @@ from .exc import UnsafePartitionKey as UnsafePartitionKey
 from .exc import UnsafeTransaction as UnsafeTransaction
 from .exc import UnsupportedBackend as UnsupportedBackend
 from .retention import RetentionPolicy as RetentionPolicy
+from .retention import StorePurgeResult as StorePurgeResult
 from .retention import purge as purge
+from .retention import purge_store as purge_store
 from .retry import is_transient as is_transient
 from .retry import run_in_transaction as run_in_transaction
 from .schema import InboxMessageMixin as InboxMessageMixin
@@ -60,6 +63,7 @@ __all__ = [
     "Incoming",
     "InvalidHandler",
     "InvalidMessageId",
+    "InvalidPurgeTarget",
     "InvalidRetentionPolicy",
     "InvalidSessionFactory",
     "InvalidStoreArgument",
@@ -69,6 +73,7 @@ __all__ = [
     "Result",
     "RetentionPolicy",
     "RetentionWindowTooShort",
+    "StorePurgeResult",
     "StoredMessage",
     "TransientClaimError",
     "UnsafePartitionKey",
@@ -80,6 +85,7 @@ __all__ = [
     "is_transient",
     "processed_messages_table",
     "purge",
+    "purge_store",
     "register_claim",
     "run_in_transaction",
 ]

@@ -19,6 +19,7 @@ __all__ = [
     "InboxError",
     "InvalidHandler",
     "InvalidMessageId",
+    "InvalidPurgeTarget",
     "InvalidRetentionPolicy",
     "InvalidSessionFactory",
     "InvalidStoreArgument",
@@ -184,6 +185,16 @@ class InvalidRetentionPolicy(InboxError, ValueError):
     Raised for a duration that is not a :class:`datetime.timedelta`, a negative duration,
     a zero ``max_redelivery``, a ``batch_size`` that is not a positive int, or a bare
     ``older_than`` with no policy to check it against. Nothing has been deleted.
+    """
+
+
+class InvalidPurgeTarget(InboxError, TypeError):
+    """:func:`~sa_inbox.purge` was given something it cannot purge.
+
+    ``table`` must be an :class:`~sa_inbox.Inbox`, an :class:`~sa_inbox.InboxStore`, one
+    of their :class:`~sqlalchemy.schema.Table` objects or ``None``; ``bind`` an
+    :class:`~sqlalchemy.engine.Engine` or :class:`~sqlalchemy.engine.Connection`. Raised
+    before any SQL is sent: nothing has been deleted.
     """
 
 

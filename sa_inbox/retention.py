@@ -30,7 +30,7 @@ from sqlalchemy.sql.expression import ColumnElement
 
 from .claim import Inbox
 from .dialects import PurgeDialect, purge_dialect_for
-from .exc import InvalidRetentionPolicy, RetentionWindowTooShort
+from .exc import InvalidPurgeTarget, InvalidRetentionPolicy, RetentionWindowTooShort
 from .schema import DEFAULT_TABLE_NAME, processed_messages_table
 from .store import DEAD, DONE, InboxStore, utc_now
 
@@ -207,14 +207,49 @@ class PurgeTarget:
         return older if self.condition is None else sa.and_(older, self.condition)
 
 
-def _processed_table(table: Inbox | sa.Table | None) -> sa.Table:
+#: The columns by which :func:`purge` tells an inbox store's table from a processed-messages
+#: table: a store row is purged by its ``status`` and ``processed_at``, never by arrival.
+_STORE_COLUMNS = ("status", "processed_at")
+
+
+def _is_store_table(table: sa.Table) -> bool:
+    """Whether ``table`` is an inbox store's table (marked as one, or a reflected table with
+    the store's ``status`` and ``processed_at`` columns), to be purged by its ``done`` rows.
+    """
+    mark = table.info.get("sa_inbox")
+    if isinstance(mark, dict) and mark.get("kind") == "store":
+        return True
+    return all(name in table.c for name in _STORE_COLUMNS)
+
+
+def _store_done_target(table: sa.Table) -> PurgeTarget:
+    """The store's ``done`` rows by ``processed_at``, on Python's UTC clock (the store's)."""
+    return PurgeTarget(table, "processed_at", table.c.status == DONE, python_utc_now)
+
+
+def _purge_target_of(table: Inbox | InboxStore | sa.Table | None) -> PurgeTarget:
+    """What :func:`purge` deletes from ``table``: old processed-message rows, or a store's
+    old ``done`` rows.
+
+    :raises InvalidPurgeTarget: for anything but an Inbox, an InboxStore, a Table or None.
+    """
     if table is None:
-        return processed_messages_table(sa.MetaData(), table_name=DEFAULT_TABLE_NAME)
+        return PurgeTarget(processed_messages_table(sa.MetaData(), table_name=DEFAULT_TABLE_NAME))
+    if isinstance(table, InboxStore):
+        return _store_done_target(table.table)
     if isinstance(table, Inbox):
-        return table.table
+        return PurgeTarget(table.table)
     if isinstance(table, sa.Table):
-        return table
-    raise TypeError(f"table must be an Inbox or a Table, not {type(table).__name__}")
+        return _store_done_target(table) if _is_store_table(table) else PurgeTarget(table)
+    raise InvalidPurgeTarget(
+        f"table must be an Inbox, an InboxStore, a Table or None, not {type(table).__name__}"
+    )
+
+
+def _check_bind(bind: object) -> sa.Engine | Connection:
+    if not isinstance(bind, sa.Engine | Connection):
+        raise InvalidPurgeTarget(f"bind must be an Engine or Connection, not {type(bind).__name__}")
+    return bind
 
 
 def _check_batch_size(batch_size: object) -> int:
@@ -233,8 +268,6 @@ def _purge_connection(bind: sa.Engine | Connection, dialect: PurgeDialect) -> It
         with bind.connect() as conn:
             yield conn.execution_options(**options)
         return
-    if not isinstance(bind, Connection):
-        raise TypeError(f"bind must be an Engine or Connection, not {type(bind).__name__}")
     if bind.in_transaction():
         raise InvalidRetentionPolicy(
             "purge runs its own short transactions: pass an Engine, or a Connection that is "
@@ -264,6 +297,7 @@ def purge_target(
     :raises PurgeLockTimeout: on MySQL/MariaDB, if another purger held the purge lock for
         more than ``lock_timeout`` seconds.
     """
+    bind = _check_bind(bind)
     batch_size = _check_batch_size(batch_size)
     dialect = purge_dialect_for(bind.dialect.name)
     pause = dialect.pause if pause is None else pause
@@ -295,13 +329,18 @@ def purge(
     *,
     older_than: RetentionPolicy | datetime.timedelta,
     policy: RetentionPolicy | None = None,
-    table: Inbox | sa.Table | None = None,
+    table: Inbox | InboxStore | sa.Table | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     on_batch: Callable[[Batch], None] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     pause: float | None = None,
 ) -> int:
     """Delete processed-message rows older than the retention window, in short batches.
+
+    Given an :class:`~sa_inbox.InboxStore` (or its table), it deletes the store's ``done``
+    rows whose ``processed_at`` is older than the window, exactly as :func:`purge_store`
+    does without ``dead_older_than``: ``pending``, ``processing`` and ``dead`` rows are
+    never touched (use :func:`purge_store` for dead rows).
 
     Each batch is its own transaction deleting at most ``batch_size`` rows whose
     ``received_at`` is before the cut-off (``CURRENT_TIMESTAMP - older_than``, read once
@@ -322,7 +361,9 @@ def purge(
         :attr:`~RetentionPolicy.window` are deleted), or a longer :class:`datetime.timedelta`
         together with ``policy``.
     :param policy: the policy a timedelta ``older_than`` is checked against.
-    :param table: the :class:`~sa_inbox.Inbox` or its table; default: the table
+    :param table: the :class:`~sa_inbox.Inbox`, the :class:`~sa_inbox.InboxStore`, or the
+        table of either (a table with the store's ``status`` and ``processed_at`` columns,
+        or marked as a store's, is purged as a store); default: the table
         ``inbox_processed_messages`` with the standard columns.
     :param batch_size: rows per transaction, at most (default 5000).
     :param on_batch: called after each committed batch with a :class:`Batch` (rows, seconds,
@@ -335,15 +376,19 @@ def purge(
         (``max_redelivery + max_replay + margin``); nothing is deleted.
     :raises InvalidRetentionPolicy: for a bare timedelta without ``policy``, a bad
         ``batch_size``, or a Connection already in a transaction; nothing is deleted.
+    :raises InvalidPurgeTarget: (a :class:`TypeError`) if ``table`` or ``bind`` is of
+        another type; nothing is deleted.
     :raises PurgeLockTimeout: as :func:`purge_target`.
 
     Example::
 
         policy = RetentionPolicy(max_redelivery=timedelta(hours=12), max_replay=timedelta(days=7))
         deleted = purge(engine, older_than=policy, table=inbox)
+        deleted = purge(engine, older_than=policy, table=store)   # the store's done rows
     """
+    target = _purge_target_of(table)
+    bind = _check_bind(bind)
     window = resolve_window(older_than, policy)
-    target = PurgeTarget(_processed_table(table))
     return purge_target(
         bind,
         target,
@@ -424,14 +469,24 @@ def purge_store(
     :raises RetentionWindowTooShort: if either window is inside the policy; nothing is
         deleted.
     :raises InvalidRetentionPolicy: as :func:`purge`.
+    :raises InvalidPurgeTarget: if ``store`` is not an InboxStore or ``bind`` not an Engine
+        or Connection; nothing is deleted.
+
+    Example::
+
+        result = purge_store(engine, store, older_than=policy, dead_older_than=timedelta(days=30))
+        result.done, result.dead
     """
     window = resolve_window(older_than, policy)
     checked = older_than if isinstance(older_than, RetentionPolicy) else policy
     dead_window = None
     if dead_older_than is not None:
         dead_window = resolve_window(dead_older_than, checked)
+    if not isinstance(store, InboxStore):
+        raise InvalidPurgeTarget(f"store must be an InboxStore, not {type(store).__name__}")
+    bind = _check_bind(bind)
     table = store.table
-    done_target = PurgeTarget(table, "processed_at", table.c.status == DONE, python_utc_now)
+    done_target = _store_done_target(table)
     options: dict[str, Any] = {
         "batch_size": batch_size,
         "on_batch": on_batch,
