@@ -10,6 +10,12 @@ all are connected, and times the drain from the release to the last exit. The ha
 inserts one effect row per message, in the transaction that marks it done. After each run
 the state is checked (M distinct effect rows, M rows ``done``); a wrong state aborts.
 
+Before the drains, ``receive vs claim`` times one message per transaction, alternately
+through ``InboxStore.receive`` (the store's insert-or-skip of the whole message) and
+``Inbox.claim`` (the processed-messages key only), on one open connection, and reports the
+median latency of each (at most 2000 messages of each; both tables must then hold exactly
+those rows).
+
 Figures are printed as a table (median of the repeats) and written as JSON with every run.
 """
 
@@ -32,6 +38,7 @@ from sqlalchemy.orm import Session
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from sa_inbox.claim import Inbox  # noqa: E402
 from sa_inbox.store import DONE, InboxStore, Incoming, StoredMessage  # noqa: E402
 from sa_inbox.worker import Worker  # noqa: E402
 
@@ -134,6 +141,42 @@ def one_run(url: str, messages: int, workers: int, batch_size: int) -> dict[str,
     }
 
 
+def receive_vs_claim(url: str, messages: int) -> dict[str, Any]:
+    """One message per transaction, alternately receive and claim; median µs of each."""
+    app = BenchApp(url)
+    inbox = Inbox(app.metadata, table_name="bench_store_claims")
+    app.metadata.drop_all(app.engine)
+    app.metadata.create_all(app.engine)
+    timings: dict[str, list[float]] = {"receive": [], "claim": []}
+    with app.engine.connect() as conn:
+        for i in range(-5, messages):  # 5 untimed warm-ups (checks, statement caches)
+            message_id = f"single-{i:07d}"
+            t0 = time.perf_counter()
+            with conn.begin():
+                app.store.receive(conn, message_id, {"amount": i % 100})
+            t1 = time.perf_counter()
+            with conn.begin():
+                inbox.claim(conn, message_id, "bench")
+            t2 = time.perf_counter()
+            if i >= 0:
+                timings["receive"].append(t1 - t0)
+                timings["claim"].append(t2 - t1)
+        stored = sum(app.store.counts(app.engine).values())
+        claimed = conn.execute(sa.select(sa.func.count()).select_from(inbox.table)).scalar_one()
+    if not stored == claimed == messages + 5:
+        raise SystemExit(f"wrong state: {stored} stored, {claimed} claimed, {messages + 5} sent")
+    app.metadata.drop_all(app.engine)
+    app.engine.dispose()
+    receive_us = statistics.median(timings["receive"]) * 1e6
+    claim_us = statistics.median(timings["claim"]) * 1e6
+    return {
+        "messages": messages,
+        "receive_median_us": receive_us,
+        "claim_median_us": claim_us,
+        "ratio": receive_us / claim_us,
+    }
+
+
 def check(app: BenchApp, messages: int, done: list[int]) -> None:
     """Abort unless every message was processed exactly once."""
     with app.engine.connect() as conn:
@@ -157,6 +200,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     levels = [int(w) for w in args.workers.split(",")]
     backend = sa.make_url(args.dburl).get_backend_name()
+    single = [receive_vs_claim(args.dburl, min(args.messages, 2000)) for _ in range(args.repeats)]
     runs = [
         one_run(args.dburl, args.messages, workers, args.batch_size)
         for workers in levels
@@ -167,6 +211,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "backend": backend,
         "batch_size": args.batch_size,
         "repeats": args.repeats,
+        "receive_vs_claim": single,
         "runs": runs,
     }
     table = Table(title=f"inbox store on {backend}: median of {args.repeats} runs")
@@ -181,6 +226,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{statistics.median(r['drain_per_second'] for r in mine):,.0f}",
         )
     Console().print(table)
+    Console().print(
+        f"receive vs claim, one message per transaction (median of {args.repeats} runs of "
+        f"{single[0]['messages']}): receive "
+        f"{statistics.median(r['receive_median_us'] for r in single):.0f} µs, claim "
+        f"{statistics.median(r['claim_median_us'] for r in single):.0f} µs, ratio "
+        f"{statistics.median(r['ratio'] for r in single):.2f}"
+    )
     if args.json is not None:
         args.json.write_text(json.dumps(document, indent=2) + "\n")
     return document

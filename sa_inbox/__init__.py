@@ -36,7 +36,9 @@ from .exc import UnsafePartitionKey as UnsafePartitionKey
 from .exc import UnsafeTransaction as UnsafeTransaction
 from .exc import UnsupportedBackend as UnsupportedBackend
 from .retention import RetentionPolicy as RetentionPolicy
+from .retention import StorePurgeResult as StorePurgeResult
 from .retention import purge as purge
+from .retention import purge_store as purge_store
 from .retry import is_transient as is_transient
 from .retry import run_in_transaction as run_in_transaction
 from .schema import InboxMessageMixin as InboxMessageMixin
@@ -79,6 +81,7 @@ __all__ = [
     "Result",
     "RetentionPolicy",
     "RetentionWindowTooShort",
+    "StorePurgeResult",
     "StoredMessage",
     "TransientClaimError",
     "UnsafePartitionKey",
@@ -90,6 +93,7 @@ __all__ = [
     "is_transient",
     "processed_messages_table",
     "purge",
+    "purge_store",
     "register_claim",
     "run_in_transaction",
 ]

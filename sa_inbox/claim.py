@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -109,7 +108,6 @@ class Inbox:
         }
         self._statements: dict[str, tuple[ClaimDialect, Executable]] = {}
         self._checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
-        self._lock = threading.Lock()
 
     @classmethod
     def for_table(cls, table: sa.Table, *, strategy: Strategy = "native") -> Inbox:
@@ -316,10 +314,11 @@ class Inbox:
             prepared = (dialect, dialect.insert_or_skip(self.table, None))
             self._statements[name] = prepared
         if conn.engine not in self._checked:
-            with self._lock:
-                prepared[0].check_backend(conn)
-                if prepared[0].check_table(conn, self.table):
-                    self._checked.add(conn.engine)
+            # Idempotent and lock-free: two first claims racing both run the same harmless
+            # checks (no lock may be held across SQL, which would block an event loop).
+            prepared[0].check_backend(conn)
+            if prepared[0].check_table(conn, self.table):
+                self._checked.add(conn.engine)
         return prepared
 
 

@@ -213,26 +213,55 @@ class PurgeTarget:
         return older if self.condition is None else sa.and_(older, self.condition)
 
 
-def _processed_table(table: Inbox | sa.Table | None) -> sa.Table:
+#: The columns by which :func:`purge` tells an inbox store's table from a processed-messages
+#: table: a store row is purged by its ``status`` and ``processed_at``, never by arrival.
+_STORE_COLUMNS = ("status", "processed_at")
+
+
+def _is_store_table(table: sa.Table) -> bool:
+    """Whether ``table`` is an inbox store's table (marked as one, or a reflected table with
+    the store's ``status`` and ``processed_at`` columns), to be purged by its ``done`` rows.
+    """
+    mark = table.info.get("sa_inbox")
+    if isinstance(mark, dict) and mark.get("kind") == "store":
+        return True
+    return all(name in table.c for name in _STORE_COLUMNS)
+
+
+def _store_done_target(table: sa.Table) -> PurgeTarget:
+    """The store's ``done`` rows by ``processed_at``, on Python's UTC clock (the store's)."""
+    return PurgeTarget(table, "processed_at", table.c.status == DONE, python_utc_now)
+
+
+def _purge_target_of(table: Inbox | InboxStore | sa.Table | None) -> PurgeTarget:
+    """What :func:`purge` deletes from ``table``: old processed-message rows, or a store's
+    old ``done`` rows.
+
+    :raises InvalidTableType: for anything but an Inbox, an InboxStore, a Table or None.
+    """
     if table is None:
-        return processed_messages_table(sa.MetaData(), table_name=DEFAULT_TABLE_NAME)
+        return PurgeTarget(processed_messages_table(sa.MetaData(), table_name=DEFAULT_TABLE_NAME))
+    if isinstance(table, InboxStore):
+        return _store_done_target(table.table)
     if isinstance(table, Inbox):
-        return table.table
+        return PurgeTarget(table.table)
     if isinstance(table, sa.Table):
-        return table
-    raise InvalidTableType(f"table must be an Inbox or a Table, not {type(table).__name__}")
+        return _store_done_target(table) if _is_store_table(table) else PurgeTarget(table)
+    raise InvalidTableType(
+        f"table must be an Inbox, an InboxStore, a Table or None, not {type(table).__name__}"
+    )
+
+
+def _check_bind(bind: object) -> sa.Engine | Connection:
+    if not isinstance(bind, sa.Engine | Connection):
+        raise InvalidBind(f"bind must be an Engine or Connection, not {type(bind).__name__}")
+    return bind
 
 
 def _check_batch_size(batch_size: object) -> int:
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
         raise InvalidRetentionPolicy(f"batch_size must be a positive int, not {batch_size!r}")
     return batch_size
-
-
-def _purge_bind(bind: object) -> sa.Engine | Connection:
-    if not isinstance(bind, sa.Engine | Connection):
-        raise InvalidBind(f"bind must be an Engine or Connection, not {type(bind).__name__}")
-    return bind
 
 
 @contextmanager
@@ -275,8 +304,9 @@ def purge_target(
         more than ``lock_timeout`` seconds.
     :raises InvalidBind: if ``bind`` is not an Engine or Connection (before any SQL).
     """
+    bind = _check_bind(bind)
     batch_size = _check_batch_size(batch_size)
-    dialect = purge_dialect_for(_purge_bind(bind).dialect.name)
+    dialect = purge_dialect_for(_check_bind(bind).dialect.name)
     pause = dialect.pause if pause is None else pause
     with _purge_connection(bind, dialect) as conn:
         cutoff = target.clock(conn) - older_than
@@ -306,13 +336,18 @@ def purge(
     *,
     older_than: RetentionPolicy | datetime.timedelta,
     policy: RetentionPolicy | None = None,
-    table: Inbox | sa.Table | None = None,
+    table: Inbox | InboxStore | sa.Table | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     on_batch: Callable[[Batch], None] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     pause: float | None = None,
 ) -> int:
     """Delete processed-message rows older than the retention window, in short batches.
+
+    Given an :class:`~sa_inbox.InboxStore` (or its table), it deletes the store's ``done``
+    rows whose ``processed_at`` is older than the window, exactly as :func:`purge_store`
+    does without ``dead_older_than``: ``pending``, ``processing`` and ``dead`` rows are
+    never touched (use :func:`purge_store` for dead rows).
 
     Each batch is its own transaction deleting at most ``batch_size`` rows whose
     ``received_at`` is before the cut-off (``CURRENT_TIMESTAMP - older_than``, read once
@@ -333,7 +368,9 @@ def purge(
         :attr:`~RetentionPolicy.window` are deleted), or a longer :class:`datetime.timedelta`
         together with ``policy``.
     :param policy: the policy a timedelta ``older_than`` is checked against.
-    :param table: the :class:`~sa_inbox.Inbox` or its table; default: the table
+    :param table: the :class:`~sa_inbox.Inbox`, the :class:`~sa_inbox.InboxStore`, or the
+        table of either (a table with the store's ``status`` and ``processed_at`` columns,
+        or marked as a store's, is purged as a store); default: the table
         ``inbox_processed_messages`` with the standard columns.
     :param batch_size: rows per transaction, at most (default 5000).
     :param on_batch: called after each committed batch with a :class:`Batch` (rows, seconds,
@@ -347,16 +384,20 @@ def purge(
     :raises InvalidRetentionPolicy: for a bare timedelta without ``policy``, a bad
         ``batch_size``, or a Connection already in a transaction; nothing is deleted.
     :raises PurgeLockTimeout: as :func:`purge_target`.
-    :raises InvalidBind: if ``bind`` is not an Engine or Connection, before any SQL.
-    :raises InvalidTableType: if ``table`` is not an Inbox, a Table or ``None``.
+    :raises InvalidBind: (a :class:`TypeError`) if ``bind`` is not an Engine or Connection,
+        before any SQL; nothing is deleted.
+    :raises InvalidTableType: (a :class:`TypeError`) if ``table`` is not an Inbox, an
+        InboxStore, a Table or ``None``; nothing is deleted.
 
     Example::
 
         policy = RetentionPolicy(max_redelivery=timedelta(hours=12), max_replay=timedelta(days=7))
         deleted = purge(engine, older_than=policy, table=inbox)
+        deleted = purge(engine, older_than=policy, table=store)   # the store's done rows
     """
+    target = _purge_target_of(table)
+    bind = _check_bind(bind)
     window = resolve_window(older_than, policy)
-    target = PurgeTarget(_processed_table(table))
     return purge_target(
         bind,
         target,
@@ -377,7 +418,7 @@ def count_expired(
 
     One ``COUNT(*)`` over the time index; the purge itself never needs it.
     """
-    with _purge_connection(bind, purge_dialect_for(_purge_bind(bind).dialect.name)) as conn:
+    with _purge_connection(bind, purge_dialect_for(_check_bind(bind).dialect.name)) as conn:
         cutoff = target.clock(conn) - older_than
         query = sa.select(sa.func.count()).select_from(target.table).where(target.expired(cutoff))
         count = int(conn.execute(query).scalar_one())
@@ -437,14 +478,24 @@ def purge_store(
     :raises RetentionWindowTooShort: if either window is inside the policy; nothing is
         deleted.
     :raises InvalidRetentionPolicy: as :func:`purge`.
+    :raises InvalidTableType: if ``store`` is not an InboxStore; nothing is deleted.
+    :raises InvalidBind: if ``bind`` is not an Engine or Connection; nothing is deleted.
+
+    Example::
+
+        result = purge_store(engine, store, older_than=policy, dead_older_than=timedelta(days=30))
+        result.done, result.dead
     """
     window = resolve_window(older_than, policy)
     checked = older_than if isinstance(older_than, RetentionPolicy) else policy
     dead_window = None
     if dead_older_than is not None:
         dead_window = resolve_window(dead_older_than, checked)
+    if not isinstance(store, InboxStore):
+        raise InvalidTableType(f"store must be an InboxStore, not {type(store).__name__}")
+    bind = _check_bind(bind)
     table = store.table
-    done_target = PurgeTarget(table, "processed_at", table.c.status == DONE, python_utc_now)
+    done_target = _store_done_target(table)
     options: dict[str, Any] = {
         "batch_size": batch_size,
         "on_batch": on_batch,

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql.expression import Executable
 
 from .claim import Bind, connection_for
 from .dialects import ClaimDialect, claim_dialect_for
@@ -118,9 +118,12 @@ class InboxStore:
             metadata, table_name=table_name, schema=schema, message_id_length=message_id_length
         )
         self.message_id_length = message_id_length
+        # Per dialect name: the receive statement, built once (as Inbox.claim's).
+        self._statements: dict[str, tuple[ClaimDialect, Executable]] = {}
+        # Engines whose one-time checks passed. No lock guards them: a racing first call
+        # runs the same read-only check again, and no lock is ever held across SQL.
         self._insert_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
         self._claim_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
-        self._lock = threading.Lock()
 
     def bind(
         self, engine: sa.Engine, session_factory: Callable[[], Session] | None = None
@@ -169,8 +172,8 @@ class InboxStore:
             Incoming(message_id, payload, aggregate_id, message_type), consumer_name, now
         )
         conn = self._connection(bind)
-        dialect = self._insert_dialect(conn)
-        return dialect.claim_one(conn, self.table, dialect.insert_or_skip(self.table, None), row)
+        dialect, statement = self._prepared(conn)
+        return dialect.claim_one(conn, self.table, statement, row)
 
     def receive_many(
         self,
@@ -632,20 +635,44 @@ class InboxStore:
         return connection_for(bind, self.table)
 
     def _insert_dialect(self, conn: Connection) -> ClaimDialect:
-        dialect = claim_dialect_for(conn.dialect.name)
+        """The insert-or-skip dialect of ``conn``'s backend, checked (see :meth:`_prepared`)."""
+        return self._prepared(conn)[0]
+
+    def _prepared(self, conn: Connection) -> tuple[ClaimDialect, Executable]:
+        """The insert-or-skip dialect and the cached single-row receive statement for
+        ``conn``'s backend, after the backend's one-time checks on ``conn``'s engine.
+
+        Built once per dialect name, so a receive only binds its row (SQLAlchemy then finds
+        the compiled form in the engine's cache by the statement's cache key). Lock-free:
+        two threads racing on a cold store build equal statements and run the same
+        read-only checks (in their own transactions); either result is kept.
+
+        :raises UnsupportedBackend: if the server or the table fails a check.
+        """
+        name = conn.dialect.name
+        prepared = self._statements.get(name)
+        if prepared is None:
+            dialect = claim_dialect_for(name)
+            prepared = (dialect, dialect.insert_or_skip(self.table, None))
+            self._statements[name] = prepared
         if conn.engine not in self._insert_checked:
-            with self._lock:
-                dialect.check_backend(conn)
-                if dialect.check_table(conn, self.table):
-                    self._insert_checked.add(conn.engine)
-        return dialect
+            prepared[0].check_backend(conn)
+            if prepared[0].check_table(conn, self.table):
+                self._insert_checked.add(conn.engine)
+        return prepared
 
     def _claim_dialect(self, engine: sa.Engine) -> StoreClaimDialect:
+        """The store-claim dialect of ``engine``, after its one-time backend check.
+
+        Lock-free and idempotent: a racing first call checks again on its own connection.
+
+        :raises UnsupportedBackend: if the server is too old for the claim.
+        """
         dialect = store_claim_dialect_for(engine.dialect.name)
         if engine not in self._claim_checked:
-            with self._lock, engine.connect() as conn:
+            with engine.connect() as conn:
                 dialect.check_backend(conn)
-                self._claim_checked.add(engine)
+            self._claim_checked.add(engine)
         return dialect
 
 

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox.exc import RetentionWindowTooShort
-from sa_inbox.retention import Batch, RetentionPolicy, purge_store
+from sa_inbox.exc import InboxError, InvalidBind, InvalidTableType, RetentionWindowTooShort
+from sa_inbox.retention import Batch, RetentionPolicy, purge, purge_store
 from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, InboxStore, Incoming, utc_now
 
 pytestmark = pytest.mark.backend
@@ -93,3 +93,53 @@ def test_a_dead_window_inside_the_policy_is_refused(engine: sa.Engine, store: In
     with pytest.raises(RetentionWindowTooShort):
         purge_store(engine, store, older_than=DAY, policy=POLICY)
     assert sum(store.counts(engine).values()) == len(GROUPS) * PER_GROUP
+
+
+@pytest.mark.parametrize("form", ["store", "table", "reflected"])
+def test_purge_takes_the_store_and_deletes_only_its_old_done_rows(
+    engine: sa.Engine, store: InboxStore, form: str
+) -> None:
+    """``purge(table=store)`` (or the store's table, even reflected) applies the store's
+    rules: old ``done`` rows by ``processed_at``; never pending, processing or dead rows,
+    however old their ``received_at``."""
+    table: InboxStore | sa.Table = {
+        "store": lambda: store,
+        "table": lambda: store.table,
+        "reflected": lambda: sa.Table(store.table.name, sa.MetaData(), autoload_with=engine),
+    }[form]()
+    before = {group: _count(engine, store, group) for group in GROUPS}
+    assert before == dict.fromkeys(GROUPS, PER_GROUP)
+
+    assert purge(engine, older_than=POLICY, table=table, batch_size=50) == PER_GROUP
+
+    after = {group: _count(engine, store, group) for group in GROUPS}
+    assert after == {group: 0 if group == "done-old" else PER_GROUP for group in GROUPS}
+    assert purge(engine, older_than=POLICY, table=table) == 0
+
+
+@pytest.mark.parametrize(
+    "bad", [object(), "inbox_store", sa.MetaData(), sa.select(sa.literal(1)).subquery()]
+)
+def test_a_wrong_purge_target_is_a_typed_error_and_deletes_nothing(
+    engine: sa.Engine, store: InboxStore, bad: object
+) -> None:
+    with pytest.raises(InvalidTableType, match="table must be") as raised:
+        purge(engine, older_than=POLICY, table=bad)  # type: ignore[arg-type]
+    assert isinstance(raised.value, InboxError) and isinstance(raised.value, TypeError)
+    with pytest.raises(InvalidTableType, match="store must be"):
+        purge_store(engine, bad, older_than=POLICY)  # type: ignore[arg-type]
+    with pytest.raises(InvalidBind, match="bind must be"):
+        purge(bad, older_than=POLICY, table=store)  # type: ignore[arg-type]
+    with pytest.raises(InvalidBind, match="bind must be"):
+        purge_store(bad, store, older_than=POLICY)  # type: ignore[arg-type]
+    assert sum(store.counts(engine).values()) == len(GROUPS) * PER_GROUP
+
+
+def test_purge_and_purge_store_are_exported() -> None:
+    import sa_inbox
+
+    assert sa_inbox.purge is purge and sa_inbox.purge_store is purge_store
+    assert {"purge", "purge_store", "StorePurgeResult"} <= set(
+        sa_inbox.__all__
+    )
+    assert sa_inbox.__all__ == sorted(sa_inbox.__all__)

@@ -44,6 +44,8 @@ def test_store_drain_benchmark_runs(url: str, tmp_path: Path) -> None:
     )
     assert json.loads(out.read_text()) == document
     assert [run["workers"] for run in document["runs"]] == [1, 2]
+    (single,) = document["receive_vs_claim"]
+    assert single["messages"] == 60 and single["receive_median_us"] > 0 < single["claim_median_us"]
     for run in document["runs"]:
         assert sum(run["done_per_worker"]) == 60
         assert run["drain_per_second"] > 0 and run["receive_per_second"] > 0

@@ -3,6 +3,9 @@
 The target MetaData is the application's (``[sa_inbox] target_metadata`` in alembic.ini)
 plus the sa-inbox processed-messages table; ``import sa_inbox.alembic`` registers the
 ``op.create_inbox_table()`` operations and the autogenerate hooks that render them.
+
+An async driver's URL (``postgresql+asyncpg://``, ``sqlite+aiosqlite://``) needs greenlet
+(``pip install 'sqlalchemy[asyncio]'``); sync URLs do not.
 """
 
 import asyncio
@@ -11,7 +14,6 @@ from logging.config import fileConfig
 import sqlalchemy as sa
 from alembic import context
 from sqlalchemy import pool
-from sqlalchemy.ext.asyncio import create_async_engine
 
 import sa_inbox.alembic
 
@@ -52,6 +54,10 @@ def do_run_migrations(connection: sa.Connection) -> None:
 
 
 async def run_async_migrations(url: sa.URL) -> None:
+    # Imported here, for async URLs only: sqlalchemy.ext.asyncio needs greenlet, which
+    # SQLAlchemy 2.1 installs only with sqlalchemy[asyncio] (sync projects lack it).
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     engine = create_async_engine(url, poolclass=pool.NullPool)
     try:
         async with engine.connect() as connection:
