@@ -482,3 +482,33 @@ def test_handler_that_ends_the_transaction_is_a_failed_attempt(
     assert (row["status"], row["attempts"]) == (DEAD, 2)
     assert row["last_error"].startswith("UnsafeTransaction: the handler")
     assert store_app.effect_ids() == []
+
+
+def test_claim_for_every_consumer_and_what_is_still_unfinished(store_app: StoreApp) -> None:
+    """``consumer_name=None`` claims every consumer's rows, ordered per (consumer,
+    aggregate); ``has_unfinished`` sees pending and processing rows, not done ones."""
+    store, engine = store_app.store, store_app.engine
+    with engine.begin() as conn:
+        store.receive(conn, "b1", {"seq": 1}, consumer_name="billing", aggregate_id="A")
+        store.receive(conn, "b2", {"seq": 2}, consumer_name="billing", aggregate_id="A")
+        store.receive(conn, "s1", {"seq": 3}, consumer_name="shipping", aggregate_id="A")
+    assert store.has_unfinished(engine) and store.has_unfinished(engine, consumer_name="billing")
+    assert not store.has_unfinished(engine, consumer_name="default")
+    claim = {"limit": 10, "visibility_timeout": 60, "max_attempts": 3, "ordered": True}
+    assert store.claim(engine, claimed_by="default#1", **claim) == [], "default: none of them"
+    first = store.claim(engine, claimed_by="all#1", consumer_name=None, **claim)
+    assert [(m.consumer_name, m.message_id) for m in first] == [
+        ("billing", "b1"),
+        ("shipping", "s1"),
+    ], "one head per (consumer, aggregate): b2 waits behind b1"
+    assert store.has_unfinished(engine, consumer_name="shipping"), "processing is unfinished"
+    for message in first:
+        assert store.complete(engine, message, store_app.apply)
+    assert not store.has_unfinished(engine, consumer_name="shipping")
+    assert store.has_unfinished(engine, consumer_name="billing"), "b2 is pending"
+    [second] = store.claim(engine, claimed_by="all#2", consumer_name=None, **claim)
+    assert second.message_id == "b2"
+    assert store.complete(engine, second, store_app.apply)
+    assert not store.has_unfinished(engine)
+    assert sorted(store_app.effect_ids()) == ["b1", "b2", "s1"]
+    assert store.counts(engine) == {PENDING: 0, PROCESSING: 0, DONE: 3, DEAD: 0}

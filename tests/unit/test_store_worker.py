@@ -303,3 +303,30 @@ def test_backoff_is_a_backoff_object_not_seconds(store: MemoryStore, clock: Cloc
     # seconds given directly would only fail at the first failed message, inside the loop
     with pytest.raises(InvalidStoreArgument, match=r"backoff must be a Backoff\(base=seconds"):
         worker(store, lambda ctx, message: None, clock, backoff=5.0)
+
+
+def test_memory_claim_for_every_consumer_and_what_is_still_unfinished(
+    store: MemoryStore, clock: Clock
+) -> None:
+    store.receive("b1", 1, consumer_name="billing", aggregate_id="A")
+    store.receive("b2", 2, consumer_name="billing", aggregate_id="A")
+    store.receive("s1", 3, consumer_name="shipping", aggregate_id="A")
+    assert store.has_unfinished(consumer_name=None)
+    assert not store.has_unfinished(consumer_name="default")
+    claim: dict[str, Any] = {
+        "limit": 10, "visibility_timeout": 60, "max_attempts": 3, "ordered": True, "now": clock()
+    }  # fmt: skip
+    assert store.claim(consumer_name="default", claimed_by="d#1", **claim) == []
+    first = store.claim(consumer_name=None, claimed_by="all#1", **claim)
+    assert [(m.consumer_name, m.message_id) for m in first] == [
+        ("billing", "b1"),
+        ("shipping", "s1"),
+    ]
+    assert store.has_unfinished(consumer_name="shipping"), "processing is unfinished"
+    for message in first:
+        assert store.complete(message, lambda ctx, m: None, now=clock())
+    assert not store.has_unfinished(consumer_name="shipping")
+    [second] = store.claim(consumer_name=None, claimed_by="all#2", **claim)
+    assert second.message_id == "b2"
+    assert store.complete(second, lambda ctx, m: None, now=clock())
+    assert not store.has_unfinished(consumer_name=None)
