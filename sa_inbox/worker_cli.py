@@ -8,13 +8,15 @@ unreachable, store table missing).
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
 import click
+
+from .exc import InvalidHandler
+from .validation import check_handler
 
 __all__ = ["ConfirmationNeeded", "resolve_handler", "store_group", "worker_command"]
 
@@ -43,31 +45,11 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
         target = getattr(target, part)
     if not callable(target):
         raise click.BadParameter(f"{spec!r} is not callable", param_hint="--handler")
-    _check_signature(target, spec)
+    try:
+        check_handler(target, ("session", "message"), name=repr(spec))
+    except InvalidHandler as exc:
+        raise click.BadParameter(str(exc), param_hint="--handler") from exc
     return target  # type: ignore[no-any-return]
-
-
-def _check_signature(handler: Callable[..., Any], spec: str) -> None:
-    """Refuse a handler that cannot be called as ``handler(session, message)``.
-
-    The worker calls it with those two positional arguments; a callable that cannot bind
-    them would fail on every message and send them all to dead. A callable whose
-    signature Python cannot inspect (some built-ins) is accepted.
-
-    :raises click.BadParameter: if the two arguments do not bind.
-    """
-    try:
-        signature = inspect.signature(handler)
-    except (TypeError, ValueError):
-        return
-    try:
-        signature.bind(None, None)
-    except TypeError as exc:
-        raise click.BadParameter(
-            f"{spec!r} cannot be called as handler(session, message): its signature is "
-            f"{spec.partition(':')[2]}{signature} ({exc})",
-            param_hint="--handler",
-        ) from exc
 
 
 def _bound_store(url: str, table: str, schema: str | None) -> Any:
