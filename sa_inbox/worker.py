@@ -354,8 +354,10 @@ class Worker:
                 return
             try:
                 outcome = self.process(message)
-            except ConfigurationError:
-                # not the message's fault: give it back with its attempt uncounted
+            except ConfigurationError as exc:
+                # not the message's fault: stop the other threads first (so they do not
+                # claim what is given back), then give it back with its attempt uncounted
+                self._configuration_error(exc)
                 self._release(batch[index:], quietly=True)
                 raise
             except Exception:
@@ -589,7 +591,9 @@ class Worker:
     def _halt(self, reason: str) -> None:
         """End the run for every thread, because of ``reason`` (the first one wins)."""
         with self._lock:
-            if self._run is not None and self._run.halted_by is None:
+            if self._run is None:
+                return  # run_once(), outside a run: the caller gets the error
+            if self._run.halted_by is None:
                 self._run.halted_by = reason
         self.stop_event.set()
 
@@ -641,6 +645,8 @@ class Worker:
     def _configuration_error(self, exc: ConfigurationError) -> None:
         """Stop every thread because of ``exc``; log it once; :meth:`run` raises it."""
         with self._lock:
+            if self._run is None or exc is self._fatal:
+                return  # run_once() outside a run raises it; or already reported
             first = self._fatal is None
             if first:
                 self._fatal = exc

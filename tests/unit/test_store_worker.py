@@ -492,6 +492,9 @@ def test_a_configuration_error_in_the_handler_stops_the_worker(
         (PENDING, 0, None),
     ], "not a failed attempt: released with the attempt uncounted"
     assert w.summary == WorkerSummary(processed=1, released=3, reason=ERROR)
+    with pytest.raises(error):
+        w.run_once()  # outside a run: raised to the caller, the worker is not stopped
+    assert not w.stop_event.is_set()
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
         f"worker stopped by a configuration error (no message is at fault, no attempt "
         f"counted as failed): {error.__name__}: set up wrongly"
