@@ -299,3 +299,21 @@ def test_worker_imports_the_handler_from_the_working_directory(
     assert done.returncode == 0, done.stderr
     assert summary(done.stdout)["processed"] == 2
     assert sorted(store_app.effect_ids()) == ["m-0", "m-1"]
+
+
+def test_store_replay_covers_every_consumer_unless_one_is_named(
+    url: str, store_app: StoreApp
+) -> None:
+    receive(store_app, 1, "billing")
+    receive(store_app, 1)
+    t = store_app.store.table
+    with store_app.engine.begin() as conn:
+        conn.execute(t.update().values(status=DEAD))
+    replay = ["store", "replay", "--url", url, "--table", TABLE, "--status", "dead"]
+    billing = cli(*replay, "--consumer", "billing")
+    out, err = billing.communicate(timeout=60)
+    assert json.loads(out) == {"replayed": 1}, err
+    every = cli(*replay)
+    out, err = every.communicate(timeout=60)
+    assert json.loads(out) == {"replayed": 1}, err
+    assert store_app.store.counts(store_app.engine) == {PENDING: 2, PROCESSING: 0, DONE: 0, DEAD: 0}
