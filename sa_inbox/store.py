@@ -219,7 +219,7 @@ class InboxStore:
         limit: int,
         visibility_timeout: float,
         max_attempts: int,
-        consumer_name: str = DEFAULT_CONSUMER,
+        consumer_name: str | None = DEFAULT_CONSUMER,
         ordered: bool = False,
         now: datetime.datetime | None = None,
     ) -> list[StoredMessage]:
@@ -245,6 +245,9 @@ class InboxStore:
         :param limit: rows at most, a positive int.
         :param visibility_timeout: seconds after which a claim counts as abandoned.
         :param max_attempts: attempts after which a message is dead.
+        :param consumer_name: the consumer whose rows are claimed; ``None`` claims the rows
+            of every consumer (ordering, with ``ordered``, stays per consumer and
+            aggregate).
         :returns: the claimed messages in ``(received_at, id)`` order.
         :raises UnsupportedBackend: if the server has no ``SKIP LOCKED`` (PostgreSQL < 9.5,
             MySQL < 8.0.1, MariaDB < 10.6) or the backend is unknown.
@@ -280,7 +283,7 @@ class InboxStore:
         *,
         visibility_timeout: float,
         max_attempts: int,
-        consumer_name: str = DEFAULT_CONSUMER,
+        consumer_name: str | None = DEFAULT_CONSUMER,
         ordered: bool = False,
         now: datetime.datetime | None = None,
     ) -> tuple[CandidateQuery, CandidateQuery]:
@@ -296,13 +299,22 @@ class InboxStore:
         (MySQL manual, "Locks Set by Different SQL Statements in InnoDB"), so a second
         worker's ``SKIP LOCKED`` would skip the whole backlog.
 
+        With ``consumer_name=None`` the ``consumer_name = :c`` condition is left out: every
+        consumer's rows are candidates, still in ``(received_at, id)`` order, but the index
+        no longer delivers that order, so the database reads and sorts every candidate of
+        the status (fine for a small store; run one worker per consumer on a large one).
+
         :raises InvalidStoreArgument: for a bad timeout or ``max_attempts``.
         :raises InvalidMessageId: for a bad ``consumer_name``.
         """
         _positive_int(max_attempts, "max_attempts")
         when = _aware(now)
         stale_before = when - _seconds(visibility_timeout, "visibility_timeout")
-        consumer = validate_key(consumer_name, "consumer_name", self.message_id_length)
+        consumer = (
+            None
+            if consumer_name is None
+            else validate_key(consumer_name, "consumer_name", self.message_id_length)
+        )
 
         def query(status: str) -> CandidateQuery:
             def candidates(source: sa.FromClause) -> sa.Select[Any]:
@@ -311,7 +323,9 @@ class InboxStore:
                     claimable = c.available_at <= when
                 else:
                     claimable = sa.and_(c.claimed_at < stale_before, c.attempts < max_attempts)
-                where = sa.and_(c.consumer_name == consumer, c.status == status, claimable)
+                where = sa.and_(c.status == status, claimable)
+                if consumer is not None:
+                    where = sa.and_(c.consumer_name == consumer, where)
                 if ordered:
                     where = sa.and_(where, self._first_of_aggregate(source))
                 return sa.select(c.id).where(where).order_by(c.received_at, c.id)
@@ -567,6 +581,27 @@ class InboxStore:
             found = {str(status): int(count) for status, count in conn.execute(query)}
         return {status: found.get(status, 0) for status in STATUSES}
 
+    def has_unfinished(self, engine: sa.Engine, *, consumer_name: str | None = None) -> bool:
+        """Whether any row of the consumer is still ``pending`` or ``processing``.
+
+        What :meth:`Worker.run(until_empty=True) <sa_inbox.worker.Worker.run>` waits for:
+        a pending row may be waiting out its back-off, a processing row may be in another
+        worker's hands (or abandoned, and claimed again after the visibility timeout).
+        ``dead`` and ``done`` rows are finished. One ``SELECT id … LIMIT 1`` on the claim
+        index; with ``consumer_name=None`` (every consumer) the index cannot be used by
+        its first column, and a store with no unfinished row is read to the end.
+
+        :param engine: the store's database.
+        :param consumer_name: the consumer, or ``None`` for every consumer.
+        :returns: True if at least one such row exists now.
+        """
+        t = self.table
+        query = sa.select(t.c.id).where(t.c.status.in_((PENDING, PROCESSING))).limit(1)
+        if consumer_name is not None:
+            query = query.where(t.c.consumer_name == consumer_name)
+        with engine.connect() as conn:
+            return conn.execute(query).first() is not None
+
     # -- helpers --------------------------------------------------------------------------
 
     @contextmanager
@@ -694,7 +729,7 @@ class BoundStore:
     def claim(
         self,
         *,
-        consumer_name: str,
+        consumer_name: str | None,
         claimed_by: str,
         limit: int,
         visibility_timeout: float,
@@ -746,6 +781,11 @@ class BoundStore:
             max_attempts=max_attempts,
             now=now,
         )
+
+    def has_unfinished(self, *, consumer_name: str | None) -> bool:
+        """Whether a row of the consumer is pending or processing (see
+        :meth:`InboxStore.has_unfinished`)."""
+        return self.store.has_unfinished(self.engine, consumer_name=consumer_name)
 
     def is_transient(self, exc: BaseException) -> bool:
         """Whether ``exc`` is a deadlock, serialization failure or busy database."""

@@ -69,13 +69,13 @@ class MessageStore(Protocol):
 
     :class:`~sa_inbox.store.BoundStore` (a database) and
     :class:`sa_inbox.testing.MemoryStore` implement it. ``now`` is always an aware UTC
-    datetime from the worker's clock.
+    datetime from the worker's clock. A ``consumer_name`` of ``None`` means every consumer.
     """
 
     def claim(
         self,
         *,
-        consumer_name: str,
+        consumer_name: str | None,
         claimed_by: str,
         limit: int,
         visibility_timeout: float,
@@ -107,5 +107,9 @@ class MessageStore(Protocol):
         max_attempts: int,
         now: datetime.datetime,
     ) -> ReapResult: ...
+
+    def has_unfinished(self, *, consumer_name: str | None) -> bool:
+        """Whether any message of the consumer is ``pending`` or ``processing`` now."""
+        ...
 
     def is_transient(self, exc: BaseException) -> bool: ...

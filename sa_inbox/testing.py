@@ -153,7 +153,7 @@ class MemoryStore:
     def claim(
         self,
         *,
-        consumer_name: str,
+        consumer_name: str | None,
         claimed_by: str,
         limit: int,
         visibility_timeout: float,
@@ -169,7 +169,7 @@ class MemoryStore:
             candidates = [
                 row
                 for row in sorted(self.rows, key=MemoryRow.key)
-                if row.consumer_name == consumer_name
+                if consumer_name in (None, row.consumer_name)
                 and row.id not in self._running
                 and self._claimable(row, now, stale_before, max_attempts)
                 and not (ordered and self._blocked(row))
@@ -267,6 +267,14 @@ class MemoryStore:
                     row.status, row.claimed_at, row.claimed_by = PENDING, None, None
                     released += 1
         return ReapResult(released=released, dead=dead)
+
+    def has_unfinished(self, *, consumer_name: str | None = None) -> bool:
+        """Whether a row of the consumer (``None``: any) is pending or processing."""
+        with self._lock:
+            return any(
+                row.status in (PENDING, PROCESSING) and consumer_name in (None, row.consumer_name)
+                for row in self.rows
+            )
 
     def is_transient(self, exc: BaseException) -> bool:
         """Never: the memory store has no deadlocks."""

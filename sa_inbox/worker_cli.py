@@ -1,20 +1,25 @@
 """``sa-inbox worker`` and ``sa-inbox store``: run the store's worker, inspect and replay rows.
 
 Registered into the :mod:`click` group of :mod:`sa_inbox.cli`. Exit codes as there: 0
-success, 2 usage error (a bad ``--handler``), 3 the command could not run (database
-unreachable, store table missing).
+success, 2 usage error (a bad ``--handler``, neither ``--consumer`` nor
+``--all-consumers`` for ``worker``), 3 the command could not run (database unreachable,
+store table missing, a :class:`~sa_inbox.exc.ConfigurationError` that stopped the worker).
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import logging
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
+
+from .exc import InvalidHandler
+from .validation import check_handler
 
 __all__ = ["ConfirmationNeeded", "resolve_handler", "store_group", "worker_command"]
 
@@ -43,31 +48,11 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
         target = getattr(target, part)
     if not callable(target):
         raise click.BadParameter(f"{spec!r} is not callable", param_hint="--handler")
-    _check_signature(target, spec)
+    try:
+        check_handler(target, ("session", "message"), name=repr(spec))
+    except InvalidHandler as exc:
+        raise click.BadParameter(str(exc), param_hint="--handler") from exc
     return target  # type: ignore[no-any-return]
-
-
-def _check_signature(handler: Callable[..., Any], spec: str) -> None:
-    """Refuse a handler that cannot be called as ``handler(session, message)``.
-
-    The worker calls it with those two positional arguments; a callable that cannot bind
-    them would fail on every message and send them all to dead. A callable whose
-    signature Python cannot inspect (some built-ins) is accepted.
-
-    :raises click.BadParameter: if the two arguments do not bind.
-    """
-    try:
-        signature = inspect.signature(handler)
-    except (TypeError, ValueError):
-        return
-    try:
-        signature.bind(None, None)
-    except TypeError as exc:
-        raise click.BadParameter(
-            f"{spec!r} cannot be called as handler(session, message): its signature is "
-            f"{spec.partition(':')[2]}{signature} ({exc})",
-            param_hint="--handler",
-        ) from exc
 
 
 def _bound_store(url: str, table: str, schema: str | None) -> Any:
@@ -98,7 +83,10 @@ def _table_options(command: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--schema", default=None, help="The store table's schema."),
         click.option(
-            "--consumer", default="default", show_default=True, help="The consumer (queue) name."
+            "--consumer",
+            default=None,
+            help="The consumer (queue) name; default: every consumer (worker: see "
+            "--all-consumers).",
         ),
     ]
     for option in reversed(options):
@@ -137,7 +125,36 @@ def _table_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.option(
     "--poll-interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True)
 )
-@click.option("--until-empty", is_flag=True, help="Exit once nothing is claimable.")
+@click.option(
+    "--all-consumers",
+    is_flag=True,
+    help="Process the messages of every consumer (instead of --consumer NAME).",
+)
+@click.option(
+    "--until-empty",
+    is_flag=True,
+    help="Exit once nothing of the consumer is pending or processing (failed messages are "
+    "retried after their back-off first).",
+)
+@click.option(
+    "--max-messages",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Exit after processing this many messages.",
+)
+@click.option(
+    "--max-seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop claiming after this many seconds, finish the message in hand, exit.",
+)
+@click.option(
+    "--app-dir",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Directory put first on sys.path to import --handler from (as uvicorn's).",
+)
 @click.option(
     "--log-level",
     default="INFO",
@@ -149,7 +166,7 @@ def worker_command(
     url: str,
     table: str,
     schema: str | None,
-    consumer: str,
+    consumer: str | None,
     handler_spec: str,
     batch_size: int,
     concurrency: int,
@@ -159,17 +176,39 @@ def worker_command(
     backoff: float,
     max_backoff: float,
     poll_interval: float,
+    all_consumers: bool,
     until_empty: bool,
+    max_messages: int | None,
+    max_seconds: float | None,
+    app_dir: str,
     log_level: str,
 ) -> None:
     """Process the inbox store's messages with HANDLER until SIGTERM/SIGINT.
 
     HANDLER is called as handler(session, message) in the transaction that marks the
     message done. On SIGTERM or SIGINT the worker finishes the message in hand, releases
-    the rest of its batch and exits 0. Prints the outcome counts as JSON at exit.
+    the rest of its batch and exits 0. Prints the run's summary as JSON at exit
+    (processed, retried, dead, lost, released, errors, transient_retries, reaped_dead,
+    reason). A configuration error (a missing table, a handler that cannot run) stops it
+    with exit code 3.
+
+    Either --consumer NAME or --all-consumers is required: a handler belongs to a
+    consumer, and guessing is worse either way. Defaulting to the consumer "default"
+    silently processes nothing for a store used with other names; defaulting to every
+    consumer would run this handler on other consumers' messages and mark them done,
+    which cannot be undone. (store counts and store replay, which only read or reset
+    rows, cover every consumer without --consumer, as the library's counts() does.)
     """
+    from .cli_engine import CannotRun
+    from .exc import ConfigurationError
     from .worker import Backoff, Worker
 
+    if (consumer is None) == (not all_consumers):
+        raise click.UsageError(
+            "name the consumer whose messages HANDLER processes with --consumer NAME, or "
+            "pass --all-consumers (exactly one of the two)"
+        )
+    _put_first_on_path(app_dir)
     handler = resolve_handler(handler_spec)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     store, engine = _bound_store(url, table, schema)
@@ -186,10 +225,24 @@ def worker_command(
         poll_interval=poll_interval,
     )
     try:
-        worker.run(until_empty=until_empty)
+        worker.run(until_empty=until_empty, max_messages=max_messages, max_seconds=max_seconds)
+    except ConfigurationError as exc:
+        click.echo(json.dumps(worker.summary.as_dict()))
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        raise CannotRun(f"{type(exc).__name__}: {first_line}") from exc
     finally:
         engine.dispose()
-    click.echo(json.dumps(dict(sorted(worker.stats.items()))))
+    click.echo(json.dumps(worker.summary.as_dict()))
+
+
+def _put_first_on_path(app_dir: str) -> None:
+    """Put ``app_dir`` (default the working directory) first on :data:`sys.path`, as
+    uvicorn's ``--app-dir`` and celery do, so ``--handler`` imports the user's modules
+    when run as the ``sa-inbox`` script (``python -m`` adds the directory by itself)."""
+    path = os.path.abspath(app_dir)
+    if path in sys.path:
+        sys.path.remove(path)
+    sys.path.insert(0, path)
 
 
 @click.group("store")
@@ -199,8 +252,8 @@ def store_group() -> None:
 
 @store_group.command("counts")
 @_table_options
-def counts_command(url: str, table: str, schema: str | None, consumer: str) -> None:
-    """Print the number of rows per status as JSON."""
+def counts_command(url: str, table: str, schema: str | None, consumer: str | None) -> None:
+    """Print the number of rows per status as JSON (every consumer's without --consumer)."""
     store, engine = _bound_store(url, table, schema)
     click.echo(json.dumps(store.counts(engine, consumer)))
 
@@ -227,13 +280,15 @@ def replay_command(
     url: str,
     table: str,
     schema: str | None,
-    consumer: str,
+    consumer: str | None,
     ids: tuple[int, ...],
     status: str | None,
     dry_run: bool,
     yes: bool,
 ) -> None:
     """Reset the chosen dead or done rows to pending; print how many as JSON.
+
+    Rows of every consumer are chosen unless --consumer names one.
 
     Replaying done rows processes their messages again, so --status done needs --yes
     (without it: the count is printed, nothing changes, exit code 2). --dry-run prints

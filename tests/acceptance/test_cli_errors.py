@@ -92,7 +92,7 @@ def test_an_unwritable_json_path_is_refused_before_the_purge(
 
 #: Every command that opens --url, with the arguments it needs besides --url.
 URL_COMMANDS = [
-    ["worker", "--handler", HANDLER, "--until-empty"],
+    ["worker", "--consumer", "default", "--handler", HANDLER, "--until-empty"],
     ["store", "counts"],
     ["store", "replay", "--status", "dead"],
     ["purge", *POLICY_ARGS],

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming
 from tests.store.app import TABLE, StoreApp, make_engine
@@ -43,17 +44,39 @@ def cli(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def receive(app: StoreApp, count: int) -> None:
+def receive(app: StoreApp, count: int, consumer_name: str = "default") -> None:
+    """``count`` messages for the consumer, ids ``m-0``… (``<consumer>-0``… for others)."""
+    prefix = "m" if consumer_name == "default" else consumer_name
     with app.engine.begin() as conn:
-        app.store.receive_many(conn, [Incoming(f"m-{i}", {"seq": i}) for i in range(count)])
+        app.store.receive_many(
+            conn,
+            [Incoming(f"{prefix}-{i}", {"seq": i}) for i in range(count)],
+            consumer_name=consumer_name,
+        )
+
+
+#: The summary ``sa-inbox worker`` prints, all counts zero.
+NOTHING = {
+    "processed": 0, "retried": 0, "dead": 0, "lost": 0, "released": 0, "errors": 0,
+    "transient_retries": 0, "reaped_dead": 0,
+}  # fmt: skip
+
+
+def summary(out: str) -> dict[str, object]:
+    """The JSON summary on the last line of ``sa-inbox worker``'s output."""
+    printed: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    return printed
 
 
 def test_worker_command_drains_the_store(url: str, store_app: StoreApp) -> None:
     receive(store_app, 30)
-    child = cli("worker", "--url", url, "--table", TABLE, "--handler", HANDLER, "--until-empty")
+    child = cli(
+        "worker", "--url", url, "--table", TABLE, "--consumer", "default", "--handler", HANDLER,
+        "--until-empty",
+    )  # fmt: skip
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, err
-    assert json.loads(out.strip().splitlines()[-1]) == {"done": 30}
+    assert summary(out) == {**NOTHING, "processed": 30, "reason": "empty"}
     assert sorted(store_app.effect_ids()) == sorted(f"m-{i}" for i in range(30))
     counts = cli("store", "counts", "--url", url, "--table", TABLE)
     out, err = counts.communicate(timeout=60)
@@ -62,8 +85,9 @@ def test_worker_command_drains_the_store(url: str, store_app: StoreApp) -> None:
 
 def test_worker_command_stops_on_sigterm(url: str, store_app: StoreApp) -> None:
     child = cli(
-        "worker", "--url", url, "--table", TABLE, "--handler", HANDLER, "--poll-interval", "0.1"
-    )
+        "worker", "--url", url, "--table", TABLE, "--consumer", "default", "--handler", HANDLER,
+        "--poll-interval", "0.1",
+    )  # fmt: skip
     receive(store_app, 5)
     deadline = time.monotonic() + 60
     while len(store_app.effect_ids()) < 5:
@@ -73,7 +97,7 @@ def test_worker_command_stops_on_sigterm(url: str, store_app: StoreApp) -> None:
     child.send_signal(signal.SIGTERM)
     out, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
-    assert json.loads(out.strip().splitlines()[-1]) == {"done": 5}
+    assert summary(out) == {**NOTHING, "processed": 5, "reason": "stopped"}
 
 
 def test_worker_log_names_the_message_the_error_and_the_outcome(
@@ -82,11 +106,11 @@ def test_worker_log_names_the_message_the_error_and_the_outcome(
     receive(store_app, 1)
     child = cli(
         "worker", "--url", url, "--table", TABLE, "--handler", "tests.store.cli_handler:fail",
-        "--max-attempts", "2", "--backoff", "0", "--until-empty",
+        "--consumer", "default", "--max-attempts", "2", "--backoff", "0", "--until-empty",
     )  # fmt: skip
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, err
-    assert json.loads(out.strip().splitlines()[-1]) == {"dead": 1, "retry": 1}
+    assert summary(out) == {**NOTHING, "dead": 1, "retried": 1, "reason": "empty"}
     failures = [line for line in err.splitlines() if "WARNING" in line]
     assert len(failures) == 2, err
     error = "RuntimeError: no account for m-0"
@@ -150,7 +174,9 @@ def test_replaying_done_rows_needs_yes_and_dry_run_only_counts(
     ],
 )
 def test_bad_handler_is_a_usage_error(tmp_path: Path, handler: str, message: str) -> None:
-    child = cli("worker", "--url", f"sqlite:///{tmp_path}/x.db", "--handler", handler)
+    child = cli(
+        "worker", "--url", f"sqlite:///{tmp_path}/x.db", "--consumer", "c", "--handler", handler
+    )
     _, err = child.communicate(timeout=60)
     assert child.returncode == 2
     assert message in err
@@ -160,7 +186,10 @@ def test_a_handler_with_the_wrong_signature_is_refused_before_any_message(
     url: str, store_app: StoreApp
 ) -> None:
     receive(store_app, 3)
-    child = cli("worker", "--url", url, "--table", TABLE, "--handler", "os:getcwd", "--until-empty")
+    child = cli(
+        "worker", "--url", url, "--table", TABLE, "--all-consumers", "--handler", "os:getcwd",
+        "--until-empty",
+    )  # fmt: skip
     out, err = child.communicate(timeout=60)
     assert child.returncode == 2, err
     assert "cannot be called as handler(session, message)" in err and out == ""
@@ -169,7 +198,122 @@ def test_a_handler_with_the_wrong_signature_is_refused_before_any_message(
 
 def test_missing_table_is_reported(tmp_path: Path) -> None:
     sqlite3.connect(tmp_path / "x.db").close()  # the database exists, the table does not
-    child = cli("worker", "--url", f"sqlite:///{tmp_path}/x.db", "--handler", HANDLER)
+    child = cli(
+        "worker", "--url", f"sqlite:///{tmp_path}/x.db", "--all-consumers", "--handler", HANDLER
+    )
     _, err = child.communicate(timeout=60)
     assert child.returncode == 3
     assert "the store table 'inbox_store' does not exist" in err
+
+
+def test_store_counts_covers_every_consumer_unless_one_is_named(
+    url: str, store_app: StoreApp
+) -> None:
+    receive(store_app, 2, "billing")
+    receive(store_app, 1)
+    every = cli("store", "counts", "--url", url, "--table", TABLE)
+    out, err = every.communicate(timeout=60)
+    assert json.loads(out) == {PENDING: 3, PROCESSING: 0, DONE: 0, DEAD: 0}, err
+    assert json.loads(out) == store_app.store.counts(store_app.engine), "as the library"
+    billing = cli("store", "counts", "--url", url, "--table", TABLE, "--consumer", "billing")
+    out, err = billing.communicate(timeout=60)
+    assert json.loads(out) == {PENDING: 2, PROCESSING: 0, DONE: 0, DEAD: 0}, err
+
+
+def test_worker_needs_a_consumer_or_all_consumers(url: str, store_app: StoreApp) -> None:
+    receive(store_app, 2, "billing")
+    receive(store_app, 1, "shipping")
+    worker = ["worker", "--url", url, "--table", TABLE, "--handler", HANDLER, "--until-empty"]
+    for ambiguous in ([], ["--consumer", "billing", "--all-consumers"]):
+        refused = cli(*worker, *ambiguous)
+        out, err = refused.communicate(timeout=60)
+        assert refused.returncode == 2, err
+        assert "--consumer NAME, or pass --all-consumers" in err and out == ""
+    assert store_app.store.counts(store_app.engine)[PENDING] == 3, "nothing processed"
+
+    billing = cli(*worker, "--consumer", "billing")
+    out, err = billing.communicate(timeout=120)
+    assert billing.returncode == 0, err
+    assert summary(out) == {**NOTHING, "processed": 2, "reason": "empty"}
+    assert sorted(store_app.effect_ids()) == ["billing-0", "billing-1"]
+
+    every = cli(*worker, "--all-consumers")
+    out, err = every.communicate(timeout=120)
+    assert every.returncode == 0, err
+    assert summary(out) == {**NOTHING, "processed": 1, "reason": "empty"}
+    assert sorted(store_app.effect_ids()) == ["billing-0", "billing-1", "shipping-0"]
+
+
+def test_worker_max_messages(url: str, store_app: StoreApp) -> None:
+    receive(store_app, 5)
+    child = cli(
+        "worker", "--url", url, "--table", TABLE, "--consumer", "default", "--handler", HANDLER,
+        "--batch-size", "2", "--max-messages", "3",
+    )  # fmt: skip
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    assert summary(out) == {**NOTHING, "processed": 3, "reason": "max_messages"}
+    assert store_app.store.counts(store_app.engine) == {PENDING: 2, PROCESSING: 0, DONE: 3, DEAD: 0}
+
+
+def test_a_configuration_error_stops_the_worker_with_exit_code_3(
+    url: str, store_app: StoreApp
+) -> None:
+    receive(store_app, 3)
+    child = cli(
+        "worker", "--url", url, "--table", TABLE, "--consumer", "default",
+        "--handler", "tests.store.cli_handler:misconfigured", "--until-empty",
+    )  # fmt: skip
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 3, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        "Error: InvalidSessionFactory: the handler was deployed with Session.begin"
+    )
+    assert summary(out) == {**NOTHING, "released": 3, "reason": "error"}
+    t = store_app.store.table
+    with store_app.engine.connect() as conn:
+        rows = conn.execute(sa.select(t.c.status, t.c.attempts, t.c.last_error))
+        assert {tuple(r) for r in rows} == {(PENDING, 0, None)}, "no attempt counted"
+
+
+def test_worker_imports_the_handler_from_the_working_directory(
+    url: str, store_app: StoreApp, tmp_path: Path
+) -> None:
+    """As uvicorn and celery do: the ``sa-inbox`` script, run where the handler's module is,
+    imports it without PYTHONPATH (``python -m`` would add the directory by itself)."""
+    receive(store_app, 2)
+    (tmp_path / "my_handlers.py").write_text(
+        "from tests.store.cli_handler import record\n\n\n"
+        "def handle(session, message):\n"
+        "    record(session, message)\n"
+    )
+    script = Path(sys.executable).parent / "sa-inbox"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(ROOT)  # for tests.store.cli_handler only, not the temp dir
+    done = subprocess.run(
+        [str(script), "worker", "--url", url, "--table", TABLE, "--consumer", "default",
+         "--handler", "my_handlers:handle", "--until-empty"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert summary(done.stdout)["processed"] == 2
+    assert sorted(store_app.effect_ids()) == ["m-0", "m-1"]
+
+
+def test_store_replay_covers_every_consumer_unless_one_is_named(
+    url: str, store_app: StoreApp
+) -> None:
+    receive(store_app, 1, "billing")
+    receive(store_app, 1)
+    t = store_app.store.table
+    with store_app.engine.begin() as conn:
+        conn.execute(t.update().values(status=DEAD))
+    replay = ["store", "replay", "--url", url, "--table", TABLE, "--status", "dead"]
+    billing = cli(*replay, "--consumer", "billing")
+    out, err = billing.communicate(timeout=60)
+    assert json.loads(out) == {"replayed": 1}, err
+    every = cli(*replay)
+    out, err = every.communicate(timeout=60)
+    assert json.loads(out) == {"replayed": 1}, err
+    assert store_app.store.counts(store_app.engine) == {PENDING: 2, PROCESSING: 0, DONE: 0, DEAD: 0}

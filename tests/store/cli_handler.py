@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from sa_inbox.exc import InvalidSessionFactory
 from sa_inbox.store import StoredMessage
 from tests.store.app import StoreApp
 
@@ -35,3 +36,10 @@ def fail(session: Session, message: StoredMessage) -> None:
 
 def one_argument(message: StoredMessage) -> None:
     """A handler with the wrong signature (no session): refused at start-up."""
+
+
+def misconfigured(session: Session, message: StoredMessage) -> None:
+    """Raises a configuration error: the worker must stop, not count failed attempts."""
+    raise InvalidSessionFactory(
+        "the handler was deployed with Session.begin\n(a second line that the CLI leaves out)"
+    )

@@ -23,18 +23,20 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox.exc import InvalidMessageId, InvalidStoreArgument
+from sa_inbox.exc import InvalidMessageId, InvalidStoreArgument, MissingTable
 from sa_inbox.store import (
     DEAD,
     DONE,
     PENDING,
     PROCESSING,
+    BoundStore,
+    InboxStore,
     Incoming,
     ReapResult,
     StoredMessage,
     utc_now,
 )
-from sa_inbox.worker import Backoff, Worker
+from sa_inbox.worker import EMPTY, ERROR, Backoff, Worker, WorkerSummary
 from tests.store.app import StoreApp, make_engine
 
 pytestmark = pytest.mark.backend
@@ -482,3 +484,140 @@ def test_handler_that_ends_the_transaction_is_a_failed_attempt(
     assert (row["status"], row["attempts"]) == (DEAD, 2)
     assert row["last_error"].startswith("HandlerEndedTransaction: the handler")
     assert store_app.effect_ids() == []
+
+
+def test_claim_for_every_consumer_and_what_is_still_unfinished(store_app: StoreApp) -> None:
+    """``consumer_name=None`` claims every consumer's rows, ordered per (consumer,
+    aggregate); ``has_unfinished`` sees pending and processing rows, not done ones."""
+    store, engine = store_app.store, store_app.engine
+    with engine.begin() as conn:
+        store.receive(conn, "b1", {"seq": 1}, consumer_name="billing", aggregate_id="A")
+        store.receive(conn, "b2", {"seq": 2}, consumer_name="billing", aggregate_id="A")
+        store.receive(conn, "s1", {"seq": 3}, consumer_name="shipping", aggregate_id="A")
+    assert store.has_unfinished(engine) and store.has_unfinished(engine, consumer_name="billing")
+    assert not store.has_unfinished(engine, consumer_name="default")
+    claim = {"limit": 10, "visibility_timeout": 60, "max_attempts": 3, "ordered": True}
+    assert store.claim(engine, claimed_by="default#1", **claim) == [], "default: none of them"
+    first = store.claim(engine, claimed_by="all#1", consumer_name=None, **claim)
+    assert [(m.consumer_name, m.message_id) for m in first] == [
+        ("billing", "b1"),
+        ("shipping", "s1"),
+    ], "one head per (consumer, aggregate): b2 waits behind b1"
+    assert store.has_unfinished(engine, consumer_name="shipping"), "processing is unfinished"
+    for message in first:
+        assert store.complete(engine, message, store_app.apply)
+    assert not store.has_unfinished(engine, consumer_name="shipping")
+    assert store.has_unfinished(engine, consumer_name="billing"), "b2 is pending"
+    [second] = store.claim(engine, claimed_by="all#2", consumer_name=None, **claim)
+    assert second.message_id == "b2"
+    assert store.complete(engine, second, store_app.apply)
+    assert not store.has_unfinished(engine)
+    assert sorted(store_app.effect_ids()) == ["b1", "b2", "s1"]
+    assert store.counts(engine) == {PENDING: 0, PROCESSING: 0, DONE: 3, DEAD: 0}
+
+
+# -- the worker's run() on real servers ------------------------------------------------------
+
+
+class SignallingStore(BoundStore):
+    """A bound store that sets ``waiting`` once a worker is told rows are unfinished."""
+
+    waiting = threading.Event()
+
+    def has_unfinished(self, *, consumer_name: str | None) -> bool:
+        unfinished = super().has_unfinished(consumer_name=consumer_name)
+        if unfinished:
+            self.waiting.set()
+        return unfinished
+
+
+def test_until_empty_waits_for_rows_held_elsewhere_and_for_the_backoff(
+    store_app: StoreApp,
+) -> None:
+    """A row in another worker's hands keeps ``run(until_empty=True)`` going; when that
+    worker fails it (pending after a back-off), this run processes it before returning."""
+    store, engine = store_app.store, store_app.engine
+    receive_stream(store_app, [Incoming("held", {"seq": 1})])
+    [held] = store.claim(
+        engine, claimed_by="other#1", limit=1, visibility_timeout=60, max_attempts=3
+    )
+    bound = SignallingStore(store, engine, store.bind(engine).session_factory)
+    bound.waiting = threading.Event()
+    worker = Worker(bound, store_app.apply, poll_interval=0.05, visibility_timeout=60)
+    summaries: list[WorkerSummary] = []
+    runner = threading.Thread(
+        target=lambda: summaries.append(worker.run(until_empty=True, handle_signals=False))
+    )
+    runner.start()
+    assert bound.waiting.wait(30), "the run never asked whether rows were unfinished"
+    retry_at = utc_now() + datetime.timedelta(seconds=0.3)
+    assert store.fail(engine, held, "the other worker failed", retry_at=retry_at)
+    runner.join(60)
+    assert summaries == [WorkerSummary(processed=1, reason=EMPTY)]
+    row = store_app.row("held")
+    assert (row["status"], row["attempts"]) == (DONE, 2)
+    assert store_app.effect_ids() == ["held"]
+
+
+def test_a_worker_for_every_consumer(store_app: StoreApp) -> None:
+    store, engine = store_app.store, store_app.engine
+    with engine.begin() as conn:
+        for consumer in ("billing", "shipping", "default"):
+            for seq in range(3):
+                store.receive(
+                    conn, f"{consumer}-{seq}", {"seq": seq}, consumer_name=consumer,
+                    aggregate_id="A",
+                )  # fmt: skip
+    worker = Worker(
+        store.bind(engine), store_app.apply, consumer_name=None, ordered=True, poll_interval=0.05
+    )
+    assert worker.run(until_empty=True, handle_signals=False).processed == 9
+    applied = store_app.effect_ids()
+    for consumer in ("billing", "shipping", "default"):
+        assert [m for m in applied if m.startswith(consumer)] == [
+            f"{consumer}-{i}" for i in range(3)
+        ]
+    assert store.counts(engine) == {PENDING: 0, PROCESSING: 0, DONE: 9, DEAD: 0}
+
+
+def test_a_configuration_error_in_the_handler_releases_the_batch_and_is_raised(
+    store_app: StoreApp,
+) -> None:
+    receive_stream(store_app, [Incoming(f"m-{i}", {"seq": i}) for i in range(4)])
+
+    def handler(session: Any, message: StoredMessage) -> None:
+        store_app.apply(session, message)
+        if message.message_id == "m-1":
+            raise MissingTable("the handler's own table is missing")
+
+    worker = Worker(store_app.store.bind(store_app.engine), handler, batch_size=4)
+    with pytest.raises(MissingTable):
+        worker.run(until_empty=True, handle_signals=False)
+    assert store_app.effect_ids() == ["m-0"], "m-1 rolled back, the rest never started"
+    t = store_app.store.table
+    with store_app.engine.connect() as conn:
+        rows = conn.execute(sa.select(t.c.status, t.c.attempts, t.c.last_error).order_by(t.c.id))
+        assert [tuple(r) for r in rows] == [
+            (DONE, 1, None),
+            (PENDING, 0, None),
+            (PENDING, 0, None),
+            (PENDING, 0, None),
+        ]
+    assert worker.summary == WorkerSummary(processed=1, released=3, reason=ERROR)
+
+
+@pytest.mark.xfail(strict=True, reason="needs MissingTable classification from the lead")
+def test_a_worker_on_a_database_without_the_table_stops_with_missing_table(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = make_engine(url)
+    try:
+        store = InboxStore(sa.MetaData(), table_name="store_test_never_created")
+        worker = Worker(store.bind(engine), lambda session, message: None, concurrency=2)
+        with caplog.at_level("INFO", logger="sa_inbox.worker"), pytest.raises(MissingTable):
+            worker.run(until_empty=True, max_seconds=5, handle_signals=False)
+        assert worker.summary.reason == ERROR and worker.summary.errors == 0
+        assert len([r for r in caplog.records if r.levelname == "ERROR"]) == 1
+        assert not sa.inspect(engine).has_table("store_test_never_created"), "nothing created"
+    finally:
+        engine.dispose()

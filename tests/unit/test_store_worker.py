@@ -3,18 +3,36 @@
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import signal
 import threading
+import time
 from collections import Counter
 from typing import Any
 
 import pytest
 
-from sa_inbox.exc import InvalidMessageId, InvalidStoreArgument
-from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming, StoredMessage
+from sa_inbox.exc import (
+    InvalidHandler,
+    InvalidMessageId,
+    InvalidSessionFactory,
+    InvalidStoreArgument,
+    MissingTable,
+)
+from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming, StoredMessage, utc_now
 from sa_inbox.testing import MemoryStore
-from sa_inbox.worker import TRANSIENT_RETRIES, Backoff, Worker
+from sa_inbox.worker import (
+    EMPTY,
+    ERROR,
+    MAX_MESSAGES,
+    MAX_SECONDS,
+    STOPPED,
+    TRANSIENT_RETRIES,
+    Backoff,
+    Worker,
+    WorkerSummary,
+)
 
 START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -303,3 +321,279 @@ def test_backoff_is_a_backoff_object_not_seconds(store: MemoryStore, clock: Cloc
     # seconds given directly would only fail at the first failed message, inside the loop
     with pytest.raises(InvalidStoreArgument, match=r"backoff must be a Backoff\(base=seconds"):
         worker(store, lambda ctx, message: None, clock, backoff=5.0)
+
+
+def test_memory_claim_for_every_consumer_and_what_is_still_unfinished(
+    store: MemoryStore, clock: Clock
+) -> None:
+    store.receive("b1", 1, consumer_name="billing", aggregate_id="A")
+    store.receive("b2", 2, consumer_name="billing", aggregate_id="A")
+    store.receive("s1", 3, consumer_name="shipping", aggregate_id="A")
+    assert store.has_unfinished(consumer_name=None)
+    assert not store.has_unfinished(consumer_name="default")
+    claim: dict[str, Any] = {
+        "limit": 10, "visibility_timeout": 60, "max_attempts": 3, "ordered": True, "now": clock()
+    }  # fmt: skip
+    assert store.claim(consumer_name="default", claimed_by="d#1", **claim) == []
+    first = store.claim(consumer_name=None, claimed_by="all#1", **claim)
+    assert [(m.consumer_name, m.message_id) for m in first] == [
+        ("billing", "b1"),
+        ("shipping", "s1"),
+    ]
+    assert store.has_unfinished(consumer_name="shipping"), "processing is unfinished"
+    for message in first:
+        assert store.complete(message, lambda ctx, m: None, now=clock())
+    assert not store.has_unfinished(consumer_name="shipping")
+    [second] = store.claim(consumer_name=None, claimed_by="all#2", **claim)
+    assert second.message_id == "b2"
+    assert store.complete(second, lambda ctx, m: None, now=clock())
+    assert not store.has_unfinished(consumer_name=None)
+
+
+# -- run(): its contract ---------------------------------------------------------------------
+
+
+def real_worker(store: MemoryStore, handler: Any, **kw: Any) -> Worker:
+    """A worker on the real clock, with short waits (for back-offs that must pass)."""
+    kw.setdefault("max_attempts", 3)
+    kw.setdefault("backoff", Backoff(base=0.05, maximum=0.1))
+    return Worker(store, handler, poll_interval=0.01, **kw)
+
+
+def test_until_empty_retries_a_failed_message_after_its_backoff() -> None:
+    store = MemoryStore()
+    store.receive("m1", 1)
+    store.receive("poison", 2)
+
+    def handler(ctx: Any, message: StoredMessage) -> None:
+        if message.message_id == "poison" or message.attempts == 1:
+            raise RuntimeError(f"attempt {message.attempts} fails")
+
+    w = real_worker(store, handler)
+    summary = w.run(until_empty=True, handle_signals=False)
+    assert (store.row("m1").status, store.row("m1").attempts) == (DONE, 2)
+    assert (store.row("poison").status, store.row("poison").attempts) == (DEAD, 3)
+    assert summary == WorkerSummary(processed=1, retried=3, dead=1, reason=EMPTY)
+    assert w.summary == summary, "one run: the worker's totals are the run's"
+    assert (w.stats["done"], w.stats["retry"], w.stats["dead"]) == (1, 3, 1)
+
+
+class SignallingStore(MemoryStore):
+    """Sets ``waiting`` when a worker asks and is told that rows are still unfinished."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+
+    def has_unfinished(self, *, consumer_name: str | None = None) -> bool:
+        unfinished = super().has_unfinished(consumer_name=consumer_name)
+        if unfinished:
+            self.waiting.set()
+        return unfinished
+
+
+def test_until_empty_waits_for_a_row_another_worker_holds() -> None:
+    store = SignallingStore()
+    store.receive("m1", 1)
+    [held] = store.claim(
+        consumer_name="default", claimed_by="other#1", limit=1, visibility_timeout=60,
+        max_attempts=3, ordered=False, now=utc_now(),
+    )  # fmt: skip
+    ran: list[int] = []
+    w = real_worker(store, lambda ctx, m: ran.append(m.attempts))
+    summaries: list[WorkerSummary] = []
+    runner = threading.Thread(
+        target=lambda: summaries.append(w.run(until_empty=True, handle_signals=False))
+    )
+    runner.start()
+    assert store.waiting.wait(30), "the worker never asked whether rows were unfinished"
+    assert store.fail(held, "the other worker gave up", retry_at=utc_now(), now=utc_now())
+    runner.join(30)
+    assert summaries == [WorkerSummary(processed=1, reason=EMPTY)]
+    assert ran == [2] and store.row("m1").status == DONE
+
+
+def test_max_messages_claims_no_more_than_the_limit() -> None:
+    store = MemoryStore()
+    for i in range(20):
+        store.receive(f"m{i}", i)
+    w = real_worker(store, lambda ctx, m: None, concurrency=3, batch_size=4)
+    summary = w.run(until_empty=True, max_messages=7, handle_signals=False)
+    assert summary == WorkerSummary(processed=7, reason=MAX_MESSAGES)
+    assert store.counts() == {PENDING: 13, PROCESSING: 0, DONE: 7, DEAD: 0}
+    assert {r.attempts for r in store.rows if r.status == PENDING} == {0}, "never claimed"
+    rest = w.run(until_empty=True, max_messages=100, handle_signals=False)
+    assert rest == WorkerSummary(processed=13, reason=EMPTY), "counts of the second run"
+    assert w.summary.processed == 20
+
+
+def test_max_seconds_ends_a_run_that_would_wait_and_releases_the_batch(clock: Clock) -> None:
+    store = MemoryStore(clock=clock)
+    store.receive("never-ready", 0)
+    w = worker(store, lambda ctx, m: (_ for _ in ()).throw(RuntimeError("no")), clock)
+    assert w.run_once() == 1, "failed: pending again after a back-off the fake clock never ends"
+    summary = w.run(until_empty=True, max_seconds=0.2, handle_signals=False)
+    assert summary == WorkerSummary(reason=MAX_SECONDS)
+    assert store.row("never-ready").status == PENDING
+    assert not w.stop_event.is_set(), "the limit ended that run only"
+
+    for i in range(3):
+        store.receive(f"slow{i}", i)
+    slow = worker(store, lambda ctx, m: time.sleep(0.3), clock, batch_size=3)
+    summary = slow.run(max_seconds=0.1, handle_signals=False)
+    assert summary == WorkerSummary(processed=1, released=2, reason=MAX_SECONDS)
+    assert [(r.status, r.attempts) for r in store.rows[1:]] == [
+        (DONE, 1),
+        (PENDING, 0),
+        (PENDING, 0),
+    ]
+
+
+def test_on_message_sees_each_final_outcome(store: MemoryStore, clock: Clock) -> None:
+    for mid in ("ok", "bad", "later"):
+        store.receive(mid, mid)
+    seen: list[tuple[str, str]] = []
+
+    def on_message(message: StoredMessage, outcome: str) -> None:
+        seen.append((message.message_id, outcome))
+        if message.message_id == "ok":
+            raise ValueError("a broken metrics hook")
+
+    def handler(ctx: Any, message: StoredMessage) -> None:
+        if message.message_id == "bad":
+            w.stop()
+            raise RuntimeError("bad")
+
+    w = worker(store, handler, clock, batch_size=3, max_attempts=1, on_message=on_message)
+    summary = w.run(handle_signals=False)
+    assert seen == [("ok", "done"), ("bad", "dead"), ("later", "released")]
+    assert summary == WorkerSummary(processed=1, dead=1, released=1, errors=1, reason=STOPPED)
+    assert store.row("ok").status == DONE, "the hook's error changes nothing"
+
+
+@pytest.mark.parametrize("error", [MissingTable, InvalidSessionFactory])
+def test_a_configuration_error_in_the_handler_stops_the_worker(
+    store: MemoryStore, clock: Clock, error: type[Exception], caplog: pytest.LogCaptureFixture
+) -> None:
+    for i in range(4):
+        store.receive(f"m{i}", i)
+
+    def handler(ctx: Any, message: StoredMessage) -> None:
+        if message.message_id == "m1":
+            raise error("set up wrongly")
+
+    w = worker(store, handler, clock, batch_size=4)
+    with caplog.at_level(logging.INFO, logger="sa_inbox.worker"), pytest.raises(error):
+        w.run(until_empty=True, handle_signals=False)
+    assert [(r.status, r.attempts, r.last_error) for r in store.rows] == [
+        (DONE, 1, None),
+        (PENDING, 0, None),
+        (PENDING, 0, None),
+        (PENDING, 0, None),
+    ], "not a failed attempt: released with the attempt uncounted"
+    assert w.summary == WorkerSummary(processed=1, released=3, reason=ERROR)
+    with pytest.raises(error):
+        w.run_once()  # outside a run: raised to the caller, the worker is not stopped
+    assert not w.stop_event.is_set()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+        f"worker stopped by a configuration error (no message is at fault, no attempt "
+        f"counted as failed): {error.__name__}: set up wrongly"
+    ]
+
+
+def test_a_configuration_error_stops_every_thread(
+    store: MemoryStore, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    for i in range(9):
+        store.receive(f"m{i}", i)
+    barrier = threading.Barrier(3, timeout=30)
+
+    def handler(ctx: Any, message: StoredMessage) -> None:
+        barrier.wait()  # all three threads hold a batch
+        raise MissingTable("no table")
+
+    w = worker(store, handler, clock, batch_size=3, concurrency=3)
+    with caplog.at_level(logging.INFO, logger="sa_inbox.worker"), pytest.raises(MissingTable):
+        w.run(until_empty=True, handle_signals=False)
+    assert store.counts() == {PENDING: 9, PROCESSING: 0, DONE: 0, DEAD: 0}
+    assert {(r.attempts, r.last_error) for r in store.rows} == {(0, None)}
+    assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
+
+
+class TablelessStore(MemoryStore):
+    """A store whose every claim finds no table, as a database store without its table."""
+
+    def claim(self, **kw: Any) -> list[StoredMessage]:
+        raise MissingTable("the table inbox_store does not exist")
+
+
+def test_a_configuration_error_from_the_store_is_raised_not_retried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    w = real_worker(TablelessStore(), lambda ctx, m: None, concurrency=2)
+    with (
+        caplog.at_level(logging.INFO, logger="sa_inbox.worker"),
+        pytest.raises(MissingTable, match="inbox_store does not exist"),
+    ):
+        w.run(until_empty=True, max_seconds=30, handle_signals=False)
+    assert w.summary == WorkerSummary(reason=ERROR)
+    assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
+    assert not w.stop_event.is_set()
+
+
+class FlakyStore(MemoryStore):
+    """Claims fail ``failures`` times with ``error`` (a database that is away), then work."""
+
+    def __init__(self, error: Exception, failures: int) -> None:
+        super().__init__()
+        self.error, self.failures = error, failures
+
+    def claim(self, **kw: Any) -> list[StoredMessage]:
+        if self.failures:
+            self.failures -= 1
+            raise self.error
+        return super().claim(**kw)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return isinstance(exc, Deadlock)
+
+
+@pytest.mark.parametrize(
+    ("error", "counted"),
+    [(ConnectionError("server closed the connection"), "errors"), (Deadlock(), "transient")],
+)
+def test_after_an_error_the_worker_waits_its_error_backoff_not_the_poll_interval(
+    error: Exception, counted: str
+) -> None:
+    store = FlakyStore(error, failures=3)
+    store.receive("m1", 1)
+    w = Worker(store, lambda ctx, m: None, poll_interval=3600)
+    summary = w.run(until_empty=True, max_seconds=60, handle_signals=False)
+    assert store.row("m1").status == DONE
+    expected = {"errors": 3} if counted == "errors" else {"transient_retries": 3}
+    assert summary == WorkerSummary(processed=1, reason=EMPTY, **expected)
+
+
+def test_a_worker_for_every_consumer(clock: Clock) -> None:
+    store = MemoryStore(clock=clock)
+    store.receive("b1", 1, consumer_name="billing")
+    store.receive("s1", 2, consumer_name="shipping")
+    store.receive("d1", 3)
+    seen: list[tuple[str, str]] = []
+    w = worker(
+        store, lambda ctx, m: seen.append((m.consumer_name, m.message_id)), clock,
+        consumer_name=None,
+    )  # fmt: skip
+    assert w.run(until_empty=True, handle_signals=False).processed == 3
+    assert sorted(seen) == [("billing", "b1"), ("default", "d1"), ("shipping", "s1")]
+
+
+def test_a_handler_that_cannot_take_session_and_message_is_refused(store: MemoryStore) -> None:
+    def one_argument(message: StoredMessage) -> None: ...
+
+    with pytest.raises(InvalidHandler, match=r"cannot be called as handler\(session, message\)"):
+        Worker(store, one_argument)  # type: ignore[arg-type]
+    with pytest.raises(InvalidHandler, match="not callable"):
+        Worker(store, 42)  # type: ignore[arg-type]
+    with pytest.raises(InvalidStoreArgument, match="max_messages"):
+        Worker(store, lambda ctx, m: None).run(max_messages=0, handle_signals=False)
