@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .exc import AsyncHandlerError, InvalidHandler
@@ -30,37 +30,44 @@ def is_async_callable(handler: object) -> bool:
     return inspect.iscoroutinefunction(call)
 
 
-def check_handler(handler: object, arguments: tuple[str, ...]) -> None:
+def check_handler(handler: object, arguments: Sequence[str], name: str | None = None) -> None:
     """Refuse a handler the synchronous runner cannot call as ``handler(*arguments)``.
 
-    :param handler: the handler.
+    A handler that cannot bind them would fail on every message (and send every message to
+    ``dead``, or nack it forever), so it is refused before anything is claimed.
+
+    :param handler: the candidate.
     :param arguments: the names of the positional arguments it is called with, for the
-        error message (``("session",)`` for :func:`sa_inbox.handle`, ``("session",
-        "message")`` for the worker).
+        message: ``("session",)`` for :func:`sa_inbox.handle`, ``("session", "message")`` for
+        the :class:`~sa_inbox.Worker`.
+    :param name: how to name the handler in the message (default its ``__qualname__``); the
+        CLI passes its ``--handler`` spec.
     :raises InvalidHandler: if ``handler`` is not callable, or its signature cannot bind
         that many positional arguments (:func:`inspect.signature`; a callable whose
-        signature cannot be read, as some built-ins, is accepted).
+        signature cannot be read, as some built-ins and C extensions, is accepted).
     :raises AsyncHandlerError: if ``handler`` is a coroutine function (see
         :func:`is_async_callable`).
     """
+    shown = getattr(handler, "__qualname__", None) or getattr(handler, "__name__", None)
+    label = name or repr(shown or handler)
     call = f"handler({', '.join(arguments)})"
     if not callable(handler):
-        raise InvalidHandler(f"the handler must be callable as {call}, not {handler!r}")
+        raise InvalidHandler(f"{label} is not callable; it must be callable as {call}")
     if is_async_callable(handler):
         raise AsyncHandlerError(
-            f"{handler!r} is a coroutine function: the synchronous runner cannot await it "
-            "(its body would never run while the claim commits); use sa_inbox's asyncio API "
-            "or a synchronous handler"
+            f"{label} is a coroutine function: the synchronous runner cannot await it (its "
+            "body would never run while the claim commits); use a synchronous handler"
         )
     try:
         signature = inspect.signature(handler)
     except (TypeError, ValueError):
         return
     try:
-        signature.bind(*arguments)
+        signature.bind(*(None for _ in arguments))
     except TypeError as exc:
         raise InvalidHandler(
-            f"{handler!r} cannot be called as {call}: its signature is {signature} ({exc})"
+            f"{label} cannot be called as {call}: its signature is "
+            f"{shown or type(handler).__name__}{signature} ({exc})"
         ) from exc
 
 

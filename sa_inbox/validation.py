@@ -7,12 +7,11 @@ up front instead of trusting the database to reject them.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
-from .exc import InvalidHandler, InvalidMessageId
+from .exc import InvalidMessageId
 
-__all__ = ["check_handler", "validate_key", "validate_keys"]
+__all__ = ["validate_key", "validate_keys"]
 
 
 def validate_key(value: object, field: str, max_length: int) -> str:
@@ -68,35 +67,3 @@ def validate_keys(values: Iterable[object], field: str, max_length: int) -> list
             f"{field}s must be an iterable of str, not {type(values).__name__}"
         ) from None
     return sorted({validate_key(value, field, max_length) for value in candidates})
-
-
-def check_handler(handler: object, arguments: Sequence[str], name: str | None = None) -> None:
-    """Refuse a handler that cannot be called with ``arguments`` as positional arguments.
-
-    A handler that cannot bind them would fail on every message (and send every message to
-    ``dead``), so it is refused before anything is claimed. A callable whose signature
-    Python cannot inspect (some built-ins and C extensions) is accepted.
-
-    :param handler: the candidate.
-    :param arguments: the names of the positional arguments it will get, for the message:
-        ``("session", "message")`` for the :class:`~sa_inbox.worker.Worker`.
-    :param name: how to name the handler in the message (default its ``__qualname__``);
-        the CLI passes its ``--handler`` spec.
-    :raises InvalidHandler: if ``handler`` is not callable or the arguments do not bind.
-    """
-    shown = getattr(handler, "__qualname__", None) or getattr(handler, "__name__", None)
-    label = name or repr(shown or handler)
-    call = f"handler({', '.join(arguments)})"
-    if not callable(handler):
-        raise InvalidHandler(f"{label} is not callable; it must be callable as {call}")
-    try:
-        signature = inspect.signature(handler)
-    except (TypeError, ValueError):
-        return
-    try:
-        signature.bind(*(None for _ in arguments))
-    except TypeError as exc:
-        raise InvalidHandler(
-            f"{label} cannot be called as {call}: its signature is "
-            f"{shown or type(handler).__name__}{signature} ({exc})"
-        ) from exc

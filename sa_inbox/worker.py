@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 from types import FrameType
 
 from .exc import ConfigurationError, InvalidStoreArgument
+from .handlers import check_handler
 from .store import (
     DEAD,
     DEFAULT_CONSUMER,
@@ -51,7 +52,6 @@ from .store import (
     StoredMessage,
     utc_now,
 )
-from .validation import check_handler
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from .exc import InvalidHandler
-from .validation import check_handler
+from .handlers import check_handler
 
 __all__ = ["ConfirmationNeeded", "resolve_handler", "store_group", "worker_command"]
 

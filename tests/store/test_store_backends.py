@@ -606,7 +606,6 @@ def test_a_configuration_error_in_the_handler_releases_the_batch_and_is_raised(
     assert worker.summary == WorkerSummary(processed=1, released=3, reason=ERROR)
 
 
-@pytest.mark.xfail(strict=True, reason="needs MissingTable classification from the lead")
 def test_a_worker_on_a_database_without_the_table_stops_with_missing_table(
     url: str, caplog: pytest.LogCaptureFixture
 ) -> None:

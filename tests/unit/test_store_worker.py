@@ -597,3 +597,19 @@ def test_a_handler_that_cannot_take_session_and_message_is_refused(store: Memory
         Worker(store, 42)  # type: ignore[arg-type]
     with pytest.raises(InvalidStoreArgument, match="max_messages"):
         Worker(store, lambda ctx, m: None).run(max_messages=0, handle_signals=False)
+
+
+def test_an_async_handler_is_refused_before_anything_is_claimed(store: MemoryStore) -> None:
+    """The synchronous worker cannot await a coroutine: refused at construction, and a
+    plain function returning an awaitable is a failed attempt, never ``done``."""
+    from sa_inbox.exc import AsyncHandlerError
+
+    async def handler(session: object, message: StoredMessage) -> None: ...
+
+    store.receive("m1", {})
+    with pytest.raises(AsyncHandlerError, match="coroutine function"):
+        Worker(store, handler)
+    w = Worker(store, lambda ctx, m: handler(ctx, m), max_attempts=1)
+    assert w.run(until_empty=True, handle_signals=False).dead == 1
+    row = store.row("m1")
+    assert row.status == DEAD and "AsyncHandlerError" in (row.last_error or "")
