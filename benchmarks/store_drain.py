@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from sa_inbox.claim import Inbox  # noqa: E402
 from sa_inbox.store import DONE, InboxStore, Incoming, StoredMessage  # noqa: E402
-from sa_inbox.worker import Worker  # noqa: E402
+from sa_inbox.store.worker import Worker  # noqa: E402
 
 TABLE = "bench_store"
 POLL = 100

@@ -45,11 +45,11 @@ from .schema import InboxMessageMixin as InboxMessageMixin
 from .schema import processed_messages_table as processed_messages_table
 from .session import install as install
 from .session import register_claim as register_claim
+from .store import Backoff as Backoff
 from .store import InboxStore as InboxStore
 from .store import Incoming as Incoming
 from .store import StoredMessage as StoredMessage
-from .worker import Backoff as Backoff
-from .worker import Worker as Worker
+from .store import Worker as Worker
 
 __all__ = [
     "AsyncHandlerError",

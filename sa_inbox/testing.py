@@ -2,7 +2,7 @@
 
 :class:`MemoryStore` follows the same rules as the database store (deduplicated receive,
 claimable rows, attempts counted at claim time, claim tokens, back-off, dead letters, reap,
-replay, per-aggregate ordering), so a handler and the :class:`~sa_inbox.worker.Worker`
+replay, per-aggregate ordering), so a handler and the :class:`~sa_inbox.store.worker.Worker`
 around it can be unit-tested without a database::
 
     store = MemoryStore(context=fake_repository)
@@ -26,7 +26,8 @@ from typing import Any
 
 from .exc import InvalidStoreArgument
 from .handlers import call_handler
-from .store import (
+from .store.protocol import Handler, Incoming, ReapResult, StoredMessage
+from .store.schema import (
     DEAD,
     DEFAULT_CONSUMER,
     DONE,
@@ -34,10 +35,6 @@ from .store import (
     PENDING,
     PROCESSING,
     STATUSES,
-    Handler,
-    Incoming,
-    ReapResult,
-    StoredMessage,
     utc_now,
 )
 from .validation import validate_key

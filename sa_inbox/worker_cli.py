@@ -201,7 +201,7 @@ def worker_command(
     """
     from .cli_engine import CannotRun
     from .exc import ConfigurationError
-    from .worker import Backoff, Worker
+    from .store import Backoff, Worker
 
     if (consumer is None) == (not all_consumers):
         raise click.UsageError(

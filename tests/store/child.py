@@ -1,7 +1,7 @@
 """A worker process for the store tests: ``python -m tests.store.child URL MODE LOG [KEY=VALUE…]``.
 
 Prints ``READY`` once connected and waits for a line on stdin (the barrier), then runs a
-:class:`~sa_inbox.worker.Worker` whose handler writes one effect row per message. Every
+:class:`~sa_inbox.store.worker.Worker` whose handler writes one effect row per message. Every
 claimed batch is appended to LOG as a JSON line ``{"token", "ids", "pid"}``, flushed before
 any message of it is processed.
 
@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from sa_inbox.store import StoredMessage
-from sa_inbox.worker import Backoff, Worker
+from sa_inbox.store.worker import Backoff, Worker
 from tests.store.app import StoreApp, make_engine
 
 

@@ -36,7 +36,7 @@ from sa_inbox.store import (
     StoredMessage,
     utc_now,
 )
-from sa_inbox.worker import EMPTY, ERROR, Backoff, Worker, WorkerSummary
+from sa_inbox.store.worker import EMPTY, ERROR, Backoff, Worker, WorkerSummary
 from tests.store.app import StoreApp, make_engine
 
 pytestmark = pytest.mark.backend
@@ -613,7 +613,7 @@ def test_a_worker_on_a_database_without_the_table_stops_with_missing_table(
     try:
         store = InboxStore(sa.MetaData(), table_name="store_test_never_created")
         worker = Worker(store.bind(engine), lambda session, message: None, concurrency=2)
-        with caplog.at_level("INFO", logger="sa_inbox.worker"), pytest.raises(MissingTable):
+        with caplog.at_level("INFO", logger="sa_inbox.store.worker"), pytest.raises(MissingTable):
             worker.run(until_empty=True, max_seconds=5, handle_signals=False)
         assert worker.summary.reason == ERROR and worker.summary.errors == 0
         assert len([r for r in caplog.records if r.levelname == "ERROR"]) == 1

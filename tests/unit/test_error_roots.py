@@ -42,7 +42,7 @@ from sa_inbox.partitions import (
     partition_range,
     partitioned_processed_messages_table,
 )
-from sa_inbox.store_schema import inbox_store_table
+from sa_inbox.store.schema import inbox_store_table
 
 DAY = datetime.timedelta(days=1)
 POLICY = RetentionPolicy(max_redelivery=DAY, max_replay=DAY)

@@ -21,8 +21,7 @@ from sa_inbox.exc import (
     MissingTable,
 )
 from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming, StoredMessage, utc_now
-from sa_inbox.testing import MemoryStore
-from sa_inbox.worker import (
+from sa_inbox.store.worker import (
     EMPTY,
     ERROR,
     MAX_MESSAGES,
@@ -33,6 +32,7 @@ from sa_inbox.worker import (
     Worker,
     WorkerSummary,
 )
+from sa_inbox.testing import MemoryStore
 
 START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -483,7 +483,7 @@ def test_a_configuration_error_in_the_handler_stops_the_worker(
             raise error("set up wrongly")
 
     w = worker(store, handler, clock, batch_size=4)
-    with caplog.at_level(logging.INFO, logger="sa_inbox.worker"), pytest.raises(error):
+    with caplog.at_level(logging.INFO, logger="sa_inbox.store.worker"), pytest.raises(error):
         w.run(until_empty=True, handle_signals=False)
     assert [(r.status, r.attempts, r.last_error) for r in store.rows] == [
         (DONE, 1, None),
@@ -513,7 +513,7 @@ def test_a_configuration_error_stops_every_thread(
         raise MissingTable("no table")
 
     w = worker(store, handler, clock, batch_size=3, concurrency=3)
-    with caplog.at_level(logging.INFO, logger="sa_inbox.worker"), pytest.raises(MissingTable):
+    with caplog.at_level(logging.INFO, logger="sa_inbox.store.worker"), pytest.raises(MissingTable):
         w.run(until_empty=True, handle_signals=False)
     assert store.counts() == {PENDING: 9, PROCESSING: 0, DONE: 0, DEAD: 0}
     assert {(r.attempts, r.last_error) for r in store.rows} == {(0, None)}
@@ -532,7 +532,7 @@ def test_a_configuration_error_from_the_store_is_raised_not_retried(
 ) -> None:
     w = real_worker(TablelessStore(), lambda ctx, m: None, concurrency=2)
     with (
-        caplog.at_level(logging.INFO, logger="sa_inbox.worker"),
+        caplog.at_level(logging.INFO, logger="sa_inbox.store.worker"),
         pytest.raises(MissingTable, match="inbox_store does not exist"),
     ):
         w.run(until_empty=True, max_seconds=30, handle_signals=False)

@@ -2,7 +2,7 @@
 
 The store-then-process half of the inbox pattern. A consumer only *receives*: it stores the
 raw message with the same insert-or-skip as :meth:`sa_inbox.Inbox.claim` (so a redelivery
-is skipped), commits, and acks at once. Workers (:mod:`sa_inbox.worker`) later *claim*
+is skipped), commits, and acks at once. Workers (:mod:`sa_inbox.store.worker`) later *claim*
 stored rows in short transactions, run the handler with the business change and mark the row
 ``done`` in one transaction.
 
@@ -13,8 +13,8 @@ Row states::
        │   error, retry  │  └── error after max_attempts ──▶ dead
        └─────────────────┘          (replay: dead/done ──▶ pending)
 
-The table is defined in :mod:`sa_inbox.store_schema`, the worker's view of a store in
-:mod:`sa_inbox.store_protocol`; their names are re-exported here.
+The table is defined in :mod:`sa_inbox.store.schema`, the worker's view of a store in
+:mod:`sa_inbox.store.protocol`, the worker in :mod:`sa_inbox.store.worker`.
 """
 
 from __future__ import annotations
@@ -31,55 +31,32 @@ from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.expression import Executable
 
-from .claim import Bind, connection_for
-from .dialects import ClaimDialect, claim_dialect_for
-from .dialects.store_claim import CandidateQuery, StoreClaimDialect
-from .dialects.store_registry import store_claim_dialect_for
-from .exc import ClaimLost, InvalidStoreArgument
-from .guard import owned_transaction
-from .handlers import call_handler
-from .retry import is_transient, new_session
-from .schema import DEFAULT_MESSAGE_ID_LENGTH
-from .store_protocol import Handler as Handler
-from .store_protocol import Incoming as Incoming
-from .store_protocol import MessageStore as MessageStore
-from .store_protocol import ReapResult as ReapResult
-from .store_protocol import StoredMessage as StoredMessage
-from .store_schema import DEAD as DEAD
-from .store_schema import DEFAULT_CONSUMER as DEFAULT_CONSUMER
-from .store_schema import DEFAULT_STORE_TABLE as DEFAULT_STORE_TABLE
-from .store_schema import DONE as DONE
-from .store_schema import MAX_ERROR_LENGTH as MAX_ERROR_LENGTH
-from .store_schema import PENDING as PENDING
-from .store_schema import PROCESSING as PROCESSING
-from .store_schema import REAP_BATCH as REAP_BATCH
-from .store_schema import STATUSES as STATUSES
-from .store_schema import UTCDateTime as UTCDateTime
-from .store_schema import inbox_store_table as inbox_store_table
-from .store_schema import utc_now as utc_now
-from .validation import validate_key
+from ..claim import Bind, connection_for
+from ..dialects import ClaimDialect, claim_dialect_for
+from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
+from ..dialects.store_registry import store_claim_dialect_for
+from ..exc import ClaimLost, InvalidStoreArgument
+from ..guard import owned_transaction
+from ..handlers import call_handler
+from ..retry import is_transient, new_session
+from ..schema import DEFAULT_MESSAGE_ID_LENGTH
+from ..validation import validate_key
+from .protocol import Handler, Incoming, ReapResult, StoredMessage
+from .schema import (
+    DEAD,
+    DEFAULT_CONSUMER,
+    DEFAULT_STORE_TABLE,
+    DONE,
+    MAX_ERROR_LENGTH,
+    PENDING,
+    PROCESSING,
+    REAP_BATCH,
+    STATUSES,
+    inbox_store_table,
+    utc_now,
+)
 
-__all__ = [
-    "DEAD",
-    "DEFAULT_CONSUMER",
-    "DEFAULT_STORE_TABLE",
-    "DONE",
-    "MAX_ERROR_LENGTH",
-    "PENDING",
-    "PROCESSING",
-    "REAP_BATCH",
-    "STATUSES",
-    "BoundStore",
-    "Handler",
-    "InboxStore",
-    "Incoming",
-    "MessageStore",
-    "ReapResult",
-    "StoredMessage",
-    "UTCDateTime",
-    "inbox_store_table",
-    "utc_now",
-]
+__all__ = ["BoundStore", "InboxStore"]
 
 #: The statuses :meth:`InboxStore.replay` resets to pending.
 _REPLAYABLE = (DEAD, DONE)

@@ -18,9 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, oracle
 from sqlalchemy.engine import Dialect
 
-from .dialects.oracle import INSERT_COLUMNS_INFO
-from .exc import InvalidStoreArgument, InvalidTable
-from .schema import DEFAULT_MESSAGE_ID_LENGTH, key_type
+from ..dialects.oracle import INSERT_COLUMNS_INFO
+from ..exc import InvalidStoreArgument, InvalidTable
+from ..schema import DEFAULT_MESSAGE_ID_LENGTH, key_type
 
 __all__ = [
     "DEAD",

@@ -1,0 +1,782 @@
+"""The worker: claim stored messages in batches, process each once, back off, dead-letter.
+
+A :class:`Worker` runs on any :class:`~sa_inbox.store.MessageStore`: a database
+(``InboxStore(...).bind(engine)``) or :class:`sa_inbox.testing.MemoryStore`. Each loop:
+
+1. claim a batch in its own short transaction (the attempt is counted there, so a message
+   that kills its worker still reaches ``max_attempts``);
+2. for each message, run the handler and mark the row ``done`` in one transaction;
+3. on an error, roll back and record it: back to ``pending`` after an exponential back-off,
+   or ``dead`` once ``max_attempts`` attempts were made;
+4. on a stop request (:meth:`Worker.stop`, SIGTERM, SIGINT), finish the message in hand and
+   release the rest of the batch (back to ``pending``, attempt not counted).
+
+Rows whose worker died come back by themselves: the claim takes ``processing`` rows older
+than ``visibility_timeout``. Every ``reap_interval`` seconds the worker also calls
+:meth:`~sa_inbox.store.InboxStore.reap`, which moves abandoned rows that used up their
+attempts to ``dead``.
+
+:meth:`Worker.run` returns a :class:`WorkerSummary`. It ends on a stop request, with
+``until_empty`` once nothing of the consumer is ``pending`` or ``processing`` any more (a
+failed message is retried after its back-off first, or goes ``dead``), after
+``max_messages`` claimed messages, or after ``max_seconds``; a
+:class:`~sa_inbox.exc.ConfigurationError` stops every thread and is raised.
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from types import FrameType
+
+from ..exc import ConfigurationError, InvalidStoreArgument
+from ..handlers import check_handler
+from .protocol import Handler, MessageStore, StoredMessage
+from .schema import DEAD, DEFAULT_CONSUMER, DONE, utc_now
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_ERROR_BACKOFF",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_POLL_INTERVAL",
+    "DEFAULT_VISIBILITY_TIMEOUT",
+    "EMPTY",
+    "ERROR",
+    "LOST",
+    "MAX_MESSAGES",
+    "MAX_SECONDS",
+    "RELEASED",
+    "RETRY",
+    "STOPPED",
+    "TRANSIENT_RETRIES",
+    "Backoff",
+    "Worker",
+    "WorkerSummary",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_SIZE = 10
+#: Seconds after which a claim counts as abandoned (its worker died).
+DEFAULT_VISIBILITY_TIMEOUT = 300.0
+DEFAULT_MAX_ATTEMPTS = 5
+#: Seconds a worker with nothing to do waits before it polls again.
+DEFAULT_POLL_INTERVAL = 1.0
+#: Seconds :meth:`Worker.run` waits for the batches in hand after a stop request.
+DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+#: Immediate re-runs of a message's transaction after a deadlock or serialization failure.
+TRANSIENT_RETRIES = 3
+#: Outcomes of one message besides ``done`` and ``dead``: retried later, claim lost,
+#: given back unstarted.
+RETRY, LOST, RELEASED = "retry", "lost", "released"
+#: Why :meth:`Worker.run` returned (:attr:`WorkerSummary.reason`).
+EMPTY, STOPPED, MAX_MESSAGES, MAX_SECONDS, ERROR = (
+    "empty",
+    "stopped",
+    "max_messages",
+    "max_seconds",
+    "error",
+)
+
+#: The :attr:`Worker.stats` key of each :class:`WorkerSummary` field.
+_STAT_KEYS = {
+    "processed": DONE,
+    "retried": RETRY,
+    "dead": DEAD,
+    "lost": LOST,
+    "released": RELEASED,
+    "errors": "errors",
+    "transient_retries": "transient_retries",
+    "reaped_dead": "reaped_dead",
+}
+
+
+@dataclass(frozen=True)
+class WorkerSummary:
+    """What a worker did: the result of :meth:`Worker.run` (and :attr:`Worker.summary`).
+
+    :param processed: messages whose handler committed with ``done`` (:attr:`Worker.stats`
+        key ``"done"``).
+    :param retried: failed attempts sent back to ``pending`` after their back-off
+        (``"retry"``).
+    :param dead: failed attempts that used up ``max_attempts`` (``"dead"``).
+    :param lost: messages whose claim had expired and been taken by another worker;
+        nothing ran (``"lost"``).
+    :param released: claimed messages given back unstarted on a stop (``"released"``).
+    :param errors: errors of the worker itself (not of a handler), logged and survived: a
+        claim or record that failed (database unreachable), an ``on_message`` or
+        ``on_claim`` hook that raised.
+    :param transient_retries: transactions re-run at once after a deadlock, serialization
+        failure or busy database (a message's, or a claim's).
+    :param reaped_dead: abandoned claims the reaper moved to ``dead``.
+    :param reason: why :meth:`Worker.run` returned: :data:`EMPTY`, :data:`STOPPED`,
+        :data:`MAX_MESSAGES`, :data:`MAX_SECONDS` or :data:`ERROR` (a configuration error,
+        which ``run`` raises); ``None`` before the end of a run.
+    """
+
+    processed: int = 0
+    retried: int = 0
+    dead: int = 0
+    lost: int = 0
+    released: int = 0
+    errors: int = 0
+    transient_retries: int = 0
+    reaped_dead: int = 0
+    reason: str | None = None
+
+    @classmethod
+    def from_stats(cls, stats: Mapping[str, int], reason: str | None = None) -> WorkerSummary:
+        """The summary of :attr:`Worker.stats`-style counts (missing keys are 0)."""
+        return cls(
+            **{field: int(stats.get(key, 0)) for field, key in _STAT_KEYS.items()},
+            reason=reason,
+        )
+
+    def as_dict(self) -> dict[str, int | str | None]:
+        """The fields as a JSON-ready dict (what ``sa-inbox worker`` prints)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential back-off between attempts: ``base * 2 ** (attempts - 1)``, capped.
+
+    :param base: seconds before the second attempt.
+    :param maximum: the longest wait in seconds.
+    """
+
+    base: float = 1.0
+    maximum: float = 300.0
+
+    def delay(self, attempts: int) -> float:
+        """Seconds to wait after the ``attempts``-th failed attempt (1-based)."""
+        return float(min(self.maximum, self.base * 2 ** max(0, attempts - 1)))
+
+
+#: The wait of a thread after an error of the worker itself, doubling per error in a row.
+DEFAULT_ERROR_BACKOFF = Backoff(base=0.1, maximum=30.0)
+
+
+class Worker:
+    """Process stored messages with ``handler`` until stopped.
+
+    :param store: where the messages are (``InboxStore(...).bind(engine)``, or a
+        :class:`~sa_inbox.testing.MemoryStore`).
+    :param handler: ``handler(session, message)``: the business change, in the transaction
+        that marks the message ``done``; it must not commit. Raising rolls back and counts
+        as a failed attempt (a deadlock or serialization failure is first re-run at once,
+        up to :data:`TRANSIENT_RETRIES` times), except a
+        :class:`~sa_inbox.exc.ConfigurationError`, which stops the worker (see :meth:`run`).
+    :param consumer_name: the consumer whose messages are processed; ``None`` processes
+        every consumer's messages (the handler tells them apart by
+        ``message.consumer_name``; ordering stays per consumer and aggregate).
+    :param batch_size: messages claimed at once, per thread.
+    :param concurrency: threads, each claiming and processing its own batches.
+    :param visibility_timeout: seconds after which another worker may claim a message
+        whose claim was not finished (a crashed worker). A row being processed stays locked
+        and cannot be claimed again however long its handler takes; the timeout only has to
+        exceed the time between a claim and the start of its processing (one batch).
+    :param max_attempts: attempts before a message is ``dead``.
+    :param ordered: per-aggregate ordering: a message is claimed only once every earlier
+        message of its aggregate is ``done`` or ``dead``.
+    :param backoff: a :class:`Backoff` (not a number): the wait before a failed message is
+        retried, ``Backoff(base, maximum)`` in seconds, doubling per attempt; default
+        ``Backoff()`` (1 s, at most 300 s). The CLI's ``--backoff`` and ``--max-backoff``
+        are its ``base`` and ``maximum`` in seconds.
+    :param poll_interval: seconds to wait when nothing is claimable.
+    :param error_backoff: a :class:`Backoff`: the wait of a thread after an error of the
+        worker itself (a claim the database aborted, a database that cannot be reached),
+        doubling with each error in a row and reset by the next successful claim; default
+        :data:`DEFAULT_ERROR_BACKOFF` (0.1 s, at most 30 s), each wait shortened by a
+        random jitter of up to half.
+    :param reap_interval: seconds between :meth:`reap` calls (default: the visibility
+        timeout).
+    :param name: the worker's name in claim tokens (default ``host:pid:random``).
+    :param clock: returns the current aware UTC time (tests pass a fake).
+    :param on_claim: called with ``(token, batch)`` after each non-empty claim.
+    :param on_message: called with ``(message, outcome)`` once a claimed message's outcome
+        is final: ``"done"``, ``"retry"``, ``"dead"``, ``"lost"`` or ``"released"``, in the
+        thread that processed it, after its transaction ended. An exception it raises is
+        logged and counted in :attr:`WorkerSummary.errors`; the message is unaffected.
+    :raises InvalidStoreArgument: for a non-positive size, count or time, or a ``backoff``
+        that is not a :class:`Backoff`.
+    :raises InvalidHandler: if ``handler`` cannot be called as ``handler(session,
+        message)`` (checked with :func:`inspect.signature`).
+
+    The same ``visibility_timeout`` and ``max_attempts`` must be used by every worker of a
+    consumer.
+    """
+
+    def __init__(
+        self,
+        store: MessageStore,
+        handler: Handler,
+        *,
+        consumer_name: str | None = DEFAULT_CONSUMER,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        concurrency: int = 1,
+        visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        ordered: bool = False,
+        backoff: Backoff | None = None,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        error_backoff: Backoff | None = None,
+        reap_interval: float | None = None,
+        name: str | None = None,
+        clock: Callable[[], datetime.datetime] = utc_now,
+        on_claim: Callable[[str, Sequence[StoredMessage]], None] | None = None,
+        on_message: Callable[[StoredMessage, str], None] | None = None,
+    ) -> None:
+        check_handler(handler, ("session", "message"))
+        for label, count in (
+            ("batch_size", batch_size),
+            ("concurrency", concurrency),
+            ("max_attempts", max_attempts),
+        ):
+            _positive_int(count, label)
+        for label, seconds in (
+            ("visibility_timeout", visibility_timeout),
+            ("poll_interval", poll_interval),
+            ("reap_interval", visibility_timeout if reap_interval is None else reap_interval),
+        ):
+            _positive_seconds(seconds, label)
+        for label, given in (("backoff", backoff), ("error_backoff", error_backoff)):
+            if given is not None and not isinstance(given, Backoff):
+                raise InvalidStoreArgument(
+                    f"{label} must be a Backoff(base=seconds, maximum=seconds), not {given!r}"
+                )
+        if consumer_name is not None and not isinstance(consumer_name, str):
+            raise InvalidStoreArgument(
+                f"consumer_name must be a str or None, not {consumer_name!r}"
+            )
+        self.store = store
+        self.handler = handler
+        self.consumer_name = consumer_name
+        self.batch_size = batch_size
+        self.concurrency = concurrency
+        self.visibility_timeout = float(visibility_timeout)
+        self.max_attempts = max_attempts
+        self.ordered = ordered
+        self.backoff = backoff or Backoff()
+        self.poll_interval = float(poll_interval)
+        self.error_backoff = error_backoff or DEFAULT_ERROR_BACKOFF
+        self.reap_interval = float(visibility_timeout if reap_interval is None else reap_interval)
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.clock = clock
+        self.on_claim = on_claim
+        self.on_message = on_message
+        #: Set to stop: by :meth:`stop`, SIGTERM/SIGINT during :meth:`run`, or the caller.
+        self.stop_event = threading.Event()
+        #: Counts since the worker was made, keyed by outcome (``done``, ``retry``,
+        #: ``dead``, ``lost``, ``released``) and ``errors``, ``transient_retries``,
+        #: ``reaped_dead``: the same numbers as :attr:`summary`, updated live.
+        self.stats: Counter[str] = Counter()
+        self._sequence = itertools.count(1)
+        self._lock = threading.Lock()
+        self._run: _Run | None = None
+        self._fatal: ConfigurationError | None = None
+        self._reason: str | None = None
+
+    @property
+    def summary(self) -> WorkerSummary:
+        """:attr:`stats` as a :class:`WorkerSummary`, with the reason the last run ended."""
+        with self._lock:
+            return WorkerSummary.from_stats(self.stats, self._reason)
+
+    # -- one step -----------------------------------------------------------------------
+
+    def run_once(self, thread: int = 0) -> int:
+        """Claim one batch and process it; return the number of messages claimed.
+
+        Stops early if :attr:`stop_event` is set, releasing the messages not yet started.
+        A transient database error during the claim (deadlock, busy SQLite) claims nothing.
+
+        :raises ConfigurationError: from the store or the handler (the batch in hand is
+            released first, if the store allows it; no attempt is counted as failed).
+        """
+        batch = self._claim(thread, self.batch_size)
+        if batch:
+            self._process_batch(batch)
+        return len(batch or ())
+
+    def _claim(self, thread: int, limit: int) -> list[StoredMessage] | None:
+        """One claim; ``None`` if the database aborted it (retry), else the batch."""
+        token = f"{self.name}/{thread}#{next(self._sequence)}"
+        try:
+            batch = self.store.claim(
+                consumer_name=self.consumer_name,
+                claimed_by=token,
+                limit=limit,
+                visibility_timeout=self.visibility_timeout,
+                max_attempts=self.max_attempts,
+                ordered=self.ordered,
+                now=self.clock(),
+            )
+        except Exception as exc:
+            if not self.store.is_transient(exc):
+                raise
+            logger.info(
+                "claim aborted by a transient database error, retrying: %s",
+                exc,
+                extra={"action": "claim", "error": str(exc)},
+            )
+            self._count("transient_retries")
+            return None
+        if batch:
+            logger.debug("claimed", extra={"action": "claim", "token": token, "count": len(batch)})
+            if self.on_claim is not None:
+                self._call_hook("on_claim", self.on_claim, token, batch)
+        return batch
+
+    def _process_batch(self, batch: Sequence[StoredMessage]) -> None:
+        for index, message in enumerate(batch):
+            if self._stopping():
+                self._release(batch[index:])
+                return
+            try:
+                outcome = self.process(message)
+            except ConfigurationError as exc:
+                # not the message's fault: stop the other threads first (so they do not
+                # claim what is given back), then give it back with its attempt uncounted
+                self._configuration_error(exc)
+                self._release(batch[index:], quietly=True)
+                raise
+            except Exception:
+                # its failure could not be recorded (database gone): the message waits for
+                # the visibility timeout; the unstarted rest is given back if possible
+                self._release(batch[index + 1 :], quietly=True)
+                raise
+            self._count(outcome)
+            self._notify(message, outcome)
+
+    def process(self, message: StoredMessage) -> str:
+        """Run the handler for one claimed message; return the outcome.
+
+        A transient database error in its transaction (deadlock, serialization failure,
+        busy SQLite: see :func:`sa_inbox.is_transient`) is retried at once, up to
+        :data:`TRANSIENT_RETRIES` times, before it counts as a failed attempt.
+
+        :returns: ``"done"``; ``"retry"`` (rolled back, pending again after the back-off);
+            ``"dead"`` (rolled back, ``max_attempts`` reached); ``"lost"`` (the claim had
+            expired and was taken by another worker: nothing ran).
+        :raises ConfigurationError: raised by the store or the handler: rolled back and
+            not recorded as a failed attempt (the message is still claimed).
+        """
+        for retry in range(TRANSIENT_RETRIES + 1):
+            try:
+                if self.store.complete(message, self.handler, now=self.clock()):
+                    return DONE
+                logger.warning(
+                    "message %s (row %s): claim lost (expired and taken by another worker), "
+                    "nothing ran",
+                    message.message_id,
+                    message.id,
+                    extra={"action": "lost", "id": message.id, "message_id": message.message_id},
+                )
+                return LOST
+            except ConfigurationError:
+                raise
+            except Exception as exc:
+                if retry == TRANSIENT_RETRIES or not self.store.is_transient(exc):
+                    return self._failed(message, exc)
+                logger.info(
+                    "message %s (row %s): transient error, re-running its transaction: %s",
+                    message.message_id,
+                    message.id,
+                    exc,
+                    extra={"action": "retry", "message_id": message.message_id, "error": str(exc)},
+                )
+                self._count("transient_retries")
+                time.sleep(random.uniform(0, 0.05 * 2**retry))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def reap(self) -> None:
+        """Move abandoned claims back to pending, or to dead once their attempts are used."""
+        result = self.store.reap(
+            consumer_name=self.consumer_name,
+            visibility_timeout=self.visibility_timeout,
+            max_attempts=self.max_attempts,
+            now=self.clock(),
+        )
+        if result.released or result.dead:
+            logger.info(
+                "reaped abandoned claims: %d back to pending, %d dead",
+                result.released,
+                result.dead,
+                extra={"action": "reap", "released": result.released, "dead": result.dead},
+            )
+        if result.dead:
+            self._count("reaped_dead", result.dead)
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask every thread to finish the message in hand, release the rest and return."""
+        self.stop_event.set()
+
+    def run(
+        self,
+        *,
+        until_empty: bool = False,
+        max_messages: int | None = None,
+        max_seconds: float | None = None,
+        handle_signals: bool = True,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+    ) -> WorkerSummary:
+        """Process messages until stopped, empty, or a limit is reached; return a summary.
+
+        The limits work as RQ's burst mode and ``max_jobs``, Celery's
+        ``--max-tasks-per-child`` and procrastinate's ``wait=False`` do: whichever comes
+        first ends the run, and none of them interrupts a handler.
+
+        :param until_empty: return once nothing of the consumer is ``pending`` or
+            ``processing`` (:meth:`~sa_inbox.store.MessageStore.has_unfinished`), checked
+            each time a claim finds nothing. So the run waits for rows that other workers
+            hold, and for a failed message's back-off, then processes it (or sees it go
+            ``dead``) before it returns. Bound the wait with ``max_seconds``: a row held by
+            a hung worker is only claimed again after the visibility timeout.
+        :param max_messages: claim at most this many messages in this run (a positive
+            int), then return once they are processed; ``None``: no limit. Threads share
+            the budget, so no batch is claimed beyond it.
+        :param max_seconds: stop claiming this many seconds after the start (a positive
+            number): the message in hand is finished, the rest of its batch released, and
+            the run returns; ``None``: no limit. A handler that runs past it is not
+            interrupted, so the run can last longer by one handler.
+        :param handle_signals: in the main thread, turn SIGTERM and SIGINT into
+            :meth:`stop` while running (the previous handlers are restored after).
+        :param shutdown_timeout: seconds to wait for the threads after a stop; a handler
+            still running then is abandoned, and its message is claimed again after the
+            visibility timeout.
+        :returns: the counts of this run (:class:`WorkerSummary`) and why it ended;
+            :attr:`stats` and :attr:`summary` keep counting across runs.
+        :raises InvalidStoreArgument: for a bad ``max_messages`` or ``max_seconds``.
+        :raises ConfigurationError: raised by the store (a missing table, an autocommit
+            connection) or by the handler: the same error would fail every message, so it
+            is never counted as a failed attempt. Every thread stops, the batches in hand
+            are released (if the store allows it), one error is logged, and it is raised
+            here.
+        """
+        if max_messages is not None:
+            _positive_int(max_messages, "max_messages")
+        if max_seconds is not None:
+            _positive_seconds(max_seconds, "max_seconds")
+        deadline = None if max_seconds is None else time.monotonic() + float(max_seconds)
+        with self._lock:
+            before = Counter(self.stats)
+            self._run = _Run(until_empty, deadline, max_messages)
+            self._fatal = None
+            self._reason = None
+        with self._signals(handle_signals):
+            if self.concurrency == 1:
+                self._loop(0)
+            else:
+                self._run_threads(shutdown_timeout)
+        return self._finish(before)
+
+    def _run_threads(self, shutdown_timeout: float) -> None:
+        threads = [
+            threading.Thread(target=self._loop, args=(i,), name=f"sa-inbox-{i}", daemon=True)
+            for i in range(self.concurrency)
+        ]
+        for thread in threads:
+            thread.start()
+        while any(t.is_alive() for t in threads) and not self.stop_event.is_set():
+            self.stop_event.wait(0.1)
+        deadline = time.monotonic() + shutdown_timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _finish(self, before: Counter[str]) -> WorkerSummary:
+        """Record why the run ended; return its summary, or raise its configuration error."""
+        with self._lock:
+            run, fatal = self._run, self._fatal
+            assert run is not None
+            if fatal is not None:
+                reason = ERROR
+            elif run.halted_by is not None:
+                reason = run.halted_by
+            elif self.stop_event.is_set():
+                reason = STOPPED
+            elif run.budget is not None and run.budget == 0:
+                reason = MAX_MESSAGES
+            else:
+                reason = EMPTY
+            if run.halted_by is not None:
+                self.stop_event.clear()  # set by this run's limit, not by a stop request
+            self._reason = reason
+            counts = Counter(self.stats)
+            counts.subtract(before)
+            self._run = None
+        summary = WorkerSummary.from_stats(counts, reason)
+        logger.info(
+            "worker run ended (%s): %s",
+            reason,
+            ", ".join(f"{k} {v}" for k, v in summary.as_dict().items() if k != "reason"),
+            extra={"action": "summary", **summary.as_dict()},
+        )
+        if fatal is not None:
+            raise fatal
+        return summary
+
+    def _loop(self, thread: int) -> None:
+        """One thread's loop: reap (thread 0), claim within the budget, process, wait."""
+        run = self._run
+        assert run is not None
+        next_reap = 0.0
+        errors_in_a_row = 0
+        while not self._stopping():
+            try:
+                if thread == 0 and time.monotonic() >= next_reap:
+                    next_reap = time.monotonic() + self.reap_interval
+                    self.reap()
+                limit = self._reserve(run)
+                if limit == 0:
+                    return  # max_messages claimed (by this thread or others)
+                batch: list[StoredMessage] | None = None
+                try:
+                    batch = self._claim(thread, limit)
+                finally:
+                    self._give_back(run, limit - len(batch or ()))
+                if batch:
+                    errors_in_a_row = 0
+                    self._process_batch(batch)
+                    continue
+                if batch is None:  # aborted by a deadlock or a busy database: retry soon
+                    errors_in_a_row += 1
+                    self._wait(self._error_delay(errors_in_a_row))
+                    continue
+                errors_in_a_row = 0
+                if run.until_empty and not self.store.has_unfinished(
+                    consumer_name=self.consumer_name
+                ):
+                    return
+            except ConfigurationError as exc:
+                self._configuration_error(exc)
+                return
+            except Exception as exc:
+                errors_in_a_row += 1
+                self._step_failed(exc, errors_in_a_row)
+                continue
+            self._wait(self.poll_interval)
+
+    def _stopping(self) -> bool:
+        """Whether this thread should stop: a stop request, or the run's time is up."""
+        if self.stop_event.is_set():
+            return True
+        run = self._run
+        if run is not None and run.deadline is not None and time.monotonic() >= run.deadline:
+            self._halt(MAX_SECONDS)
+            return True
+        return False
+
+    def _halt(self, reason: str) -> None:
+        """End the run for every thread, because of ``reason`` (the first one wins)."""
+        with self._lock:
+            if self._run is None:
+                return  # run_once(), outside a run: the caller gets the error
+            if self._run.halted_by is None:
+                self._run.halted_by = reason
+        self.stop_event.set()
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less: until a stop request or the run's deadline."""
+        run = self._run
+        if run is not None and run.deadline is not None:
+            seconds = min(seconds, max(0.0, run.deadline - time.monotonic()))
+        self.stop_event.wait(seconds)
+
+    def _error_delay(self, errors_in_a_row: int) -> float:
+        delay = self.error_backoff.delay(errors_in_a_row)
+        return delay * random.uniform(0.5, 1.0)
+
+    def _reserve(self, run: _Run) -> int:
+        """The claim limit of the next batch: the batch size, within ``max_messages``."""
+        with self._lock:
+            if run.budget is None:
+                return self.batch_size
+            limit = min(self.batch_size, run.budget)
+            run.budget -= limit
+            return limit
+
+    def _give_back(self, run: _Run, unused: int) -> None:
+        with self._lock:
+            if run.budget is not None:
+                run.budget += unused
+
+    def _step_failed(self, exc: Exception, errors_in_a_row: int) -> None:
+        """Log an error of the worker itself (full traceback only the first time in a
+        row), count it, and wait before the next try."""
+        self._count("errors")
+        delay = self._error_delay(errors_in_a_row)
+        if errors_in_a_row == 1:
+            logger.exception(
+                "worker step failed, retrying in %.1f s", delay, extra={"action": "error"}
+            )
+        else:
+            logger.error(
+                "worker step failed again (%d in a row), retrying in %.1f s: %s: %s",
+                errors_in_a_row,
+                delay,
+                type(exc).__name__,
+                exc,
+                extra={"action": "error", "error": str(exc)},
+            )
+        self._wait(delay)
+
+    def _configuration_error(self, exc: ConfigurationError) -> None:
+        """Stop every thread because of ``exc``; log it once; :meth:`run` raises it."""
+        with self._lock:
+            if self._run is None or exc is self._fatal:
+                return  # run_once() outside a run raises it; or already reported
+            first = self._fatal is None
+            if first:
+                self._fatal = exc
+        if first:
+            logger.error(
+                "worker stopped by a configuration error (no message is at fault, no "
+                "attempt counted as failed): %s: %s",
+                type(exc).__name__,
+                exc,
+                extra={"action": "stop", "error": str(exc)},
+            )
+        else:
+            logger.debug("another thread stopped by: %s", exc, extra={"action": "stop"})
+        self._halt(ERROR)
+
+    def _notify(self, message: StoredMessage, outcome: str) -> None:
+        if self.on_message is not None:
+            self._call_hook("on_message", self.on_message, message, outcome)
+
+    def _call_hook(self, name: str, hook: Callable[..., object], *args: object) -> None:
+        """Call a hook; an exception it raises is logged and counted, never propagated."""
+        try:
+            hook(*args)
+        except Exception:
+            self._count("errors")
+            logger.exception("%s hook raised", name, extra={"action": "error"})
+
+    @contextmanager
+    def _signals(self, enabled: bool) -> Iterator[None]:
+        if not enabled or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            logger.info(
+                "stop requested (signal %s)", signum, extra={"action": "stop", "signal": signum}
+            )
+            self.stop()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _failed(self, message: StoredMessage, exc: Exception) -> str:
+        error = f"{type(exc).__name__}: {exc}"
+        now = self.clock()
+        if message.attempts >= self.max_attempts:
+            retry_at = None
+        else:
+            retry_at = now + datetime.timedelta(seconds=self.backoff.delay(message.attempts))
+        recorded = self.store.fail(message, error, retry_at=retry_at, now=now)
+        outcome = DEAD if retry_at is None else RETRY
+        logger.warning(
+            "message %s (row %s) failed on attempt %d of %d: %s; %s",
+            message.message_id,
+            message.id,
+            message.attempts,
+            self.max_attempts,
+            error,
+            _outcome_text(outcome, retry_at, recorded),
+            extra={
+                "action": outcome,
+                "id": message.id,
+                "message_id": message.message_id,
+                "attempts": message.attempts,
+                "error": error,
+                "recorded": recorded,
+            },
+        )
+        return outcome if recorded else LOST
+
+    def _release(self, messages: Sequence[StoredMessage], *, quietly: bool = False) -> None:
+        """Give back unstarted claims; with ``quietly``, a failure to do so is only logged
+        (the rows come back after the visibility timeout)."""
+        if not messages:
+            return
+        try:
+            released = self.store.release(messages)
+        except Exception as exc:
+            if not quietly:
+                raise
+            logger.warning(
+                "could not release %d claimed messages (back after the visibility timeout): %s: %s",
+                len(messages),
+                type(exc).__name__,
+                exc,
+                extra={"action": "release", "error": str(exc)},
+            )
+            return
+        logger.info(
+            "released %d unstarted messages",
+            released,
+            extra={"action": "release", "count": released},
+        )
+        self._count(RELEASED, released)
+        for message in messages:
+            self._notify(message, RELEASED)
+
+    def _count(self, outcome: str, amount: int = 1) -> None:
+        with self._lock:
+            self.stats[outcome] += amount
+
+
+@dataclass
+class _Run:
+    """The state of one :meth:`Worker.run`, shared by its threads (under the worker's lock).
+
+    :param until_empty: return once nothing is pending or processing.
+    :param deadline: :func:`time.monotonic` time to stop at, or ``None``.
+    :param budget: messages that may still be claimed, or ``None`` (no limit).
+    """
+
+    until_empty: bool
+    deadline: float | None
+    budget: int | None
+    halted_by: str | None = None
+
+
+def _positive_int(value: object, label: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidStoreArgument(f"{label} must be a positive int, not {value!r}")
+
+
+def _positive_seconds(value: object, label: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidStoreArgument(f"{label} must be positive seconds, not {value!r}")
+
+
+def _outcome_text(outcome: str, retry_at: datetime.datetime | None, recorded: bool) -> str:
+    """The outcome of a failed attempt, for the log line."""
+    if not recorded:
+        return "claim lost meanwhile, nothing recorded"
+    if retry_at is None:
+        return "dead (max attempts reached)"
+    return f"retry at {retry_at.isoformat(timespec='seconds')}"
