@@ -224,7 +224,7 @@ class InvalidRetentionPolicy(InboxError, ValueError):
     a zero ``max_redelivery``, a ``batch_size`` (or a MySQL ``DELETE … LIMIT``) that is not
     a positive int, a bare ``older_than`` with no policy to check it against, a partition
     interval shorter than one minute, or a partition bound not aligned on its interval
-    (:mod:`sa_inbox.partitions`). Nothing has been deleted or created.
+    (:mod:`sa_inbox.retention.partitions`). Nothing has been deleted or created.
     """
 
 

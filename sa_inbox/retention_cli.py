@@ -329,7 +329,7 @@ def _partitioned_table(engine: Any, table: str | None, schema: str | None) -> An
     import sqlalchemy as sa
 
     from .cli_engine import require_table
-    from .partitions import partition_key_definition
+    from .retention.partitions import partition_key_definition
     from .schema import DEFAULT_TABLE_NAME
 
     if engine.dialect.name != "postgresql":
@@ -341,7 +341,7 @@ def _partitioned_table(engine: Any, table: str | None, schema: str | None) -> An
         if partition_key_definition(conn, reflected) is None:
             raise click.BadParameter(
                 f"table {reflected.fullname!r} is not partitioned: create it with "
-                "sa_inbox.partitions.partitioned_processed_messages_table()",
+                "sa_inbox.retention.partitions.partitioned_processed_messages_table()",
                 param_hint="--table",
             )
     return reflected
@@ -371,8 +371,8 @@ def maintain_command(
     import sqlalchemy as sa
 
     from .exc import InboxError, UnsafePartitionKey
-    from .partitions import maintain_partitions
     from .retention import RetentionPolicy
+    from .retention.partitions import maintain_partitions
 
     try:
         policy = RetentionPolicy(max_redelivery, max_replay=max_replay, margin=margin)
@@ -403,7 +403,7 @@ def list_command(url: str, table: str | None, schema: str | None) -> None:
     """The partitions of the table and their ranges, oldest first (one per line)."""
     import sqlalchemy as sa
 
-    from .partitions import list_partitions
+    from .retention.partitions import list_partitions
 
     engine = _engine(url)
     try:

@@ -183,7 +183,7 @@ PARTITIONS_SQL = sa.text(
 def _partitions(autogen_context: AutogenContext) -> set[tuple[str | None, str]]:
     """``(schema, name)`` of the partitions of the marked partitioned tables.
 
-    Partitions are made at run time (:func:`sa_inbox.partitions.ensure_partitions`), not
+    Partitions are made at run time (:func:`sa_inbox.retention.partitions.ensure_partitions`), not
     by migrations, so autogenerate must not offer to drop them.
     """
     conn = autogen_context.connection

@@ -27,7 +27,7 @@ from alembic.operations import MigrateOperation, Operations
 from sqlalchemy.util import OrderedSet
 
 from ..exc import UnsupportedBackend
-from ..partitions import DEFAULT_PARTITION_KEY, partitioned_processed_messages_table
+from ..retention.partitions import DEFAULT_PARTITION_KEY, partitioned_processed_messages_table
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME, processed_messages_table
 from ..store import DEFAULT_STORE_TABLE, inbox_store_table
 from .tables import InboxTableKind, build_table, register_kind
@@ -287,7 +287,7 @@ class DropInboxStoreTableOp(DropInboxTableOp):
 _pair(CreateInboxStoreTableOp, DropInboxStoreTableOp)
 
 
-# -- the PostgreSQL partitioned processed-messages table (sa_inbox.partitions) ---------------
+# -- the PostgreSQL partitioned processed-messages table (sa_inbox.retention.partitions) ----
 
 PARTITIONED_PROCESSED_MESSAGES = register_kind(
     InboxTableKind(
@@ -303,7 +303,7 @@ PARTITIONED_PROCESSED_MESSAGES = register_kind(
 @Operations.register_operation("create_partitioned_inbox_table")
 class CreatePartitionedInboxTableOp(CreateInboxTableOp):
     """``op.create_partitioned_inbox_table()``: the partitioned table of
-    :class:`sa_inbox.partitions.PartitionedInbox` (PostgreSQL only)."""
+    :class:`sa_inbox.retention.partitions.PartitionedInbox` (PostgreSQL only)."""
 
     kind = PARTITIONED_PROCESSED_MESSAGES
 
@@ -319,8 +319,9 @@ class CreatePartitionedInboxTableOp(CreateInboxTableOp):
     ) -> None:
         """Create the partitioned parent table ``PARTITION BY RANGE (partition_key)``.
 
-        The DDL is that of :func:`sa_inbox.partitions.partitioned_processed_messages_table`.
-        No partition is created: run :func:`sa_inbox.partitions.ensure_partitions` (or
+        The DDL is that of
+        :func:`sa_inbox.retention.partitions.partitioned_processed_messages_table`. No
+        partition is created: run :func:`sa_inbox.retention.partitions.ensure_partitions` (or
         ``sa-inbox partitions maintain``) before the first claim. Autogenerate ignores
         the partitions of a marked partitioned table.
 

@@ -18,8 +18,8 @@ from alembic.migration import MigrationContext
 from alembic.operations import Operations
 
 from sa_inbox import UnsupportedBackend
-from sa_inbox.partitions import ensure_partitions
 from sa_inbox.retention import RetentionPolicy
+from sa_inbox.retention.partitions import ensure_partitions
 from sa_inbox.store import InboxStore
 
 from .inspection import count_rows
@@ -44,7 +44,7 @@ def test_store_create_emits_the_ddl_of_create_all(dialect: str) -> None:
 
 
 def test_partitioned_create_emits_the_ddl_of_create_all() -> None:
-    from sa_inbox.partitions import partitioned_processed_messages_table
+    from sa_inbox.retention.partitions import partitioned_processed_messages_table
 
     operations, buffer = _offline("postgresql")
     operations.create_partitioned_inbox_table(partition_key="sent_at")  # type: ignore[attr-defined]
@@ -124,7 +124,7 @@ def test_store_round_trip(project: Project) -> None:
 def test_partitioned_round_trip_ignores_runtime_partitions(project: Project) -> None:
     project.init()
     project.write_models(
-        "from sa_inbox.partitions import partitioned_processed_messages_table\n"
+        "from sa_inbox.retention.partitions import partitioned_processed_messages_table\n"
         "table = partitioned_processed_messages_table(metadata)\n"
     )
     text = _autogenerate(project, "add partitioned inbox")

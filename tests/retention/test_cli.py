@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from sa_inbox import Inbox
 from sa_inbox.bench.purge import load_rows
-from sa_inbox.partitions import list_partitions, partitioned_processed_messages_table
+from sa_inbox.retention.partitions import list_partitions, partitioned_processed_messages_table
 from sa_inbox.store import DONE, InboxStore, Incoming, utc_now
 from tests.conftest import backend_url
 

@@ -18,7 +18,8 @@ from sa_inbox.exc import (
     UnsafePartitionKey,
     UnsupportedBackend,
 )
-from sa_inbox.partitions import (
+from sa_inbox.retention import RetentionPolicy, database_now, purge
+from sa_inbox.retention.partitions import (
     MaintenanceResult,
     PartitionedInbox,
     check_partition_key,
@@ -32,7 +33,6 @@ from sa_inbox.partitions import (
     partition_range,
     partitioned_processed_messages_table,
 )
-from sa_inbox.retention import RetentionPolicy, database_now, purge
 from sa_inbox.schema import processed_messages_table
 from tests.conftest import backend_url
 

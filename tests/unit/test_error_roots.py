@@ -36,7 +36,7 @@ from sa_inbox.alembic.tables import InboxTableKind, kind_for, register_kind
 from sa_inbox.claim import connection_for
 from sa_inbox.dialects import MergeInsertOrSkip, claim_dialect_for
 from sa_inbox.dialects.mysql import DeleteOrderedLimit
-from sa_inbox.partitions import (
+from sa_inbox.retention.partitions import (
     PartitionedInbox,
     create_partition,
     partition_range,
