@@ -7,9 +7,6 @@ database's primary key rejects every redelivery. See :class:`Inbox`.
 from __future__ import annotations
 
 from .claim import Inbox as Inbox
-from .consumer import Outcome as Outcome
-from .consumer import Result as Result
-from .consumer import handle as handle
 from .exc import AsyncHandlerError as AsyncHandlerError
 from .exc import AutocommitConnection as AutocommitConnection
 from .exc import ClaimLost as ClaimLost
@@ -39,8 +36,11 @@ from .retention import RetentionPolicy as RetentionPolicy
 from .retention import StorePurgeResult as StorePurgeResult
 from .retention import purge as purge
 from .retention import purge_store as purge_store
-from .retry import is_transient as is_transient
-from .retry import run_in_transaction as run_in_transaction
+from .runner import Outcome as Outcome
+from .runner import Result as Result
+from .runner import handle as handle
+from .runner import is_transient as is_transient
+from .runner import run_in_transaction as run_in_transaction
 from .schema import InboxMessageMixin as InboxMessageMixin
 from .schema import processed_messages_table as processed_messages_table
 from .session import install as install

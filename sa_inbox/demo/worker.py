@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..consumer import Outcome, handle
-from ..retry import run_in_transaction
+from ..runner import Outcome, handle, run_in_transaction
 from .app import CONSUMER, DemoSchema
 from .broker import Ack, Channel, ConnectionLost, Nack, Report, WorkerExit, WorkerReady
 from .db import make_engine
@@ -54,7 +53,7 @@ class WorkerConfig:
 
 
 class _RetryCounter(logging.Handler):
-    """Counts the "transient error, retrying" records of :mod:`sa_inbox.retry`."""
+    """Counts the "transient error, retrying" records of :mod:`sa_inbox.runner`."""
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
@@ -190,7 +189,7 @@ def worker_main(config: WorkerConfig, channel: Channel) -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     retries = _RetryCounter()
-    retry_logger = logging.getLogger("sa_inbox.retry")
+    retry_logger = logging.getLogger("sa_inbox.runner")
     retry_logger.addHandler(retries)
     retry_logger.setLevel(logging.INFO)
     logging.getLogger("sa_inbox").addHandler(_OneLineErrors(config.index))

@@ -38,7 +38,7 @@ from ..dialects.store_registry import store_claim_dialect_for
 from ..exc import ClaimLost, InvalidStoreArgument
 from ..guard import owned_transaction
 from ..handlers import call_handler
-from ..retry import is_transient, new_session
+from ..runner import is_transient, new_session
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
 from ..validation import validate_key
 from .protocol import Handler, Incoming, ReapResult, StoredMessage

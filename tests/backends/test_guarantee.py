@@ -507,9 +507,9 @@ def test_nack_log_line_names_the_message(app: App, caplog: pytest.LogCaptureFixt
     def fails(session: Session) -> None:
         raise RuntimeError("card declined")
 
-    with caplog.at_level("WARNING", logger="sa_inbox.consumer"):
+    with caplog.at_level("WARNING", logger="sa_inbox.runner"):
         result, broker = deliver(app, fails, "pay-42")
     assert result.outcome is Outcome.FAILED and broker.nacks == 1
-    (record,) = [r for r in caplog.records if r.name == "sa_inbox.consumer"]
+    (record,) = [r for r in caplog.records if r.name == "sa_inbox.runner"]
     text = record.getMessage()
     assert "pay-42" in text and CONSUMER in text and "RuntimeError: card declined" in text
