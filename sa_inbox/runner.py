@@ -42,6 +42,7 @@ from .exc import (
 )
 from .guard import owned_transaction
 from .handlers import call_handler, check_handler
+from .validation import positive_int
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -99,9 +100,7 @@ def check_max_attempts(max_attempts: int) -> int:
 
     :raises InvalidRetryArgument: otherwise (nothing has been sent).
     """
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise InvalidRetryArgument(f"max_attempts must be an int >= 1, not {max_attempts!r}")
-    return max_attempts
+    return positive_int(max_attempts, "max_attempts", InvalidRetryArgument)
 
 
 def is_transient(exc: BaseException, dialect_name: str) -> bool:

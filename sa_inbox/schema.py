@@ -14,6 +14,7 @@ from sqlalchemy.dialects import mysql, oracle
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
 from .exc import InvalidTable
+from .validation import positive_int
 
 __all__ = [
     "DEFAULT_MESSAGE_ID_LENGTH",
@@ -109,8 +110,7 @@ def processed_messages_table(
         ``consumer_name``; longer values are refused before any SQL is sent.
     :raises InvalidTable: if ``message_id_length`` is not a positive int.
     """
-    if not isinstance(message_id_length, int) or message_id_length <= 0:
-        raise InvalidTable(f"message_id_length must be a positive int, not {message_id_length!r}")
+    positive_int(message_id_length, "message_id_length", InvalidTable)
     return sa.Table(
         table_name,
         metadata,

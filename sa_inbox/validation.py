@@ -1,4 +1,4 @@
-"""Validation of message ids and consumer names, done before any SQL is sent.
+"""Validation done before any SQL is sent: message ids and consumer names, counts, seconds.
 
 A message id that the database would silently change (truncate, trim, coerce) could make two
 different messages collide, or one message look new twice. So sa-inbox refuses such values
@@ -9,9 +9,34 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .exc import InvalidMessageId
+from .exc import InboxError, InvalidMessageId
 
-__all__ = ["validate_key", "validate_keys"]
+__all__ = ["positive_int", "positive_seconds", "validate_key", "validate_keys"]
+
+
+def positive_int(value: object, name: str, error: type[InboxError]) -> int:
+    """``value`` if it is an int > 0 (``bool`` is refused: ``True`` is not a count).
+
+    :param name: the argument's name, for the message.
+    :param error: the exception class the caller documents (such as
+        :class:`~sa_inbox.exc.InvalidStoreArgument`).
+    :raises error: otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise error(f"{name} must be a positive int, not {value!r}")
+    return value
+
+
+def positive_seconds(value: object, name: str, error: type[InboxError]) -> float:
+    """``value`` as a float if it is an int or float > 0 (``bool`` and NaN are refused).
+
+    :param name: the argument's name, for the message.
+    :param error: the exception class the caller documents.
+    :raises error: otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise error(f"{name} must be a positive number of seconds, not {value!r}")
+    return float(value)
 
 
 def validate_key(value: object, field: str, max_length: int) -> str:

@@ -32,6 +32,7 @@ from ..exc import (
 from ..schema import DEFAULT_TABLE_NAME, processed_messages_table
 from ..store.schema import DEAD, DONE, utc_now
 from ..store.store import InboxStore
+from ..validation import positive_int
 from .policy import RetentionPolicy, resolve_window
 
 __all__ = [
@@ -167,9 +168,7 @@ def _check_bind(bind: object) -> sa.Engine | Connection:
 
 
 def _check_batch_size(batch_size: object) -> int:
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size <= 0:
-        raise InvalidRetentionPolicy(f"batch_size must be a positive int, not {batch_size!r}")
-    return batch_size
+    return positive_int(batch_size, "batch_size", InvalidRetentionPolicy)
 
 
 @contextmanager

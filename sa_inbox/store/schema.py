@@ -21,6 +21,7 @@ from sqlalchemy.engine import Dialect
 from ..dialects.oracle import INSERT_COLUMNS_INFO
 from ..exc import InvalidStoreArgument, InvalidTable
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, key_type
+from ..validation import positive_int
 
 __all__ = [
     "DEAD",
@@ -152,8 +153,7 @@ def inbox_store_table(
     :param message_id_length: length in characters of ``message_id`` and ``consumer_name``.
     :raises InvalidTable: if ``message_id_length`` is not a positive int.
     """
-    if not isinstance(message_id_length, int) or message_id_length <= 0:
-        raise InvalidTable(f"message_id_length must be a positive int, not {message_id_length!r}")
+    positive_int(message_id_length, "message_id_length", InvalidTable)
     statuses = ", ".join(f"'{status}'" for status in STATUSES)
     return sa.Table(
         table_name,

@@ -40,7 +40,7 @@ from ..guard import owned_transaction
 from ..handlers import call_handler
 from ..runner import is_transient, new_session
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
-from ..validation import validate_key
+from ..validation import positive_int, positive_seconds, validate_key
 from .protocol import Handler, Incoming, ReapResult, StoredMessage
 from .schema import (
     DEAD,
@@ -797,15 +797,11 @@ def _aware(now: datetime.datetime | None) -> datetime.datetime:
 
 
 def _seconds(value: float, name: str) -> datetime.timedelta:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidStoreArgument(f"{name} must be a positive number of seconds, not {value!r}")
-    return datetime.timedelta(seconds=value)
+    return datetime.timedelta(seconds=positive_seconds(value, name, InvalidStoreArgument))
 
 
 def _positive_int(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidStoreArgument(f"{name} must be a positive int, not {value!r}")
-    return value
+    return positive_int(value, name, InvalidStoreArgument)
 
 
 def _optional_key(value: str | None, field: str) -> str | None:

@@ -43,6 +43,7 @@ from types import FrameType
 
 from ..exc import ConfigurationError, InvalidStoreArgument
 from ..handlers import check_handler
+from ..validation import positive_int, positive_seconds
 from .protocol import Handler, MessageStore, StoredMessage
 from .schema import DEAD, DEFAULT_CONSUMER, DONE, utc_now
 
@@ -764,13 +765,11 @@ class _Run:
 
 
 def _positive_int(value: object, label: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidStoreArgument(f"{label} must be a positive int, not {value!r}")
+    positive_int(value, label, InvalidStoreArgument)
 
 
 def _positive_seconds(value: object, label: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidStoreArgument(f"{label} must be positive seconds, not {value!r}")
+    positive_seconds(value, label, InvalidStoreArgument)
 
 
 def _outcome_text(outcome: str, retry_at: datetime.datetime | None, recorded: bool) -> str:

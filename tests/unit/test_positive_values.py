@@ -1,0 +1,29 @@
+"""The shared count and seconds checks (sa_inbox.validation), used by the runner, the store,
+the worker, retention and the table factories."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sa_inbox.exc import InvalidRetentionPolicy, InvalidStoreArgument
+from sa_inbox.validation import positive_int, positive_seconds
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.0, "3", None])
+def test_positive_int_refuses(bad: object) -> None:
+    with pytest.raises(InvalidStoreArgument, match="limit must be a positive int"):
+        positive_int(bad, "limit", InvalidStoreArgument)
+
+
+@pytest.mark.parametrize("bad", [0, -0.5, True, math.nan, "1", None])
+def test_positive_seconds_refuses(bad: object) -> None:
+    with pytest.raises(InvalidRetentionPolicy, match="pause must be a positive number"):
+        positive_seconds(bad, "pause", InvalidRetentionPolicy)
+
+
+def test_accepted_values_come_back() -> None:
+    assert positive_int(7, "n", InvalidStoreArgument) == 7
+    assert positive_seconds(2, "s", InvalidStoreArgument) == 2.0
+    assert positive_seconds(0.25, "s", InvalidStoreArgument) == 0.25
