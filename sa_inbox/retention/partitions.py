@@ -20,6 +20,9 @@ partitions ahead of time and drops those whose whole range is older than the
 :class:`~sa_inbox.retention.RetentionPolicy` window, never one that overlaps it. The window
 counts from the partition key, so it must be a time the broker's retention counts from too
 (the producer's or the broker's timestamp); the policy's margin covers clock skew.
+
+Why one module of this size: the partition key check, the table, the claim and maintenance
+all enforce one rule (a redelivery lands in the same partition) and are read together.
 """
 
 from __future__ import annotations

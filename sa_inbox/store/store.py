@@ -15,6 +15,10 @@ Row states::
 
 The table is defined in :mod:`sa_inbox.store.schema`, the worker's view of a store in
 :mod:`sa_inbox.store.protocol`, the worker in :mod:`sa_inbox.store.worker`.
+
+Why one module of this size: every state transition of a row (receive, claim, complete,
+fail, release, reap, replay) is a guarded statement on the same table, and reading them side
+by side is how their guards (status, claim token, attempts) are kept consistent.
 """
 
 from __future__ import annotations

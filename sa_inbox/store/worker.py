@@ -21,6 +21,10 @@ attempts to ``dead``.
 failed message is retried after its back-off first, or goes ``dead``), after
 ``max_messages`` claimed messages, or after ``max_seconds``; a
 :class:`~sa_inbox.exc.ConfigurationError` stops every thread and is raised.
+
+Why one module of this size: the :class:`Worker` is one state machine shared by its threads
+(the run's budget, deadline, halt reason and counters under one lock); split across modules,
+its locking rules would be too.
 """
 
 from __future__ import annotations
