@@ -30,7 +30,13 @@ def is_async_callable(handler: object) -> bool:
     return inspect.iscoroutinefunction(call)
 
 
-def check_handler(handler: object, arguments: Sequence[str], name: str | None = None) -> None:
+def check_handler(
+    handler: object,
+    arguments: Sequence[str],
+    name: str | None = None,
+    *,
+    asynchronous: bool = False,
+) -> None:
     """Refuse a handler the synchronous runner cannot call as ``handler(*arguments)``.
 
     A handler that cannot bind them would fail on every message (and send every message to
@@ -42,6 +48,8 @@ def check_handler(handler: object, arguments: Sequence[str], name: str | None = 
         the :class:`~sa_inbox.Worker`.
     :param name: how to name the handler in the message (default its ``__qualname__``); the
         CLI passes its ``--handler`` spec.
+    :param asynchronous: True for the asyncio runner and worker, which await the handler:
+        a coroutine function is then accepted.
     :raises InvalidHandler: if ``handler`` is not callable, or its signature cannot bind
         that many positional arguments (:func:`inspect.signature`; a callable whose
         signature cannot be read, as some built-ins and C extensions, is accepted).
@@ -53,7 +61,7 @@ def check_handler(handler: object, arguments: Sequence[str], name: str | None = 
     call = f"handler({', '.join(arguments)})"
     if not callable(handler):
         raise InvalidHandler(f"{label} is not callable; it must be callable as {call}")
-    if is_async_callable(handler):
+    if not asynchronous and is_async_callable(handler):
         raise AsyncHandlerError(
             f"{label} is a coroutine function: the synchronous runner cannot await it (its "
             "body would never run while the claim commits); use a synchronous handler"

@@ -214,6 +214,7 @@ def handle(
     ack: Callable[[], Any],
     nack: Callable[[], Any],
     max_attempts: int = ...,
+    sleep: Callable[[float], None] = ...,
     **claim_extra: Any,
 ) -> Result: ...
 
@@ -229,6 +230,7 @@ def handle(
     ack: Callable[[], Any],
     nack: Callable[[], Any],
     max_attempts: int = ...,
+    sleep: Callable[[float], None] = ...,
     **claim_extra: Any,
 ) -> Result: ...
 
@@ -243,6 +245,7 @@ def handle(
     ack: Callable[[], Any],
     nack: Callable[[], Any],
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    sleep: Callable[[float], None] = time.sleep,
     **claim_extra: Any,
 ) -> Result:
     """Process one delivery exactly once in effect: claim, handle, commit, then ack.
@@ -262,6 +265,8 @@ def handle(
     :param nack: rejects the delivery for redelivery; called after the rollback when the
         handler or the database fails.
     :param max_attempts: attempts for transient errors (deadlock, serialization failure).
+    :param sleep: sleeps between those attempts, in seconds (tests pass a fake; the asyncio
+        runner sleeps on the event loop).
     :param claim_extra: ``message_type``, ``correlation_id``, ``payload_hash``.
     :returns: a :class:`Result`. Exceptions from ``handler`` are caught, nacked and returned
         as :attr:`Outcome.FAILED`, except ``BaseException``s that are not ``Exception``
@@ -300,7 +305,9 @@ def handle(
     check_max_attempts(max_attempts)
     try:
         check_handler(handler, ("session",))
-        outcome = run_in_transaction(session_factory, unit_of_work, max_attempts=max_attempts)
+        outcome = run_in_transaction(
+            session_factory, unit_of_work, max_attempts=max_attempts, sleep=sleep
+        )
     except DuplicateMessage:
         outcome = Outcome.DUPLICATE
     except ConfigurationError:

@@ -198,6 +198,7 @@ def purge_target(
     on_batch: Callable[[Batch], None] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     pause: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Delete ``target``'s rows older than ``older_than`` in batches: the shape of every purge.
 
@@ -206,6 +207,7 @@ def purge_target(
 
     :param pause: seconds to wait between batches; ``None`` for the backend's default
         (0.1 s on SQLite, whose waiting writers would otherwise starve; 0 elsewhere).
+    :param sleep: how to wait ``pause`` seconds (the asyncio purge waits on the event loop).
     :returns: rows deleted by this call.
     :raises PurgeLockTimeout: on MySQL/MariaDB, if another purger held the purge lock for
         more than ``lock_timeout`` seconds.
@@ -235,7 +237,7 @@ def purge_target(
             if on_batch is not None:
                 on_batch(Batch(rows=rows, seconds=seconds, total=total, cutoff=cutoff))
             if pause > 0:
-                time.sleep(pause)
+                sleep(pause)
 
 
 def purge(
@@ -248,6 +250,7 @@ def purge(
     on_batch: Callable[[Batch], None] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     pause: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Delete processed-message rows older than the retention window, in short batches.
 
@@ -285,6 +288,7 @@ def purge(
     :param lock_timeout: seconds to wait for another purger's batch (MySQL/MariaDB).
     :param pause: seconds between batches; ``None``: 0.1 s on SQLite (so that waiting
         claims get the database's single write lock), 0 elsewhere.
+    :param sleep: how to wait ``pause`` seconds (the asyncio purge waits on the event loop).
     :returns: the number of rows this call deleted.
     :raises RetentionWindowTooShort: if the window is shorter than the policy allows
         (``max_redelivery + max_replay + margin``); nothing is deleted.
@@ -313,6 +317,7 @@ def purge(
         on_batch=on_batch,
         lock_timeout=lock_timeout,
         pause=pause,
+        sleep=sleep,
     )
 
 
@@ -360,6 +365,7 @@ def purge_store(
     on_batch: Callable[[Batch], None] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     pause: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> StorePurgeResult:
     """Delete old ``done`` rows (and, if asked, old ``dead`` rows) from the inbox store.
 
@@ -381,6 +387,7 @@ def purge_store(
     :param on_batch: called after each committed batch (both phases).
     :param lock_timeout: seconds to wait for another purger's batch (MySQL/MariaDB).
     :param pause: seconds between batches, as :func:`purge`.
+    :param sleep: how to wait ``pause`` seconds, as :func:`purge`.
     :returns: the rows deleted per status.
     :raises RetentionWindowTooShort: if either window is inside the policy; nothing is
         deleted.
@@ -408,6 +415,7 @@ def purge_store(
         "on_batch": on_batch,
         "lock_timeout": lock_timeout,
         "pause": pause,
+        "sleep": sleep,
     }
     done = purge_target(bind, done_target, window, **options)
     dead = 0

@@ -404,7 +404,7 @@ class Worker:
                     extra={"action": "retry", "message_id": message.message_id, "error": str(exc)},
                 )
                 self._count("transient_retries")
-                time.sleep(random.uniform(0, 0.05 * 2**retry))
+                self._sleep(random.uniform(0, 0.05 * 2**retry))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def reap(self) -> None:
@@ -473,6 +473,18 @@ class Worker:
             are released (if the store allows it), one error is logged, and it is raised
             here.
         """
+        before = self._start(until_empty, max_messages, max_seconds)
+        with self._signals(handle_signals):
+            if self.concurrency == 1:
+                self._loop(0)
+            else:
+                self._run_threads(shutdown_timeout)
+        return self._finish(before)
+
+    def _start(
+        self, until_empty: bool, max_messages: int | None, max_seconds: float | None
+    ) -> Counter[str]:
+        """Check a run's limits and begin it; return the counts before it."""
         if max_messages is not None:
             _positive_int(max_messages, "max_messages")
         if max_seconds is not None:
@@ -483,12 +495,7 @@ class Worker:
             self._run = _Run(until_empty, deadline, max_messages)
             self._fatal = None
             self._reason = None
-        with self._signals(handle_signals):
-            if self.concurrency == 1:
-                self._loop(0)
-            else:
-                self._run_threads(shutdown_timeout)
-        return self._finish(before)
+        return before
 
     def _run_threads(self, shutdown_timeout: float) -> None:
         threads = [
@@ -600,7 +607,17 @@ class Worker:
         run = self._run
         if run is not None and run.deadline is not None:
             seconds = min(seconds, max(0.0, run.deadline - time.monotonic()))
+        self._wait_for_stop(seconds)
+
+    # -- the edges an event loop replaces (sa_inbox.asyncio.AsyncWorker) -----------------
+
+    def _wait_for_stop(self, seconds: float) -> None:
+        """Block for ``seconds`` at most, returning early on a stop request."""
         self.stop_event.wait(seconds)
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` (between re-runs of a transaction after a deadlock)."""
+        time.sleep(seconds)
 
     def _error_delay(self, errors_in_a_row: int) -> float:
         delay = self.error_backoff.delay(errors_in_a_row)

@@ -1,0 +1,118 @@
+"""The bridge between the event loop and sa-inbox's synchronous core.
+
+sa-inbox's claim, runner, transaction guard, store and worker are written once, in
+synchronous code. SQLAlchemy's asyncio extension runs synchronous code on an async driver
+inside a greenlet (``AsyncSession.run_sync``, ``AsyncConnection.run_sync``): a database call
+made there is awaited on the event loop without blocking it. This module uses the same
+machinery (SQLAlchemy docs, "Asynchronous I/O (asyncio)", "Running Synchronous Methods and
+Functions under asyncio") so that only the edges are async: the handler, the broker's
+ack/nack, the sleeps and the session factory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
+from sqlalchemy.orm import Session
+from sqlalchemy.util import await_only, greenlet_spawn
+
+from ..exc import InvalidBind, InvalidSessionFactory
+
+__all__ = [
+    "ASYNC_SESSION",
+    "AsyncBind",
+    "async_session_of",
+    "call_on_loop",
+    "in_greenlet",
+    "loop_sleep",
+    "maybe_await",
+    "on_sync_bind",
+    "sync_session_factory",
+]
+
+T = TypeVar("T")
+
+#: What an async claim runs on, in the caller's transaction.
+AsyncBind = AsyncSession | async_scoped_session[Any] | AsyncConnection
+
+#: ``Session.info`` key holding the AsyncSession a sync session belongs to.
+ASYNC_SESSION = "sa_inbox.async_session"
+
+
+async def in_greenlet(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` run in a greenlet, where database I/O and :func:`call_on_loop`
+    are awaited on the event loop."""
+    return await greenlet_spawn(fn, *args, **kwargs)
+
+
+def call_on_loop(awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` on the event loop from synchronous code in :func:`in_greenlet`."""
+    return await_only(awaitable)
+
+
+def maybe_await(value: object) -> Any:
+    """``value`` itself, or what it resolves to if it is awaitable (from :func:`in_greenlet`):
+    so that handlers, acks and nacks may be ``async def`` or plain functions."""
+    if inspect.isawaitable(value):
+        return call_on_loop(value)
+    return value
+
+
+def loop_sleep(seconds: float) -> None:
+    """Sleep ``seconds`` on the event loop (from :func:`in_greenlet`): other tasks run meanwhile."""
+    call_on_loop(asyncio.sleep(seconds))
+
+
+async def on_sync_bind(bind: AsyncBind, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(sync_bind, *args, **kwargs)`` on the Session or Connection behind ``bind``.
+
+    :raises InvalidBind: if ``bind`` is not an AsyncSession, async_scoped_session or
+        AsyncConnection (before anything is sent).
+    """
+    if isinstance(bind, async_scoped_session):
+        bind = bind()
+    if not isinstance(bind, AsyncSession | AsyncConnection):
+        raise InvalidBind(
+            "bind must be an AsyncSession, async_scoped_session or AsyncConnection, not "
+            f"{type(bind).__name__} (use sa_inbox's synchronous API for a Session)"
+        )
+    return await bind.run_sync(fn, *args, **kwargs)
+
+
+def sync_session_factory(factory: Callable[[], AsyncSession]) -> Callable[[], Session]:
+    """A factory of the sync sessions behind the AsyncSessions that ``factory`` makes.
+
+    Each AsyncSession is kept in its sync session's ``info`` (:func:`async_session_of`).
+
+    :raises InvalidSessionFactory: when called, if ``factory`` cannot be called with no
+        arguments or makes anything but an AsyncSession.
+    """
+
+    def make() -> Session:
+        try:
+            session = factory()
+        except TypeError as exc:
+            raise InvalidSessionFactory(
+                f"the session factory {factory!r} cannot be called with no arguments: {exc}; "
+                "pass an async_sessionmaker"
+            ) from exc
+        if not isinstance(session, AsyncSession):
+            raise InvalidSessionFactory(
+                f"the session factory {factory!r} returned {type(session).__name__}, not an "
+                "AsyncSession; pass an async_sessionmaker (not async_sessionmaker.begin)"
+            )
+        session.sync_session.info[ASYNC_SESSION] = session
+        return session.sync_session
+
+    return make
+
+
+def async_session_of(session: Session) -> AsyncSession:
+    """The AsyncSession that :func:`sync_session_factory` made ``session`` for."""
+    async_session = session.info[ASYNC_SESSION]
+    assert isinstance(async_session, AsyncSession)
+    return async_session

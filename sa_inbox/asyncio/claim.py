@@ -1,0 +1,93 @@
+"""The claim on an AsyncSession or AsyncConnection: :class:`AsyncInbox`.
+
+Each method validates first (nothing is sent for a bad id) and then runs the synchronous
+:class:`~sa_inbox.Inbox` method on the Session or Connection behind the async one, through
+``run_sync``: the same single statement, the same dialect code, the same typed errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from ..claim import Inbox, message_id_of
+from ._bridge import AsyncBind, on_sync_bind
+
+__all__ = ["AsyncInbox"]
+
+M = TypeVar("M")
+
+
+class AsyncInbox:
+    """The asyncio face of an :class:`~sa_inbox.Inbox` (in the manner of SQLAlchemy's
+    ``AsyncSession`` around a ``Session``).
+
+    :param inbox: the inbox (its table, strategy and per-engine checks are shared).
+
+    Example::
+
+        inbox = AsyncInbox(Inbox(Base.metadata))
+        async with Session.begin() as session:           # an async_sessionmaker
+            if await inbox.claim(session, message.id, "billing"):
+                await apply_payment(session, message)
+        await message.ack()                              # only after the commit
+    """
+
+    def __init__(self, inbox: Inbox) -> None:
+        #: The synchronous inbox this one runs.
+        self.sync_inbox = inbox
+        self.table = inbox.table
+
+    async def claim(
+        self,
+        bind: AsyncBind,
+        message_id: str,
+        consumer_name: str,
+        *,
+        message_type: str | None = None,
+        correlation_id: str | None = None,
+        payload_hash: bytes | None = None,
+    ) -> bool:
+        """Claim ``message_id`` for ``consumer_name`` in the caller's transaction.
+
+        :param bind: an AsyncSession, async_scoped_session or AsyncConnection.
+        :returns: True if this transaction now owns the message; False for a duplicate.
+        :raises: as :meth:`sa_inbox.Inbox.claim`; :class:`~sa_inbox.exc.InvalidBind` for
+            any other ``bind``.
+        """
+        extra: dict[str, Any] = {
+            "message_type": message_type,
+            "correlation_id": correlation_id,
+            "payload_hash": payload_hash,
+        }
+        self.sync_inbox.validate(message_id, consumer_name, **extra)
+        return await on_sync_bind(bind, self.sync_inbox.claim, message_id, consumer_name, **extra)
+
+    async def claim_many(
+        self, bind: AsyncBind, message_ids: Iterable[str], consumer_name: str
+    ) -> set[str]:
+        """Claim a batch of ids; return exactly those newly claimed (see
+        :meth:`sa_inbox.Inbox.claim_many`)."""
+        ids = list(message_ids) if not isinstance(message_ids, str | bytes) else message_ids
+        return await on_sync_bind(bind, self.sync_inbox.claim_many, ids, consumer_name)
+
+    async def claim_batch(
+        self,
+        bind: AsyncBind,
+        messages: Iterable[M],
+        consumer_name: str,
+        *,
+        key: Callable[[M], str] = message_id_of,
+    ) -> list[M]:
+        """Claim one poll; return the messages to apply, the first copy of each newly
+        claimed id in poll order (see :meth:`sa_inbox.Inbox.claim_batch`)."""
+        batch = list(messages) if not isinstance(messages, str | bytes) else messages
+        return await on_sync_bind(bind, self.sync_inbox.claim_batch, batch, consumer_name, key=key)
+
+    async def is_processed(self, bind: AsyncBind, message_id: str, consumer_name: str) -> bool:
+        """Whether a committed (or this transaction's) claim exists for the message."""
+        return await on_sync_bind(bind, self.sync_inbox.is_processed, message_id, consumer_name)
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything that sends nothing (validate, table, strategy) is the sync inbox's.
+        return getattr(self.sync_inbox, name)

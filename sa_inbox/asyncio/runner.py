@@ -1,0 +1,121 @@
+"""The asyncio runner: ``await handle(...)`` and ``await run_in_transaction(...)``.
+
+The same runner as :mod:`sa_inbox.runner` (begin, claim, handler, commit, then ack; retries
+of deadlocks and serialization failures; the transaction guard; configuration errors raised,
+never nacked), run in a greenlet by :mod:`sa_inbox.asyncio._bridge`: only the edges differ.
+The handler gets an :class:`~sqlalchemy.ext.asyncio.AsyncSession` and is awaited; ``ack`` and
+``nack`` may be coroutine functions or plain ones; back-off sleeps run on the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from .. import runner
+from ..claim import Inbox
+from ..handlers import check_handler
+from ..runner import DEFAULT_MAX_ATTEMPTS, Result
+from ._bridge import async_session_of, in_greenlet, loop_sleep, maybe_await, sync_session_factory
+
+__all__ = ["handle", "run_in_transaction"]
+
+T = TypeVar("T")
+
+#: An ``async def`` callable or a plain one (the asyncio runner awaits what it returns).
+MaybeAsync = Callable[[], Awaitable[Any] | Any]
+
+
+async def handle(
+    session_factory: Callable[[], AsyncSession],
+    inbox: Inbox,
+    message_id: str,
+    consumer_name: str,
+    handler: Callable[[AsyncSession], Awaitable[Any] | Any],
+    *,
+    ack: MaybeAsync,
+    nack: MaybeAsync,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    **claim_extra: Any,
+) -> Result:
+    """Process one delivery exactly once in effect: claim, ``await handler(session)``,
+    commit, then ``await ack()``.
+
+    Everything :func:`sa_inbox.handle` does and refuses, on an AsyncSession: see it for the
+    outcomes, the retries and the guarantee's limits.
+
+    :param session_factory: an :class:`~sqlalchemy.ext.asyncio.async_sessionmaker` (called
+        with no arguments, returning a new AsyncSession); each attempt gets a new one.
+    :param inbox: the inbox to claim in.
+    :param message_id: the producer-assigned id.
+    :param consumer_name: this consumer's name.
+    :param handler: ``handler(session)``, the business change on the AsyncSession, an
+        ``async def`` (awaited) or a plain function; it must not commit, and it may run more
+        than once if the transaction is retried.
+    :param ack: acknowledges the delivery (``async def`` or plain), only after the commit or
+        for a duplicate.
+    :param nack: rejects the delivery for redelivery (``async def`` or plain), after the
+        rollback when the handler or the database fails.
+    :param max_attempts: attempts for transient errors.
+    :param claim_extra: ``message_type``, ``correlation_id``, ``payload_hash``.
+    :returns: a :class:`~sa_inbox.Result`.
+    :raises InvalidMessageId, InvalidRetryArgument: before anything is sent.
+    :raises ConfigurationError: with neither ack nor nack, as :func:`sa_inbox.handle`:
+        :class:`~sa_inbox.exc.InvalidSessionFactory` for a factory that does not make
+        AsyncSessions, :class:`~sa_inbox.exc.InvalidHandler` for a handler that cannot be
+        called as ``handler(session)``, :class:`~sa_inbox.exc.MissingTable`,
+        :class:`~sa_inbox.exc.AutocommitConnection`.
+    """
+    check_handler(handler, ("session",), asynchronous=True)
+
+    def sync_handler(session: Session) -> object:
+        return maybe_await(handler(async_session_of(session)))
+
+    return await in_greenlet(
+        runner.handle,
+        sync_session_factory(session_factory),
+        inbox,
+        message_id,
+        consumer_name,
+        sync_handler,
+        ack=lambda: maybe_await(ack()),
+        nack=lambda: maybe_await(nack()),
+        max_attempts=max_attempts,
+        sleep=loop_sleep,
+        **claim_extra,
+    )
+
+
+async def run_in_transaction(
+    session_factory: Callable[[], AsyncSession],
+    work: Callable[[AsyncSession], Awaitable[T]],
+    *,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    backoff: float = runner.DEFAULT_BACKOFF,
+) -> T:
+    """``await work(session)`` in a new AsyncSession and transaction, committing on success,
+    retried on transient errors: :func:`sa_inbox.run_in_transaction` on the event loop.
+
+    :param session_factory: an ``async_sessionmaker``.
+    :param work: ``async def work(session)``; it must not commit.
+    :param max_attempts: attempts in all, >= 1.
+    :param backoff: first back-off in seconds (full jitter, doubling, at most 1 s).
+    :returns: what ``work`` returned on the attempt that committed.
+    :raises: as :func:`sa_inbox.run_in_transaction`.
+    """
+
+    def sync_work(session: Session) -> T:
+        result: T = maybe_await(work(async_session_of(session)))
+        return result
+
+    return await in_greenlet(
+        runner.run_in_transaction,
+        sync_session_factory(session_factory),
+        sync_work,
+        max_attempts=max_attempts,
+        backoff=backoff,
+        sleep=loop_sleep,
+    )

@@ -1,0 +1,229 @@
+"""The store-then-process inbox on asyncio: :class:`AsyncInboxStore` and :class:`AsyncWorker`.
+
+:class:`AsyncInboxStore` receives in the caller's AsyncSession or AsyncConnection with the
+store's own insert-or-skip (``run_sync``). :class:`AsyncWorker` is the store's
+:class:`~sa_inbox.Worker`, every rule included (attempts counted at claim, back-off, dead
+letters, the reaper, ordered mode, the visibility timeout, the claim-token guard, release on
+stop, the summary), with its threads replaced by tasks: each task runs the worker's loop in a
+greenlet, so its database calls are awaited on the event loop, and its waits are
+``asyncio`` waits. The handler is ``async def handler(session, message)`` on an AsyncSession.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.orm import Session
+
+from ..handlers import check_handler
+from ..store.protocol import Incoming, StoredMessage
+from ..store.schema import DEFAULT_CONSUMER
+from ..store.store import BoundStore, InboxStore
+from ..store.worker import DEFAULT_SHUTDOWN_TIMEOUT, Worker, WorkerSummary, logger
+from ._bridge import (
+    AsyncBind,
+    async_session_of,
+    in_greenlet,
+    loop_sleep,
+    maybe_await,
+    on_sync_bind,
+    sync_session_factory,
+)
+
+__all__ = ["AsyncHandler", "AsyncInboxStore", "AsyncWorker"]
+
+#: ``async def handler(session, message)``: the business change on an AsyncSession, in the
+#: transaction that marks the row ``done``; it must not commit.
+AsyncHandler = Callable[[AsyncSession, StoredMessage], Awaitable[Any] | Any]
+
+
+class AsyncInboxStore:
+    """The asyncio face of an :class:`~sa_inbox.InboxStore`.
+
+    :param store: the store (its table).
+
+    Example::
+
+        store = AsyncInboxStore(InboxStore(Base.metadata))
+        async with Session.begin() as session:            # the consumer: store, commit, ack
+            await store.receive(session, msg.message_id, msg.body, consumer_name="billing")
+        await msg.ack()
+
+        await AsyncWorker(store.bind(engine), handle_payment, consumer_name="billing").run()
+    """
+
+    def __init__(self, store: InboxStore) -> None:
+        #: The synchronous store this one runs.
+        self.sync_store = store
+        self.table = store.table
+
+    async def receive(self, bind: AsyncBind, message_id: str, payload: Any, **kw: Any) -> bool:
+        """Store one message in the caller's transaction; False if it was already stored.
+
+        Keywords and errors as :meth:`sa_inbox.InboxStore.receive`.
+        """
+        return await on_sync_bind(bind, self.sync_store.receive, message_id, payload, **kw)
+
+    async def receive_many(
+        self, bind: AsyncBind, messages: Iterable[Incoming], **kw: Any
+    ) -> set[str]:
+        """Store a batch in the caller's transaction; return the ids that were new
+        (see :meth:`sa_inbox.InboxStore.receive_many`)."""
+        batch = list(messages) if not isinstance(messages, Incoming) else messages
+        return await on_sync_bind(bind, self.sync_store.receive_many, batch, **kw)
+
+    def bind(
+        self,
+        engine: AsyncEngine,
+        session_factory: Callable[[], AsyncSession] | None = None,
+    ) -> BoundStore:
+        """This store on an AsyncEngine, as the store an :class:`AsyncWorker` runs on.
+
+        :param session_factory: makes the AsyncSession handed to the handler (default
+            ``async_sessionmaker(engine)``).
+        """
+        factory = session_factory or async_sessionmaker(engine)
+        return BoundStore(self.sync_store, engine.sync_engine, sync_session_factory(factory))
+
+    async def counts(self, engine: AsyncEngine, consumer_name: str | None = None) -> dict[str, int]:
+        """Rows per status (see :meth:`sa_inbox.InboxStore.counts`)."""
+        return await in_greenlet(self.sync_store.counts, engine.sync_engine, consumer_name)
+
+    async def replay(self, engine: AsyncEngine, **filters: Any) -> int:
+        """Reset chosen dead or done rows to pending (see :meth:`sa_inbox.InboxStore.replay`)."""
+        return await in_greenlet(self.sync_store.replay, engine.sync_engine, **filters)
+
+
+class _LoopWorker(Worker):
+    """The worker with its waits on the event loop (its loops run in greenlets)."""
+
+    def _wait_for_stop(self, seconds: float) -> None:
+        # Slices, so that a stop request or a halting limit ends the wait within 50 ms.
+        end = time.monotonic() + seconds
+        while not self.stop_event.is_set() and (left := end - time.monotonic()) > 0:
+            loop_sleep(min(left, 0.05))
+
+    def _sleep(self, seconds: float) -> None:
+        loop_sleep(seconds)
+
+
+class AsyncWorker:
+    """Process stored messages with an ``async def`` handler, on asyncio tasks.
+
+    :param store: ``AsyncInboxStore(...).bind(async_engine)``.
+    :param handler: ``async def handler(session, message)`` (a plain function is called and
+        its result awaited if awaitable); ``session`` is an AsyncSession in the transaction
+        that marks the row ``done``. It must not commit.
+    :param concurrency: tasks, each claiming and processing its own batches (the sync
+        worker's threads).
+    :param options: every other keyword of :class:`~sa_inbox.Worker` (``consumer_name``,
+        ``batch_size``, ``visibility_timeout``, ``max_attempts``, ``ordered``, ``backoff``,
+        ``poll_interval``, ``error_backoff``, ``reap_interval``, ``name``, ``clock``,
+        ``on_claim``, ``on_message``), with the same meaning and checks.
+    :raises InvalidHandler: if ``handler`` cannot be called as ``handler(session,
+        message)``.
+    :raises InvalidStoreArgument: as :class:`~sa_inbox.Worker`.
+    """
+
+    def __init__(
+        self,
+        store: BoundStore,
+        handler: AsyncHandler,
+        *,
+        consumer_name: str | None = DEFAULT_CONSUMER,
+        concurrency: int = 1,
+        **options: Any,
+    ) -> None:
+        check_handler(handler, ("session", "message"), asynchronous=True)
+
+        def sync_handler(session: Session, message: StoredMessage) -> object:
+            return maybe_await(handler(async_session_of(session), message))
+
+        self.handler = handler
+        #: The synchronous worker whose loops the tasks run: its ``stats``, ``summary``
+        #: and ``stop_event`` are this worker's.
+        self.sync_worker = _LoopWorker(
+            store, sync_handler, consumer_name=consumer_name, concurrency=concurrency, **options
+        )
+
+    @property
+    def stats(self) -> Any:
+        """Messages per outcome across runs (see :attr:`sa_inbox.Worker.stats`)."""
+        return self.sync_worker.stats
+
+    @property
+    def summary(self) -> WorkerSummary:
+        """Counts since the worker was made, with the last run's reason."""
+        return self.sync_worker.summary
+
+    def stop(self) -> None:
+        """Ask every task to finish the message in hand, release the rest and return."""
+        self.sync_worker.stop()
+
+    async def run(
+        self,
+        *,
+        until_empty: bool = False,
+        max_messages: int | None = None,
+        max_seconds: float | None = None,
+        handle_signals: bool = True,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT,
+    ) -> WorkerSummary:
+        """Process messages until stopped, empty, or a limit; return the run's summary.
+
+        Arguments, limits and errors as :meth:`sa_inbox.Worker.run`; ``handle_signals``
+        turns SIGTERM and SIGINT into :meth:`stop` through the running loop's
+        ``add_signal_handler`` (Unix).
+
+        :raises ConfigurationError: as :meth:`sa_inbox.Worker.run`: every task stops.
+        """
+        worker = self.sync_worker
+        before = worker._start(until_empty, max_messages, max_seconds)
+        with self._signals(handle_signals):
+            tasks = [
+                asyncio.create_task(in_greenlet(worker._loop, i)) for i in range(worker.concurrency)
+            ]
+            await self._join(tasks, shutdown_timeout)
+        return worker._finish(before)
+
+    async def _join(self, tasks: list[asyncio.Task[None]], shutdown_timeout: float) -> None:
+        """Wait for every task; after a stop, at most ``shutdown_timeout`` seconds more."""
+        pending = set(tasks)
+        while pending and not self.sync_worker.stop_event.is_set():
+            _, pending = await asyncio.wait(pending, timeout=0.1)
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=shutdown_timeout)
+        for task in pending:  # a handler still running: its claim expires and is retried
+            task.cancel()
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+
+    @contextlib.contextmanager
+    def _signals(self, enabled: bool) -> Iterator[None]:
+        if not enabled:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        added = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+                added.append(sig)
+        try:
+            yield
+        finally:
+            for sig in added:
+                loop.remove_signal_handler(sig)
+
+    def _on_signal(self, signum: int) -> None:
+        logger.info(
+            "stop requested (signal %s)", signum, extra={"action": "stop", "signal": signum}
+        )
+        self.stop()
