@@ -29,14 +29,12 @@ from sa_inbox.store import (
     DONE,
     PENDING,
     PROCESSING,
-    BoundStore,
     InboxStore,
     Incoming,
-    ReapResult,
     StoredMessage,
     utc_now,
 )
-from sa_inbox.store.worker import EMPTY, ERROR, Backoff, Worker, WorkerSummary
+from sa_inbox.store.worker import ERROR, Backoff, Worker, WorkerSummary
 from tests.support.store_app import StoreApp, make_engine
 
 pytestmark = pytest.mark.backend
@@ -120,24 +118,6 @@ def receive_stream(app: StoreApp, stream: list[Incoming], chunk: int = 100) -> i
 
 
 # -- receive ---------------------------------------------------------------------------------
-
-
-def test_receive_stores_each_message_once(store_app: StoreApp) -> None:
-    store = store_app.store
-    with store_app.engine.begin() as conn:
-        assert store.receive(conn, "m-1", {"amount": "10.00"}, aggregate_id="acct-1")
-        assert not store.receive(conn, "m-1", {"amount": "99.00"})
-        assert store.receive(conn, "M-1", [1, 2], message_type="case differs")
-    with store_app.engine.begin() as conn:
-        new = store.receive_many(
-            conn,
-            [Incoming("m-2", None), Incoming("m-1", 0), Incoming("m-3", "x"), Incoming("m-2", 1)],
-        )
-    assert new == {"m-2", "m-3"}
-    assert store.counts(store_app.engine) == {PENDING: 4, PROCESSING: 0, DONE: 0, DEAD: 0}
-    assert store_app.row("m-1")["payload"] == {"amount": "10.00"}
-    assert store_app.row("m-2")["payload"] is None
-    assert store_app.row("m-1")["aggregate_id"] == "acct-1"
 
 
 def test_receive_rolled_back_or_refused_leaves_nothing(store_app: StoreApp) -> None:
@@ -359,30 +339,6 @@ def test_poison_message_goes_dead_others_flow_then_replay_after_fix(store_app: S
     assert store_app.store.replay(store_app.engine, status=DEAD) == 0
 
 
-def test_reap_releases_or_dead_letters_abandoned_claims(store_app: StoreApp) -> None:
-    store, engine = store_app.store, store_app.engine
-    receive_stream(store_app, [Incoming("a", 1), Incoming("b", 2)])
-
-    def claim(token: str) -> list[int]:
-        batch = store.claim(
-            engine, claimed_by=token, limit=5, visibility_timeout=0.2, max_attempts=3
-        )
-        return [m.attempts for m in batch]
-
-    assert claim("crashed#1") == [1, 1]
-    time.sleep(0.3)
-    assert store.reap(engine, visibility_timeout=0.2, max_attempts=3) == ReapResult(2, 0)
-    assert store.counts(engine)[PENDING] == 2
-    assert claim("crashed#2") == [2, 2]
-    time.sleep(0.3)
-    assert claim("crashed#3") == [3, 3], "the claim itself takes abandoned rows"
-    time.sleep(0.3)
-    assert claim("next") == [], "attempts used up: never claimed a fourth time"
-    assert store.reap(engine, visibility_timeout=0.2, max_attempts=3) == ReapResult(0, 2)
-    row = store_app.row("a")
-    assert row["status"] == DEAD and "abandoned" in row["last_error"]
-
-
 def test_slow_handler_past_the_visibility_timeout_is_not_taken(store_app: StoreApp) -> None:
     receive_stream(store_app, [Incoming("slow", {"seq": 0})])
     bound = store_app.store.bind(store_app.engine)
@@ -486,98 +442,7 @@ def test_handler_that_ends_the_transaction_is_a_failed_attempt(
     assert store_app.effect_ids() == []
 
 
-def test_claim_for_every_consumer_and_what_is_still_unfinished(store_app: StoreApp) -> None:
-    """``consumer_name=None`` claims every consumer's rows, ordered per (consumer,
-    aggregate); ``has_unfinished`` sees pending and processing rows, not done ones."""
-    store, engine = store_app.store, store_app.engine
-    with engine.begin() as conn:
-        store.receive(conn, "b1", {"seq": 1}, consumer_name="billing", aggregate_id="A")
-        store.receive(conn, "b2", {"seq": 2}, consumer_name="billing", aggregate_id="A")
-        store.receive(conn, "s1", {"seq": 3}, consumer_name="shipping", aggregate_id="A")
-    assert store.has_unfinished(engine) and store.has_unfinished(engine, consumer_name="billing")
-    assert not store.has_unfinished(engine, consumer_name="default")
-    claim = {"limit": 10, "visibility_timeout": 60, "max_attempts": 3, "ordered": True}
-    assert store.claim(engine, claimed_by="default#1", **claim) == [], "default: none of them"
-    first = store.claim(engine, claimed_by="all#1", consumer_name=None, **claim)
-    assert [(m.consumer_name, m.message_id) for m in first] == [
-        ("billing", "b1"),
-        ("shipping", "s1"),
-    ], "one head per (consumer, aggregate): b2 waits behind b1"
-    assert store.has_unfinished(engine, consumer_name="shipping"), "processing is unfinished"
-    for message in first:
-        assert store.complete(engine, message, store_app.apply)
-    assert not store.has_unfinished(engine, consumer_name="shipping")
-    assert store.has_unfinished(engine, consumer_name="billing"), "b2 is pending"
-    [second] = store.claim(engine, claimed_by="all#2", consumer_name=None, **claim)
-    assert second.message_id == "b2"
-    assert store.complete(engine, second, store_app.apply)
-    assert not store.has_unfinished(engine)
-    assert sorted(store_app.effect_ids()) == ["b1", "b2", "s1"]
-    assert store.counts(engine) == {PENDING: 0, PROCESSING: 0, DONE: 3, DEAD: 0}
-
-
 # -- the worker's run() on real servers ------------------------------------------------------
-
-
-class SignallingStore(BoundStore):
-    """A bound store that sets ``waiting`` once a worker is told rows are unfinished."""
-
-    waiting = threading.Event()
-
-    def has_unfinished(self, *, consumer_name: str | None) -> bool:
-        unfinished = super().has_unfinished(consumer_name=consumer_name)
-        if unfinished:
-            self.waiting.set()
-        return unfinished
-
-
-def test_until_empty_waits_for_rows_held_elsewhere_and_for_the_backoff(
-    store_app: StoreApp,
-) -> None:
-    """A row in another worker's hands keeps ``run(until_empty=True)`` going; when that
-    worker fails it (pending after a back-off), this run processes it before returning."""
-    store, engine = store_app.store, store_app.engine
-    receive_stream(store_app, [Incoming("held", {"seq": 1})])
-    [held] = store.claim(
-        engine, claimed_by="other#1", limit=1, visibility_timeout=60, max_attempts=3
-    )
-    bound = SignallingStore(store, engine, store.bind(engine).session_factory)
-    bound.waiting = threading.Event()
-    worker = Worker(bound, store_app.apply, poll_interval=0.05, visibility_timeout=60)
-    summaries: list[WorkerSummary] = []
-    runner = threading.Thread(
-        target=lambda: summaries.append(worker.run(until_empty=True, handle_signals=False))
-    )
-    runner.start()
-    assert bound.waiting.wait(30), "the run never asked whether rows were unfinished"
-    retry_at = utc_now() + datetime.timedelta(seconds=0.3)
-    assert store.fail(engine, held, "the other worker failed", retry_at=retry_at)
-    runner.join(60)
-    assert summaries == [WorkerSummary(processed=1, reason=EMPTY)]
-    row = store_app.row("held")
-    assert (row["status"], row["attempts"]) == (DONE, 2)
-    assert store_app.effect_ids() == ["held"]
-
-
-def test_a_worker_for_every_consumer(store_app: StoreApp) -> None:
-    store, engine = store_app.store, store_app.engine
-    with engine.begin() as conn:
-        for consumer in ("billing", "shipping", "default"):
-            for seq in range(3):
-                store.receive(
-                    conn, f"{consumer}-{seq}", {"seq": seq}, consumer_name=consumer,
-                    aggregate_id="A",
-                )  # fmt: skip
-    worker = Worker(
-        store.bind(engine), store_app.apply, consumer_name=None, ordered=True, poll_interval=0.05
-    )
-    assert worker.run(until_empty=True, handle_signals=False).processed == 9
-    applied = store_app.effect_ids()
-    for consumer in ("billing", "shipping", "default"):
-        assert [m for m in applied if m.startswith(consumer)] == [
-            f"{consumer}-{i}" for i in range(3)
-        ]
-    assert store.counts(engine) == {PENDING: 0, PROCESSING: 0, DONE: 9, DEAD: 0}
 
 
 def test_a_configuration_error_in_the_handler_releases_the_batch_and_is_raised(

@@ -15,12 +15,11 @@ import pytest
 
 from sa_inbox.exc import (
     InvalidHandler,
-    InvalidMessageId,
     InvalidSessionFactory,
     InvalidStoreArgument,
     MissingTable,
 )
-from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming, StoredMessage, utc_now
+from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, StoredMessage
 from sa_inbox.store.worker import (
     EMPTY,
     ERROR,
@@ -67,159 +66,6 @@ def worker(store: MemoryStore, handler: Any, clock: Clock, **kw: Any) -> Worker:
     return Worker(store, handler, clock=clock, poll_interval=0.01, **kw)
 
 
-def test_receive_skips_duplicates_and_refuses_bad_input(store: MemoryStore) -> None:
-    assert store.receive("m1", {"amount": 1})
-    assert not store.receive("m1", {"amount": 999})
-    assert store.receive_many([Incoming("m2", 2), Incoming("m1", 3), Incoming("m3", 4)]) == {
-        "m2",
-        "m3",
-    }
-    with pytest.raises(InvalidStoreArgument):
-        store.receive("bad", {"x": object()})
-    with pytest.raises(InvalidStoreArgument):
-        store.receive("nan", float("nan"))
-    with pytest.raises(InvalidMessageId):
-        store.receive(" padded", 1)
-    assert [r.message_id for r in store.rows] == ["m1", "m2", "m3"]
-    assert store.row("m1").payload == {"amount": 1}
-
-
-def test_every_message_processed_once(store: MemoryStore, clock: Clock) -> None:
-    seen: list[tuple[Any, str]] = []
-    for i in range(25):
-        store.receive(f"m{i}", i)
-    w = worker(store, lambda ctx, m: seen.append((ctx, m.message_id)), clock, batch_size=4)
-    w.run(until_empty=True, handle_signals=False)
-    assert sorted(mid for _, mid in seen) == sorted(f"m{i}" for i in range(25))
-    assert {ctx for ctx, _ in seen} == {"ctx"}
-    assert store.counts() == {PENDING: 0, PROCESSING: 0, DONE: 25, DEAD: 0}
-    assert all(r.attempts == 1 for r in store.rows)
-    assert w.stats["done"] == 25
-
-
-def test_failure_backs_off_then_succeeds(store: MemoryStore, clock: Clock) -> None:
-    calls: list[int] = []
-
-    def flaky(ctx: Any, message: StoredMessage) -> None:
-        calls.append(message.attempts)
-        if message.attempts == 1:
-            raise RuntimeError("database of the partner is down")
-
-    store.receive("m1", 1)
-    w = worker(store, flaky, clock)
-    assert w.run_once() == 1
-    row = store.row("m1")
-    assert (row.status, row.attempts) == (PENDING, 1)
-    assert row.available_at == START + datetime.timedelta(seconds=1)
-    assert row.last_error == "RuntimeError: database of the partner is down"
-    assert w.run_once() == 0, "not claimable before the back-off"
-    clock.advance(1)
-    assert w.run_once() == 1
-    assert (row.status, row.attempts, calls) == (DONE, 2, [1, 2])
-
-
-def test_poison_message_goes_dead_others_flow(store: MemoryStore, clock: Clock) -> None:
-    done: list[str] = []
-
-    def handler(ctx: Any, message: StoredMessage) -> None:
-        if message.payload == "poison":
-            raise ValueError("cannot parse")
-        done.append(message.message_id)
-
-    store.receive("bad", "poison")
-    for i in range(5):
-        store.receive(f"ok{i}", i)
-    w = worker(store, handler, clock, max_attempts=3)
-    for _ in range(10):
-        w.run_once()
-        clock.advance(60)
-    bad = store.row("bad")
-    assert (bad.status, bad.attempts, bad.last_error) == (DEAD, 3, "ValueError: cannot parse")
-    assert sorted(done) == [f"ok{i}" for i in range(5)]
-    assert store.counts()[DONE] == 5
-    assert w.stats["dead"] == 1 and w.stats["retry"] == 2
-
-
-def test_abandoned_claim_comes_back_after_visibility_timeout(
-    store: MemoryStore, clock: Clock
-) -> None:
-    ran: list[str] = []
-    store.receive("m1", 1)
-    crashed = store.claim(
-        consumer_name="default",
-        claimed_by="dead-worker#1",
-        limit=5,
-        visibility_timeout=10,
-        max_attempts=3,
-        ordered=False,
-        now=clock(),
-    )
-    assert [m.attempts for m in crashed] == [1]
-    w = worker(store, lambda ctx, m: ran.append(m.claimed_by), clock)
-    clock.advance(9.9)
-    assert w.run_once() == 0, "still within the visibility timeout"
-    clock.advance(0.2)
-    assert w.run_once() == 1
-    assert store.row("m1").attempts == 2 and len(ran) == 1
-    # the first worker wakes up: its claim is gone, its handler must not run
-    assert not store.complete(crashed[0], lambda ctx, m: ran.append("twice"), now=clock())
-    assert not store.fail(crashed[0], "late", retry_at=None, now=clock())
-    assert len(ran) == 1 and store.row("m1").status == DONE
-
-
-def test_reaper_dead_letters_a_message_that_kills_its_worker(
-    store: MemoryStore, clock: Clock
-) -> None:
-    store.receive("killer", 1)
-    for attempt in range(1, 4):
-        batch = store.claim(
-            consumer_name="default",
-            claimed_by=f"w#{attempt}",
-            limit=1,
-            visibility_timeout=10,
-            max_attempts=3,
-            ordered=False,
-            now=clock(),
-        )
-        assert [m.attempts for m in batch] == [attempt]
-        clock.advance(11)  # the worker died with the row in hand
-    w = worker(store, lambda ctx, m: None, clock)
-    assert w.run_once() == 0, "attempts used up: not claimed a fourth time"
-    w.reap()
-    row = store.row("killer")
-    assert row.status == DEAD and "abandoned" in (row.last_error or "")
-
-
-def test_per_aggregate_order_with_a_retry_in_front(store: MemoryStore, clock: Clock) -> None:
-    order: list[str] = []
-
-    def handler(ctx: Any, message: StoredMessage) -> None:
-        if message.message_id == "a1" and message.attempts == 1:
-            raise RuntimeError("first try fails")
-        order.append(message.message_id)
-
-    for mid, aggregate in [("a1", "A"), ("b1", "B"), ("a2", "A"), ("b2", "B"), ("a3", "A")]:
-        store.receive(mid, mid, aggregate_id=aggregate)
-    w = worker(store, handler, clock, batch_size=10, ordered=True)
-    assert w.run_once() == 2, "one head per aggregate: a1 and b1"
-    assert w.run_once() == 1, "b2; a2 waits behind a1's back-off"
-    assert w.run_once() == 0
-    clock.advance(1)
-    while w.run_once():
-        pass
-    assert order == ["b1", "b2", "a1", "a2", "a3"]
-
-
-def test_stop_releases_the_unstarted_rest_of_the_batch(store: MemoryStore, clock: Clock) -> None:
-    for i in range(5):
-        store.receive(f"m{i}", i)
-    w = worker(store, lambda ctx, m: w.stop(), clock, batch_size=5)
-    w.run(handle_signals=False)
-    assert store.counts() == {PENDING: 4, PROCESSING: 0, DONE: 1, DEAD: 0}
-    assert [r.attempts for r in store.rows if r.status == PENDING] == [0, 0, 0, 0]
-    assert w.stats["released"] == 4
-
-
 def test_sigterm_stops_the_worker_gracefully(store: MemoryStore, clock: Clock) -> None:
     for i in range(3):
         store.receive(f"m{i}", i)
@@ -245,27 +91,6 @@ def test_threads_claim_disjoint_batches(store: MemoryStore, clock: Clock) -> Non
     claimed = [i for batch in batches for i in batch]
     assert len(claimed) == len(set(claimed)) == 400
     assert store.counts()[DONE] == 400
-
-
-def test_replay_dead_after_a_fix(store: MemoryStore, clock: Clock) -> None:
-    fixed = False
-
-    def handler(ctx: Any, message: StoredMessage) -> None:
-        if not fixed:
-            raise RuntimeError("bug")
-
-    store.receive("m1", 1)
-    w = worker(store, handler, clock, max_attempts=1)
-    w.run_once()
-    assert store.row("m1").status == DEAD
-    fixed = True
-    with pytest.raises(InvalidStoreArgument):
-        store.replay()
-    with pytest.raises(InvalidStoreArgument, match="dead or done"):
-        store.replay(status=PENDING)
-    assert store.replay(status=DEAD) == 1
-    w.run_once()
-    assert (store.row("m1").status, store.row("m1").attempts) == (DONE, 1)
 
 
 @pytest.mark.parametrize(
@@ -323,33 +148,6 @@ def test_backoff_is_a_backoff_object_not_seconds(store: MemoryStore, clock: Cloc
         worker(store, lambda ctx, message: None, clock, backoff=5.0)
 
 
-def test_memory_claim_for_every_consumer_and_what_is_still_unfinished(
-    store: MemoryStore, clock: Clock
-) -> None:
-    store.receive("b1", 1, consumer_name="billing", aggregate_id="A")
-    store.receive("b2", 2, consumer_name="billing", aggregate_id="A")
-    store.receive("s1", 3, consumer_name="shipping", aggregate_id="A")
-    assert store.has_unfinished(consumer_name=None)
-    assert not store.has_unfinished(consumer_name="default")
-    claim: dict[str, Any] = {
-        "limit": 10, "visibility_timeout": 60, "max_attempts": 3, "ordered": True, "now": clock()
-    }  # fmt: skip
-    assert store.claim(consumer_name="default", claimed_by="d#1", **claim) == []
-    first = store.claim(consumer_name=None, claimed_by="all#1", **claim)
-    assert [(m.consumer_name, m.message_id) for m in first] == [
-        ("billing", "b1"),
-        ("shipping", "s1"),
-    ]
-    assert store.has_unfinished(consumer_name="shipping"), "processing is unfinished"
-    for message in first:
-        assert store.complete(message, lambda ctx, m: None, now=clock())
-    assert not store.has_unfinished(consumer_name="shipping")
-    [second] = store.claim(consumer_name=None, claimed_by="all#2", **claim)
-    assert second.message_id == "b2"
-    assert store.complete(second, lambda ctx, m: None, now=clock())
-    assert not store.has_unfinished(consumer_name=None)
-
-
 # -- run(): its contract ---------------------------------------------------------------------
 
 
@@ -376,41 +174,6 @@ def test_until_empty_retries_a_failed_message_after_its_backoff() -> None:
     assert summary == WorkerSummary(processed=1, retried=3, dead=1, reason=EMPTY)
     assert w.summary == summary, "one run: the worker's totals are the run's"
     assert (w.stats["done"], w.stats["retry"], w.stats["dead"]) == (1, 3, 1)
-
-
-class SignallingStore(MemoryStore):
-    """Sets ``waiting`` when a worker asks and is told that rows are still unfinished."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waiting = threading.Event()
-
-    def has_unfinished(self, *, consumer_name: str | None = None) -> bool:
-        unfinished = super().has_unfinished(consumer_name=consumer_name)
-        if unfinished:
-            self.waiting.set()
-        return unfinished
-
-
-def test_until_empty_waits_for_a_row_another_worker_holds() -> None:
-    store = SignallingStore()
-    store.receive("m1", 1)
-    [held] = store.claim(
-        consumer_name="default", claimed_by="other#1", limit=1, visibility_timeout=60,
-        max_attempts=3, ordered=False, now=utc_now(),
-    )  # fmt: skip
-    ran: list[int] = []
-    w = real_worker(store, lambda ctx, m: ran.append(m.attempts))
-    summaries: list[WorkerSummary] = []
-    runner = threading.Thread(
-        target=lambda: summaries.append(w.run(until_empty=True, handle_signals=False))
-    )
-    runner.start()
-    assert store.waiting.wait(30), "the worker never asked whether rows were unfinished"
-    assert store.fail(held, "the other worker gave up", retry_at=utc_now(), now=utc_now())
-    runner.join(30)
-    assert summaries == [WorkerSummary(processed=1, reason=EMPTY)]
-    assert ran == [2] and store.row("m1").status == DONE
 
 
 def test_max_messages_claims_no_more_than_the_limit() -> None:
@@ -572,20 +335,6 @@ def test_after_an_error_the_worker_waits_its_error_backoff_not_the_poll_interval
     assert store.row("m1").status == DONE
     expected = {"errors": 3} if counted == "errors" else {"transient_retries": 3}
     assert summary == WorkerSummary(processed=1, reason=EMPTY, **expected)
-
-
-def test_a_worker_for_every_consumer(clock: Clock) -> None:
-    store = MemoryStore(clock=clock)
-    store.receive("b1", 1, consumer_name="billing")
-    store.receive("s1", 2, consumer_name="shipping")
-    store.receive("d1", 3)
-    seen: list[tuple[str, str]] = []
-    w = worker(
-        store, lambda ctx, m: seen.append((m.consumer_name, m.message_id)), clock,
-        consumer_name=None,
-    )  # fmt: skip
-    assert w.run(until_empty=True, handle_signals=False).processed == 3
-    assert sorted(seen) == [("billing", "b1"), ("default", "d1"), ("shipping", "s1")]
 
 
 def test_a_handler_that_cannot_take_session_and_message_is_refused(store: MemoryStore) -> None:
