@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from tests.app import App
+from tests.support.app import App
 
 BACKENDS = ("sqlite", "postgresql", "mysql", "oracle")
 URL_VARIABLES = {

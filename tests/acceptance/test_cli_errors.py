@@ -18,7 +18,7 @@ from tests.conftest import backend_url
 ROOT = Path(__file__).resolve().parents[2]
 DAY = datetime.timedelta(days=1)
 POLICY_ARGS = ["--max-redelivery", "1d", "--max-replay", "2d"]
-HANDLER = "tests.store.cli_handler:record"
+HANDLER = "tests.acceptance.cli_handler:record"
 
 
 def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

@@ -16,12 +16,12 @@ import pytest
 import sqlalchemy as sa
 
 from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming
-from tests.store.app import TABLE, StoreApp, make_engine
+from tests.support.store_app import TABLE, StoreApp, make_engine
 
 pytestmark = pytest.mark.backend
 
 ROOT = Path(__file__).resolve().parents[2]
-HANDLER = "tests.store.cli_handler:record"
+HANDLER = "tests.acceptance.cli_handler:record"
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def test_worker_log_names_the_message_the_error_and_the_outcome(
 ) -> None:
     receive(store_app, 1)
     child = cli(
-        "worker", "--url", url, "--table", TABLE, "--handler", "tests.store.cli_handler:fail",
+        "worker", "--url", url, "--table", TABLE, "--handler", "tests.acceptance.cli_handler:fail",
         "--consumer", "default", "--max-attempts", "2", "--backoff", "0", "--until-empty",
     )  # fmt: skip
     out, err = child.communicate(timeout=120)
@@ -166,11 +166,14 @@ def test_replaying_done_rows_needs_yes_and_dry_run_only_counts(
     ("handler", "message"),
     [
         ("no_colon", "expected module:function"),
-        ("tests.store.nowhere:record", "cannot import"),
-        ("tests.store.cli_handler:missing", "has no 'missing'"),
-        ("tests.store.cli_handler:NOT_CALLABLE", "is not callable"),
+        ("tests.acceptance.nowhere:record", "cannot import"),
+        ("tests.acceptance.cli_handler:missing", "has no 'missing'"),
+        ("tests.acceptance.cli_handler:NOT_CALLABLE", "is not callable"),
         ("os:getcwd", "'os:getcwd' cannot be called as handler(session, message)"),
-        ("tests.store.cli_handler:one_argument", "cannot be called as handler(session, message)"),
+        (
+            "tests.acceptance.cli_handler:one_argument",
+            "cannot be called as handler(session, message)",
+        ),
     ],
 )
 def test_bad_handler_is_a_usage_error(tmp_path: Path, handler: str, message: str) -> None:
@@ -262,7 +265,7 @@ def test_a_configuration_error_stops_the_worker_with_exit_code_3(
     receive(store_app, 3)
     child = cli(
         "worker", "--url", url, "--table", TABLE, "--consumer", "default",
-        "--handler", "tests.store.cli_handler:misconfigured", "--until-empty",
+        "--handler", "tests.acceptance.cli_handler:misconfigured", "--until-empty",
     )  # fmt: skip
     out, err = child.communicate(timeout=120)
     assert child.returncode == 3, err
@@ -284,13 +287,13 @@ def test_worker_imports_the_handler_from_the_working_directory(
     imports it without PYTHONPATH (``python -m`` would add the directory by itself)."""
     receive(store_app, 2)
     (tmp_path / "my_handlers.py").write_text(
-        "from tests.store.cli_handler import record\n\n\n"
+        "from tests.acceptance.cli_handler import record\n\n\n"
         "def handle(session, message):\n"
         "    record(session, message)\n"
     )
     script = Path(sys.executable).parent / "sa-inbox"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(ROOT)  # for tests.store.cli_handler only, not the temp dir
+    env["PYTHONPATH"] = str(ROOT)  # for tests.acceptance.cli_handler only, not the temp dir
     done = subprocess.run(
         [str(script), "worker", "--url", url, "--table", TABLE, "--consumer", "default",
          "--handler", "my_handlers:handle", "--until-empty"],

@@ -1,0 +1,45 @@
+"""Handlers for ``sa-inbox worker --handler tests.acceptance.cli_handler:…`` in the CLI tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from sa_inbox.exc import InvalidSessionFactory
+from sa_inbox.store import StoredMessage
+from tests.support.store_app import StoreApp
+
+EFFECTS = StoreApp(None).effects  # type: ignore[arg-type]
+
+
+def record(session: Session, message: StoredMessage) -> None:
+    """One effect row per message, in the transaction that marks it done."""
+    payload: dict[str, Any] = message.payload
+    session.execute(
+        EFFECTS.insert().values(
+            message_id=message.message_id,
+            aggregate_id=message.aggregate_id,
+            seq=payload.get("seq"),
+            claimed_by=message.claimed_by,
+        )
+    )
+
+
+NOT_CALLABLE = 42
+
+
+def fail(session: Session, message: StoredMessage) -> None:
+    """Always raises: every attempt fails, then the message is dead."""
+    raise RuntimeError(f"no account for {message.message_id}")
+
+
+def one_argument(message: StoredMessage) -> None:
+    """A handler with the wrong signature (no session): refused at start-up."""
+
+
+def misconfigured(session: Session, message: StoredMessage) -> None:
+    """Raises a configuration error: the worker must stop, not count failed attempts."""
+    raise InvalidSessionFactory(
+        "the handler was deployed with Session.begin\n(a second line that the CLI leaves out)"
+    )
