@@ -1,0 +1,49 @@
+"""Async backend fixtures: every test runs once per async driver, on the real servers the
+sync suite uses (aiosqlite on a file; asyncpg and psycopg 3 async on PostgreSQL; aiomysql on
+MariaDB). A missing server skips locally and fails in CI, as for the sync suite."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import backend_url
+from tests.support.app import App
+
+#: (backend, async driver): the sync URL's driver is swapped for the async one.
+DRIVERS = {
+    "aiosqlite": ("sqlite", "sqlite+aiosqlite"),
+    "asyncpg": ("postgresql", "postgresql+asyncpg"),
+    "psycopg_async": ("postgresql", "postgresql+psycopg"),
+    "aiomysql": ("mysql", "mysql+aiomysql"),
+}
+
+
+@pytest.fixture(params=list(DRIVERS))
+def async_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
+    """The async URL of the driver under test (one run per async driver)."""
+    request.applymarker(pytest.mark.backend)
+    backend, driver = DRIVERS[request.param]
+    url = sa.make_url(backend_url(backend, tmp_path))
+    return url.set(drivername=driver).render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def sync_url(async_url: str) -> str:
+    """The same database through the sync driver (to set up and to read business state)."""
+    url = sa.make_url(async_url)
+    sync = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
+    return url.set(drivername=sync[url.get_backend_name()]).render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def app(sync_url: str) -> Iterator[App]:
+    """The accounts/ledger schema and the inbox table, made with the sync driver."""
+    engine = sa.create_engine(sync_url)
+    app = App(engine)
+    app.reset()
+    yield app
+    app.drop()
+    engine.dispose()
