@@ -17,6 +17,7 @@ from typing import Literal
 
 from sqlalchemy.engine import Connection
 
+from .._compat import autocommit_isolation
 from ..exc import InvalidStrategy
 from .base import ClaimDialect as ClaimDialect
 from .generic import SavepointClaim as SavepointClaim
@@ -88,10 +89,7 @@ def is_autocommit(conn: Connection) -> bool:
 
     :param conn: a Connection; its DBAPI connection is checked out if it was not yet.
     """
-    check = getattr(conn, "_is_autocommit_isolation", None)  # SQLAlchemy 2.0 and 2.1
-    if callable(check) and check():
-        return True
-    if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+    if autocommit_isolation(conn):
         return True
     dialect = claim_dialect_for(conn.dialect.name)
     return dialect.driver_autocommit(conn.connection.dbapi_connection)

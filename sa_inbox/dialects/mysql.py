@@ -30,8 +30,8 @@ from sqlalchemy.exc import CompileError, DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
-from sqlalchemy.sql.visitors import InternalTraversal
 
+from .._compat import cache_key, result_cursor
 from ..exc import ClaimWarning, InvalidRetentionPolicy, PurgeLockTimeout, UnsupportedBackend
 from .base import ClaimDialect, Row, driver_error
 from .purge import RowLockingPurge
@@ -68,14 +68,12 @@ def _unsafe_collation(collation: str | None) -> bool:
     return collation is not None and not collation.endswith("_bin") and collation != "binary"
 
 
-def _warning_count(result: CursorResult[Any]) -> int | None:
+def _warning_count(conn: Connection, result: CursorResult[Any]) -> int | None:
     """Warnings the server reported for the statement, or None if the driver hides them."""
-    cursor = result.context.cursor
-    count = getattr(cursor, "warning_count", None)  # PyMySQL, mysql-connector
+    count = getattr(result_cursor(result), "warning_count", None)  # PyMySQL, mysql-connector
     if isinstance(count, int):
         return count
-    connection = result.context.root_connection.connection.dbapi_connection
-    method = getattr(connection, "warning_count", None)  # mysqlclient
+    method = getattr(conn.connection.dbapi_connection, "warning_count", None)  # mysqlclient
     return method() if callable(method) else None
 
 
@@ -94,7 +92,7 @@ class MySQLClaim(ClaimDialect):
         self, conn: Connection, statement: Any, params: Row | Sequence[Row] | None
     ) -> CursorResult[Any]:
         result = super().execute(conn, statement, params)
-        if _warning_count(result) == 0:
+        if _warning_count(conn, result) == 0:
             return result
         if result.returns_rows:
             # Keep the RETURNING rows: SHOW WARNINGS reuses the connection.
@@ -157,6 +155,9 @@ class MySQLClaim(ClaimDialect):
         return super().driver_autocommit(dbapi_connection)
 
 
+@cache_key(
+    table="clauseelement", whereclause="clauseelement", order_by="clauseelement", limit="plain_obj"
+)
 class DeleteOrderedLimit(Executable, ClauseElement):
     """MySQL's single-table ``DELETE FROM t WHERE … ORDER BY col LIMIT n``.
 
@@ -171,14 +172,6 @@ class DeleteOrderedLimit(Executable, ClauseElement):
     :param limit: rows per statement, at most (a positive int, rendered inline).
     :raises InvalidRetentionPolicy: if ``limit`` is not a positive int.
     """
-
-    inherit_cache = True
-    _traverse_internals = [  # noqa: RUF012 (SQLAlchemy's own convention)
-        ("table", InternalTraversal.dp_clauseelement),
-        ("whereclause", InternalTraversal.dp_clauseelement),
-        ("order_by", InternalTraversal.dp_clauseelement),
-        ("limit", InternalTraversal.dp_plain_obj),
-    ]
 
     def __init__(
         self,

@@ -22,8 +22,8 @@ from sqlalchemy.exc import CompileError, DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
-from sqlalchemy.sql.visitors import InternalTraversal
 
+from .._compat import cache_key
 from ..exc import InvalidTable
 from ..schema import claim_columns
 from .base import ClaimDialect, Row, driver_error
@@ -41,6 +41,7 @@ MISSING_TABLE_ERRORS = frozenset({942, 904})
 _CONSTRAINT = re.compile(r"unique constraint \((?:[^.()]+\.)?([^.()]+)\) violated", re.IGNORECASE)
 
 
+@cache_key(table="clauseelement", columns="string_list")
 class MergeInsertOrSkip(Executable, ClauseElement):
     """``MERGE INTO table USING (SELECT :col AS col, … FROM dual) s ON (key match)
     WHEN NOT MATCHED THEN INSERT``: one row, its values bound by column name at execution.
@@ -51,12 +52,6 @@ class MergeInsertOrSkip(Executable, ClauseElement):
 
     Compiles on Oracle only; other dialects raise :class:`~sqlalchemy.exc.CompileError`.
     """
-
-    inherit_cache = True
-    _traverse_internals = [  # noqa: RUF012 (SQLAlchemy's own convention)
-        ("table", InternalTraversal.dp_clauseelement),
-        ("columns", InternalTraversal.dp_string_list),
-    ]
 
     def __init__(self, table: sa.Table, columns: Sequence[str]) -> None:
         missing = [c.name for c in dedup_key(table).columns if c.name not in columns]
