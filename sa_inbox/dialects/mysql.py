@@ -171,7 +171,13 @@ class DeleteOrderedLimit(Executable, ClauseElement):
     :param order_by: the column rows are deleted in order of.
     :param limit: rows per statement, at most (a positive int, rendered inline).
     :raises InvalidRetentionPolicy: if ``limit`` is not a positive int.
+
+    ``str(statement)`` renders the MySQL form (:attr:`stringify_dialect`).
     """
+
+    #: The dialect ``str()`` compiles with when no dialect is given (SQLAlchemy's
+    #: ``ClauseElement.stringify_dialect``, as its own ``mysql.Insert`` sets it).
+    stringify_dialect = "mysql"
 
     def __init__(
         self,

@@ -51,7 +51,12 @@ class MergeInsertOrSkip(Executable, ClauseElement):
     :raises InvalidTable: if ``columns`` lacks a primary-key column of ``table``.
 
     Compiles on Oracle only; other dialects raise :class:`~sqlalchemy.exc.CompileError`.
+    ``str(statement)`` renders the Oracle form (:attr:`stringify_dialect`).
     """
+
+    #: The dialect ``str()`` compiles with when no dialect is given (SQLAlchemy's
+    #: ``ClauseElement.stringify_dialect``, as its own ``postgresql.Insert`` sets it).
+    stringify_dialect = "oracle"
 
     def __init__(self, table: sa.Table, columns: Sequence[str]) -> None:
         missing = [c.name for c in dedup_key(table).columns if c.name not in columns]
