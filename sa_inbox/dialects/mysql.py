@@ -82,11 +82,8 @@ class MySQLClaim(ClaimDialect):
 
     names = ("mysql", "mariadb")
 
-    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> mysql.Insert:
-        statement = mysql.insert(table)
-        if rows is not None:
-            statement = statement.values(list(rows))
-        return statement.prefix_with("IGNORE")
+    def insert_or_skip(self, table: sa.Table) -> mysql.Insert:
+        return mysql.insert(table).prefix_with("IGNORE")
 
     def execute(
         self, conn: Connection, statement: Any, params: Row | Sequence[Row] | None

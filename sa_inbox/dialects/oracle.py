@@ -118,9 +118,7 @@ class OracleClaim(ClaimDialect):
 
     names = ("oracle",)
 
-    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> MergeInsertOrSkip:
-        if rows is not None:
-            raise CompileError("Oracle's insert-or-skip is single-row; batches run one per id")
+    def insert_or_skip(self, table: sa.Table) -> MergeInsertOrSkip:
         columns = table.info.get(INSERT_COLUMNS_INFO) or claim_columns(table)
         return MergeInsertOrSkip(table, columns)
 

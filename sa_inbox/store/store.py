@@ -665,7 +665,7 @@ class InboxStore:
         prepared = self._statements.get(name)
         if prepared is None:
             dialect = claim_dialect_for(name)
-            prepared = (dialect, dialect.insert_or_skip(self.table, None))
+            prepared = (dialect, dialect.insert_or_skip(self.table))
             self._statements[name] = prepared
         if conn.engine not in self._insert_checked:
             prepared[0].check_backend(conn)

@@ -138,7 +138,7 @@ def test_oracle_receive_is_a_merge_on_the_unique_key(store: InboxStore) -> None:
         "available_at",
         "attempts",
     ]
-    statement = claim_dialect_for("oracle").insert_or_skip(store.table, None)
+    statement = claim_dialect_for("oracle").insert_or_skip(store.table)
     source = ", ".join(f":{c} AS {c}" for c in columns)
     assert sql(statement, oracle.dialect()) == (
         f"MERGE INTO inbox_store t USING (SELECT {source} FROM dual) s "
