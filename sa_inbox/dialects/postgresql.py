@@ -9,12 +9,11 @@ conflict with a row committed after the snapshot raises SQLSTATE 40001 instead (
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.expression import ColumnElement, Executable
 
@@ -145,14 +144,3 @@ class PostgreSQLStoreClaim(StoreClaimDialect):
         return (
             sa.update(table).where(table.c.id.in_(locked)).values(dict(values)).returning(*table.c)
         )
-
-    def claim(
-        self,
-        conn: sa.Connection,
-        table: sa.Table,
-        candidates: CandidateQuery,
-        limit: int,
-        values: Mapping[str, Any],
-    ) -> Sequence[RowMapping]:
-        statement = self.claim_statement(table, candidates, limit, values)
-        return conn.execute(statement).mappings().all()
