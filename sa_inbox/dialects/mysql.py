@@ -238,6 +238,8 @@ class MySQLPurge(RowLockingPurge):
         expired: ColumnElement[bool],
         order_by: ColumnElement[Any],
         batch_size: int,
+        *,
+        partitioned: bool = False,
     ) -> Executable:
         return DeleteOrderedLimit(table, expired, order_by, batch_size)
 

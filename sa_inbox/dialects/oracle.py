@@ -171,6 +171,8 @@ class OraclePurge(RowLockingPurge):
         expired: ColumnElement[bool],
         order_by: ColumnElement[Any],
         batch_size: int,
+        *,
+        partitioned: bool = False,
     ) -> Executable:
         rownum: ColumnElement[Any] = sa.literal_column("ROWNUM")
         return sa.delete(table).where(expired, rownum <= sa.bindparam("batch_size", batch_size))
