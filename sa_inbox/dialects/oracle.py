@@ -25,7 +25,7 @@ from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
 
 from .._compat import cache_key
 from ..exc import InvalidTable
-from ..schema import claim_columns
+from ..schema import insert_columns
 from .base import ClaimDialect, Row, driver_error
 from .purge import RowLockingPurge
 from .store_claim import StoreClaimDialect
@@ -90,11 +90,6 @@ def _merge_oracle(element: MergeInsertOrSkip, compiler: SQLCompiler, **kw: Any) 
     )
 
 
-#: ``table.info`` key: the columns a single-row MERGE inserts, when not the processed-messages
-#: table's (the inbox store sets it to its own columns).
-INSERT_COLUMNS_INFO = "sa_inbox.insert_columns"
-
-
 def dedup_key(table: sa.Table) -> sa.PrimaryKeyConstraint | sa.UniqueConstraint:
     """The constraint whose violation is a duplicate: the unique ``(message_id,
     consumer_name)`` of the inbox store, else the table's primary key (processed messages).
@@ -119,8 +114,7 @@ class OracleClaim(ClaimDialect):
     names = ("oracle",)
 
     def insert_or_skip(self, table: sa.Table) -> MergeInsertOrSkip:
-        columns = table.info.get(INSERT_COLUMNS_INFO) or claim_columns(table)
-        return MergeInsertOrSkip(table, columns)
+        return MergeInsertOrSkip(table, insert_columns(table))
 
     def supports_returning(self, conn: sa.Connection) -> bool:
         return False
