@@ -68,15 +68,6 @@ def _unsafe_collation(collation: str | None) -> bool:
     return collation is not None and not collation.endswith("_bin") and collation != "binary"
 
 
-def _warning_count(conn: Connection, result: CursorResult[Any]) -> int | None:
-    """Warnings the server reported for the statement, or None if the driver hides them."""
-    count = getattr(result_cursor(result), "warning_count", None)  # PyMySQL, mysql-connector
-    if isinstance(count, int):
-        return count
-    method = getattr(conn.connection.dbapi_connection, "warning_count", None)  # mysqlclient
-    return method() if callable(method) else None
-
-
 class MySQLClaim(ClaimDialect):
     """Claims on MySQL 5.7+/8 and MariaDB through SQLAlchemy's ``mysql.insert()``."""
 
@@ -89,13 +80,32 @@ class MySQLClaim(ClaimDialect):
         self, conn: Connection, statement: Any, params: Row | Sequence[Row] | None
     ) -> CursorResult[Any]:
         result = super().execute(conn, statement, params)
-        if _warning_count(conn, result) == 0:
+        if self.warning_count(conn, result) == 0:
             return result
         if result.returns_rows:
             # Keep the RETURNING rows: SHOW WARNINGS reuses the connection.
             result = result.freeze()()  # type: ignore[assignment]
         self._raise_on_warnings(conn)
         return result
+
+    def warning_count(self, conn: Connection, result: CursorResult[Any]) -> int | None:
+        """How many warnings the server reported for ``result``'s statement, as the driver
+        tells it without a round trip; ``None`` if it does not (then ``SHOW WARNINGS`` is
+        always read).
+
+        PyMySQL and mysql-connector keep the count on the cursor (``warning_count``, from
+        the OK packet; MySQL manual, "Client/Server Protocol", "OK_Packet"), mysqlclient on
+        the connection (``warning_count()``). A driver that reports it otherwise (an async
+        one) overrides this hook.
+
+        :param conn: the connection the statement ran on.
+        :param result: the statement's result, possibly closed already.
+        """
+        count = getattr(result_cursor(result), "warning_count", None)
+        if isinstance(count, int):
+            return count
+        method = getattr(conn.connection.dbapi_connection, "warning_count", None)
+        return method() if callable(method) else None
 
     def _raise_on_warnings(self, conn: Connection) -> None:
         rows = conn.exec_driver_sql("SHOW WARNINGS").all()

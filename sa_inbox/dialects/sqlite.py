@@ -58,9 +58,17 @@ class SQLiteClaim(OnConflictDoNothingClaim):
         ``BEGIN`` first puts the savepoint inside the transaction the caller will commit or
         roll back.
         """
-        dbapi_connection = conn.connection.dbapi_connection
-        if dbapi_connection is not None and not dbapi_connection.in_transaction:
+        if not self.driver_in_transaction(conn.connection.dbapi_connection):
             conn.exec_driver_sql("BEGIN")
+
+    def driver_in_transaction(self, dbapi_connection: Any) -> bool:
+        """Whether the driver's connection has begun a transaction (:mod:`sqlite3`'s
+        ``in_transaction``: SQLite is not in autocommit mode, Python docs, "sqlite3 —
+        Connection.in_transaction"). A driver that tells it otherwise overrides this hook.
+
+        :param dbapi_connection: the DBAPI connection (``conn.connection.dbapi_connection``).
+        """
+        return bool(getattr(dbapi_connection, "in_transaction", False))
 
     def supports_returning(self, conn: sa.Connection) -> bool:
         dbapi = conn.dialect.dbapi
@@ -95,8 +103,8 @@ class SQLiteClaim(OnConflictDoNothingClaim):
         ``BEGIN``) or Python 3.12's ``autocommit=True``: each statement commits on its own
         (Python docs, "sqlite3 — Transaction control"). SQLAlchemy's documented savepoint
         recipe sets ``isolation_level=None`` and emits ``BEGIN`` itself, so an open
-        transaction (``in_transaction``) is not autocommit."""
-        if getattr(dbapi_connection, "in_transaction", False):
+        transaction (:meth:`driver_in_transaction`) is not autocommit."""
+        if self.driver_in_transaction(dbapi_connection):
             return False
         return (
             getattr(dbapi_connection, "isolation_level", "") is None
@@ -158,8 +166,12 @@ class SQLiteStoreClaim(StoreClaimDialect):
     names = ("sqlite",)
     isolation_level = None
 
+    def __init__(self, claim_dialect: SQLiteClaim | None = None) -> None:
+        #: The claim dialect whose version check and driver probe this one shares.
+        self.claim_dialect = claim_dialect if claim_dialect is not None else SQLiteClaim()
+
     def check_backend(self, conn: sa.Connection) -> None:
-        SQLiteClaim().check_backend(conn)
+        self.claim_dialect.check_backend(conn)
 
     def begin_write(self, conn: sa.Connection) -> None:
         """``BEGIN IMMEDIATE`` if the driver has not begun a transaction yet.
@@ -168,8 +180,7 @@ class SQLiteStoreClaim(StoreClaimDialect):
         deferred ``BEGIN``; an explicit ``BEGIN IMMEDIATE`` first makes it use this
         transaction, committed or rolled back by SQLAlchemy as usual.
         """
-        dbapi_connection = conn.connection.dbapi_connection
-        if dbapi_connection is not None and not dbapi_connection.in_transaction:
+        if not self.claim_dialect.driver_in_transaction(conn.connection.dbapi_connection):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
