@@ -60,8 +60,6 @@ class ClaimDialect(abc.ABC):
     Neither commits nor rolls back the caller's transaction.
     """
 
-    #: The SQLAlchemy dialect names this class serves.
-    names: ClassVar[tuple[str, ...]] = ()
 
     def check_backend(self, conn: Connection) -> None:
         """Raise :class:`~sa_inbox.exc.UnsupportedBackend` if ``conn``'s server is too old.

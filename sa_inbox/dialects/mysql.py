@@ -33,11 +33,12 @@ from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
 
 from .._compat import cache_key, result_cursor
 from ..exc import ClaimWarning, InvalidRetentionPolicy, PurgeLockTimeout, UnsupportedBackend
+from .backend import Backend
 from .base import ClaimDialect, Row, driver_error
 from .purge import RowLockingPurge
 from .store_claim import StoreClaimDialect, require_version
 
-__all__ = ["DeleteOrderedLimit", "MySQLClaim", "MySQLPurge", "MySQLStoreClaim"]
+__all__ = ["BACKEND", "DeleteOrderedLimit", "MySQLClaim", "MySQLPurge", "MySQLStoreClaim"]
 
 #: Deadlock found, lock wait timeout exceeded (MySQL manual, "Server Error Message Reference").
 TRANSIENT_ERRORS = frozenset({1213, 1205})
@@ -71,7 +72,6 @@ def _unsafe_collation(collation: str | None) -> bool:
 class MySQLClaim(ClaimDialect):
     """Claims on MySQL 5.7+/8 and MariaDB through SQLAlchemy's ``mysql.insert()``."""
 
-    names = ("mysql", "mariadb")
 
     def insert_or_skip(self, table: sa.Table) -> mysql.Insert:
         return mysql.insert(table).prefix_with("IGNORE")
@@ -239,7 +239,6 @@ class MySQLPurge(RowLockingPurge):
     READ COMMITTED, which takes no gap locks, so inserts of new claims are not blocked.
     """
 
-    names = ("mysql", "mariadb")
     concurrency = "named lock GET_LOCK() around each batch"
 
     def delete_batch(
@@ -284,10 +283,18 @@ class MySQLStoreClaim(StoreClaimDialect):
     ``UPDATE`` whose subquery reads the table being updated (error 1093).
     """
 
-    names = ("mysql", "mariadb")
 
     def check_backend(self, conn: Connection) -> None:
         if conn.dialect.is_mariadb:  # type: ignore[attr-defined]
             require_version(conn, MARIADB_SKIP_LOCKED, "MariaDB", "FOR UPDATE SKIP LOCKED")
         else:
             require_version(conn, MYSQL_SKIP_LOCKED, "MySQL", "FOR UPDATE SKIP LOCKED")
+
+
+#: This backend's dialects, registered once in :mod:`sa_inbox.dialects` (see ``backend_for``).
+BACKEND = Backend(
+    names=("mysql", "mariadb"),
+    claim=MySQLClaim(),
+    purge=MySQLPurge(),
+    store_claim_dialect=MySQLStoreClaim(),
+)

@@ -26,11 +26,12 @@ from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
 from .._compat import cache_key
 from ..exc import InvalidTable
 from ..schema import insert_columns
+from .backend import Backend
 from .base import ClaimDialect, Row, driver_error
 from .purge import RowLockingPurge
 from .store_claim import StoreClaimDialect
 
-__all__ = ["MergeInsertOrSkip", "OracleClaim", "OraclePurge", "OracleStoreClaim"]
+__all__ = ["BACKEND", "MergeInsertOrSkip", "OracleClaim", "OraclePurge", "OracleStoreClaim"]
 
 #: ORA-08177 can't serialize access, ORA-00060 deadlock detected.
 TRANSIENT_ERRORS = frozenset({8177, 60})
@@ -111,7 +112,6 @@ def _error_code(exc: DBAPIError) -> int | None:
 class OracleClaim(ClaimDialect):
     """Claims on Oracle (12c and newer) through :class:`MergeInsertOrSkip`."""
 
-    names = ("oracle",)
 
     def insert_or_skip(self, table: sa.Table) -> MergeInsertOrSkip:
         return MergeInsertOrSkip(table, insert_columns(table))
@@ -156,7 +156,6 @@ class OraclePurge(RowLockingPurge):
     compile tests here; the live tests run only with ``SA_INBOX_TEST_ORACLE_URL``.
     """
 
-    names = ("oracle",)
     concurrency = "row locks; a waiting DELETE restarts on the committed data"
 
     def delete_batch(
@@ -183,7 +182,6 @@ class OracleStoreClaim(StoreClaimDialect):
     ``n`` stay locked until the claim's short transaction commits.
     """
 
-    names = ("oracle",)
 
     def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
         return candidates.with_for_update(skip_locked=True)
@@ -194,3 +192,12 @@ class OracleStoreClaim(StoreClaimDialect):
             return [int(row[0]) for row in result.fetchmany(limit)]
         finally:
             result.close()
+
+
+#: This backend's dialects, registered once in :mod:`sa_inbox.dialects` (see ``backend_for``).
+BACKEND = Backend(
+    names=("oracle",),
+    claim=OracleClaim(),
+    purge=OraclePurge(),
+    store_claim_dialect=OracleStoreClaim(),
+)

@@ -57,8 +57,6 @@ class PurgeDialect:
     subquery of :func:`primary_key_batch` without row locks.
     """
 
-    #: The SQLAlchemy dialect names this class serves.
-    names: ClassVar[tuple[str, ...]] = ()
     #: Isolation level of the purge's own transactions (``None``: keep the engine's).
     isolation_level: ClassVar[str | None] = None
     #: How concurrent purgers are kept apart, for the documentation and the CLI.

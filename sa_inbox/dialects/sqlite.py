@@ -18,11 +18,12 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError
 
 from ..exc import UnsupportedBackend
+from .backend import Backend
 from .base import OnConflictDoNothingClaim, driver_error
 from .purge import PurgeDialect
 from .store_claim import StoreClaimDialect
 
-__all__ = ["SQLiteClaim", "SQLitePurge", "SQLiteStoreClaim"]
+__all__ = ["BACKEND", "SQLiteClaim", "SQLitePurge", "SQLiteStoreClaim"]
 
 UPSERT_VERSION = (3, 24, 0)
 RETURNING_VERSION = (3, 35, 0)
@@ -37,7 +38,6 @@ SQLITE_CONSTRAINT_UNIQUE = 2067
 class SQLiteClaim(OnConflictDoNothingClaim):
     """Claims on SQLite through SQLAlchemy's ``sqlite.insert()``."""
 
-    names = ("sqlite",)
     insert_factory = sqlite.insert
 
     def check_backend(self, conn: sa.Connection) -> None:
@@ -135,7 +135,6 @@ class SQLitePurge(PurgeDialect):
     tries at least once while the lock is free.
     """
 
-    names = ("sqlite",)
     concurrency = "one writer at a time: BEGIN IMMEDIATE per batch, a pause between batches"
     pause = 0.1
 
@@ -163,7 +162,6 @@ class SQLiteStoreClaim(StoreClaimDialect):
     ``SELECT``. A claimer waits for the lock up to the driver's ``timeout``.
     """
 
-    names = ("sqlite",)
     isolation_level = None
 
     def __init__(self, claim_dialect: SQLiteClaim | None = None) -> None:
@@ -185,3 +183,13 @@ class SQLiteStoreClaim(StoreClaimDialect):
 
     def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
         return candidates.limit(limit)
+
+
+_CLAIM = SQLiteClaim()
+#: This backend's dialects, registered once in :mod:`sa_inbox.dialects` (see ``backend_for``).
+BACKEND = Backend(
+    names=("sqlite",),
+    claim=_CLAIM,
+    purge=SQLitePurge(),
+    store_claim_dialect=SQLiteStoreClaim(_CLAIM),
+)

@@ -66,8 +66,6 @@ class StoreClaimDialect:
     caller's transaction (begun by the store, committed right after) and never commits.
     """
 
-    #: The SQLAlchemy dialect names this class serves.
-    names: ClassVar[tuple[str, ...]] = ()
     #: Isolation level of the store's own short transactions; ``None`` keeps the engine's.
     #: READ COMMITTED: InnoDB then locks only the rows that match, with no gap locks, so
     #: claimers and receivers do not block each other (MySQL manual, "Transaction Isolation

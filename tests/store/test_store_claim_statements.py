@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox.dialects.store_registry import store_claim_dialect_for
+from sa_inbox.dialects import backend_for
 from sa_inbox.store import PROCESSING
 from tests.store.app import StoreApp, make_engine
 
@@ -37,7 +37,7 @@ def test_claim_sends_the_backends_statements(store_app: StoreApp) -> None:
             store.receive(conn, f"m-{n}", {"n": n}, now=now + datetime.timedelta(seconds=n))
     later = now + datetime.timedelta(seconds=10)
     _, pending = store.candidates(visibility_timeout=30, max_attempts=5, now=later, ordered=False)
-    dialect = store_claim_dialect_for(engine.dialect.name)
+    dialect = backend_for(engine.dialect.name).store_claim
     values = {"status": PROCESSING, "claimed_by": "w", "attempts": table.c.attempts + 1}
     sent: list[str] = []
 

@@ -1,13 +1,37 @@
-"""The dialect layer's layout rules (issue 10), read from the source: imports point one way,
-and the schema modules never consult a dialect."""
+"""The dialect layer's layout rules (issue 10): one registry of backends, imports that point
+one way (read from the source), and schema modules that never consult a dialect."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
+from sa_inbox.dialects import (
+    Backend,
+    MySQLClaim,
+    MySQLPurge,
+    OracleClaim,
+    OraclePurge,
+    PostgreSQLClaim,
+    PostgreSQLPurge,
+    PurgeDialect,
+    SavepointClaim,
+    SQLiteClaim,
+    SQLitePurge,
+    backend_for,
+    claim_dialect_for,
+    purge_dialect_for,
+)
+from sa_inbox.dialects.mysql import MySQLStoreClaim
+from sa_inbox.dialects.oracle import OracleStoreClaim
+from sa_inbox.dialects.postgresql import PostgreSQLStoreClaim
+from sa_inbox.dialects.sqlite import SQLiteStoreClaim
+from sa_inbox.exc import UnsupportedBackend
 from sa_inbox.schema import INSERT_COLUMNS_INFO, claim_columns, insert_columns
 from sa_inbox.store import InboxStore
 from sa_inbox.store.schema import RECEIVE_COLUMNS
@@ -71,3 +95,71 @@ def test_tables_say_which_columns_an_insert_writes() -> None:
     )
     assert insert_columns(processed) == claim_columns(processed)
     assert insert_columns(processed) == ["message_id", "consumer_name", "payload_hash"]
+
+
+# -- the registry --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "claim", "purge", "store_claim"),
+    [
+        ("postgresql", PostgreSQLClaim, PostgreSQLPurge, PostgreSQLStoreClaim),
+        ("mysql", MySQLClaim, MySQLPurge, MySQLStoreClaim),
+        ("mariadb", MySQLClaim, MySQLPurge, MySQLStoreClaim),
+        ("oracle", OracleClaim, OraclePurge, OracleStoreClaim),
+        ("sqlite", SQLiteClaim, SQLitePurge, SQLiteStoreClaim),
+    ],
+)
+def test_backend_for_each_dialect_name(
+    name: str, claim: type, purge: type, store_claim: type
+) -> None:
+    backend = backend_for(name)
+    assert name in backend.names
+    assert type(backend.claim) is claim
+    assert type(backend.purge) is purge
+    assert type(backend.store_claim) is store_claim
+    # The former lookups are thin functions over the one registry.
+    assert claim_dialect_for(name) is backend.claim
+    assert purge_dialect_for(name) is backend.purge
+
+
+def test_each_backend_module_registers_its_backend_once() -> None:
+    modules = sorted(p.stem for p in (PACKAGE / "dialects").glob("*.py"))
+    registered = []
+    for stem in modules:
+        module = importlib.import_module(f"sa_inbox.dialects.{stem}")
+        backend = getattr(module, "BACKEND", None)
+        if backend is not None:
+            registered.append(stem)
+            assert all(backend_for(name) is backend for name in backend.names)
+    assert registered == ["mysql", "oracle", "postgresql", "sqlite"]
+    assert backend_for("mysql") is backend_for("mariadb")
+
+
+def test_unknown_backend_gets_the_portable_defaults() -> None:
+    backend = backend_for("mssql")
+    assert backend.names == ("mssql",)
+    assert isinstance(backend.claim, SavepointClaim) and backend.claim.native is None
+    assert type(backend.purge) is PurgeDialect
+    with pytest.raises(UnsupportedBackend, match="'mssql'"):
+        _ = backend.store_claim
+
+
+def test_savepoint_strategy_wraps_the_registered_claim() -> None:
+    forced = claim_dialect_for("oracle", "savepoint")
+    assert isinstance(forced, SavepointClaim) and forced.native is backend_for("oracle").claim
+    unknown = claim_dialect_for("mssql", "savepoint")
+    assert isinstance(unknown, SavepointClaim) and unknown.native is None
+
+
+def test_sqlite_store_claim_shares_the_claims_probe() -> None:
+    backend = backend_for("sqlite")
+    assert isinstance(backend.store_claim, SQLiteStoreClaim)
+    assert backend.store_claim.claim_dialect is backend.claim
+
+
+def test_backend_is_frozen() -> None:
+    backend = backend_for("sqlite")
+    assert isinstance(backend, Backend)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        backend.claim = SQLiteClaim()  # type: ignore[misc]
