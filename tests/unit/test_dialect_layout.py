@@ -1,5 +1,6 @@
 """The dialect layer's layout rules (issue 10): one registry of backends, imports that point
-one way (read from the source), and schema modules that never consult a dialect."""
+one way (read from the source), schema modules that never consult a dialect, and private
+SQLAlchemy names nowhere but sa_inbox/_compat.py."""
 
 from __future__ import annotations
 
@@ -163,3 +164,86 @@ def test_backend_is_frozen() -> None:
     assert isinstance(backend, Backend)
     with pytest.raises(dataclasses.FrozenInstanceError):
         backend.claim = SQLiteClaim()  # type: ignore[misc]
+
+
+# -- private SQLAlchemy names --------------------------------------------------------------
+
+#: SQLAlchemy's private hooks that a construct or a check might reach for.
+SQLALCHEMY_PRIVATE = (
+    "_traverse_internals",
+    "_cache_key_traversal",
+    "_generate_cache_key",
+    "_is_autocommit_isolation",
+    "_on_connect_isolation_level",
+    "_execution_options",
+)
+#: Undocumented SQLAlchemy API without an underscore: ``sqlalchemy.util`` (its
+#: ``OrderedSet``) and the execution context of a result.
+SQLALCHEMY_UNDOCUMENTED = ("sqlalchemy.util", "OrderedSet", "context.cursor", "root_connection")
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _defined_names(trees: list[ast.AST]) -> set[str]:
+    """Every name sa-inbox defines itself: functions, classes, attributes, arguments."""
+    names: set[str] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.alias):
+                names.add((node.asname or node.name).split(".")[0])
+    return names
+
+
+def _private_uses(tree: ast.AST) -> set[str]:
+    """Private names read off objects (``x._y``, ``getattr(x, "_y")``) or imported from
+    SQLAlchemy."""
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            used.add(node.attr)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value)
+        ):
+            used.add(node.args[1].value)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sqlalchemy"):
+            used.update(a.name for a in node.names if _private(a.name))
+            used.update(p for p in (node.module or "").split(".") if _private(p))
+    return used
+
+
+def test_private_sqlalchemy_names_only_in_compat() -> None:
+    sources = {
+        path: ast.parse(path.read_text())
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "_compat.py"
+    }
+    ours = _defined_names(list(sources.values())) - set(SQLALCHEMY_PRIVATE)
+    for path, tree in sources.items():
+        foreign = _private_uses(tree) - ours
+        assert not foreign, f"{path.relative_to(PACKAGE)} uses {sorted(foreign)}"
+        text = path.read_text()
+        markers = [n for n in (*SQLALCHEMY_PRIVATE, *SQLALCHEMY_UNDOCUMENTED) if n in text]
+        assert not markers, f"{path.relative_to(PACKAGE)} mentions {markers}"
+
+
+def test_the_private_name_scanner_finds_them() -> None:
+    compat = ast.parse((PACKAGE / "_compat.py").read_text())
+    assert {"_is_autocommit_isolation", "_traverse_internals"} <= _private_uses(compat)
+    snippet = ast.parse("from sqlalchemy.util._collections import OrderedSet\nr.context._x")
+    assert _private_uses(snippet) == {"_collections", "_x"}
