@@ -60,7 +60,6 @@ class ClaimDialect(abc.ABC):
     Neither commits nor rolls back the caller's transaction.
     """
 
-
     def check_backend(self, conn: Connection) -> None:
         """Raise :class:`~sa_inbox.exc.UnsupportedBackend` if ``conn``'s server is too old.
 

@@ -38,7 +38,6 @@ class SavepointClaim(ClaimDialect):
         used when present; ``None`` on an unknown backend.
     """
 
-
     def __init__(self, native: ClaimDialect | None = None) -> None:
         self.native = native
 

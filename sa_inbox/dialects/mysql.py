@@ -72,7 +72,6 @@ def _unsafe_collation(collation: str | None) -> bool:
 class MySQLClaim(ClaimDialect):
     """Claims on MySQL 5.7+/8 and MariaDB through SQLAlchemy's ``mysql.insert()``."""
 
-
     def insert_or_skip(self, table: sa.Table) -> mysql.Insert:
         return mysql.insert(table).prefix_with("IGNORE")
 
@@ -282,7 +281,6 @@ class MySQLStoreClaim(StoreClaimDialect):
     transaction. Neither backend has ``UPDATE … RETURNING``, and MySQL refuses an
     ``UPDATE`` whose subquery reads the table being updated (error 1093).
     """
-
 
     def check_backend(self, conn: Connection) -> None:
         if conn.dialect.is_mariadb:  # type: ignore[attr-defined]

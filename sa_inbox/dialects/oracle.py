@@ -112,7 +112,6 @@ def _error_code(exc: DBAPIError) -> int | None:
 class OracleClaim(ClaimDialect):
     """Claims on Oracle (12c and newer) through :class:`MergeInsertOrSkip`."""
 
-
     def insert_or_skip(self, table: sa.Table) -> MergeInsertOrSkip:
         return MergeInsertOrSkip(table, insert_columns(table))
 
@@ -181,7 +180,6 @@ class OracleStoreClaim(StoreClaimDialect):
     only ``n`` rows are fetched before the cursor is closed. Rows the driver prefetched past
     ``n`` stay locked until the claim's short transaction commits.
     """
-
 
     def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
         return candidates.with_for_update(skip_locked=True)

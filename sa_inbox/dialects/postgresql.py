@@ -127,7 +127,6 @@ class PostgreSQLStoreClaim(StoreClaimDialect):
     worker take the next rows instead of waiting for the first one's batch.
     """
 
-
     def check_backend(self, conn: sa.Connection) -> None:
         require_version(conn, (9, 5), "PostgreSQL", "FOR UPDATE SKIP LOCKED")
 
