@@ -311,7 +311,7 @@ class Inbox:
         prepared = self._statements.get(name)
         if prepared is None:
             dialect = claim_dialect_for(name, self.strategy)
-            prepared = (dialect, dialect.insert_or_skip(self.table, None))
+            prepared = (dialect, dialect.insert_or_skip(self.table))
             self._statements[name] = prepared
         if conn.engine not in self._checked:
             # Idempotent and lock-free: two first claims racing both run the same harmless

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from typing_extensions import deprecated
 
 from .claim import Inbox
-from .dialects import claim_dialect_for
+from .dialects import backend_for
 from .exc import (
     ConfigurationError,
     DuplicateMessage,
@@ -68,7 +68,7 @@ MAX_BACKOFF = 1.0
 def _run_once(session: Session, work: Callable[[Session], T]) -> T:
     """``work(session)`` in one transaction that only this function may commit; a missing
     table or column becomes :class:`~sa_inbox.exc.MissingTable`."""
-    dialect = claim_dialect_for(session.get_bind().dialect.name)
+    dialect = backend_for(session.get_bind().dialect.name).claim
     with session, dialect.translate_configuration_errors(), owned_transaction(session):
         return work(session)
 
@@ -115,7 +115,7 @@ def is_transient(exc: BaseException, dialect_name: str) -> bool:
     if isinstance(exc, TransientClaimError):
         return True
     if isinstance(exc, DBAPIError):
-        return claim_dialect_for(dialect_name).is_transient(exc)
+        return backend_for(dialect_name).claim.is_transient(exc)
     return False
 
 

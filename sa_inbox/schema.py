@@ -19,9 +19,11 @@ from .validation import positive_int
 __all__ = [
     "DEFAULT_MESSAGE_ID_LENGTH",
     "DEFAULT_TABLE_NAME",
+    "INSERT_COLUMNS_INFO",
     "REQUIRED_COLUMNS",
     "InboxMessageMixin",
     "claim_columns",
+    "insert_columns",
     "key_type",
     "processed_messages_table",
 ]
@@ -37,6 +39,20 @@ CLAIM_COLUMNS = ("message_id", "consumer_name", "message_type", "correlation_id"
 def claim_columns(table: sa.Table) -> list[str]:
     """The :data:`CLAIM_COLUMNS` that ``table`` has, in order."""
     return [name for name in CLAIM_COLUMNS if name in table.c]
+
+
+#: ``table.info`` key: the columns an insert-or-skip into the table writes, in order, when
+#: they are not its :func:`claim_columns` (the inbox store's table sets its receive
+#: columns). The table says what it is written with; a dialect that names the columns in
+#: its statement (Oracle's ``MERGE``) reads them through :func:`insert_columns`.
+INSERT_COLUMNS_INFO = "sa_inbox.insert_columns"
+
+
+def insert_columns(table: sa.Table) -> list[str]:
+    """The columns one insert-or-skip row into ``table`` has, ``message_id`` and
+    ``consumer_name`` first: ``table.info[INSERT_COLUMNS_INFO]`` where the table sets it,
+    else :func:`claim_columns`."""
+    return list(table.info.get(INSERT_COLUMNS_INFO) or claim_columns(table))
 
 
 #: Timestamp with time zone everywhere; Oracle's DateTime would be DATE (no fraction, no zone).

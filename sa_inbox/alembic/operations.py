@@ -24,8 +24,8 @@ from typing import Any, ClassVar, Protocol
 
 import sqlalchemy as sa
 from alembic.operations import MigrateOperation, Operations
-from sqlalchemy.util import OrderedSet
 
+from .._compat import sort_indexes
 from ..exc import UnsupportedBackend
 from ..retention.partitions import DEFAULT_PARTITION_KEY, partitioned_processed_messages_table
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME, processed_messages_table
@@ -79,9 +79,9 @@ class _InboxTableOp(MigrateOperation):
         Its indexes iterate in name order (``Table.indexes`` is a set), so the DDL of the
         operation, and an offline script, come out the same on every run.
         """
-        table = build_table(self.kind, self.table_name, self.schema, self.options, metadata)
-        table.indexes = OrderedSet(sorted(table.indexes, key=lambda index: str(index.name)))
-        return table
+        return sort_indexes(
+            build_table(self.kind, self.table_name, self.schema, self.options, metadata)
+        )
 
     def __repr__(self) -> str:
         options = "".join(f", {key}={value!r}" for key, value in sorted(self.options.items()))

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
 from sqlalchemy.orm import Session
-from sqlalchemy.util import await_only, greenlet_spawn
 
+from .._compat import await_only, greenlet_spawn
 from ..exc import InvalidBind, InvalidSessionFactory
 
 __all__ = [

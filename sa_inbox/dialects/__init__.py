@@ -1,14 +1,22 @@
-"""The dialect layer: one module per backend, chosen by SQLAlchemy dialect name.
+"""The dialect layer: one module per backend, and one registry keyed by SQLAlchemy dialect name.
 
-=============  ==============================================================
+Each backend module holds a :class:`Backend` (its ``BACKEND``): the claim, purge and
+store-claim dialects of that backend, registered here once under each of its dialect
+names. :func:`backend_for` looks one up.
+
+=============  ============================================================================
 backend        claim statement
-=============  ==============================================================
+=============  ============================================================================
 postgresql     ``INSERT … ON CONFLICT (message_id, consumer_name) DO NOTHING``
 mysql/mariadb  ``INSERT IGNORE`` plus a warnings check
 oracle         ``MERGE INTO … WHEN NOT MATCHED THEN INSERT``
 sqlite         ``INSERT … ON CONFLICT (message_id, consumer_name) DO NOTHING``
-anything else  ``SAVEPOINT`` + ``INSERT`` (:mod:`sa_inbox.dialects.generic`)
-=============  ==============================================================
+anything else  ``SAVEPOINT`` + ``INSERT`` (:mod:`sa_inbox.dialects.generic`); the purge's
+               portable primary-key subquery; no store claim (``UnsupportedBackend``)
+=============  ============================================================================
+
+The dialect layer imports only :mod:`sa_inbox.exc`, :mod:`sa_inbox.schema`,
+:mod:`sa_inbox._compat` and :mod:`sa_inbox.validation` from the rest of sa-inbox.
 """
 
 from __future__ import annotations
@@ -17,7 +25,10 @@ from typing import Literal
 
 from sqlalchemy.engine import Connection
 
+from .._compat import autocommit_isolation
 from ..exc import InvalidStrategy
+from . import mysql, oracle, postgresql, sqlite
+from .backend import Backend as Backend
 from .base import ClaimDialect as ClaimDialect
 from .generic import SavepointClaim as SavepointClaim
 from .mysql import MySQLClaim as MySQLClaim
@@ -32,6 +43,7 @@ from .sqlite import SQLiteClaim as SQLiteClaim
 from .sqlite import SQLitePurge as SQLitePurge
 
 __all__ = [
+    "Backend",
     "ClaimDialect",
     "MergeInsertOrSkip",
     "MySQLClaim",
@@ -45,6 +57,7 @@ __all__ = [
     "SQLitePurge",
     "SavepointClaim",
     "Strategy",
+    "backend_for",
     "claim_dialect_for",
     "is_autocommit",
     "purge_dialect_for",
@@ -52,27 +65,46 @@ __all__ = [
 
 Strategy = Literal["native", "savepoint"]
 
-_REGISTRY: dict[str, ClaimDialect] = {
-    name: dialect
-    for dialect in (PostgreSQLClaim(), MySQLClaim(), OracleClaim(), SQLiteClaim())
-    for name in dialect.names
+#: The registry: every known backend under each of its SQLAlchemy dialect names.
+_BACKENDS: dict[str, Backend] = {
+    name: backend
+    for backend in (postgresql.BACKEND, mysql.BACKEND, oracle.BACKEND, sqlite.BACKEND)
+    for name in backend.names
 }
+#: The portable dialects of any other backend (stateless, so shared).
+_PORTABLE_CLAIM = SavepointClaim(None)
+_PORTABLE_PURGE = PurgeDialect()
+
+
+def backend_for(dialect_name: str) -> Backend:
+    """The :class:`Backend` for a SQLAlchemy dialect name (``engine.dialect.name``).
+
+    :param dialect_name: ``"postgresql"``, ``"mysql"``, ``"mariadb"``, ``"oracle"`` or
+        ``"sqlite"``; any other name gets the portable defaults: the SAVEPOINT claim
+        (:class:`SavepointClaim` without a native classifier), the primary-key subquery
+        purge without row locks (:class:`PurgeDialect`), and no store claim (its
+        :attr:`Backend.store_claim` raises :class:`~sa_inbox.exc.UnsupportedBackend`).
+    """
+    backend = _BACKENDS.get(dialect_name)
+    if backend is not None:
+        return backend
+    return Backend(names=(dialect_name,), claim=_PORTABLE_CLAIM, purge=_PORTABLE_PURGE)
 
 
 def claim_dialect_for(dialect_name: str, strategy: Strategy = "native") -> ClaimDialect:
-    """The :class:`ClaimDialect` for a SQLAlchemy dialect name (``engine.dialect.name``).
+    """The :class:`ClaimDialect` for a dialect name and an ``Inbox`` strategy.
 
-    :param dialect_name: e.g. ``"postgresql"``, ``"mysql"``, ``"mariadb"``, ``"oracle"``,
-        ``"sqlite"``; any other name gets the portable SAVEPOINT form.
-    :param strategy: ``"native"`` for the backend's insert-or-skip statement, or
-        ``"savepoint"`` to force the portable form (with the backend's error codes).
+    :param dialect_name: as for :func:`backend_for`.
+    :param strategy: ``"native"`` for the backend's insert-or-skip statement
+        (:attr:`Backend.claim`), or ``"savepoint"`` to force the portable form (with the
+        backend's error codes).
     :raises InvalidStrategy: for an unknown ``strategy``.
     """
-    native = _REGISTRY.get(dialect_name)
+    claim = backend_for(dialect_name).claim
     if strategy == "native":
-        return native if native is not None else SavepointClaim(None)
+        return claim
     if strategy == "savepoint":
-        return SavepointClaim(native)
+        return claim if isinstance(claim, SavepointClaim) else SavepointClaim(claim)
     raise InvalidStrategy(f"strategy must be 'native' or 'savepoint', not {strategy!r}")
 
 
@@ -88,25 +120,14 @@ def is_autocommit(conn: Connection) -> bool:
 
     :param conn: a Connection; its DBAPI connection is checked out if it was not yet.
     """
-    check = getattr(conn, "_is_autocommit_isolation", None)  # SQLAlchemy 2.0 and 2.1
-    if callable(check) and check():
+    if autocommit_isolation(conn):
         return True
-    if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
-        return True
-    dialect = claim_dialect_for(conn.dialect.name)
+    dialect = backend_for(conn.dialect.name).claim
     return dialect.driver_autocommit(conn.connection.dbapi_connection)
 
 
-_PURGE_REGISTRY: dict[str, PurgeDialect] = {
-    name: dialect
-    for dialect in (PostgreSQLPurge(), MySQLPurge(), OraclePurge(), SQLitePurge())
-    for name in dialect.names
-}
-
-
 def purge_dialect_for(dialect_name: str) -> PurgeDialect:
-    """The :class:`PurgeDialect` for a SQLAlchemy dialect name (``engine.dialect.name``).
-
-    Any other name gets the portable primary-key subquery without row locks.
-    """
-    return _PURGE_REGISTRY.get(dialect_name) or PurgeDialect()
+    """The :class:`PurgeDialect` for a dialect name: :attr:`Backend.purge` of
+    :func:`backend_for` (any other name: the portable primary-key subquery without row
+    locks)."""
+    return backend_for(dialect_name).purge

@@ -60,9 +60,6 @@ class ClaimDialect(abc.ABC):
     Neither commits nor rolls back the caller's transaction.
     """
 
-    #: The SQLAlchemy dialect names this class serves.
-    names: ClassVar[tuple[str, ...]] = ()
-
     def check_backend(self, conn: Connection) -> None:
         """Raise :class:`~sa_inbox.exc.UnsupportedBackend` if ``conn``'s server is too old.
 
@@ -89,11 +86,14 @@ class ClaimDialect(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> Executable:
-        """The statement that inserts ``rows`` into ``table`` and skips duplicates silently.
+    def insert_or_skip(self, table: sa.Table) -> Executable:
+        """The statement that inserts one row into ``table`` and skips a duplicate silently.
 
-        :param rows: the rows for a multi-row VALUES, or ``None`` for a single-row statement
-            whose values are given as parameters at execution (the cached form).
+        Its values are given as parameters at execution, so one statement serves every
+        claim and SQLAlchemy compiles it once per engine (by its cache key). A batch sends
+        it as an executemany (see :meth:`claim_many`).
+
+        :param table: the processed-messages table, or the inbox store's table.
         """
 
     def driver_autocommit(self, dbapi_connection: Any) -> bool:
@@ -125,13 +125,13 @@ class ClaimDialect(abc.ABC):
     def claim_many(self, conn: Connection, table: sa.Table, rows: Sequence[Row]) -> set[str]:
         """Insert-or-skip ``rows`` (already validated and sorted) and return the new ids."""
         if not self.supports_returning(conn):
-            single = self.insert_or_skip(table, None)
+            single = self.insert_or_skip(table)
             return {row["message_id"] for row in rows if self.claim_one(conn, table, single, row)}
         # One cached statement, sent as an executemany: SQLAlchemy's "insertmanyvalues"
         # turns it into one multi-row INSERT … RETURNING per chunk (SQLAlchemy docs,
         # '"Insert Many Values" Behavior for INSERT statements'), without compiling a
         # statement of 2 x N parameters for every batch as .values([...]) would.
-        statement = self.insert_or_skip(table, None).returning(  # type: ignore[attr-defined]
+        statement = self.insert_or_skip(table).returning(  # type: ignore[attr-defined]
             table.c.message_id
         )
         claimed: set[str] = set()
@@ -212,8 +212,6 @@ class ClaimDialect(abc.ABC):
 
 
 class _OnConflictInsert(Protocol):
-    def values(self, rows: list[Row]) -> _OnConflictInsert: ...
-
     def on_conflict_do_nothing(self, *, index_elements: list[sa.Column[Any]]) -> Executable: ...
 
 
@@ -226,10 +224,8 @@ class OnConflictDoNothingClaim(ClaimDialect):
 
     insert_factory: ClassVar[Any]
 
-    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> Executable:
+    def insert_or_skip(self, table: sa.Table) -> Executable:
         statement: _OnConflictInsert = type(self).insert_factory(table)
-        if rows is not None:
-            statement = statement.values(list(rows))
         return statement.on_conflict_do_nothing(
             index_elements=[table.c.message_id, table.c.consumer_name]
         )

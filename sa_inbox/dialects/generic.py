@@ -15,7 +15,6 @@ re-raised unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -39,8 +38,6 @@ class SavepointClaim(ClaimDialect):
         used when present; ``None`` on an unknown backend.
     """
 
-    names = ()
-
     def __init__(self, native: ClaimDialect | None = None) -> None:
         self.native = native
 
@@ -51,9 +48,8 @@ class SavepointClaim(ClaimDialect):
     def check_table(self, conn: Connection, table: sa.Table) -> bool:
         return self.native.check_table(conn, table) if self.native is not None else True
 
-    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> Executable:
-        statement = sa.insert(table)
-        return statement if rows is None else statement.values(list(rows))
+    def insert_or_skip(self, table: sa.Table) -> Executable:
+        return sa.insert(table)
 
     def supports_returning(self, conn: Connection) -> bool:
         return False

@@ -30,14 +30,15 @@ from sqlalchemy.exc import CompileError, DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
-from sqlalchemy.sql.visitors import InternalTraversal
 
+from .._compat import adapted_warning_count, cache_key, result_cursor
 from ..exc import ClaimWarning, InvalidRetentionPolicy, PurgeLockTimeout, UnsupportedBackend
+from .backend import Backend
 from .base import ClaimDialect, Row, driver_error
 from .purge import RowLockingPurge
 from .store_claim import StoreClaimDialect, require_version
 
-__all__ = ["DeleteOrderedLimit", "MySQLClaim", "MySQLPurge", "MySQLStoreClaim"]
+__all__ = ["BACKEND", "DeleteOrderedLimit", "MySQLClaim", "MySQLPurge", "MySQLStoreClaim"]
 
 #: Deadlock found, lock wait timeout exceeded (MySQL manual, "Server Error Message Reference").
 TRANSIENT_ERRORS = frozenset({1213, 1205})
@@ -68,39 +69,47 @@ def _unsafe_collation(collation: str | None) -> bool:
     return collation is not None and not collation.endswith("_bin") and collation != "binary"
 
 
-def _warning_count(result: CursorResult[Any]) -> int | None:
-    """Warnings the server reported for the statement, or None if the driver hides them."""
-    cursor = result.context.cursor
-    count = getattr(cursor, "warning_count", None)  # PyMySQL, mysql-connector
-    if isinstance(count, int):
-        return count
-    connection = result.context.root_connection.connection.dbapi_connection
-    method = getattr(connection, "warning_count", None)  # mysqlclient
-    return method() if callable(method) else None
-
-
 class MySQLClaim(ClaimDialect):
     """Claims on MySQL 5.7+/8 and MariaDB through SQLAlchemy's ``mysql.insert()``."""
 
-    names = ("mysql", "mariadb")
-
-    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> mysql.Insert:
-        statement = mysql.insert(table)
-        if rows is not None:
-            statement = statement.values(list(rows))
-        return statement.prefix_with("IGNORE")
+    def insert_or_skip(self, table: sa.Table) -> mysql.Insert:
+        return mysql.insert(table).prefix_with("IGNORE")
 
     def execute(
         self, conn: Connection, statement: Any, params: Row | Sequence[Row] | None
     ) -> CursorResult[Any]:
         result = super().execute(conn, statement, params)
-        if _warning_count(result) == 0:
+        if self.warning_count(conn, result) == 0:
             return result
         if result.returns_rows:
             # Keep the RETURNING rows: SHOW WARNINGS reuses the connection.
             result = result.freeze()()  # type: ignore[assignment]
         self._raise_on_warnings(conn)
         return result
+
+    def warning_count(self, conn: Connection, result: CursorResult[Any]) -> int | None:
+        """How many warnings the server reported for ``result``'s statement, as the driver
+        tells it without a round trip; ``None`` if it does not (then ``SHOW WARNINGS`` is
+        always read).
+
+        PyMySQL and mysql-connector keep the count on the cursor (``warning_count``, from
+        the OK packet; MySQL manual, "Client/Server Protocol", "OK_Packet"), mysqlclient on
+        the connection (``warning_count()``), aiomysql on its cursor's last result.
+
+        :param conn: the connection the statement ran on.
+        :param result: the statement's result, possibly closed already.
+        """
+        cursor = result_cursor(result)
+        count = getattr(cursor, "warning_count", None)
+        if isinstance(count, int):
+            return count
+        # aiomysql's count is behind SQLAlchemy's adapted cursor: without it, every claim
+        # read SHOW WARNINGS.
+        count = adapted_warning_count(cursor)
+        if count is not None:
+            return count
+        method = getattr(conn.connection.dbapi_connection, "warning_count", None)
+        return method() if callable(method) else None
 
     def _raise_on_warnings(self, conn: Connection) -> None:
         rows = conn.exec_driver_sql("SHOW WARNINGS").all()
@@ -157,6 +166,9 @@ class MySQLClaim(ClaimDialect):
         return super().driver_autocommit(dbapi_connection)
 
 
+@cache_key(
+    table="clauseelement", whereclause="clauseelement", order_by="clauseelement", limit="plain_obj"
+)
 class DeleteOrderedLimit(Executable, ClauseElement):
     """MySQL's single-table ``DELETE FROM t WHERE … ORDER BY col LIMIT n``.
 
@@ -170,15 +182,13 @@ class DeleteOrderedLimit(Executable, ClauseElement):
     :param order_by: the column rows are deleted in order of.
     :param limit: rows per statement, at most (a positive int, rendered inline).
     :raises InvalidRetentionPolicy: if ``limit`` is not a positive int.
+
+    ``str(statement)`` renders the MySQL form (:attr:`stringify_dialect`).
     """
 
-    inherit_cache = True
-    _traverse_internals = [  # noqa: RUF012 (SQLAlchemy's own convention)
-        ("table", InternalTraversal.dp_clauseelement),
-        ("whereclause", InternalTraversal.dp_clauseelement),
-        ("order_by", InternalTraversal.dp_clauseelement),
-        ("limit", InternalTraversal.dp_plain_obj),
-    ]
+    #: The dialect ``str()`` compiles with when no dialect is given (SQLAlchemy's
+    #: ``ClauseElement.stringify_dialect``, as its own ``mysql.Insert`` sets it).
+    stringify_dialect = "mysql"
 
     def __init__(
         self,
@@ -233,7 +243,6 @@ class MySQLPurge(RowLockingPurge):
     READ COMMITTED, which takes no gap locks, so inserts of new claims are not blocked.
     """
 
-    names = ("mysql", "mariadb")
     concurrency = "named lock GET_LOCK() around each batch"
 
     def delete_batch(
@@ -242,6 +251,8 @@ class MySQLPurge(RowLockingPurge):
         expired: ColumnElement[bool],
         order_by: ColumnElement[Any],
         batch_size: int,
+        *,
+        partitioned: bool = False,
     ) -> Executable:
         return DeleteOrderedLimit(table, expired, order_by, batch_size)
 
@@ -276,10 +287,17 @@ class MySQLStoreClaim(StoreClaimDialect):
     ``UPDATE`` whose subquery reads the table being updated (error 1093).
     """
 
-    names = ("mysql", "mariadb")
-
     def check_backend(self, conn: Connection) -> None:
         if conn.dialect.is_mariadb:  # type: ignore[attr-defined]
             require_version(conn, MARIADB_SKIP_LOCKED, "MariaDB", "FOR UPDATE SKIP LOCKED")
         else:
             require_version(conn, MYSQL_SKIP_LOCKED, "MySQL", "FOR UPDATE SKIP LOCKED")
+
+
+#: This backend's dialects, registered once in :mod:`sa_inbox.dialects` (see ``backend_for``).
+BACKEND = Backend(
+    names=("mysql", "mariadb"),
+    claim=MySQLClaim(),
+    purge=MySQLPurge(),
+    store_claim_dialect=MySQLStoreClaim(),
+)

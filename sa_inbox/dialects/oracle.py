@@ -22,15 +22,16 @@ from sqlalchemy.exc import CompileError, DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
-from sqlalchemy.sql.visitors import InternalTraversal
 
+from .._compat import cache_key
 from ..exc import InvalidTable
-from ..schema import claim_columns
+from ..schema import insert_columns
+from .backend import Backend
 from .base import ClaimDialect, Row, driver_error
 from .purge import RowLockingPurge
 from .store_claim import StoreClaimDialect
 
-__all__ = ["MergeInsertOrSkip", "OracleClaim", "OraclePurge", "OracleStoreClaim"]
+__all__ = ["BACKEND", "MergeInsertOrSkip", "OracleClaim", "OraclePurge", "OracleStoreClaim"]
 
 #: ORA-08177 can't serialize access, ORA-00060 deadlock detected.
 TRANSIENT_ERRORS = frozenset({8177, 60})
@@ -41,6 +42,7 @@ MISSING_TABLE_ERRORS = frozenset({942, 904})
 _CONSTRAINT = re.compile(r"unique constraint \((?:[^.()]+\.)?([^.()]+)\) violated", re.IGNORECASE)
 
 
+@cache_key(table="clauseelement", columns="string_list")
 class MergeInsertOrSkip(Executable, ClauseElement):
     """``MERGE INTO table USING (SELECT :col AS col, … FROM dual) s ON (key match)
     WHEN NOT MATCHED THEN INSERT``: one row, its values bound by column name at execution.
@@ -50,13 +52,12 @@ class MergeInsertOrSkip(Executable, ClauseElement):
     :raises InvalidTable: if ``columns`` lacks a primary-key column of ``table``.
 
     Compiles on Oracle only; other dialects raise :class:`~sqlalchemy.exc.CompileError`.
+    ``str(statement)`` renders the Oracle form (:attr:`stringify_dialect`).
     """
 
-    inherit_cache = True
-    _traverse_internals = [  # noqa: RUF012 (SQLAlchemy's own convention)
-        ("table", InternalTraversal.dp_clauseelement),
-        ("columns", InternalTraversal.dp_string_list),
-    ]
+    #: The dialect ``str()`` compiles with when no dialect is given (SQLAlchemy's
+    #: ``ClauseElement.stringify_dialect``, as its own ``postgresql.Insert`` sets it).
+    stringify_dialect = "oracle"
 
     def __init__(self, table: sa.Table, columns: Sequence[str]) -> None:
         missing = [c.name for c in dedup_key(table).columns if c.name not in columns]
@@ -90,11 +91,6 @@ def _merge_oracle(element: MergeInsertOrSkip, compiler: SQLCompiler, **kw: Any) 
     )
 
 
-#: ``table.info`` key: the columns a single-row MERGE inserts, when not the processed-messages
-#: table's (the inbox store sets it to its own columns).
-INSERT_COLUMNS_INFO = "sa_inbox.insert_columns"
-
-
 def dedup_key(table: sa.Table) -> sa.PrimaryKeyConstraint | sa.UniqueConstraint:
     """The constraint whose violation is a duplicate: the unique ``(message_id,
     consumer_name)`` of the inbox store, else the table's primary key (processed messages).
@@ -116,13 +112,8 @@ def _error_code(exc: DBAPIError) -> int | None:
 class OracleClaim(ClaimDialect):
     """Claims on Oracle (12c and newer) through :class:`MergeInsertOrSkip`."""
 
-    names = ("oracle",)
-
-    def insert_or_skip(self, table: sa.Table, rows: Sequence[Row] | None) -> MergeInsertOrSkip:
-        if rows is not None:
-            raise CompileError("Oracle's insert-or-skip is single-row; batches run one per id")
-        columns = table.info.get(INSERT_COLUMNS_INFO) or claim_columns(table)
-        return MergeInsertOrSkip(table, columns)
+    def insert_or_skip(self, table: sa.Table) -> MergeInsertOrSkip:
+        return MergeInsertOrSkip(table, insert_columns(table))
 
     def supports_returning(self, conn: sa.Connection) -> bool:
         return False
@@ -164,7 +155,6 @@ class OraclePurge(RowLockingPurge):
     compile tests here; the live tests run only with ``SA_INBOX_TEST_ORACLE_URL``.
     """
 
-    names = ("oracle",)
     concurrency = "row locks; a waiting DELETE restarts on the committed data"
 
     def delete_batch(
@@ -173,6 +163,8 @@ class OraclePurge(RowLockingPurge):
         expired: ColumnElement[bool],
         order_by: ColumnElement[Any],
         batch_size: int,
+        *,
+        partitioned: bool = False,
     ) -> Executable:
         rownum: ColumnElement[Any] = sa.literal_column("ROWNUM")
         return sa.delete(table).where(expired, rownum <= sa.bindparam("batch_size", batch_size))
@@ -189,8 +181,6 @@ class OracleStoreClaim(StoreClaimDialect):
     ``n`` stay locked until the claim's short transaction commits.
     """
 
-    names = ("oracle",)
-
     def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
         return candidates.with_for_update(skip_locked=True)
 
@@ -200,3 +190,12 @@ class OracleStoreClaim(StoreClaimDialect):
             return [int(row[0]) for row in result.fetchmany(limit)]
         finally:
             result.close()
+
+
+#: This backend's dialects, registered once in :mod:`sa_inbox.dialects` (see ``backend_for``).
+BACKEND = Backend(
+    names=("oracle",),
+    claim=OracleClaim(),
+    purge=OraclePurge(),
+    store_claim_dialect=OracleStoreClaim(),
+)

@@ -9,20 +9,20 @@ conflict with a row committed after the snapshot raises SQLSTATE 40001 instead (
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.expression import ColumnElement, Executable
 
+from .backend import Backend
 from .base import OnConflictDoNothingClaim, driver_error, sqlstate_of
 from .purge import RowLockingPurge, primary_key_batch
 from .store_claim import CandidateQuery, StoreClaimDialect, require_version
 
-__all__ = ["PostgreSQLClaim", "PostgreSQLPurge", "PostgreSQLStoreClaim"]
+__all__ = ["BACKEND", "PostgreSQLClaim", "PostgreSQLPurge", "PostgreSQLStoreClaim"]
 
 #: serialization_failure, deadlock_detected (PostgreSQL manual, Appendix A, "Error Codes").
 TRANSIENT_SQLSTATES = frozenset({"40001", "40P01"})
@@ -34,7 +34,6 @@ MISSING_TABLE_SQLSTATES = frozenset({"42P01", "42703"})
 class PostgreSQLClaim(OnConflictDoNothingClaim):
     """Claims on PostgreSQL (9.5 and newer) through SQLAlchemy's ``postgresql.insert()``."""
 
-    names = ("postgresql",)
     insert_factory = postgresql.insert
 
     def supports_returning(self, conn: sa.Connection) -> bool:
@@ -71,7 +70,6 @@ class PostgreSQLPurge(RowLockingPurge):
     with ``SKIP LOCKED``).
     """
 
-    names = ("postgresql",)
     concurrency = "FOR UPDATE SKIP LOCKED in the batch select"
 
     def delete_batch(
@@ -129,8 +127,6 @@ class PostgreSQLStoreClaim(StoreClaimDialect):
     worker take the next rows instead of waiting for the first one's batch.
     """
 
-    names = ("postgresql",)
-
     def check_backend(self, conn: sa.Connection) -> None:
         require_version(conn, (9, 5), "PostgreSQL", "FOR UPDATE SKIP LOCKED")
 
@@ -146,13 +142,11 @@ class PostgreSQLStoreClaim(StoreClaimDialect):
             sa.update(table).where(table.c.id.in_(locked)).values(dict(values)).returning(*table.c)
         )
 
-    def claim(
-        self,
-        conn: sa.Connection,
-        table: sa.Table,
-        candidates: CandidateQuery,
-        limit: int,
-        values: Mapping[str, Any],
-    ) -> Sequence[RowMapping]:
-        statement = self.claim_statement(table, candidates, limit, values)
-        return conn.execute(statement).mappings().all()
+
+#: This backend's dialects, registered once in :mod:`sa_inbox.dialects` (see ``backend_for``).
+BACKEND = Backend(
+    names=("postgresql",),
+    claim=PostgreSQLClaim(),
+    purge=PostgreSQLPurge(),
+    store_claim_dialect=PostgreSQLStoreClaim(),
+)

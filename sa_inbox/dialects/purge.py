@@ -57,8 +57,6 @@ class PurgeDialect:
     subquery of :func:`primary_key_batch` without row locks.
     """
 
-    #: The SQLAlchemy dialect names this class serves.
-    names: ClassVar[tuple[str, ...]] = ()
     #: Isolation level of the purge's own transactions (``None``: keep the engine's).
     isolation_level: ClassVar[str | None] = None
     #: How concurrent purgers are kept apart, for the documentation and the CLI.
@@ -73,8 +71,20 @@ class PurgeDialect:
         expired: ColumnElement[bool],
         order_by: ColumnElement[Any],
         batch_size: int,
+        *,
+        partitioned: bool = False,
     ) -> Executable:
-        """The statement deleting at most ``batch_size`` rows matching ``expired``."""
+        """The statement deleting at most ``batch_size`` rows matching ``expired``.
+
+        :param table: the table to purge.
+        :param expired: the condition of an expired row (it holds the cut-off).
+        :param order_by: the column the batch is taken in order of (an indexed time column).
+        :param batch_size: rows per batch, at most.
+        :param partitioned: whether ``table`` is partitioned on the server, as
+            :meth:`batch_statement` found it; only a backend whose batch depends on it reads
+            it (PostgreSQL's ``ctid`` repeats across partitions). The default and the other
+            backends ignore it.
+        """
         return primary_key_batch(table, expired, order_by, batch_size)
 
     def batch_statement(

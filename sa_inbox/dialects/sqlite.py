@@ -18,11 +18,12 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError
 
 from ..exc import UnsupportedBackend
+from .backend import Backend
 from .base import OnConflictDoNothingClaim, driver_error
 from .purge import PurgeDialect
 from .store_claim import StoreClaimDialect
 
-__all__ = ["SQLiteClaim", "SQLitePurge", "SQLiteStoreClaim"]
+__all__ = ["BACKEND", "SQLiteClaim", "SQLitePurge", "SQLiteStoreClaim"]
 
 UPSERT_VERSION = (3, 24, 0)
 RETURNING_VERSION = (3, 35, 0)
@@ -37,7 +38,6 @@ SQLITE_CONSTRAINT_UNIQUE = 2067
 class SQLiteClaim(OnConflictDoNothingClaim):
     """Claims on SQLite through SQLAlchemy's ``sqlite.insert()``."""
 
-    names = ("sqlite",)
     insert_factory = sqlite.insert
 
     def check_backend(self, conn: sa.Connection) -> None:
@@ -58,9 +58,17 @@ class SQLiteClaim(OnConflictDoNothingClaim):
         ``BEGIN`` first puts the savepoint inside the transaction the caller will commit or
         roll back.
         """
-        dbapi_connection = conn.connection.dbapi_connection
-        if dbapi_connection is not None and not dbapi_connection.in_transaction:
+        if not self.driver_in_transaction(conn.connection.dbapi_connection):
             conn.exec_driver_sql("BEGIN")
+
+    def driver_in_transaction(self, dbapi_connection: Any) -> bool:
+        """Whether the driver's connection has begun a transaction (:mod:`sqlite3`'s
+        ``in_transaction``: SQLite is not in autocommit mode, Python docs, "sqlite3 —
+        Connection.in_transaction"). A driver that tells it otherwise overrides this hook.
+
+        :param dbapi_connection: the DBAPI connection (``conn.connection.dbapi_connection``).
+        """
+        return bool(getattr(_driver(dbapi_connection), "in_transaction", False))
 
     def supports_returning(self, conn: sa.Connection) -> bool:
         dbapi = conn.dialect.dbapi
@@ -95,12 +103,13 @@ class SQLiteClaim(OnConflictDoNothingClaim):
         ``BEGIN``) or Python 3.12's ``autocommit=True``: each statement commits on its own
         (Python docs, "sqlite3 — Transaction control"). SQLAlchemy's documented savepoint
         recipe sets ``isolation_level=None`` and emits ``BEGIN`` itself, so an open
-        transaction (``in_transaction``) is not autocommit."""
-        if getattr(dbapi_connection, "in_transaction", False):
+        transaction (:meth:`driver_in_transaction`) is not autocommit."""
+        if self.driver_in_transaction(dbapi_connection):
             return False
+        driver = _driver(dbapi_connection)
         return (
-            getattr(dbapi_connection, "isolation_level", "") is None
-            or getattr(dbapi_connection, "autocommit", False) is True
+            getattr(driver, "isolation_level", "") is None
+            or getattr(driver, "autocommit", False) is True
         )
 
 
@@ -127,7 +136,6 @@ class SQLitePurge(PurgeDialect):
     tries at least once while the lock is free.
     """
 
-    names = ("sqlite",)
     concurrency = "one writer at a time: BEGIN IMMEDIATE per batch, a pause between batches"
     pause = 0.1
 
@@ -155,11 +163,14 @@ class SQLiteStoreClaim(StoreClaimDialect):
     ``SELECT``. A claimer waits for the lock up to the driver's ``timeout``.
     """
 
-    names = ("sqlite",)
     isolation_level = None
 
+    def __init__(self, claim_dialect: SQLiteClaim | None = None) -> None:
+        #: The claim dialect whose version check and driver probe this one shares.
+        self.claim_dialect = claim_dialect if claim_dialect is not None else SQLiteClaim()
+
     def check_backend(self, conn: sa.Connection) -> None:
-        SQLiteClaim().check_backend(conn)
+        self.claim_dialect.check_backend(conn)
 
     def begin_write(self, conn: sa.Connection) -> None:
         """``BEGIN IMMEDIATE`` if the driver has not begun a transaction yet.
@@ -168,9 +179,25 @@ class SQLiteStoreClaim(StoreClaimDialect):
         deferred ``BEGIN``; an explicit ``BEGIN IMMEDIATE`` first makes it use this
         transaction, committed or rolled back by SQLAlchemy as usual.
         """
-        dbapi_connection = conn.connection.dbapi_connection
-        if dbapi_connection is not None and not dbapi_connection.in_transaction:
+        if not self.claim_dialect.driver_in_transaction(conn.connection.dbapi_connection):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
         return candidates.limit(limit)
+
+
+_CLAIM = SQLiteClaim()
+#: This backend's dialects, registered once in :mod:`sa_inbox.dialects` (see ``backend_for``).
+BACKEND = Backend(
+    names=("sqlite",),
+    claim=_CLAIM,
+    purge=SQLitePurge(),
+    store_claim_dialect=SQLiteStoreClaim(_CLAIM),
+)
+
+
+def _driver(dbapi_connection: Any) -> Any:
+    """The driver's own connection: :mod:`sqlite3`'s itself, or aiosqlite's behind
+    SQLAlchemy's adapted connection (``AdaptedConnection.driver_connection``), which alone
+    has ``in_transaction`` and ``isolation_level``."""
+    return getattr(dbapi_connection, "driver_connection", dbapi_connection)

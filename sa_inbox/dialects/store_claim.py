@@ -59,14 +59,13 @@ def require_version(conn: Connection, minimum: tuple[int, ...], product: str, fe
 class StoreClaimDialect:
     """Claims of stored messages for one backend; the default is the three-statement form.
 
-    :meth:`claim` locks at most ``limit`` candidate ids (:meth:`lock` builds the locking
-    select, :meth:`locked_ids` fetches it), marks them with ``values`` in one ``UPDATE``
-    and reads the claimed rows back. It runs inside the caller's transaction (begun by the
-    store, committed right after) and never commits.
+    :meth:`claim` runs the backend's single claim statement where it has one
+    (:meth:`claim_statement`). Otherwise it locks at most ``limit`` candidate ids
+    (:meth:`lock` builds the locking select, :meth:`locked_ids` fetches it), marks them
+    with ``values`` in one ``UPDATE`` and reads the claimed rows back. It runs inside the
+    caller's transaction (begun by the store, committed right after) and never commits.
     """
 
-    #: The SQLAlchemy dialect names this class serves.
-    names: ClassVar[tuple[str, ...]] = ()
     #: Isolation level of the store's own short transactions; ``None`` keeps the engine's.
     #: READ COMMITTED: InnoDB then locks only the rows that match, with no gap locks, so
     #: claimers and receivers do not block each other (MySQL manual, "Transaction Isolation
@@ -112,6 +111,9 @@ class StoreClaimDialect:
         :param values: column -> value or SQL expression written to each claimed row.
         :returns: the claimed rows, all columns, as they are after the update.
         """
+        statement = self.claim_statement(table, candidates, limit, values)
+        if statement is not None:
+            return conn.execute(statement).mappings().all()
         ids = self.locked_ids(conn, self.lock(candidates(table), limit), limit)
         if not ids:
             return []
@@ -127,6 +129,7 @@ class StoreClaimDialect:
     ) -> Executable | None:
         """The single statement that claims and returns the rows, where the backend has one.
 
-        ``None`` (the default) means the three-statement form of :meth:`claim`.
+        :meth:`claim` runs it and reads its rows; ``None`` (the default) means the
+        three-statement form. Parameters as for :meth:`claim`.
         """
         return None

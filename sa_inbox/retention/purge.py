@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import ColumnElement
 
 from ..claim import Inbox
-from ..dialects import PurgeDialect, purge_dialect_for
+from ..dialects import PurgeDialect, backend_for
 from ..exc import (
     InvalidBind,
     InvalidRetentionPolicy,
@@ -215,7 +215,7 @@ def purge_target(
     """
     bind = _check_bind(bind)
     batch_size = _check_batch_size(batch_size)
-    dialect = purge_dialect_for(_check_bind(bind).dialect.name)
+    dialect = backend_for(_check_bind(bind).dialect.name).purge
     pause = dialect.pause if pause is None else pause
     with _purge_connection(bind, dialect) as conn:
         cutoff = target.clock(conn) - older_than
@@ -330,7 +330,7 @@ def count_expired(
 
     One ``COUNT(*)`` over the time index; the purge itself never needs it.
     """
-    with _purge_connection(bind, purge_dialect_for(_check_bind(bind).dialect.name)) as conn:
+    with _purge_connection(bind, backend_for(_check_bind(bind).dialect.name).purge) as conn:
         cutoff = target.clock(conn) - older_than
         query = sa.select(sa.func.count()).select_from(target.table).where(target.expired(cutoff))
         count = int(conn.execute(query).scalar_one())

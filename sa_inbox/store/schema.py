@@ -18,9 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, oracle
 from sqlalchemy.engine import Dialect
 
-from ..dialects.oracle import INSERT_COLUMNS_INFO
 from ..exc import InvalidStoreArgument, InvalidTable
-from ..schema import DEFAULT_MESSAGE_ID_LENGTH, key_type
+from ..schema import DEFAULT_MESSAGE_ID_LENGTH, INSERT_COLUMNS_INFO, key_type
 from ..validation import positive_int
 
 __all__ = [

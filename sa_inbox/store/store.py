@@ -36,9 +36,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.expression import Executable
 
 from ..claim import Bind, connection_for
-from ..dialects import ClaimDialect, claim_dialect_for
+from ..dialects import ClaimDialect, backend_for
 from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
-from ..dialects.store_registry import store_claim_dialect_for
 from ..exc import ClaimLost, InvalidStoreArgument
 from ..guard import owned_transaction
 from ..handlers import call_handler
@@ -349,7 +348,7 @@ class InboxStore:
         try:
             with (
                 new_session(factory) as session,
-                claim_dialect_for(engine.dialect.name).translate_configuration_errors(),
+                backend_for(engine.dialect.name).claim.translate_configuration_errors(),
                 owned_transaction(session),
             ):
                 conn = session.connection(bind_arguments={"clause": self.table})
@@ -593,7 +592,7 @@ class InboxStore:
         """
         dialect = self._claim_dialect(engine)
         with (
-            claim_dialect_for(engine.dialect.name).translate_configuration_errors(),
+            backend_for(engine.dialect.name).claim.translate_configuration_errors(),
             engine.connect() as conn,
         ):
             if dialect.isolation_level is not None:
@@ -668,8 +667,8 @@ class InboxStore:
         name = conn.dialect.name
         prepared = self._statements.get(name)
         if prepared is None:
-            dialect = claim_dialect_for(name)
-            prepared = (dialect, dialect.insert_or_skip(self.table, None))
+            dialect = backend_for(name).claim
+            prepared = (dialect, dialect.insert_or_skip(self.table))
             self._statements[name] = prepared
         if conn.engine not in self._insert_checked:
             prepared[0].check_backend(conn)
@@ -684,7 +683,7 @@ class InboxStore:
 
         :raises UnsupportedBackend: if the server is too old for the claim.
         """
-        dialect = store_claim_dialect_for(engine.dialect.name)
+        dialect = backend_for(engine.dialect.name).store_claim
         if engine not in self._claim_checked:
             with engine.connect() as conn:
                 dialect.check_backend(conn)

@@ -104,9 +104,7 @@ def _batch(name: str, dialect: sa.Dialect, **kw: bool) -> str:
     table = Inbox(sa.MetaData()).table
     target = PurgeTarget(table)
     expired = target.expired(datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC))
-    statement = purge_dialect_for(name).delete_batch(  # type: ignore[call-arg]
-        table, expired, target.order_by, 5000, **kw
-    )
+    statement = purge_dialect_for(name).delete_batch(table, expired, target.order_by, 5000, **kw)
     return " ".join(str(statement.compile(dialect=dialect)).split())
 
 

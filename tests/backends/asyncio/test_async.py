@@ -104,10 +104,9 @@ def test_claim_dedups_and_commits_with_the_change(app: App, async_url: str) -> N
                 seen.append(new)
                 if new:
                     await pay(app, session, "m1")
-        async with engine.connect() as conn:  # an AsyncConnection works too
-            async with conn.begin():
-                seen.append(await inbox.claim(conn, "m1", CONSUMER))
-                seen.append(await inbox.is_processed(conn, "m1", CONSUMER))
+        async with engine.connect() as conn, conn.begin():  # an AsyncConnection too
+            seen.append(await inbox.claim(conn, "m1", CONSUMER))
+            seen.append(await inbox.is_processed(conn, "m1", CONSUMER))
         return seen
 
     assert run(async_url, scenario) == [True, False, False, True]
@@ -397,3 +396,32 @@ def _backoff() -> Any:
     from sa_inbox import Backoff
 
     return Backoff(base=0.05, maximum=0.05)
+
+
+def test_a_new_claim_is_one_statement(app: App, async_url: str) -> None:
+    """The async drivers' probes (aiosqlite's transaction state, aiomysql's warning count)
+    answer without a round trip: a warm new claim sends exactly its INSERT."""
+    inbox = AsyncInbox(app.inbox)
+
+    async def scenario(engine: AsyncEngine) -> list[list[str]]:
+        Session = async_sessionmaker(engine)
+        async with Session.begin() as session:  # the first claim's per-engine checks
+            await inbox.claim(session, "warm", CONSUMER)
+        sent: list[list[str]] = []
+        sa.event.listen(
+            engine.sync_engine,
+            "before_cursor_execute",
+            lambda conn, cursor, statement, *rest: sent[-1].append(statement.split()[0]),
+        )
+        for message_id in ("new", "new"):
+            sent.append([])
+            async with Session.begin() as session:
+                await inbox.claim(session, message_id, CONSUMER)
+        return sent
+
+    new, duplicate = run(async_url, scenario)
+    assert [s.upper() for s in new] in (["INSERT"], ["MERGE"])
+    if async_url.startswith("mysql"):
+        assert [s.upper() for s in duplicate] == ["INSERT", "SHOW"]  # the duplicate's 1062
+    else:
+        assert len(duplicate) == 1

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.backend
 
 def test_duplicate_recognised_by_the_row_and_transaction_stays_usable(app: App) -> None:
     claim = SavepointClaim(None)
-    statement = claim.insert_or_skip(app.inbox.table, None)
+    statement = claim.insert_or_skip(app.inbox.table)
     with app.engine.begin() as conn:
         row = app.inbox.validate("m1", CONSUMER)
         assert claim.claim_one(conn, app.inbox.table, statement, row) is True
@@ -40,7 +40,7 @@ def test_other_integrity_errors_are_not_duplicates(engine: sa.Engine) -> None:
         with engine.begin() as conn:
             row = {"message_id": "m1", "consumer_name": CONSUMER, "message_type": None}
             with pytest.raises(sa.exc.DBAPIError):
-                claim.claim_one(conn, table, claim.insert_or_skip(table, None), row)
+                claim.claim_one(conn, table, claim.insert_or_skip(table), row)
         with engine.connect() as conn:
             assert conn.execute(sa.select(sa.func.count()).select_from(table)).scalar() == 0
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, oracle, postgresql, sqlite
@@ -19,7 +21,7 @@ from sa_inbox.dialects import (
 )
 
 COLUMNS = "message_id, consumer_name, message_type, correlation_id, payload_hash"
-ROWS = [{"message_id": "a", "consumer_name": "c"}, {"message_id": "b", "consumer_name": "c"}]
+KEY = ("message_id", "consumer_name")
 
 
 @pytest.fixture
@@ -32,7 +34,18 @@ def sql(statement: object, dialect: sa.Dialect) -> str:
 
 
 def single(claim: object, table: sa.Table) -> object:
-    return claim.insert_or_skip(table, None)  # type: ignore[attr-defined]
+    return claim.insert_or_skip(table)  # type: ignore[attr-defined]
+
+
+def bound(claim: object, table: sa.Table, columns: tuple[str, ...] = KEY) -> Any:
+    """The single-row statement with ``columns`` bound by name, as an execution binds them.
+
+    A batch is this statement (plus ``RETURNING``) sent as an executemany: SQLAlchemy's
+    "insertmanyvalues" repeats its VALUES clause per row at execution.
+    """
+    return single(claim, table).values(  # type: ignore[attr-defined]
+        {c: sa.bindparam(c) for c in columns}
+    )
 
 
 def test_registry_picks_each_backend() -> None:
@@ -51,19 +64,16 @@ def test_registry_picks_each_backend() -> None:
 
 def test_postgresql(table: sa.Table) -> None:
     claim = PostgreSQLClaim()
-    statement = single(claim, table).values(  # type: ignore[attr-defined]
-        {c: sa.bindparam(c) for c in COLUMNS.split(", ")}
-    )
+    statement = bound(claim, table, tuple(COLUMNS.split(", ")))
     assert sql(statement, postgresql.dialect()) == (
         f"INSERT INTO inbox_processed_messages ({COLUMNS}) VALUES (%(message_id)s::VARCHAR, "
         "%(consumer_name)s::VARCHAR, %(message_type)s::VARCHAR, %(correlation_id)s::VARCHAR, "
         "%(payload_hash)s) ON CONFLICT (message_id, consumer_name) DO NOTHING"
     )
-    batch = claim.insert_or_skip(table, ROWS).returning(table.c.message_id)
+    batch = bound(claim, table).returning(table.c.message_id)
     assert sql(batch, postgresql.dialect()) == (
         "INSERT INTO inbox_processed_messages (message_id, consumer_name) VALUES "
-        "(%(message_id_m0)s::VARCHAR, %(consumer_name_m0)s::VARCHAR), "
-        "(%(message_id_m1)s::VARCHAR, %(consumer_name_m1)s::VARCHAR) "
+        "(%(message_id)s::VARCHAR, %(consumer_name)s::VARCHAR) "
         "ON CONFLICT (message_id, consumer_name) DO NOTHING "
         "RETURNING inbox_processed_messages.message_id"
     )
@@ -71,22 +81,21 @@ def test_postgresql(table: sa.Table) -> None:
 
 def test_mysql_and_mariadb(table: sa.Table) -> None:
     claim = MySQLClaim()
-    assert sql(claim.insert_or_skip(table, ROWS), mysql.dialect()) == (
-        "INSERT IGNORE INTO inbox_processed_messages (message_id, consumer_name) "
-        "VALUES (%s, %s), (%s, %s)"
+    assert sql(bound(claim, table), mysql.dialect()) == (
+        "INSERT IGNORE INTO inbox_processed_messages (message_id, consumer_name) VALUES (%s, %s)"
     )
     mariadb = mysql.dialect(is_mariadb=True)
-    batch = claim.insert_or_skip(table, ROWS).returning(table.c.message_id)
+    batch = bound(claim, table).returning(table.c.message_id)
     assert sql(batch, mariadb) == (
         "INSERT IGNORE INTO inbox_processed_messages (message_id, consumer_name) "
-        "VALUES (%s, %s), (%s, %s) RETURNING inbox_processed_messages.message_id"
+        "VALUES (%s, %s) RETURNING inbox_processed_messages.message_id"
     )
 
 
 def test_sqlite(table: sa.Table) -> None:
-    batch = SQLiteClaim().insert_or_skip(table, ROWS).returning(table.c.message_id)
+    batch = bound(SQLiteClaim(), table).returning(table.c.message_id)
     assert sql(batch, sqlite.dialect()) == (
-        "INSERT INTO inbox_processed_messages (message_id, consumer_name) VALUES (?, ?), (?, ?) "
+        "INSERT INTO inbox_processed_messages (message_id, consumer_name) VALUES (?, ?) "
         "ON CONFLICT (message_id, consumer_name) DO NOTHING RETURNING message_id"
     )
 
@@ -109,13 +118,11 @@ def test_oracle_merge_quotes_and_schema() -> None:
     assert compiled.startswith('MERGE INTO app."Inbox Rows" t USING (SELECT :message_id AS')
 
 
-def test_oracle_merge_refuses_other_dialects_and_batches(table: sa.Table) -> None:
+def test_oracle_merge_refuses_other_dialects(table: sa.Table) -> None:
     statement = single(OracleClaim(), table)
     for dialect in (postgresql.dialect(), mysql.dialect(), sqlite.dialect()):
         with pytest.raises(CompileError, match="Oracle only"):
             sql(statement, dialect)
-    with pytest.raises(CompileError, match="single-row"):
-        OracleClaim().insert_or_skip(table, ROWS)
     with pytest.raises(ValueError, match="primary key"):
         MergeInsertOrSkip(table, ["message_id"])
 
@@ -129,10 +136,9 @@ def test_oracle_merge_is_cached(table: sa.Table) -> None:
 
 
 def test_savepoint_fallback_is_a_plain_insert(table: sa.Table) -> None:
-    statement = SavepointClaim().insert_or_skip(table, ROWS[:1])
-    assert sql(statement, postgresql.dialect()) == (
+    assert sql(bound(SavepointClaim(), table), postgresql.dialect()) == (
         "INSERT INTO inbox_processed_messages (message_id, consumer_name) "
-        "VALUES (%(message_id_m0)s::VARCHAR, %(consumer_name_m0)s::VARCHAR)"
+        "VALUES (%(message_id)s::VARCHAR, %(consumer_name)s::VARCHAR)"
     )
 
 

@@ -15,10 +15,9 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, oracle, postgresql, sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from sa_inbox.dialects import claim_dialect_for
+from sa_inbox.dialects import backend_for, claim_dialect_for
 from sa_inbox.dialects.mysql import MySQLStoreClaim
 from sa_inbox.dialects.postgresql import PostgreSQLStoreClaim
-from sa_inbox.dialects.store_registry import store_claim_dialect_for
 from sa_inbox.exc import InvalidStoreArgument, UnsupportedBackend
 from sa_inbox.store import PROCESSING, InboxStore
 
@@ -76,7 +75,7 @@ def test_mysql_and_mariadb_lock_with_limit_and_skip_locked(
     store: InboxStore, dialect: sa.Dialect
 ) -> None:
     _, pending = queries(store)
-    lock = store_claim_dialect_for(dialect.name).lock(pending(store.table), 10)
+    lock = backend_for(dialect.name).store_claim.lock(pending(store.table), 10)
     assert sql(lock, dialect) == (
         "SELECT inbox_store.id FROM inbox_store "
         + PENDING_WHERE.format(p="%s")
@@ -86,7 +85,7 @@ def test_mysql_and_mariadb_lock_with_limit_and_skip_locked(
 
 def test_oracle_locks_without_fetch_first(store: InboxStore) -> None:
     abandoned, pending = queries(store)
-    claim = store_claim_dialect_for("oracle")
+    claim = backend_for("oracle").store_claim
     assert sql(claim.lock(pending(store.table), 10), oracle.dialect()) == (
         "SELECT inbox_store.id FROM inbox_store WHERE inbox_store.consumer_name = :consumer_name_1 "
         "AND inbox_store.status = :status_1 AND inbox_store.available_at <= :available_at_1 "
@@ -102,7 +101,7 @@ def test_oracle_locks_without_fetch_first(store: InboxStore) -> None:
 
 def test_oracle_ordered_claim_checks_the_aggregate(store: InboxStore) -> None:
     _, pending = queries(store, ordered=True)
-    lock = store_claim_dialect_for("oracle").lock(pending(store.table), 10)
+    lock = backend_for("oracle").store_claim.lock(pending(store.table), 10)
     assert sql(lock, oracle.dialect()) == (
         "SELECT inbox_store.id FROM inbox_store WHERE inbox_store.consumer_name = :consumer_name_1 "
         "AND inbox_store.status = :status_1 AND inbox_store.available_at <= :available_at_1 "
@@ -118,7 +117,7 @@ def test_oracle_ordered_claim_checks_the_aggregate(store: InboxStore) -> None:
 
 def test_sqlite_relies_on_begin_immediate(store: InboxStore) -> None:
     _, pending = queries(store)
-    lock = store_claim_dialect_for("sqlite").lock(pending(store.table), 10)
+    lock = backend_for("sqlite").store_claim.lock(pending(store.table), 10)
     assert sql(lock, sqlite.dialect()) == (
         "SELECT inbox_store.id FROM inbox_store "
         + PENDING_WHERE.format(p="?")
@@ -138,7 +137,7 @@ def test_oracle_receive_is_a_merge_on_the_unique_key(store: InboxStore) -> None:
         "available_at",
         "attempts",
     ]
-    statement = claim_dialect_for("oracle").insert_or_skip(store.table, None)
+    statement = claim_dialect_for("oracle").insert_or_skip(store.table)
     source = ", ".join(f":{c} AS {c}" for c in columns)
     assert sql(statement, oracle.dialect()) == (
         f"MERGE INTO inbox_store t USING (SELECT {source} FROM dual) s "
@@ -204,7 +203,7 @@ def test_skip_locked_version_gate(
 
 def test_unknown_backend_has_no_store_claim() -> None:
     with pytest.raises(UnsupportedBackend, match="mssql"):
-        store_claim_dialect_for("mssql")
+        _ = backend_for("mssql").store_claim
 
 
 def test_bad_claim_arguments_are_refused_before_sql(store: InboxStore) -> None:
