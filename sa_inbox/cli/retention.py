@@ -9,8 +9,8 @@
 - ``sa-inbox partitions list --url URL --table T``: the partitions and their ranges.
 
 Durations are a number and a unit: ``90s``, ``15m``, ``12h``, ``7d``, ``2w``.
-Exit codes: 0 done; 2 usage error or a window the policy refuses (nothing deleted); 3 the
-command could not run (database error).
+Exit codes (:mod:`._common`): 0 done; 2 usage error or a window the policy refuses (nothing
+deleted); 3 the command could not run (database error).
 """
 
 from __future__ import annotations
@@ -25,18 +25,12 @@ from typing import Any
 
 import click
 
+from ._common import CannotRun, open_engine, require_table
+
 __all__ = ["Duration", "partitions_group", "purge_command"]
 
-#: Exit code when a command could not run (the same as ``sa_inbox.cli``).
-EXIT_ERROR = 3
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-
-
-class RetentionCommandError(click.ClickException):
-    """The command could not run; printed as ``Error: ...`` with exit code 3."""
-
-    exit_code = EXIT_ERROR
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]
@@ -98,13 +92,6 @@ def _target_options(command: Any) -> Any:
     for option in reversed(options):
         command = option(command)
     return command
-
-
-def _engine(url: str) -> Any:
-    """The engine of ``--url`` (see :func:`sa_inbox.cli_engine.open_engine`)."""
-    from .cli_engine import open_engine
-
-    return open_engine(url)
 
 
 def _writable_json_path(
@@ -183,8 +170,8 @@ def purge_command(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from . import retention
-    from .exc import InboxError, RetentionWindowTooShort
+    from .. import retention
+    from ..exc import InboxError, RetentionWindowTooShort
 
     if dead_older_than is not None and not store:
         raise click.UsageError("--dead-older-than needs --store")
@@ -199,7 +186,7 @@ def purge_command(
         raise click.UsageError(str(exc)) from exc
 
     console = Console(stderr=True)
-    engine = _engine(url)
+    engine = open_engine(url)
     batches: list[retention.Batch] = []
     started = time.perf_counter()
     try:
@@ -222,7 +209,7 @@ def purge_command(
 
             deleted = runner(on_batch)
     except sa.exc.SQLAlchemyError as exc:
-        raise RetentionCommandError(f"purge failed: {exc}") from exc
+        raise CannotRun(f"purge failed: {exc}") from exc
     finally:
         engine.dispose()
     elapsed = time.perf_counter() - started
@@ -251,11 +238,10 @@ def _purge_plan(
     """
     import sqlalchemy as sa
 
-    from . import retention
-    from .cli_engine import require_table
+    from .. import retention
 
     if store:
-        from .store import DEFAULT_STORE_TABLE, DONE, InboxStore
+        from ..store import DEFAULT_STORE_TABLE, DONE, InboxStore
 
         require_table(engine, table or DEFAULT_STORE_TABLE, schema, "store table")
         inbox_store = InboxStore(
@@ -280,7 +266,7 @@ def _purge_plan(
 
         return target, run_store
 
-    from .schema import DEFAULT_TABLE_NAME
+    from ..schema import DEFAULT_TABLE_NAME
 
     require_table(engine, table or DEFAULT_TABLE_NAME, schema, "table")
     reflected = sa.Table(
@@ -328,9 +314,8 @@ def _partitioned_table(engine: Any, table: str | None, schema: str | None) -> An
     """
     import sqlalchemy as sa
 
-    from .cli_engine import require_table
-    from .retention.partitions import partition_key_definition
-    from .schema import DEFAULT_TABLE_NAME
+    from ..retention.partitions import partition_key_definition
+    from ..schema import DEFAULT_TABLE_NAME
 
     if engine.dialect.name != "postgresql":
         raise click.UsageError("time partitions are a PostgreSQL feature")
@@ -370,15 +355,15 @@ def maintain_command(
     """
     import sqlalchemy as sa
 
-    from .exc import InboxError, UnsafePartitionKey
-    from .retention import RetentionPolicy
-    from .retention.partitions import maintain_partitions
+    from ..exc import InboxError, UnsafePartitionKey
+    from ..retention import RetentionPolicy
+    from ..retention.partitions import maintain_partitions
 
     try:
         policy = RetentionPolicy(max_redelivery, max_replay=max_replay, margin=margin)
     except InboxError as exc:
         raise click.UsageError(str(exc)) from exc
-    engine = _engine(url)
+    engine = open_engine(url)
     try:
         result = maintain_partitions(
             engine,
@@ -390,7 +375,7 @@ def maintain_command(
     except UnsafePartitionKey as exc:
         raise click.UsageError(str(exc)) from exc
     except sa.exc.SQLAlchemyError as exc:
-        raise RetentionCommandError(f"partition maintenance failed: {exc}") from exc
+        raise CannotRun(f"partition maintenance failed: {exc}") from exc
     finally:
         engine.dispose()
     click.echo(f"created {len(result.created)}: {', '.join(result.created) or '-'}")
@@ -403,15 +388,15 @@ def list_command(url: str, table: str | None, schema: str | None) -> None:
     """The partitions of the table and their ranges, oldest first (one per line)."""
     import sqlalchemy as sa
 
-    from .retention.partitions import list_partitions
+    from ..retention.partitions import list_partitions
 
-    engine = _engine(url)
+    engine = open_engine(url)
     try:
         parent = _partitioned_table(engine, table, schema)
         with engine.connect() as conn:
             partitions = list_partitions(conn, parent)
     except sa.exc.SQLAlchemyError as exc:
-        raise RetentionCommandError(f"could not list partitions: {exc}") from exc
+        raise CannotRun(f"could not list partitions: {exc}") from exc
     finally:
         engine.dispose()
     for partition in partitions:

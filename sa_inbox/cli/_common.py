@@ -1,31 +1,63 @@
-"""Opening the database of a ``sa-inbox`` command: one helper, the same errors everywhere.
+"""What every ``sa-inbox`` command shares: the exit codes, the error that ends a command
+that could not run, and opening the database of a command's ``--url``.
+
+Exit codes (one place for them; every command uses these):
+
+=====  ===========================================================================
+code   meaning
+=====  ===========================================================================
+0      success (:data:`EXIT_OK`)
+1      the run finished but its verification failed (``demo``; :data:`EXIT_FAILED`)
+2      usage error: bad options, a window the policy refuses (:data:`EXIT_USAGE`)
+3      the command could not run: database unreachable, driver not installed, table
+       missing, a worker died (:data:`EXIT_ERROR`, raised as :class:`CannotRun`)
+130    interrupted (:data:`EXIT_INTERRUPTED`)
+=====  ===========================================================================
 
 :func:`open_engine` turns the ``--url`` of a command into an engine (:func:`check_url` only
-checks it, for ``demo`` and ``bench``, whose engines live in worker processes), or into a clean
-``Error: ...`` with the CLI's exit codes (:mod:`sa_inbox.cli`): 2 for a URL that is not a
-SQLAlchemy URL, 3 when the command cannot run (the backend's driver is not installed, the
-SQLite file does not exist). :func:`require_table` reports a missing table the same way.
+checks it, for ``demo`` and ``bench``, whose engines live in worker processes), or into a
+clean ``Error: ...`` line: exit 2 for a URL that is not a SQLAlchemy URL, 3 when the command
+cannot run (the backend's driver is not installed, the SQLite file does not exist).
+:func:`require_table` reports a missing table the same way.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import sqlalchemy as sa
 
+if TYPE_CHECKING:
+    from ..store import InboxStore
+
 __all__ = [
     "DRIVER_EXTRAS",
     "EXIT_ERROR",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
     "CannotRun",
+    "bind_store",
     "check_url",
     "open_engine",
+    "open_store",
     "require_table",
     "sqlite_file",
 ]
 
-#: Exit code when a command could not run (as :data:`sa_inbox.cli.EXIT_ERROR`).
+#: The command did what it was asked.
+EXIT_OK = 0
+#: The command ran to the end but its verification failed (``sa-inbox demo``).
+EXIT_FAILED = 1
+#: Usage error (click's own exit code for :class:`click.UsageError`); nothing was changed.
+EXIT_USAGE = 2
+#: The command could not run to the end.
 EXIT_ERROR = 3
+#: Interrupted (SIGINT), as a shell reports it.
+EXIT_INTERRUPTED = 130
 
 #: The ``pip install 'sa-inbox[extra]'`` extra for each backend, and the driver it installs.
 DRIVER_EXTRAS = {
@@ -129,3 +161,29 @@ def require_table(engine: sa.Engine, table: str, schema: str | None, what: str) 
             f"the {what} {name!r} does not exist: create it with metadata.create_all() "
             "or an Alembic migration (sa-inbox alembic revision)"
         )
+
+
+def bind_store(engine: sa.Engine, table: str, schema: str | None) -> InboxStore:
+    """The :class:`~sa_inbox.store.InboxStore` of the existing store table ``table``.
+
+    :raises CannotRun: (exit 3) as :func:`require_table`.
+    """
+    from ..store import InboxStore
+
+    require_table(engine, table, schema, "store table")
+    return InboxStore(sa.MetaData(), table_name=table, schema=schema)
+
+
+def open_store(url: str, table: str, schema: str | None) -> tuple[InboxStore, sa.Engine]:
+    """``(InboxStore, engine)`` for a command's ``--url``, after checking the store table
+    exists (the engine is disposed if it does not).
+
+    :raises click.ClickException: as :func:`open_engine` and :func:`require_table`
+        (exit 2 or 3).
+    """
+    engine = open_engine(url)
+    try:
+        return bind_store(engine, table, schema), engine
+    except click.ClickException:
+        engine.dispose()
+        raise
