@@ -20,12 +20,18 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+import sqlalchemy as sa
 
-from ._common import CannotRun, open_engine, require_table
+from ._common import CannotRun, bind_store, open_engine, require_table
+
+if TYPE_CHECKING:
+    from ..retention import Batch, PurgeTarget, RetentionPolicy
 
 __all__ = ["Duration", "partitions_group", "purge_command"]
 
@@ -166,7 +172,6 @@ def purge_command(
     The window is at least --max-redelivery + --max-replay + --margin: a shorter
     --older-than is refused and nothing is deleted.
     """
-    import sqlalchemy as sa
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -178,8 +183,9 @@ def purge_command(
     try:
         policy = retention.RetentionPolicy(max_redelivery, max_replay=max_replay, margin=margin)
         window = retention.resolve_window(older_than or policy, policy)
+        dead_window = None
         if dead_older_than is not None:
-            retention.resolve_window(dead_older_than, policy)
+            dead_window = retention.resolve_window(dead_older_than, policy)
     except RetentionWindowTooShort as exc:
         raise click.UsageError(str(exc)) from exc
     except InboxError as exc:
@@ -190,10 +196,10 @@ def purge_command(
     batches: list[retention.Batch] = []
     started = time.perf_counter()
     try:
-        target, runner = _purge_plan(
-            engine, table, schema, store, policy, window, dead_older_than, batch_size
+        plan = _purge_plan(engine, table, schema, store, policy, window, dead_window, batch_size)
+        expected = sum(
+            retention.count_expired(engine, target, older) for target, older in plan.counted
         )
-        expected = retention.count_expired(engine, target, window)
         with Progress(
             "[progress.description]{task.description}",
             BarColumn(),
@@ -201,13 +207,13 @@ def purge_command(
             TimeElapsedColumn(),
             console=console,
         ) as progress:
-            task = progress.add_task(f"purging {target.table.fullname}", total=expected or None)
+            task = progress.add_task(f"purging {plan.table.fullname}", total=expected or None)
 
             def on_batch(batch: retention.Batch) -> None:
                 batches.append(batch)
                 progress.update(task, advance=batch.rows)
 
-            deleted = runner(on_batch)
+            deleted = plan.run(on_batch)
     except sa.exc.SQLAlchemyError as exc:
         raise CannotRun(f"purge failed: {exc}") from exc
     finally:
@@ -222,49 +228,59 @@ def purge_command(
         json_path.write_text(json.dumps(figures, indent=2) + "\n")
 
 
+@dataclass(frozen=True)
+class _PurgePlan:
+    """What ``sa-inbox purge`` deletes, and how.
+
+    :param table: the table purged (named by the progress bar).
+    :param counted: each target the purge deletes from, with its window: counted with
+        :func:`~sa_inbox.retention.count_expired` for the progress bar's total.
+    :param run: runs the purge with an ``on_batch`` callback; returns the rows deleted.
+    """
+
+    table: sa.Table
+    counted: list[tuple[PurgeTarget, datetime.timedelta]]
+    run: Callable[[Callable[[Batch], None]], int]
+
+
 def _purge_plan(
-    engine: Any,
+    engine: sa.Engine,
     table: str | None,
     schema: str | None,
     store: bool,
-    policy: Any,
+    policy: RetentionPolicy,
     window: datetime.timedelta,
-    dead_older_than: datetime.timedelta | None,
+    dead_window: datetime.timedelta | None,
     batch_size: int,
-) -> tuple[Any, Any]:
-    """The target to count for the progress bar, and the purge to run.
+) -> _PurgePlan:
+    """The purge of the inbox store (``--store``) or of a table, with the targets it deletes
+    from as :mod:`sa_inbox.retention` defines them (a store's table named by ``--table``
+    without ``--store`` is purged, and counted, by its ``done`` rows).
 
     :raises CannotRun: (exit 3) if the table does not exist.
     """
-    import sqlalchemy as sa
-
     from .. import retention
 
     if store:
-        from ..store import DEFAULT_STORE_TABLE, DONE, InboxStore
+        from ..store import DEFAULT_STORE_TABLE
 
-        require_table(engine, table or DEFAULT_STORE_TABLE, schema, "store table")
-        inbox_store = InboxStore(
-            sa.MetaData(), table_name=table or DEFAULT_STORE_TABLE, schema=schema
-        )
-        t = inbox_store.table
-        target = retention.PurgeTarget(
-            t, "processed_at", t.c.status == DONE, retention.python_utc_now
-        )
+        inbox_store = bind_store(engine, table or DEFAULT_STORE_TABLE, schema)
+        done, dead = retention.store_purge_targets(inbox_store)
+        counted = [(done, window)] + ([] if dead_window is None else [(dead, dead_window)])
 
-        def run_store(on_batch: Any) -> int:
+        def run_store(on_batch: Callable[[Batch], None]) -> int:
             result = retention.purge_store(
                 engine,
                 inbox_store,
                 older_than=window,
                 policy=policy,
-                dead_older_than=dead_older_than,
+                dead_older_than=dead_window,
                 batch_size=batch_size,
                 on_batch=on_batch,
             )
             return result.total
 
-        return target, run_store
+        return _PurgePlan(inbox_store.table, counted, run_store)
 
     from ..schema import DEFAULT_TABLE_NAME
 
@@ -273,7 +289,7 @@ def _purge_plan(
         table or DEFAULT_TABLE_NAME, sa.MetaData(), schema=schema, autoload_with=engine
     )
 
-    def run(on_batch: Any) -> int:
+    def run(on_batch: Callable[[Batch], None]) -> int:
         return retention.purge(
             engine,
             older_than=window,
@@ -283,7 +299,7 @@ def _purge_plan(
             on_batch=on_batch,
         )
 
-    return retention.PurgeTarget(reflected), run
+    return _PurgePlan(reflected, [(retention.purge_target_of(reflected), window)], run)
 
 
 def _figures(
@@ -312,7 +328,6 @@ def _partitioned_table(engine: Any, table: str | None, schema: str | None) -> An
     :raises CannotRun: (exit 3) if the table does not exist.
     :raises click.BadParameter: (exit 2) if the table is not partitioned.
     """
-    import sqlalchemy as sa
 
     from ..retention.partitions import partition_key_definition
     from ..schema import DEFAULT_TABLE_NAME
@@ -353,7 +368,6 @@ def maintain_command(
 
     Refuses (exit 2, nothing changed) a table partitioned by arrival time.
     """
-    import sqlalchemy as sa
 
     from ..exc import InboxError, UnsafePartitionKey
     from ..retention import RetentionPolicy
@@ -386,7 +400,6 @@ def maintain_command(
 @_target_options
 def list_command(url: str, table: str | None, schema: str | None) -> None:
     """The partitions of the table and their ranges, oldest first (one per line)."""
-    import sqlalchemy as sa
 
     from ..retention.partitions import list_partitions
 
