@@ -42,6 +42,7 @@ __all__ = [
     "CannotRun",
     "bind_store",
     "check_url",
+    "one_line",
     "open_engine",
     "open_store",
     "require_table",
@@ -69,9 +70,34 @@ DRIVER_EXTRAS = {
 
 
 class CannotRun(click.ClickException):
-    """The command cannot run; printed as ``Error: ...``, exit code :data:`EXIT_ERROR`."""
+    """The command cannot run; printed as one ``Error: ...`` line, exit code
+    :data:`EXIT_ERROR`.
+
+    :param message: what went wrong; a driver's or SQLAlchemy's error text in it is put on
+        one line by :func:`one_line`.
+    """
 
     exit_code = EXIT_ERROR
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
+
+#: Where the parts of SQLAlchemy's error text that a user of the command does not need
+#: start: the statement, its parameters, the link to the error's page.
+_DETAIL_MARKERS = ("\n[SQL:", "\n[parameters:", "\n(Background on this error at:")
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line: without the SQL statement, parameters and link of a
+    SQLAlchemy error, its remaining lines joined by single spaces.
+
+    ``"(psycopg.OperationalError) connection failed: ...\\n\\tIs the server running ...?
+    \\n(Background on this error at: ...)"`` becomes ``"(psycopg.OperationalError) connection
+    failed: ... Is the server running ...?"``.
+    """
+    cut = min((i for m in _DETAIL_MARKERS if (i := message.find(m)) >= 0), default=len(message))
+    return " ".join(message[:cut].split())
 
 
 def sqlite_file(url: sa.URL) -> Path | None:
