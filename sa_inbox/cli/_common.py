@@ -23,11 +23,15 @@ cannot run (the backend's driver is not installed, the SQLite file does not exis
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 import sqlalchemy as sa
+
+from ..exc import ConfigurationError
 
 if TYPE_CHECKING:
     from ..store import InboxStore
@@ -42,9 +46,9 @@ __all__ = [
     "CannotRun",
     "bind_store",
     "check_url",
+    "connected",
     "one_line",
     "open_engine",
-    "open_store",
     "require_table",
     "sqlite_file",
 ]
@@ -200,16 +204,23 @@ def bind_store(engine: sa.Engine, table: str, schema: str | None) -> InboxStore:
     return InboxStore(sa.MetaData(), table_name=table, schema=schema)
 
 
-def open_store(url: str, table: str, schema: str | None) -> tuple[InboxStore, sa.Engine]:
-    """``(InboxStore, engine)`` for a command's ``--url``, after checking the store table
-    exists (the engine is disposed if it does not).
+@contextmanager
+def connected(url: str, failure: str) -> Iterator[sa.Engine]:
+    """The engine of a command's ``--url`` for the ``with`` block, disposed at its end; a
+    database error inside the block ends the command as one ``Error: <failure>: ...`` line.
 
-    :raises click.ClickException: as :func:`open_engine` and :func:`require_table`
-        (exit 2 or 3).
+    :param url: the ``--url``, as :func:`open_engine` takes it.
+    :param failure: what failed, for the message (``"purge failed"``).
+    :raises click.ClickException: as :func:`open_engine` (exit 2 or 3).
+    :raises CannotRun: (exit 3) for a :class:`sqlalchemy.exc.SQLAlchemyError` or a
+        :class:`~sa_inbox.exc.ConfigurationError` (a missing table or column) in the block.
     """
     engine = open_engine(url)
     try:
-        return bind_store(engine, table, schema), engine
-    except click.ClickException:
+        yield engine
+    except sa.exc.SQLAlchemyError as exc:
+        raise CannotRun(f"{failure}: {exc}") from exc
+    except ConfigurationError as exc:
+        raise CannotRun(f"{failure}: {type(exc).__name__}: {exc}") from exc
+    finally:
         engine.dispose()
-        raise

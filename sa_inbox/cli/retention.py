@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import sqlalchemy as sa
 
-from ._common import CannotRun, bind_store, open_engine, require_table
+from ._common import bind_store, connected, require_table
 
 if TYPE_CHECKING:
     from ..retention import Batch, PurgeTarget, RetentionPolicy
@@ -192,10 +192,9 @@ def purge_command(
         raise click.UsageError(str(exc)) from exc
 
     console = Console(stderr=True)
-    engine = open_engine(url)
     batches: list[retention.Batch] = []
     started = time.perf_counter()
-    try:
+    with connected(url, "purge failed") as engine:
         plan = _purge_plan(engine, table, schema, store, policy, window, dead_window, batch_size)
         expected = sum(
             retention.count_expired(engine, target, older) for target, older in plan.counted
@@ -214,10 +213,6 @@ def purge_command(
                 progress.update(task, advance=batch.rows)
 
             deleted = plan.run(on_batch)
-    except sa.exc.SQLAlchemyError as exc:
-        raise CannotRun(f"purge failed: {exc}") from exc
-    finally:
-        engine.dispose()
     elapsed = time.perf_counter() - started
     figures = _figures(deleted, batches, elapsed, window)
     click.echo(
@@ -377,21 +372,17 @@ def maintain_command(
         policy = RetentionPolicy(max_redelivery, max_replay=max_replay, margin=margin)
     except InboxError as exc:
         raise click.UsageError(str(exc)) from exc
-    engine = open_engine(url)
-    try:
-        result = maintain_partitions(
-            engine,
-            _partitioned_table(engine, table, schema),
-            policy=policy,
-            interval=interval,
-            ahead=ahead,
-        )
-    except UnsafePartitionKey as exc:
-        raise click.UsageError(str(exc)) from exc
-    except sa.exc.SQLAlchemyError as exc:
-        raise CannotRun(f"partition maintenance failed: {exc}") from exc
-    finally:
-        engine.dispose()
+    with connected(url, "partition maintenance failed") as engine:
+        try:
+            result = maintain_partitions(
+                engine,
+                _partitioned_table(engine, table, schema),
+                policy=policy,
+                interval=interval,
+                ahead=ahead,
+            )
+        except UnsafePartitionKey as exc:
+            raise click.UsageError(str(exc)) from exc
     click.echo(f"created {len(result.created)}: {', '.join(result.created) or '-'}")
     click.echo(f"dropped {len(result.dropped)}: {', '.join(result.dropped) or '-'}")
 
@@ -403,15 +394,10 @@ def list_command(url: str, table: str | None, schema: str | None) -> None:
 
     from ..retention.partitions import list_partitions
 
-    engine = open_engine(url)
-    try:
+    with connected(url, "could not list partitions") as engine:
         parent = _partitioned_table(engine, table, schema)
         with engine.connect() as conn:
             partitions = list_partitions(conn, parent)
-    except sa.exc.SQLAlchemyError as exc:
-        raise CannotRun(f"could not list partitions: {exc}") from exc
-    finally:
-        engine.dispose()
     for partition in partitions:
         click.echo(
             f"{partition.name}\t{partition.lower.isoformat()}\t{partition.upper.isoformat()}"

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ._common import EXIT_USAGE, open_store
+from ._common import EXIT_USAGE, bind_store, connected
 
 __all__ = ["ConfirmationNeeded", "store_group", "store_options"]
 
@@ -49,8 +49,9 @@ def store_group() -> None:
 @store_options
 def counts_command(url: str, table: str, schema: str | None, consumer: str | None) -> None:
     """Print the number of rows per status as JSON (every consumer's without --consumer)."""
-    store, engine = open_store(url, table, schema)
-    click.echo(json.dumps(store.counts(engine, consumer)))
+    with connected(url, "cannot count the store's rows") as engine:
+        counts = bind_store(engine, table, schema).counts(engine, consumer)
+    click.echo(json.dumps(counts))
 
 
 class ConfirmationNeeded(click.ClickException):
@@ -92,21 +93,20 @@ def replay_command(
     """
     from ..exc import InvalidStoreArgument
 
-    store, engine = open_store(url, table, schema)
     filters: dict[str, Any] = {"ids": ids or None, "status": status, "consumer_name": consumer}
-    try:
-        if dry_run or (status == "done" and not yes):
-            count = store.replayable(engine, **filters)
-            if dry_run:
-                click.echo(json.dumps({"would_replay": count}))
-                return
-            raise ConfirmationNeeded(
-                f"{count} done rows would be reset to pending and their messages processed "
-                "again: pass --yes to replay them (or --dry-run to only count)"
-            )
-        count = store.replay(engine, **filters)
-    except InvalidStoreArgument as exc:
-        raise click.UsageError(str(exc)) from exc
-    finally:
-        engine.dispose()
+    with connected(url, "replay failed") as engine:
+        store = bind_store(engine, table, schema)
+        try:
+            if dry_run or (status == "done" and not yes):
+                count = store.replayable(engine, **filters)
+                if dry_run:
+                    click.echo(json.dumps({"would_replay": count}))
+                    return
+                raise ConfirmationNeeded(
+                    f"{count} done rows would be reset to pending and their messages "
+                    "processed again: pass --yes to replay them (or --dry-run to only count)"
+                )
+            count = store.replay(engine, **filters)
+        except InvalidStoreArgument as exc:
+            raise click.UsageError(str(exc)) from exc
     click.echo(json.dumps({"replayed": count}))

@@ -19,7 +19,7 @@ import click
 
 from ..exc import InvalidHandler
 from ..handlers import check_handler
-from ._common import CannotRun, open_store
+from ._common import CannotRun, bind_store, connected
 from .store import store_options
 
 __all__ = ["resolve_handler", "worker_command"]
@@ -172,27 +172,25 @@ def worker_command(
     _put_first_on_path(app_dir)
     handler = resolve_handler(handler_spec)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
-    store, engine = open_store(url, table, schema)
-    worker = Worker(
-        store.bind(engine),
-        handler,
-        consumer_name=consumer,
-        batch_size=batch_size,
-        concurrency=concurrency,
-        visibility_timeout=visibility_timeout,
-        max_attempts=max_attempts,
-        ordered=ordered,
-        backoff=Backoff(base=backoff, maximum=max_backoff),
-        poll_interval=poll_interval,
-    )
-    try:
-        worker.run(until_empty=until_empty, max_messages=max_messages, max_seconds=max_seconds)
-    except ConfigurationError as exc:
-        click.echo(json.dumps(worker.summary.as_dict()))
-        first_line = (str(exc).strip().splitlines() or [""])[0]
-        raise CannotRun(f"{type(exc).__name__}: {first_line}") from exc
-    finally:
-        engine.dispose()
+    with connected(url, "the worker failed") as engine:
+        worker = Worker(
+            bind_store(engine, table, schema).bind(engine),
+            handler,
+            consumer_name=consumer,
+            batch_size=batch_size,
+            concurrency=concurrency,
+            visibility_timeout=visibility_timeout,
+            max_attempts=max_attempts,
+            ordered=ordered,
+            backoff=Backoff(base=backoff, maximum=max_backoff),
+            poll_interval=poll_interval,
+        )
+        try:
+            worker.run(until_empty=until_empty, max_messages=max_messages, max_seconds=max_seconds)
+        except ConfigurationError as exc:
+            click.echo(json.dumps(worker.summary.as_dict()))
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            raise CannotRun(f"{type(exc).__name__}: {first_line}") from exc
     click.echo(json.dumps(worker.summary.as_dict()))
 
 

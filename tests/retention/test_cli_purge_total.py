@@ -10,8 +10,6 @@ from __future__ import annotations
 import datetime
 import json
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from sa_inbox.store import DEAD, DONE, InboxStore, Incoming, utc_now
+from tests.acceptance.test_cli_errors import run_cli
 
 DAY = datetime.timedelta(days=1)
 POLICY_ARGS = ["--max-redelivery", "1d", "--max-replay", "2d", "--margin", "1h"]
@@ -52,14 +51,7 @@ def store(engine: sa.Engine) -> Iterator[InboxStore]:
 def purge(url: str, tmp_path: Path, *args: str) -> tuple[int, int, int]:
     """Run ``sa-inbox purge``: (progress completed, progress total, rows in the JSON)."""
     out = tmp_path / "purge.json"
-    command = ["purge", "--url", url, "--table", TABLE, *POLICY_ARGS, *args, "--json", str(out)]
-    done = subprocess.run(
-        [sys.executable, "-m", "sa_inbox.cli", *command],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_cli("purge", "--url", url, "--table", TABLE, *POLICY_ARGS, *args, "--json", str(out))
     assert done.returncode == 0, done.stderr
     progress = re.search(rf"purging \S*{TABLE}\b.*?(\d+)/(\d+)", done.stderr)
     assert progress is not None, done.stderr
