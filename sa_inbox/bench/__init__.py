@@ -10,7 +10,9 @@ measured function's docstring is the label of its figures:
   concurrent writers: throughput, index size, leaf density, waits;
 * :mod:`.growth`: bytes per row at 1 M rows, and the retention calculator;
 * :mod:`.purge`: the batched purge of the expired half of 1 M rows: rows deleted per
-  second and the longest batch.
+  second and the longest batch;
+* :mod:`.store_drain`: the inbox store: messages received per second, drained per second by
+  1 … W worker processes, and one receive against one claim.
 
 Each scenario prints a table and writes JSON; :mod:`.report` turns the JSON into Markdown
 tables and PNG plots. The published figures are in the repository's
@@ -26,7 +28,7 @@ from types import ModuleType
 __all__ = ["SCENARIOS", "scenario"]
 
 #: Scenario names, in the order ``sa-inbox bench`` runs them by default.
-SCENARIOS = ("claim_overhead", "batch_claim", "index_hotspots", "growth", "purge")
+SCENARIOS = ("claim_overhead", "batch_claim", "index_hotspots", "growth", "purge", "store_drain")
 
 
 def scenario(name: str) -> ModuleType:

@@ -30,6 +30,7 @@ __all__ = [
     "backend_name",
     "default_sqlite_url",
     "make_engine",
+    "sqlite_wal",
 ]
 
 #: Seconds a SQLite writer waits for the write lock before SQLITE_BUSY.
@@ -67,16 +68,35 @@ def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
     cursor.close()
 
 
+def sqlite_wal(engine: sa.Engine) -> sa.Engine:
+    """Open every connection of a SQLite ``engine`` in WAL mode with ``synchronous=NORMAL``.
+
+    Several processes then write one file without an fsync per commit (readers never block
+    the writer; SQLite manual, "Write-Ahead Logging"): the setting of the benchmarks, the
+    demo and the tests that run worker processes. The first connection switches the file to
+    WAL (the mode persists in it); later ones find it so. Engines of other backends are
+    returned untouched.
+
+    :param engine: the engine, before its first connection.
+    :returns: ``engine``.
+
+    Example::
+
+        engine = sqlite_wal(sa.create_engine("sqlite:///inbox.db", connect_args={"timeout": 60}))
+    """
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
 def make_engine(url: str, *, pool_size: int = 2) -> sa.Engine:
-    """An engine for one benchmark process.
+    """An engine for one benchmark process (SQLite: :func:`sqlite_wal`).
 
     :param url: a SQLAlchemy URL string.
     :param pool_size: connections kept in the pool.
     """
     if sa.make_url(url).get_backend_name() == "sqlite":
-        engine = sa.create_engine(url, connect_args={"timeout": SQLITE_TIMEOUT})
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
+        return sqlite_wal(sa.create_engine(url, connect_args={"timeout": SQLITE_TIMEOUT}))
     return sa.create_engine(url, pool_size=pool_size, max_overflow=4)
 
 

@@ -180,12 +180,41 @@ def _purge_md(documents: Sequence[Document]) -> str:
     return _md_table(header, rows)
 
 
+def _store_drain_md(documents: Sequence[Document]) -> str:
+    rows = [
+        [
+            d["backend"],
+            str(r["workers"]),
+            f"{d['results']['messages']:,}",
+            _f(r["receive_per_second"], ",.0f"),
+            _f(r["drain_per_second"], ",.0f"),
+            " / ".join(f"{x:,.0f}" for x in r["drain_runs_per_second"]),
+        ]
+        for d in documents
+        for r in d["results"]["summary"]
+    ]
+    header = ["backend", "workers", "messages", "receive msg/s", "drain msg/s", "drain runs"]
+    single = [
+        [
+            d["backend"],
+            f"{d['results']['receive_vs_claim_summary']['messages']:,.0f}",
+            _f(d["results"]["receive_vs_claim_summary"]["receive_median_us"], ".0f"),
+            _f(d["results"]["receive_vs_claim_summary"]["claim_median_us"], ".0f"),
+            _f(d["results"]["receive_vs_claim_summary"]["ratio"], ".2f"),
+        ]
+        for d in documents
+    ]
+    single_header = ["backend", "messages", "receive µs", "claim µs", "receive / claim"]
+    return _md_table(header, rows) + "\n\n" + _md_table(single_header, single)
+
+
 _MARKDOWN: dict[str, Callable[[Sequence[Document]], str]] = {
     "claim_overhead": _claim_overhead_md,
     "batch_claim": _batch_claim_md,
     "index_hotspots": _index_hotspots_md,
     "growth": _growth_md,
     "purge": _purge_md,
+    "store_drain": _store_drain_md,
 }
 
 
@@ -300,6 +329,19 @@ def _purge_plot(documents: Sequence[Document], ax: Any) -> None:
     longest.set_ylabel("longest batch (ms, dots)")
 
 
+def _store_drain_plot(documents: Sequence[Document], ax: Any) -> None:
+    for color, d in enumerate(documents):
+        rows = d["results"]["summary"]
+        workers = [r["workers"] for r in rows]
+        style = {"color": f"C{color}", "marker": "o"}
+        ax.plot(workers, [r["drain_per_second"] for r in rows], label=d["backend"], **style)
+        ax.plot(workers, [r["receive_per_second"] for r in rows], linestyle="--", **style)
+    ax.set_yscale("log")
+    ax.set_xlabel("worker processes")
+    ax.set_ylabel("messages/s (solid: drained, dashed: received)")
+    ax.legend()
+
+
 def _plot(scenario: str, documents: Sequence[Document], path: Path) -> None:
     import matplotlib
 
@@ -315,7 +357,11 @@ def _plot(scenario: str, documents: Sequence[Document], path: Path) -> None:
         _index_hotspots_plot(documents, axes)
     else:
         figure, ax = pyplot.subplots(figsize=(6, 4))
-        plots = {"batch_claim": _batch_claim_plot, "purge": _purge_plot}
+        plots = {
+            "batch_claim": _batch_claim_plot,
+            "purge": _purge_plot,
+            "store_drain": _store_drain_plot,
+        }
         plots.get(scenario, _growth_plot)(documents, ax)
     figure.suptitle(documents[0]["label"], fontsize="medium")
     figure.tight_layout()

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlalchemy as sa
-from sqlalchemy import event
+
+from ..bench.db import sqlite_wal
 
 __all__ = ["SQLITE_TIMEOUT", "make_engine", "prepare_database", "sqlite_url"]
 
@@ -18,34 +17,28 @@ def sqlite_url(path: str) -> str:
     return f"sqlite:///{path}"
 
 
-def _sqlite_pragmas(dbapi_connection: Any, connection_record: Any) -> None:
-    # WAL commits append to the log without an fsync each (synchronous=NORMAL): the demo
-    # measures the inbox, not the disk. Durability is still that of a WAL database.
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
-
-
 def make_engine(url: str, *, pool_size: int = 1) -> sa.Engine:
     """An engine on ``url`` for one process.
 
     SQLite: the driver's busy ``timeout`` is :data:`SQLITE_TIMEOUT` seconds, so a writer
     waits for another process's transaction instead of failing at once; what still fails
-    with SQLITE_BUSY is retried by :func:`sa_inbox.handle`.
+    with SQLITE_BUSY is retried by :func:`sa_inbox.handle`. Connections run in WAL mode with
+    ``synchronous=NORMAL`` (:func:`sa_inbox.bench.db.sqlite_wal`): commits append to the log
+    without an fsync each, so the demo measures the inbox, not the disk (durability is still
+    that of a WAL database).
 
     :param url: a SQLAlchemy URL string (password included).
     :param pool_size: connections kept open (a worker needs one).
     """
     if sa.make_url(url).get_backend_name() == "sqlite":
-        engine = sa.create_engine(url, connect_args={"timeout": SQLITE_TIMEOUT})
-        event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
+        return sqlite_wal(sa.create_engine(url, connect_args={"timeout": SQLITE_TIMEOUT}))
     return sa.create_engine(url, pool_size=pool_size, max_overflow=2, pool_pre_ping=True)
 
 
 def prepare_database(engine: sa.Engine) -> None:
     """Once, before the workers start: put a SQLite file in WAL mode (readers never block
-    the writer, and the mode persists in the file). Nothing to do on a server."""
+    the writer, and the mode persists in the file), so that no two workers' first
+    connections switch it at once. Nothing to do on a server."""
     if engine.dialect.name == "sqlite":
-        with engine.connect() as conn:
-            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+        with engine.connect():
+            pass  # make_engine's sqlite_wal switches the file on connecting

@@ -27,7 +27,9 @@ from .purge import database_now as database_now
 from .purge import purge as purge
 from .purge import purge_store as purge_store
 from .purge import purge_target as purge_target
+from .purge import purge_target_of as purge_target_of
 from .purge import python_utc_now as python_utc_now
+from .purge import store_purge_targets as store_purge_targets
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -42,6 +44,8 @@ __all__ = [
     "purge",
     "purge_store",
     "purge_target",
+    "purge_target_of",
     "python_utc_now",
     "resolve_window",
+    "store_purge_targets",
 ]

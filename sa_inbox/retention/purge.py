@@ -46,7 +46,9 @@ __all__ = [
     "purge",
     "purge_store",
     "purge_target",
+    "purge_target_of",
     "python_utc_now",
+    "store_purge_targets",
 ]
 
 #: Rows per purge transaction, at most.
@@ -142,10 +144,24 @@ def _store_done_target(table: sa.Table) -> PurgeTarget:
     return PurgeTarget(table, "processed_at", table.c.status == DONE, python_utc_now)
 
 
-def _purge_target_of(table: Inbox | InboxStore | sa.Table | None) -> PurgeTarget:
-    """What :func:`purge` deletes from ``table``: old processed-message rows, or a store's
-    old ``done`` rows.
+def store_purge_targets(store: InboxStore) -> tuple[PurgeTarget, PurgeTarget]:
+    """What :func:`purge_store` deletes: ``(done, dead)``.
 
+    ``done`` rows by ``processed_at`` (the window), ``dead`` rows by ``received_at`` (the
+    ``dead_older_than`` window), both on Python's UTC clock, the store's. With
+    :func:`count_expired`, the rows a purge will delete (for a progress bar).
+    """
+    table = store.table
+    dead = PurgeTarget(table, "received_at", table.c.status == DEAD, python_utc_now)
+    return _store_done_target(table), dead
+
+
+def purge_target_of(table: Inbox | InboxStore | sa.Table | None) -> PurgeTarget:
+    """What :func:`purge` deletes from ``table``: old processed-message rows, or a store's
+    old ``done`` rows (for an InboxStore, or a table with the store's ``status`` and
+    ``processed_at`` columns). With :func:`count_expired`, the rows a purge will delete.
+
+    :param table: as :func:`purge`'s ``table``.
     :raises InvalidTableType: for anything but an Inbox, an InboxStore, a Table or None.
     """
     if table is None:
@@ -306,7 +322,7 @@ def purge(
         deleted = purge(engine, older_than=policy, table=inbox)
         deleted = purge(engine, older_than=policy, table=store)   # the store's done rows
     """
-    target = _purge_target_of(table)
+    target = purge_target_of(table)
     bind = _check_bind(bind)
     window = resolve_window(older_than, policy)
     return purge_target(
@@ -408,8 +424,7 @@ def purge_store(
     if not isinstance(store, InboxStore):
         raise InvalidTableType(f"store must be an InboxStore, not {type(store).__name__}")
     bind = _check_bind(bind)
-    table = store.table
-    done_target = _store_done_target(table)
+    done_target, dead_target = store_purge_targets(store)
     options: dict[str, Any] = {
         "batch_size": batch_size,
         "on_batch": on_batch,
@@ -420,6 +435,5 @@ def purge_store(
     done = purge_target(bind, done_target, window, **options)
     dead = 0
     if dead_window is not None:
-        dead_target = PurgeTarget(table, "received_at", table.c.status == DEAD, python_utc_now)
         dead = purge_target(bind, dead_target, dead_window, **options)
     return StorePurgeResult(done=done, dead=dead)

@@ -211,7 +211,7 @@ def test_partition_commands_on_an_unpartitioned_table(tmp_path: Path) -> None:
 
 
 def test_bench_help_names_every_scenario_it_accepts() -> None:
-    from sa_inbox.bench.cli import bench
+    from sa_inbox.cli.bench import bench
 
     (names,) = [p for p in bench.params if p.name == "names"]
     accepted = list(names.type.choices)  # type: ignore[attr-defined]

@@ -11,6 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from sa_inbox.bench.db import sqlite_wal
 from sa_inbox.store import InboxStore, StoredMessage
 
 TABLE = "store_test_inbox"
@@ -19,17 +20,8 @@ TABLE = "store_test_inbox"
 def make_engine(url: str) -> sa.Engine:
     """An engine for the tests; SQLite in WAL mode (one fsync-free commit per message)."""
     if url.startswith("sqlite"):
-        engine = sa.create_engine(url, connect_args={"timeout": 60})
-        sa.event.listen(engine, "connect", _sqlite_wal)
-        return engine
+        return sqlite_wal(sa.create_engine(url, connect_args={"timeout": 60}))
     return sa.create_engine(url, pool_size=5, max_overflow=5)
-
-
-def _sqlite_wal(dbapi_connection: Any, record: object) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
 
 
 class StoreApp:

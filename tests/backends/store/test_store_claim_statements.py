@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from sa_inbox.dialects import backend_for
 from sa_inbox.store import PROCESSING
-from tests.store.app import StoreApp, make_engine
+from tests.support.store_app import StoreApp, make_engine
 
 pytestmark = pytest.mark.backend
 

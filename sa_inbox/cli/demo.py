@@ -1,10 +1,9 @@
-"""The ``sa-inbox`` command line: a :mod:`click` group, one sub-command per task.
+"""``sa-inbox demo``: replay a payment stream through the inbox and verify the ledger.
 
-Sub-commands stay thin: they parse options and call the library (``demo`` calls
-:func:`sa_inbox.demo.run_demo`), importing it only when they run.
-
-Exit codes: 0 success; 1 the run finished but its verification failed; 2 usage error;
-3 the command could not run (database unreachable, a worker died); 130 interrupted.
+The command parses its options and calls :func:`sa_inbox.demo.run_demo`, imported only
+when it runs. Exit codes (:mod:`._common`): 0 every payment applied exactly once, 1 not
+(the verification failed, as expected with ``--no-inbox``), 2 usage error, 3 the demo could
+not run, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -14,30 +13,12 @@ from pathlib import Path
 
 import click
 
-from .alembic_cli import alembic_group
-from .bench.cli import bench
-from .retention_cli import partitions_group, purge_command
-from .worker_cli import store_group, worker_command
+from ._common import EXIT_FAILED, EXIT_INTERRUPTED, CannotRun, check_url
 
-__all__ = ["main"]
-
-#: Exit code when a command could not run to the end.
-EXIT_ERROR = 3
+__all__ = ["demo"]
 
 
-class CommandError(click.ClickException):
-    """A command failed to run; printed as ``Error: ...``, exit code :data:`EXIT_ERROR`."""
-
-    exit_code = EXIT_ERROR
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="sa-inbox")
-def main() -> None:
-    """sa-inbox: exactly-once message processing for SQLAlchemy (the inbox pattern)."""
-
-
-@main.command()
+@click.command("demo")
 @click.option(
     "--messages",
     default=2000,
@@ -124,13 +105,11 @@ def demo(
     """
     from rich.console import Console
 
-    from .demo import DemoConfig, DemoError, render, run_demo
+    from ..demo import DemoConfig, DemoError, render, run_demo
 
     if url is not None and db_file is not None:
         raise click.UsageError("--url and --db-file are exclusive")
     if url is not None:
-        from .cli_engine import check_url
-
         check_url(url)
     config = DemoConfig(
         messages=messages,
@@ -155,23 +134,12 @@ def demo(
     try:
         verification = run_demo(config, console=Console(stderr=True))
     except DemoError as exc:
-        raise CommandError(str(exc)) from exc
+        raise CannotRun(str(exc)) from exc
     except KeyboardInterrupt:
         console.print("interrupted: workers stopped, nothing verified")
-        raise SystemExit(130) from None
+        raise SystemExit(EXIT_INTERRUPTED) from None
     console.print(render(verification))
     if json_path is not None:
         json_path.write_text(json.dumps(verification.to_json(), indent=2) + "\n")
     if not verification.ok:
-        raise SystemExit(1)
-
-
-main.add_command(alembic_group)
-main.add_command(purge_command)
-main.add_command(partitions_group)
-main.add_command(worker_command)
-main.add_command(store_group)
-main.add_command(bench)
-
-if __name__ == "__main__":
-    main()
+        raise SystemExit(EXIT_FAILED)

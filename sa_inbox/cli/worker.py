@@ -1,8 +1,7 @@
-"""``sa-inbox worker`` and ``sa-inbox store``: run the store's worker, inspect and replay rows.
+"""``sa-inbox worker``: run the inbox store's worker with a handler named on the command line.
 
-Registered into the :mod:`click` group of :mod:`sa_inbox.cli`. Exit codes as there: 0
-success, 2 usage error (a bad ``--handler``, neither ``--consumer`` nor
-``--all-consumers`` for ``worker``), 3 the command could not run (database unreachable,
+Exit codes (:mod:`._common`): 0 success, 2 usage error (a bad ``--handler``, neither
+``--consumer`` nor ``--all-consumers``), 3 the command could not run (database unreachable,
 store table missing, a :class:`~sa_inbox.exc.ConfigurationError` that stopped the worker).
 """
 
@@ -18,10 +17,12 @@ from typing import Any
 
 import click
 
-from .exc import InvalidHandler
-from .handlers import check_handler
+from ..exc import InvalidHandler
+from ..handlers import check_handler
+from ._common import CannotRun, bind_store, connected
+from .store import store_options
 
-__all__ = ["ConfirmationNeeded", "resolve_handler", "store_group", "worker_command"]
+__all__ = ["resolve_handler", "worker_command"]
 
 
 def resolve_handler(spec: str) -> Callable[..., Any]:
@@ -55,47 +56,8 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
     return target  # type: ignore[no-any-return]
 
 
-def _bound_store(url: str, table: str, schema: str | None) -> Any:
-    """``(InboxStore, engine)`` for ``url``, after checking the store table exists.
-
-    :raises click.ClickException: as :func:`~sa_inbox.cli_engine.open_engine` and
-        :func:`~sa_inbox.cli_engine.require_table` (exit 2 or 3).
-    """
-    import sqlalchemy as sa
-
-    from .cli_engine import open_engine, require_table
-    from .store import InboxStore
-
-    engine = open_engine(url)
-    try:
-        require_table(engine, table, schema, "store table")
-    except click.ClickException:
-        engine.dispose()
-        raise
-    return InboxStore(sa.MetaData(), table_name=table, schema=schema), engine
-
-
-def _table_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option("--url", required=True, help="Database URL (SQLAlchemy form)."),
-        click.option(
-            "--table", default="inbox_store", show_default=True, help="The store table's name."
-        ),
-        click.option("--schema", default=None, help="The store table's schema."),
-        click.option(
-            "--consumer",
-            default=None,
-            help="The consumer (queue) name; default: every consumer (worker: see "
-            "--all-consumers).",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
 @click.command("worker")
-@_table_options
+@store_options
 @click.option("--handler", "handler_spec", required=True, help="module:function to call.")
 @click.option("--batch-size", default=10, show_default=True, type=click.IntRange(min=1))
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1))
@@ -199,9 +161,8 @@ def worker_command(
     which cannot be undone. (store counts and store replay, which only read or reset
     rows, cover every consumer without --consumer, as the library's counts() does.)
     """
-    from .cli_engine import CannotRun
-    from .exc import ConfigurationError
-    from .store import Backoff, Worker
+    from ..exc import ConfigurationError
+    from ..store import Backoff, Worker
 
     if (consumer is None) == (not all_consumers):
         raise click.UsageError(
@@ -211,27 +172,25 @@ def worker_command(
     _put_first_on_path(app_dir)
     handler = resolve_handler(handler_spec)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
-    store, engine = _bound_store(url, table, schema)
-    worker = Worker(
-        store.bind(engine),
-        handler,
-        consumer_name=consumer,
-        batch_size=batch_size,
-        concurrency=concurrency,
-        visibility_timeout=visibility_timeout,
-        max_attempts=max_attempts,
-        ordered=ordered,
-        backoff=Backoff(base=backoff, maximum=max_backoff),
-        poll_interval=poll_interval,
-    )
-    try:
-        worker.run(until_empty=until_empty, max_messages=max_messages, max_seconds=max_seconds)
-    except ConfigurationError as exc:
-        click.echo(json.dumps(worker.summary.as_dict()))
-        first_line = (str(exc).strip().splitlines() or [""])[0]
-        raise CannotRun(f"{type(exc).__name__}: {first_line}") from exc
-    finally:
-        engine.dispose()
+    with connected(url, "the worker failed") as engine:
+        worker = Worker(
+            bind_store(engine, table, schema).bind(engine),
+            handler,
+            consumer_name=consumer,
+            batch_size=batch_size,
+            concurrency=concurrency,
+            visibility_timeout=visibility_timeout,
+            max_attempts=max_attempts,
+            ordered=ordered,
+            backoff=Backoff(base=backoff, maximum=max_backoff),
+            poll_interval=poll_interval,
+        )
+        try:
+            worker.run(until_empty=until_empty, max_messages=max_messages, max_seconds=max_seconds)
+        except ConfigurationError as exc:
+            click.echo(json.dumps(worker.summary.as_dict()))
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            raise CannotRun(f"{type(exc).__name__}: {first_line}") from exc
     click.echo(json.dumps(worker.summary.as_dict()))
 
 
@@ -243,74 +202,3 @@ def _put_first_on_path(app_dir: str) -> None:
     if path in sys.path:
         sys.path.remove(path)
     sys.path.insert(0, path)
-
-
-@click.group("store")
-def store_group() -> None:
-    """Inspect the inbox store and replay its rows."""
-
-
-@store_group.command("counts")
-@_table_options
-def counts_command(url: str, table: str, schema: str | None, consumer: str | None) -> None:
-    """Print the number of rows per status as JSON (every consumer's without --consumer)."""
-    store, engine = _bound_store(url, table, schema)
-    click.echo(json.dumps(store.counts(engine, consumer)))
-
-
-class ConfirmationNeeded(click.ClickException):
-    """A replay of done rows without ``--yes``: nothing changed, exit code 2."""
-
-    exit_code = 2
-
-
-@store_group.command("replay")
-@_table_options
-@click.option("--id", "ids", type=int, multiple=True, help="A row id (repeatable).")
-@click.option("--status", type=click.Choice(["dead", "done"]), help="Rows in this status.")
-@click.option(
-    "--dry-run", is_flag=True, help="Only print how many rows would be replayed; change nothing."
-)
-@click.option(
-    "--yes",
-    is_flag=True,
-    help="Confirm a replay of done rows (their messages are processed a second time).",
-)
-def replay_command(
-    url: str,
-    table: str,
-    schema: str | None,
-    consumer: str | None,
-    ids: tuple[int, ...],
-    status: str | None,
-    dry_run: bool,
-    yes: bool,
-) -> None:
-    """Reset the chosen dead or done rows to pending; print how many as JSON.
-
-    Rows of every consumer are chosen unless --consumer names one.
-
-    Replaying done rows processes their messages again, so --status done needs --yes
-    (without it: the count is printed, nothing changes, exit code 2). --dry-run prints
-    {"would_replay": N} and changes nothing.
-    """
-    from .exc import InvalidStoreArgument
-
-    store, engine = _bound_store(url, table, schema)
-    filters: dict[str, Any] = {"ids": ids or None, "status": status, "consumer_name": consumer}
-    try:
-        if dry_run or (status == "done" and not yes):
-            count = store.replayable(engine, **filters)
-            if dry_run:
-                click.echo(json.dumps({"would_replay": count}))
-                return
-            raise ConfirmationNeeded(
-                f"{count} done rows would be reset to pending and their messages processed "
-                "again: pass --yes to replay them (or --dry-run to only count)"
-            )
-        count = store.replay(engine, **filters)
-    except InvalidStoreArgument as exc:
-        raise click.UsageError(str(exc)) from exc
-    finally:
-        engine.dispose()
-    click.echo(json.dumps({"replayed": count}))

@@ -7,8 +7,9 @@
     sa-inbox bench report                           # bench-results/*.json -> report.md + PNGs
     sa-inbox bench growth --rate 2000 --window 7d   # the calculator, from measured bytes/row
 
-Exit codes as for every ``sa-inbox`` command: 0 success, 2 usage error, 3 the benchmark
-could not run (database unreachable, a worker failed, wrong business state).
+Exit codes (:mod:`._common`): 0 success, 2 usage error, 3 the benchmark could not run
+(database unreachable, a worker failed, wrong business state). The scenarios are the modules
+of :mod:`sa_inbox.bench`, imported only when they run.
 """
 
 from __future__ import annotations
@@ -19,19 +20,12 @@ from pathlib import Path
 
 import click
 
-from . import SCENARIOS
+from ..bench import SCENARIOS
+from ._common import CannotRun, check_url
 
 __all__ = ["bench"]
 
-EXIT_ERROR = 3
 REPORT = "report"
-
-
-class BenchFailed(click.ClickException):
-    """The benchmark could not run; exit code :data:`EXIT_ERROR`."""
-
-    exit_code = EXIT_ERROR
-
 
 #: The command's help, naming every scenario of :data:`sa_inbox.bench.SCENARIOS`.
 HELP = f"""Run benchmark SCENARIOs (default: all), print tables and write JSON to --out.
@@ -129,21 +123,19 @@ def bench(
         _calculate(rate, window, consumers, figures)
     else:
         if url is not None:
-            from ..cli_engine import check_url
-
             check_url(url)
         _run(names or SCENARIOS, url, messages, workers, repeat, rows, out)
 
 
 def _report(out: Path) -> None:
-    from .report import write_report
+    from ..bench.report import write_report
 
     try:
         written = write_report(out)
     except FileNotFoundError as exc:
-        raise BenchFailed(str(exc)) from exc
+        raise CannotRun(str(exc)) from exc
     except ImportError as exc:
-        raise BenchFailed(
+        raise CannotRun(
             f"the report needs matplotlib: pip install 'sa-inbox[bench]' ({exc})"
         ) from exc
     for path in written:
@@ -153,7 +145,7 @@ def _report(out: Path) -> None:
 def _calculate(rate: float, window: str, consumers: int, source: Path | None) -> None:
     from rich.console import Console
 
-    from .growth import load_figures, parse_window, project, projection_table
+    from ..bench.growth import load_figures, parse_window, project, projection_table
 
     try:
         seconds = parse_window(window)
@@ -162,7 +154,7 @@ def _calculate(rate: float, window: str, consumers: int, source: Path | None) ->
     try:
         figures = load_figures(source)
     except (FileNotFoundError, KeyError) as exc:
-        raise BenchFailed(f"cannot read growth figures: {exc}") from exc
+        raise CannotRun(f"cannot read growth figures: {exc}") from exc
     projections = project(rate, seconds, figures, consumers)
     console = Console()
     console.print(
@@ -184,10 +176,10 @@ def _run(
     from rich.console import Console
     from sqlalchemy.exc import SQLAlchemyError
 
-    from . import scenario
-    from .db import default_sqlite_url
-    from .runner import BenchConfig, make_progress, run_scenario
-    from .workers import BenchError
+    from ..bench import scenario
+    from ..bench.db import default_sqlite_url
+    from ..bench.runner import BenchConfig, make_progress, run_scenario
+    from ..bench.workers import BenchError
 
     console = Console()
     started = time.perf_counter()
@@ -203,5 +195,5 @@ def _run(
                 for name in names:
                     run_scenario(scenario(name), config, console=console, progress=progress)
         except (BenchError, SQLAlchemyError) as exc:
-            raise BenchFailed(str(exc)) from exc
+            raise CannotRun(str(exc)) from exc
     console.print(f"done in {time.perf_counter() - started:.0f} s; JSON in {out}")

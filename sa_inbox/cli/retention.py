@@ -9,8 +9,8 @@
 - ``sa-inbox partitions list --url URL --table T``: the partitions and their ranges.
 
 Durations are a number and a unit: ``90s``, ``15m``, ``12h``, ``7d``, ``2w``.
-Exit codes: 0 done; 2 usage error or a window the policy refuses (nothing deleted); 3 the
-command could not run (database error).
+Exit codes (:mod:`._common`): 0 done; 2 usage error or a window the policy refuses (nothing
+deleted); 3 the command could not run (database error).
 """
 
 from __future__ import annotations
@@ -20,23 +20,23 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+import sqlalchemy as sa
+
+from ._common import bind_store, connected, require_table
+
+if TYPE_CHECKING:
+    from ..retention import Batch, PurgeTarget, RetentionPolicy
 
 __all__ = ["Duration", "partitions_group", "purge_command"]
 
-#: Exit code when a command could not run (the same as ``sa_inbox.cli``).
-EXIT_ERROR = 3
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-
-
-class RetentionCommandError(click.ClickException):
-    """The command could not run; printed as ``Error: ...`` with exit code 3."""
-
-    exit_code = EXIT_ERROR
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]
@@ -98,13 +98,6 @@ def _target_options(command: Any) -> Any:
     for option in reversed(options):
         command = option(command)
     return command
-
-
-def _engine(url: str) -> Any:
-    """The engine of ``--url`` (see :func:`sa_inbox.cli_engine.open_engine`)."""
-    from .cli_engine import open_engine
-
-    return open_engine(url)
 
 
 def _writable_json_path(
@@ -179,34 +172,33 @@ def purge_command(
     The window is at least --max-redelivery + --max-replay + --margin: a shorter
     --older-than is refused and nothing is deleted.
     """
-    import sqlalchemy as sa
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from . import retention
-    from .exc import InboxError, RetentionWindowTooShort
+    from .. import retention
+    from ..exc import InboxError, RetentionWindowTooShort
 
     if dead_older_than is not None and not store:
         raise click.UsageError("--dead-older-than needs --store")
     try:
         policy = retention.RetentionPolicy(max_redelivery, max_replay=max_replay, margin=margin)
         window = retention.resolve_window(older_than or policy, policy)
+        dead_window = None
         if dead_older_than is not None:
-            retention.resolve_window(dead_older_than, policy)
+            dead_window = retention.resolve_window(dead_older_than, policy)
     except RetentionWindowTooShort as exc:
         raise click.UsageError(str(exc)) from exc
     except InboxError as exc:
         raise click.UsageError(str(exc)) from exc
 
     console = Console(stderr=True)
-    engine = _engine(url)
     batches: list[retention.Batch] = []
     started = time.perf_counter()
-    try:
-        target, runner = _purge_plan(
-            engine, table, schema, store, policy, window, dead_older_than, batch_size
+    with connected(url, "purge failed") as engine:
+        plan = _purge_plan(engine, table, schema, store, policy, window, dead_window, batch_size)
+        expected = sum(
+            retention.count_expired(engine, target, older) for target, older in plan.counted
         )
-        expected = retention.count_expired(engine, target, window)
         with Progress(
             "[progress.description]{task.description}",
             BarColumn(),
@@ -214,17 +206,13 @@ def purge_command(
             TimeElapsedColumn(),
             console=console,
         ) as progress:
-            task = progress.add_task(f"purging {target.table.fullname}", total=expected or None)
+            task = progress.add_task(f"purging {plan.table.fullname}", total=expected or None)
 
             def on_batch(batch: retention.Batch) -> None:
                 batches.append(batch)
                 progress.update(task, advance=batch.rows)
 
-            deleted = runner(on_batch)
-    except sa.exc.SQLAlchemyError as exc:
-        raise RetentionCommandError(f"purge failed: {exc}") from exc
-    finally:
-        engine.dispose()
+            deleted = plan.run(on_batch)
     elapsed = time.perf_counter() - started
     figures = _figures(deleted, batches, elapsed, window)
     click.echo(
@@ -235,59 +223,68 @@ def purge_command(
         json_path.write_text(json.dumps(figures, indent=2) + "\n")
 
 
+@dataclass(frozen=True)
+class _PurgePlan:
+    """What ``sa-inbox purge`` deletes, and how.
+
+    :param table: the table purged (named by the progress bar).
+    :param counted: each target the purge deletes from, with its window: counted with
+        :func:`~sa_inbox.retention.count_expired` for the progress bar's total.
+    :param run: runs the purge with an ``on_batch`` callback; returns the rows deleted.
+    """
+
+    table: sa.Table
+    counted: list[tuple[PurgeTarget, datetime.timedelta]]
+    run: Callable[[Callable[[Batch], None]], int]
+
+
 def _purge_plan(
-    engine: Any,
+    engine: sa.Engine,
     table: str | None,
     schema: str | None,
     store: bool,
-    policy: Any,
+    policy: RetentionPolicy,
     window: datetime.timedelta,
-    dead_older_than: datetime.timedelta | None,
+    dead_window: datetime.timedelta | None,
     batch_size: int,
-) -> tuple[Any, Any]:
-    """The target to count for the progress bar, and the purge to run.
+) -> _PurgePlan:
+    """The purge of the inbox store (``--store``) or of a table, with the targets it deletes
+    from as :mod:`sa_inbox.retention` defines them (a store's table named by ``--table``
+    without ``--store`` is purged, and counted, by its ``done`` rows).
 
     :raises CannotRun: (exit 3) if the table does not exist.
     """
-    import sqlalchemy as sa
-
-    from . import retention
-    from .cli_engine import require_table
+    from .. import retention
 
     if store:
-        from .store import DEFAULT_STORE_TABLE, DONE, InboxStore
+        from ..store import DEFAULT_STORE_TABLE
 
-        require_table(engine, table or DEFAULT_STORE_TABLE, schema, "store table")
-        inbox_store = InboxStore(
-            sa.MetaData(), table_name=table or DEFAULT_STORE_TABLE, schema=schema
-        )
-        t = inbox_store.table
-        target = retention.PurgeTarget(
-            t, "processed_at", t.c.status == DONE, retention.python_utc_now
-        )
+        inbox_store = bind_store(engine, table or DEFAULT_STORE_TABLE, schema)
+        done, dead = retention.store_purge_targets(inbox_store)
+        counted = [(done, window)] + ([] if dead_window is None else [(dead, dead_window)])
 
-        def run_store(on_batch: Any) -> int:
+        def run_store(on_batch: Callable[[Batch], None]) -> int:
             result = retention.purge_store(
                 engine,
                 inbox_store,
                 older_than=window,
                 policy=policy,
-                dead_older_than=dead_older_than,
+                dead_older_than=dead_window,
                 batch_size=batch_size,
                 on_batch=on_batch,
             )
             return result.total
 
-        return target, run_store
+        return _PurgePlan(inbox_store.table, counted, run_store)
 
-    from .schema import DEFAULT_TABLE_NAME
+    from ..schema import DEFAULT_TABLE_NAME
 
     require_table(engine, table or DEFAULT_TABLE_NAME, schema, "table")
     reflected = sa.Table(
         table or DEFAULT_TABLE_NAME, sa.MetaData(), schema=schema, autoload_with=engine
     )
 
-    def run(on_batch: Any) -> int:
+    def run(on_batch: Callable[[Batch], None]) -> int:
         return retention.purge(
             engine,
             older_than=window,
@@ -297,7 +294,7 @@ def _purge_plan(
             on_batch=on_batch,
         )
 
-    return retention.PurgeTarget(reflected), run
+    return _PurgePlan(reflected, [(retention.purge_target_of(reflected), window)], run)
 
 
 def _figures(
@@ -326,11 +323,9 @@ def _partitioned_table(engine: Any, table: str | None, schema: str | None) -> An
     :raises CannotRun: (exit 3) if the table does not exist.
     :raises click.BadParameter: (exit 2) if the table is not partitioned.
     """
-    import sqlalchemy as sa
 
-    from .cli_engine import require_table
-    from .retention.partitions import partition_key_definition
-    from .schema import DEFAULT_TABLE_NAME
+    from ..retention.partitions import partition_key_definition
+    from ..schema import DEFAULT_TABLE_NAME
 
     if engine.dialect.name != "postgresql":
         raise click.UsageError("time partitions are a PostgreSQL feature")
@@ -368,31 +363,26 @@ def maintain_command(
 
     Refuses (exit 2, nothing changed) a table partitioned by arrival time.
     """
-    import sqlalchemy as sa
 
-    from .exc import InboxError, UnsafePartitionKey
-    from .retention import RetentionPolicy
-    from .retention.partitions import maintain_partitions
+    from ..exc import InboxError, UnsafePartitionKey
+    from ..retention import RetentionPolicy
+    from ..retention.partitions import maintain_partitions
 
     try:
         policy = RetentionPolicy(max_redelivery, max_replay=max_replay, margin=margin)
     except InboxError as exc:
         raise click.UsageError(str(exc)) from exc
-    engine = _engine(url)
-    try:
-        result = maintain_partitions(
-            engine,
-            _partitioned_table(engine, table, schema),
-            policy=policy,
-            interval=interval,
-            ahead=ahead,
-        )
-    except UnsafePartitionKey as exc:
-        raise click.UsageError(str(exc)) from exc
-    except sa.exc.SQLAlchemyError as exc:
-        raise RetentionCommandError(f"partition maintenance failed: {exc}") from exc
-    finally:
-        engine.dispose()
+    with connected(url, "partition maintenance failed") as engine:
+        try:
+            result = maintain_partitions(
+                engine,
+                _partitioned_table(engine, table, schema),
+                policy=policy,
+                interval=interval,
+                ahead=ahead,
+            )
+        except UnsafePartitionKey as exc:
+            raise click.UsageError(str(exc)) from exc
     click.echo(f"created {len(result.created)}: {', '.join(result.created) or '-'}")
     click.echo(f"dropped {len(result.dropped)}: {', '.join(result.dropped) or '-'}")
 
@@ -401,19 +391,13 @@ def maintain_command(
 @_target_options
 def list_command(url: str, table: str | None, schema: str | None) -> None:
     """The partitions of the table and their ranges, oldest first (one per line)."""
-    import sqlalchemy as sa
 
-    from .retention.partitions import list_partitions
+    from ..retention.partitions import list_partitions
 
-    engine = _engine(url)
-    try:
+    with connected(url, "could not list partitions") as engine:
         parent = _partitioned_table(engine, table, schema)
         with engine.connect() as conn:
             partitions = list_partitions(conn, parent)
-    except sa.exc.SQLAlchemyError as exc:
-        raise RetentionCommandError(f"could not list partitions: {exc}") from exc
-    finally:
-        engine.dispose()
     for partition in partitions:
         click.echo(
             f"{partition.name}\t{partition.lower.isoformat()}\t{partition.upper.isoformat()}"

@@ -8,6 +8,7 @@
   ``--store-only`` (when an earlier revision already created the processed-messages table).
 
 Alembic is imported only when a sub-command runs (it is the optional ``alembic`` extra).
+Exit codes (:mod:`._common`): 0 done, 2 usage error, 3 Alembic refused the command.
 """
 
 from __future__ import annotations
@@ -16,17 +17,9 @@ from pathlib import Path
 
 import click
 
+from ._common import CannotRun
+
 __all__ = ["alembic_group"]
-
-#: Exit code when a command could not run (the same as ``sa_inbox.cli``).
-EXIT_ERROR = 3
-
-
-class AlembicCommandError(click.ClickException):
-    """Alembic refused the command; printed as ``Error: ...`` with exit code 3."""
-
-    exit_code = EXIT_ERROR
-
 
 CONFIG_OPTION = click.option(
     "-c",
@@ -57,15 +50,15 @@ def init(directory: Path, config_file: Path) -> None:
     from alembic import command
     from alembic.util import CommandError
 
-    from .alembic import Config
-    from .alembic.config import TEMPLATE
+    from ..alembic import Config
+    from ..alembic.config import TEMPLATE
 
     try:
         command.init(Config(str(config_file)), str(directory), template=TEMPLATE)
     except CommandError as exc:
-        raise AlembicCommandError(str(exc)) from exc
+        raise CannotRun(str(exc)) from exc
     except OSError as exc:
-        raise AlembicCommandError(
+        raise CannotRun(
             f"cannot create the Alembic environment in {str(directory)!r}: "
             f"{exc.strerror or exc} ({exc.filename or directory})"
         ) from exc
@@ -129,7 +122,7 @@ def revision(
     """
     from alembic.util import CommandError
 
-    from .alembic import Config, InvalidTableOptions, inbox_operations, write_inbox_revision
+    from ..alembic import Config, InvalidTableOptions, inbox_operations, write_inbox_revision
 
     if not config_file.is_file():
         raise click.UsageError(f"no Alembic config file {str(config_file)!r} (see -c)")
@@ -149,5 +142,5 @@ def revision(
             Config(str(config_file)), message, operations=operations, rev_id=rev_id, head=head
         )
     except CommandError as exc:
-        raise AlembicCommandError(str(exc)) from exc
+        raise CannotRun(str(exc)) from exc
     click.echo(f"Generated {script.path}")

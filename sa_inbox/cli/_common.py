@@ -1,31 +1,68 @@
-"""Opening the database of a ``sa-inbox`` command: one helper, the same errors everywhere.
+"""What every ``sa-inbox`` command shares: the exit codes, the error that ends a command
+that could not run, and opening the database of a command's ``--url``.
+
+Exit codes (one place for them; every command uses these):
+
+=====  ===========================================================================
+code   meaning
+=====  ===========================================================================
+0      success (:data:`EXIT_OK`)
+1      the run finished but its verification failed (``demo``; :data:`EXIT_FAILED`)
+2      usage error: bad options, a window the policy refuses (:data:`EXIT_USAGE`)
+3      the command could not run: database unreachable, driver not installed, table
+       missing, a worker died (:data:`EXIT_ERROR`, raised as :class:`CannotRun`)
+130    interrupted (:data:`EXIT_INTERRUPTED`)
+=====  ===========================================================================
 
 :func:`open_engine` turns the ``--url`` of a command into an engine (:func:`check_url` only
-checks it, for ``demo`` and ``bench``, whose engines live in worker processes), or into a clean
-``Error: ...`` with the CLI's exit codes (:mod:`sa_inbox.cli`): 2 for a URL that is not a
-SQLAlchemy URL, 3 when the command cannot run (the backend's driver is not installed, the
-SQLite file does not exist). :func:`require_table` reports a missing table the same way.
+checks it, for ``demo`` and ``bench``, whose engines live in worker processes), or into a
+clean ``Error: ...`` line: exit 2 for a URL that is not a SQLAlchemy URL, 3 when the command
+cannot run (the backend's driver is not installed, the SQLite file does not exist).
+:func:`require_table` reports a missing table the same way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import sqlalchemy as sa
 
+from ..exc import ConfigurationError
+
+if TYPE_CHECKING:
+    from ..store import InboxStore
+
 __all__ = [
     "DRIVER_EXTRAS",
     "EXIT_ERROR",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
     "CannotRun",
+    "bind_store",
     "check_url",
+    "connected",
+    "one_line",
     "open_engine",
     "require_table",
     "sqlite_file",
 ]
 
-#: Exit code when a command could not run (as :data:`sa_inbox.cli.EXIT_ERROR`).
+#: The command did what it was asked.
+EXIT_OK = 0
+#: The command ran to the end but its verification failed (``sa-inbox demo``).
+EXIT_FAILED = 1
+#: Usage error (click's own exit code for :class:`click.UsageError`); nothing was changed.
+EXIT_USAGE = 2
+#: The command could not run to the end.
 EXIT_ERROR = 3
+#: Interrupted (SIGINT), as a shell reports it.
+EXIT_INTERRUPTED = 130
 
 #: The ``pip install 'sa-inbox[extra]'`` extra for each backend, and the driver it installs.
 DRIVER_EXTRAS = {
@@ -37,9 +74,34 @@ DRIVER_EXTRAS = {
 
 
 class CannotRun(click.ClickException):
-    """The command cannot run; printed as ``Error: ...``, exit code :data:`EXIT_ERROR`."""
+    """The command cannot run; printed as one ``Error: ...`` line, exit code
+    :data:`EXIT_ERROR`.
+
+    :param message: what went wrong; a driver's or SQLAlchemy's error text in it is put on
+        one line by :func:`one_line`.
+    """
 
     exit_code = EXIT_ERROR
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
+
+#: Where the parts of SQLAlchemy's error text that a user of the command does not need
+#: start: the statement, its parameters, the link to the error's page.
+_DETAIL_MARKERS = ("\n[SQL:", "\n[parameters:", "\n(Background on this error at:")
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line: without the SQL statement, parameters and link of a
+    SQLAlchemy error, its remaining lines joined by single spaces.
+
+    ``"(psycopg.OperationalError) connection failed: ...\\n\\tIs the server running ...?
+    \\n(Background on this error at: ...)"`` becomes ``"(psycopg.OperationalError) connection
+    failed: ... Is the server running ...?"``.
+    """
+    cut = min((i for m in _DETAIL_MARKERS if (i := message.find(m)) >= 0), default=len(message))
+    return " ".join(message[:cut].split())
 
 
 def sqlite_file(url: sa.URL) -> Path | None:
@@ -129,3 +191,36 @@ def require_table(engine: sa.Engine, table: str, schema: str | None, what: str) 
             f"the {what} {name!r} does not exist: create it with metadata.create_all() "
             "or an Alembic migration (sa-inbox alembic revision)"
         )
+
+
+def bind_store(engine: sa.Engine, table: str, schema: str | None) -> InboxStore:
+    """The :class:`~sa_inbox.store.InboxStore` of the existing store table ``table``.
+
+    :raises CannotRun: (exit 3) as :func:`require_table`.
+    """
+    from ..store import InboxStore
+
+    require_table(engine, table, schema, "store table")
+    return InboxStore(sa.MetaData(), table_name=table, schema=schema)
+
+
+@contextmanager
+def connected(url: str, failure: str) -> Iterator[sa.Engine]:
+    """The engine of a command's ``--url`` for the ``with`` block, disposed at its end; a
+    database error inside the block ends the command as one ``Error: <failure>: ...`` line.
+
+    :param url: the ``--url``, as :func:`open_engine` takes it.
+    :param failure: what failed, for the message (``"purge failed"``).
+    :raises click.ClickException: as :func:`open_engine` (exit 2 or 3).
+    :raises CannotRun: (exit 3) for a :class:`sqlalchemy.exc.SQLAlchemyError` or a
+        :class:`~sa_inbox.exc.ConfigurationError` (a missing table or column) in the block.
+    """
+    engine = open_engine(url)
+    try:
+        yield engine
+    except sa.exc.SQLAlchemyError as exc:
+        raise CannotRun(f"{failure}: {exc}") from exc
+    except ConfigurationError as exc:
+        raise CannotRun(f"{failure}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        engine.dispose()
