@@ -65,7 +65,7 @@ Handler = Callable[[Any, StoredMessage], object]
 
 
 class MessageStore(Protocol):
-    """What a :class:`~sa_inbox.worker.Worker` needs from a store.
+    """What a :class:`~sa_inbox.store.worker.Worker` needs from a store.
 
     :class:`~sa_inbox.store.BoundStore` (a database) and
     :class:`sa_inbox.testing.MemoryStore` implement it. ``now`` is always an aware UTC

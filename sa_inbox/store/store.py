@@ -564,7 +564,7 @@ class InboxStore:
     def has_unfinished(self, engine: sa.Engine, *, consumer_name: str | None = None) -> bool:
         """Whether any row of the consumer is still ``pending`` or ``processing``.
 
-        What :meth:`Worker.run(until_empty=True) <sa_inbox.worker.Worker.run>` waits for:
+        What :meth:`Worker.run(until_empty=True) <sa_inbox.store.worker.Worker.run>` waits for:
         a pending row may be waiting out its back-off, a processing row may be in another
         worker's hands (or abandoned, and claimed again after the visibility timeout).
         ``dead`` and ``done`` rows are finished. One ``SELECT id … LIMIT 1`` on the claim
