@@ -1,0 +1,68 @@
+"""The package layout's rules (issue 10): old module paths still import, and the store's
+worker and the in-memory store depend on the store protocol, not on the database store."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import sa_inbox
+
+PACKAGE = Path(sa_inbox.__file__).parent
+
+
+def _imports(relative: str) -> set[str]:
+    """The modules ``sa_inbox/<relative>`` imports, resolved to absolute names."""
+    path = PACKAGE / relative
+    module = "sa_inbox." + relative.removesuffix(".py").replace("/", ".")
+    package = module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            if node.level:
+                base = base[: len(base) - node.level + 1]
+                name = ".".join([*base, node.module] if node.module else base)
+            else:
+                name = node.module or ""
+            found.add(name)
+            found.update(f"{name}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_the_01_module_paths_still_import() -> None:
+    import sa_inbox.partitions
+    import sa_inbox.retention.partitions
+    import sa_inbox.store.worker
+    import sa_inbox.worker
+
+    assert sa_inbox.worker.Worker is sa_inbox.store.worker.Worker is sa_inbox.Worker
+    assert sa_inbox.worker.__all__ == sa_inbox.store.worker.__all__
+    assert (
+        sa_inbox.partitions.PartitionedInbox is sa_inbox.retention.partitions.PartitionedInbox
+    )
+
+
+def test_worker_and_memory_store_import_the_protocol_not_the_database_store() -> None:
+    for relative in ("store/worker.py", "testing.py"):
+        imported = _imports(relative)
+        assert "sa_inbox.store.store" not in imported, relative
+        assert not any(name.startswith("sa_inbox.dialects") for name in imported), relative
+
+
+def test_nothing_but_the_cli_imports_the_cli() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        relative = str(path.relative_to(PACKAGE))
+        if relative.startswith("cli/"):
+            continue
+        assert not any(
+            name == "sa_inbox.cli" or name.startswith("sa_inbox.cli.")
+            for name in _imports(relative)
+        ), relative
+
+
+def test_the_import_scan_sees_relative_imports() -> None:
+    assert "sa_inbox.store.protocol" in _imports("store/worker.py")
+    assert "sa_inbox.handlers" in _imports("store/worker.py")
