@@ -7,6 +7,7 @@ store table missing, a :class:`~sa_inbox.exc.ConfigurationError` that stopped th
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import logging
@@ -16,9 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+import sqlalchemy as sa
 
 from ..exc import InvalidHandler
-from ..handlers import check_handler
+from ..handlers import check_handler, is_async_callable
 from ._common import CannotRun, bind_store, connected
 from .store import store_options
 
@@ -26,7 +28,8 @@ __all__ = ["resolve_handler", "worker_command"]
 
 
 def resolve_handler(spec: str) -> Callable[..., Any]:
-    """The callable named by ``"package.module:function"`` (``"module:obj.method"`` works).
+    """The callable named by ``"package.module:function"`` (``"module:obj.method"`` works):
+    a plain function, or an ``async def`` one (run by the asyncio worker).
 
     :raises click.BadParameter: if ``spec`` has no ``:``, the module cannot be imported, the
         name is missing, the object is not callable, or it cannot be called with the two
@@ -50,7 +53,7 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
     if not callable(target):
         raise click.BadParameter(f"{spec!r} is not callable", param_hint="--handler")
     try:
-        check_handler(target, ("session", "message"), name=repr(spec))
+        check_handler(target, ("session", "message"), name=repr(spec), asynchronous=True)
     except InvalidHandler as exc:
         raise click.BadParameter(str(exc), param_hint="--handler") from exc
     return target  # type: ignore[no-any-return]
@@ -147,6 +150,9 @@ def worker_command(
 ) -> None:
     """Process the inbox store's messages with HANDLER until SIGTERM/SIGINT.
 
+    An ``async def`` HANDLER(session, message) runs on the asyncio worker with an
+    AsyncSession, through the URL's async driver (aiosqlite, asyncpg, psycopg 3, aiomysql).
+
     HANDLER is called as handler(session, message) in the transaction that marks the
     message done. On SIGTERM or SIGINT the worker finishes the message in hand, releases
     the rest of its batch and exits 0. Prints the run's summary as JSON at exit
@@ -172,26 +178,79 @@ def worker_command(
     _put_first_on_path(app_dir)
     handler = resolve_handler(handler_spec)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    options: dict[str, Any] = {
+        "consumer_name": consumer,
+        "batch_size": batch_size,
+        "concurrency": concurrency,
+        "visibility_timeout": visibility_timeout,
+        "max_attempts": max_attempts,
+        "ordered": ordered,
+        "backoff": Backoff(base=backoff, maximum=max_backoff),
+        "poll_interval": poll_interval,
+    }
+    limits: dict[str, Any] = {
+        "until_empty": until_empty,
+        "max_messages": max_messages,
+        "max_seconds": max_seconds,
+    }
     with connected(url, "the worker failed") as engine:
-        worker = Worker(
-            bind_store(engine, table, schema).bind(engine),
-            handler,
-            consumer_name=consumer,
-            batch_size=batch_size,
-            concurrency=concurrency,
-            visibility_timeout=visibility_timeout,
-            max_attempts=max_attempts,
-            ordered=ordered,
-            backoff=Backoff(base=backoff, maximum=max_backoff),
-            poll_interval=poll_interval,
-        )
+        store = bind_store(engine, table, schema)
+        worker: Any
+        if is_async_callable(handler):
+            # An async def handler: the asyncio worker, on the URL's async driver (imported
+            # here: sqlalchemy.ext.asyncio needs greenlet, the sync worker does not).
+            from ..asyncio import AsyncInboxStore, AsyncWorker
+
+            async_engine = _async_engine(engine.url)
+            worker = AsyncWorker(AsyncInboxStore(store).bind(async_engine), handler, **options)
+        else:
+            async_engine, worker = None, Worker(store.bind(engine), handler, **options)
         try:
-            worker.run(until_empty=until_empty, max_messages=max_messages, max_seconds=max_seconds)
+            if async_engine is None:
+                worker.run(**limits)
+            else:
+                asyncio.run(_run_async(worker, async_engine, limits))
         except ConfigurationError as exc:
             click.echo(json.dumps(worker.summary.as_dict()))
             first_line = (str(exc).strip().splitlines() or [""])[0]
             raise CannotRun(f"{type(exc).__name__}: {first_line}") from exc
     click.echo(json.dumps(worker.summary.as_dict()))
+
+
+#: The async driver the asyncio worker uses for a URL of each sync driver.
+ASYNC_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+pysqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgresql+psycopg2": "postgresql+asyncpg",
+    "postgresql+psycopg": "postgresql+psycopg",  # psycopg 3 is sync and async
+    "mysql": "mysql+aiomysql",
+    "mysql+pymysql": "mysql+aiomysql",
+    "mariadb+pymysql": "mariadb+aiomysql",
+}
+
+
+def _async_engine(url: sa.URL) -> Any:
+    """An AsyncEngine on the same database as ``url``, through its driver's async peer.
+
+    :raises CannotRun: (exit 3) for a driver with no async peer here.
+    """
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    driver = ASYNC_DRIVERS.get(url.drivername)
+    if driver is None:
+        raise CannotRun(
+            f"an async def handler needs an async driver, and {url.drivername} has no async "
+            f"peer here (known: {', '.join(sorted(set(ASYNC_DRIVERS.values())))})"
+        )
+    return create_async_engine(url.set(drivername=driver))
+
+
+async def _run_async(worker: Any, engine: Any, limits: dict[str, Any]) -> None:
+    try:
+        await worker.run(**limits)
+    finally:
+        await engine.dispose()
 
 
 def _put_first_on_path(app_dir: str) -> None:

@@ -43,3 +43,16 @@ def misconfigured(session: Session, message: StoredMessage) -> None:
     raise InvalidSessionFactory(
         "the handler was deployed with Session.begin\n(a second line that the CLI leaves out)"
     )
+
+
+async def record_async(session: Any, message: StoredMessage) -> None:
+    """``record`` as an ``async def`` on an AsyncSession: run by the asyncio worker."""
+    payload: dict[str, Any] = message.payload
+    await session.execute(
+        EFFECTS.insert().values(
+            message_id=message.message_id,
+            aggregate_id=message.aggregate_id,
+            seq=payload.get("seq"),
+            claimed_by=message.claimed_by,
+        )
+    )

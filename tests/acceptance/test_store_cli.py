@@ -320,3 +320,21 @@ def test_store_replay_covers_every_consumer_unless_one_is_named(
     out, err = every.communicate(timeout=60)
     assert json.loads(out) == {"replayed": 1}, err
     assert store_app.store.counts(store_app.engine) == {PENDING: 2, PROCESSING: 0, DONE: 0, DEAD: 0}
+
+
+def test_worker_command_runs_an_async_handler_on_the_asyncio_worker(
+    url: str, store_app: StoreApp
+) -> None:
+    """An ``async def`` handler is detected at start and run by the AsyncWorker through the
+    URL's async driver (aiosqlite, psycopg 3 async, aiomysql): the same summary, each
+    message applied once."""
+    receive(store_app, 12)
+    child = cli(
+        "worker", "--url", url, "--table", TABLE, "--consumer", "default",
+        "--handler", "tests.acceptance.cli_handler:record_async", "--concurrency", "3",
+        "--until-empty",
+    )  # fmt: skip
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    assert summary(out) == {**NOTHING, "processed": 12, "reason": "empty"}
+    assert sorted(store_app.effect_ids()) == sorted(f"m-{i}" for i in range(12))
