@@ -37,7 +37,7 @@ from .store.schema import (
     STATUSES,
     utc_now,
 )
-from .validation import validate_key
+from .validation import positive_int, positive_seconds, validate_key
 
 __all__ = ["MemoryRow", "MemoryStore"]
 
@@ -100,50 +100,69 @@ class MemoryStore:
         :raises InvalidMessageId, InvalidStoreArgument: as
             :meth:`sa_inbox.store.InboxStore.receive`.
         """
-        message_id = validate_key(message_id, "message_id", 255)
-        consumer_name = validate_key(consumer_name, "consumer_name", 255)
-        for value, label in ((aggregate_id, "aggregate_id"), (message_type, "message_type")):
-            if value is not None:
-                validate_key(value, label, 255)
-        try:
-            stored = json.loads(json.dumps(payload, allow_nan=False))
-        except (TypeError, ValueError) as exc:
-            raise InvalidStoreArgument(f"payload is not JSON-serialisable: {exc}") from exc
-        with self._lock:
-            if (message_id, consumer_name) in self._keys:
-                return False
-            now = self.clock()
-            self._keys.add((message_id, consumer_name))
-            self.rows.append(
-                MemoryRow(
-                    id=len(self.rows) + 1,
-                    consumer_name=consumer_name,
-                    message_id=message_id,
-                    payload=stored,
-                    aggregate_id=aggregate_id,
-                    message_type=message_type,
-                    received_at=now,
-                    available_at=now,
-                )
-            )
-            return True
+        message = Incoming(message_id, payload, aggregate_id, message_type)
+        return bool(self._store([self._checked(message, consumer_name)]))
 
     def receive_many(
         self, messages: Iterable[Incoming], *, consumer_name: str = DEFAULT_CONSUMER
     ) -> set[str]:
-        """Store a batch in order; return the ids that were new."""
-        batch = list(messages)
-        return {
-            m.message_id
-            for m in batch
-            if self.receive(
-                m.message_id,
-                m.payload,
-                consumer_name=consumer_name,
-                aggregate_id=m.aggregate_id,
-                message_type=m.message_type,
-            )
-        }
+        """Store a batch in order; return the ids that were new.
+
+        Every message is checked before any is stored, as the database store checks the
+        whole batch before any SQL: a batch with one invalid message stores nothing.
+
+        :raises InvalidMessageId, InvalidStoreArgument: as :meth:`receive`, for any message.
+        """
+        if isinstance(messages, Incoming):
+            raise InvalidStoreArgument("receive_many takes an iterable of Incoming messages")
+        checked = []
+        for message in messages:
+            if not isinstance(message, Incoming):
+                raise InvalidStoreArgument(f"expected Incoming, not {type(message).__name__}")
+            checked.append(self._checked(message, consumer_name))
+        return self._store(checked)
+
+    @staticmethod
+    def _checked(message: Incoming, consumer_name: str) -> MemoryRow:
+        """A new row for ``message``, validated as the database store validates it."""
+        message_id = validate_key(message.message_id, "message_id", 255)
+        consumer_name = validate_key(consumer_name, "consumer_name", 255)
+        for value, label in (
+            (message.aggregate_id, "aggregate_id"),
+            (message.message_type, "message_type"),
+        ):
+            if value is not None:
+                validate_key(value, label, 255)
+        try:
+            stored = json.loads(json.dumps(message.payload, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise InvalidStoreArgument(f"payload is not JSON-serialisable: {exc}") from exc
+        epoch = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+        return MemoryRow(
+            id=0,
+            consumer_name=consumer_name,
+            message_id=message_id,
+            payload=stored,
+            aggregate_id=message.aggregate_id,
+            message_type=message.message_type,
+            received_at=epoch,
+            available_at=epoch,
+        )
+
+    def _store(self, rows: list[MemoryRow]) -> set[str]:
+        """Append the rows whose key is new, in order; return their message ids."""
+        new: set[str] = set()
+        with self._lock:
+            for row in rows:
+                key = (row.message_id, row.consumer_name)
+                if key in self._keys:
+                    continue
+                now = self.clock()
+                self._keys.add(key)
+                row.id, row.received_at, row.available_at = len(self.rows) + 1, now, now
+                self.rows.append(row)
+                new.add(row.message_id)
+        return new
 
     # -- the MessageStore protocol ----------------------------------------------------
 
@@ -158,9 +177,18 @@ class MemoryStore:
         ordered: bool,
         now: datetime.datetime,
     ) -> list[StoredMessage]:
-        """Claim as :meth:`sa_inbox.store.InboxStore.claim` does."""
-        if limit <= 0 or max_attempts <= 0 or visibility_timeout <= 0:
-            raise InvalidStoreArgument("limit, max_attempts and visibility_timeout must be > 0")
+        """Claim as :meth:`sa_inbox.store.InboxStore.claim` does, with its argument checks.
+
+        :raises InvalidStoreArgument: for a ``limit`` or ``max_attempts`` that is not a
+            positive int, or a ``visibility_timeout`` that is not positive seconds.
+        :raises InvalidMessageId: for an invalid ``claimed_by`` or ``consumer_name``.
+        """
+        positive_int(limit, "limit", InvalidStoreArgument)
+        positive_int(max_attempts, "max_attempts", InvalidStoreArgument)
+        positive_seconds(visibility_timeout, "visibility_timeout", InvalidStoreArgument)
+        claimed_by = validate_key(claimed_by, "claimed_by", 255)
+        if consumer_name is not None:
+            consumer_name = validate_key(consumer_name, "consumer_name", 255)
         stale_before = now - datetime.timedelta(seconds=visibility_timeout)
         with self._lock:
             candidates = [

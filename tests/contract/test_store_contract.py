@@ -99,18 +99,8 @@ def test_receive_stores_each_message_once_and_refuses_bad_input(sut: StoreUnderT
     assert sut.row("m-2").payload is None
 
 
-def test_a_refused_batch_stores_nothing(
-    sut: StoreUnderTest, request: pytest.FixtureRequest
-) -> None:
+def test_a_refused_batch_stores_nothing(sut: StoreUnderTest) -> None:
     """A batch with one invalid message is refused whole: the valid ones are not stored."""
-    if sut.name == "memory":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="finding: MemoryStore.receive_many stores the messages ahead of the "
-                "invalid one; InboxStore.receive_many validates the whole batch before any SQL",
-            )
-        )
     with pytest.raises(InvalidMessageId):
         sut.receive_many([Incoming("m-3", 1), Incoming("", 2)])
     assert sut.message_ids() == []
@@ -210,19 +200,8 @@ def test_stop_releases_the_unstarted_rest_of_the_batch(sut: StoreUnderTest) -> N
     ids=lambda bad: "-".join(f"{k}={v!r}" for k, v in bad.items()),
 )
 def test_bad_claim_arguments_are_refused_before_anything_is_claimed(
-    sut: StoreUnderTest, bad: dict[str, Any], request: pytest.FixtureRequest
+    sut: StoreUnderTest, bad: dict[str, Any]
 ) -> None:
-    if sut.name == "memory" and (
-        bad.get("limit") is True or "claimed_by" in bad or "consumer_name" in bad
-    ):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="finding: MemoryStore.claim checks only that limit, max_attempts and "
-                "visibility_timeout are > 0 (a bool limit passes) and never validates "
-                "claimed_by or consumer_name; InboxStore.claim refuses them all",
-            )
-        )
     sut.receive("m1", {"seq": 1})
     arguments: dict[str, Any] = {
         "consumer_name": "default", "claimed_by": "w#1", "limit": 5,
