@@ -31,15 +31,25 @@ Every refusal is a :class:`~sa_inbox.exc.HandlerEndedTransaction`: the attempt f
 is committed and the delivery is never acked. Each connection the transaction enlists is also
 checked for autocommit (:func:`sa_inbox.dialects.is_autocommit`), a
 :class:`~sa_inbox.exc.AutocommitConnection`, before anything is sent on it.
+
+The listeners are installed once per Session class and once per Engine (SQLAlchemy docs,
+"Events", "Session Events" and "Connection Events"), and find the guard of the transaction
+they fire for in ``Session.info`` and in a weak map of the guarded connections: listening
+on each Session and Connection anew cost ~100 µs per message (a per-instance event
+dispatch). For sessions and connections that no guard holds, each listener is one dictionary
+look-up.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.engine import Connection, RootTransaction, Transaction
+from sqlalchemy.engine import Connection, Engine, RootTransaction, Transaction
 from sqlalchemy.orm import Session, SessionTransaction
 
 from .dialects import is_autocommit
@@ -47,9 +57,16 @@ from .exc import AutocommitConnection, HandlerEndedTransaction
 
 __all__ = ["owned_transaction"]
 
+#: ``Session.info`` key of the guard of the session's owned transaction.
+_GUARD = "sa_inbox.guard"
+#: The guard of each connection enlisted in an owned transaction.
+_connection_guards: weakref.WeakKeyDictionary[Connection, _Guard] = weakref.WeakKeyDictionary()
+_instrumented: weakref.WeakSet[Any] = weakref.WeakSet()
+_instrumenting = threading.Lock()  # held only to register listeners: never across SQL
+
 
 class _Guard:
-    """The listeners of one owned transaction; see :func:`owned_transaction`."""
+    """The state of one owned transaction; see :func:`owned_transaction`."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -60,16 +77,14 @@ class _Guard:
         #: The connections of the transaction, with the root transaction each held.
         self.connections: list[tuple[Connection, Transaction | None]] = []
 
-    # -- session listeners ------------------------------------------------------------
+    # -- what the listeners do ----------------------------------------------------------
 
     def before_commit(self, session: Session) -> None:
         # Fired for savepoint releases too; only the outermost commit is refused.
         if not self.committing and session.get_nested_transaction() is None:
             self.refuse("the handler must not commit: the runner commits after it returns")
 
-    def after_begin(
-        self, session: Session, transaction: SessionTransaction, connection: Connection
-    ) -> None:
+    def after_begin(self, transaction: SessionTransaction, connection: Connection) -> None:
         root = transaction
         while root.parent is not None:
             root = root.parent
@@ -78,7 +93,7 @@ class _Guard:
                 "the handler began a new transaction after ending the one that holds the "
                 "claim (a rollback): its changes would commit without the claim"
             )
-        if any(known is connection for known, _ in self.connections):
+        if connection in _connection_guards:
             return  # a savepoint on a connection already guarded
         if is_autocommit(connection):
             raise AutocommitConnection(
@@ -86,11 +101,9 @@ class _Guard:
                 "or the driver's autocommit): the claim would commit apart from the "
                 "business change; use a transactional engine"
             )
-        event.listen(connection, "commit", self.connection_commit)
-        event.listen(connection, "begin", self.connection_begin)
+        _instrument(connection.engine, _ENGINE_LISTENERS)
+        _connection_guards[connection] = self
         self.connections.append((connection, connection.get_transaction()))
-
-    # -- connection listeners -----------------------------------------------------------
 
     def connection_commit(self, connection: Connection) -> None:
         if self.committing:
@@ -137,21 +150,61 @@ class _Guard:
             )
 
     @contextmanager
-    def listening(self) -> Iterator[None]:
-        session_listeners = (
-            ("before_commit", self.before_commit),
-            ("after_begin", self.after_begin),
-        )
-        for name, listener in session_listeners:
-            event.listen(self.session, name, listener)
+    def installed(self) -> Iterator[None]:
+        _instrument(type(self.session), _SESSION_LISTENERS)
+        self.session.info[_GUARD] = self
         try:
             yield
         finally:
-            for name, listener in session_listeners:
-                event.remove(self.session, name, listener)
+            self.session.info.pop(_GUARD, None)
             for connection, _ in self.connections:
-                event.remove(connection, "commit", self.connection_commit)
-                event.remove(connection, "begin", self.connection_begin)
+                _connection_guards.pop(connection, None)
+
+
+# -- the listeners, installed once per Session class and per Engine ---------------------------
+
+
+def _on_before_commit(session: Session) -> None:
+    guard = session.info.get(_GUARD)
+    if guard is not None:
+        guard.before_commit(session)
+
+
+def _on_after_begin(
+    session: Session, transaction: SessionTransaction, connection: Connection
+) -> None:
+    guard = session.info.get(_GUARD)
+    if guard is not None:
+        guard.after_begin(transaction, connection)
+
+
+def _on_commit(connection: Connection) -> None:
+    guard = _connection_guards.get(connection)
+    if guard is not None:
+        guard.connection_commit(connection)
+
+
+def _on_begin(connection: Connection) -> None:
+    guard = _connection_guards.get(connection)
+    if guard is not None:
+        guard.connection_begin(connection)
+
+
+_SESSION_LISTENERS = (("before_commit", _on_before_commit), ("after_begin", _on_after_begin))
+_ENGINE_LISTENERS = (("commit", _on_commit), ("begin", _on_begin))
+
+
+def _instrument(target: type[Session] | Engine, listeners: tuple[tuple[str, Any], ...]) -> None:
+    """Listen on ``target`` once (a Session class, or an Engine: its connections, existing
+    ones included, dispatch to the engine's listeners)."""
+    if target in _instrumented:
+        return
+    with _instrumenting:
+        if target in _instrumented:
+            return
+        for name, listener in listeners:
+            event.listen(target, name, listener)
+        _instrumented.add(target)
 
 
 @contextmanager
@@ -172,7 +225,7 @@ def owned_transaction(session: Session) -> Iterator[SessionTransaction]:
         each statement on its own, before anything is sent on it.
     """
     guard = _Guard(session)
-    with guard.listening():
+    with guard.installed():
         transaction = session.begin()
         guard.transaction = transaction
         with transaction:

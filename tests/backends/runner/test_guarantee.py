@@ -513,3 +513,17 @@ def test_nack_log_line_names_the_message(app: App, caplog: pytest.LogCaptureFixt
     (record,) = [r for r in caplog.records if r.name == "sa_inbox.runner"]
     text = record.getMessage()
     assert "pay-42" in text and CONSUMER in text and "RuntimeError: card declined" in text
+
+
+def test_sessions_and_connections_no_guard_holds_commit_as_usual(app: App) -> None:
+    """The guard listens once per Session class and Engine; for everything it does not
+    hold (the application's own sessions and connections) its listeners do nothing."""
+    result, _ = deliver(app, lambda session: app.apply_payment(session, "m1", 1, Decimal(3)))
+    assert result.outcome is Outcome.PROCESSED
+    with app.Session() as session:  # the same session class and engine, no guard
+        app.apply_payment(session, "own-1", 2, Decimal(5))
+        session.commit()
+    with app.engine.connect() as conn:
+        app.apply_payment(conn, "own-2", 2, Decimal(5))
+        conn.commit()
+    assert app.balance(2) == Decimal(10) and app.ledger_rows() == 3
