@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from sa_inbox import TransientClaimError
 from sa_inbox.asyncio import AsyncInbox, run_in_transaction
@@ -24,20 +24,6 @@ from tests.backends.claim.test_concurrency import AMOUNT, ISOLATION
 from tests.support.app import CONSUMER, App
 
 pytestmark = pytest.mark.backend
-
-
-async def apply_payment(
-    app: App, bind: AsyncSession | AsyncConnection, message_id: str, account: int, amount: Decimal
-) -> None:
-    """:meth:`App.apply_payment`'s statements, awaited on an async bind."""
-    await bind.execute(
-        app.ledger.insert().values(message_id=message_id, account_id=account, amount=amount)
-    )
-    await bind.execute(
-        app.accounts.update()
-        .where(app.accounts.c.id == account)
-        .values(balance=app.accounts.c.balance + amount)
-    )
 
 
 def sqlite_timeout(async_url: str, seconds: float = 30) -> dict[str, Any]:
@@ -66,7 +52,7 @@ def test_concurrent_duplicate_exactly_one_commits(
                 claimed = await inbox.claim(session, "pay-1", CONSUMER)
                 returned = loop.time()
                 if claimed:
-                    await apply_payment(app, session, "pay-1", 1, AMOUNT)
+                    await app.apply_payment_async(session, "pay-1", 1, AMOUNT)
                     await asyncio.sleep(hold)
             return claimed, returned
 
@@ -101,7 +87,7 @@ def test_snapshot_loser_is_transient_and_succeeds_on_retry(
         async def other_delivery_commits() -> None:
             async with engine.begin() as conn:
                 assert await inbox.claim(conn, "pay-1", CONSUMER)
-                await apply_payment(app, conn, "pay-1", 1, AMOUNT)
+                await app.apply_payment_async(conn, "pay-1", 1, AMOUNT)
 
         async def work(session: AsyncSession) -> bool:
             nonlocal attempts
@@ -116,7 +102,7 @@ def test_snapshot_loser_is_transient_and_succeeds_on_retry(
                 failures.append(exc)
                 raise
             if claimed:
-                await apply_payment(app, session, "pay-1", 1, AMOUNT)
+                await app.apply_payment_async(session, "pay-1", 1, AMOUNT)
             return claimed
 
         return await run_in_transaction(factory, work, backoff=0.01)
@@ -152,11 +138,11 @@ def test_deadlocked_unit_of_work_is_retried(app: App, async_url: str) -> None:
                 attempts[index] += 1
                 if not await inbox.claim(session, message_id, CONSUMER):
                     return False
-                await apply_payment(app, session, message_id, first, AMOUNT)
+                await app.apply_payment_async(session, message_id, first, AMOUNT)
                 if attempts[index] == 1:
                     await barrier.wait()  # both hold their first account now
                 try:
-                    await apply_payment(app, session, message_id, second, -AMOUNT)
+                    await app.apply_payment_async(session, message_id, second, -AMOUNT)
                 except sa.exc.DBAPIError as exc:
                     errors.append(exc)
                     raise
@@ -199,7 +185,7 @@ def test_lock_wait_is_transient_then_the_retry_claims(app: App, async_url: str) 
         async with engine.begin() as conn:
             claimed = await inbox.claim(conn, "pay-1", CONSUMER)
             if claimed:
-                await apply_payment(app, conn, "pay-1", 1, AMOUNT)
+                await app.apply_payment_async(conn, "pay-1", 1, AMOUNT)
         return info.value, claimed
 
     error, claimed = run(async_url, scenario, **sqlite_timeout(async_url, 0.2))
