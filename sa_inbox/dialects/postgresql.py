@@ -31,6 +31,18 @@ UNIQUE_VIOLATION = "23505"
 MISSING_TABLE_SQLSTATES = frozenset({"42P01", "42703"})
 
 
+def _constraint_name(exc: DBAPIError) -> str | None:
+    """The violated constraint's name: psycopg 3 and psycopg2 put it on the error's ``diag``;
+    asyncpg's errors have no ``diag``, and SQLAlchemy's asyncpg adapter raises its own error
+    caused by asyncpg's, which carries ``constraint_name`` (asyncpg docs, "Exceptions")."""
+    orig = driver_error(exc)
+    for source in (getattr(orig, "diag", None), orig.__cause__):
+        name = getattr(source, "constraint_name", None)
+        if isinstance(name, str):
+            return name
+    return None
+
+
 class PostgreSQLClaim(OnConflictDoNothingClaim):
     """Claims on PostgreSQL (9.5 and newer) through SQLAlchemy's ``postgresql.insert()``."""
 
@@ -42,9 +54,7 @@ class PostgreSQLClaim(OnConflictDoNothingClaim):
     def is_duplicate(self, exc: DBAPIError, table: sa.Table) -> bool:
         if sqlstate_of(exc) != UNIQUE_VIOLATION:
             return False
-        diag = getattr(driver_error(exc), "diag", None)
-        constraint = getattr(diag, "constraint_name", None)
-        return constraint == table.primary_key.name
+        return _constraint_name(exc) == table.primary_key.name
 
     def is_transient(self, exc: DBAPIError) -> bool:
         return sqlstate_of(exc) in TRANSIENT_SQLSTATES

@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session, sessionmaker
 
 from sa_inbox import Inbox
@@ -49,18 +50,34 @@ class App:
 
     # -- business change ----------------------------------------------------------------
 
+    def payment(self, message_id: str, account_id: int, amount: Decimal) -> list[sa.Executable]:
+        """The business change's statements: a ledger row, then the balance."""
+        return [
+            self.ledger.insert().values(
+                message_id=message_id, account_id=account_id, amount=amount
+            ),
+            self.accounts.update()
+            .where(self.accounts.c.id == account_id)
+            .values(balance=self.accounts.c.balance + amount),
+        ]
+
     def apply_payment(
         self, bind: Session | sa.Connection, message_id: str, account_id: int, amount: Decimal
     ) -> None:
         """Insert a ledger row and update the balance: the business change."""
-        bind.execute(
-            self.ledger.insert().values(message_id=message_id, account_id=account_id, amount=amount)
-        )
-        bind.execute(
-            self.accounts.update()
-            .where(self.accounts.c.id == account_id)
-            .values(balance=self.accounts.c.balance + amount)
-        )
+        for statement in self.payment(message_id, account_id, amount):
+            bind.execute(statement)
+
+    async def apply_payment_async(
+        self,
+        bind: AsyncSession | AsyncConnection,
+        message_id: str,
+        account_id: int,
+        amount: Decimal,
+    ) -> None:
+        """:meth:`apply_payment` on an AsyncSession or AsyncConnection."""
+        for statement in self.payment(message_id, account_id, amount):
+            await bind.execute(statement)
 
     # -- business state -----------------------------------------------------------------
 

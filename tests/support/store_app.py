@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 from sa_inbox.bench.db import sqlite_wal
@@ -22,6 +23,15 @@ def make_engine(url: str) -> sa.Engine:
     if url.startswith("sqlite"):
         return sqlite_wal(sa.create_engine(url, connect_args={"timeout": 60}))
     return sa.create_engine(url, pool_size=5, max_overflow=5)
+
+
+def make_async_engine(url: str) -> AsyncEngine:
+    """:func:`make_engine` for an async driver's URL (aiosqlite in WAL mode too)."""
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url, connect_args={"timeout": 60})
+        sqlite_wal(engine.sync_engine)
+        return engine
+    return create_async_engine(url, pool_size=5, max_overflow=5)
 
 
 class StoreApp:
@@ -55,17 +65,23 @@ class StoreApp:
 
     # -- the business change --------------------------------------------------------------
 
-    def apply(self, session: Session, message: StoredMessage) -> None:
+    def effect(self, message: StoredMessage) -> sa.Insert:
         """The handler's business change: one effect row."""
         payload: dict[str, Any] = message.payload
-        session.execute(
-            self.effects.insert().values(
-                message_id=message.message_id,
-                aggregate_id=message.aggregate_id,
-                seq=payload.get("seq"),
-                claimed_by=message.claimed_by,
-            )
+        return self.effects.insert().values(
+            message_id=message.message_id,
+            aggregate_id=message.aggregate_id,
+            seq=payload.get("seq"),
+            claimed_by=message.claimed_by,
         )
+
+    def apply(self, session: Session, message: StoredMessage) -> None:
+        """:meth:`effect`, in the handler's session."""
+        session.execute(self.effect(message))
+
+    async def apply_async(self, session: AsyncSession, message: StoredMessage) -> None:
+        """:meth:`effect`, in an AsyncWorker handler's AsyncSession."""
+        await session.execute(self.effect(message))
 
     # -- state ----------------------------------------------------------------------------
 

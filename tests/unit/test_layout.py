@@ -40,9 +40,7 @@ def test_the_01_module_paths_still_import() -> None:
 
     assert sa_inbox.worker.Worker is sa_inbox.store.worker.Worker is sa_inbox.Worker
     assert sa_inbox.worker.__all__ == sa_inbox.store.worker.__all__
-    assert (
-        sa_inbox.partitions.PartitionedInbox is sa_inbox.retention.partitions.PartitionedInbox
-    )
+    assert sa_inbox.partitions.PartitionedInbox is sa_inbox.retention.partitions.PartitionedInbox
 
 
 def test_worker_and_memory_store_import_the_protocol_not_the_database_store() -> None:

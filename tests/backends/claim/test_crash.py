@@ -19,9 +19,13 @@ pytestmark = pytest.mark.backend
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def start(url: str, message_id: str, mode: str) -> subprocess.Popen[str]:
+#: The consumer process: ``crash_child`` (sync); the asyncio tests pass their own.
+CHILD = "tests.backends.claim.crash_child"
+
+
+def start(url: str, message_id: str, mode: str, child: str = CHILD) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.backends.claim.crash_child", url, message_id, mode],
+        [sys.executable, "-m", child, url, message_id, mode],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -39,8 +43,8 @@ def kill_when(child: subprocess.Popen[str], line: str) -> None:
     assert child.returncode == -signal.SIGKILL
 
 
-def redeliver(url: str, message_id: str) -> list[str]:
-    child = start(url, message_id, "deliver")
+def redeliver(url: str, message_id: str, child_module: str = CHILD) -> list[str]:
+    child = start(url, message_id, "deliver", child_module)
     out, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
     return out.split()

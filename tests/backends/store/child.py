@@ -21,7 +21,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -35,11 +35,8 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
-def main(url: str, mode: str, log_path: str, options: dict[str, str]) -> None:
-    logging.basicConfig(level=options.get("log", "WARNING"), stream=sys.stderr)
-    engine = make_engine(url)
-    app = StoreApp(engine)
-    fail_first = int(options.get("fail_first", "0"))
+def batch_log(log_path: str) -> Callable[[str, Sequence[StoredMessage]], None]:
+    """The worker's ``on_claim``: each claimed batch appended to LOG, synced before use."""
     log = open(log_path, "a", buffering=1)  # noqa: SIM115 (lives as long as the process)
 
     def on_claim(token: str, batch: Sequence[StoredMessage]) -> None:
@@ -48,26 +45,44 @@ def main(url: str, mode: str, log_path: str, options: dict[str, str]) -> None:
         log.flush()
         os.fsync(log.fileno())
 
+    return on_claim
+
+
+def worker_options(options: dict[str, str]) -> dict[str, Any]:
+    """The Worker's keywords from the KEY=VALUE options."""
+    return {
+        "batch_size": int(options.get("batch", "10")),
+        "concurrency": int(options.get("concurrency", "1")),
+        "visibility_timeout": float(options.get("visibility", "30")),
+        "max_attempts": int(options.get("attempts", "5")),
+        "ordered": options.get("ordered", "0") == "1",
+        "backoff": Backoff(base=0.05, maximum=0.2),
+        "poll_interval": 0.05,
+    }
+
+
+def fails_first(options: dict[str, str], message: StoredMessage) -> bool:
+    """Whether ``message`` is one whose first attempt fails (option ``fail_first``)."""
+    fail_first = int(options.get("fail_first", "0"))
+    payload: dict[str, Any] = message.payload
+    return bool(fail_first) and payload.get("seq", 1) % fail_first == 0 and message.attempts == 1
+
+
+def main(url: str, mode: str, log_path: str, options: dict[str, str]) -> None:
+    logging.basicConfig(level=options.get("log", "WARNING"), stream=sys.stderr)
+    engine = make_engine(url)
+    app = StoreApp(engine)
+
     def handler(session: Session, message: StoredMessage) -> None:
-        payload: dict[str, Any] = message.payload
         if mode in ("hang", "slow"):
             say(f"HANDLING {message.message_id}")
             time.sleep(600 if mode == "hang" else 1.0)
-        if fail_first and payload.get("seq", 1) % fail_first == 0 and message.attempts == 1:
+        if fails_first(options, message):
             raise RuntimeError(f"first attempt of {message.message_id} fails")
         app.apply(session, message)
 
     worker = Worker(
-        app.store.bind(engine),
-        handler,
-        batch_size=int(options.get("batch", "10")),
-        concurrency=int(options.get("concurrency", "1")),
-        visibility_timeout=float(options.get("visibility", "30")),
-        max_attempts=int(options.get("attempts", "5")),
-        ordered=options.get("ordered", "0") == "1",
-        backoff=Backoff(base=0.05, maximum=0.2),
-        poll_interval=0.05,
-        on_claim=on_claim,
+        app.store.bind(engine), handler, on_claim=batch_log(log_path), **worker_options(options)
     )
     with engine.connect():
         pass

@@ -53,10 +53,16 @@ def store_app(url: str) -> Iterator[StoreApp]:
     engine.dispose()
 
 
-def start(url: str, mode: str, log_path: Path, **options: object) -> subprocess.Popen[str]:
+#: The worker process: ``child`` (sync); the asyncio tests pass their own.
+CHILD = "tests.backends.store.child"
+
+
+def start(
+    url: str, mode: str, log_path: Path, child: str = CHILD, **options: object
+) -> subprocess.Popen[str]:
     args = [f"{key}={value}" for key, value in options.items()]
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.backends.store.child", url, mode, str(log_path), *args],
+        [sys.executable, "-m", child, url, mode, str(log_path), *args],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -164,15 +170,9 @@ def test_worker_processes_drain_the_store_exactly_once(
     }
 
 
-def test_per_aggregate_order_with_out_of_order_arrival(
-    url: str, store_app: StoreApp, tmp_path: Path
-) -> None:
-    aggregates, per_aggregate = 30, 12
-    rng = random.Random(7)
-    # Each aggregate's messages arrive in its own order, interleaved at random with the
-    # other aggregates', in polls of random size, while the workers are already running;
-    # late redeliveries of earlier messages are mixed in. Every 5th message fails its first
-    # attempt, so the next message of its aggregate is claimable by time but must wait.
+def ordered_stream(aggregates: int, per_aggregate: int, rng: random.Random) -> list[Incoming]:
+    """Each aggregate's messages in its own order, interleaved at random with the other
+    aggregates', with late redeliveries of earlier messages mixed in."""
     queues = [
         [
             Incoming(f"a{a:02d}-{s:02d}", {"seq": s}, aggregate_id=f"a{a:02d}")
@@ -186,18 +186,35 @@ def test_per_aggregate_order_with_out_of_order_arrival(
         stream.append(queue.pop(0))
         if rng.random() < 0.1:
             stream.append(rng.choice(stream))
+    return stream
+
+
+def receive_while_running(app: StoreApp, stream: list[Incoming], rng: random.Random) -> None:
+    """Receive ``stream`` in polls of random size, as the workers run."""
+    position = 0
+    while position < len(stream):
+        size = rng.randint(1, 25)
+        with app.engine.begin() as conn:
+            app.store.receive_many(conn, stream[position : position + size])
+        position += size
+        time.sleep(rng.random() * 0.02)
+
+
+def test_per_aggregate_order_with_out_of_order_arrival(
+    url: str, store_app: StoreApp, tmp_path: Path
+) -> None:
+    aggregates, per_aggregate = 30, 12
+    rng = random.Random(7)
+    # The stream arrives while the workers are already running. Every 5th message fails
+    # its first attempt, so the next message of its aggregate is claimable by time but
+    # must wait.
+    stream = ordered_stream(aggregates, per_aggregate, rng)
     log = tmp_path / "batches.jsonl"
     children = [
         start(url, "serve", log, batch=10, ordered=1, fail_first=5, visibility=30) for _ in range(3)
     ]
     release_together(children)
-    position = 0
-    while position < len(stream):
-        size = rng.randint(1, 25)
-        with store_app.engine.begin() as conn:
-            store_app.store.receive_many(conn, stream[position : position + size])
-        position += size
-        time.sleep(rng.random() * 0.02)
+    receive_while_running(store_app, stream, rng)
     total = aggregates * per_aggregate
     wait_until(
         lambda: store_app.store.counts(store_app.engine)[DONE] == total, 120, "all processed"
