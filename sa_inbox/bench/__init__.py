@@ -4,7 +4,8 @@ One module per scenario; each module's docstring (first line) is its label, and 
 measured function's docstring is the label of its figures:
 
 * :mod:`.claim_overhead`: the business transaction with and without the claim (ORM, Core,
-  raw DBAPI), at 1 … W concurrent worker processes;
+  raw DBAPI, and one async layer per installed async driver, :mod:`.async_layer`, also
+  against a hand-written async insert-or-skip), at 1 … W concurrent worker processes;
 * :mod:`.batch_claim`: :meth:`~sa_inbox.Inbox.claim_many` at batch sizes 1 … 1000;
 * :mod:`.index_hotspots`: message-id key formats and primary-key column orders under
   concurrent writers: throughput, index size, leaf density, waits;

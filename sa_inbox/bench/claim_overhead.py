@@ -8,7 +8,11 @@ message, in the same cell), so the claim's cost shows as a ratio:
   (:func:`sa_inbox.install` + :func:`sa_inbox.register_claim`);
 * Core: a :class:`~sqlalchemy.engine.Connection`; the claim through :meth:`Inbox.claim`;
 * raw: hand-written SQL on the DBAPI driver's own connection; the claim as the backend's
-  insert-or-skip statement, written by hand.
+  insert-or-skip statement, written by hand;
+* async (one layer per async driver of the backend, :mod:`.async_layer`): an
+  :class:`~sqlalchemy.ext.asyncio.AsyncConnection`; the claim through
+  :meth:`sa_inbox.asyncio.AsyncInbox.claim`, and its paired cells also run a hand-written
+  async Core insert-or-skip, so the claim is compared with that too.
 
 Every layer keeps one connection open for the whole run (no pool checkout per
 transaction). Worker ``i`` updates account ``i`` only, so workers contend for the database,
@@ -33,7 +37,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..session import install, register_claim
-from .db import ACCOUNT, LEDGER, Account, BenchSchema, LedgerEntry, make_engine
+from .async_layer import ASYNC_SEQUENCES, async_layers, missing_async_drivers
+from .db import ACCOUNT, AMOUNT, LEDGER, Account, BenchSchema, LedgerEntry, make_engine
 from .runner import BenchConfig, label_of
 from .workers import BenchError, WorkerPool, levels, summarise
 
@@ -43,6 +48,7 @@ __all__ = [
     "Context",
     "core_claim",
     "core_plain",
+    "layers",
     "measure",
     "orm_claim",
     "orm_plain",
@@ -54,7 +60,6 @@ __all__ = [
 
 CONSUMER = "billing"
 DEFAULT_MESSAGES = 1000
-AMOUNT = Decimal("1.00")
 #: Untimed transactions per worker before the measurement (statement caches, ORM set-up).
 WARMUP = 5
 
@@ -225,10 +230,24 @@ def share(messages: int, worker: int, workers: int) -> int:
 MODES = ("plain", "claim", "paired")
 
 
-def _sequence(mode: str, layer: str) -> tuple[Transaction, ...]:
-    """The transactions a worker cycles through in ``mode``."""
+def _sequence(mode: str, layer: str) -> tuple[Callable[..., Any], ...]:
+    """The transactions a worker cycles through in ``mode`` (the claim's last in a pair)."""
+    if layer not in LAYERS:
+        return ASYNC_SEQUENCES[mode]
     plain, claim = LAYERS[layer]
     return {"plain": (plain,), "claim": (claim,), "paired": (plain, claim)}[mode]
+
+
+def _target(layer: str) -> str:
+    """The worker function of ``layer``'s cells."""
+    if layer in LAYERS:
+        return f"{__name__}:measure"
+    return "sa_inbox.bench.async_layer:measure_async"
+
+
+def layer_order(layers: list[str]) -> list[str]:
+    """The sync layers (:data:`LAYERS` order), then the async ones, in the order given."""
+    return sorted(layers, key=lambda x: list(LAYERS).index(x) if x in LAYERS else len(LAYERS))
 
 
 def measure(
@@ -286,23 +305,41 @@ def _check_state(
     return state
 
 
+def layers(url: str) -> list[str]:
+    """Every layer measured on ``url``: :data:`LAYERS`, then the async layers whose
+    driver is installed (:func:`.async_layer.async_layers`)."""
+    return [*LAYERS, *async_layers(url)]
+
+
 def _cells(config: BenchConfig) -> list[tuple[int, int, str, str]]:
     return [
         (repeat, workers, layer, mode)
         for repeat in range(config.repeat)
         for workers in levels(config.workers)
-        for layer in LAYERS
+        for layer in layers(config.url)
         for mode in MODES
     ]
 
 
 def _paired_medians(results: list[dict[str, Any]]) -> dict[str, float]:
-    plain = [x for r in results for x in r["paired_latencies"][0]]
-    claim = [x for r in results for x in r["paired_latencies"][1]]
-    return {
-        "paired_plain_median_us": statistics.median(plain) * 1e6,
-        "paired_claim_median_us": statistics.median(claim) * 1e6,
+    """Median latency of each kind of a paired cell: without the claim (first), with it
+    (last), and, for the async layers, with the hand-written insert-or-skip (between).
+    Empty if a kind has no timed transaction (fewer messages than kinds per worker)."""
+    kinds = len(results[0]["paired_latencies"])
+    if not all(any(r["paired_latencies"][kind] for r in results) for kind in range(kinds)):
+        return {}
+
+    def median_us(kind: int) -> float:
+        latencies: list[float] = [x for r in results for x in r["paired_latencies"][kind]]
+        return statistics.median(latencies) * 1e6
+
+    medians = {
+        "paired_plain_median_us": median_us(0),
+        "paired_claim_median_us": median_us(kinds - 1),
     }
+    if kinds == 3:
+        medians["paired_hand_median_us"] = median_us(1)
+    return medians
 
 
 def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
@@ -324,7 +361,7 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
             for repeat, workers, layer, mode in cells:
                 schema.reset()
                 params = {"url": config.url, "layer": layer, "mode": mode, "messages": messages}
-                results = pool.run(f"{__name__}:measure", params, workers)
+                results = pool.run(_target(layer), params, workers)
                 warmups = WARMUP * workers * len(_sequence(mode, layer))
                 cell = {
                     "repeat": repeat,
@@ -346,6 +383,7 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
         engine.dispose()
     return {
         "workers_kind": "processes",
+        "skipped_layers": missing_async_drivers(config.url),
         "cells": measured,
         "summary": summary(measured),
     }
@@ -367,8 +405,9 @@ def summary(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
       stalls a shared machine adds (preempted processes), so this ratio is the steadier one.
     """
     rows: list[dict[str, Any]] = []
+    order = layer_order(list(dict.fromkeys(c["layer"] for c in cells)))
     keys = sorted(
-        {(c["workers"], c["layer"]) for c in cells}, key=lambda k: (k[0], list(LAYERS).index(k[1]))
+        {(c["workers"], c["layer"]) for c in cells}, key=lambda k: (k[0], order.index(k[1]))
     )
     for workers, layer in keys:
         plain, claim, paired = (
@@ -413,21 +452,48 @@ def summary(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _paired_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over the repeats of the paired cells: latency without / with, and the
     median of their per-repeat ratios; empty if there are no paired cells."""
+    cells = [c for c in cells if "paired_claim_median_us" in c]
     if not cells:
         return {}
     ratios = [c["paired_claim_median_us"] / c["paired_plain_median_us"] for c in cells]
-    return {
+    out = {
         "paired_plain_median_us": statistics.median(c["paired_plain_median_us"] for c in cells),
         "paired_claim_median_us": statistics.median(c["paired_claim_median_us"] for c in cells),
         "paired_ratio": statistics.median(ratios),
         "paired_ratio_min": min(ratios),
         "paired_ratio_max": max(ratios),
     }
+    if all("paired_hand_median_us" in c for c in cells):
+        # The async layers: the claim against the hand-written insert-or-skip, and that
+        # against no claim, per repeat.
+        vs_hand = [c["paired_claim_median_us"] / c["paired_hand_median_us"] for c in cells]
+        hand = [c["paired_hand_median_us"] / c["paired_plain_median_us"] for c in cells]
+        out.update(
+            {
+                "paired_hand_median_us": statistics.median(
+                    c["paired_hand_median_us"] for c in cells
+                ),
+                "paired_hand_ratio": statistics.median(hand),
+                "paired_claim_vs_hand": statistics.median(vs_hand),
+                "paired_claim_vs_hand_min": min(vs_hand),
+                "paired_claim_vs_hand_max": max(vs_hand),
+            }
+        )
+    return out
+
+
+def vs_hand(row: Mapping[str, Any]) -> str:
+    """An async row's paired claim / hand-written ratio, ``"1.02 (1.01-1.04)"``; else ``-``."""
+    if "paired_claim_vs_hand" not in row:
+        return "-"
+    spread = f"{row['paired_claim_vs_hand_min']:.2f}-{row['paired_claim_vs_hand_max']:.2f}"
+    return f"{row['paired_claim_vs_hand']:.2f} ({spread})"
 
 
 def table(results: Mapping[str, Any]) -> Table:
     """Per (workers, layer): µs per message without / with the claim, the paired latency
-    ratio and the wall-time ratio (median, min-max over repeats)."""
+    ratio, the wall-time ratio (median, min-max over repeats) and, for the async layers,
+    the paired ratio of the claim over the hand-written insert-or-skip."""
     out = Table(
         "workers",
         "layer",
@@ -436,6 +502,7 @@ def table(results: Mapping[str, Any]) -> Table:
         "msg/s with",
         "paired latency ratio (min-max)",
         "wall ratio (min-max)",
+        "claim / hand-written (paired)",
     )
     for row in results["summary"]:
         paired = "-"
@@ -450,5 +517,9 @@ def table(results: Mapping[str, Any]) -> Table:
             f"{row['claim_per_second']:.0f}",
             paired,
             f"{row['ratio']:.2f} ({row['ratio_min']:.2f}-{row['ratio_max']:.2f})",
+            vs_hand(row),
         )
+    skipped = results.get("skipped_layers")
+    if skipped:
+        out.caption = f"skipped (driver or greenlet not installed): {', '.join(skipped)}"
     return out

@@ -25,6 +25,7 @@ from ..claim import Inbox
 
 __all__ = [
     "ACCOUNT",
+    "AMOUNT",
     "LEDGER",
     "BenchSchema",
     "backend_name",
@@ -33,6 +34,8 @@ __all__ = [
     "sqlite_wal",
 ]
 
+#: What each business transaction adds to an account's balance.
+AMOUNT = Decimal("1.00")
 #: Seconds a SQLite writer waits for the write lock before SQLITE_BUSY.
 SQLITE_TIMEOUT = 60.0
 

@@ -63,6 +63,8 @@ def _claim_overhead_rows(document: Document) -> list[dict[str, Any]]:
 
 
 def _claim_overhead_md(documents: Sequence[Document]) -> str:
+    from .claim_overhead import vs_hand
+
     rows = []
     for d in documents:
         for r in _claim_overhead_rows(d):
@@ -82,13 +84,14 @@ def _claim_overhead_md(documents: Sequence[Document]) -> str:
                     _f(r["claim_us_per_message"], ".0f"),
                     f"{r['ratio']:.2f} ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})",
                     _f(r["claim_per_second"], ".0f"),
+                    vs_hand(r),
                     str(r["repeats"]),
                 ]
             )
     header = [
         "backend", "workers", "layer", "paired µs without", "paired µs with",
         "paired ratio (min-max)", "wall µs/msg without", "wall µs/msg with",
-        "wall ratio (min-max)", "msg/s with", "runs",
+        "wall ratio (min-max)", "msg/s with", "async claim / hand-written (paired)", "runs",
     ]  # fmt: skip
     return _md_table(header, rows)
 

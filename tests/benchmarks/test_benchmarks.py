@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from sa_inbox.bench import SCENARIOS, scenario
+from sa_inbox.bench.async_layer import async_layers
 from sa_inbox.bench.claim_overhead import LAYERS, MODES, WARMUP, share
 from sa_inbox.bench.keys import KEY_FORMATS
 from sa_inbox.bench.runner import BenchConfig, make_progress, run_scenario
@@ -57,18 +58,24 @@ def test_claim_overhead(bench_url: str, tmp_path: Path) -> None:
     results = run("claim_overhead", tiny(bench_url, tmp_path, messages=messages))["results"]
     cells = results["cells"]
     assert results["workers_kind"] == "processes"
+    # every async driver of the backend is installed with the test extra
+    layers = [*LAYERS, *async_layers(bench_url)]
+    assert len(layers) == len(LAYERS) + (2 if bench_url.startswith("postgresql") else 1)
+    assert results["skipped_layers"] == []
     assert {(c["workers"], c["layer"], c["mode"]) for c in cells} == {
-        (w, layer, mode) for w in (1, 2) for layer in LAYERS for mode in MODES
+        (w, layer, mode) for w in (1, 2) for layer in layers for mode in MODES
     }
     for cell in cells:
         workers, mode = cell["workers"], cell["mode"]
-        warmups = WARMUP * workers * (2 if mode == "paired" else 1)
-        claims = {
-            "plain": 0,
-            "claim": messages + warmups,
-            # every second message of each worker, plus its warm-up claims
-            "paired": sum(share(messages, w, workers) // 2 + WARMUP for w in range(workers)),
-        }[mode]
+        # paired: plain / claim (sync layers), plain / hand-written / claim (async layers)
+        kinds = {"plain": 1, "claim": 1, "paired": 2 if cell["layer"] in LAYERS else 3}[mode]
+        warmups = WARMUP * workers * kinds
+        claimed = [
+            # in each worker's cycle of `kinds` messages, all but the first insert a claim
+            sum(1 for n in range(share(messages, w, workers)) if n % kinds) + WARMUP * (kinds - 1)
+            for w in range(workers)
+        ]
+        claims = {"plain": 0, "claim": messages + warmups, "paired": sum(claimed)}[mode]
         assert cell["state"] == {
             "ledger_rows": messages + warmups,
             "inbox_rows": claims,
@@ -77,9 +84,13 @@ def test_claim_overhead(bench_url: str, tmp_path: Path) -> None:
         assert cell["label"] and cell["per_second"] > 0
         if mode == "paired":
             assert cell["paired_plain_median_us"] > 0 and cell["paired_claim_median_us"] > 0
-    assert len(results["summary"]) == 2 * len(LAYERS)
+            assert ("paired_hand_median_us" in cell) == (cell["layer"] not in LAYERS)
+    summary = results["summary"]
+    assert [(r["workers"], r["layer"]) for r in summary] == [(w, x) for w in (1, 2) for x in layers]
     keys = {"ratio", "paired_ratio", "plain_us_per_message", "claim_us_per_message"}
-    assert keys <= results["summary"][0].keys()
+    for row in summary:
+        assert keys <= row.keys()
+        assert ("paired_claim_vs_hand" in row) == (row["layer"] not in LAYERS)
 
 
 def test_batch_claim(bench_url: str, tmp_path: Path) -> None:
