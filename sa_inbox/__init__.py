@@ -28,6 +28,7 @@ from .exc import InvalidTableType as InvalidTableType
 from .exc import MissingTable as MissingTable
 from .exc import PurgeLockTimeout as PurgeLockTimeout
 from .exc import RetentionWindowTooShort as RetentionWindowTooShort
+from .exc import SplitTransaction as SplitTransaction
 from .exc import TransientClaimError as TransientClaimError
 from .exc import UnsafePartitionKey as UnsafePartitionKey
 from .exc import UnsafeTransaction as UnsafeTransaction
@@ -81,6 +82,7 @@ __all__ = [
     "Result",
     "RetentionPolicy",
     "RetentionWindowTooShort",
+    "SplitTransaction",
     "StorePurgeResult",
     "StoredMessage",
     "TransientClaimError",

@@ -30,6 +30,7 @@ __all__ = [
     "MissingTable",
     "PurgeLockTimeout",
     "RetentionWindowTooShort",
+    "SplitTransaction",
     "TransientClaimError",
     "UnsafePartitionKey",
     "UnsafeTransaction",
@@ -195,6 +196,16 @@ class AutocommitConnection(UnsafeTransaction, ConfigurationError):
     ``isolation_level="AUTOCOMMIT"`` and for driver-level autocommit (psycopg 3
     ``autocommit=True``, PyMySQL ``autocommit=True``, :mod:`sqlite3` with
     ``isolation_level=None`` outside a transaction or ``autocommit=True``).
+    """
+
+
+class SplitTransaction(UnsafeTransaction, ConfigurationError):
+    """The claim's transaction would span more than one database connection.
+
+    A Session whose binds send the claim and the business change to different engines
+    commits them one after the other, not atomically (no two-phase commit): a failure at
+    the second commit leaves the claim committed and the message lost. Bind the inbox table
+    and the business tables to one engine.
     """
 
 

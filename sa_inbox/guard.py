@@ -53,7 +53,12 @@ from sqlalchemy.engine import Connection, Engine, RootTransaction, Transaction
 from sqlalchemy.orm import Session, SessionTransaction
 
 from .dialects import is_autocommit
-from .exc import AutocommitConnection, HandlerEndedTransaction
+from .exc import (
+    AutocommitConnection,
+    HandlerEndedTransaction,
+    InvalidSessionFactory,
+    SplitTransaction,
+)
 
 __all__ = ["owned_transaction"]
 
@@ -95,6 +100,12 @@ class _Guard:
             )
         if connection in _connection_guards:
             return  # a savepoint on a connection already guarded
+        if self.connections:
+            raise SplitTransaction(
+                "the session enlisted a second connection (its binds send tables to "
+                "different engines): the claim and the business change would commit one "
+                "after the other, not atomically; bind them to one engine"
+            )
         if is_autocommit(connection):
             raise AutocommitConnection(
                 "the session's connection commits each statement on its own (AUTOCOMMIT "
@@ -148,6 +159,22 @@ class _Guard:
                 "the handler ended its transaction (rollback); its changes and the claim "
                 "were rolled back"
             )
+
+    def check_committed(self) -> None:
+        """Raise unless the commit ended every guarded connection's transaction.
+
+        A Session bound to a Connection that was already in a transaction joins it, and its
+        commit then commits nothing (SQLAlchemy docs, "Joining a Session into an External
+        Transaction"): the caller must not ack.
+        """
+        for connection, _ in self.connections:
+            if not connection.closed and connection.in_transaction():
+                raise InvalidSessionFactory(
+                    "the session's commit did not commit: it joined a transaction already "
+                    "begun on the Connection it is bound to, which the caller still holds; "
+                    "bind the session factory to an Engine (or to a Connection with no "
+                    "transaction in progress)"
+                )
 
     @contextmanager
     def installed(self) -> Iterator[None]:
@@ -232,3 +259,4 @@ def owned_transaction(session: Session) -> Iterator[SessionTransaction]:
             yield transaction
             guard.check(transaction)
             guard.committing = True
+        guard.check_committed()

@@ -55,12 +55,20 @@ def check_handler(
         signature cannot be read, as some built-ins and C extensions, is accepted).
     :raises AsyncHandlerError: if ``handler`` is a coroutine function (see
         :func:`is_async_callable`).
+    :raises InvalidHandler: also for a generator or async generator function: calling it
+        runs none of its body.
     """
     shown = getattr(handler, "__qualname__", None) or getattr(handler, "__name__", None)
     label = name or repr(shown or handler)
     call = f"handler({', '.join(arguments)})"
     if not callable(handler):
         raise InvalidHandler(f"{label} is not callable; it must be callable as {call}")
+    if _is_generator_callable(handler):
+        raise InvalidHandler(
+            f"{label} is a generator function: calling it returns a generator and runs none "
+            "of its body, so the claim would commit without the change; do not yield in a "
+            "handler"
+        )
     if not asynchronous and is_async_callable(handler):
         raise AsyncHandlerError(
             f"{label} is a coroutine function: the synchronous runner cannot await it (its "
@@ -79,20 +87,48 @@ def check_handler(
         ) from exc
 
 
+def _is_generator_callable(handler: object) -> bool:
+    """Whether calling ``handler`` returns a generator or an async generator."""
+    while isinstance(handler, functools.partial):
+        handler = handler.func
+    targets = (handler, getattr(type(handler), "__call__", None))  # noqa: B004 (the method)
+    return any(
+        inspect.isgeneratorfunction(t) or inspect.isasyncgenfunction(t) for t in targets
+    )
+
+
 def call_handler(handler: Callable[..., object], *arguments: Any) -> object:
     """``handler(*arguments)``, refusing an awaitable result.
 
     :raises AsyncHandlerError: if the result is awaitable; a coroutine is closed first (so
         Python does not warn that it was never awaited) and never runs. The caller's
         transaction must then be rolled back.
+    :raises InvalidHandler: if the result is a generator (its body never ran).
     """
     result = handler(*arguments)
+    if inspect.isgenerator(result) or inspect.isasyncgen(result):
+        _close(result)
+        raise InvalidHandler(
+            f"{_name(handler)} returned a generator ({type(result).__name__}): none of its "
+            "body ran; nothing of this attempt is committed (do not yield in a handler)"
+        )
     if inspect.isawaitable(result):
-        close = getattr(result, "close", None)
-        if callable(close):
-            close()
+        _close(result)
         raise AsyncHandlerError(
-            f"{handler!r} returned an awaitable ({type(result).__name__}): the synchronous "
-            "runner cannot await it; nothing of this attempt is committed"
+            f"{_name(handler)} returned an awaitable ({type(result).__name__}) that nothing "
+            "awaits: its work would never run; nothing of this attempt is committed (await "
+            "it in the handler, or use sa_inbox.asyncio for an async def handler)"
         )
     return result
+
+
+def _close(result: object) -> None:
+    """Close a coroutine or generator that will never run (no "never awaited" warning)."""
+    close = getattr(result, "close", None)
+    if callable(close) and not inspect.isasyncgen(result):
+        close()
+
+
+def _name(handler: object) -> str:
+    """How a message names the handler: its qualified name, or its repr."""
+    return repr(getattr(handler, "__qualname__", None) or handler)

@@ -27,15 +27,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, UnboundExecutionError
 from sqlalchemy.orm import Session
 from typing_extensions import deprecated
 
 from .claim import Inbox
-from .dialects import backend_for
+from .dialects import classifier_for
 from .exc import (
     ConfigurationError,
-    DuplicateMessage,
     InvalidRetryArgument,
     InvalidSessionFactory,
     TransientClaimError,
@@ -68,20 +67,32 @@ MAX_BACKOFF = 1.0
 def _run_once(session: Session, work: Callable[[Session], T]) -> T:
     """``work(session)`` in one transaction that only this function may commit; a missing
     table or column becomes :class:`~sa_inbox.exc.MissingTable`."""
-    dialect = backend_for(session.get_bind().dialect.name).claim
+    dialect = classifier_for(_dialect_name(session))
     with session, dialect.translate_configuration_errors(), owned_transaction(session):
         return work(session)
+
+
+def _dialect_name(session: Session) -> str | None:
+    """The dialect of the session's default bind; ``None`` for a session bound per table
+    only (``sessionmaker(binds={...})``), whose bind depends on the statement."""
+    try:
+        return session.get_bind().dialect.name
+    except UnboundExecutionError:
+        return None
 
 
 def new_session(session_factory: Callable[[], Session]) -> Session:
     """``session_factory()``, checked to be a new :class:`~sqlalchemy.orm.Session`.
 
     :raises InvalidSessionFactory: if the call fails with :class:`TypeError` (an unbound
-        ``Session.begin``) or returns anything but a Session (``sessionmaker.begin``
-        returns a transaction context manager).
+        ``Session.begin``), returns anything but a Session (``sessionmaker.begin``
+        returns a transaction context manager), or a Session with a transaction already
+        begun.
     """
     try:
         session = session_factory()
+    except InvalidSessionFactory:
+        raise
     except TypeError as exc:
         raise InvalidSessionFactory(
             f"the session factory {session_factory!r} cannot be called with no arguments: "
@@ -91,6 +102,12 @@ def new_session(session_factory: Callable[[], Session]) -> Session:
         raise InvalidSessionFactory(
             f"the session factory {session_factory!r} returned {type(session).__name__}, "
             "not a Session; pass a sessionmaker (not sessionmaker.begin or Session.begin)"
+        )
+    if session.in_transaction():
+        raise InvalidSessionFactory(
+            f"the session factory {session_factory!r} returned a session with a transaction "
+            "already in progress (a scoped_session reused by the thread?): the claim must "
+            "begin the transaction it commits; pass a factory of new sessions"
         )
     return session
 
@@ -103,11 +120,13 @@ def check_max_attempts(max_attempts: int) -> int:
     return positive_int(max_attempts, "max_attempts", InvalidRetryArgument)
 
 
-def is_transient(exc: BaseException, dialect_name: str) -> bool:
+def is_transient(exc: BaseException, dialect_name: str | None) -> bool:
     """Whether ``exc`` means "roll back and retry the whole transaction".
 
     :param exc: an exception raised inside the unit of work.
-    :param dialect_name: the SQLAlchemy dialect name of the session's engine.
+    :param dialect_name: the SQLAlchemy dialect name of the session's engine; ``None`` to
+        ask every known backend's classifier (see
+        :func:`~sa_inbox.dialects.classifier_for`).
     :returns: True for :class:`~sa_inbox.exc.TransientClaimError`, and for driver errors
         that the backend's classifier recognises as serialization failure or deadlock
         (a business statement can deadlock too, not only the claim).
@@ -115,7 +134,7 @@ def is_transient(exc: BaseException, dialect_name: str) -> bool:
     if isinstance(exc, TransientClaimError):
         return True
     if isinstance(exc, DBAPIError):
-        return backend_for(dialect_name).claim.is_transient(exc)
+        return classifier_for(dialect_name).is_transient(exc)
     return False
 
 
@@ -157,7 +176,7 @@ def run_in_transaction(
         try:
             return _run_once(session, work)
         except (TransientClaimError, DBAPIError) as exc:
-            if not is_transient(exc, session.get_bind().dialect.name):
+            if not is_transient(exc, _dialect_name(session)):
                 raise
             if attempt == max_attempts:
                 if isinstance(exc, TransientClaimError):
@@ -308,8 +327,6 @@ def handle(
         outcome = run_in_transaction(
             session_factory, unit_of_work, max_attempts=max_attempts, sleep=sleep
         )
-    except DuplicateMessage:
-        outcome = Outcome.DUPLICATE
     except ConfigurationError:
         logger.error(
             "message %s: configuration error, neither acked nor nacked",

@@ -9,6 +9,7 @@ The handler gets an :class:`~sqlalchemy.ext.asyncio.AsyncSession` and is awaited
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -71,6 +72,7 @@ async def handle(
     """
     check_handler(handler, ("session",), asynchronous=True)
 
+    @functools.wraps(handler)
     def sync_handler(session: Session) -> object:
         return maybe_await(handler(async_session_of(session)))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -142,6 +143,7 @@ class AsyncWorker:
     ) -> None:
         check_handler(handler, ("session", "message"), asynchronous=True)
 
+        @functools.wraps(handler)
         def sync_handler(session: Session, message: StoredMessage) -> object:
             return maybe_await(handler(async_session_of(session), message))
 

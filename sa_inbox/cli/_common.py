@@ -150,6 +150,7 @@ def open_engine(url: str, *, existing: bool = True) -> sa.Engine:
         parsed = sa.make_url(url)
     except sa.exc.ArgumentError as exc:
         raise click.BadParameter(str(exc), param_hint="--url") from exc
+    parsed = sync_peer(parsed)
     path = sqlite_file(parsed)
     if existing and path is not None and not path.is_file():
         raise CannotRun(
@@ -162,6 +163,27 @@ def open_engine(url: str, *, existing: bool = True) -> sa.Engine:
         raise click.BadParameter(str(exc), param_hint="--url") from exc
     except ImportError as exc:
         raise CannotRun(_missing_driver(parsed, exc)) from exc
+
+
+#: The sync driver the commands use for a URL of each async driver (the same database).
+SYNC_DRIVERS = {
+    "postgresql+asyncpg": "postgresql+psycopg",
+    "postgresql+psycopg_async": "postgresql+psycopg",
+    "mysql+aiomysql": "mysql+pymysql",
+    "mysql+asyncmy": "mysql+pymysql",
+    "mariadb+aiomysql": "mariadb+pymysql",
+    "mariadb+asyncmy": "mariadb+pymysql",
+    "sqlite+aiosqlite": "sqlite",
+}
+
+
+def sync_peer(url: sa.URL) -> sa.URL:
+    """``url`` with an async driver swapped for its sync peer (``postgresql+asyncpg`` ->
+    ``postgresql+psycopg``, ``mysql+aiomysql`` -> ``mysql+pymysql``, ``sqlite+aiosqlite``
+    -> ``sqlite``), so that every command accepts the URL an asyncio application uses; any
+    other URL unchanged."""
+    driver = SYNC_DRIVERS.get(url.drivername)
+    return url if driver is None else url.set(drivername=driver)
 
 
 def _missing_driver(url: sa.URL, exc: ImportError) -> str:

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 
 from ..exc import InvalidHandler
 from ..handlers import check_handler, is_async_callable
-from ._common import CannotRun, bind_store, connected
+from ._common import SYNC_DRIVERS, CannotRun, bind_store, connected
 from .store import store_options
 
 __all__ = ["resolve_handler", "worker_command"]
@@ -201,7 +201,7 @@ def worker_command(
             # here: sqlalchemy.ext.asyncio needs greenlet, the sync worker does not).
             from ..asyncio import AsyncInboxStore, AsyncWorker
 
-            async_engine = _async_engine(engine.url)
+            async_engine = _async_engine(sa.make_url(url), engine.url)
             worker = AsyncWorker(AsyncInboxStore(store).bind(async_engine), handler, **options)
         else:
             async_engine, worker = None, Worker(store.bind(engine), handler, **options)
@@ -230,13 +230,16 @@ ASYNC_DRIVERS = {
 }
 
 
-def _async_engine(url: sa.URL) -> Any:
-    """An AsyncEngine on the same database as ``url``, through its driver's async peer.
+def _async_engine(given: sa.URL, url: sa.URL) -> Any:
+    """An AsyncEngine on the same database: the ``--url`` itself if it names an async
+    driver, else ``url``'s driver's async peer.
 
     :raises CannotRun: (exit 3) for a driver with no async peer here.
     """
     from sqlalchemy.ext.asyncio import create_async_engine
 
+    if given.drivername in SYNC_DRIVERS:
+        return create_async_engine(given)
     driver = ASYNC_DRIVERS.get(url.drivername)
     if driver is None:
         raise CannotRun(

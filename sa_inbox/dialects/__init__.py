@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Literal
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from .._compat import autocommit_isolation
 from ..exc import InvalidStrategy
@@ -59,6 +60,7 @@ __all__ = [
     "Strategy",
     "backend_for",
     "claim_dialect_for",
+    "classifier_for",
     "is_autocommit",
     "purge_dialect_for",
 ]
@@ -89,6 +91,35 @@ def backend_for(dialect_name: str) -> Backend:
     if backend is not None:
         return backend
     return Backend(names=(dialect_name,), claim=_PORTABLE_CLAIM, purge=_PORTABLE_PURGE)
+
+
+class _EveryBackendClassifier(SavepointClaim):
+    """The error classifiers of every known backend at once (see :func:`classifier_for`)."""
+
+    def is_transient(self, exc: DBAPIError) -> bool:
+        return any(backend.claim.is_transient(exc) for backend in _NATIVE)
+
+    def is_missing_table(self, exc: DBAPIError) -> bool:
+        return any(backend.claim.is_missing_table(exc) for backend in _NATIVE)
+
+
+_NATIVE = (postgresql.BACKEND, mysql.BACKEND, oracle.BACKEND, sqlite.BACKEND)
+_EVERY_BACKEND = _EveryBackendClassifier(None)
+
+
+def classifier_for(dialect_name: str | None) -> ClaimDialect:
+    """The claim dialect whose error classifiers (:meth:`ClaimDialect.is_transient`,
+    :meth:`ClaimDialect.is_missing_table`) apply to a dialect name.
+
+    :param dialect_name: the engine's dialect name, or ``None`` when it cannot be known
+        beforehand (a Session bound per table only, with no default bind): then every
+        known backend's classifiers are asked. Their codes cannot be confused, since each
+        reads its own driver's attribute (a psycopg/asyncpg SQLSTATE string, a MySQL
+        driver's integer error number, an oracledb error object, sqlite3's error code).
+    """
+    if dialect_name is None:
+        return _EVERY_BACKEND
+    return backend_for(dialect_name).claim
 
 
 def claim_dialect_for(dialect_name: str, strategy: Strategy = "native") -> ClaimDialect:

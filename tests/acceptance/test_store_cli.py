@@ -338,3 +338,29 @@ def test_worker_command_runs_an_async_handler_on_the_asyncio_worker(
     assert child.returncode == 0, err
     assert summary(out) == {**NOTHING, "processed": 12, "reason": "empty"}
     assert sorted(store_app.effect_ids()) == sorted(f"m-{i}" for i in range(12))
+
+
+def test_commands_accept_the_url_of_an_async_driver(url: str, store_app: StoreApp) -> None:
+    """The URL an asyncio application uses (asyncpg, aiomysql, aiosqlite) works for every
+    command: ``store counts`` reads through its sync peer, the worker runs an async handler
+    on that very driver (before: "greenlet_spawn has not been called", exit 3)."""
+    drivers = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg",
+               "mysql": "mysql+aiomysql"}  # fmt: skip
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() not in drivers:
+        pytest.skip("no async driver for this backend here")
+    async_url = parsed.set(drivername=drivers[parsed.get_backend_name()]).render_as_string(
+        hide_password=False
+    )
+    receive(store_app, 5)
+    worker = cli(
+        "worker", "--url", async_url, "--table", TABLE, "--consumer", "default",
+        "--handler", "tests.acceptance.cli_handler:record_async", "--until-empty",
+    )  # fmt: skip
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0, err
+    assert summary(out)["processed"] == 5 and len(store_app.effect_ids()) == 5
+    counts = cli("store", "counts", "--url", async_url, "--table", TABLE)
+    out, err = counts.communicate(timeout=60)
+    assert counts.returncode == 0, err
+    assert json.loads(out)[DONE] == 5
