@@ -32,21 +32,22 @@ is committed and the delivery is never acked. Each connection the transaction en
 checked for autocommit (:func:`sa_inbox.dialects.is_autocommit`), a
 :class:`~sa_inbox.exc.AutocommitConnection`, before anything is sent on it.
 
-The listeners are installed once per Session class and once per Engine (SQLAlchemy docs,
-"Events", "Session Events" and "Connection Events"), and find the guard of the transaction
-they fire for in ``Session.info`` and in a weak map of the guarded connections: listening
-on each Session and Connection anew cost ~100 µs per message (a per-instance event
-dispatch). For sessions and connections that no guard holds, each listener is one dictionary
-look-up.
+The listeners are installed once, when this module is imported, on the ``Session`` class
+and the ``Engine`` class, so they apply to every session and connection of the process
+(SQLAlchemy docs, "Events", "Session Events" and "Connection Events"); they find the guard of
+the transaction they fire for in ``Session.info`` and in a weak map of the guarded
+connections. For sessions and connections that no guard holds, each listener is one
+dictionary look-up. Listening on each Session and Connection anew cost ~100 µs per message
+(a per-instance event dispatch), and listening on a class or engine at first use raced with
+other threads' commits firing the same event (``event.listen`` must not run while the event
+is being dispatched).
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, RootTransaction, Transaction
@@ -66,8 +67,6 @@ __all__ = ["owned_transaction"]
 _GUARD = "sa_inbox.guard"
 #: The guard of each connection enlisted in an owned transaction.
 _connection_guards: weakref.WeakKeyDictionary[Connection, _Guard] = weakref.WeakKeyDictionary()
-_instrumented: weakref.WeakSet[Any] = weakref.WeakSet()
-_instrumenting = threading.Lock()  # held only to register listeners: never across SQL
 
 
 class _Guard:
@@ -100,6 +99,11 @@ class _Guard:
             )
         if connection in _connection_guards:
             return  # a savepoint on a connection already guarded
+        if self.session.twophase:
+            raise SplitTransaction(
+                "the session is two-phase (twophase=True): its connections commit with "
+                "PREPARE/COMMIT PREPARED, which the runner cannot guard; use a plain session"
+            )
         if self.connections:
             raise SplitTransaction(
                 "the session enlisted a second connection (its binds send tables to "
@@ -112,7 +116,6 @@ class _Guard:
                 "or the driver's autocommit): the claim would commit apart from the "
                 "business change; use a transactional engine"
             )
-        _instrument(connection.engine, _ENGINE_LISTENERS)
         _connection_guards[connection] = self
         self.connections.append((connection, connection.get_transaction()))
 
@@ -178,7 +181,6 @@ class _Guard:
 
     @contextmanager
     def installed(self) -> Iterator[None]:
-        _instrument(type(self.session), _SESSION_LISTENERS)
         self.session.info[_GUARD] = self
         try:
             yield
@@ -217,21 +219,10 @@ def _on_begin(connection: Connection) -> None:
         guard.connection_begin(connection)
 
 
-_SESSION_LISTENERS = (("before_commit", _on_before_commit), ("after_begin", _on_after_begin))
-_ENGINE_LISTENERS = (("commit", _on_commit), ("begin", _on_begin))
-
-
-def _instrument(target: type[Session] | Engine, listeners: tuple[tuple[str, Any], ...]) -> None:
-    """Listen on ``target`` once (a Session class, or an Engine: its connections, existing
-    ones included, dispatch to the engine's listeners)."""
-    if target in _instrumented:
-        return
-    with _instrumenting:
-        if target in _instrumented:
-            return
-        for name, listener in listeners:
-            event.listen(target, name, listener)
-        _instrumented.add(target)
+event.listen(Session, "before_commit", _on_before_commit)
+event.listen(Session, "after_begin", _on_after_begin)
+event.listen(Engine, "commit", _on_commit)
+event.listen(Engine, "begin", _on_begin)
 
 
 @contextmanager

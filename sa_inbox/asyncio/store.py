@@ -184,6 +184,10 @@ class AsyncWorker:
         ``add_signal_handler`` (Unix).
 
         :raises ConfigurationError: as :meth:`sa_inbox.Worker.run`: every task stops.
+        :raises asyncio.CancelledError: when ``run()`` is cancelled (``asyncio.wait_for``, an
+            application's shutdown): the tasks first stop as for :meth:`stop` (the message
+            in hand is finished, the rest of each batch released), within
+            ``shutdown_timeout``.
         """
         worker = self.sync_worker
         before = worker._start(until_empty, max_messages, max_seconds)
@@ -191,7 +195,17 @@ class AsyncWorker:
             tasks = [
                 asyncio.create_task(in_greenlet(worker._loop, i)) for i in range(worker.concurrency)
             ]
-            await self._join(tasks, shutdown_timeout)
+            try:
+                await self._join(tasks, shutdown_timeout)
+            except asyncio.CancelledError:
+                # run() itself cancelled (an application shutting down): stop as for a
+                # stop request (messages in hand finished, the rest of each batch released)
+                # within the shutdown timeout, then let the cancellation through.
+                self.stop()
+                await asyncio.wait(tasks, timeout=shutdown_timeout)
+                for task in tasks:
+                    task.cancel()
+                raise
         return worker._finish(before)
 
     async def _join(self, tasks: list[asyncio.Task[None]], shutdown_timeout: float) -> None:

@@ -425,3 +425,37 @@ def test_a_new_claim_is_one_statement(app: App, async_url: str) -> None:
         assert [s.upper() for s in duplicate] == ["INSERT", "SHOW"]  # the duplicate's 1062
     else:
         assert len(duplicate) == 1
+
+
+def test_cancelling_the_async_worker_stops_its_tasks(app: App, async_url: str) -> None:
+    """``asyncio.wait_for(worker.run(), …)`` timing out left the tasks claiming and rows
+    stuck in processing; now they stop as for stop(), releasing what they had not started."""
+    store = InboxStore(app.metadata)
+    store.table.create(app.engine)
+    astore = AsyncInboxStore(store)
+
+    async def slow(session: AsyncSession, message: StoredMessage) -> None:
+        await pay(app, session, message.message_id)
+        await asyncio.sleep(0.05)
+
+    async def scenario(engine: AsyncEngine) -> tuple[int, dict[str, int], int]:
+        async with async_sessionmaker(engine).begin() as session:
+            await astore.receive_many(
+                session, [Incoming(f"m{i}", {}) for i in range(40)], consumer_name=CONSUMER
+            )
+        worker = AsyncWorker(
+            astore.bind(engine), slow, consumer_name=CONSUMER, concurrency=2, batch_size=5
+        )
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(worker.run(handle_signals=False), 0.5)
+        done_at_cancel = (await astore.counts(engine, CONSUMER))["done"]
+        await asyncio.sleep(0.5)  # nothing may run after the cancellation
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        return done_at_cancel, await astore.counts(engine, CONSUMER), len(tasks)
+
+    extra = {"connect_args": {"timeout": 30}} if async_url.startswith("sqlite") else {}
+    done_at_cancel, counts, tasks = run(async_url, scenario, **extra)
+    assert tasks == 0 and counts["processing"] == 0
+    assert counts["done"] == done_at_cancel and counts["done"] + counts["pending"] == 40
+    assert app.ledger_rows() == counts["done"]
+    store.table.drop(app.engine)
