@@ -217,6 +217,8 @@ class AsyncWorker:
             _, pending = await asyncio.wait(pending, timeout=shutdown_timeout)
         for task in pending:  # a handler still running: its claim expires and is retried
             task.cancel()
+        if pending:
+            await in_greenlet(self.sync_worker._abandon)
         for task in tasks:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]

@@ -290,6 +290,8 @@ class Worker:
         self.stats: Counter[str] = Counter()
         self._sequence = itertools.count(1)
         self._lock = threading.Lock()
+        #: Per batch in hand (by claim token): its messages not started yet.
+        self._unstarted: dict[str, Sequence[StoredMessage]] = {}
         self._run: _Run | None = None
         self._fatal: ConfigurationError | None = None
         self._reason: str | None = None
@@ -346,10 +348,20 @@ class Worker:
         return batch
 
     def _process_batch(self, batch: Sequence[StoredMessage]) -> None:
+        token = batch[0].claimed_by
+        try:
+            self._process_messages(token, batch)
+        finally:
+            with self._lock:
+                self._unstarted.pop(token, None)
+
+    def _process_messages(self, token: str, batch: Sequence[StoredMessage]) -> None:
         for index, message in enumerate(batch):
             if self._stopping():
                 self._release(batch[index:])
                 return
+            with self._lock:  # what a shutdown may give back if this handler outlasts it
+                self._unstarted[token] = batch[index + 1 :]
             try:
                 outcome = self.process(message)
             except ConfigurationError as exc:
@@ -509,6 +521,25 @@ class Worker:
         deadline = time.monotonic() + shutdown_timeout
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        if any(thread.is_alive() for thread in threads):
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """Give back the unstarted messages of the batches whose handler outlasted the
+        shutdown timeout (their thread is abandoned, the message in hand is claimed again
+        after the visibility timeout)."""
+        with self._lock:
+            rests = [list(rest) for rest in self._unstarted.values() if rest]
+            self._unstarted.clear()
+        if rests:
+            logger.warning(
+                "shutdown timeout: %d handler(s) still running are abandoned; their "
+                "messages are claimed again after the visibility timeout",
+                len(rests),
+                extra={"action": "abandon", "count": len(rests)},
+            )
+        for rest in rests:
+            self._release(rest, quietly=True)
 
     def _finish(self, before: Counter[str]) -> WorkerSummary:
         """Record why the run ended; return its summary, or raise its configuration error."""

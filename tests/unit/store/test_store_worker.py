@@ -362,3 +362,27 @@ def test_an_async_handler_is_refused_before_anything_is_claimed(store: MemorySto
     assert w.run(until_empty=True, handle_signals=False).dead == 1
     row = store.row("m1")
     assert row.status == DEAD and "AsyncHandlerError" in (row.last_error or "")
+
+
+def test_a_shutdown_timeout_gives_back_the_unstarted_rest_of_an_abandoned_batch(
+    store: MemoryStore,
+) -> None:
+    """A handler that outlasts the shutdown timeout is abandoned; the rest of its batch, never
+    started, used to stay ``processing`` until the visibility timeout (an attempt used)."""
+    for i in range(5):
+        store.receive(f"m{i}", {})
+    started, release = threading.Event(), threading.Event()
+
+    def handler(session: object, message: StoredMessage) -> None:
+        started.set()
+        release.wait(10)
+
+    w = Worker(store, handler, batch_size=5, concurrency=2, poll_interval=0.01)
+    threading.Timer(0.0, lambda: (started.wait(5), w.stop())).start()
+    summary = w.run(handle_signals=False, shutdown_timeout=0.2)
+    try:
+        statuses = sorted(row.status for row in store.rows)
+        assert statuses == [PENDING] * 4 + [PROCESSING]
+        assert summary.released == 4 and summary.processed == 0
+    finally:
+        release.set()
