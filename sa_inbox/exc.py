@@ -155,7 +155,8 @@ class DuplicateMessage(InboxError):
 class TransientClaimError(InboxError):
     """The database aborted the transaction for a reason that a retry can fix.
 
-    Serialization failures and deadlocks: PostgreSQL SQLSTATE 40001 / 40P01 (manual,
+    Serialization failures, deadlocks and lock wait timeouts: PostgreSQL SQLSTATE 40001 /
+    40P01 / 55P03 (manual,
     "Transaction Isolation", 13.2), MySQL/MariaDB errors 1213 (deadlock) / 1205 (lock wait
     timeout), Oracle ORA-08177 / ORA-00060, SQLite SQLITE_BUSY / SQLITE_LOCKED. The caller's
     transaction is no longer usable: roll back and run the whole unit of work again (see

@@ -231,6 +231,10 @@ class AsyncWorker:
         loop = asyncio.get_running_loop()
         added = []
         for sig in (signal.SIGTERM, signal.SIGINT):
+            # add_signal_handler exists on Unix event loops only (NotImplementedError on
+            # Windows' proactor loop) and only in the main thread (RuntimeError/ValueError
+            # elsewhere): there the worker runs without signal handling, as the sync
+            # worker does outside the main thread, and stops through stop().
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
                 added.append(sig)

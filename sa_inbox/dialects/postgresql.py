@@ -24,8 +24,10 @@ from .store_claim import CandidateQuery, StoreClaimDialect, require_version
 
 __all__ = ["BACKEND", "PostgreSQLClaim", "PostgreSQLPurge", "PostgreSQLStoreClaim"]
 
-#: serialization_failure, deadlock_detected (PostgreSQL manual, Appendix A, "Error Codes").
-TRANSIENT_SQLSTATES = frozenset({"40001", "40P01"})
+#: serialization_failure, deadlock_detected, and lock_not_available (raised past the
+#: session's ``lock_timeout``, as MySQL's 1205 past ``innodb_lock_wait_timeout``; PostgreSQL
+#: manual, Appendix A, "Error Codes", and 20.11 "lock_timeout").
+TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
 UNIQUE_VIOLATION = "23505"
 #: undefined_table, undefined_column (PostgreSQL manual, Appendix A, "Error Codes").
 MISSING_TABLE_SQLSTATES = frozenset({"42P01", "42703"})

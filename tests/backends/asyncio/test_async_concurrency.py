@@ -165,10 +165,9 @@ def test_deadlocked_unit_of_work_is_retried(app: App, async_url: str) -> None:
 
 def test_lock_wait_is_transient_then_the_retry_claims(app: App, async_url: str) -> None:
     """A claim waiting on another transaction's uncommitted claim of the same key, past the
-    lock wait limit: aiomysql's 1205 and aiosqlite's SQLITE_BUSY are TransientClaimError; the
-    retry after the holder rolls back claims and applies once."""
-    if async_url.startswith("postgresql"):
-        pytest.skip("PostgreSQL's lock_timeout (55P03) is not a transient claim error")
+    lock wait limit: aiomysql's 1205, PostgreSQL's 55P03 (past ``lock_timeout``) and
+    aiosqlite's SQLITE_BUSY are TransientClaimError; the retry after the holder rolls back
+    claims and applies once."""
     inbox = AsyncInbox(app.inbox)
     is_sqlite = async_url.startswith("sqlite")
 
@@ -177,7 +176,9 @@ def test_lock_wait_is_transient_then_the_retry_claims(app: App, async_url: str) 
             await holder.begin()
             assert await inbox.claim(holder, "pay-1", CONSUMER)
             async with engine.connect() as waiter, waiter.begin():
-                if not is_sqlite:
+                if async_url.startswith("postgresql"):
+                    await waiter.exec_driver_sql("SET LOCAL lock_timeout = '1s'")
+                elif not is_sqlite:
                     await waiter.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = 1")
                 with pytest.raises(TransientClaimError) as info:
                     await inbox.claim(waiter, "pay-1", CONSUMER)
@@ -192,6 +193,8 @@ def test_lock_wait_is_transient_then_the_retry_claims(app: App, async_url: str) 
     orig = error.__cause__.orig  # type: ignore[union-attr]
     if is_sqlite:
         assert orig.sqlite_errorcode & 0xFF == 5  # SQLITE_BUSY
+    elif async_url.startswith("postgresql"):
+        assert orig.sqlstate == "55P03"
     else:
         assert orig.args[0] == 1205
     assert claimed and app.ledger_rows("pay-1") == 1 and app.balance(1) == AMOUNT

@@ -284,11 +284,13 @@ def test_driver_autocommit_is_a_configuration_error_for_handle(
     assert app.inbox_rows() == 0 and app.ledger_rows() == 0
 
 
-def test_transactional_sqlite_recipe_is_not_autocommit(app: App, url: str) -> None:
+def test_transactional_sqlite_recipe_is_not_autocommit(tmp_path: object) -> None:
     """SQLAlchemy's documented pysqlite recipe (``isolation_level=None`` plus an explicit
-    ``BEGIN``) is transactional: claims work and roll back with the transaction."""
-    if not url.startswith("sqlite"):
-        pytest.skip("the pysqlite recipe is SQLite's")
+    ``BEGIN``) is transactional: claims work and roll back with the transaction. (SQLite
+    only: the recipe is pysqlite's, so this test takes no ``url`` parameter.)"""
+    url = f"sqlite:///{tmp_path}/recipe.db"
+    app = App(sa.create_engine(url))
+    app.reset()
     engine = sa.create_engine(url, connect_args={"isolation_level": None})
     sa.event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
     try:
@@ -301,6 +303,7 @@ def test_transactional_sqlite_recipe_is_not_autocommit(app: App, url: str) -> No
         assert app.inbox_rows() == 1
     finally:
         engine.dispose()
+        app.engine.dispose()
 
 
 # -- 4. configuration errors are raised, never acked or nacked -----------------------------
