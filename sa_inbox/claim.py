@@ -28,7 +28,7 @@ from .schema import (
 )
 from .validation import validate_key, validate_keys
 
-__all__ = ["Bind", "Inbox", "connection_for", "message_id_of"]
+__all__ = ["Bind", "Inbox", "PreparedInsert", "connection_for", "message_id_of"]
 
 #: What a claim runs on: a Session (or scoped_session) or Connection, in the caller's
 #: transaction (never an AUTOCOMMIT one).
@@ -106,8 +106,7 @@ class Inbox:
             name: getattr(table.c[name].type, "length", None) or message_id_length
             for name in ("message_id", "consumer_name")
         }
-        self._statements: dict[str, tuple[ClaimDialect, Executable]] = {}
-        self._checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+        self._insert = PreparedInsert(table, strategy)
 
     @classmethod
     def for_table(cls, table: sa.Table, *, strategy: Strategy = "native") -> Inbox:
@@ -307,6 +306,34 @@ class Inbox:
 
     def _prepared(self, conn: Connection) -> tuple[ClaimDialect, Executable]:
         """The claim dialect and cached single-row statement for ``conn``'s backend."""
+        return self._insert(conn)
+
+
+class PreparedInsert:
+    """The insert-or-skip statement of one table, built once per backend, and the backend's
+    one-time checks, run once per engine: what :class:`Inbox` claims and
+    :class:`~sa_inbox.store.InboxStore` receives with.
+
+    Built once per dialect name, so an insert only binds its row (SQLAlchemy then finds the
+    compiled form in the engine's cache by the statement's cache key). Idempotent and
+    lock-free: two first calls racing build equal statements and run the same read-only
+    checks; no lock is ever held across SQL (it would block an event loop).
+
+    :param table: the table inserted into.
+    :param strategy: ``"native"`` or ``"savepoint"`` (see :class:`Inbox`).
+    """
+
+    def __init__(self, table: sa.Table, strategy: Strategy = "native") -> None:
+        self.table = table
+        self.strategy: Strategy = strategy
+        self._statements: dict[str, tuple[ClaimDialect, Executable]] = {}
+        self._checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+
+    def __call__(self, conn: Connection) -> tuple[ClaimDialect, Executable]:
+        """The dialect and statement for ``conn``'s backend, after the one-time checks.
+
+        :raises UnsupportedBackend: if the server or the table fails a check.
+        """
         name = conn.dialect.name
         prepared = self._statements.get(name)
         if prepared is None:
@@ -314,8 +341,6 @@ class Inbox:
             prepared = (dialect, dialect.insert_or_skip(self.table))
             self._statements[name] = prepared
         if conn.engine not in self._checked:
-            # Idempotent and lock-free: two first claims racing both run the same harmless
-            # checks (no lock may be held across SQL, which would block an event loop).
             prepared[0].check_backend(conn)
             if prepared[0].check_table(conn, self.table):
                 self._checked.add(conn.engine)

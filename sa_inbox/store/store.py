@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.expression import Executable
 
-from ..claim import Bind, connection_for
+from ..claim import Bind, PreparedInsert, connection_for
 from ..dialects import ClaimDialect, backend_for
 from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
 from ..exc import ClaimLost, InvalidStoreArgument
@@ -98,11 +98,10 @@ class InboxStore:
             metadata, table_name=table_name, schema=schema, message_id_length=message_id_length
         )
         self.message_id_length = message_id_length
-        # Per dialect name: the receive statement, built once (as Inbox.claim's).
-        self._statements: dict[str, tuple[ClaimDialect, Executable]] = {}
-        # Engines whose one-time checks passed. No lock guards them: a racing first call
+        # The receive statement per backend and its one-time checks, as Inbox.claim's.
+        self._insert = PreparedInsert(self.table)
+        # Engines whose store-claim check passed. No lock guards them: a racing first call
         # runs the same read-only check again, and no lock is ever held across SQL.
-        self._insert_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
         self._claim_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
 
     def bind(
@@ -654,27 +653,9 @@ class InboxStore:
         return self._prepared(conn)[0]
 
     def _prepared(self, conn: Connection) -> tuple[ClaimDialect, Executable]:
-        """The insert-or-skip dialect and the cached single-row receive statement for
-        ``conn``'s backend, after the backend's one-time checks on ``conn``'s engine.
-
-        Built once per dialect name, so a receive only binds its row (SQLAlchemy then finds
-        the compiled form in the engine's cache by the statement's cache key). Lock-free:
-        two threads racing on a cold store build equal statements and run the same
-        read-only checks (in their own transactions); either result is kept.
-
-        :raises UnsupportedBackend: if the server or the table fails a check.
-        """
-        name = conn.dialect.name
-        prepared = self._statements.get(name)
-        if prepared is None:
-            dialect = backend_for(name).claim
-            prepared = (dialect, dialect.insert_or_skip(self.table))
-            self._statements[name] = prepared
-        if conn.engine not in self._insert_checked:
-            prepared[0].check_backend(conn)
-            if prepared[0].check_table(conn, self.table):
-                self._insert_checked.add(conn.engine)
-        return prepared
+        """The insert-or-skip dialect and cached receive statement for ``conn``'s backend,
+        after its one-time checks (:class:`~sa_inbox.claim.PreparedInsert`)."""
+        return self._insert(conn)
 
     def _claim_dialect(self, engine: sa.Engine) -> StoreClaimDialect:
         """The store-claim dialect of ``engine``, after its one-time backend check.
