@@ -37,7 +37,10 @@ from ._bridge import (
     sync_session_factory,
 )
 
-__all__ = ["AsyncHandler", "AsyncInboxStore", "AsyncWorker"]
+__all__ = ["CANCEL_GRACE", "AsyncHandler", "AsyncInboxStore", "AsyncWorker"]
+
+#: Seconds a cancelled handler gets to roll back before run() returns.
+CANCEL_GRACE = 10.0
 
 #: ``async def handler(session, message)``: the business change on an AsyncSession, in the
 #: transaction that marks the row ``done``; it must not commit.
@@ -202,9 +205,8 @@ class AsyncWorker:
                 # stop request (messages in hand finished, the rest of each batch released)
                 # within the shutdown timeout, then let the cancellation through.
                 self.stop()
-                await asyncio.wait(tasks, timeout=shutdown_timeout)
-                for task in tasks:
-                    task.cancel()
+                _, pending = await asyncio.wait(tasks, timeout=shutdown_timeout)
+                await self._give_up(pending)
                 raise
         return worker._finish(before)
 
@@ -215,13 +217,23 @@ class AsyncWorker:
             _, pending = await asyncio.wait(pending, timeout=0.1)
         if pending:
             _, pending = await asyncio.wait(pending, timeout=shutdown_timeout)
-        for task in pending:  # a handler still running: its claim expires and is retried
-            task.cancel()
-        if pending:
-            await in_greenlet(self.sync_worker._abandon)
+        await self._give_up(pending)
         for task in tasks:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
+
+    async def _give_up(self, pending: set[asyncio.Task[None]]) -> None:
+        """Cancel the tasks whose handler outlasted the shutdown timeout (the message in hand
+        is claimed again after the visibility timeout) and give back the unstarted rest of
+        their batches, taken before the cancellations run."""
+        if not pending:
+            return
+        for task in pending:
+            task.cancel()
+        await in_greenlet(self.sync_worker._abandon)
+        # Let the cancelled handlers roll back before run() returns: the caller disposes
+        # the engine next, and a rollback on a disposed connection would never complete.
+        await asyncio.wait(pending, timeout=CANCEL_GRACE)
 
     @contextlib.contextmanager
     def _signals(self, enabled: bool) -> Iterator[None]:

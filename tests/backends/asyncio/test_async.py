@@ -459,3 +459,36 @@ def test_cancelling_the_async_worker_stops_its_tasks(app: App, async_url: str) -
     assert counts["done"] == done_at_cancel and counts["done"] + counts["pending"] == 40
     assert app.ledger_rows() == counts["done"]
     store.table.drop(app.engine)
+
+
+def test_cancelling_past_the_shutdown_timeout_gives_back_unstarted_rows(
+    app: App, async_url: str
+) -> None:
+    """Handlers outlasting the shutdown timeout when run() is cancelled: their messages in
+    hand wait for the visibility timeout, the unstarted rest of each batch is pending again
+    at once (it stayed processing)."""
+    store = InboxStore(app.metadata)
+    store.table.create(app.engine)
+    astore = AsyncInboxStore(store)
+
+    async def slow(session: AsyncSession, message: StoredMessage) -> None:
+        await asyncio.sleep(2)
+
+    async def scenario(engine: AsyncEngine) -> dict[str, int]:
+        async with async_sessionmaker(engine).begin() as session:
+            await astore.receive_many(
+                session, [Incoming(f"m{i}", {}) for i in range(10)], consumer_name=CONSUMER
+            )
+        worker = AsyncWorker(
+            astore.bind(engine), slow, consumer_name=CONSUMER, concurrency=2, batch_size=5
+        )
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(worker.run(handle_signals=False, shutdown_timeout=0.2), 1.0)
+        return await astore.counts(engine, CONSUMER)
+
+    extra = {"connect_args": {"timeout": 30}} if async_url.startswith("sqlite") else {}
+    counts = run(async_url, scenario, **extra)
+    # At most one message in hand per task stays processing (before: whole batches).
+    assert 1 <= counts["processing"] <= 2 and counts["done"] == 0
+    assert counts["pending"] + counts["processing"] == 10
+    store.table.drop(app.engine)
