@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Throwaway PostgreSQL 15 and MariaDB servers for the sa-inbox test suite.
+# Throwaway database servers and message brokers for the sa-inbox test suite.
 #
-#   scripts/servers.sh install [postgresql] [mysql]   apt-get install what is missing
-#   scripts/servers.sh start DIR [postgresql] [mysql]  start servers with all data in DIR
-#   scripts/servers.sh stop DIR                        stop whatever runs from DIR
+#   scripts/servers.sh install [NAME...]    apt-get install what is missing
+#   scripts/servers.sh start DIR [NAME...]  start servers with all data in DIR
+#   scripts/servers.sh stop DIR             stop whatever runs from DIR
 #
-# Without server names, both servers are meant. `start` listens on free ports of
-# 127.0.0.1 only and writes DIR/env.sh, which exports
-#   SA_INBOX_TEST_POSTGRESQL_URL and/or SA_INBOX_TEST_MYSQL_URL.
+# NAME is postgresql, mysql (MariaDB), rabbitmq, redis or nats (NATS with
+# JetStream). Without names, the two databases are meant. `start` listens on
+# free ports of 127.0.0.1 only and writes DIR/env.sh, which exports the URL of
+# each server started:
+#   SA_INBOX_TEST_POSTGRESQL_URL, SA_INBOX_TEST_MYSQL_URL,
+#   SA_INBOX_TEST_AMQP_URL, SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL.
 # `stop` is idempotent and never fails. start/stop write nothing outside DIR;
 # as root, DIR is made traversable (o+x) for the postgres user.
 #
@@ -57,8 +60,8 @@ servers_or_all() {
     local name
     for name in "$@"; do
         case "$name" in
-            postgresql | mysql) ;;
-            *) die "unknown server '$name' (expected postgresql or mysql)" ;;
+            postgresql | mysql | rabbitmq | redis | nats) ;;
+            *) die "unknown server '$name' (expected postgresql, mysql, rabbitmq, redis or nats)" ;;
         esac
     done
     echo "$@"
@@ -89,6 +92,14 @@ have_mariadb() {
     find_program mariadbd >/dev/null && find_program mariadb-install-db >/dev/null &&
         find_program mariadb >/dev/null
 }
+
+RABBITMQ_BIN=/usr/lib/rabbitmq/bin
+have_rabbitmq() {
+    [ -x "$RABBITMQ_BIN/rabbitmq-server" ] && [ -x "$RABBITMQ_BIN/rabbitmqctl" ] &&
+        find_program epmd >/dev/null
+}
+have_redis() { find_program redis-server >/dev/null && find_program redis-cli >/dev/null; }
+have_nats() { find_program nats-server >/dev/null; }
 
 # Runs apt-get as root (via sudo when not root and sudo exists).
 as_root() {
@@ -123,6 +134,9 @@ cmd_install() {
         case "$name" in
             postgresql) have_postgresql || packages+=(postgresql-15) ;;
             mysql) have_mariadb || packages+=(mariadb-server mariadb-client) ;;
+            rabbitmq) have_rabbitmq || packages+=(rabbitmq-server) ;;
+            redis) have_redis || packages+=(redis-server redis-tools) ;;
+            nats) have_nats || packages+=(nats-server) ;;
         esac
     done
     if [ ${#packages[@]} -eq 0 ]; then
@@ -130,7 +144,7 @@ cmd_install() {
         return
     fi
     command -v apt-get >/dev/null 2>&1 ||
-        die "missing ${packages[*]} and no apt-get: install PostgreSQL 15 / MariaDB yourself, or export SA_INBOX_TEST_POSTGRESQL_URL / SA_INBOX_TEST_MYSQL_URL"
+        die "missing ${packages[*]} and no apt-get: install them yourself, or export the server's SA_INBOX_TEST_*_URL"
     log "installing ${packages[*]} (apt-get)"
     apt_install "${packages[@]}"
     # A failed postinst service start is fine; missing binaries are not.
@@ -139,6 +153,9 @@ cmd_install() {
             postgresql) have_postgresql ||
                 die "still no initdb/pg_ctl/postgres/createdb in $PG_BIN (or no postgres user)" ;;
             mysql) have_mariadb || die "still no mariadbd/mariadb-install-db/mariadb" ;;
+            rabbitmq) have_rabbitmq || die "still no $RABBITMQ_BIN/rabbitmq-server or epmd" ;;
+            redis) have_redis || die "still no redis-server/redis-cli" ;;
+            nats) have_nats || die "still no nats-server" ;;
         esac
     done
 }
@@ -287,6 +304,138 @@ stop_mariadb() {
     rm -f "$dir/mariadbd.pid"
 }
 
+# ---------------------------------------------------------------- brokers
+
+# Kills the process in PIDFILE (TERM, then KILL after STOP_WAIT_SECONDS) and
+# removes the file; nothing if it is missing or the process is gone.
+stop_pidfile() {
+    local pidfile=$1 pid deadline
+    pid=$(cat "$pidfile" 2>/dev/null) || return 0
+    if [ -n "$pid" ] && process_alive "$pid"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        deadline=$((SECONDS + STOP_WAIT_SECONDS))
+        while process_alive "$pid"; do
+            if [ "$SECONDS" -ge "$deadline" ]; then
+                log "pid $pid ($pidfile) did not stop in ${STOP_WAIT_SECONDS} s, killing it"
+                kill -KILL "$pid" 2>/dev/null || true
+            fi
+            sleep 0.1
+        done
+    fi
+    rm -f "$pidfile"
+}
+
+# Polls until 127.0.0.1:PORT accepts a connection; fails if PIDFILE's process died.
+wait_for_port() {
+    local port=$1 pidfile=$2 seconds=$3 deadline
+    deadline=$((SECONDS + seconds))
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+        process_alive "$(cat "$pidfile")" || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+# RabbitMQ's environment for the node in DIR (its own epmd port, so that the
+# epmd we start is ours to stop; HOME holds the Erlang cookie).
+rabbitmq_env() {
+    local dir=$1/rabbitmq
+    echo "HOME=$dir RABBITMQ_NODENAME=sa_inbox_test@localhost ERL_EPMD_PORT=$(cat "$dir/epmd.port")" \
+        "RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT=$(cat "$dir/amqp.port")" \
+        "RABBITMQ_DIST_PORT=$(cat "$dir/dist.port") RABBITMQ_MNESIA_BASE=$dir/mnesia" \
+        "RABBITMQ_LOG_BASE=$dir/log RABBITMQ_PID_FILE=$dir/rabbitmq.pid" \
+        "RABBITMQ_ENABLED_PLUGINS_FILE=$dir/enabled_plugins RABBITMQ_CONFIG_FILE=$dir/rabbitmq" \
+        "RABBITMQ_ADVANCED_CONFIG_FILE=$dir/advanced.config RABBITMQ_CONF_ENV_FILE=$dir/rabbitmq-env.conf"
+}
+
+start_rabbitmq() {
+    local dir=$1 rdir=$1/rabbitmq ports attempt env
+    have_rabbitmq || die "RabbitMQ not installed: run scripts/servers.sh install rabbitmq"
+    mkdir -p "$rdir/log"
+    echo "[]." >"$rdir/enabled_plugins"
+    local t0; t0=$(now_us)
+    for attempt in $(seq "$START_ATTEMPTS"); do
+        read -r -a ports <<<"$(free_ports 3)"
+        echo "${ports[0]}" >"$rdir/amqp.port"
+        echo "${ports[1]}" >"$rdir/dist.port"
+        echo "${ports[2]}" >"$rdir/epmd.port"
+        printf 'listeners.tcp.default = 127.0.0.1:%s\n' "${ports[0]}" >"$rdir/rabbitmq.conf"
+        env=$(rabbitmq_env "$dir")
+        # epmd first, in the foreground of its own session, so its pid is known.
+        setsid env $env "$(find_program epmd)" -port "${ports[2]}" -address 127.0.0.1 \
+            </dev/null >>"$rdir/epmd.log" 2>&1 &
+        echo $! >"$rdir/epmd.pid"
+        (cd "$rdir" && setsid env $env "$RABBITMQ_BIN/rabbitmq-server" \
+            </dev/null >>"$rdir/server.log" 2>&1 &)
+        if env $env timeout 90 "$RABBITMQ_BIN/rabbitmqctl" wait --timeout 60 \
+            "$rdir/rabbitmq.pid" >>"$rdir/server.log" 2>&1; then
+            break
+        fi
+        log "rabbitmq: start on port ${ports[0]} failed (attempt $attempt)"
+        stop_rabbitmq "$dir"
+        [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$rdir/server.log" >&2; die "RabbitMQ did not start"; }
+    done
+    echo "export SA_INBOX_TEST_AMQP_URL='amqp://guest:guest@127.0.0.1:${ports[0]}/%2F'" >>"$dir/env.sh"
+    log "rabbitmq: ready on 127.0.0.1:${ports[0]} (started in $(since "$t0"))"
+}
+
+stop_rabbitmq() {
+    local dir=$1 rdir=$1/rabbitmq env
+    [ -d "$rdir" ] || return 0
+    if [ -f "$rdir/rabbitmq.pid" ] && process_alive "$(cat "$rdir/rabbitmq.pid")"; then
+        env=$(rabbitmq_env "$dir")
+        env $env timeout "$STOP_WAIT_SECONDS" "$RABBITMQ_BIN/rabbitmqctl" stop \
+            "$rdir/rabbitmq.pid" >/dev/null 2>&1 || true
+        stop_pidfile "$rdir/rabbitmq.pid"
+    fi
+    stop_pidfile "$rdir/epmd.pid"
+}
+
+start_redis() {
+    local dir=$1 port attempt
+    have_redis || die "Redis not installed: run scripts/servers.sh install redis"
+    mkdir -p "$dir/redis"
+    local t0; t0=$(now_us)
+    for attempt in $(seq "$START_ATTEMPTS"); do
+        port=$(free_ports 1)
+        setsid "$(find_program redis-server)" --port "$port" --bind 127.0.0.1 --save '' \
+            --appendonly no --dir "$dir/redis" --daemonize no \
+            </dev/null >>"$dir/redis/server.log" 2>&1 &
+        echo $! >"$dir/redis/redis.pid"
+        if wait_for_port "$port" "$dir/redis/redis.pid" 30 &&
+            "$(find_program redis-cli)" -p "$port" ping >/dev/null 2>&1; then
+            break
+        fi
+        log "redis: start on port $port failed (attempt $attempt)"
+        stop_pidfile "$dir/redis/redis.pid"
+        [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$dir/redis/server.log" >&2; die "Redis did not start"; }
+    done
+    echo "export SA_INBOX_TEST_REDIS_URL='redis://127.0.0.1:$port/0'" >>"$dir/env.sh"
+    log "redis: ready on 127.0.0.1:$port (started in $(since "$t0"))"
+}
+
+start_nats() {
+    local dir=$1 port attempt
+    have_nats || die "NATS not installed: run scripts/servers.sh install nats"
+    mkdir -p "$dir/nats/jetstream"
+    local t0; t0=$(now_us)
+    for attempt in $(seq "$START_ATTEMPTS"); do
+        port=$(free_ports 1)
+        setsid "$(find_program nats-server)" -js -a 127.0.0.1 -p "$port" -sd "$dir/nats/jetstream" \
+            </dev/null >>"$dir/nats/server.log" 2>&1 &
+        echo $! >"$dir/nats/nats.pid"
+        if wait_for_port "$port" "$dir/nats/nats.pid" 30; then
+            break
+        fi
+        log "nats: start on port $port failed (attempt $attempt)"
+        stop_pidfile "$dir/nats/nats.pid"
+        [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$dir/nats/server.log" >&2; die "NATS did not start"; }
+    done
+    echo "export SA_INBOX_TEST_NATS_URL='nats://127.0.0.1:$port'" >>"$dir/env.sh"
+    log "nats: ready on 127.0.0.1:$port (started in $(since "$t0"))"
+}
+
 # ---------------------------------------------------------------- commands
 
 # Absolute path of an existing directory.
@@ -296,7 +445,7 @@ absolute_dir() {
 }
 
 cmd_start() {
-    [ $# -ge 1 ] || die "usage: servers.sh start DIR [postgresql] [mysql]"
+    [ $# -ge 1 ] || die "usage: servers.sh start DIR [NAME...]"
     local dir servers name
     dir=$(absolute_dir "$1")
     servers=$(servers_or_all "${@:2}")
@@ -313,6 +462,9 @@ cmd_start() {
         case "$name" in
             postgresql) start_postgresql "$dir" ;;
             mysql) start_mariadb "$dir" ;;
+            rabbitmq) start_rabbitmq "$dir" ;;
+            redis) start_redis "$dir" ;;
+            nats) start_nats "$dir" ;;
         esac
     done
     trap - EXIT
@@ -331,6 +483,9 @@ cmd_stop() {
     dir=$(cd "$1" 2>/dev/null && pwd -P) || return 0 # no directory, nothing runs
     stop_postgresql "$dir"
     stop_mariadb "$dir"
+    stop_rabbitmq "$dir"
+    stop_pidfile "$dir/redis/redis.pid"
+    stop_pidfile "$dir/nats/nats.pid"
 }
 
 main() {

@@ -2,7 +2,8 @@
 # The test command of sa-inbox:   ./scripts/test.sh [pytest arguments...]
 #
 # Works on a bare Debian 12 machine (as root, or with sudo for the first run):
-#   1. installs PostgreSQL 15 and MariaDB if missing (scripts/servers.sh install)
+#   1. installs PostgreSQL 15, MariaDB, RabbitMQ, Redis and NATS if missing
+#      (scripts/servers.sh install)
 #   2. makes the virtualenv .venv with the project and its test extras
 #   3. starts throwaway servers in a temporary directory, removed at exit
 #   4. runs pytest (arguments passed through), then ruff and mypy
@@ -10,7 +11,8 @@
 # collected", exit 5, counts as a failure).
 #
 # Environment:
-#   SA_INBOX_TEST_POSTGRESQL_URL, SA_INBOX_TEST_MYSQL_URL
+#   SA_INBOX_TEST_POSTGRESQL_URL, SA_INBOX_TEST_MYSQL_URL, SA_INBOX_TEST_AMQP_URL,
+#   SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL
 #       if set, that server is used and no throwaway one is installed/started
 #   SA_INBOX_SKIP_LINT=1
 #       skip ruff and mypy (any non-empty value)
@@ -53,18 +55,21 @@ trap cleanup EXIT
 trap 'on_signal 130 INT' INT
 trap 'on_signal 143 TERM' TERM
 
+# Each server and the variable holding its URL.
+SERVER_URLS=(postgresql:SA_INBOX_TEST_POSTGRESQL_URL mysql:SA_INBOX_TEST_MYSQL_URL
+    rabbitmq:SA_INBOX_TEST_AMQP_URL redis:SA_INBOX_TEST_REDIS_URL nats:SA_INBOX_TEST_NATS_URL)
+
 # Servers to start: those whose URL the developer did not export.
 servers_needed() {
-    if [ -n "${SA_INBOX_TEST_POSTGRESQL_URL:-}" ]; then
-        echo "using SA_INBOX_TEST_POSTGRESQL_URL from the environment" >&2
-    else
-        echo postgresql
-    fi
-    if [ -n "${SA_INBOX_TEST_MYSQL_URL:-}" ]; then
-        echo "using SA_INBOX_TEST_MYSQL_URL from the environment" >&2
-    else
-        echo mysql
-    fi
+    local pair
+    for pair in "${SERVER_URLS[@]}"; do
+        local variable=${pair#*:}
+        if [ -n "${!variable:-}" ]; then
+            echo "using $variable from the environment" >&2
+        else
+            echo "${pair%%:*}"
+        fi
+    done
 }
 
 start_servers() {
@@ -118,7 +123,7 @@ existing_dirs() {
 mapfile -t SERVERS < <(servers_needed)
 
 if [ ${#SERVERS[@]} -gt 0 ]; then
-    section "Database servers: install (${SERVERS[*]})"
+    section "Servers: install (${SERVERS[*]})"
     scripts/servers.sh install "${SERVERS[@]}"
 fi
 
@@ -126,12 +131,13 @@ section "Python environment (.venv)"
 scripts/venv.sh '.[postgresql,mysql,oracle,test]'
 
 if [ ${#SERVERS[@]} -gt 0 ]; then
-    section "Database servers: start (${SERVERS[*]})"
+    section "Servers: start (${SERVERS[*]})"
     start_servers "${SERVERS[@]}"
 fi
-show_url SA_INBOX_TEST_POSTGRESQL_URL
-show_url SA_INBOX_TEST_MYSQL_URL
-export SA_INBOX_TEST_POSTGRESQL_URL SA_INBOX_TEST_MYSQL_URL
+for pair in "${SERVER_URLS[@]}"; do
+    show_url "${pair#*:}"
+    export "${pair#*:}"
+done
 
 run_check pytest .venv/bin/python -m pytest "$@"
 

@@ -26,6 +26,13 @@ URL_VARIABLES = {
 }
 REQUIRED_IN_CI = ("postgresql", "mysql")
 
+#: The live brokers scripts/test.sh starts (all required in CI).
+BROKER_URL_VARIABLES = {
+    "rabbitmq": "SA_INBOX_TEST_AMQP_URL",
+    "redis": "SA_INBOX_TEST_REDIS_URL",
+    "nats": "SA_INBOX_TEST_NATS_URL",
+}
+
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("true", "1", "yes")
@@ -42,6 +49,17 @@ def backend_url(name: str, tmp_path: object) -> str:
     if _in_ci() and name in REQUIRED_IN_CI:
         pytest.fail(f"{message}: CI must test {name} (run ./scripts/test.sh)")
     pytest.skip(f"{message}; no {name} server to test against")
+
+
+def broker_url(name: str) -> str:
+    """The URL of live broker ``name``; skips locally (fails in CI) when it is not set."""
+    variable = BROKER_URL_VARIABLES[name]
+    url = os.environ.get(variable)
+    if url:
+        return url
+    if _in_ci():
+        pytest.fail(f"{variable} is not set: CI must test against {name} (run ./scripts/test.sh)")
+    pytest.skip(f"{variable} is not set; no {name} broker to test against")
 
 
 @pytest.fixture(params=BACKENDS)

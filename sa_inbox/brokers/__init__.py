@@ -1,0 +1,31 @@
+"""Broker adapters: consume from RabbitMQ, Redis Streams or NATS JetStream exactly once.
+
+Each adapter (an optional extra on the broker's own client library) turns the broker's
+message into a :class:`Delivery` and settles it through :func:`process` /
+:func:`process_async`, which hold the rules every broker shares (see
+:mod:`sa_inbox.brokers.process`).
+"""
+
+from __future__ import annotations
+
+from .delivery import DeadLetterReason as DeadLetterReason
+from .delivery import Delivery as Delivery
+from .delivery import Disposition as Disposition
+from .delivery import Settlement as Settlement
+from .delivery import Settler as Settler
+from .process import DEFAULT_MAX_DELIVERIES as DEFAULT_MAX_DELIVERIES
+from .process import DeliveryLimitExceeded as DeliveryLimitExceeded
+from .process import process as process
+from .process import process_async as process_async
+
+__all__ = [
+    "DEFAULT_MAX_DELIVERIES",
+    "DeadLetterReason",
+    "Delivery",
+    "DeliveryLimitExceeded",
+    "Disposition",
+    "Settlement",
+    "Settler",
+    "process",
+    "process_async",
+]

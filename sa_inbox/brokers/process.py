@@ -1,0 +1,241 @@
+"""The decision every broker adapter shares: process, skip as duplicate, retry, dead-letter.
+
+:func:`process` (threads) and :func:`process_async` (asyncio) run one :class:`Delivery`
+through :func:`sa_inbox.handle` / :func:`sa_inbox.asyncio.handle` (claim, handler, commit,
+ack) and settle it with the adapter's :class:`Settler`. They differ only in their edges; the
+rules are the functions below them:
+
+1. no producer key → dead letter ``MISSING_MESSAGE_ID``; an invalid one → ``INVALID_MESSAGE_ID``
+   (nothing claimed, nothing processed);
+2. a delivery past ``max_deliveries`` (consumers died while handling it) still claims first:
+   a committed message is acked as a duplicate; otherwise the claim is rolled back and the
+   delivery dead-lettered (``DELIVERY_LIMIT``) without running the handler;
+3. the handler runs; after the commit the delivery is acked; on failure it is retried, or
+   dead-lettered (``DELIVERY_LIMIT``) if this was the last delivery allowed;
+4. a :class:`~sa_inbox.ConfigurationError` is raised to the caller unsettled (it would fail
+   every message; the broker redelivers the delivery when the consumer stops).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from ..claim import Inbox
+from ..exc import InboxError, InvalidMessageId, InvalidRetryArgument
+from ..handlers import check_handler
+from ..runner import Outcome, Result, handle
+from ..validation import positive_int
+from .delivery import DeadLetterReason, Delivery, Disposition, Settlement, Settler
+
+__all__ = ["DEFAULT_MAX_DELIVERIES", "DeliveryLimitExceeded", "process", "process_async"]
+
+logger = logging.getLogger("sa_inbox.brokers")
+
+#: Deliveries of one message before it is dead-lettered (the first one counts).
+DEFAULT_MAX_DELIVERIES = 5
+
+#: Called with each delivery and its settlement (metrics, the chaos run's tally).
+OnSettled = Callable[[Settlement], Any]
+
+
+class DeliveryLimitExceeded(InboxError):
+    """The broker delivered a message more often than ``max_deliveries``; not processed."""
+
+
+def process(
+    delivery: Delivery,
+    settler: Settler,
+    *,
+    session_factory: Callable[[], Session],
+    inbox: Inbox,
+    consumer_name: str,
+    handler: Callable[[Session, Delivery], object],
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+    on_settled: OnSettled | None = None,
+) -> Settlement:
+    """Process one broker delivery exactly once in effect, and settle it.
+
+    :param delivery: the delivery, made by the broker's adapter.
+    :param settler: the adapter's ack / retry / dead-letter for this delivery (plain
+        methods; use :func:`process_async` for awaitable ones).
+    :param session_factory: a ``sessionmaker``.
+    :param inbox: the inbox to claim in.
+    :param consumer_name: this consumer's name (the claim is per consumer).
+    :param handler: ``handler(session, delivery)``, the business change; it must not commit
+        and may run more than once if the transaction is retried (deadlocks).
+    :param max_deliveries: deliveries allowed, >= 1; see the module's rules.
+    :param on_settled: called with the :class:`Settlement` after the settler returned.
+    :returns: the :class:`Settlement`.
+    :raises ConfigurationError: unsettled (see :func:`sa_inbox.handle`).
+    :raises InvalidMessageId: if ``consumer_name`` is invalid (a configuration error).
+    :raises InvalidRetryArgument: if ``max_deliveries`` is not an int >= 1.
+    """
+    check_handler(handler, ("session", "delivery"))
+    rejected = _refuse_unkeyed(delivery, inbox, consumer_name, max_deliveries)
+    if rejected is not None:
+        _settle_failure(rejected, settler)
+        return _settled(rejected, on_settled)
+    assert delivery.message_id is not None
+    result = handle(
+        session_factory,
+        inbox,
+        delivery.message_id,
+        consumer_name,
+        _guarded(handler, delivery, max_deliveries),
+        ack=settler.ack,
+        nack=_nothing,
+    )
+    settlement = _after(result, delivery, max_deliveries)
+    _settle_failure(settlement, settler)
+    return _settled(settlement, on_settled)
+
+
+async def process_async(
+    delivery: Delivery,
+    settler: Settler,
+    *,
+    session_factory: Callable[[], AsyncSession],
+    inbox: Inbox,
+    consumer_name: str,
+    handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+    on_settled: OnSettled | None = None,
+) -> Settlement:
+    """:func:`process` on asyncio: the handler gets an AsyncSession and is awaited.
+
+    :param settler: ack / retry / dead-letter, ``async def`` or plain methods (awaited when
+        they return an awaitable).
+    :param session_factory: an ``async_sessionmaker``.
+    :param handler: ``async def handler(session, delivery)`` (or a plain function).
+    :raises: as :func:`process`.
+    """
+    from ..asyncio.runner import handle as handle_async
+
+    check_handler(handler, ("session", "delivery"), asynchronous=True)
+    rejected = _refuse_unkeyed(delivery, inbox, consumer_name, max_deliveries)
+    if rejected is not None:
+        await _maybe_await(_settle_failure(rejected, settler))
+        return _settled(rejected, on_settled)
+    assert delivery.message_id is not None
+    result = await handle_async(
+        session_factory,
+        inbox,
+        delivery.message_id,
+        consumer_name,
+        _guarded(handler, delivery, max_deliveries),
+        ack=settler.ack,
+        nack=_nothing,
+    )
+    settlement = _after(result, delivery, max_deliveries)
+    await _maybe_await(_settle_failure(settlement, settler))
+    return _settled(settlement, on_settled)
+
+
+# -- the rules, shared by both ----------------------------------------------------------
+
+
+def _refuse_unkeyed(
+    delivery: Delivery, inbox: Inbox, consumer_name: str, max_deliveries: int
+) -> Settlement | None:
+    """Rule 1: a dead-letter settlement for a delivery without a valid key, else None."""
+    positive_int(max_deliveries, "max_deliveries", InvalidRetryArgument)
+    inbox.validate("x", consumer_name)  # an invalid consumer_name is the caller's error
+    if delivery.message_id is None:
+        return Settlement(Disposition.DEAD_LETTERED, delivery, DeadLetterReason.MISSING_MESSAGE_ID)
+    try:
+        inbox.validate(delivery.message_id, consumer_name)
+    except InvalidMessageId as exc:
+        return Settlement(
+            Disposition.DEAD_LETTERED, delivery, DeadLetterReason.INVALID_MESSAGE_ID, exc
+        )
+    return None
+
+
+def _guarded(handler: Callable[..., Any], delivery: Delivery, max_deliveries: int) -> Any:
+    """Rule 2: the handler as ``handle()`` calls it, refusing a delivery past the limit.
+
+    ``handle()`` claims before it calls this, so a committed message never gets here (it is
+    a duplicate), and the refusal rolls the claim back.
+    """
+
+    def call(session: Any) -> Any:
+        if delivery.delivery_count > max_deliveries:
+            raise DeliveryLimitExceeded(
+                f"delivered {delivery.delivery_count} times, more than max_deliveries="
+                f"{max_deliveries}"
+            )
+        return handler(session, delivery)
+
+    return call
+
+
+def _after(result: Result, delivery: Delivery, max_deliveries: int) -> Settlement:
+    """Rule 3: the settlement for ``handle()``'s result (acked already unless FAILED)."""
+    if result.outcome is Outcome.PROCESSED:
+        return Settlement(Disposition.PROCESSED, delivery)
+    if result.outcome is Outcome.DUPLICATE:
+        return Settlement(Disposition.DUPLICATE, delivery)
+    if delivery.delivery_count >= max_deliveries:
+        return Settlement(
+            Disposition.DEAD_LETTERED, delivery, DeadLetterReason.DELIVERY_LIMIT, result.error
+        )
+    return Settlement(Disposition.RETRY, delivery, error=result.error)
+
+
+def _settle_failure(settlement: Settlement, settler: Settler) -> Awaitable[None] | None:
+    """Retries or dead-letters a failed delivery (what the settler returns, to await)."""
+    if settlement.disposition is Disposition.RETRY:
+        return settler.retry()
+    if settlement.disposition is Disposition.DEAD_LETTERED:
+        assert settlement.reason is not None
+        return settler.dead_letter(settlement.reason, _detail(settlement))
+    return None
+
+
+def _detail(settlement: Settlement) -> str:
+    """One line for the dead letter: the reason, and the error if there is one."""
+    delivery = settlement.delivery
+    text = f"{settlement.reason.value if settlement.reason else 'dead letter'}"
+    if settlement.error is not None:
+        text += f": {type(settlement.error).__name__}: {settlement.error}"
+    text += f" (delivery {delivery.delivery_count}"
+    text += f", {delivery.broker_ref})" if delivery.broker_ref else ")"
+    return text.replace("\n", " ")[:1000]
+
+
+def _settled(settlement: Settlement, on_settled: OnSettled | None) -> Settlement:
+    delivery = settlement.delivery
+    logger.log(
+        logging.WARNING
+        if settlement.disposition in (Disposition.RETRY, Disposition.DEAD_LETTERED)
+        else logging.DEBUG,
+        "message %s (%s, delivery %d): %s%s",
+        delivery.message_id,
+        delivery.broker_ref or "-",
+        delivery.delivery_count,
+        settlement.disposition.value,
+        f" ({settlement.reason.value})" if settlement.reason else "",
+        extra={
+            "action": settlement.disposition.value,
+            "message_id": delivery.message_id,
+            "delivery_count": delivery.delivery_count,
+        },
+    )
+    if on_settled is not None:
+        on_settled(settlement)
+    return settlement
+
+
+def _nothing() -> None:
+    """``handle()``'s nack: the settlement decides between retry and dead letter after."""
+
+
+async def _maybe_await(value: object) -> None:
+    if inspect.isawaitable(value):
+        await value
