@@ -60,8 +60,9 @@ def consumer_config(
     **-1** (unlimited). The delivery limit is sa-inbox's (``max_deliveries`` of
     :func:`consume`), not JetStream's: with ``max_deliver`` = N, a consumer killed while
     handling the N-th delivery leaves the message that JetStream will never deliver again,
-    neither acked nor dead-lettered ("JetStream Model Deep Dive: Consumers, MaxDeliver": the
-    server only emits a ``MAX_DELIVERIES`` advisory). N + 1 moves the same hole one delivery
+    neither acked nor dead-lettered (docs.nats.io "Consumers", MaxDeliver: the server stops
+    redelivering and only publishes a ``$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES``
+    advisory). N + 1 moves the same hole one delivery
     later. With -1 the message keeps coming back until :func:`consume` settles it, and any
     delivery past ``max_deliveries`` is dead-lettered without running the handler.
 

@@ -20,13 +20,14 @@ import pytest
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig
 
-from sa_inbox import ConfigurationError
+from sa_inbox import ConfigurationError, MissingTable
 from sa_inbox.brokers import DeadLetterReason, Disposition
 from sa_inbox.brokers.nats import (
     DEAD_LETTER_DETAIL,
     DEAD_LETTER_MESSAGE_ID,
     DEAD_LETTER_REASON,
     DEAD_LETTER_SEQUENCE,
+    backoff,
     ensure_consumer,
 )
 from tests.backends.asyncio import conftest as async_fixtures
@@ -308,3 +309,70 @@ def test_an_existing_consumer_with_a_delivery_limit_is_refused(nats_url: str) ->
                 await ensure_consumer(js, names.stream, config)
 
     run(test)
+
+
+# -- failures of the settlement, the configuration, and stopping -------------------------
+
+
+def test_a_dead_letter_the_broker_refuses_is_left_unsettled_and_comes_back(
+    nats_url: str, async_url: str, app: App
+) -> None:
+    """No stream holds the dead-letter subject: the publish fails, the consumer goes on
+    with the next message, and JetStream redelivers the refused one after ack_wait."""
+
+    async def test() -> None:
+        async with streams(nats_url) as (js, names):
+            await publish(js, names, [(None, b"9.00"), keyed("p-1", "1.00")])
+            nowhere = Names(**{**vars(names), "dead_subject": names.dead_subject + "x"})
+            seen = await run_consumer(js, nowhere, async_url, app, settlements=1)
+            assert [s.delivery.message_id for s in seen] == ["p-1"]
+            assert (await consumer_info(js, names)).num_ack_pending == 1, "left unsettled"
+            [again] = await run_consumer(js, names, async_url, app, settlements=1)
+            assert (again.reason, again.delivery.delivery_count) == (
+                DeadLetterReason.MISSING_MESSAGE_ID,
+                2,
+            )
+            assert [d.data for d in await dead_letters(js, names)] == [b"9.00"]
+            await drained(js, names)
+
+    run(test)
+    assert app.ledger_rows() == 1
+
+
+def test_a_configuration_error_stops_the_consumer_and_leaves_the_message(
+    nats_url: str, async_url: str, app: App
+) -> None:
+    async def test() -> None:
+        async with streams(nats_url) as (js, names):
+            await publish(js, names, [keyed("p-1", "1.00")])
+            app.drop()  # no inbox table: every message would fail, so none is settled
+            with pytest.raises(MissingTable):
+                await run_consumer(js, names, async_url, app, settlements=1)
+            info = await consumer_info(js, names)
+            assert (info.num_pending, info.num_ack_pending) == (0, 1)
+            assert await dead_letters(js, names) == []
+
+    run(test)
+
+
+def test_a_stop_finishes_and_settles_the_batch_in_hand(
+    nats_url: str, async_url: str, app: App
+) -> None:
+    """stop is set by the first settlement; the other four of the batch are still handled."""
+
+    async def test() -> None:
+        async with streams(nats_url) as (js, names):
+            await publish(js, names, [keyed(f"p-{i}", "1.00") for i in range(5)])
+            seen = await run_consumer(js, names, async_url, app, settlements=1, batch=5)
+            assert len(seen) == 5
+            await drained(js, names)
+
+    run(test)
+    assert app.ledger_rows() == 5 and app.balance(1) == Decimal("5.00")
+
+
+def test_backoff_doubles_up_to_its_cap() -> None:
+    delay = backoff(0.5, 3.0)
+    assert [delay(n) for n in (1, 2, 3, 4, 100)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    with pytest.raises(ValueError):
+        backoff(0)
