@@ -6,6 +6,7 @@ commit, then ack), so a message JetStream delivers twice changes the database on
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -224,17 +225,22 @@ async def consume(
             for msg in await _fetch(subscription, batch, fetch_timeout):
                 settled += await _settle_one(settle, msg)
     finally:
-        await subscription.unsubscribe()
+        with contextlib.suppress(nats.errors.Error):  # a closed connection: nothing to undo
+            await subscription.unsubscribe()
     return settled
 
 
 async def _fetch(
     subscription: JetStreamContext.PullSubscription, batch: int, timeout: float
 ) -> list[Msg]:
-    """Up to ``batch`` messages, or none when ``timeout`` passed without any."""
+    """Up to ``batch`` messages, or none when ``timeout`` passed without any.
+
+    nats-py raises its own ``nats.errors.TimeoutError`` on some paths of ``fetch`` and a
+    plain :class:`asyncio.TimeoutError` on others (2.16.0); both are :class:`TimeoutError`.
+    """
     try:
         return await subscription.fetch(batch, timeout=timeout)
-    except nats.errors.TimeoutError:
+    except TimeoutError:
         return []
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from ...exc import InvalidRetryArgument
 from ..delivery import DeadLetterReason, Delivery
 from .delivery import dead_letter_headers
 
@@ -26,10 +27,12 @@ def backoff(first: float = 1.0, cap: float = 60.0) -> RetryDelay:
 
     :param first: seconds, > 0.
     :param cap: seconds, >= ``first``.
-    :raises ValueError: if ``first <= 0`` or ``cap < first``.
+    :raises InvalidRetryArgument: (a ValueError) if ``first <= 0`` or ``cap < first``.
     """
     if not first > 0 or cap < first:
-        raise ValueError(f"backoff needs 0 < first <= cap, got first={first!r}, cap={cap!r}")
+        raise InvalidRetryArgument(
+            f"backoff needs 0 < first <= cap, got first={first!r}, cap={cap!r}"
+        )
 
     def delay(delivery_count: int) -> float:
         return float(min(cap, first * 2 ** max(0, min(delivery_count - 1, 62))))

@@ -10,7 +10,7 @@ nats-py is asyncio only, while :meth:`Driver.consume` receives the run's sync
 :func:`asyncio.run`, on an :class:`~sqlalchemy.ext.asyncio.AsyncEngine` made from the
 factory's bind URL with its driver swapped for the async peer (``postgresql+psycopg`` stays,
 psycopg 3 being async too; ``mysql+pymysql`` → ``mysql+aiomysql``; ``sqlite`` →
-``sqlite+aiosqlite``; the table of :mod:`sa_inbox.cli.worker`), and runs the sync handler
+``sqlite+aiosqlite``: :data:`ASYNC_PEERS`), and runs the sync handler
 inside the async session's transaction as ``await session.run_sync(lambda s: handler(s,
 delivery))`` (SQLAlchemy runs it on the same connection in a greenlet).
 """
@@ -44,31 +44,40 @@ from ...brokers.nats import (
     ensure_consumer,
 )
 from ...claim import Inbox
-from ...cli.worker import ASYNC_DRIVERS
+from ...exc import UnsupportedBackend
 
-__all__ = ["CHAOS_ACK_WAIT", "Driver", "async_engine_for"]
+__all__ = ["ASYNC_PEERS", "CHAOS_ACK_WAIT", "Driver", "async_engine_for"]
 
 #: Seconds JetStream waits for a consumer's ack in the chaos run: a killed consumer's
 #: fetched messages come back to the others this soon.
 CHAOS_ACK_WAIT = 2.0
+
+#: The async DBAPI driver for each sync one (``URL.get_driver_name()``). (The CLI's worker
+#: has the same table by full driver name; the library may not import the CLI.)
+ASYNC_PEERS = {
+    "pysqlite": "aiosqlite",
+    "psycopg": "psycopg",  # psycopg 3 is sync and async
+    "psycopg2": "asyncpg",
+    "pymysql": "aiomysql",
+    "mysqldb": "aiomysql",
+}
 
 
 def async_engine_for(session_factory: Callable[[], Session]) -> AsyncEngine:
     """An AsyncEngine on the database of ``session_factory``'s bind, through the async peer
     of its driver.
 
-    :raises ValueError: if the bind's driver has no async peer here.
+    :raises UnsupportedBackend: if the bind's driver has no async peer here.
     """
     with session_factory() as session:
         url = session.get_bind().engine.url
-    driver = url.drivername if url.drivername in ASYNC_DRIVERS.values() else None
-    driver = driver or ASYNC_DRIVERS.get(url.drivername)
+    driver = ASYNC_PEERS.get(url.get_driver_name())
     if driver is None:
-        raise ValueError(
+        raise UnsupportedBackend(
             f"the NATS consumer is asyncio only, and {url.drivername} has no async peer here "
-            f"(known: {', '.join(sorted(set(ASYNC_DRIVERS.values())))})"
+            f"(known: {', '.join(sorted(ASYNC_PEERS))})"
         )
-    return create_async_engine(url.set(drivername=driver))
+    return create_async_engine(url.set(drivername=f"{url.get_backend_name()}+{driver}"))
 
 
 class Driver:
