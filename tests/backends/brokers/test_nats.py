@@ -6,9 +6,11 @@ poison messages, messages without a key. Each test ends with the durable consume
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from decimal import Decimal
@@ -19,9 +21,10 @@ import nats
 import pytest
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from sa_inbox import ConfigurationError, MissingTable
-from sa_inbox.brokers import DeadLetterReason, Disposition
+from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition
 from sa_inbox.brokers.nats import (
     DEAD_LETTER_DETAIL,
     DEAD_LETTER_MESSAGE_ID,
@@ -37,6 +40,7 @@ from tests.backends.brokers.nats_support import (
     consumer_info,
     declare,
     delete,
+    pay,
     publish,
     run_consumer,
 )
@@ -247,7 +251,26 @@ def test_a_poison_message_is_dead_lettered_after_max_deliveries_without_blocking
                 names,
                 [({"Nats-Msg-Id": "bad"}, POISON), keyed("p-1", "1.00"), keyed("p-2", "2.00")],
             )
-            seen = await run_consumer(js, names, async_url, app, settlements=5, max_deliveries=3)
+            handled: list[float] = []
+            paying = pay(app)
+
+            async def timed(session: AsyncSession, delivery: Delivery) -> None:
+                if delivery.message_id == "bad":
+                    handled.append(time.monotonic())
+                await paying(session, delivery)
+
+            seen = await run_consumer(
+                js,
+                names,
+                async_url,
+                app,
+                settlements=5,
+                max_deliveries=3,
+                handler=timed,
+                retry_delay=backoff(0.3, 0.6),
+            )
+            gaps = [later - earlier for earlier, later in itertools.pairwise(handled)]
+            assert gaps[0] >= 0.3 and gaps[1] >= 0.6, f"JetStream held each nak's delay: {gaps}"
             order = [
                 (s.delivery.message_id, s.disposition, s.delivery.delivery_count) for s in seen
             ]
@@ -279,20 +302,34 @@ def test_a_message_without_the_key_header_is_dead_lettered_never_processed(
 ) -> None:
     async def test() -> None:
         async with streams(nats_url) as (js, names):
+            too_long = "k" * 300
             await publish(
-                js, names, [(None, b"9.00"), ({"Other": "x"}, b"8.00"), keyed("p-1", "1.00")]
+                js,
+                names,
+                [
+                    (None, b"9.00"),
+                    ({"Other": "x"}, b"8.00"),
+                    keyed(too_long, "7.00"),
+                    keyed("p-1", "1.00"),
+                ],
             )
-            seen = await run_consumer(js, names, async_url, app, settlements=3)
+            seen = await run_consumer(js, names, async_url, app, settlements=4)
             assert [(s.disposition, s.reason) for s in seen] == [
                 (Disposition.DEAD_LETTERED, DeadLetterReason.MISSING_MESSAGE_ID),
                 (Disposition.DEAD_LETTERED, DeadLetterReason.MISSING_MESSAGE_ID),
+                (Disposition.DEAD_LETTERED, DeadLetterReason.INVALID_MESSAGE_ID),
                 (Disposition.PROCESSED, None),
             ]
             dead = await dead_letters(js, names)
-            assert [d.data for d in dead] == [b"9.00", b"8.00"]
-            assert {d.headers[DEAD_LETTER_REASON] for d in dead} == {"missing_message_id"}
+            assert [d.data for d in dead] == [b"9.00", b"8.00", b"7.00"]
+            assert [d.headers[DEAD_LETTER_REASON] for d in dead] == [
+                "missing_message_id",
+                "missing_message_id",
+                "invalid_message_id",
+            ]
             assert DEAD_LETTER_MESSAGE_ID not in dead[0].headers
             assert dead[1].headers["Other"] == "x", "the original headers are kept"
+            assert dead[2].headers[DEAD_LETTER_MESSAGE_ID] == too_long
             await drained(js, names)
 
     run(test)
