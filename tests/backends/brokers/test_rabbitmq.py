@@ -1,0 +1,365 @@
+"""The RabbitMQ adapter against the live broker (a quorum queue per test), on each database:
+pika's :class:`BlockingConsumer` on the sync drivers, aio-pika's :class:`AsyncConsumer` on an
+async driver per database. Business state (balances, ledger and claim rows) and broker state
+(ready messages, the dead-letter queue's contents and headers) are read after each run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import Session
+
+from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, Settlement
+from sa_inbox.brokers.rabbitmq import (
+    DETAIL_HEADER,
+    QUEUE_HEADER,
+    REASON_HEADER,
+    AsyncConsumer,
+    BlockingConsumer,
+    dead_letter_queue_name,
+    declare_queue,
+)
+from tests.backends.brokers.rabbitmq_child import AMOUNT
+from tests.conftest import broker_url
+from tests.support.app import CONSUMER, App
+
+pytestmark = pytest.mark.backend
+
+ROOT = Path(__file__).resolve().parents[3]
+CHILD = "tests.backends.brokers.rabbitmq_child"
+ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
+ASYNC_DRIVERS["mysql"] = "mysql+aiomysql"
+
+
+@pytest.fixture
+def amqp_url() -> str:
+    return broker_url("rabbitmq")
+
+
+@pytest.fixture
+def channel(amqp_url: str) -> Iterator[Any]:
+    """A pika channel (publisher confirms) to publish and to read the broker's state."""
+    connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    yield channel
+    connection.close()
+
+
+@pytest.fixture
+def queue(channel: Any) -> Iterator[str]:
+    """A fresh quorum queue and its dead-letter queue, declared as the docs say; deleted after."""
+    name = f"sa-inbox-test-{uuid.uuid4().hex[:12]}"
+    assert declare_queue(channel, name) == dead_letter_queue_name(name)
+    yield name
+    channel.queue_delete(name)
+    channel.queue_delete(dead_letter_queue_name(name))
+
+
+def publish(channel: Any, queue: str, message_id: str | None, body: bytes, **props: Any) -> None:
+    """Publish as a producer does: its key in the ``message_id`` property (None: no key)."""
+    properties = pika.BasicProperties(message_id=message_id, delivery_mode=2, **props)
+    channel.basic_publish("", queue, body, properties, mandatory=True)
+
+
+def ready(channel: Any, queue: str) -> int:
+    """Messages ready in ``queue`` (neither delivered nor in a consumer's hands)."""
+    return int(channel.queue_declare(queue, passive=True).method.message_count)
+
+
+def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def dead_letters(channel: Any, queue: str) -> list[tuple[str | None, dict[str, Any], bytes]]:
+    """Take everything in ``queue``'s dead-letter queue: (message_id, headers, body)."""
+    out = []
+    while True:
+        method, properties, body = channel.basic_get(dead_letter_queue_name(queue))
+        if method is None:
+            return out
+        out.append((properties.message_id, dict(properties.headers or {}), body))
+        channel.basic_ack(method.delivery_tag)
+
+
+def pay(app: App) -> Callable[[Session, Delivery], None]:
+    def handler(session: Session, delivery: Delivery) -> None:
+        if delivery.body == b"poison":
+            raise RuntimeError("cannot parse the payment")
+        app.apply_payment(session, delivery.message_id or "", 1, Decimal(delivery.body.decode()))
+
+    return handler
+
+
+def pay_async(app: App) -> Callable[[AsyncSession, Delivery], Any]:
+    async def handler(session: AsyncSession, delivery: Delivery) -> None:
+        if delivery.body == b"poison":
+            raise RuntimeError("cannot parse the payment")
+        amount = Decimal(delivery.body.decode())
+        await app.apply_payment_async(session, delivery.message_id or "", 1, amount)
+
+    return handler
+
+
+def async_url(app: App) -> str:
+    url = app.engine.url
+    url = url.set(drivername=ASYNC_DRIVERS[url.get_backend_name()])
+    return url.render_as_string(hide_password=False)
+
+
+def consume(
+    amqp_url: str, app: App, queue: str, count: int, client: str = "pika", **kw: Any
+) -> list[Settlement]:
+    """Run a consumer (pika, or aio-pika on the database's async driver) in this process
+    until it settled ``count`` deliveries (or 20 s passed), then stop it gracefully."""
+    settlements: list[Settlement] = []
+    if client == "pika":
+        consumer: BlockingConsumer | None = None
+
+        def settled(settlement: Settlement) -> None:
+            settlements.append(settlement)
+            if len(settlements) >= count and consumer is not None:
+                consumer.stop()
+
+        consumer = BlockingConsumer(amqp_url, queue, **{**options(app, pay(app), settled), **kw})
+        timer = threading.Timer(20, consumer.stop)
+        timer.start()
+        try:
+            consumer.run()
+        finally:
+            timer.cancel()
+        return settlements
+
+    async def main() -> None:
+        engine = create_async_engine(async_url(app))
+        stop = asyncio.Event()
+
+        def settled(settlement: Settlement) -> None:
+            settlements.append(settlement)
+            if len(settlements) >= count:
+                stop.set()
+
+        kw_async = options(app, pay_async(app), settled) | {
+            "session_factory": async_sessionmaker(engine)
+        }
+        consumer = AsyncConsumer(amqp_url, queue, **{**kw_async, **kw})
+        try:
+            await asyncio.wait_for(consumer.run(stop), 20)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(main())
+    return settlements
+
+
+def options(app: App, handler: Any, settled: Any) -> dict[str, Any]:
+    return {
+        "session_factory": app.Session,
+        "inbox": app.inbox,
+        "consumer_name": CONSUMER,
+        "handler": handler,
+        "max_deliveries": 3,
+        "on_settled": settled,
+    }
+
+
+def dispositions(settlements: list[Settlement]) -> dict[str, list[str]]:
+    """message_id → its deliveries' dispositions, in order."""
+    out: dict[str, list[str]] = {}
+    for settlement in settlements:
+        key = settlement.delivery.message_id or "-"
+        out.setdefault(key, []).append(settlement.disposition.value)
+    return out
+
+
+CLIENTS = ["pika", "aio-pika"]
+
+
+# -- duplicates --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_duplicate_publishes_change_the_data_once_per_message_id(
+    amqp_url: str, channel: Any, queue: str, app: App, client: str
+) -> None:
+    for message_id, copies in [("pay-1", 3), ("pay-2", 2), ("pay-3", 1)]:
+        for _ in range(copies):
+            publish(channel, queue, message_id, b"10.00")  # the producer retried
+    settlements = consume(amqp_url, app, queue, 6, client)
+    assert dispositions(settlements) == {
+        "pay-1": ["processed", "duplicate", "duplicate"],
+        "pay-2": ["processed", "duplicate"],
+        "pay-3": ["processed"],
+    }
+    assert app.balance(1) == Decimal("30.00")
+    assert app.ledger_rows() == 3 and app.inbox_rows() == 3
+    assert ready(channel, queue) == 0 and dead_letters(channel, queue) == []
+
+
+def test_the_key_can_come_from_a_named_header(
+    amqp_url: str, channel: Any, queue: str, app: App
+) -> None:
+    publish(channel, queue, "random-1", b"5.00", headers={"payment-id": "pay-9"})
+    publish(channel, queue, "random-2", b"5.00", headers={"payment-id": "pay-9"})
+    settlements = consume(amqp_url, app, queue, 2, key_header="payment-id")
+    assert dispositions(settlements) == {"pay-9": ["processed", "duplicate"]}
+    assert app.ledger_rows("pay-9") == 1 and app.balance(1) == Decimal("5.00")
+    assert ready(channel, queue) == 0
+
+
+# -- no key ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_message_without_message_id_is_dead_lettered_unprocessed(
+    amqp_url: str, channel: Any, queue: str, app: App, client: str
+) -> None:
+    publish(channel, queue, None, b"10.00", correlation_id="order-7")  # pika sends no id
+    publish(channel, queue, "pay-1", b"1.00")
+    settlements = consume(amqp_url, app, queue, 2, client)
+    assert [(s.disposition, s.reason) for s in settlements] == [
+        (Disposition.DEAD_LETTERED, DeadLetterReason.MISSING_MESSAGE_ID),
+        (Disposition.PROCESSED, None),
+    ]
+    assert app.ledger_rows() == 1 and app.balance(1) == Decimal("1.00")
+    assert app.inbox_rows() == 1  # nothing was claimed for the keyless message
+    ((_, headers, body),) = dead_letters(channel, queue)
+    assert headers[REASON_HEADER] == "missing_message_id" and body == b"10.00"
+    assert headers[QUEUE_HEADER] == queue
+    assert ready(channel, queue) == 0
+
+
+# -- poison ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_poison_message_is_dead_lettered_at_the_limit_without_blocking_the_rest(
+    amqp_url: str, channel: Any, queue: str, app: App, client: str
+) -> None:
+    publish(channel, queue, "bad-1", b"poison")
+    for n in range(1, 4):
+        publish(channel, queue, f"pay-{n}", b"2.00")
+    settlements = consume(amqp_url, app, queue, 6, client, prefetch=1)
+    assert dispositions(settlements) == {
+        "bad-1": ["retry", "retry", "dead_lettered"],
+        "pay-1": ["processed"],
+        "pay-2": ["processed"],
+        "pay-3": ["processed"],
+    }
+    counts = [s.delivery.delivery_count for s in settlements if s.delivery.message_id == "bad-1"]
+    assert counts == [1, 2, 3], "the quorum queue's x-delivery-count, plus one"
+    assert app.balance(1) == Decimal("6.00") and app.ledger_rows("bad-1") == 0
+    ((message_id, headers, body),) = dead_letters(channel, queue)
+    assert (message_id, body, headers[REASON_HEADER]) == ("bad-1", b"poison", "delivery_limit")
+    assert "RuntimeError: cannot parse the payment (delivery 3" in headers[DETAIL_HEADER]
+    assert ready(channel, queue) == 0
+
+
+# -- prefetch and stop -----------------------------------------------------------------
+
+
+def test_prefetch_bounds_the_unacked_deliveries_and_stop_works_from_another_thread(
+    amqp_url: str, channel: Any, queue: str, app: App
+) -> None:
+    for n in range(6):
+        publish(channel, queue, f"pay-{n}", b"1.00")
+    inside, release = threading.Event(), threading.Event()
+    settlements: list[Settlement] = []
+
+    def slow(session: Session, delivery: Delivery) -> None:
+        inside.set()
+        assert release.wait(10)
+        pay(app)(session, delivery)
+
+    consumer = BlockingConsumer(
+        amqp_url, queue, **{**options(app, slow, settlements.append), "prefetch": 2}
+    )
+    worker = threading.Thread(target=consumer.run)
+    worker.start()
+    try:
+        assert inside.wait(10)
+        eventually(lambda: ready(channel, queue) <= 4)
+        time.sleep(0.3)
+        assert ready(channel, queue) == 4, "the broker holds back all but prefetch=2"
+    finally:
+        release.set()
+    eventually(lambda: len(settlements) == 6)
+    consumer.stop()  # from this thread, while the consumer waits for messages
+    worker.join(10)
+    assert not worker.is_alive()
+    assert app.ledger_rows() == 6 and ready(channel, queue) == 0
+
+
+def test_prefetch_must_be_positive(amqp_url: str, app: App) -> None:
+    with pytest.raises(ValueError, match="prefetch"):
+        BlockingConsumer(amqp_url, "q", **{**options(app, pay(app), None), "prefetch": 0})
+
+
+# -- crashes ---------------------------------------------------------------------------
+
+
+def child(client: str, amqp_url: str, db_url: str, queue: str, mode: str) -> list[str]:
+    """Run the consumer process to its end (a SIGKILL in the crash modes); its lines."""
+    process = subprocess.run(
+        [sys.executable, "-m", CHILD, client, amqp_url, db_url, queue, mode],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    expected = -signal.SIGKILL if mode.startswith("crash") else 0
+    assert process.returncode == expected, process.stderr
+    return process.stdout.split("\n")[:-1]
+
+
+def db_url(app: App, client: str) -> str:
+    if client == "aio-pika":
+        return async_url(app)
+    return app.engine.url.render_as_string(hide_password=False)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_consumer_killed_after_commit_before_ack_leaves_a_duplicate(
+    amqp_url: str, channel: Any, queue: str, app: App, client: str
+) -> None:
+    publish(channel, queue, "pay-1", b"42.00")
+    url = db_url(app, client)
+    assert child(client, amqp_url, url, queue, "crash-after-commit") == ["COMMITTED"]
+    assert app.ledger_rows("pay-1") == 1, "committed before the kill"
+    eventually(lambda: ready(channel, queue) == 1)  # unacked: back when the connection died
+    assert child(client, amqp_url, url, queue, "deliver") == ["duplicate 2"]
+    assert app.ledger_rows("pay-1") == 1 and app.balance(1) == AMOUNT
+    assert app.inbox_rows() == 1
+    assert ready(channel, queue) == 0 and dead_letters(channel, queue) == []
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_consumer_killed_before_commit_leaves_a_redelivery_applied_once(
+    amqp_url: str, channel: Any, queue: str, app: App, client: str
+) -> None:
+    publish(channel, queue, "pay-1", b"42.00")
+    url = db_url(app, client)
+    assert child(client, amqp_url, url, queue, "crash-before-commit") == ["APPLIED"]
+    assert app.ledger_rows() == 0 and app.inbox_rows() == 0, "nothing survived the kill"
+    eventually(lambda: ready(channel, queue) == 1)
+    assert child(client, amqp_url, url, queue, "deliver") == ["processed 2"]
+    assert app.ledger_rows("pay-1") == 1 and app.balance(1) == AMOUNT
+    assert ready(channel, queue) == 0 and dead_letters(channel, queue) == []
