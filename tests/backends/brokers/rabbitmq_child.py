@@ -1,7 +1,9 @@
 """A RabbitMQ consumer process for the crash tests:
 ``python -m tests.backends.brokers.rabbitmq_child CLIENT AMQP_URL DB_URL QUEUE MODE``.
 
-CLIENT ``pika`` runs :class:`~sa_inbox.brokers.rabbitmq.BlockingConsumer` on DB_URL (a sync
+CLIENT ``chaos`` runs the chaos driver's :meth:`~sa_inbox.chaos.drivers.rabbitmq.Driver.consume`
+(MODE ignored) until SIGTERM, paying each body's amount, printing each settlement. CLIENT
+``pika`` runs :class:`~sa_inbox.brokers.rabbitmq.BlockingConsumer` on DB_URL (a sync
 URL), ``aio-pika`` runs :class:`~sa_inbox.brokers.rabbitmq.AsyncConsumer` (an async URL).
 The handler pays :data:`AMOUNT` into account 1 under the delivery's message_id.
 
@@ -18,6 +20,8 @@ import asyncio
 import os
 import signal
 import sys
+import threading
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -32,6 +36,7 @@ from sa_inbox.brokers.rabbitmq import (
     BlockingConsumer,
     PikaSettler,
 )
+from sa_inbox.chaos.drivers import driver_for
 from tests.support.app import CONSUMER, App
 
 AMOUNT = Decimal("42.00")
@@ -51,6 +56,8 @@ def crash_in_ack(*_: Any) -> None:
 
 
 def main(client: str, amqp_url: str, db_url: str, queue: str, mode: str) -> None:
+    if client == "chaos":
+        return drive(amqp_url, db_url, queue)
     if mode == "crash-after-commit":
         PikaSettler.ack = crash_in_ack  # type: ignore[method-assign]
         AioPikaSettler.ack = crash_in_ack  # type: ignore[method-assign,assignment]
@@ -90,6 +97,37 @@ def main(client: str, amqp_url: str, db_url: str, queue: str, mode: str) -> None
         await engine.dispose()
 
     asyncio.run(run())
+
+
+def drive(amqp_url: str, db_url: str, queue: str) -> None:
+    app = App(sa.create_engine(db_url))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def handler(session: Session, delivery: Delivery) -> None:
+        if delivery.body == b"poison":
+            raise RuntimeError("poison")
+        app.apply_payment(session, delivery.message_id or "", 1, Decimal(delivery.body.decode()))
+        time.sleep(0.005)  # a kill lands mid-stream
+
+    def settled(settlement: Settlement) -> None:
+        say(f"{settlement.disposition.value} {settlement.delivery.message_id}")
+
+    driver = driver_for(amqp_url)
+    try:
+        driver.consume(
+            queue,
+            session_factory=app.Session,
+            inbox=app.inbox,
+            consumer_name=CONSUMER,
+            handler=handler,
+            max_deliveries=3,
+            on_settled=settled,
+            stop=stop,
+        )
+    finally:
+        driver.close()
+    say("STOPPED")
 
 
 def common(app: App, settled: Any) -> dict[str, Any]:

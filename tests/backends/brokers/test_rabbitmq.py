@@ -33,6 +33,7 @@ from sa_inbox.brokers.rabbitmq import (
     dead_letter_queue_name,
     declare_queue,
 )
+from sa_inbox.chaos.drivers import driver_for
 from tests.backends.brokers.rabbitmq_child import AMOUNT
 from tests.conftest import broker_url
 from tests.support.app import CONSUMER, App
@@ -363,3 +364,46 @@ def test_a_consumer_killed_before_commit_leaves_a_redelivery_applied_once(
     assert child(client, amqp_url, url, queue, "deliver") == ["processed 2"]
     assert app.ledger_rows("pay-1") == 1 and app.balance(1) == AMOUNT
     assert ready(channel, queue) == 0 and dead_letters(channel, queue) == []
+
+
+# -- the chaos driver ------------------------------------------------------------------
+
+
+def test_the_chaos_driver_survives_a_killed_consumer(amqp_url: str, app: App) -> None:
+    driver = driver_for(amqp_url)
+    name = f"sa-inbox-chaos-{uuid.uuid4().hex[:12]}"
+    try:
+        driver.prepare(name, max_deliveries=3)
+        driver.prepare(name, max_deliveries=3)  # again: a fresh, empty queue
+        messages = [(f"pay-{n}", b"1.00") for n in range(40)]
+        driver.publish(name, [*messages, *messages[:10], ("bad-1", b"poison")])
+        first = start_child("chaos", amqp_url, app, name)
+        assert first.stdout is not None
+        for _ in range(5):
+            first.stdout.readline()
+        first.send_signal(signal.SIGKILL)  # mid-stream, deliveries in its hands
+        first.communicate(timeout=30)
+        second = start_child("chaos", amqp_url, app, name)
+        eventually(lambda: app.ledger_rows() == 40 and driver.dead_letters(name) == ["bad-1"])
+        second.send_signal(signal.SIGTERM)  # the graceful stop
+        out, err = second.communicate(timeout=30)
+        assert second.returncode == 0 and out.endswith("STOPPED\n"), err
+        assert driver.unsettled(name) == 0
+        assert driver.dead_letters(name) == ["bad-1"]  # read twice: not taken
+        assert app.balance(1) == Decimal("40.00") and app.inbox_rows() == 40
+    finally:
+        driver.channel.queue_delete(name)
+        driver.channel.queue_delete(dead_letter_queue_name(name))
+        driver.close()
+
+
+def start_child(client: str, amqp_url: str, app: App, queue: str) -> subprocess.Popen[str]:
+    url = app.engine.url.render_as_string(hide_password=False)
+    return subprocess.Popen(
+        [sys.executable, "-m", CHILD, client, amqp_url, url, queue, "-"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
