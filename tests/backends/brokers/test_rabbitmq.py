@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,11 +19,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import pika
+import pika.exceptions
 import pytest
+from aio_pika.exceptions import DeliveryError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session
 
+from sa_inbox import MissingTable
 from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, Settlement
 from sa_inbox.brokers.rabbitmq import (
     DETAIL_HEADER,
@@ -32,6 +37,7 @@ from sa_inbox.brokers.rabbitmq import (
     BlockingConsumer,
     dead_letter_queue_name,
     declare_queue,
+    delivery_count,
 )
 from sa_inbox.chaos.drivers import driver_for
 from tests.backends.brokers.rabbitmq_child import AMOUNT
@@ -407,3 +413,145 @@ def start_child(client: str, amqp_url: str, app: App, queue: str) -> subprocess.
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+
+
+# -- what RabbitMQ and the clients do (the facts the adapter's docs rely on) ------------
+
+
+def test_only_the_quorum_queue_counts_deliveries(amqp_url: str, channel: Any) -> None:
+    """Quorum: x-delivery-count on each redelivery, after a nack and after a dropped
+    connection alike. Classic: only the redelivered flag, so the count stops at 2."""
+    seen: dict[str, list[int]] = {}
+    for kind in ("quorum", "classic"):
+        name = f"sa-inbox-test-{kind}-{uuid.uuid4().hex[:12]}"
+        channel.queue_declare(name, durable=True, arguments={"x-queue-type": kind})
+        try:
+            publish(channel, name, "pay-1", b"1")
+            for attempt in range(4):
+                connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+                consumer = connection.channel()
+                method, properties, _ = get(consumer, name)
+                seen.setdefault(kind, []).append(
+                    delivery_count(properties.headers, method.redelivered)
+                )
+                if attempt % 2 == 0:
+                    consumer.basic_nack(method.delivery_tag, requeue=True)
+                connection.close()  # odd attempts: dropped with the delivery unacked
+        finally:
+            channel.queue_delete(name)
+    assert seen == {"quorum": [1, 2, 3, 4], "classic": [1, 2, 2, 2]}
+
+
+def get(channel: Any, queue: str) -> tuple[Any, Any, bytes]:
+    deadline = time.monotonic() + 5
+    while True:
+        method, properties, body = channel.basic_get(queue)
+        if method is not None:
+            return method, properties, body
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_aio_pika_fills_in_a_random_message_id_that_dedups_no_producer_retry(
+    amqp_url: str, channel: Any, queue: str, app: App
+) -> None:
+    async def produce() -> None:
+        connection = await aio_pika.connect(amqp_url)
+        async with connection:
+            producer = await connection.channel()
+            for _ in range(2):  # the producer retries a publish, setting no message_id
+                await producer.default_exchange.publish(aio_pika.Message(b"3.00"), queue)
+
+    asyncio.run(produce())
+    settlements = consume(amqp_url, app, queue, 2, "aio-pika")
+    ids = [s.delivery.message_id or "" for s in settlements]
+    assert ids[0] != ids[1] and all(re.fullmatch("[0-9a-f]{32}", i) for i in ids), ids
+    assert [s.disposition for s in settlements] == [Disposition.PROCESSED] * 2
+    assert app.balance(1) == Decimal("6.00"), "applied twice: the key was not the producer's"
+
+
+# -- the delivery limit when consumers die, errors left unsettled ----------------------
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_message_whose_consumers_died_past_the_limit_is_dead_lettered_unrun(
+    amqp_url: str, channel: Any, queue: str, app: App, client: str
+) -> None:
+    publish(channel, queue, "pay-1", b"1.00")
+    for _ in range(3):  # three consumers die holding it (max_deliveries=3)
+        connection = pika.BlockingConnection(pika.URLParameters(amqp_url))
+        get(connection.channel(), queue)
+        connection.close()
+    ran: list[Delivery] = []
+    settlements = consume(
+        amqp_url, app, queue, 1, client, handler=lambda session, delivery: ran.append(delivery)
+    )
+    [settlement] = settlements
+    assert settlement.reason is DeadLetterReason.DELIVERY_LIMIT
+    assert settlement.delivery.delivery_count == 4 and ran == []
+    assert app.ledger_rows() == 0 and app.inbox_rows() == 0, "the claim was rolled back"
+    ((message_id, headers, _),) = dead_letters(channel, queue)
+    assert message_id == "pay-1" and headers[REASON_HEADER] == "delivery_limit"
+    assert ready(channel, queue) == 0
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_configuration_error_stops_the_consumer_with_the_delivery_unsettled(
+    amqp_url: str, channel: Any, queue: str, app: App, client: str
+) -> None:
+    publish(channel, queue, "pay-1", b"1.00")
+    app.drop()  # no inbox table: every message would fail
+    try:
+        with pytest.raises(MissingTable):
+            consume(amqp_url, app, queue, 1, client)
+    finally:
+        app.reset()
+    eventually(lambda: ready(channel, queue) == 1)  # back in the queue, not dead-lettered
+    assert dead_letters(channel, queue) == []
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_dead_letter_that_cannot_be_routed_leaves_the_original_in_the_queue(
+    amqp_url: str, channel: Any, queue: str, app: App, client: str
+) -> None:
+    publish(channel, queue, None, b"1.00")
+    channel.queue_delete(dead_letter_queue_name(queue))
+    unroutable = pika.exceptions.UnroutableError if client == "pika" else DeliveryError
+    with pytest.raises(unroutable):
+        consume(amqp_url, app, queue, 1, client)
+    eventually(lambda: ready(channel, queue) == 1)  # never lost between publish and ack
+
+
+def test_aio_pika_respects_prefetch_and_stops_on_request(
+    amqp_url: str, channel: Any, queue: str, app: App
+) -> None:
+    for n in range(5):
+        publish(channel, queue, f"pay-{n}", b"1.00")
+    settled: list[Settlement] = []
+
+    async def main() -> int:
+        engine = create_async_engine(async_url(app))
+        release = asyncio.Event()
+
+        async def slow(session: AsyncSession, delivery: Delivery) -> None:
+            await release.wait()
+            await pay_async(app)(session, delivery)
+
+        kw = options(app, slow, settled.append) | {"session_factory": async_sessionmaker(engine)}
+        consumer = AsyncConsumer(amqp_url, queue, **{**kw, "prefetch": 2})
+        task = asyncio.create_task(consumer.run())
+        deadline = time.monotonic() + 10
+        while ready(channel, queue) > 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)
+        held_back = ready(channel, queue)
+        release.set()
+        while len(settled) < 5 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        consumer.stop()  # while it waits for the next message
+        await asyncio.wait_for(task, 10)
+        await engine.dispose()
+        return held_back
+
+    assert asyncio.run(main()) == 3, "the broker holds back all but prefetch=2"
+    assert len(settled) == 5 and app.ledger_rows() == 5 and ready(channel, queue) == 0
