@@ -4,7 +4,7 @@
   (aio-pika): manual ``basic.ack`` after the commit, ``basic.nack(requeue=True)`` to retry,
   dead letters published to the dead-letter queue with the reason in headers, ``basic.qos``
   prefetch, a graceful stop.
-- :class:`PikaSettler`, :class:`AioPikaSettler`, :func:`to_delivery`, :func:`delivery_of`:
+- :class:`PikaSettler`, :class:`AioPikaSettler`, :func:`pika_delivery`, :func:`aio_pika_delivery`:
   the pieces, for your own consume loop with :func:`sa_inbox.brokers.process`.
 - :func:`declare_queue` / :func:`declare_queue_async`: a quorum queue (it counts deliveries:
   ``x-delivery-count``) and its dead-letter queue.
@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from .aio import AioPikaSettler as AioPikaSettler
 from .aio import AsyncConsumer as AsyncConsumer
-from .aio import delivery_of as delivery_of
+from .aio import aio_pika_delivery as aio_pika_delivery
 from .blocking import BlockingConsumer as BlockingConsumer
 from .blocking import PikaSettler as PikaSettler
+from .blocking import pika_delivery as pika_delivery
 from .message import DEAD_LETTER_SUFFIX as DEAD_LETTER_SUFFIX
 from .message import DEFAULT_PREFETCH as DEFAULT_PREFETCH
 from .message import DETAIL_HEADER as DETAIL_HEADER
@@ -44,11 +45,12 @@ __all__ = [
     "AsyncConsumer",
     "BlockingConsumer",
     "PikaSettler",
+    "aio_pika_delivery",
     "dead_letter_queue_name",
     "declare_queue",
     "declare_queue_async",
     "delivery_count",
-    "delivery_of",
+    "pika_delivery",
     "producer_key",
     "queue_arguments",
     "to_delivery",

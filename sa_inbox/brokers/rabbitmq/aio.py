@@ -39,19 +39,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from ...claim import Inbox
 from ..delivery import DeadLetterReason, Delivery
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
+from .consumer import QueueConsumer
 from .message import (
     COPIED_PROPERTIES,
     DEFAULT_PREFETCH,
-    check_prefetch,
     dead_letter_properties,
-    dead_letter_queue_name,
     to_delivery,
 )
 
-__all__ = ["AioPikaSettler", "AsyncConsumer", "delivery_of"]
+__all__ = ["AioPikaSettler", "AsyncConsumer", "aio_pika_delivery"]
 
 
-def delivery_of(message: AbstractIncomingMessage, key_header: str | None = None) -> Delivery:
+def aio_pika_delivery(message: AbstractIncomingMessage, key_header: str | None = None) -> Delivery:
     """The :class:`~sa_inbox.brokers.Delivery` of an aio-pika message (see :mod:`.message`)."""
     return to_delivery(
         message_id=message.message_id,
@@ -123,7 +122,7 @@ class AioPikaSettler:
         await self.ack()
 
 
-class AsyncConsumer:
+class AsyncConsumer(QueueConsumer):
     """Consume a RabbitMQ queue with aio-pika, each message exactly once in effect.
 
     :class:`~.blocking.BlockingConsumer` on asyncio, through
@@ -133,6 +132,12 @@ class AsyncConsumer:
     Run several consumers (tasks or processes) for parallelism.
 
     :param url: an ``amqp://`` URL (``aio_pika.connect``).
+    :param queue: the queue to consume (it must exist).
+    :param session_factory: an ``async_sessionmaker``.
+    :param handler: ``async def handler(session, delivery)`` (or a plain function); the
+        business change, it must not commit.
+    :param max_deliveries, prefetch, key_header, dead_letter_queue, on_settled, inbox,
+        consumer_name: as for :class:`~.blocking.BlockingConsumer`.
     :raises ValueError: if ``prefetch`` is not an int >= 1.
     """
 
@@ -151,19 +156,19 @@ class AsyncConsumer:
         dead_letter_queue: str | None = None,
         on_settled: OnSettled | None = None,
     ) -> None:
+        super().__init__(
+            queue,
+            prefetch=prefetch,
+            key_header=key_header,
+            dead_letter_queue=dead_letter_queue,
+            session_factory=session_factory,
+            inbox=inbox,
+            consumer_name=consumer_name,
+            handler=handler,
+            max_deliveries=max_deliveries,
+            on_settled=on_settled,
+        )
         self.url = url
-        self.queue = queue
-        self.prefetch = check_prefetch(prefetch)
-        self.key_header = key_header
-        self.dead_letter_queue = dead_letter_queue or dead_letter_queue_name(queue)
-        self._process: dict[str, Any] = {
-            "session_factory": session_factory,
-            "inbox": inbox,
-            "consumer_name": consumer_name,
-            "handler": handler,
-            "max_deliveries": max_deliveries,
-            "on_settled": on_settled,
-        }
         self._stop = asyncio.Event()
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -188,7 +193,7 @@ class AsyncConsumer:
                         message, channel, queue=self.queue, dead_letter_queue=self.dead_letter_queue
                     )
                     await process_async(
-                        delivery_of(message, self.key_header), settler, **self._process
+                        aio_pika_delivery(message, self.key_header), settler, **self.process_options
                     )
 
     def stop(self) -> None:

@@ -31,15 +31,30 @@ from sqlalchemy.orm import Session
 from ...claim import Inbox
 from ..delivery import DeadLetterReason, Delivery
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, process
-from .message import (
-    DEFAULT_PREFETCH,
-    check_prefetch,
-    dead_letter_properties,
-    dead_letter_queue_name,
-    to_delivery,
-)
+from .consumer import QueueConsumer
+from .message import DEFAULT_PREFETCH, dead_letter_properties, to_delivery
 
-__all__ = ["BlockingConsumer", "PikaSettler"]
+__all__ = ["BlockingConsumer", "PikaSettler", "pika_delivery"]
+
+
+def pika_delivery(
+    method: Any, properties: Any, body: bytes, key_header: str | None = None
+) -> Delivery:
+    """The :class:`~sa_inbox.brokers.Delivery` of a pika message (see :mod:`.message`).
+
+    :param method: the ``pika.spec.Basic.Deliver`` (or ``Basic.GetOk``) frame.
+    :param properties: its ``pika.BasicProperties``.
+    :param body: its body.
+    :param key_header: the header with the producer's key; None for ``message_id``.
+    """
+    return to_delivery(
+        message_id=properties.message_id,
+        headers=properties.headers,
+        body=body,
+        redelivered=method.redelivered,
+        delivery_tag=method.delivery_tag,
+        key_header=key_header,
+    )
 
 
 class PikaSettler:
@@ -117,7 +132,7 @@ class PikaSettler:
         self.ack()
 
 
-class BlockingConsumer:
+class BlockingConsumer(QueueConsumer):
     """Consume a RabbitMQ queue with pika, each message exactly once in effect.
 
     Each delivery goes through :func:`sa_inbox.brokers.process`: claim and handler in one
@@ -132,6 +147,14 @@ class BlockingConsumer:
     The queue should be a quorum queue (:func:`~.queues.declare_queue`): only it gives a
     delivery count (:mod:`.message`).
 
+    Deliveries are handled one at a time on the connection's thread; run several consumers
+    (threads or processes, one connection each) for parallelism. A handler that runs longer
+    than the negotiated heartbeat timeout (pika processes heartbeats only between
+    deliveries), or than RabbitMQ's ``consumer_timeout`` for an unacked delivery (30 minutes
+    by default, "Consumer Acknowledgements and Publisher Confirms", section "Delivery
+    Acknowledgement Timeout"), gets its connection or channel closed: the ack then fails
+    and the message is redelivered, a duplicate if it had committed.
+
     :param parameters: an ``amqp://`` URL or ``pika.ConnectionParameters``.
     :param queue: the queue to consume (it must exist).
     :param session_factory: a ``sessionmaker``.
@@ -141,7 +164,8 @@ class BlockingConsumer:
     :param max_deliveries: deliveries allowed before a failing message is dead-lettered.
     :param prefetch: ``basic.qos`` prefetch count: at most this many unacked deliveries in
         this consumer at once (RabbitMQ docs, "Consumer Prefetch"), >= 1.
-    :param key_header: the header holding the producer's key; None (default): the AMQP
+    :param key_header: the header holding the producer's key (a string, UTF-8 bytes or an
+        int; a header of another type counts as no key); None (default): the AMQP
         ``message_id`` property.
     :param dead_letter_queue: default :func:`~.message.dead_letter_queue_name`.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
@@ -163,21 +187,21 @@ class BlockingConsumer:
         dead_letter_queue: str | None = None,
         on_settled: OnSettled | None = None,
     ) -> None:
+        super().__init__(
+            queue,
+            prefetch=prefetch,
+            key_header=key_header,
+            dead_letter_queue=dead_letter_queue,
+            session_factory=session_factory,
+            inbox=inbox,
+            consumer_name=consumer_name,
+            handler=handler,
+            max_deliveries=max_deliveries,
+            on_settled=on_settled,
+        )
         self.parameters = (
             pika.URLParameters(parameters) if isinstance(parameters, str) else parameters
         )
-        self.queue = queue
-        self.prefetch = check_prefetch(prefetch)
-        self.key_header = key_header
-        self.dead_letter_queue = dead_letter_queue or dead_letter_queue_name(queue)
-        self._process: dict[str, Any] = {
-            "session_factory": session_factory,
-            "inbox": inbox,
-            "consumer_name": consumer_name,
-            "handler": handler,
-            "max_deliveries": max_deliveries,
-            "on_settled": on_settled,
-        }
         self._stop = threading.Event()
         self._connection: Any = None
         self._channel: Any = None
@@ -214,14 +238,7 @@ class BlockingConsumer:
             connection.add_callback_threadsafe(channel.stop_consuming)  # closed: returning
 
     def _on_message(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
-        delivery = to_delivery(
-            message_id=properties.message_id,
-            headers=properties.headers,
-            body=body,
-            redelivered=method.redelivered,
-            delivery_tag=method.delivery_tag,
-            key_header=self.key_header,
-        )
+        delivery = pika_delivery(method, properties, body, self.key_header)
         settler = PikaSettler(
             channel,
             method,
@@ -230,4 +247,4 @@ class BlockingConsumer:
             queue=self.queue,
             dead_letter_queue=self.dead_letter_queue,
         )
-        process(delivery, settler, **self._process)
+        process(delivery, settler, **self.process_options)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pika
 from sqlalchemy.orm import Session
@@ -143,3 +143,9 @@ class Driver:
         if self._connection is not None and self._connection.is_open:
             self._connection.close()
         self._connection = self._channel = None
+
+
+if TYPE_CHECKING:
+    from . import ChaosDriver
+
+    _conforms: type[ChaosDriver] = Driver
