@@ -147,6 +147,13 @@ class BlockingConsumer(QueueConsumer):
     The queue should be a quorum queue (:func:`~.queues.declare_queue`): only it gives a
     delivery count (:mod:`.message`).
 
+    RabbitMQ 3.10 counts *every* return in ``x-delivery-count``, including the prefetched
+    deliveries a stopping or killed consumer never started: a message can reach
+    ``max_deliveries`` (and be dead-lettered unprocessed, ``DELIVERY_LIMIT``) without ever
+    failing if it sat in the buffers of that many dying consumers. Keep ``prefetch`` small
+    where consumers restart often, and ``max_deliveries`` above the restarts you expect.
+    (RabbitMQ 4.0 changed what the quorum queue counts; check its "Quorum Queues" page.)
+
     Deliveries are handled one at a time on the connection's thread; run several consumers
     (threads or processes, one connection each) for parallelism. A handler that runs longer
     than the negotiated heartbeat timeout (pika processes heartbeats only between

@@ -5,6 +5,9 @@ declare_queue`). Redelivery after a kill is immediate: a SIGKILLed consumer's so
 closed by the kernel, RabbitMQ closes its channel and requeues its unacked deliveries at once
 (RabbitMQ docs, "Consumer Acknowledgements and Publisher Confirms", section "Automatic
 Requeueing"), counting them in ``x-delivery-count``; no visibility timeout to wait out.
+Each consumer prefetches :data:`PREFETCH` deliveries: every kill returns them all, counted
+(see :class:`~sa_inbox.brokers.rabbitmq.BlockingConsumer`), so a small prefetch keeps
+healthy messages far from ``max_deliveries``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from ...brokers import Delivery, Settlement
 from ...brokers.rabbitmq import BlockingConsumer, dead_letter_queue_name, declare_queue
 from ...claim import Inbox
 
-__all__ = ["Driver"]
+__all__ = ["CONSUMERS_GONE_TIMEOUT", "PREFETCH", "Driver"]
+
+#: Deliveries each consumer holds unacked at once (``basic.qos``).
+PREFETCH = 4
 
 #: How long :meth:`Driver.unsettled` waits for the queue's consumers to be gone (seconds).
 CONSUMERS_GONE_TIMEOUT = 10.0
@@ -87,6 +93,7 @@ class Driver:
             handler=handler,
             max_deliveries=max_deliveries,
             on_settled=on_settled,
+            prefetch=PREFETCH,
         )
         done = threading.Event()
 
