@@ -27,6 +27,7 @@ from .message import DEFAULT_PREFETCH as DEFAULT_PREFETCH
 from .message import DETAIL_HEADER as DETAIL_HEADER
 from .message import QUEUE_HEADER as QUEUE_HEADER
 from .message import REASON_HEADER as REASON_HEADER
+from .message import InvalidConsumerArgument as InvalidConsumerArgument
 from .message import dead_letter_queue_name as dead_letter_queue_name
 from .message import delivery_count as delivery_count
 from .message import producer_key as producer_key
@@ -44,6 +45,7 @@ __all__ = [
     "AioPikaSettler",
     "AsyncConsumer",
     "BlockingConsumer",
+    "InvalidConsumerArgument",
     "PikaSettler",
     "aio_pika_delivery",
     "dead_letter_queue_name",

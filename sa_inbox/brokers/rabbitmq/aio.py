@@ -138,7 +138,7 @@ class AsyncConsumer(QueueConsumer):
         business change, it must not commit.
     :param max_deliveries, prefetch, key_header, dead_letter_queue, on_settled, inbox,
         consumer_name: as for :class:`~.blocking.BlockingConsumer`.
-    :raises ValueError: if ``prefetch`` is not an int >= 1.
+    :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1.
     """
 
     def __init__(

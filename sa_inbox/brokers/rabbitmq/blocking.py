@@ -176,7 +176,7 @@ class BlockingConsumer(QueueConsumer):
         ``message_id`` property.
     :param dead_letter_queue: default :func:`~.message.dead_letter_queue_name`.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
-    :raises ValueError: if ``prefetch`` is not an int >= 1.
+    :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1.
     """
 
     def __init__(

@@ -18,7 +18,7 @@ class QueueConsumer:
     :param key_header: the header with the producer's key, or None for ``message_id``.
     :param dead_letter_queue: the dead-letter queue, or None for the default name.
     :param process: the keyword arguments of ``process()`` besides the delivery and settler.
-    :raises ValueError: if ``prefetch`` is not an int >= 1.
+    :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1.
     """
 
     def __init__(

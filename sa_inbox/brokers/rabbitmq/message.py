@@ -32,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ...exc import InboxError
+from ...validation import positive_int
 from ..delivery import DeadLetterReason, Delivery
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "DETAIL_HEADER",
     "QUEUE_HEADER",
     "REASON_HEADER",
+    "InvalidConsumerArgument",
     "check_prefetch",
     "dead_letter_properties",
     "dead_letter_queue_name",
@@ -169,11 +172,14 @@ def dead_letter_properties(
     return {**copied, "headers": {**(headers or {}), **marks}, "delivery_mode": 2}
 
 
+class InvalidConsumerArgument(InboxError, ValueError):
+    """A RabbitMQ consumer's setting was rejected before connecting (``prefetch``)."""
+
+
 def check_prefetch(prefetch: int) -> int:
     """``prefetch`` if it is a valid ``basic.qos`` prefetch count for a consumer.
 
-    :raises ValueError: if it is not an int >= 1 (0 would mean "unlimited" to RabbitMQ).
+    :raises InvalidConsumerArgument: if it is not an int >= 1 (0 would mean "unlimited" to
+        RabbitMQ: "Consumer Prefetch").
     """
-    if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 1:
-        raise ValueError(f"prefetch must be an int >= 1, got {prefetch!r}")
-    return prefetch
+    return positive_int(prefetch, "prefetch", InvalidConsumerArgument)

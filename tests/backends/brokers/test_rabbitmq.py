@@ -35,6 +35,7 @@ from sa_inbox.brokers.rabbitmq import (
     REASON_HEADER,
     AsyncConsumer,
     BlockingConsumer,
+    InvalidConsumerArgument,
     dead_letter_queue_name,
     declare_queue,
     delivery_count,
@@ -315,7 +316,7 @@ def test_prefetch_bounds_the_unacked_deliveries_and_stop_works_from_another_thre
 
 
 def test_prefetch_must_be_positive(amqp_url: str, app: App) -> None:
-    with pytest.raises(ValueError, match="prefetch"):
+    with pytest.raises(InvalidConsumerArgument, match="prefetch"):
         BlockingConsumer(amqp_url, "q", **{**options(app, pay(app), None), "prefetch": 0})
 
 
