@@ -197,7 +197,8 @@ class AsyncConsumer(QueueConsumer):
                     )
 
     def stop(self) -> None:
-        """Stop after the current delivery (call on the consumer's event loop)."""
+        """Stop after the current delivery (call on the consumer's event loop). A stopped
+        consumer stays stopped: make a new one to consume again."""
         self._stop.set()
 
     async def _next(

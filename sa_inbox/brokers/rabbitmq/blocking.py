@@ -236,7 +236,8 @@ class BlockingConsumer(QueueConsumer):
     def stop(self) -> None:
         """Stop consuming after the current delivery; safe from any thread (pika's
         ``BlockingConnection.add_callback_threadsafe``, the only thread-safe pika call).
-        :meth:`run` then closes the connection and returns."""
+        :meth:`run` then closes the connection and returns. A stopped consumer stays stopped:
+        make a new one to consume again."""
         self._stop.set()
         connection, channel = self._connection, self._channel
         if connection is None or channel is None:
