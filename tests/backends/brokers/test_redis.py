@@ -1,0 +1,400 @@
+"""The Redis Streams adapter against the live Redis server, on every database.
+
+Each test uses its own stream (a uuid in the name) and deletes it and its dead-letter stream
+after. Business state (ledger, balances, claims) and broker state (pending entries, group lag,
+the dead-letter stream) are both asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import Session
+
+from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, Settlement
+from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer
+from tests.backends.asyncio.conftest import DRIVERS
+from tests.conftest import backend_url, broker_url
+from tests.support.app import CONSUMER, App
+
+pytestmark = pytest.mark.backend
+
+ROOT = Path(__file__).resolve().parents[3]
+CHILD = "tests.backends.brokers.redis_child"
+FAST = {"visibility_timeout": 0.3, "block_timeout": 0.1}
+
+
+# -- fixtures ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def redis_url() -> str:
+    return broker_url("redis")
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def stream(client: redis.Redis) -> Iterator[str]:
+    name = f"sa-inbox-test:{uuid.uuid4().hex}"
+    yield name
+    client.delete(name, f"{name}:dead")
+
+
+@pytest.fixture(params=list(DRIVERS))
+def aio_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
+    """An async driver's URL (one run per driver of ``tests/backends/asyncio``)."""
+    backend, driver = DRIVERS[request.param]
+    url = sa.make_url(backend_url(backend, tmp_path))
+    return url.set(drivername=driver).render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def aio_app(aio_url: str) -> Iterator[App]:
+    """The app's schema made through the sync driver of ``aio_url``'s database."""
+    url = sa.make_url(aio_url)
+    sync = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
+    engine = sa.create_engine(url.set(drivername=sync[url.get_backend_name()]))
+    app = App(engine)
+    app.reset()
+    yield app
+    app.drop()
+    engine.dispose()
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+def publish(client: redis.Redis, stream: str, payments: list[tuple[str | None, str]]) -> None:
+    """XADD each ``(message_id, amount)``; a None id publishes the entry without the field."""
+    for message_id, amount in payments:
+        fields = {"body": amount} if message_id is None else {"message_id": message_id}
+        client.xadd(stream, {**fields, "body": amount})
+
+
+def pay(app: App, poison: str = "") -> Callable[[Session, Delivery], None]:
+    def handler(session: Session, delivery: Delivery) -> None:
+        app.apply_payment(session, delivery.message_id or "", 1, Decimal(delivery.body.decode()))
+        if delivery.message_id == poison:
+            raise RuntimeError(f"poison, delivery {delivery.delivery_count}")
+
+    return handler
+
+
+def pay_async(app: App, poison: str = "") -> Callable[[AsyncSession, Delivery], Any]:
+    async def handler(session: AsyncSession, delivery: Delivery) -> None:
+        amount = Decimal(delivery.body.decode())
+        await app.apply_payment_async(session, delivery.message_id or "", 1, amount)
+        if delivery.message_id == poison:
+            raise RuntimeError(f"poison, delivery {delivery.delivery_count}")
+
+    return handler
+
+
+def consumer(
+    client: redis.Redis, stream: str, app: App, handler: Any = None, **kw: Any
+) -> RedisStreamConsumer:
+    return RedisStreamConsumer(
+        client,
+        stream,
+        group=CONSUMER,
+        session_factory=app.Session,
+        inbox=app.inbox,
+        handler=handler or pay(app),
+        **{**FAST, **kw},
+    )
+
+
+def drain(
+    poll: Callable[[], list[Settlement]], count: int, seconds: float = 15
+) -> list[Settlement]:
+    """Poll until ``count`` settlements (of any kind) came, within ``seconds``."""
+    settled: list[Settlement] = []
+    deadline = time.monotonic() + seconds
+    while len(settled) < count:
+        assert time.monotonic() < deadline, f"only {len(settled)} of {count} settled"
+        settled += poll()
+    return settled
+
+
+def pending(client: redis.Redis, stream: str) -> int:
+    """Entries delivered to the group and not acked (XPENDING's summary count)."""
+    return int(client.xpending(stream, CONSUMER)["pending"])
+
+
+def lag(client: redis.Redis, stream: str) -> int:
+    """Entries not yet delivered to the group (XINFO GROUPS ``lag``, Redis >= 7.0)."""
+    (group,) = client.xinfo_groups(stream)
+    return int(group["lag"])
+
+
+def dead_letters(client: redis.Redis, stream: str) -> list[dict[str, str]]:
+    return [
+        {k.decode(): v.decode() for k, v in fields.items()}
+        for _, fields in client.xrange(f"{stream}:dead")
+    ]
+
+
+def dispositions(settled: list[Settlement]) -> list[tuple[str | None, Disposition]]:
+    return sorted(((s.delivery.message_id, s.disposition) for s in settled), key=str)
+
+
+# -- duplicates, missing keys, poison: sync consumer on every database ----------------------
+
+DUPLICATES = [("p-1", "10.00"), ("p-2", "5.00"), ("p-1", "10.00"), ("p-3", "1.50")]
+DUPLICATES += [("p-2", "5.00"), ("p-1", "10.00")]
+
+
+def test_duplicate_entries_change_data_once_per_key(
+    app: App, client: redis.Redis, stream: str
+) -> None:
+    publish(client, stream, DUPLICATES)
+    settled = drain(consumer(client, stream, app).poll, len(DUPLICATES))
+    assert [s.disposition for s in settled].count(Disposition.PROCESSED) == 3
+    assert [s.disposition for s in settled].count(Disposition.DUPLICATE) == 3
+    assert {s.delivery.broker_ref.split("/")[-1] for s in settled} == {
+        entry_id.decode() for entry_id, _ in client.xrange(stream)
+    }, "broker_ref is the entry id, the key is the producer's field"
+    assert (app.ledger_rows(), app.inbox_rows(), app.balance(1)) == (3, 3, Decimal("16.50"))
+    assert (pending(client, stream), lag(client, stream), dead_letters(client, stream)) == (
+        0,
+        0,
+        [],
+    )
+
+
+def test_an_entry_without_the_key_field_is_dead_lettered_unprocessed(
+    app: App, client: redis.Redis, stream: str
+) -> None:
+    publish(client, stream, [(None, "9.00"), ("p-1", "1.00")])
+    (first_id, _), _ = client.xrange(stream)
+    settled = drain(consumer(client, stream, app).poll, 2)
+    assert dispositions(settled) == [
+        ("p-1", Disposition.PROCESSED),
+        (None, Disposition.DEAD_LETTERED),
+    ]
+    (dead,) = dead_letters(client, stream)
+    assert dead["dead_letter_reason"] == DeadLetterReason.MISSING_MESSAGE_ID.value
+    assert dead["dead_letter_original_id"] == first_id.decode()
+    assert dead["body"] == "9.00" and "message_id" not in dead
+    assert (app.ledger_rows(), app.inbox_rows(), app.balance(1)) == (1, 1, Decimal("1.00"))
+    assert (pending(client, stream), lag(client, stream)) == (0, 0)
+
+
+def test_a_custom_key_field_is_the_dedup_key(app: App, client: redis.Redis, stream: str) -> None:
+    for key in ("k-1", "k-1", "k-2"):
+        client.xadd(stream, {"idempotency-key": key, "message_id": uuid.uuid4().hex, "body": "2"})
+    settled = drain(consumer(client, stream, app, key_field="idempotency-key").poll, 3)
+    assert dispositions(settled) == [
+        ("k-1", Disposition.DUPLICATE),
+        ("k-1", Disposition.PROCESSED),
+        ("k-2", Disposition.PROCESSED),
+    ]
+    assert (app.ledger_rows(), app.balance(1), pending(client, stream)) == (2, Decimal(4), 0)
+
+
+def assert_poison_dead_lettered(
+    app: App, client: redis.Redis, stream: str, settled: list[Settlement]
+) -> None:
+    """p-bad failed on deliveries 1..3 (counted by XREADGROUP then XAUTOCLAIM/XPENDING) and
+    went to the dead-letter stream; the entries behind it were processed meanwhile."""
+    bad = [s for s in settled if s.delivery.message_id == "p-bad"]
+    assert [(s.delivery.delivery_count, s.disposition) for s in bad] == [
+        (1, Disposition.RETRY),
+        (2, Disposition.RETRY),
+        (3, Disposition.DEAD_LETTERED),
+    ]
+    good = [s for s in settled if s.delivery.message_id != "p-bad"]
+    assert {s.disposition for s in good} == {Disposition.PROCESSED} and len(good) == 3
+    assert settled.index(good[-1]) < settled.index(bad[-1]), "not blocked behind the poison"
+    (dead,) = dead_letters(client, stream)
+    assert dead["message_id"] == "p-bad" and dead["body"] == "7.00"
+    assert dead["dead_letter_reason"] == DeadLetterReason.DELIVERY_LIMIT.value
+    assert "RuntimeError: poison, delivery 3" in dead["dead_letter_detail"]
+    assert dead["dead_letter_delivery_count"] == "3"
+    assert dead["dead_letter_original_id"] == client.xrange(stream)[0][0].decode()
+    assert (app.ledger_rows("p-bad"), app.ledger_rows(), app.balance(1)) == (0, 3, Decimal(6))
+    assert (pending(client, stream), lag(client, stream)) == (0, 0)
+
+
+POISON = [("p-bad", "7.00"), ("p-2", "1.00"), ("p-3", "2.00"), ("p-4", "3.00")]
+
+
+def test_a_poison_entry_is_dead_lettered_after_max_deliveries(
+    app: App, client: redis.Redis, stream: str
+) -> None:
+    publish(client, stream, POISON)
+    reader = consumer(client, stream, app, pay(app, poison="p-bad"), max_deliveries=3)
+    settled = drain(reader.poll, 6)
+    assert_poison_dead_lettered(app, client, stream, settled)
+
+
+def test_two_consumers_in_parallel_threads_drain_duplicates_exactly_once(
+    app: App, client: redis.Redis, stream: str
+) -> None:
+    payments = [(f"p-{i}", f"{i}.00") for i in range(1, 31)]
+    publish(client, stream, payments + payments[::3] + payments[::7])
+    stop, settled = threading.Event(), []
+    consumers = [consumer(client, stream, app, batch_size=4, on_settled=settled.append)]
+    consumers.append(consumer(client, stream, app, batch_size=4, on_settled=settled.append))
+    consumers[0].ensure_group()
+    threads = [threading.Thread(target=c.run, args=(stop,)) for c in consumers]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 30
+    while (pending(client, stream) or lag(client, stream)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert {s.disposition for s in settled} == {Disposition.PROCESSED, Disposition.DUPLICATE}
+    assert len({s.delivery.broker_ref for s in settled}) == len(settled) == 30 + 10 + 5
+    assert (app.ledger_rows(), app.inbox_rows()) == (30, 30)
+    assert app.balance(1) == Decimal(sum(range(1, 31)))
+    assert (pending(client, stream), lag(client, stream)) == (0, 0)
+
+
+# -- crashes: a real consumer process SIGKILLed, another one takes over --------------------
+
+
+def child(db_url: str, redis_url: str, stream: str, mode: str, *extra: str) -> list[str]:
+    """Runs the consumer process to its end (exit or SIGKILL) and returns its lines."""
+    process = subprocess.run(
+        [sys.executable, "-m", CHILD, db_url, redis_url, stream, mode, *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    expected = 0 if mode == "deliver" else -signal.SIGKILL
+    assert process.returncode == expected, process.stderr
+    return process.stdout.splitlines()
+
+
+def pending_entry(client: redis.Redis, stream: str) -> dict[str, Any]:
+    (entry,) = client.xpending_range(stream, CONSUMER, "-", "+", 10)
+    return entry
+
+
+def crash_after_commit(
+    app: App, client: redis.Redis, stream: str, db_url: str, redis_url: str, *extra: str
+) -> None:
+    publish(client, stream, [("pay-1", "42.00")])
+    assert child(db_url, redis_url, stream, "crash-after-commit", *extra) == ["COMMITTED"]
+    assert app.ledger_rows("pay-1") == 1, "committed before the kill"
+    assert pending_entry(client, stream)["times_delivered"] == 1, "never acked"
+    assert child(db_url, redis_url, stream, "deliver", *extra) == ["duplicate 2"]
+    assert (app.ledger_rows(), app.inbox_rows(), app.balance(1)) == (1, 1, Decimal("42.00"))
+    assert (pending(client, stream), lag(client, stream)) == (0, 0)
+
+
+def crash_before_commit(
+    app: App, client: redis.Redis, stream: str, db_url: str, redis_url: str, *extra: str
+) -> None:
+    publish(client, stream, [("pay-1", "42.00")])
+    assert child(db_url, redis_url, stream, "crash-before-commit", *extra) == ["APPLIED"]
+    assert (app.ledger_rows(), app.inbox_rows()) == (0, 0), "nothing survives the kill"
+    assert pending_entry(client, stream)["times_delivered"] == 1
+    assert child(db_url, redis_url, stream, "deliver", *extra) == ["processed 2"]
+    assert (app.ledger_rows(), app.inbox_rows(), app.balance(1)) == (1, 1, Decimal("42.00"))
+    assert (pending(client, stream), lag(client, stream)) == (0, 0)
+
+
+def test_killed_after_commit_before_xack_is_taken_over_and_acked_as_duplicate(
+    url: str, app: App, client: redis.Redis, stream: str, redis_url: str
+) -> None:
+    crash_after_commit(app, client, stream, url, redis_url)
+
+
+def test_killed_before_commit_is_taken_over_and_applied_once(
+    url: str, app: App, client: redis.Redis, stream: str, redis_url: str
+) -> None:
+    crash_before_commit(app, client, stream, url, redis_url)
+
+
+# -- the asyncio consumer, on every async driver ------------------------------------------
+
+
+def run_async(
+    aio_url: str, client_url: str, stream: str, app: App, count: int, **kw: Any
+) -> list[Settlement]:
+    async def main() -> list[Settlement]:
+        engine = create_async_engine(aio_url)
+        client = redis.asyncio.Redis.from_url(client_url)
+        reader = AsyncRedisStreamConsumer(
+            client,
+            stream,
+            group=CONSUMER,
+            session_factory=async_sessionmaker(engine),
+            inbox=app.inbox,
+            **{"handler": pay_async(app), **FAST, **kw},
+        )
+        settled: list[Settlement] = []
+        deadline = time.monotonic() + 15
+        try:
+            while len(settled) < count:
+                assert time.monotonic() < deadline, f"only {len(settled)} of {count} settled"
+                settled += await reader.poll()
+        finally:
+            await client.aclose()
+            await engine.dispose()
+        return settled
+
+    return asyncio.run(main())
+
+
+def test_async_duplicate_entries_change_data_once_per_key(
+    aio_url: str, aio_app: App, client: redis.Redis, stream: str, redis_url: str
+) -> None:
+    publish(client, stream, [*DUPLICATES, (None, "3.00")])
+    settled = run_async(aio_url, redis_url, stream, aio_app, len(DUPLICATES) + 1)
+    assert [s.disposition for s in settled].count(Disposition.PROCESSED) == 3
+    assert [s.disposition for s in settled].count(Disposition.DUPLICATE) == 3
+    (dead,) = dead_letters(client, stream)
+    assert dead["dead_letter_reason"] == DeadLetterReason.MISSING_MESSAGE_ID.value
+    assert (aio_app.ledger_rows(), aio_app.inbox_rows()) == (3, 3)
+    assert aio_app.balance(1) == Decimal("16.50")
+    assert (pending(client, stream), lag(client, stream)) == (0, 0)
+
+
+def test_async_poison_entry_is_dead_lettered_after_max_deliveries(
+    aio_url: str, aio_app: App, client: redis.Redis, stream: str, redis_url: str
+) -> None:
+    publish(client, stream, POISON)
+    handler = pay_async(aio_app, poison="p-bad")
+    settled = run_async(aio_url, redis_url, stream, aio_app, 6, handler=handler, max_deliveries=3)
+    assert_poison_dead_lettered(aio_app, client, stream, settled)
+
+
+def test_async_killed_after_commit_before_xack_is_acked_as_duplicate(
+    aio_url: str, aio_app: App, client: redis.Redis, stream: str, redis_url: str
+) -> None:
+    crash_after_commit(aio_app, client, stream, aio_url, redis_url, "async")
+
+
+def test_async_killed_before_commit_is_applied_once(
+    aio_url: str, aio_app: App, client: redis.Redis, stream: str, redis_url: str
+) -> None:
+    crash_before_commit(aio_app, client, stream, aio_url, redis_url, "async")
