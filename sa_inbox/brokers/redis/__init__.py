@@ -4,8 +4,9 @@
 (``redis.asyncio``) read entries with ``XREADGROUP``, take over entries a dead or failing
 consumer left pending with ``XAUTOCLAIM`` after the visibility timeout, count deliveries with
 ``XPENDING``, ``XACK`` after the database commit, and move poison entries to a dead-letter
-stream (``<stream>:dead``) with ``XADD`` + ``XACK`` in one MULTI/EXEC. The dedup key is the
-producer's: a stream field (``message_id`` by default), never the entry id.
+stream (``<stream>:dead``) with ``XADD`` + ``XACK`` in one Lua script (atomic; a
+``MULTI``/``EXEC`` would still ack when the ``XADD`` fails, see :mod:`.core`). The dedup key
+is the producer's: a stream field (``message_id`` by default), never the entry id.
 
 Producer side: put the key in the entry, the same on every retry of the publish::
 

@@ -63,7 +63,7 @@ class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, AsyncSession]):
 async def run_call_async(client: Any, call: Call | Batch) -> Any:
     """:func:`.core.run_call` on a ``redis.asyncio.Redis``."""
     if isinstance(call, Batch):
-        async with client.pipeline(transaction=call.transaction) as pipe:
+        async with client.pipeline(transaction=False) as pipe:
             for each in call.calls:
                 getattr(pipe, each.method)(*each.args, **each.kwargs)
             return await pipe.execute()

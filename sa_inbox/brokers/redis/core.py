@@ -4,7 +4,7 @@ The consumers differ only in how a command reaches the server (``client.xack(...
 ``await client.xack(...)``). Everything else lives here, once: the settings, the entry →
 :class:`~sa_inbox.brokers.Delivery` mapping, the settler, and the consumer-group steps
 written as generators that *yield* the commands to run (a :class:`Call`, or a
-:class:`Batch` of them sent as one pipeline or MULTI/EXEC) and get the replies back. The sync
+:class:`Batch` of them sent as one pipeline) and get the replies back. The sync
 consumer drives them with :func:`drive`, the asyncio one with its awaiting twin.
 
 Redis rules relied on, from the "Redis Streams" tutorial (redis.io/docs/latest/develop/
@@ -18,9 +18,14 @@ XPENDING command pages, each checked on Redis 7.0.15 by ``tests/backends/brokers
   ``min-idle-time`` milliseconds to another consumer and increments their delivery counter
   (``JUSTID`` would not: it is not used), so a dead consumer's entries come back, counted;
 - ``XPENDING key group start end count`` reports each pending entry's times-delivered counter;
-- a ``MULTI``/``EXEC`` transaction runs its commands in order with no other client's command
-  in between, and none of them if the connection is lost before ``EXEC`` ("Transactions"
-  page, redis.io/docs/latest/develop/interact/transactions/).
+- a Lua script runs atomically: no other client's command runs while it does ("Scripting
+  with Lua", redis.io/docs/latest/develop/interact/programmability/eval-intro/), and a
+  ``redis.call()`` that fails raises and ends the script, so the commands after it do not
+  run ("Redis Lua API reference", ``redis.call``). A dead letter is therefore one script,
+  :data:`DEAD_LETTER_SCRIPT`, not a ``MULTI``/``EXEC``: Redis does not roll a transaction
+  back when one of its commands fails at run time ("Transactions", "What about
+  rollbacks?"), and on Redis 7.0.15 a ``MULTI; XADD; XACK; EXEC`` whose ``XADD`` hit a
+  dead-letter key of the wrong type still acked the entry, which was then lost.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
 
 __all__ = [
     "DEAD_LETTER_FIELDS",
+    "DEAD_LETTER_SCRIPT",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_BLOCK_TIMEOUT",
     "DEFAULT_BODY_FIELD",
@@ -76,6 +82,18 @@ DEAD_LETTER_FIELDS = (
     "dead_letter_delivery_count",
 )
 
+#: The dead letter, atomically. KEYS: dead-letter stream, stream. ARGV: group, entry id, then
+#: the dead letter's fields and values. Returns the dead letter's id, or nil if the entry
+#: was not pending (nothing done). A failing XADD (wrong key type) ends it before the XACK.
+DEAD_LETTER_SCRIPT = """
+if #redis.call('XPENDING', KEYS[2], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
+  return false
+end
+local dead = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
+redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
+return dead
+"""
+
 T = TypeVar("T")
 ClientT = TypeVar("ClientT")
 SessionT = TypeVar("SessionT")
@@ -92,11 +110,10 @@ class Call:
 
 @dataclass(frozen=True)
 class Batch:
-    """Several calls in one round trip: a MULTI/EXEC transaction if ``transaction``, else a
-    plain pipeline. The reply is the list of their replies."""
+    """Several independent calls in one round trip (a pipeline, not a transaction). The reply
+    is the list of their replies."""
 
     calls: tuple[Call, ...]
-    transaction: bool
 
 
 #: A consumer-group step: yields calls, receives their replies, returns ``T``.
@@ -213,14 +230,17 @@ def ack_call(settings: StreamSettings, entry: Entry) -> Call:
     return Call("xack", (settings.stream, settings.group, entry.entry_id))
 
 
-def dead_letter_batch(
+def dead_letter_call(
     settings: StreamSettings, entry: Entry, reason: DeadLetterReason, detail: str
-) -> Batch:
-    """``MULTI; XADD dead-stream * fields…; XACK stream group id; EXEC``.
+) -> Call:
+    """:data:`DEAD_LETTER_SCRIPT` for one entry: ``XADD`` it to the dead-letter stream with the
+    original fields plus :data:`DEAD_LETTER_FIELDS`, then ``XACK`` it, atomically; nothing
+    if the entry is no longer pending (another consumer settled it meanwhile).
 
-    The dead letter carries the original fields plus :data:`DEAD_LETTER_FIELDS`. In one
-    transaction, so the entry is either in the dead-letter stream *and* acked, or neither
-    (and still pending, so it comes back): never lost, never both pending and dead.
+    The entry is thus either in the dead-letter stream and acked, or neither (still pending,
+    so it comes back): never lost, never dead-lettered twice. An entry of more than 3,990
+    fields exceeds Lua's ``unpack`` limit ("too many results to unpack" on Redis 7.0.15): the
+    script fails, the settler raises, and the entry stays pending.
     """
     fields: dict[Any, Any] = dict(entry.fields)
     fields.update(
@@ -229,9 +249,10 @@ def dead_letter_batch(
         dead_letter_original_id=entry.entry_id,
         dead_letter_delivery_count=str(entry.times_delivered),
     )
-    return Batch(
-        (Call("xadd", (settings.dead_letter_stream, fields)), ack_call(settings, entry)),
-        transaction=True,
+    keys = (settings.dead_letter_stream, settings.stream)
+    flat = [item for pair in fields.items() for item in pair]
+    return Call(
+        "eval", (DEAD_LETTER_SCRIPT, len(keys), *keys, settings.group, entry.entry_id, *flat)
     )
 
 
@@ -261,8 +282,8 @@ class RedisSettler:
         has been idle for the visibility timeout (with its delivery counter incremented)."""
 
     def dead_letter(self, reason: DeadLetterReason, detail: str) -> Any:
-        """``XADD`` to the dead-letter stream and ``XACK``, in one MULTI/EXEC."""
-        return self._run(dead_letter_batch(self._settings, self._entry, reason, detail))
+        """``XADD`` to the dead-letter stream and ``XACK``, in one Lua script."""
+        return self._run(dead_letter_call(self._settings, self._entry, reason, detail))
 
 
 # -- the consumer-group steps ------------------------------------------------------------
@@ -322,7 +343,6 @@ class StreamCore:
                 Call("xpending_range", (s.stream, s.group), {"min": i, "max": i, "count": 1})
                 for i, _ in claimed
             ),
-            transaction=False,
         )
         return [  # not pending any more: acked meanwhile, a duplicate whatever its count
             Entry(i, fields, int(pending[0]["times_delivered"]) if pending else 2)
@@ -352,7 +372,7 @@ class ConsumerBase(Generic[ClientT, SessionT]):
     then ``XACK``. A failed entry is left pending; once idle for ``visibility_timeout`` it is
     taken over by ``XAUTOCLAIM`` (by this or another consumer of the group) with its delivery
     counter incremented, and on the ``max_deliveries``-th failure it is moved to the
-    dead-letter stream (``XADD`` + ``XACK`` in one MULTI/EXEC) with its reason, so the
+    dead-letter stream (``XADD`` + ``XACK`` in one Lua script) with its reason, so the
     entries behind it are not blocked. An entry without the key field is dead-lettered
     ``missing_message_id``, unprocessed.
 
@@ -457,9 +477,9 @@ class ConsumerBase(Generic[ClientT, SessionT]):
 
 
 def run_call(client: Any, call: Call | Batch) -> Any:
-    """Run one call (or a pipeline / MULTI/EXEC of several) on a sync ``redis.Redis``."""
+    """Run one call (or a pipeline of several) on a sync ``redis.Redis``."""
     if isinstance(call, Batch):
-        with client.pipeline(transaction=call.transaction) as pipe:
+        with client.pipeline(transaction=False) as pipe:
             for each in call.calls:
                 getattr(pipe, each.method)(*each.args, **each.kwargs)
             return pipe.execute()

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 from sqlalchemy.orm import Session
 
 from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, Settlement
-from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer
+from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer, StreamSettings
+from sa_inbox.brokers.redis.core import Entry, RedisSettler, run_call
 from tests.backends.asyncio.conftest import DRIVERS
 from tests.conftest import backend_url, broker_url
 from tests.support.app import CONSUMER, App
@@ -398,3 +400,38 @@ def test_async_killed_before_commit_is_applied_once(
     aio_url: str, aio_app: App, client: redis.Redis, stream: str, redis_url: str
 ) -> None:
     crash_before_commit(aio_app, client, stream, aio_url, redis_url, "async")
+
+
+def test_a_dead_letter_that_cannot_be_written_leaves_the_entry_pending_not_lost(
+    app: App, client: redis.Redis, stream: str
+) -> None:
+    """The dead letter is one Lua script: a failing XADD (the dead-letter key holds a string)
+    ends it before the XACK, so the entry stays pending and is dead-lettered once fixed."""
+    publish(client, stream, [(None, "1.00")])
+    client.set(f"{stream}:dead", "not a stream")
+    reader = consumer(client, stream, app)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        reader.poll()
+    assert pending_entry(client, stream)["times_delivered"] == 1, "not acked"
+    client.delete(f"{stream}:dead")
+    (settled,) = drain(reader.poll, 1)
+    assert settled.disposition is Disposition.DEAD_LETTERED
+    assert settled.delivery.delivery_count == 2, "taken over by XAUTOCLAIM"
+    (dead,) = dead_letters(client, stream)
+    assert dead["dead_letter_reason"] == DeadLetterReason.MISSING_MESSAGE_ID.value
+    assert (pending(client, stream), app.ledger_rows()) == (0, 0)
+
+
+def test_an_entry_is_dead_lettered_once_even_if_two_consumers_try(
+    client: redis.Redis, stream: str
+) -> None:
+    """The script writes the dead letter only while the entry is pending to the group."""
+    publish(client, stream, [("p-1", "1.00")])
+    settings = StreamSettings(stream, CONSUMER, "member-1")
+    client.xgroup_create(stream, CONSUMER, "0")
+    ((_, [(entry_id, fields)]),) = client.xreadgroup(CONSUMER, "member-1", {stream: ">"})
+    entry = Entry(entry_id.decode(), fields, 1)
+    settlers = [RedisSettler(settings, entry, partial(run_call, client)) for _ in range(2)]
+    replies = [s.dead_letter(DeadLetterReason.DELIVERY_LIMIT, "twice") for s in settlers]
+    assert replies[0] is not None and replies[1] is None
+    assert len(dead_letters(client, stream)) == 1 and pending(client, stream) == 0
