@@ -9,7 +9,8 @@ MODE ``crash-after-commit``: the handler's change commits, then the settler's ``
 ``COMMITTED`` and SIGKILLs the process before ``XACK``. MODE ``crash-before-commit``: the
 handler applies and flushes, prints ``APPLIED`` and SIGKILLs the process before the commit.
 MODE ``deliver``: settles the first entry it gets (a pending one taken over by XAUTOCLAIM
-once idle for the visibility timeout) and exits.
+once idle for the visibility timeout) and exits. MODE ``chaos``: consumes through the chaos
+driver (:mod:`sa_inbox.chaos.drivers.redis`) until killed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 import os
 import signal
 import sys
+import threading
 import time
 from decimal import Decimal
 from typing import Any
@@ -31,6 +33,7 @@ from sqlalchemy.orm import Session
 from sa_inbox.brokers import Delivery, Settlement
 from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer
 from sa_inbox.brokers.redis.core import RedisSettler
+from sa_inbox.chaos.drivers import driver_for
 from tests.support.app import CONSUMER, App
 
 VISIBILITY_TIMEOUT = 0.5
@@ -109,6 +112,24 @@ async def main_async(db_url: str, redis_url: str, stream: str, mode: str) -> Non
     await engine.dispose()
 
 
+def main_chaos(db_url: str, redis_url: str, stream: str) -> None:
+    app = App(sa.create_engine(db_url))
+
+    def handler(session: Session, delivery: Delivery) -> None:
+        app.apply_payment(session, delivery.message_id or "", 1, Decimal(delivery.body.decode()))
+
+    driver_for(redis_url).consume(
+        stream,
+        session_factory=app.Session,
+        inbox=app.inbox,
+        consumer_name=CONSUMER,
+        handler=handler,
+        max_deliveries=5,
+        on_settled=report,
+        stop=threading.Event(),
+    )
+
+
 def crash_in_ack(self: RedisSettler) -> None:
     say("COMMITTED")
     die()  # committed, never acked
@@ -118,7 +139,9 @@ if __name__ == "__main__":
     db_url, redis_url, stream, mode = sys.argv[1:5]
     if mode == "crash-after-commit":
         RedisSettler.ack = crash_in_ack  # type: ignore[method-assign]
-    if sys.argv[5:] == ["async"]:
+    if mode == "chaos":
+        main_chaos(db_url, redis_url, stream)
+    elif sys.argv[5:] == ["async"]:
         asyncio.run(main_async(db_url, redis_url, stream, mode))
     else:
         main_sync(db_url, redis_url, stream, mode)

@@ -31,6 +31,8 @@ from sqlalchemy.orm import Session
 from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, Settlement
 from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer, StreamSettings
 from sa_inbox.brokers.redis.core import Entry, RedisSettler, run_call
+from sa_inbox.chaos.drivers import driver_for
+from sa_inbox.chaos.drivers.redis import GROUP
 from tests.backends.asyncio.conftest import DRIVERS
 from tests.conftest import backend_url, broker_url
 from tests.support.app import CONSUMER, App
@@ -140,9 +142,9 @@ def drain(
     return settled
 
 
-def pending(client: redis.Redis, stream: str) -> int:
+def pending(client: redis.Redis, stream: str, group: str = CONSUMER) -> int:
     """Entries delivered to the group and not acked (XPENDING's summary count)."""
-    return int(client.xpending(stream, CONSUMER)["pending"])
+    return int(client.xpending(stream, group)["pending"])
 
 
 def lag(client: redis.Redis, stream: str) -> int:
@@ -270,6 +272,7 @@ def test_two_consumers_in_parallel_threads_drain_duplicates_exactly_once(
     stop.set()
     for thread in threads:
         thread.join(timeout=10)
+        assert not thread.is_alive(), "run() returns once stop is set"
     assert {s.disposition for s in settled} == {Disposition.PROCESSED, Disposition.DUPLICATE}
     assert len({s.delivery.broker_ref for s in settled}) == len(settled) == 30 + 10 + 5
     assert (app.ledger_rows(), app.inbox_rows()) == (30, 30)
@@ -435,3 +438,56 @@ def test_an_entry_is_dead_lettered_once_even_if_two_consumers_try(
     replies = [s.dead_letter(DeadLetterReason.DELIVERY_LIMIT, "twice") for s in settlers]
     assert replies[0] is not None and replies[1] is None
     assert len(dead_letters(client, stream)) == 1 and pending(client, stream) == 0
+
+
+# -- the chaos run's driver ----------------------------------------------------------------
+
+
+def test_chaos_driver_survives_a_killed_consumer(
+    url: str, app: App, redis_url: str, client: redis.Redis, stream: str
+) -> None:
+    """A consumer process SIGKILLed mid-stream; another consumer takes over its pending
+    entries (XAUTOCLAIM after the driver's visibility timeout) and drains the rest."""
+    driver = driver_for(redis_url)
+    driver.prepare(stream, max_deliveries=5)
+    payments = [(f"p-{i}", f"{i}.00".encode()) for i in range(1, 121)]
+    driver.publish(stream, payments + payments[::4])
+    assert driver.unsettled(stream) == 150, "all unread (XINFO GROUPS lag)"
+    process = subprocess.Popen(
+        [sys.executable, "-m", CHILD, url, redis_url, stream, "chaos"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert process.stdout is not None
+    for _ in range(25):
+        assert process.stdout.readline(), "the consumer process ended early"
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=30)
+    assert 0 < driver.unsettled(stream) < 150
+    stop, settled = threading.Event(), []
+    consuming = threading.Thread(
+        target=driver.consume,
+        args=(stream,),
+        kwargs={
+            "session_factory": app.Session,
+            "inbox": app.inbox,
+            "consumer_name": CONSUMER,
+            "handler": pay(app),
+            "max_deliveries": 5,
+            "on_settled": settled.append,
+            "stop": stop,
+        },
+    )
+    consuming.start()
+    deadline = time.monotonic() + 20
+    while driver.unsettled(stream) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop.set()
+    consuming.join(timeout=10)
+    assert (driver.unsettled(stream), pending(client, stream, GROUP)) == (0, 0)
+    assert driver.dead_letters(stream) == []
+    assert (app.ledger_rows(), app.inbox_rows()) == (120, 120)
+    assert app.balance(1) == Decimal(sum(range(1, 121)))
+    driver.close()
