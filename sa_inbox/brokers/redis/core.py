@@ -395,9 +395,12 @@ class ConsumerBase(Generic[ClientT, SessionT]):
     :param body_field: the field holding the body (default ``body``; absent: ``b""``).
     :param dead_letter_stream: default ``<stream>:dead``.
     :param visibility_timeout: seconds an entry stays pending before it may be taken over
-        (``XAUTOCLAIM``'s min-idle-time, sent in ms). Make it longer than your slowest
-        handler, or a slow entry is also handed to another consumer (safe, the claim
-        serializes them, but wasted work). A failed entry is retried after it too.
+        (``XAUTOCLAIM``'s min-idle-time, sent in ms); a failed entry is retried after it
+        too. An entry's idle time runs from its delivery, and the entries of a batch wait
+        while the ones before them are handled: make it longer than a whole batch takes
+        (``batch_size`` times your slowest transaction, lock waits included), or entries still
+        waiting in a batch are also handed to another consumer (safe: the claim makes the
+        later one a duplicate; but wasted work, and their delivery counts grow).
     :param block_timeout: seconds one ``XREADGROUP`` blocks waiting for entries (a stop is
         seen within it).
     :param batch_size: entries per read (``COUNT``).
