@@ -30,6 +30,7 @@ XPENDING command pages, each checked on Redis 7.0.15 by ``tests/backends/brokers
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -93,6 +94,8 @@ local dead = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
 redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
 return dead
 """
+
+logger = logging.getLogger("sa_inbox.brokers.redis")
 
 T = TypeVar("T")
 ClientT = TypeVar("ClientT")
@@ -314,7 +317,11 @@ class StreamCore:
         """Up to ``batch_size`` entries: first those pending longer than the visibility
         timeout (any consumer's, taken over by ``XAUTOCLAIM``, counted by ``XPENDING``), then
         new ones (``XREADGROUP >``, counter 1), blocking up to ``block_timeout`` only when
-        nothing was taken over and ``block`` is true."""
+        nothing was taken over and ``block`` is true.
+
+        A pending entry deleted from the stream meanwhile (``XDEL``, or trimmed by
+        ``MAXLEN``/``XTRIM``) is dropped from the pending list by ``XAUTOCLAIM`` itself
+        (Redis >= 7.0 returns its id apart): it is logged, it cannot be dead-lettered."""
         s = self.settings
         reply = yield Call(
             "xautoclaim",
@@ -322,6 +329,13 @@ class StreamCore:
             {"start_id": self._cursor, "count": s.batch_size},
         )
         self._cursor = _text(reply[0])
+        if len(reply) > 2 and reply[2]:
+            logger.warning(
+                "stream %s: pending entries deleted from the stream, dropped by XAUTOCLAIM: %s",
+                s.stream,
+                ", ".join(_text(i) for i in reply[2]),
+                extra={"action": "deleted_pending"},
+            )
         entries = yield from self._counted([(_text(i), f) for i, f in reply[1] if f is not None])
         room = s.batch_size - len(entries)
         if room > 0:

@@ -164,6 +164,33 @@ def dispositions(settled: list[Settlement]) -> list[tuple[str | None, Dispositio
     return sorted(((s.delivery.message_id, s.disposition) for s in settled), key=str)
 
 
+# -- what the adapter relies on, checked on the live server --------------------------------
+
+
+def test_redis_counts_deliveries_as_the_adapter_relies_on(client: redis.Redis, stream: str) -> None:
+    """XREADGROUP > sets the counter to 1, XAUTOCLAIM increments it (JUSTID does not), an
+    entry deleted while pending is dropped by XAUTOCLAIM, and XINFO GROUPS reports the lag."""
+
+    def times_delivered() -> int:
+        return int(pending_entry(client, stream)["times_delivered"])
+
+    client.xgroup_create(stream, CONSUMER, "0", mkstream=True)
+    entry_id = client.xadd(stream, {"message_id": "p-1"})
+    assert lag(client, stream) == 1
+    client.xreadgroup(CONSUMER, "a", {stream: ">"})
+    assert (times_delivered(), lag(client, stream)) == (1, 0)
+    time.sleep(0.01)
+    _, claimed, _ = client.xautoclaim(stream, CONSUMER, "b", 5, "0-0")
+    assert [i for i, _ in claimed] == [entry_id] and times_delivered() == 2
+    time.sleep(0.01)
+    client.xautoclaim(stream, CONSUMER, "c", 5, "0-0", justid=True)
+    assert times_delivered() == 2
+    client.xdel(stream, entry_id)
+    time.sleep(0.01)
+    assert client.xautoclaim(stream, CONSUMER, "d", 5, "0-0") == [b"0-0", [], [entry_id]]
+    assert pending(client, stream) == 0
+
+
 # -- duplicates, missing keys, poison: sync consumer on every database ----------------------
 
 DUPLICATES = [("p-1", "10.00"), ("p-2", "5.00"), ("p-1", "10.00"), ("p-3", "1.50")]
@@ -206,10 +233,15 @@ def test_an_entry_without_the_key_field_is_dead_lettered_unprocessed(
     assert (pending(client, stream), lag(client, stream)) == (0, 0)
 
 
-def test_a_custom_key_field_is_the_dedup_key(app: App, client: redis.Redis, stream: str) -> None:
+def test_a_custom_key_field_is_the_dedup_key_with_decoded_responses(
+    app: App, client: redis.Redis, stream: str, redis_url: str
+) -> None:
     for key in ("k-1", "k-1", "k-2"):
         client.xadd(stream, {"idempotency-key": key, "message_id": uuid.uuid4().hex, "body": "2"})
-    settled = drain(consumer(client, stream, app, key_field="idempotency-key").poll, 3)
+    text_client = redis.Redis.from_url(redis_url, decode_responses=True)
+    reader = consumer(text_client, stream, app, key_field="idempotency-key")
+    settled = drain(reader.poll, 3)
+    text_client.close()
     assert dispositions(settled) == [
         ("k-1", Disposition.DUPLICATE),
         ("k-1", Disposition.PROCESSED),
