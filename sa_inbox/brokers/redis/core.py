@@ -23,9 +23,11 @@ XPENDING command pages, each checked on Redis 7.0.15 by ``tests/backends/brokers
   ``redis.call()`` that fails raises and ends the script, so the commands after it do not
   run ("Redis Lua API reference", ``redis.call``). A dead letter is therefore one script,
   :data:`DEAD_LETTER_SCRIPT`, not a ``MULTI``/``EXEC``: Redis does not roll a transaction
-  back when one of its commands fails at run time ("Transactions", "What about
-  rollbacks?"), and on Redis 7.0.15 a ``MULTI; XADD; XACK; EXEC`` whose ``XADD`` hit a
-  dead-letter key of the wrong type still acked the entry, which was then lost.
+  back when one of its commands fails at run time ("Transactions", "Errors inside a
+  transaction"; the "EXECABORT error" page: "a WRONGTYPE error makes only that command
+  fail. The other commands still run"), and on Redis 7.0.15 a ``MULTI; XADD; XACK; EXEC``
+  whose ``XADD`` hit a dead-letter key of the wrong type still acked the entry, which was
+  then lost.
 """
 
 from __future__ import annotations
