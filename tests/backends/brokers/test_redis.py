@@ -570,3 +570,20 @@ def test_async_two_consumers_run_until_stopped_drain_duplicates_exactly_once(
     assert (aio_app.ledger_rows(), aio_app.inbox_rows()) == (20, 20)
     assert aio_app.balance(1) == Decimal(sum(range(1, 21)))
     assert (pending(client, stream), lag(client, stream)) == (0, 0)
+
+
+def test_chaos_driver_counts_unread_entries_when_redis_cannot_tell_the_lag(
+    redis_url: str, client: redis.Redis, stream: str
+) -> None:
+    """After a deletion, XINFO GROUPS reports lag nil: the driver counts the entries after
+    the group's last-delivered-id instead."""
+    driver = driver_for(redis_url)
+    ids = [client.xadd(stream, {"message_id": f"p-{i}"}) for i in range(4)]
+    client.xdel(stream, ids[1])
+    client.xgroup_create(stream, GROUP, ids[0])
+    assert client.xinfo_groups(stream)[0]["lag"] is None
+    assert driver.unsettled(stream) == 2
+    client.xreadgroup(GROUP, "a", {stream: ">"}, count=1)
+    assert driver.unsettled(stream) == 2, "one pending, one unread"
+    assert driver.unsettled(f"{stream}:missing") == 0
+    driver.close()
