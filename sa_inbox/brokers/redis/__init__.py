@@ -25,6 +25,7 @@ from .core import DEFAULT_BLOCK_TIMEOUT as DEFAULT_BLOCK_TIMEOUT
 from .core import DEFAULT_BODY_FIELD as DEFAULT_BODY_FIELD
 from .core import DEFAULT_KEY_FIELD as DEFAULT_KEY_FIELD
 from .core import DEFAULT_VISIBILITY_TIMEOUT as DEFAULT_VISIBILITY_TIMEOUT
+from .core import InvalidStreamSettings as InvalidStreamSettings
 from .core import StreamSettings as StreamSettings
 from .core import to_delivery as to_delivery
 
@@ -36,6 +37,7 @@ __all__ = [
     "DEFAULT_KEY_FIELD",
     "DEFAULT_VISIBILITY_TIMEOUT",
     "AsyncRedisStreamConsumer",
+    "InvalidStreamSettings",
     "RedisStreamConsumer",
     "StreamSettings",
     "to_delivery",

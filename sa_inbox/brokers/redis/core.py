@@ -43,6 +43,8 @@ from typing import Any, Generic, TypeVar
 from redis.exceptions import ResponseError
 
 from ...claim import Inbox
+from ...exc import ConfigurationError
+from ...validation import positive_int, positive_seconds
 from ..delivery import DeadLetterReason, Delivery
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
 
@@ -58,6 +60,7 @@ __all__ = [
     "Call",
     "ConsumerBase",
     "Entry",
+    "InvalidStreamSettings",
     "RedisSettler",
     "StreamCore",
     "StreamSettings",
@@ -104,6 +107,10 @@ ClientT = TypeVar("ClientT")
 SessionT = TypeVar("SessionT")
 
 
+class InvalidStreamSettings(ConfigurationError, ValueError):
+    """A Redis Streams consumer's settings are invalid (raised on construction)."""
+
+
 @dataclass(frozen=True)
 class Call:
     """One redis-py client method call, ``getattr(client, method)(*args, **kwargs)``."""
@@ -140,8 +147,9 @@ class StreamSettings:
     """One consumer's configuration (see :class:`~sa_inbox.brokers.redis.RedisStreamConsumer`
     for each parameter); checked on construction.
 
-    :raises ValueError: for an empty stream / group / member / field name, a non-positive
-        timeout, batch size or ``max_deliveries``.
+    :raises InvalidStreamSettings: for an empty stream / group / member / field name, a
+        dead-letter stream equal to the stream, a timeout, batch size or ``max_deliveries``
+        that is not > 0.
     """
 
     stream: str
@@ -159,18 +167,15 @@ class StreamSettings:
     def __post_init__(self) -> None:
         for name in ("stream", "group", "member", "key_field", "body_field", "start_id"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise ValueError(f"{name} must be a non-empty string")
+                raise InvalidStreamSettings(f"{name} must be a non-empty string")
         if not self.dead_letter_stream:
             object.__setattr__(self, "dead_letter_stream", f"{self.stream}:dead")
         if self.dead_letter_stream == self.stream:
-            raise ValueError("dead_letter_stream must differ from the stream")
+            raise InvalidStreamSettings("dead_letter_stream must differ from the stream")
         for name in ("visibility_timeout", "block_timeout"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0 seconds")
+            positive_seconds(getattr(self, name), name, InvalidStreamSettings)
         for name in ("batch_size", "max_deliveries"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1")
+            positive_int(getattr(self, name), name, InvalidStreamSettings)
 
     @property
     def min_idle_ms(self) -> int:
@@ -424,7 +429,7 @@ class ConsumerBase(Generic[ClientT, SessionT]):
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
     :param start_id: where a newly created group starts (``"0"``: the whole stream; ``"$"``:
         only entries added later).
-    :raises ValueError: for invalid settings (see :class:`StreamSettings`).
+    :raises InvalidStreamSettings: for invalid settings (see :class:`StreamSettings`).
     """
 
     def __init__(

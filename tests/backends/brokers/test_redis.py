@@ -28,8 +28,14 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session
 
+from sa_inbox import ConfigurationError
 from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, Settlement
-from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer, StreamSettings
+from sa_inbox.brokers.redis import (
+    AsyncRedisStreamConsumer,
+    InvalidStreamSettings,
+    RedisStreamConsumer,
+    StreamSettings,
+)
 from sa_inbox.brokers.redis.core import Entry, RedisSettler, run_call
 from sa_inbox.chaos.drivers import driver_for
 from sa_inbox.chaos.drivers.redis import GROUP
@@ -587,3 +593,24 @@ def test_chaos_driver_counts_unread_entries_when_redis_cannot_tell_the_lag(
     assert driver.unsettled(stream) == 2, "one pending, one unread"
     assert driver.unsettled(f"{stream}:missing") == 0
     driver.close()
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"stream": ""},
+        {"group": ""},
+        {"key_field": ""},
+        {"dead_letter_stream": "s"},
+        {"visibility_timeout": 0},
+        {"block_timeout": -1},
+        {"batch_size": 0},
+        {"batch_size": True},
+        {"max_deliveries": 0},
+    ],
+)
+def test_invalid_settings_are_refused_on_construction(settings: dict[str, Any]) -> None:
+    with pytest.raises(InvalidStreamSettings) as info:
+        StreamSettings(**{"stream": "s", "group": "g", "member": "m", **settings})
+    assert isinstance(info.value, ConfigurationError) and isinstance(info.value, ValueError)
+    assert StreamSettings("s", "g", "m").dead_letter_stream == "s:dead"
