@@ -614,3 +614,28 @@ def test_invalid_settings_are_refused_on_construction(settings: dict[str, Any]) 
         StreamSettings(**{"stream": "s", "group": "g", "member": "m", **settings})
     assert isinstance(info.value, ConfigurationError) and isinstance(info.value, ValueError)
     assert StreamSettings("s", "g", "m").dead_letter_stream == "s:dead"
+
+
+def test_a_key_that_is_not_utf8_is_dead_lettered_as_invalid(
+    app: App, client: redis.Redis, stream: str
+) -> None:
+    client.xadd(stream, {"message_id": b"\xff\xfe", "body": "1.00"})
+    (settled,) = drain(consumer(client, stream, app).poll, 1)
+    assert settled.reason is DeadLetterReason.INVALID_MESSAGE_ID
+    (dead,) = client.xrange(f"{stream}:dead")
+    assert dead[1][b"message_id"] == b"\xff\xfe", "the original field, byte for byte"
+    assert (app.ledger_rows(), app.inbox_rows(), pending(client, stream)) == (0, 0, 0)
+
+
+def test_a_pending_entry_deleted_from_the_stream_is_logged_when_dropped(
+    app: App, client: redis.Redis, stream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    publish(client, stream, [("p-1", "1.00")])
+    reader = consumer(client, stream, app)
+    reader.ensure_group()
+    ((_, [(entry_id, _)]),) = client.xreadgroup(CONSUMER, "dead-member", {stream: ">"})
+    client.xdel(stream, entry_id)
+    time.sleep(FAST["visibility_timeout"])
+    with caplog.at_level("WARNING", logger="sa_inbox.brokers.redis"):
+        assert reader.poll(block=False) == []
+    assert entry_id.decode() in caplog.text and pending(client, stream) == 0
