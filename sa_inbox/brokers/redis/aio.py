@@ -48,13 +48,15 @@ class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, AsyncSession]):
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Poll until ``stop`` or :meth:`stop` is set, seen within ``block_timeout``; the
-        batch in hand is settled first.
+        batch in hand is settled first, then the member leaves the group if nothing is
+        pending to it (see the sync consumer's ``run()``).
 
         :param stop: an event to stop on, besides :meth:`stop`.
         :raises: as :meth:`poll`.
         """
         while not self._stop.is_set() and not (stop is not None and stop.is_set()):
             await self.poll()
+        await drive_async(self._core.leave_group(), self.client)
 
     async def _settle(self, entry: Entry) -> Settlement:
         return await process_async(**self._delivery(entry, partial(run_call_async, self.client)))

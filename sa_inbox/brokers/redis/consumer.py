@@ -57,13 +57,16 @@ class RedisStreamConsumer(ConsumerBase[redis.Redis, Session]):
 
     def run(self, stop: threading.Event | None = None) -> None:
         """Poll until ``stop`` or :meth:`stop` is set, seen within ``block_timeout``; the
-        batch in hand is settled first, so a graceful stop leaves none of it pending.
+        batch in hand is settled first, so a graceful stop leaves none of it pending. Then
+        the member leaves the group (``XGROUP DELCONSUMER``) if nothing is pending to it;
+        failed entries waiting for their retry keep it, to be taken over.
 
         :param stop: an event to stop on, besides :meth:`stop`.
         :raises: as :meth:`poll`.
         """
         while not self._stop.is_set() and not (stop is not None and stop.is_set()):
             self.poll()
+        drive(self._core.leave_group(), self.client)
 
     def _settle(self, entry: Entry) -> Settlement:
         return process(**self._delivery(entry, partial(run_call, self.client)))

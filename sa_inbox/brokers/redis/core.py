@@ -56,6 +56,7 @@ __all__ = [
     "DEFAULT_BODY_FIELD",
     "DEFAULT_KEY_FIELD",
     "DEFAULT_VISIBILITY_TIMEOUT",
+    "LEAVE_SCRIPT",
     "Batch",
     "Call",
     "ConsumerBase",
@@ -98,6 +99,17 @@ end
 local dead = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
 redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
 return dead
+"""
+
+#: A consumer leaving its group: ``XGROUP DELCONSUMER`` only if it has no pending entries
+#: (deleting a consumer drops its pending entries, which would then never come back).
+#: KEYS: stream. ARGV: group, consumer. Returns 1 if it left, 0 if it was kept.
+LEAVE_SCRIPT = """
+if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then
+  return 0
+end
+redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+return 1
 """
 
 logger = logging.getLogger("sa_inbox.brokers.redis")
@@ -319,6 +331,15 @@ class StreamCore:
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+
+    def leave_group(self) -> Step[bool]:
+        """Remove this member from the group if nothing is pending to it (:data:`LEAVE_SCRIPT`),
+        so members of stopped consumers do not pile up in ``XINFO CONSUMERS``; a member with
+        pending entries (failed ones waiting for their retry) stays, for them to be taken
+        over. Returns whether it left."""
+        s = self.settings
+        left = yield Call("eval", (LEAVE_SCRIPT, 1, s.stream, s.group, s.member))
+        return bool(left)
 
     def next_batch(self, *, block: bool = True) -> Step[list[Entry]]:
         """Up to ``batch_size`` entries: first those pending longer than the visibility

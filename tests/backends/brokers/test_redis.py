@@ -318,6 +318,7 @@ def test_two_consumers_in_parallel_threads_drain_duplicates_exactly_once(
     assert (app.ledger_rows(), app.inbox_rows()) == (30, 30)
     assert app.balance(1) == Decimal(sum(range(1, 31)))
     assert (pending(client, stream), lag(client, stream)) == (0, 0)
+    assert client.xinfo_consumers(stream, CONSUMER) == [], "both members left the group"
 
 
 # -- crashes: a real consumer process SIGKILLed, another one takes over --------------------
@@ -576,6 +577,7 @@ def test_async_two_consumers_run_until_stopped_drain_duplicates_exactly_once(
     assert (aio_app.ledger_rows(), aio_app.inbox_rows()) == (20, 20)
     assert aio_app.balance(1) == Decimal(sum(range(1, 21)))
     assert (pending(client, stream), lag(client, stream)) == (0, 0)
+    assert client.xinfo_consumers(stream, CONSUMER) == [], "both members left the group"
 
 
 def test_chaos_driver_counts_unread_entries_when_redis_cannot_tell_the_lag(
@@ -639,3 +641,19 @@ def test_a_pending_entry_deleted_from_the_stream_is_logged_when_dropped(
     with caplog.at_level("WARNING", logger="sa_inbox.brokers.redis"):
         assert reader.poll(block=False) == []
     assert entry_id.decode() in caplog.text and pending(client, stream) == 0
+
+
+def test_a_member_with_pending_entries_stays_in_the_group_when_it_stops(
+    app: App, client: redis.Redis, stream: str
+) -> None:
+    publish(client, stream, [("p-bad", "1.00")])
+    reader = consumer(client, stream, app, pay(app, poison="p-bad"), member="m-1")
+    stop = threading.Event()
+    (settled,) = drain(reader.poll, 1)
+    assert settled.disposition is Disposition.RETRY
+    stop.set()
+    reader.run(stop)
+    ((member, count),) = [
+        (c["name"], c["pending"]) for c in client.xinfo_consumers(stream, CONSUMER)
+    ]
+    assert (member, count) == (b"m-1", 1), "kept: its entry waits to be taken over"
