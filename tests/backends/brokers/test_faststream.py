@@ -1,0 +1,268 @@
+"""The FastStream middleware in a real FastStream worker process against the live RabbitMQ,
+Redis and NATS JetStream brokers, on PostgreSQL and MariaDB.
+
+One flow per broker and database shares three worker processes
+(:mod:`tests.backends.brokers.faststream_child`): duplicate publishes, a message without the
+key, a worker SIGKILLed after the commit and before the ack, a worker SIGKILLed before the
+commit; then the business state (ledger, balance, claims) and the broker's state (nothing
+left or pending, the keyless message alone in the dead-letter queue / stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import backend_url, broker_url
+from tests.support.app import App
+
+from .workers import Worker
+
+pytestmark = pytest.mark.backend
+
+KEY = "idempotency-key"
+ASYNC_DRIVERS = {"postgresql": "postgresql+asyncpg", "mysql": "mysql+aiomysql"}
+
+
+@pytest.fixture(params=list(ASYNC_DRIVERS))
+def db(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[tuple[str, App]]:
+    """(the async URL for the worker, the payments app on the sync driver)."""
+    url = sa.make_url(backend_url(request.param, tmp_path))
+    engine = sa.create_engine(url)
+    app = App(engine)
+    app.reset()
+    yield url.set(drivername=ASYNC_DRIVERS[request.param]).render_as_string(False), app
+    app.drop()
+    engine.dispose()
+
+
+# -- each broker's side of the test: declare, publish, inspect, delete --------------------
+
+
+def _unique(prefix: str = "") -> str:
+    nats_prefix = os.environ.get("SA_INBOX_TEST_NATS_PREFIX", "")
+    return f"{nats_prefix + '_' if nats_prefix else ''}{prefix}fs_{uuid.uuid4().hex[:10]}"
+
+
+async def _publish(kind: str, url: str, name: str, messages: list[tuple[str | None, str]]) -> None:
+    """Publishes ``(key, amount)`` payments with FastStream, as a producer would."""
+    broker: Any
+    if kind == "rabbit":
+        from faststream.rabbit import RabbitBroker
+
+        broker = RabbitBroker(url, logger=None)
+    elif kind == "redis":
+        from faststream.redis import RedisBroker
+
+        broker = RedisBroker(url, logger=None)
+    else:
+        from faststream.nats import NatsBroker
+
+        broker = NatsBroker(url, logger=None)
+    async with broker:
+        await broker.start()
+        for key, amount in messages:
+            headers = {KEY: key} if key is not None else {}
+            body = {"account": 1, "amount": amount}
+            if kind == "redis":
+                await broker.publish(body, stream=name, headers=headers)
+            else:
+                await broker.publish(body, name, headers=headers)
+
+
+class Rabbit:
+    """A quorum queue (it counts deliveries) dead-lettering to ``<name>.dead``."""
+
+    def __init__(self, url: str) -> None:
+        import pika
+
+        self.name = _unique()
+        self.connection = pika.BlockingConnection(pika.URLParameters(url))
+        self.channel = self.connection.channel()
+        self.channel.queue_declare(self.name + ".dead")
+        self.channel.queue_declare(
+            self.name,
+            durable=True,
+            arguments={
+                "x-queue-type": "quorum",
+                "x-dead-letter-exchange": "",
+                "x-dead-letter-routing-key": self.name + ".dead",
+            },
+        )
+
+    def left(self) -> int:
+        """Messages ready or unacked in the queue (no consumer is connected)."""
+        return int(self.channel.queue_declare(self.name, passive=True).method.message_count)
+
+    def dead_letters(self) -> list[tuple[dict[str, Any], str]]:
+        found = []
+        while True:
+            method, properties, body = self.channel.basic_get(self.name + ".dead", auto_ack=True)
+            if method is None:
+                return found
+            reason = properties.headers["x-death"][0]["reason"]
+            found.append((json.loads(body), str(reason)))
+
+    def delete(self) -> None:
+        self.channel.queue_delete(self.name)
+        self.channel.queue_delete(self.name + ".dead")
+        self.connection.close()
+
+
+class Redis:
+    """A stream (the worker makes its group ``g``) and its ``<name>:dead-letter`` stream."""
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self.name = _unique()
+        self.client = redis.Redis.from_url(url)
+
+    def left(self) -> int:
+        """Entries of group ``g`` delivered and not acked."""
+        return int(self.client.xpending(self.name, "g")["pending"])
+
+    def dead_letters(self) -> list[tuple[dict[str, Any], str]]:
+        from faststream.redis.parser import BinaryMessageFormatV1
+
+        found = []
+        for _, fields in self.client.xrange(self.name + ":dead-letter"):
+            body, _headers = BinaryMessageFormatV1.parse(fields[b"__data__"])  # FastStream's
+            found.append((json.loads(body), fields[b"dead_letter_reason"].decode()))
+        return found
+
+    def delete(self) -> None:
+        self.client.delete(self.name, self.name + ":dead-letter")
+        self.client.close()
+
+
+class Nats:
+    """A stream, and a stream of its consumers' MSG_TERMINATED advisories (the dead letters,
+    NATS docs "JetStream Consumers" → "Dead Letter Queues")."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.name = _unique()
+        self.dlq = self.name + "_dlq"
+        self.advisories = f"$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.{self.name}.*"
+        self._run(self._create())
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run(coro)
+
+    async def _js(self) -> Any:
+        import nats
+
+        self.nc = await nats.connect(self.url)
+        return self.nc.jetstream()
+
+    async def _create(self) -> None:
+        js = await self._js()
+        await js.add_stream(name=self.name, subjects=[self.name])
+        await js.add_stream(name=self.dlq, subjects=[self.advisories])
+        await self.nc.close()
+
+    async def _left(self) -> int:
+        js = await self._js()
+        info = await js.consumer_info(self.name, "d")
+        await self.nc.close()
+        return int(info.num_pending + info.num_ack_pending)
+
+    def left(self) -> int:
+        return int(self._run(self._left()))
+
+    async def _dead(self) -> list[tuple[dict[str, Any], str]]:
+        js = await self._js()
+        found = []
+        info = await js.stream_info(self.dlq)
+        for seq in range(
+            info.state.first_seq, info.state.last_seq + 1 if info.state.messages else 0
+        ):
+            advisory = json.loads((await js.get_msg(self.dlq, seq)).data)
+            original = await js.get_msg(self.name, advisory["stream_seq"])
+            found.append((json.loads(original.data), "terminated"))
+        await self.nc.close()
+        return found
+
+    def dead_letters(self) -> list[tuple[dict[str, Any], str]]:
+        return list(self._run(self._dead()))
+
+    async def _delete(self) -> None:
+        js = await self._js()
+        await js.delete_stream(self.name)
+        await js.delete_stream(self.dlq)
+        await self.nc.close()
+
+    def delete(self) -> None:
+        self._run(self._delete())
+
+
+SIDES = {"rabbit": (Rabbit, "rabbitmq"), "redis": (Redis, "redis"), "nats": (Nats, "nats")}
+
+
+def worker(kind: str, url: str, db_url: str, name: str, crash: str = "-") -> Worker:
+    child = "tests.backends.brokers.faststream_child"
+    started = Worker([sys.executable, "-m", child, kind, url, db_url, name, crash])
+    started.expect(["READY"])
+    return started
+
+
+@pytest.mark.parametrize("kind", list(SIDES))
+def test_worker_applies_each_payment_once_through_duplicates_and_crashes(
+    kind: str, db: tuple[str, App]
+) -> None:
+    db_url, app = db
+    side_class, broker_name = SIDES[kind]
+    url = broker_url(broker_name)
+    side = side_class(url)
+    workers: list[Worker] = []
+    try:
+        # 1. duplicates, a keyless message, and a crash after the commit of pay-crash
+        workers.append(first := worker(kind, url, db_url, side.name, "after-commit:pay-crash"))
+        _run_publish(kind, url, side.name, [("pay-1", "10.00"), ("pay-1", "10.00")])
+        _run_publish(kind, url, side.name, [(None, "5.00")])
+        first.expect(["processed pay-1", "duplicate pay-1", "dead_lettered None"])
+        _run_publish(kind, url, side.name, [("pay-crash", "1.00")])
+        first.expect(["COMMITTED pay-crash"])
+        first.kill()
+        assert app.ledger_rows("pay-crash") == 1, "committed before the kill"
+
+        # 2. a new worker gets pay-crash again: acked as a duplicate; then it dies in pay-3
+        workers.append(second := worker(kind, url, db_url, side.name, "before-commit:pay-3"))
+        second.expect(["duplicate pay-crash"])
+        _run_publish(kind, url, side.name, [("pay-3", "3.00")])
+        second.expect(["APPLIED pay-3"])
+        second.kill()
+        assert app.ledger_rows("pay-3") == 0, "rolled back by the kill"
+
+        # 3. a third worker gets pay-3 again and applies it
+        workers.append(third := worker(kind, url, db_url, side.name))
+        third.expect(["processed pay-3"])
+        assert third.quiet(0.3) == []
+        third.stop()
+
+        assert [app.ledger_rows(k) for k in ("pay-1", "pay-crash", "pay-3")] == [1, 1, 1]
+        assert app.ledger_rows() == 3, "the keyless payment was never applied"
+        assert app.balance(1) == Decimal("14.00")
+        assert app.inbox_rows() == 3
+        assert side.left() == 0, "everything settled: nothing ready, nothing unacked"
+        dead = side.dead_letters()
+        assert [body for body, _ in dead] == [{"account": 1, "amount": "5.00"}]
+        assert dead[0][1] in ("rejected", "missing_message_id", "terminated")
+    finally:
+        for started in workers:
+            started.ensure_dead()
+        side.delete()
+
+
+def _run_publish(kind: str, url: str, name: str, messages: list[tuple[str | None, str]]) -> None:
+    asyncio.run(_publish(kind, url, name, messages))

@@ -1,0 +1,116 @@
+"""A real worker process for the FastStream and Celery tests: started as a subprocess, its
+stdout lines read with deadlines, killed with SIGKILL or stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+__all__ = ["ROOT", "Worker"]
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+class Worker:
+    """A child process whose stdout lines are collected by a thread."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+        self.process = subprocess.Popen(
+            list(argv),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        self.stderr: list[str] = []
+        self.readers = [
+            threading.Thread(target=self._read, daemon=True),
+            threading.Thread(target=self._read_err, daemon=True),
+        ]
+        for reader in self.readers:
+            reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line.strip())
+
+    def _read_err(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.stderr.append(line)
+
+    def expect(self, wanted: Iterable[str], timeout: float = 20) -> list[str]:
+        """Waits until every line of ``wanted`` was printed (in any order, counted); returns
+        the lines printed meanwhile. Fails with the worker's stderr on the deadline."""
+        missing = list(wanted)
+        got: list[str] = []
+        deadline = time.monotonic() + timeout
+        while missing:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(
+                    f"worker still owes {missing} after {timeout}s; it said {self.seen}; "
+                    f"stderr: {''.join(self.stderr)[-3000:]}"
+                ) from None
+            got.append(line)
+            self.seen.append(line)
+            if line in missing:
+                missing.remove(line)
+        return got
+
+    def kill(self) -> None:
+        """SIGKILL: no ack, no clean-up; the broker sees the connection die."""
+        self.process.send_signal(signal.SIGKILL)
+        self._reap()
+        assert self.process.returncode == -signal.SIGKILL
+
+    def stop(self) -> None:
+        """SIGTERM (graceful shutdown); killed if it takes more than 10 s."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise AssertionError(
+                f"worker ignored SIGTERM; stderr: {''.join(self.stderr)}"
+            ) from None
+        finally:
+            self._reap()
+
+    def ensure_dead(self) -> None:
+        """SIGKILL if still running (a failed test's clean-up), and reap."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self._reap()
+
+    def _reap(self) -> None:
+        """Waits for the exit and the readers, and closes the pipes."""
+        self.process.wait(timeout=10)
+        for reader in self.readers:
+            reader.join(timeout=5)
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    def quiet(self, seconds: float) -> list[str]:
+        """The lines printed within ``seconds`` (to check nothing more happens)."""
+        got: list[str] = []
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                got.append(self.lines.get(timeout=left))
+            except queue.Empty:
+                break
+        self.seen.extend(got)
+        return got
