@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parents[3]
 class Worker:
     """A child process whose stdout lines are collected by a thread."""
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], env: dict[str, str] | None = None, *, new_session: bool = False
+    ) -> None:
         self.process = subprocess.Popen(
             list(argv),
             cwd=ROOT,
@@ -28,6 +30,7 @@ class Worker:
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+            start_new_session=new_session,  # its own process group, for kill_group()
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
@@ -69,15 +72,29 @@ class Worker:
                 missing.remove(line)
         return got
 
+    def pid_line(self, timeout: float = 10) -> int:
+        """The pid of the next line ``PID <pid>``."""
+        line = self.lines.get(timeout=timeout)
+        self.seen.append(line)
+        word, _, pid = line.partition(" ")
+        assert word == "PID", f"expected PID <pid>, got {line!r}"
+        return int(pid)
+
+    def kill_group(self) -> None:
+        """SIGKILL to the process and its children (a worker and its pool processes)."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self._reap()
+        assert self.process.returncode == -signal.SIGKILL
+
     def kill(self) -> None:
         """SIGKILL: no ack, no clean-up; the broker sees the connection die."""
         self.process.send_signal(signal.SIGKILL)
         self._reap()
         assert self.process.returncode == -signal.SIGKILL
 
-    def stop(self) -> None:
-        """SIGTERM (graceful shutdown); killed if it takes more than 10 s."""
-        self.process.send_signal(signal.SIGTERM)
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Shutdown by ``sig`` (SIGTERM: graceful); killed if it takes more than 10 s."""
+        self.process.send_signal(sig)
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -91,7 +108,10 @@ class Worker:
     def ensure_dead(self) -> None:
         """SIGKILL if still running (a failed test's clean-up), and reap."""
         if self.process.poll() is None:
-            self.process.kill()
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except PermissionError:  # not a group leader: just the process
+                self.process.kill()
         self._reap()
 
     def _reap(self) -> None:
