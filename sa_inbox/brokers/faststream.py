@@ -218,7 +218,8 @@ async def delivery_of(msg: StreamMessage[Any], key_header: str) -> Delivery:
 
 
 def _kind(msg: StreamMessage[Any]) -> str:
-    """``rabbit``, ``redis-stream``, ``redis-batch``, ``redis``, ``nats`` or ``other``.
+    """``rabbit``, ``redis-stream``, ``redis-batch``, ``nats`` or ``other`` (Redis lists and
+    pub/sub: no redelivery, no delivery count).
 
     Tested by class, on the modules already imported (a message of a broker means its
     FastStream module is loaded; the others' client libraries need not be installed)."""
@@ -233,7 +234,6 @@ _KINDS = (
     ("faststream.rabbit.message", "RabbitMessage", "rabbit"),
     ("faststream.redis.message", "RedisStreamMessage", "redis-stream"),
     ("faststream.redis.message", "RedisBatchStreamMessage", "redis-batch"),
-    ("faststream.redis.message", "BrokerStreamMessage", "redis"),
     ("faststream.nats.message", "NatsMessage", "nats"),
 )
 

@@ -131,15 +131,25 @@ def test_worker_runs_each_payment_once_through_resends_and_crashes(db: tuple[str
         assert app.ledger_rows("pay-3") == 0, "rolled back by the kill"
         workers.append(third := celery_worker(url, db_url, queues.name))
         third.expect(["processed pay-3"])
+
+        # 3. a poison task: retried (Task.retry, the same key) and rejected at the third
+        #    delivery, while pay-4 gets through
+        send("poison", "not-a-number")
+        send("pay-4", "4.00")
+        third.expect(["retry poison", "retry poison", "dead_lettered poison", "processed pay-4"])
         assert third.quiet(0.3) == []
         third.stop(signal.SIGQUIT)
 
-        assert [app.ledger_rows(k) for k in ("pay-1", "pay-crash", "pay-3")] == [1, 1, 1]
-        assert app.ledger_rows() == 3, "the keyless task never ran"
-        assert app.balance(1) == Decimal("14.00")
-        assert app.inbox_rows() == 3
+        keys = ("pay-1", "pay-crash", "pay-3", "pay-4", "poison")
+        assert [app.ledger_rows(k) for k in keys] == [1, 1, 1, 1, 0]
+        assert app.ledger_rows() == 4, "neither the keyless nor the poison task applied"
+        assert app.balance(1) == Decimal("18.00")
+        assert app.inbox_rows() == 4
         assert queues.left() == 0
-        assert queues.dead_letters() == [({"account": 1, "amount": "5.00"}, "rejected")]
+        assert queues.dead_letters() == [
+            ({"account": 1, "amount": "5.00"}, "rejected"),
+            ({"account": 1, "amount": "not-a-number", "idempotency_key": "poison"}, "rejected"),
+        ]
     finally:
         for started in workers:
             started.ensure_dead()

@@ -206,6 +206,14 @@ class Nats:
         self._run(self._delete())
 
 
+KEYLESS, POISON = {"account": 1, "amount": "5.00"}, {"account": 1, "amount": "not-a-number"}
+#: What each broker's dead-letter path holds at the end, with its reason.
+DEAD_LETTERS = {
+    "rabbit": [(KEYLESS, "rejected"), (POISON, "rejected")],  # x-death's reason
+    "redis": [(KEYLESS, "missing_message_id"), (POISON, "delivery_limit")],
+    "nats": [(KEYLESS, "terminated"), (POISON, "terminated")],  # MSG_TERMINATED advisories
+}
+
 SIDES = {"rabbit": (Rabbit, "rabbitmq"), "redis": (Redis, "redis"), "nats": (Nats, "nats")}
 
 
@@ -244,20 +252,22 @@ def test_worker_applies_each_payment_once_through_duplicates_and_crashes(
         second.kill()
         assert app.ledger_rows("pay-3") == 0, "rolled back by the kill"
 
-        # 3. a third worker gets pay-3 again and applies it
+        # 3. a third worker gets pay-3 again and applies it; a poison message fails on every
+        #    delivery the broker counts and is dead-lettered at the third, pay-4 gets through
         workers.append(third := worker(kind, url, db_url, side.name))
         third.expect(["processed pay-3"])
+        _run_publish(kind, url, side.name, [("poison", "not-a-number"), ("pay-4", "4.00")])
+        third.expect(["retry poison", "retry poison", "dead_lettered poison", "processed pay-4"])
         assert third.quiet(0.3) == []
         third.stop()
 
-        assert [app.ledger_rows(k) for k in ("pay-1", "pay-crash", "pay-3")] == [1, 1, 1]
-        assert app.ledger_rows() == 3, "the keyless payment was never applied"
-        assert app.balance(1) == Decimal("14.00")
-        assert app.inbox_rows() == 3
+        keys = ("pay-1", "pay-crash", "pay-3", "pay-4", "poison")
+        assert [app.ledger_rows(k) for k in keys] == [1, 1, 1, 1, 0]
+        assert app.ledger_rows() == 4, "neither the keyless nor the poison payment applied"
+        assert app.balance(1) == Decimal("18.00")
+        assert app.inbox_rows() == 4, "no claim for the dead letters"
         assert side.left() == 0, "everything settled: nothing ready, nothing unacked"
-        dead = side.dead_letters()
-        assert [body for body, _ in dead] == [{"account": 1, "amount": "5.00"}]
-        assert dead[0][1] in ("rejected", "missing_message_id", "terminated")
+        assert side.dead_letters() == DEAD_LETTERS[kind]
     finally:
         for started in workers:
             started.ensure_dead()
