@@ -67,6 +67,11 @@ crash loses the message; it is refused): the middleware settles every message it
 the commit, and FastStream's own acknowledgement then finds the message settled and does
 nothing (``StreamMessage.committed``). ``AckPolicy.MANUAL`` is the clearest. Batch
 subscribers are refused (one claim per message).
+
+The handler's return value is published (to ``reply_to`` and the ``@publisher`` decorators) only by
+the delivery that processed the message: a duplicate, a retried or a dead-lettered delivery
+ends in FastStream's ``SkipMessage``, so nothing is published for it (the inbox keeps no
+results to replay; an RPC caller of a duplicate gets no reply).
 """
 
 from __future__ import annotations
@@ -76,9 +81,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from faststream import BaseMiddleware, StreamMessage
-from faststream._internal.basic_types import AsyncFuncAny
-from faststream._internal.context.repository import ContextRepo
+from faststream import BaseMiddleware, ContextRepo, StreamMessage
+from faststream.exceptions import SkipMessage
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from ..claim import Inbox
@@ -168,7 +172,9 @@ class _InboxScope(BaseMiddleware[Any, Any]):
         super().__init__(msg, context=context)
         self.config = config
 
-    async def consume_scope(self, call_next: AsyncFuncAny, msg: StreamMessage[Any]) -> Any:
+    async def consume_scope(
+        self, call_next: Callable[[StreamMessage[Any]], Awaitable[Any]], msg: StreamMessage[Any]
+    ) -> Any:
         _check(msg)
         config = self.config
         returned: list[Any] = []
@@ -187,7 +193,11 @@ class _InboxScope(BaseMiddleware[Any, Any]):
             max_deliveries=config.max_deliveries,
             on_settled=config.on_settled,
         )
-        return returned[0] if settlement.disposition is Disposition.PROCESSED else None
+        if settlement.disposition is not Disposition.PROCESSED:
+            # settled already; SkipMessage stops FastStream from publishing a result (the
+            # handler's return value exists only for the delivery that processed it)
+            raise SkipMessage
+        return returned[0]
 
 
 def _check(msg: StreamMessage[Any]) -> None:

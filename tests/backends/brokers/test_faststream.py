@@ -17,7 +17,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 import sqlalchemy as sa
@@ -276,3 +276,53 @@ def test_worker_applies_each_payment_once_through_duplicates_and_crashes(
 
 def _run_publish(kind: str, url: str, name: str, messages: list[tuple[str | None, str]]) -> None:
     asyncio.run(_publish(kind, url, name, messages))
+
+
+async def _message_ids_of_two_publishes(kind: str, url: str) -> list[str]:
+    """The ``message_id`` FastStream's consumer sees for two publishes of one payload
+    without a producer-set id (RabbitMQ: an auto-deleted queue; Redis: a list; NATS: a core
+    subject)."""
+    from faststream import Context
+
+    name = _unique()
+    seen: list[str] = []
+    done = asyncio.Event()
+
+    async def handler(body: dict[str, Any], message: Annotated[Any, Context("message")]) -> None:
+        seen.append(message.message_id)
+        if len(seen) == 2:
+            done.set()
+
+    broker: Any
+    if kind == "rabbit":
+        from faststream.rabbit import RabbitBroker, RabbitQueue
+
+        broker = RabbitBroker(url, logger=None)
+        broker.subscriber(RabbitQueue(name, auto_delete=True))(handler)
+    elif kind == "redis":
+        from faststream.redis import RedisBroker
+
+        broker = RedisBroker(url, logger=None)
+        broker.subscriber(list=name)(handler)
+    else:
+        from faststream.nats import NatsBroker
+
+        broker = NatsBroker(url, logger=None)
+        broker.subscriber(name)(handler)
+    async with broker:
+        await broker.start()
+        for _ in range(2):
+            if kind == "redis":
+                await broker.publish({"account": 1}, list=name)
+            else:
+                await broker.publish({"account": 1}, name)
+        await asyncio.wait_for(done.wait(), timeout=10)
+    return seen
+
+
+@pytest.mark.parametrize("kind", list(SIDES))
+def test_faststream_invents_a_message_id_when_the_producer_sets_none(kind: str) -> None:
+    """Why the middleware keys on a header: FastStream's ``message_id`` is never empty, it is
+    a fresh random id on each publish, so two publishes of one payment would both apply."""
+    first, second = asyncio.run(_message_ids_of_two_publishes(kind, broker_url(SIDES[kind][1])))
+    assert first and second and first != second
