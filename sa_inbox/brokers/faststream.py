@@ -48,7 +48,8 @@ What each broker does on FastStream's ``ack`` / ``nack`` / ``reject`` (FastStrea
   when the queue has one (``x-dead-letter-exchange``, RabbitMQ docs "Dead Letter Exchanges"),
   and drops it otherwise. The delivery count is the quorum queue's ``x-delivery-count`` header
   + 1 (RabbitMQ docs "Quorum Queues" → "Poison Message Handling"); a classic queue only has the
-  ``redelivered`` flag (counted as 2).
+  ``redelivered`` flag (counted as 2), so a poison message on a classic queue is requeued
+  forever unless ``max_deliveries`` <= 2: use a quorum queue.
 * **Redis Streams** (a ``StreamSub`` with a group and a consumer): ``XACK``; ``nack`` and
   ``reject`` leave the entry pending. So a retry is picked up by a subscriber with
   ``StreamSub(min_idle_time=...)`` (``XAUTOCLAIM``, Redis docs "XAUTOCLAIM"), and a dead letter
@@ -295,7 +296,7 @@ class _Settler:
     async def dead_letter(self, reason: DeadLetterReason, detail: str) -> None:
         if _kind(self.msg) == "redis-stream":
             await _redis_dead_letter(self.msg, self.dead_letter_suffix, reason, detail)
-            await self.msg.ack()
+            await self.msg.ack()  # XACKed already: marks FastStream's message settled
         else:
             await self.msg.reject()
 
@@ -303,7 +304,9 @@ class _Settler:
 async def _redis_dead_letter(
     msg: StreamMessage[Any], suffix: str, reason: DeadLetterReason, detail: str
 ) -> None:
-    """``XADD`` the entry's fields, with the reason, to the dead-letter stream."""
+    """``XADD`` the entry's fields, with the reason, to the dead-letter stream and ``XACK``
+    the entry, in one ``MULTI``/``EXEC`` (a crash leaves it either pending or dead-lettered,
+    never both)."""
     raw: Mapping[str, Any] = msg.raw_message
     fields: dict[Any, Any] = dict(raw["data"])
     fields.update(
@@ -314,5 +317,7 @@ async def _redis_dead_letter(
         }
     )
     client: Any = msg.consumer  # type: ignore[attr-defined]  # the Redis client
-    send: Callable[..., Awaitable[Any]] = client.xadd
-    await send(raw["channel"] + suffix, fields)
+    async with client.pipeline(transaction=True) as pipe:
+        pipe.xadd(raw["channel"] + suffix, fields)
+        pipe.xack(raw["channel"], msg.group, *raw["message_ids"])  # type: ignore[attr-defined]
+        await pipe.execute()
