@@ -203,13 +203,25 @@ class _InboxScope(BaseMiddleware[Any, Any]):
 
 def _check(msg: StreamMessage[Any]) -> None:
     """Refuses what cannot be processed exactly once (a configuration error)."""
-    if msg.committed is not None:
+    if msg.committed is not None or _acked_on_delivery(msg):
         raise ConfigurationError(
-            f"the message was already {msg.committed.value} before the handler ran "
-            "(ack_policy=AckPolicy.ACK_FIRST?): use AckPolicy.MANUAL with InboxMiddleware"
+            "the message was acknowledged before the handler ran (ack_policy="
+            "AckPolicy.ACK_FIRST, a no-ack consumer or a core NATS subscriber): a crash would "
+            "lose it; use AckPolicy.MANUAL (NATS: a JetStream subscriber) with InboxMiddleware"
         )
     if isinstance(msg.raw_message, list) or _kind(msg) == "redis-batch":
         raise ConfigurationError("InboxMiddleware does not support batch subscribers")
+
+
+def _acked_on_delivery(msg: StreamMessage[Any]) -> bool:
+    """RabbitMQ's ``ACK_FIRST`` consumes with ``no_ack`` (aio-pika locks the message: it
+    cannot be acked, nacked or rejected); FastStream marks core NATS messages acked."""
+    kind = _kind(msg)
+    if kind == "rabbit":
+        return bool(msg.raw_message.locked)
+    if kind == "nats":
+        return bool(msg.raw_message._ackd)
+    return False
 
 
 # -- the message → Delivery mapping and the settling, per broker -------------------------

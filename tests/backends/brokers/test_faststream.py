@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 import uuid
@@ -326,3 +327,50 @@ def test_faststream_invents_a_message_id_when_the_producer_sets_none(kind: str) 
     a fresh random id on each publish, so two publishes of one payment would both apply."""
     first, second = asyncio.run(_message_ids_of_two_publishes(kind, broker_url(SIDES[kind][1])))
     assert first and second and first != second
+
+
+async def _refused_with_ack_first(url: str) -> tuple[list[str], list[logging.LogRecord]]:
+    """A RabbitMQ subscriber with ``AckPolicy.ACK_FIRST`` (a no-ack consumer) and the
+    middleware, in this process: the handler's calls and FastStream's error logs."""
+    from faststream import AckPolicy
+    from faststream.rabbit import RabbitBroker, RabbitQueue
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+    from sa_inbox import Inbox
+    from sa_inbox.brokers.faststream import InboxMiddleware
+
+    engine = create_async_engine("sqlite+aiosqlite://")  # never reached
+    records: list[logging.LogRecord] = []
+    logger = logging.getLogger(f"faststream_test_{uuid.uuid4().hex}")
+    handler_ = logging.Handler()
+    handler_.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(handler_)
+    middleware = InboxMiddleware(
+        session_factory=async_sessionmaker(engine), inbox=Inbox(sa.MetaData()), consumer_name="c"
+    )
+    broker = RabbitBroker(url, middlewares=[middleware], logger=logger)
+    called: list[str] = []
+
+    queue = RabbitQueue(_unique(), auto_delete=True)
+
+    @broker.subscriber(queue, ack_policy=AckPolicy.ACK_FIRST)
+    async def pay(body: dict[str, Any]) -> None:
+        called.append("pay")
+
+    async with broker:
+        await broker.start()
+        await broker.publish({"account": 1}, queue.name, headers={KEY: "pay-1"})
+        deadline = asyncio.get_running_loop().time() + 10
+        while not any(r.levelno >= logging.ERROR for r in records):
+            assert asyncio.get_running_loop().time() < deadline, "no error logged"
+            await asyncio.sleep(0.02)
+    await engine.dispose()
+    return called, [r for r in records if r.levelno >= logging.ERROR]
+
+
+def test_ack_first_is_refused() -> None:
+    """``AckPolicy.ACK_FIRST`` acks before the handler: the middleware refuses to run it."""
+    called, errors = asyncio.run(_refused_with_ack_first(broker_url("rabbitmq")))
+    assert called == []
+    assert "ConfigurationError" in errors[0].getMessage()
+    assert "AckPolicy.MANUAL" in errors[0].getMessage()
