@@ -57,7 +57,7 @@ from ..exc import ConfigurationError
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement
 from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process
 
-__all__ = ["DEFAULT_KEY_KWARG", "inbox_task"]
+__all__ = ["DEFAULT_KEY_KWARG", "REQUIRED_OPTIONS", "delivery_of", "inbox_task"]
 
 #: The keyword argument carrying the producer's idempotency key, unless ``key_kwarg`` names
 #: another.
@@ -131,8 +131,16 @@ class _Config:
 
 
 def delivery_of(task: Task, kwargs: dict[str, Any], key_kwarg: str) -> Delivery:
-    """The :class:`Delivery` of the task's current message: the key from ``kwargs``, the
-    delivery count from the request (see the module's docstring), the task id for logs."""
+    """The :class:`Delivery` of the task's current message.
+
+    :param task: the bound task (its ``request`` is the current message's).
+    :param kwargs: the task's keyword arguments.
+    :param key_kwarg: the one holding the producer's key; absent or None gives a Delivery
+        without a key (dead-lettered by :func:`~sa_inbox.brokers.process`).
+    :returns: the key (``str()`` of the argument), the delivery count (``request.retries``
+        + 1, + 1 if the broker flagged the message ``redelivered``), the kwargs as headers,
+        the task id as ``broker_ref`` (for logs only). Raises nothing.
+    """
     request = task.request
     key = kwargs.get(key_kwarg)
     redelivered = bool((request.delivery_info or {}).get("redelivered"))
@@ -185,10 +193,16 @@ def _run(
         max_deliveries=config.max_deliveries,
         on_settled=config.on_settled,
     )
-    return _settle(task, settlement, decision, returned)
+    return _settle(task, settlement, decision, returned, config.max_deliveries)
 
 
-def _settle(task: Task, settlement: Settlement, decision: _Decision, returned: list[Any]) -> Any:
+def _settle(
+    task: Task,
+    settlement: Settlement,
+    decision: _Decision,
+    returned: list[Any],
+    max_deliveries: int,
+) -> Any:
     """Returns (the worker acks), rejects without requeue, or retries."""
     if settlement.disposition is Disposition.PROCESSED:
         return returned[0]
@@ -197,4 +211,6 @@ def _settle(task: Task, settlement: Settlement, decision: _Decision, returned: l
     if settlement.disposition is Disposition.DEAD_LETTERED:
         raise Reject(decision.dead_letter_detail, requeue=False)
     error = settlement.error if isinstance(settlement.error, Exception) else None
-    raise task.retry(exc=error, countdown=0, max_retries=None)
+    # max_retries=None would mean the task's own (3 by default): past it Celery fails the task
+    # and acks it, so a poison message would skip the dead-letter path; the inbox counts.
+    raise task.retry(exc=error, countdown=0, max_retries=max_deliveries)

@@ -91,7 +91,13 @@ from ..exc import ConfigurationError
 from .delivery import DeadLetterReason, Delivery, Disposition
 from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
 
-__all__ = ["DEFAULT_KEY_HEADER", "SESSION_CONTEXT_KEY", "InboxMiddleware"]
+__all__ = [
+    "DEFAULT_DEAD_LETTER_SUFFIX",
+    "DEFAULT_KEY_HEADER",
+    "SESSION_CONTEXT_KEY",
+    "InboxMiddleware",
+    "delivery_of",
+]
 
 #: The header carrying the producer's idempotency key, unless ``key_header`` names another.
 DEFAULT_KEY_HEADER = "idempotency-key"
@@ -228,8 +234,17 @@ def _acked_on_delivery(msg: StreamMessage[Any]) -> bool:
 
 
 async def delivery_of(msg: StreamMessage[Any], key_header: str) -> Delivery:
-    """The :class:`Delivery` of a FastStream message: the key from ``key_header``, the
-    broker's delivery count, and the broker's reference of this delivery (for logs)."""
+    """The :class:`Delivery` of a FastStream message.
+
+    :param msg: FastStream's message (``RabbitMessage``, ``RedisStreamMessage``,
+        ``NatsMessage``; others get a delivery count of 1).
+    :param key_header: the header holding the producer's key; absent gives a Delivery
+        without a key (dead-lettered by :func:`~sa_inbox.brokers.process_async`).
+    :returns: the key (``str()`` of the header), the raw body bytes, the delivery count as the
+        module's docstring says per broker (Redis: one ``XPENDING`` round trip), the headers,
+        and the broker's reference of this delivery (for logs only).
+    :raises redis.RedisError: if the Redis ``XPENDING`` fails (the message stays pending).
+    """
     key = msg.headers.get(key_header)
     return Delivery(
         message_id=None if key is None else str(key),

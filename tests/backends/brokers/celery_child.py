@@ -4,7 +4,7 @@
 Configured by environment variables: ``SA_INBOX_CELERY_BROKER`` (the broker URL),
 ``SA_INBOX_CELERY_QUEUE`` (a queue dead-lettering to ``<queue>.dead``), ``SA_INBOX_CELERY_DB``
 (the database URL; without it the module only makes the producer's app) and
-``SA_INBOX_CELERY_CRASH``: ``-``, ``after-commit:KEY`` (the pool process prints
+``SA_INBOX_CELERY_CRASH``: ``-`` or comma-separated ``after-commit:KEY`` (the pool process prints
 ``COMMITTED KEY`` then ``PID <its pid>`` after the commit of KEY and hangs before the task
 returns, so before the ack) or ``before-commit:KEY`` (prints ``APPLIED KEY`` with the change
 flushed, uncommitted, and hangs). The worker prints ``READY`` when it consumes, and the pool
@@ -30,6 +30,8 @@ from sa_inbox.brokers.celery import inbox_task
 from tests.support.app import CONSUMER, App
 
 TASK = "sa_inbox_tests.pay"
+#: More than Celery's default max_retries (3): the inbox's limit, not Celery's, applies.
+MAX_DELIVERIES = 5
 
 
 def say(line: str) -> None:
@@ -63,7 +65,7 @@ def make_app(broker_url: str, queue: str) -> Celery:
 def register(app: Celery, db_url: str, crash: str) -> None:
     engine = sa.create_engine(db_url)
     payments = App(engine)
-    crash_mode, _, crash_key = crash.partition(":")
+    crashes = {key: mode for mode, _, key in (c.partition(":") for c in crash.split(","))}
 
     def settled(settlement: Settlement) -> None:
         say(f"{settlement.disposition.value} {settlement.delivery.message_id}")
@@ -73,15 +75,15 @@ def register(app: Celery, db_url: str, crash: str) -> None:
         session_factory=sessionmaker(engine),
         inbox=payments.inbox,
         consumer_name=CONSUMER,
-        max_deliveries=3,
+        max_deliveries=MAX_DELIVERIES,
         on_settled=settled,
         name=TASK,
     )
     def pay(session: Session, account: int, amount: str, idempotency_key: str) -> None:
         payments.apply_payment(session, idempotency_key, account, Decimal(amount))
-        if idempotency_key == crash_key and crash_mode == "after-commit":
+        if crashes.get(idempotency_key) == "after-commit":
             event.listen(session, "after_commit", lambda _: hang(f"COMMITTED {idempotency_key}"))
-        if idempotency_key == crash_key and crash_mode == "before-commit":
+        if crashes.get(idempotency_key) == "before-commit":
             session.flush()
             hang(f"APPLIED {idempotency_key}")
 
