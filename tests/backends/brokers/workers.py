@@ -3,6 +3,7 @@ stdout lines read with deadlines, killed with SIGKILL or stopped with SIGTERM.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -17,12 +18,29 @@ __all__ = ["ROOT", "Worker"]
 ROOT = Path(__file__).resolve().parents[3]
 
 
+#: The first words of the lines the worker children print for the parent; other stdout
+#: lines (Celery's banner) are kept apart as noise.
+PROTOCOL = {
+    "READY",
+    "PID",
+    "COMMITTED",
+    "APPLIED",
+    "processed",
+    "duplicate",
+    "retry",
+    "dead_lettered",
+}
+
+
 class Worker:
-    """A child process whose stdout lines are collected by a thread."""
+    """A child process whose stdout lines are collected by a thread. The protocol lines
+    printed and not yet matched by :meth:`expect` stay *unclaimed* (a line may come before
+    the one a test waits for: a redelivery before ``READY``)."""
 
     def __init__(
         self, argv: Sequence[str], env: dict[str, str] | None = None, *, new_session: bool = False
     ) -> None:
+        self.new_session = new_session
         self.process = subprocess.Popen(
             list(argv),
             cwd=ROOT,
@@ -34,6 +52,8 @@ class Worker:
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
+        self.unclaimed: list[str] = []
+        self.noise: list[str] = []
         self.stderr: list[str] = []
         self.readers = [
             threading.Thread(target=self._read, daemon=True),
@@ -45,40 +65,52 @@ class Worker:
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
-            self.lines.put(line.strip())
+            line = line.strip()
+            if line.partition(" ")[0] in PROTOCOL:
+                self.lines.put(line)
+            else:
+                self.noise.append(line)
 
     def _read_err(self) -> None:
         assert self.process.stderr is not None
         for line in self.process.stderr:
             self.stderr.append(line)
 
-    def expect(self, wanted: Iterable[str], timeout: float = 20) -> list[str]:
-        """Waits until every line of ``wanted`` was printed (in any order, counted); returns
-        the lines printed meanwhile. Fails with the worker's stderr on the deadline."""
+    def _next(self, deadline: float, owed: object) -> str:
+        try:
+            line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(
+                f"worker still owes {owed}; it said {self.seen}; "
+                f"stderr: {''.join(self.stderr)[-3000:]}"
+            ) from None
+        self.seen.append(line)
+        return line
+
+    def expect(self, wanted: Iterable[str], timeout: float = 20) -> None:
+        """Waits until every line of ``wanted`` was printed (in any order, counted, unclaimed
+        lines first). Fails with the worker's output on the deadline."""
         missing = list(wanted)
-        got: list[str] = []
-        deadline = time.monotonic() + timeout
-        while missing:
-            try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(
-                    f"worker still owes {missing} after {timeout}s; it said {self.seen}; "
-                    f"stderr: {''.join(self.stderr)[-3000:]}"
-                ) from None
-            got.append(line)
-            self.seen.append(line)
+        for line in list(self.unclaimed):
             if line in missing:
                 missing.remove(line)
-        return got
+                self.unclaimed.remove(line)
+        deadline = time.monotonic() + timeout
+        while missing:
+            line = self._next(deadline, missing)
+            if line in missing:
+                missing.remove(line)
+            else:
+                self.unclaimed.append(line)
 
     def pid_line(self, timeout: float = 10) -> int:
-        """The pid of the next line ``PID <pid>``."""
-        line = self.lines.get(timeout=timeout)
-        self.seen.append(line)
-        word, _, pid = line.partition(" ")
-        assert word == "PID", f"expected PID <pid>, got {line!r}"
-        return int(pid)
+        """The pid of the first unclaimed line ``PID <pid>``."""
+        deadline = time.monotonic() + timeout
+        while not any(line.startswith("PID ") for line in self.unclaimed):
+            self.unclaimed.append(self._next(deadline, "PID <pid>"))
+        line = next(line for line in self.unclaimed if line.startswith("PID "))
+        self.unclaimed.remove(line)
+        return int(line.split()[1])
 
     def kill_group(self) -> None:
         """SIGKILL to the process and its children (a worker and its pool processes)."""
@@ -107,11 +139,11 @@ class Worker:
 
     def ensure_dead(self) -> None:
         """SIGKILL if still running (a failed test's clean-up), and reap."""
-        if self.process.poll() is None:
-            try:
+        if self.new_session:
+            with contextlib.suppress(ProcessLookupError):  # the group is gone already
                 os.killpg(self.process.pid, signal.SIGKILL)
-            except PermissionError:  # not a group leader: just the process
-                self.process.kill()
+        elif self.process.poll() is None:
+            self.process.kill()
         self._reap()
 
     def _reap(self) -> None:
@@ -124,13 +156,13 @@ class Worker:
                 pipe.close()
 
     def quiet(self, seconds: float) -> list[str]:
-        """The lines printed within ``seconds`` (to check nothing more happens)."""
-        got: list[str] = []
+        """Waits ``seconds``; returns the unclaimed lines (to check nothing else happened)."""
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0:
             try:
-                got.append(self.lines.get(timeout=left))
+                line = self.lines.get(timeout=left)
             except queue.Empty:
                 break
-        self.seen.extend(got)
-        return got
+            self.seen.append(line)
+            self.unclaimed.append(line)
+        return list(self.unclaimed)
