@@ -125,10 +125,13 @@ class InboxMiddleware:
         name plus this.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
 
-    On a message it raises (to FastStream, which logs it; the message is then left unsettled
-    and redelivered when the consumer stops): :class:`~sa_inbox.ConfigurationError` for a
-    batch message, a message FastStream acked before the handler (``AckPolicy.ACK_FIRST``),
-    and the runner's configuration errors (see :func:`sa_inbox.asyncio.handle`).
+    On a message it raises :class:`~sa_inbox.ConfigurationError` (to FastStream, which logs
+    it and applies the subscriber's ``ack_policy``: with ``AckPolicy.MANUAL`` the message is
+    left unsettled and redelivered when the consumer stops) for a batch message, a message
+    acknowledged before the handler ran (``AckPolicy.ACK_FIRST``, core NATS), and the
+    runner's configuration errors (see :func:`sa_inbox.asyncio.handle`). A handler raising
+    FastStream's ``NackMessage`` / ``RejectMessage`` / ``AckMessage`` is a failure like any
+    other exception: rolled back, then retried or dead-lettered by the rules.
     """
 
     def __init__(
