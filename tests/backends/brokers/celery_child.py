@@ -55,6 +55,9 @@ def make_app(broker_url: str, queue: str) -> Celery:
         ],
         task_default_queue=queue,
         worker_prefetch_multiplier=1,
+        # no pidbox queue: it is exclusive per worker name, and a worker a failed run left
+        # behind would stop the next one from starting
+        worker_enable_remote_control=False,
         worker_redirect_stdouts=False,
         worker_hijack_root_logger=False,
         broker_connection_retry_on_startup=True,
