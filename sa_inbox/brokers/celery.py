@@ -26,13 +26,17 @@ without the key is rejected with ``Reject(reason, requeue=False)`` (Celery docs,
 (``x-dead-letter-exchange``, RabbitMQ docs "Dead Letter Exchanges"); nothing is processed.
 
 The task is always ``acks_late=True`` (the message is acked after the task returns, so after
-the commit; Celery docs, "Tasks" → "acks_late", and the FAQ "Should I use retry or
-acks_late?") and ``reject_on_worker_lost=True``: even with ``acks_late``, a worker process that
-dies abruptly (SIGKILL, the OOM killer) has its message **acked** unless this is set (Celery
-docs, "Tasks" → ``Task.reject_on_worker_lost``, and the ``task_reject_on_worker_lost``
-setting), and the message is lost: a crash before the commit loses the payment. With it the
+the commit; Celery docs, "Tasks" → ``Task.acks_late``, and the FAQ "Should I use retry or
+acks_late?") and ``reject_on_worker_lost=True``. Even with ``acks_late``, "the worker will
+acknowledge the message if the child process executing the task is terminated (either by
+the task calling sys.exit(), or by signal)" (Celery docs, "Tasks", the note under
+``acks_late``; the ``task_reject_on_worker_lost`` setting): a pool process SIGKILLed (or
+OOM-killed) before the commit would lose the payment. With ``reject_on_worker_lost`` the
 message is requeued: a crash after the commit brings it back as a duplicate (acked, the body
-not run), a crash before the commit brings it back to be processed. Passing
+not run), a crash before the commit brings it back to be processed. (Checked on Celery 5.7.0
+and RabbitMQ 3.10.8: without it, the message of a SIGKILLed prefork pool process is acked and
+never runs again; with it, it runs again in the new pool process.) A SIGKILL of the whole
+worker needs neither: the broker requeues what the dead connection left unacked. Passing
 ``acks_late=False`` or ``reject_on_worker_lost=False`` raises
 :class:`~sa_inbox.ConfigurationError`.
 
