@@ -30,6 +30,7 @@ from sa_inbox.brokers.celery import inbox_task
 from tests.support.app import CONSUMER, App
 
 TASK = "sa_inbox_tests.pay"
+PLAIN = "sa_inbox_tests.plain"
 #: More than Celery's default max_retries (3): the inbox's limit, not Celery's, applies.
 MAX_DELIVERIES = 5
 
@@ -106,5 +107,17 @@ app = make_app(
     os.environ.get("SA_INBOX_CELERY_BROKER", "memory://"),
     os.environ.get("SA_INBOX_CELERY_QUEUE", "sa_inbox_tests"),
 )
+
+
+@app.task(name=PLAIN, acks_late=True, reject_on_worker_lost=False)
+def plain(flag: str) -> None:
+    """Not an inbox task: ``acks_late`` without ``reject_on_worker_lost``. Prints its pid and,
+    the first time (no file ``flag`` yet), hangs until killed."""
+    say(f"PID {os.getpid()}")
+    if not os.path.exists(flag):
+        open(flag, "w").close()
+        time.sleep(120)
+
+
 if "SA_INBOX_CELERY_DB" in os.environ:
     register(app, os.environ["SA_INBOX_CELERY_DB"], os.environ.get("SA_INBOX_CELERY_CRASH", "-"))

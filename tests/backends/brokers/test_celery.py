@@ -15,15 +15,17 @@ import json
 import os
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from tests.backends.brokers.celery_child import MAX_DELIVERIES, TASK, make_app
+from tests.backends.brokers.celery_child import MAX_DELIVERIES, PLAIN, TASK, make_app
 from tests.conftest import backend_url, broker_url
 from tests.support.app import App
 
@@ -80,13 +82,10 @@ class Queues:
         self.connection.close()
 
 
-def celery_worker(url: str, db_url: str, queue: str, crash: str = "-") -> Worker:
-    env = {
-        "SA_INBOX_CELERY_BROKER": url,
-        "SA_INBOX_CELERY_QUEUE": queue,
-        "SA_INBOX_CELERY_DB": db_url,
-        "SA_INBOX_CELERY_CRASH": crash,
-    }
+def celery_worker(url: str, db_url: str | None, queue: str, crash: str = "-") -> Worker:
+    env = {"SA_INBOX_CELERY_BROKER": url, "SA_INBOX_CELERY_QUEUE": queue}
+    if db_url is not None:
+        env |= {"SA_INBOX_CELERY_DB": db_url, "SA_INBOX_CELERY_CRASH": crash}
     argv = [sys.executable, "-m", "celery", "-A", "tests.backends.brokers.celery_child"]
     argv += ["worker", "-P", "prefork", "-c", "1", "-Q", queue, "--loglevel", "WARNING"]
     argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
@@ -188,3 +187,28 @@ def test_registered_task_acks_late_and_rejects_on_worker_lost() -> None:
 
     assert (pay.acks_late, pay.reject_on_worker_lost) == (True, True)
     assert pay.name == f"{__name__}.pay" and pay.__doc__ == "Pays."
+
+
+def test_without_reject_on_worker_lost_a_killed_pool_process_loses_its_message(
+    tmp_path: Path,
+) -> None:
+    """Why :func:`inbox_task` requires ``reject_on_worker_lost``: a plain ``acks_late`` task
+    whose pool process is SIGKILLed has its message acked by the worker, never run again."""
+    url = broker_url("rabbitmq")
+    queues = Queues(url)
+    producer = make_app(url, queues.name)
+    worker = celery_worker(url, None, queues.name)
+    try:
+        producer.send_task(PLAIN, kwargs={"flag": str(tmp_path / "ran")}, queue=queues.name)
+        os.kill(worker.pid_line(), signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while not any("WorkerLostError" in line for line in worker.stderr):
+            assert time.monotonic() < deadline, f"no WorkerLostError: {worker.stderr}"
+            time.sleep(0.05)
+        assert worker.quiet(0.5) == [], "not run again"
+        worker.kill_group()  # an unacked message would now be requeued and counted below
+        assert queues.left() == 0 and queues.dead_letters() == [], "acked: gone"
+    finally:
+        worker.ensure_dead()
+        queues.delete()
+        producer.close()
