@@ -53,8 +53,9 @@ What each broker does on FastStream's ``ack`` / ``nack`` / ``reject`` (FastStrea
 * **Redis Streams** (a ``StreamSub`` with a group and a consumer): ``XACK``; ``nack`` and
   ``reject`` leave the entry pending. So a retry is picked up by a subscriber with
   ``StreamSub(min_idle_time=...)`` (``XAUTOCLAIM``, Redis docs "XAUTOCLAIM"), and a dead letter
-  is ``XADD``\\ ed to the stream ``<stream><dead_letter_suffix>`` with its reason, then
-  ``XACK``\\ ed. The delivery count is ``XPENDING``'s ``times_delivered``.
+  is ``XADD``\\ ed to the stream ``<stream><dead_letter_suffix>`` (default ``<stream>:dead``,
+  as the Redis adapter's) with its reason and ``XACK``\\ ed, atomically (the adapter's script).
+  The delivery count is ``XPENDING``'s ``times_delivered``.
 * **NATS JetStream**: ``+ACK``; ``-NAK`` (redelivered at once); ``+TERM`` (never redelivered;
   the server publishes ``$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.<stream>.<consumer>`` with
   the message's ``stream_seq``). JetStream has no dead-letter stream: keep a stream on that
@@ -104,7 +105,7 @@ DEFAULT_KEY_HEADER = "idempotency-key"
 #: The FastStream context name of the transaction's AsyncSession.
 SESSION_CONTEXT_KEY = "inbox_session"
 #: Appended to a Redis stream's name for its dead-letter stream.
-DEFAULT_DEAD_LETTER_SUFFIX = ":dead-letter"
+DEFAULT_DEAD_LETTER_SUFFIX = ":dead"  # as the Redis adapter's default
 
 
 class InboxMiddleware:
@@ -335,19 +336,19 @@ async def _redis_dead_letter(
     msg: StreamMessage[Any], suffix: str, reason: DeadLetterReason, detail: str
 ) -> None:
     """``XADD`` the entry's fields, with the reason, to the dead-letter stream and ``XACK``
-    the entry, in one ``MULTI``/``EXEC`` (a crash leaves it either pending or dead-lettered,
-    never both)."""
+    the entry, atomically: the Redis adapter's script
+    (:func:`sa_inbox.brokers.redis.core.dead_letter_script_arguments`), not a
+    ``MULTI``/``EXEC``, which would still run the ``XACK`` when the ``XADD`` fails (Redis
+    transactions do not roll back) and lose the entry."""
+    from .redis.core import Entry, dead_letter_script_arguments
+
     raw: Mapping[str, Any] = msg.raw_message
-    fields: dict[Any, Any] = dict(raw["data"])
-    fields.update(
-        {
-            b"dead_letter_reason": reason.value,
-            b"dead_letter_detail": detail,
-            b"dead_letter_entry": b",".join(raw["message_ids"]),
-        }
-    )
+    (entry_id,) = raw["message_ids"]  # batch subscribers are refused
+    entry = Entry(entry_id.decode(), raw["data"], await _delivery_count(msg))
     client: Any = msg.consumer  # type: ignore[attr-defined]  # the Redis client
-    async with client.pipeline(transaction=True) as pipe:
-        pipe.xadd(raw["channel"] + suffix, fields)
-        pipe.xack(raw["channel"], msg.group, *raw["message_ids"])  # type: ignore[attr-defined]
-        await pipe.execute()
+    stream = raw["channel"]
+    await client.eval(
+        *dead_letter_script_arguments(
+            stream, msg.group, stream + suffix, entry, reason, detail  # type: ignore[attr-defined]
+        )
+    )

@@ -136,13 +136,13 @@ class Redis:
         from faststream.redis.parser import BinaryMessageFormatV1
 
         found = []
-        for _, fields in self.client.xrange(self.name + ":dead-letter"):
+        for _, fields in self.client.xrange(self.name + ":dead"):
             body, _headers = BinaryMessageFormatV1.parse(fields[b"__data__"])  # FastStream's
             found.append((json.loads(body), fields[b"dead_letter_reason"].decode()))
         return found
 
     def delete(self) -> None:
-        self.client.delete(self.name, self.name + ":dead-letter")
+        self.client.delete(self.name, self.name + ":dead")
         self.client.close()
 
 
