@@ -826,8 +826,10 @@ def receive_insert(dialect: ClaimDialect, table: sa.Table) -> Executable:
     text instead of the value saves the JSON type's second ``json.dumps`` on every receive.
     On an ``INSERT`` (PostgreSQL, MySQL/MariaDB, SQLite) the payload's value is the
     ``Text`` bind parameter ``payload`` through :meth:`ClaimDialect.json_text` (a cast to
-    ``JSON`` on PostgreSQL); Oracle's ``MERGE`` binds through :class:`JSONText`, which
-    takes a :class:`SerialisedJSON` as it is.
+    ``JSON`` on PostgreSQL), ``status`` and ``attempts`` are the literals ``'pending'`` and
+    ``0`` in its text, and the statement is ``inline()`` (SQLAlchemy docs,
+    ``Insert.inline``: no implicit ``RETURNING`` of the new ``id``); Oracle's ``MERGE``
+    binds through :class:`JSONText`, which takes a :class:`SerialisedJSON` as it is.
 
     :param dialect: the backend's claim dialect.
     :param table: the store table.
@@ -835,5 +837,15 @@ def receive_insert(dialect: ClaimDialect, table: sa.Table) -> Executable:
     statement = dialect.insert_or_skip(table)
     if isinstance(statement, sa.Insert):
         text = sa.bindparam("payload", type_=sa.Text())
-        statement = statement.values(payload=dialect.json_text(text, table.c.payload))
+        statement = statement.values(
+            payload=dialect.json_text(text, table.c.payload),
+            # The constants of every receive, in the SQL text rather than bound per call
+            # (the row's own values for these keys are then not sent).
+            status=sa.literal_column(f"'{PENDING}'", sa.String()),
+            attempts=sa.literal_column("0", sa.Integer()),
+        )
+        # inline(): no implicit "RETURNING id" (SQLAlchemy adds it on PostgreSQL to fetch
+        # the new identity, which a receive never uses: a result set to send, fetch and
+        # read on every receive); an explicit .returning() (receive_many) still applies.
+        statement = statement.inline()
     return statement

@@ -161,3 +161,17 @@ def test_bad_input_in_a_batch_sends_nothing(
                 store.receive(conn, bad.message_id, bad.payload, aggregate_id=bad.aggregate_id)
     assert [s for s in sent if "payload_store" in s] == []
     assert _stored(counted_engine, store) == {}
+
+
+def test_a_receive_returns_no_row(counted_engine: sa.Engine, store: InboxStore) -> None:
+    """No implicit ``RETURNING id`` (SQLAlchemy adds one on PostgreSQL for a table with an
+    identity key): a receive sends one INSERT and fetches nothing, new or duplicate."""
+    sent: list[str] = []
+    sa.event.listen(counted_engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+    for expected in (True, False):
+        with counted_engine.begin() as conn:
+            assert store.receive(conn, "m-1", {"n": 1}) is expected
+    inserts = [s for s in sent if "payload_store" in s]
+    assert len(inserts) == 2 and not any("RETURNING" in s.upper() for s in inserts)
+    assert len(sent) == 2 + (1 if counted_engine.dialect.name == "mysql" else 0)  # + check
+    assert store.counts(counted_engine)[PENDING] == 1
