@@ -182,9 +182,15 @@ class ClaimDialect(abc.ABC):
         for start in range(0, len(rows), MAX_ROWS_PER_STATEMENT):
             chunk = rows[start : start + MAX_ROWS_PER_STATEMENT]
             with self.translate_errors():
-                result = self.execute(conn, statement, chunk)
-                claimed.update(result.scalars().all())
+                claimed.update(self.claim_chunk(conn, table, statement, chunk))
         return claimed
+
+    def claim_chunk(
+        self, conn: Connection, table: sa.Table, statement: Executable, chunk: Sequence[Row]
+    ) -> set[str]:
+        """Send one multi-row ``INSERT … RETURNING message_id`` for ``chunk`` (at most
+        :data:`MAX_ROWS_PER_STATEMENT` distinct rows); return the ids it inserted."""
+        return set(self.execute(conn, statement, chunk).scalars().all())
 
     def execute(
         self, conn: Connection, statement: Executable, params: Row | Sequence[Row] | None

@@ -91,8 +91,9 @@ class MySQLClaim(ClaimDialect):
 
     A single-row claim whose statement inserted nothing and raised exactly one warning is a
     duplicate, without ``SHOW WARNINGS``, on a table where a duplicate key is the only way
-    ``INSERT IGNORE`` skips a row (:meth:`skips_only_duplicates`); every other warning
-    count still reads ``SHOW WARNINGS``.
+    ``INSERT IGNORE`` skips a row (:meth:`skips_only_duplicates`); a batch likewise when its
+    warnings number the rows it skipped (:meth:`claim_chunk`); every other warning count
+    still reads ``SHOW WARNINGS``.
     """
 
     def __init__(self) -> None:
@@ -128,6 +129,27 @@ class MySQLClaim(ClaimDialect):
         ):
             self._raise_on_warnings(conn)
         return inserted == 1
+
+    def claim_chunk(
+        self, conn: Connection, table: sa.Table, statement: Executable, chunk: Sequence[Row]
+    ) -> set[str]:
+        """MariaDB's ``INSERT IGNORE … RETURNING message_id`` for a batch; the new ids.
+
+        The rule of :meth:`claim_one` for many rows: every skipped row raised at least one
+        warning (its reason), so when the warnings number exactly the rows sent but not
+        returned, each skipped row raised one and no inserted row raised any; on a table
+        that :meth:`skips_only_duplicates` they are all 1062 and ``SHOW WARNINGS`` is not
+        sent. Any other count reads it (and raises on anything but 1062).
+
+        :raises ClaimWarning: for a warning other than duplicate key.
+        """
+        result = super().execute(conn, statement, chunk)
+        count = self.warning_count(conn, result)  # before the rows: the cursor's last OK/EOF
+        claimed = set(result.scalars().all())
+        skipped = len(chunk) - len(claimed)
+        if count != 0 and not (count == skipped and self.skips_only_duplicates(conn, table)):
+            self._raise_on_warnings(conn)
+        return claimed
 
     def skips_only_duplicates(self, conn: Connection, table: sa.Table) -> bool:
         """Whether :meth:`check_table` found that on ``conn``'s server only a duplicate key

@@ -216,3 +216,62 @@ def test_an_unknown_warning_count_reads_the_warnings(engine: sa.Engine, inbox: I
         assert blind.claim_one(conn, inbox.table, statement, row) is True
         assert blind.claim_one(conn, inbox.table, statement, row) is False
     assert [s for s in sent.sql if s == "SHOW WARNINGS"] == ["SHOW WARNINGS"] * 2
+
+
+def test_a_batch_of_duplicates_costs_one_statement(engine: sa.Engine, inbox: Inbox) -> None:
+    """MariaDB's ``INSERT IGNORE … RETURNING``: as many warnings as rows skipped are the
+    duplicates' 1062s, not read; the new ids are exactly those returned."""
+    with engine.begin() as conn:
+        assert inbox.claim_many(conn, EDGE_IDS[:3], CONSUMER) == set(EDGE_IDS[:3])
+    sent = Sent(engine)
+    with engine.begin() as conn:
+        assert inbox.claim_many(conn, EDGE_IDS, CONSUMER) == set(EDGE_IDS[3:])
+        assert inbox.claim_many(conn, EDGE_IDS, CONSUMER) == set()
+    assert len(sent.sql) == 2 and all("RETURNING" in s for s in sent.sql)
+    assert _rows(engine, inbox.table) == sorted((m, CONSUMER) for m in EDGE_IDS)
+
+
+def test_a_batch_with_another_warning_reads_them(engine: sa.Engine) -> None:
+    """A batch into a column shorter than the Inbox believes: one row truncated (inserted,
+    warning 1265/1406) and one duplicate (skipped, 1062) make two warnings for one skipped
+    row, so the warnings are read and the batch raises."""
+    short = sa.MetaData()
+    Inbox(short, table_name="dup_short", message_id_length=10)  # the table as it really is
+    short.drop_all(engine)
+    short.create_all(engine)
+    inbox = Inbox(sa.MetaData(), table_name="dup_short")  # believes 255 characters
+    try:
+        with engine.begin() as conn:
+            assert inbox.claim_many(conn, ["m-1"], CONSUMER) == {"m-1"}
+        sent = Sent(engine)
+        with pytest.raises(ClaimWarning) as info, engine.begin() as conn:
+            inbox.claim_many(conn, ["m-1", "0123456789-long"], CONSUMER)
+        assert sent.sql[-1] == "SHOW WARNINGS"
+        # ClaimWarning carries the warnings other than 1062: the truncation only.
+        assert [code for _, code, _ in info.value.warnings] in ([1265], [1406])
+        assert _rows(engine, inbox.table) == [("m-1", CONSUMER)]  # rolled back
+    finally:
+        short.drop_all(engine)
+
+
+def test_a_batch_with_a_foreign_key_skip_raises(engine: sa.Engine) -> None:
+    """On a table with a foreign key, a batch's skipped row may be a key failure (1452):
+    the warnings are read even when they number the skipped rows."""
+    metadata = sa.MetaData()
+    consumers = sa.Table(
+        "dup_consumers", metadata, sa.Column("name", key_type(255), primary_key=True)
+    )
+    fk = sa.ForeignKeyConstraint(["consumer_name"], [consumers.c.name])
+    inbox = Inbox.for_table(_claims_table(metadata, "dup_fk_claims", fk))
+    metadata.drop_all(engine)
+    metadata.create_all(engine)
+    try:
+        with engine.begin() as conn:
+            conn.execute(consumers.insert(), {"name": CONSUMER})
+            assert inbox.claim_many(conn, ["m-1"], CONSUMER) == {"m-1"}
+            with pytest.raises(ClaimWarning) as info:
+                inbox.claim_many(conn, ["m-2"], "no-such-consumer")
+        assert [code for _, code, _ in info.value.warnings] == [1452]
+        assert _rows(engine, inbox.table) == [("m-1", CONSUMER)]
+    finally:
+        metadata.drop_all(engine)
