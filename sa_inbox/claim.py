@@ -142,8 +142,10 @@ class Inbox:
         """Claim ``message_id`` for ``consumer_name`` inside the caller's transaction.
 
         One statement (plus, on MySQL/MariaDB, ``SHOW WARNINGS`` only when the server
-        reported warnings). Never commits or rolls back the caller's transaction: the claim
-        becomes durable with the caller's commit, together with the business change.
+        reported warnings other than a duplicate's, see
+        :meth:`~sa_inbox.dialects.MySQLClaim.claim_one`). Never commits or rolls back the
+        caller's transaction: the claim becomes durable with the caller's commit, together
+        with the business change.
 
         :param bind: a Session, scoped_session or Connection, in (or auto-beginning) the
             caller's transaction.

@@ -5,7 +5,9 @@ other errors to warnings: truncation (1265, 1406), NULL into NOT NULL (1048), ba
 (1366) and foreign-key failures (1452) (MySQL manual, "13.2.6 INSERT Statement", "The Effect
 of IGNORE on Statement Execution"). So ids are validated before sending, and after each
 statement that the server reports warnings for, ``SHOW WARNINGS`` is read and anything but
-1062 raises :class:`~sa_inbox.exc.ClaimWarning`.
+1062 raises :class:`~sa_inbox.exc.ClaimWarning`, except where the warning count alone
+proves them duplicates (:meth:`MySQLClaim.skips_only_duplicates`: as many warnings as
+rows skipped, on a table where only a duplicate key skips a row).
 
 ``rowcount`` is the number of rows inserted: SQLAlchemy's MySQL dialects connect with
 ``CLIENT.FOUND_ROWS``, which changes what ``UPDATE`` and ``ON DUPLICATE KEY UPDATE`` report
