@@ -142,8 +142,10 @@ class Inbox:
         """Claim ``message_id`` for ``consumer_name`` inside the caller's transaction.
 
         One statement (plus, on MySQL/MariaDB, ``SHOW WARNINGS`` only when the server
-        reported warnings). Never commits or rolls back the caller's transaction: the claim
-        becomes durable with the caller's commit, together with the business change.
+        reported warnings other than a duplicate's, see
+        :meth:`~sa_inbox.dialects.MySQLClaim.claim_one`). Never commits or rolls back the
+        caller's transaction: the claim becomes durable with the caller's commit, together
+        with the business change.
 
         :param bind: a Session, scoped_session or Connection, in (or auto-beginning) the
             caller's transaction.
@@ -321,11 +323,20 @@ class PreparedInsert:
 
     :param table: the table inserted into.
     :param strategy: ``"native"`` or ``"savepoint"`` (see :class:`Inbox`).
+    :param build: ``build(dialect, table)`` makes the single-row statement; default
+        ``dialect.insert_or_skip(table)``. The inbox store passes one that binds its
+        payload as JSON text serialised once (:func:`sa_inbox.store.store.receive_insert`).
     """
 
-    def __init__(self, table: sa.Table, strategy: Strategy = "native") -> None:
+    def __init__(
+        self,
+        table: sa.Table,
+        strategy: Strategy = "native",
+        build: Callable[[ClaimDialect, sa.Table], Executable] | None = None,
+    ) -> None:
         self.table = table
         self.strategy: Strategy = strategy
+        self.build = build or _insert_or_skip
         self._statements: dict[str, tuple[ClaimDialect, Executable]] = {}
         self._checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
 
@@ -338,13 +349,17 @@ class PreparedInsert:
         prepared = self._statements.get(name)
         if prepared is None:
             dialect = claim_dialect_for(name, self.strategy)
-            prepared = (dialect, dialect.insert_or_skip(self.table))
+            prepared = (dialect, self.build(dialect, self.table))
             self._statements[name] = prepared
         if conn.engine not in self._checked:
             prepared[0].check_backend(conn)
             if prepared[0].check_table(conn, self.table):
                 self._checked.add(conn.engine)
         return prepared
+
+
+def _insert_or_skip(dialect: ClaimDialect, table: sa.Table) -> Executable:
+    return dialect.insert_or_skip(table)
 
 
 def connection_for(bind: Bind, table: sa.Table) -> Connection:

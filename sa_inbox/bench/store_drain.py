@@ -11,10 +11,12 @@ run the state is checked (``messages`` distinct effect rows, as many ``done`` ro
 workers' counts add up), and a wrong state stops the benchmark.
 
 Before the drains, ``receive vs claim`` times one message per transaction, alternately
-through :meth:`~sa_inbox.store.InboxStore.receive` (the store's insert-or-skip of the whole
-message) and :meth:`~sa_inbox.Inbox.claim` (the processed-messages key only), on one open
-connection: the median latency of each, over ``min(messages, 2000)`` messages after
-:data:`WARMUP` untimed ones (both tables must then hold exactly those rows).
+(order rotated each message) through :meth:`~sa_inbox.store.InboxStore.receive` (the
+store's insert-or-skip of the whole message), :meth:`~sa_inbox.Inbox.claim` (the
+processed-messages key only) and a hand-written SQLAlchemy Core insert of the receive's row,
+on one open connection: the median latency of each, over ``min(messages, 2000)`` messages
+after :data:`WARMUP` untimed ones (every table must then hold exactly those rows); see
+:func:`receive_vs_claim`.
 
 Options: ``config.options["batch_size"]`` (default :data:`DEFAULT_BATCH_SIZE`), the
 worker's claim batch. Figures are medians over ``config.repeat`` runs.
@@ -22,9 +24,11 @@ worker's claim batch. Figures are medians over ``config.repeat`` runs.
 
 from __future__ import annotations
 
+import datetime
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,12 +37,21 @@ from rich.table import Table
 from sqlalchemy.orm import Session
 
 from ..claim import Inbox
-from ..store import DONE, InboxStore, Incoming, StoredMessage, Worker
+from ..dialects import backend_for
+from ..store import DONE, PENDING, InboxStore, Incoming, StoredMessage, Worker
 from .db import make_engine
 from .runner import BenchConfig
 from .workers import BenchError, WorkerPool, levels, summarise
 
-__all__ = ["DEFAULT_BATCH_SIZE", "drain_worker", "receive_vs_claim", "run", "table"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "SINGLE_WAYS",
+    "drain_worker",
+    "read_loadavg",
+    "receive_vs_claim",
+    "run",
+    "table",
+]
 
 DEFAULT_MESSAGES = 1000
 #: Messages a worker claims per transaction (``Worker(batch_size=…)``).
@@ -53,6 +66,8 @@ WARMUP = 5
 METADATA = sa.MetaData()
 STORE = InboxStore(METADATA, table_name="bench_store")
 CLAIMS = Inbox(METADATA, table_name="bench_store_claims")
+#: The table of the hand-written insert of ``receive vs claim`` (a store table).
+CORE_STORE = InboxStore(METADATA, table_name="bench_store_core")
 EFFECTS = sa.Table(
     "bench_store_effects",
     METADATA,
@@ -139,40 +154,88 @@ def drain(
     }
 
 
-def receive_vs_claim(engine: sa.Engine, messages: int) -> dict[str, Any]:
-    """One message per transaction, alternately received and claimed; median µs of each.
+#: The three ways of taking in one message that ``receive vs claim`` alternates.
+SINGLE_WAYS = ("receive", "claim", "core")
 
-    :raises BenchError: unless both tables hold exactly the messages sent.
+
+def _single_way(way: str, conn: sa.Connection, core: Any, i: int, message_id: str) -> None:
+    """Take in message ``i`` one way, in the caller's transaction."""
+    payload = {"order": f"o-{i:07d}", "amount": i % 100, "currency": "EUR"}
+    if way == "receive":
+        STORE.receive(conn, message_id, payload, consumer_name="bench", message_type="bench.t")
+    elif way == "claim":
+        CLAIMS.claim(conn, message_id, "bench")
+    else:
+        now = datetime.datetime.now(datetime.UTC)
+        row = {
+            "message_id": message_id,
+            "consumer_name": "bench",
+            "aggregate_id": None,
+            "message_type": "bench.t",
+            "payload": payload,
+            "status": PENDING,
+            "received_at": now,
+            "available_at": now,
+            "attempts": 0,
+        }
+        conn.execute(core, row, execution_options={"preserve_rowcount": True})
+
+
+def receive_vs_claim(engine: sa.Engine, messages: int) -> dict[str, Any]:
+    """One message per transaction, alternately received, claimed and inserted by hand;
+    the median µs of each and the ratios.
+
+    Three ways, their order rotated message by message: ``receive``
+    (:meth:`~sa_inbox.store.InboxStore.receive` of a small JSON payload with a message
+    type), ``claim`` (:meth:`~sa_inbox.Inbox.claim` of the same id) and ``core`` (the same
+    row as the receive, into a second store table, through a hand-written SQLAlchemy Core
+    insert-or-skip built once: the backend's ``INSERT … ON CONFLICT DO NOTHING`` /
+    ``INSERT IGNORE`` with the column types serialising). ``ratio`` is receive over claim,
+    ``receive_over_core`` receive over the hand-written insert.
+
+    :raises BenchError: unless every table holds exactly the messages sent.
     """
     _reset(engine)
-    timings: dict[str, list[float]] = {"receive": [], "claim": []}
+    core_table = CORE_STORE.table
+    core = backend_for(engine.dialect.name).claim.insert_or_skip(core_table)
+    timings: dict[str, list[float]] = {way: [] for way in SINGLE_WAYS}
     with engine.connect() as conn:
         for i in range(-WARMUP, messages):
             message_id = f"single-{i:07d}"
-            t0 = time.perf_counter()
-            with conn.begin():
-                STORE.receive(conn, message_id, {"amount": i % 100})
-            t1 = time.perf_counter()
-            with conn.begin():
-                CLAIMS.claim(conn, message_id, "bench")
-            t2 = time.perf_counter()
-            if i >= 0:
-                timings["receive"].append(t1 - t0)
-                timings["claim"].append(t2 - t1)
-        claimed = conn.execute(sa.select(sa.func.count()).select_from(CLAIMS.table)).scalar_one()
+            shift = i % len(SINGLE_WAYS)
+            for way in SINGLE_WAYS[shift:] + SINGLE_WAYS[:shift]:
+                t0 = time.perf_counter()
+                with conn.begin():
+                    _single_way(way, conn, core, i, message_id)
+                if i >= 0:
+                    timings[way].append(time.perf_counter() - t0)
+        count = sa.select(sa.func.count())
+        claimed = conn.execute(count.select_from(CLAIMS.table)).scalar_one()
+        by_hand = conn.execute(count.select_from(core_table)).scalar_one()
     stored = sum(STORE.counts(engine).values())
-    if not stored == claimed == messages + WARMUP:
+    if not stored == claimed == by_hand == messages + WARMUP:
         raise BenchError(
-            f"wrong state: {stored} stored, {claimed} claimed, {messages + WARMUP} sent"
+            f"wrong state: {stored} stored, {claimed} claimed, {by_hand} by hand, "
+            f"{messages + WARMUP} sent"
         )
-    receive_us = statistics.median(timings["receive"]) * 1e6
-    claim_us = statistics.median(timings["claim"]) * 1e6
+    median = {way: statistics.median(timings[way]) * 1e6 for way in SINGLE_WAYS}
     return {
         "messages": messages,
-        "receive_median_us": receive_us,
-        "claim_median_us": claim_us,
-        "ratio": receive_us / claim_us,
+        "receive_median_us": median["receive"],
+        "claim_median_us": median["claim"],
+        "core_median_us": median["core"],
+        "ratio": median["receive"] / median["claim"],
+        "receive_over_core": median["receive"] / median["core"],
+        "loadavg_1min": read_loadavg(),
     }
+
+
+def read_loadavg() -> float:
+    """The 1-minute load average (``/proc/loadavg``); NaN where there is none."""
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except OSError:
+        return float("nan")
 
 
 def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
@@ -208,7 +271,15 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
         "receive_vs_claim": single,
         "receive_vs_claim_summary": {
             key: statistics.median(r[key] for r in single)
-            for key in ("messages", "receive_median_us", "claim_median_us", "ratio")
+            for key in (
+                "messages",
+                "receive_median_us",
+                "claim_median_us",
+                "core_median_us",
+                "ratio",
+                "receive_over_core",
+                "loadavg_1min",
+            )
         },
         "runs": runs,
         "summary": summary(runs),
@@ -248,6 +319,8 @@ def table(results: Mapping[str, Any]) -> Table:
         f"receive vs claim, one message per transaction ({single['messages']:,.0f} messages, "
         f"median of {len(results['receive_vs_claim'])} runs): receive "
         f"{single['receive_median_us']:.0f} µs, claim {single['claim_median_us']:.0f} µs, "
-        f"ratio {single['ratio']:.2f}"
+        f"hand-written Core insert {single['core_median_us']:.0f} µs; receive / claim "
+        f"{single['ratio']:.2f}, receive / Core {single['receive_over_core']:.2f} "
+        f"(load {single['loadavg_1min']:.2f})"
     )
     return out

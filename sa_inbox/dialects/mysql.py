@@ -5,7 +5,9 @@ other errors to warnings: truncation (1265, 1406), NULL into NOT NULL (1048), ba
 (1366) and foreign-key failures (1452) (MySQL manual, "13.2.6 INSERT Statement", "The Effect
 of IGNORE on Statement Execution"). So ids are validated before sending, and after each
 statement that the server reports warnings for, ``SHOW WARNINGS`` is read and anything but
-1062 raises :class:`~sa_inbox.exc.ClaimWarning`.
+1062 raises :class:`~sa_inbox.exc.ClaimWarning`, except where the warning count alone
+proves them duplicates (:meth:`MySQLClaim.skips_only_duplicates`: as many warnings as
+rows skipped, on a table where only a duplicate key skips a row).
 
 ``rowcount`` is the number of rows inserted: SQLAlchemy's MySQL dialects connect with
 ``CLIENT.FOUND_ROWS``, which changes what ``UPDATE`` and ``ON DUPLICATE KEY UPDATE`` report
@@ -19,6 +21,7 @@ returning the new ids; MySQL 8 has no ``RETURNING`` and a batch is one statement
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -43,6 +46,8 @@ __all__ = ["BACKEND", "DeleteOrderedLimit", "MySQLClaim", "MySQLPurge", "MySQLSt
 #: Deadlock found, lock wait timeout exceeded (MySQL manual, "Server Error Message Reference").
 TRANSIENT_ERRORS = frozenset({1213, 1205})
 ER_DUP_ENTRY = 1062
+#: A table's ``(schema, name)``.
+TableName = tuple[str | None, str]
 #: ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR (MySQL manual, "Server Error Message Reference").
 MISSING_TABLE_ERRORS = frozenset({1146, 1054})
 
@@ -57,10 +62,24 @@ def _error_message(exc: DBAPIError) -> str:
     return str(args[1]) if len(args) > 1 else str(driver_error(exc))
 
 
-_KEY_COLLATIONS = sa.text(
-    "SELECT COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
+#: The table's one-time check, one round trip: the key columns' collations (``COLUMN``
+#: rows), and what besides a duplicate key can make ``INSERT IGNORE`` skip a row: foreign
+#: keys, CHECK constraints, partitions, INSERT triggers (see
+#: :meth:`MySQLClaim.skips_only_duplicates`).
+_TABLE_CHECK = sa.text(
+    "SELECT 'COLUMN', COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
     "WHERE TABLE_SCHEMA = COALESCE(:schema, DATABASE()) AND TABLE_NAME = :table "
-    "AND COLUMN_NAME IN ('message_id', 'consumer_name')"
+    "AND COLUMN_NAME IN ('message_id', 'consumer_name') "
+    "UNION ALL SELECT CONSTRAINT_TYPE, CONSTRAINT_NAME, NULL "
+    "FROM information_schema.TABLE_CONSTRAINTS "
+    "WHERE TABLE_SCHEMA = COALESCE(:schema, DATABASE()) AND TABLE_NAME = :table "
+    "AND CONSTRAINT_TYPE IN ('FOREIGN KEY', 'CHECK') "
+    "UNION ALL SELECT 'PARTITION', PARTITION_NAME, NULL FROM information_schema.PARTITIONS "
+    "WHERE TABLE_SCHEMA = COALESCE(:schema, DATABASE()) AND TABLE_NAME = :table "
+    "AND PARTITION_NAME IS NOT NULL "
+    "UNION ALL SELECT 'TRIGGER', TRIGGER_NAME, NULL FROM information_schema.TRIGGERS "
+    "WHERE EVENT_OBJECT_SCHEMA = COALESCE(:schema, DATABASE()) "
+    "AND EVENT_OBJECT_TABLE = :table AND EVENT_MANIPULATION = 'INSERT'"
 )
 
 
@@ -70,10 +89,87 @@ def _unsafe_collation(collation: str | None) -> bool:
 
 
 class MySQLClaim(ClaimDialect):
-    """Claims on MySQL 5.7+/8 and MariaDB through SQLAlchemy's ``mysql.insert()``."""
+    """Claims on MySQL 5.7+/8 and MariaDB through SQLAlchemy's ``mysql.insert()``.
+
+    A single-row claim whose statement inserted nothing and raised exactly one warning is a
+    duplicate, without ``SHOW WARNINGS``, on a table where a duplicate key is the only way
+    ``INSERT IGNORE`` skips a row (:meth:`skips_only_duplicates`); a batch likewise when its
+    warnings number the rows it skipped (:meth:`claim_chunk`); every other warning count
+    still reads ``SHOW WARNINGS``.
+    """
+
+    def __init__(self) -> None:
+        #: Per engine, the ``(schema, table)`` names that :meth:`check_table` found to skip
+        #: rows only on a duplicate key. No lock: a racing first call checks again.
+        self._duplicate_only: weakref.WeakKeyDictionary[sa.Engine, set[TableName]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def insert_or_skip(self, table: sa.Table) -> mysql.Insert:
         return mysql.insert(table).prefix_with("IGNORE")
+
+    def claim_one(self, conn: Connection, table: sa.Table, statement: Executable, row: Row) -> bool:
+        """Run the single-row ``INSERT IGNORE``; True if the row was inserted.
+
+        Warnings: none, the statement's result stands; exactly one with no row inserted,
+        on a table that :meth:`skips_only_duplicates`, it is the duplicate key's 1062 (the
+        one condition that skipped the row), so no ``SHOW WARNINGS`` is sent; any other
+        count (or an unknown one) reads ``SHOW WARNINGS`` and raises on anything but 1062.
+
+        :raises ClaimWarning: for a warning other than duplicate key.
+        :raises TransientClaimError, MissingTable: as :meth:`translate_errors`.
+        """
+        try:
+            result = super().execute(conn, statement, row)
+        except DBAPIError as exc:
+            self.raise_translated(exc)
+            raise
+        inserted = result.rowcount
+        count = self.warning_count(conn, result)
+        if count != 0 and not (
+            count == 1 and inserted == 0 and self.skips_only_duplicates(conn, table)
+        ):
+            self._raise_on_warnings(conn)
+        return inserted == 1
+
+    def claim_chunk(
+        self, conn: Connection, table: sa.Table, statement: Executable, chunk: Sequence[Row]
+    ) -> set[str]:
+        """MariaDB's ``INSERT IGNORE … RETURNING message_id`` for a batch; the new ids.
+
+        The rule of :meth:`claim_one` for many rows: every skipped row raised at least one
+        warning (its reason), so when the warnings number exactly the rows sent but not
+        returned, each skipped row raised one and no inserted row raised any; on a table
+        that :meth:`skips_only_duplicates` they are all 1062 and ``SHOW WARNINGS`` is not
+        sent. Any other count reads it (and raises on anything but 1062).
+
+        :raises ClaimWarning: for a warning other than duplicate key.
+        """
+        result = super().execute(conn, statement, chunk)
+        count = self.warning_count(conn, result)  # before the rows: the cursor's last OK/EOF
+        claimed = set(result.scalars().all())
+        skipped = len(chunk) - len(claimed)
+        if count != 0 and not (count == skipped and self.skips_only_duplicates(conn, table)):
+            self._raise_on_warnings(conn)
+        return claimed
+
+    def skips_only_duplicates(self, conn: Connection, table: sa.Table) -> bool:
+        """Whether :meth:`check_table` found that on ``conn``'s server only a duplicate key
+        makes ``INSERT IGNORE`` skip a row of ``table``.
+
+        ``IGNORE`` turns these errors into a warning and a skipped row (MySQL manual,
+        "INSERT Statement", "The Effect of IGNORE on Statement Execution"; MariaDB
+        "IGNORE"): a duplicate key (1062), a foreign key failure (1452), a row matching no
+        partition (1526), and on MySQL 8.0.16+ a CHECK constraint failure (3819). Measured
+        on MariaDB 10.11: a CHECK failure stays error 4025 under ``INSERT IGNORE``, and a row
+        for no partition is skipped with warning 1526, the same count as a duplicate. Every
+        other condition ``IGNORE`` downgrades (truncation 1265/1406, NULL 1048, bad string
+        1366) still inserts the row (``rowcount`` 1), and a triggered statement may add
+        warnings of its own. So the table qualifies when it has no foreign key, no
+        partitions, no INSERT trigger, and, on MySQL, no CHECK constraint.
+        """
+        names = self._duplicate_only.get(conn.engine)
+        return names is not None and (table.schema, table.name) in names
 
     def execute(
         self, conn: Connection, statement: Any, params: Row | Sequence[Row] | None
@@ -129,7 +225,8 @@ class MySQLClaim(ClaimDialect):
 
         :raises UnsupportedBackend: naming the columns and the ``ALTER TABLE`` that fixes them.
         """
-        rows = conn.execute(_KEY_COLLATIONS, {"schema": table.schema, "table": table.name}).all()
+        found = conn.execute(_TABLE_CHECK, {"schema": table.schema, "table": table.name}).all()
+        rows = [(name, collation) for kind, name, collation in found if kind == "COLUMN"]
         unsafe = [(name, collation) for name, collation in rows if _unsafe_collation(collation)]
         if unsafe:
             columns = ", ".join(f"{name} ({collation})" for name, collation in unsafe)
@@ -139,7 +236,21 @@ class MySQLClaim(ClaimDialect):
                 "Use a binary collation, e.g. ALTER TABLE … MODIFY message_id VARCHAR(n) "
                 "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL (and consumer_name)"
             )
+        if rows:
+            self._record_skip_reasons(conn, table, {str(kind) for kind, _, _ in found})
         return bool(rows)
+
+    def _record_skip_reasons(self, conn: Connection, table: sa.Table, kinds: set[str]) -> None:
+        """Remember whether ``table`` skips rows only on a duplicate key (see
+        :meth:`skips_only_duplicates`), from the kinds of rows :data:`_TABLE_CHECK` found."""
+        skipping = {"FOREIGN KEY", "PARTITION", "TRIGGER"}
+        if not conn.dialect.is_mariadb:  # type: ignore[attr-defined]
+            skipping.add("CHECK")  # MySQL 8.0.16+ skips a row failing a CHECK under IGNORE
+        names = self._duplicate_only.setdefault(conn.engine, set())
+        if kinds & skipping:
+            names.discard((table.schema, table.name))
+        else:
+            names.add((table.schema, table.name))
 
     def is_duplicate(self, exc: DBAPIError, table: sa.Table) -> bool:
         if _error_code(exc) != ER_DUP_ENTRY:

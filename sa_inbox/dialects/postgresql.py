@@ -53,6 +53,13 @@ class PostgreSQLClaim(OnConflictDoNothingClaim):
     def supports_returning(self, conn: sa.Connection) -> bool:
         return True
 
+    def json_text(self, text: sa.BindParameter[str], column: sa.Column[Any]) -> ColumnElement[Any]:
+        """``CAST(:text AS JSON)``: PostgreSQL has no assignment cast from ``varchar`` to
+        ``json`` (PostgreSQL manual, 10.4 "Value Storage": only an assignment or implicit
+        cast is applied), and the cast parses the text once, as inserting the JSON value
+        would (manual, 8.14 "JSON Types")."""
+        return sa.cast(text, column.type)
+
     def is_duplicate(self, exc: DBAPIError, table: sa.Table) -> bool:
         if sqlstate_of(exc) != UNIQUE_VIOLATION:
             return False

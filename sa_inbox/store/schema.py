@@ -35,6 +35,7 @@ __all__ = [
     "RECEIVE_COLUMNS",
     "STATUSES",
     "JSONText",
+    "SerialisedJSON",
     "UTCDateTime",
     "inbox_store_table",
     "utc_now",
@@ -96,7 +97,8 @@ class UTCDateTime(sa.TypeDecorator[datetime.datetime]):
             return None
         if value.tzinfo is None:
             raise InvalidStoreArgument(f"timestamps must be time-zone aware, not {value!r}")
-        value = value.astimezone(datetime.UTC)
+        if value.tzinfo is not datetime.UTC:  # the store's own times are UTC already
+            value = value.astimezone(datetime.UTC)
         return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime.datetime | None:
@@ -107,13 +109,25 @@ class UTCDateTime(sa.TypeDecorator[datetime.datetime]):
         return value.astimezone(datetime.UTC)  # type: ignore[no-any-return]
 
 
+class SerialisedJSON(str):
+    """A JSON document already serialised to text (by the receive, once): bound as it is,
+    never serialised again (see :func:`sa_inbox.store.store.receive_insert`)."""
+
+    __slots__ = ()
+
+
 class JSONText(sa.TypeDecorator[Any]):
-    """JSON kept as text in a ``CLOB``: the payload's type on Oracle (any version)."""
+    """JSON kept as text in a ``CLOB``: the payload's type on Oracle (any version).
+
+    A :class:`SerialisedJSON` is bound as it is; any other value is serialised.
+    """
 
     impl = sa.Text
     cache_ok = True
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> str:
+        if isinstance(value, SerialisedJSON):
+            return str(value)
         return json.dumps(value, allow_nan=False)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:

@@ -55,11 +55,12 @@ from .schema import (
     PROCESSING,
     REAP_BATCH,
     STATUSES,
+    SerialisedJSON,
     inbox_store_table,
     utc_now,
 )
 
-__all__ = ["BoundStore", "InboxStore"]
+__all__ = ["BoundStore", "InboxStore", "receive_insert"]
 
 #: The statuses :meth:`InboxStore.replay` resets to pending.
 _REPLAYABLE = (DEAD, DONE)
@@ -99,7 +100,7 @@ class InboxStore:
         )
         self.message_id_length = message_id_length
         # The receive statement per backend and its one-time checks, as Inbox.claim's.
-        self._insert = PreparedInsert(self.table)
+        self._insert = PreparedInsert(self.table, build=receive_insert)
         # Engines whose store-claim check passed. No lock guards them: a racing first call
         # runs the same read-only check again, and no lock is ever held across SQL.
         self._claim_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
@@ -133,6 +134,11 @@ class InboxStore:
         DO NOTHING``, ``INSERT IGNORE``, ``MERGE``) on the unique ``(message_id,
         consumer_name)``. Commit, then ack the broker; a duplicate is acked too.
 
+        Cost: one statement, new or duplicate (MySQL/MariaDB included, see
+        :meth:`~sa_inbox.dialects.MySQLClaim.claim_one`), built once per backend
+        (:func:`receive_insert`, so SQLAlchemy finds it compiled); the payload is serialised
+        once, by the validation, and that text is what is bound.
+
         :param bind: a Session or Connection in the caller's transaction (never committed
             here).
         :param message_id: the producer-assigned id.
@@ -147,11 +153,9 @@ class InboxStore:
         :raises TransientClaimError: on a deadlock or serialization failure: roll back and
             retry.
         """
-        row = self._row(
-            Incoming(message_id, payload, aggregate_id, message_type), consumer_name, now
-        )
-        conn = self._connection(bind)
-        dialect, statement = self._prepared(conn)
+        row = self._row(message_id, payload, aggregate_id, message_type, consumer_name, now)
+        conn = connection_for(bind, self.table)
+        dialect, statement = self._insert(conn)
         return dialect.claim_one(conn, self.table, statement, row)
 
     def receive_many(
@@ -181,12 +185,20 @@ class InboxStore:
         for message in messages:
             if not isinstance(message, Incoming):
                 raise InvalidStoreArgument(f"expected Incoming, not {type(message).__name__}")
-            row = self._row(message, consumer_name, when)
+            row = self._row(
+                message.message_id,
+                message.payload,
+                message.aggregate_id,
+                message.message_type,
+                consumer_name,
+                when,
+            )
             rows.setdefault(row["message_id"], row)
         if not rows:
             return set()
-        conn = self._connection(bind)
-        return self._insert_dialect(conn).claim_many(conn, self.table, list(rows.values()))
+        conn = connection_for(bind, self.table)
+        dialect, statement = self._insert(conn)
+        return dialect.claim_many(conn, self.table, list(rows.values()), statement)
 
     # -- claim and finish (each in its own transaction) ----------------------------------
 
@@ -630,27 +642,28 @@ class InboxStore:
         return _rowcount(conn, statement) == 1
 
     def _row(
-        self, message: Incoming, consumer_name: str, now: datetime.datetime | None
+        self,
+        message_id: str,
+        payload: Any,
+        aggregate_id: str | None,
+        message_type: str | None,
+        consumer_name: str,
+        now: datetime.datetime | None,
     ) -> dict[str, Any]:
+        """The validated row of one message (the payload serialised, once), before any SQL."""
         when = _aware(now)
+        length = self.message_id_length
         return {
-            "message_id": validate_key(message.message_id, "message_id", self.message_id_length),
-            "consumer_name": validate_key(consumer_name, "consumer_name", self.message_id_length),
-            "aggregate_id": _optional_key(message.aggregate_id, "aggregate_id"),
-            "message_type": _optional_key(message.message_type, "message_type"),
-            "payload": _json(message.payload),
+            "message_id": validate_key(message_id, "message_id", length),
+            "consumer_name": validate_key(consumer_name, "consumer_name", length),
+            "aggregate_id": None if aggregate_id is None else _key(aggregate_id, "aggregate_id"),
+            "message_type": None if message_type is None else _key(message_type, "message_type"),
+            "payload": _json(payload),
             "status": PENDING,
             "received_at": when,
             "available_at": when,
             "attempts": 0,
         }
-
-    def _connection(self, bind: Bind) -> Connection:
-        return connection_for(bind, self.table)
-
-    def _insert_dialect(self, conn: Connection) -> ClaimDialect:
-        """The insert-or-skip dialect of ``conn``'s backend, checked (see :meth:`_prepared`)."""
-        return self._prepared(conn)[0]
 
     def _prepared(self, conn: Connection) -> tuple[ClaimDialect, Executable]:
         """The insert-or-skip dialect and cached receive statement for ``conn``'s backend,
@@ -788,14 +801,51 @@ def _positive_int(value: int, name: str) -> int:
     return positive_int(value, name, InvalidStoreArgument)
 
 
-def _optional_key(value: str | None, field: str) -> str | None:
-    return None if value is None else validate_key(value, field, 255)
+def _key(value: str, field: str) -> str:
+    return validate_key(value, field, 255)
 
 
-def _json(payload: Any) -> Any:
-    """``payload`` itself if JSON can represent it exactly (no NaN/Infinity)."""
+def _json(payload: Any) -> SerialisedJSON:
+    """``payload`` as JSON text, if JSON can represent it exactly (no NaN/Infinity).
+
+    The one serialisation of a received payload: its text is what the receive statement
+    binds (:func:`receive_insert`), so the column type does not serialise it again.
+
+    :raises InvalidStoreArgument: if it cannot.
+    """
     try:
-        json.dumps(payload, allow_nan=False)
+        return SerialisedJSON(json.dumps(payload, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise InvalidStoreArgument(f"payload is not JSON-serialisable: {exc}") from exc
-    return payload
+
+
+def receive_insert(dialect: ClaimDialect, table: sa.Table) -> Executable:
+    """The store's single-row insert-or-skip for ``dialect``, its payload bound as JSON text.
+
+    The receive serialises the payload once, to validate it (:func:`_json`); binding that
+    text instead of the value saves the JSON type's second ``json.dumps`` on every receive.
+    On an ``INSERT`` (PostgreSQL, MySQL/MariaDB, SQLite) the payload's value is the
+    ``Text`` bind parameter ``payload`` through :meth:`ClaimDialect.json_text` (a cast to
+    ``JSON`` on PostgreSQL), ``status`` and ``attempts`` are the literals ``'pending'`` and
+    ``0`` in its text, and the statement is ``inline()`` (SQLAlchemy docs,
+    ``Insert.inline``: no implicit ``RETURNING`` of the new ``id``); Oracle's ``MERGE``
+    binds through :class:`JSONText`, which takes a :class:`SerialisedJSON` as it is.
+
+    :param dialect: the backend's claim dialect.
+    :param table: the store table.
+    """
+    statement = dialect.insert_or_skip(table)
+    if isinstance(statement, sa.Insert):
+        text = sa.bindparam("payload", type_=sa.Text())
+        statement = statement.values(
+            payload=dialect.json_text(text, table.c.payload),
+            # The constants of every receive, in the SQL text rather than bound per call
+            # (the row's own values for these keys are then not sent).
+            status=sa.literal_column(f"'{PENDING}'", sa.String()),
+            attempts=sa.literal_column("0", sa.Integer()),
+        )
+        # inline(): no implicit "RETURNING id" (SQLAlchemy adds it on PostgreSQL to fetch
+        # the new identity, which a receive never uses: a result set to send, fetch and
+        # read on every receive); an explicit .returning() (receive_many) still applies.
+        statement = statement.inline()
+    return statement
