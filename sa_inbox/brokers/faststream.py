@@ -230,7 +230,7 @@ def _acked_on_delivery(msg: StreamMessage[Any]) -> bool:
     if kind == "rabbit":
         return bool(msg.raw_message.locked)
     if kind == "nats":
-        return bool(msg.raw_message._ackd)
+        return bool(msg.raw_message.is_acked)
     return False
 
 
