@@ -1,0 +1,172 @@
+"""A chaos consumer process: ``python -m sa_inbox.chaos.consumer --broker URL --url DB ...``.
+
+It runs the broker's chaos driver (``driver.consume``) with the payment handler of
+:mod:`.workload` until SIGTERM, and appends every settlement to its own log file as one
+JSON line, flushed per line, so that a SIGKILL loses at most a partial last line
+(:mod:`.tally` skips it). The supervisor (:mod:`.supervisor`) starts, kills and restarts
+these processes.
+
+With ``--crash-after-commit RATE`` the process SIGKILLs itself right after a commit of
+the handler's transaction and before the ack, for that share of commits (the demo's
+crashes, made real).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import IO, Any
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..brokers import Settlement
+from ..demo.app import DemoSchema
+from ..demo.db import make_engine
+from .drivers import driver_for
+from .workload import CONSUMER, payment_handler
+
+__all__ = ["ConsumerConfig", "SettlementLog", "main", "record_line", "run_consumer"]
+
+
+@dataclass(frozen=True)
+class ConsumerConfig:
+    """What one consumer process runs.
+
+    :param broker: the broker URL (``amqp://``, ``redis://``, ``nats://``).
+    :param url: the database URL.
+    :param name: the run's queue / stream name.
+    :param log: the file settlements are appended to (JSON lines).
+    :param max_deliveries: deliveries of a message before it is dead-lettered, >= 1.
+    :param prefix: the business tables' prefix (``chaos_``, or ``demo_`` for the demo).
+    :param crash_after_commit: share in [0, 1] of commits after which the process
+        SIGKILLs itself before the ack.
+    :param seed: seed of the crash decisions (mixed with the process id).
+    """
+
+    broker: str
+    url: str
+    name: str
+    log: str
+    max_deliveries: int
+    prefix: str = "chaos_"
+    crash_after_commit: float = 0.0
+    seed: int = 0
+
+    def argv(self) -> list[str]:
+        """The command-line options that rebuild this config in the child (:func:`main`)."""
+        options: list[str] = []
+        for key, value in asdict(self).items():
+            options += [f"--{key.replace('_', '-')}", str(value)]
+        return options
+
+
+def record_line(settlement: Settlement) -> str:
+    """One settlement as a JSON line: id, disposition, delivery count, reason, pid, time."""
+    delivery = settlement.delivery
+    return (
+        json.dumps(
+            {
+                "id": delivery.message_id,
+                "disposition": settlement.disposition.value,
+                "delivery_count": delivery.delivery_count,
+                "reason": settlement.reason.value if settlement.reason else None,
+                "pid": os.getpid(),
+                "t": time.time(),
+            }
+        )
+        + "\n"
+    )
+
+
+class SettlementLog:
+    """Appends each settlement to a file, one JSON line, flushed per line.
+
+    :param stream: a text file opened for appending.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def __call__(self, settlement: Settlement) -> None:
+        self.stream.write(record_line(settlement))
+        self.stream.flush()
+
+
+def _crashing_sessions(
+    factory: sessionmaker[Session], rate: float, rng: random.Random
+) -> sessionmaker[Session]:
+    """``factory`` with an ``after_commit`` listener that SIGKILLs this process for a share
+    ``rate`` of commits: the change is committed, the broker never gets the ack."""
+    if rate > 0:
+
+        def maybe_die(session: Session) -> None:
+            if rng.random() < rate:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        event.listen(factory, "after_commit", maybe_die)
+    return factory
+
+
+def run_consumer(config: ConsumerConfig, stop: threading.Event) -> None:
+    """Consume ``config.name`` through the broker's driver until ``stop`` is set.
+
+    :raises ValueError: for a broker URL without a chaos driver.
+    :raises ImportError: if the broker's client library is not installed.
+    """
+    schema = DemoSchema(config.prefix)
+    engine = make_engine(config.url)
+    driver = driver_for(config.broker)
+    rng = random.Random(config.seed * 1_000_003 + os.getpid())
+    sessions = _crashing_sessions(sessionmaker(engine), config.crash_after_commit, rng)
+    try:
+        with open(config.log, "a", encoding="utf-8") as log:
+            driver.consume(
+                config.name,
+                session_factory=sessions,
+                inbox=schema.inbox,
+                consumer_name=CONSUMER,
+                handler=payment_handler(schema),
+                max_deliveries=config.max_deliveries,
+                on_settled=SettlementLog(log),
+                stop=stop,
+            )
+    finally:
+        driver.close()
+        engine.dispose()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sa_inbox.chaos.consumer")
+    types: dict[str, Callable[[str], Any]] = {
+        "max_deliveries": int,
+        "crash_after_commit": float,
+        "seed": int,
+    }
+    for name in ConsumerConfig.__dataclass_fields__:
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=types.get(name, str))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of a consumer process: SIGTERM (or SIGINT) stops it cleanly."""
+    config = ConsumerConfig(**vars(_parser().parse_args(argv)))
+    logging.basicConfig(
+        level=logging.WARNING, format=f"consumer {os.getpid()}: %(name)s: %(message)s"
+    )
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    run_consumer(config, stop)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+"""The chaos run's orchestration: plan, database, broker, consumers, killer, end, verification.
+
+:func:`run_chaos` is what ``sa-inbox chaos`` runs:
+
+1. the plan (:mod:`.workload`) and fresh business tables;
+2. a fresh queue / stream and its dead-letter path (``driver.prepare``);
+3. K consumer processes (:mod:`.consumer`) under the killer (:mod:`.supervisor`);
+4. the producer publishes the plan through its own driver, in a thread, while the
+   killer kills;
+5. the end: everything published, ``driver.unsettled(name) == 0`` and every consumer
+   idle (no settlement logged for :data:`IDLE_S`), twice in a row with no kill in between;
+   past ``timeout`` the run fails (:class:`ChaosError`);
+6. the consumers are stopped (SIGTERM), their logs tallied (:mod:`.tally`), and the
+   database and the broker verified (:mod:`.verify`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from rich.console import Console
+
+from ..demo.app import DemoSchema
+from ..demo.db import make_engine, prepare_database
+from .consumer import ConsumerConfig
+from .drivers import ChaosDriver, driver_for
+from .report import ChaosResult
+from .supervisor import ConsumerFailed, Supervisor
+from .tally import read_logs
+from .verify import read_state, verify
+from .workload import PREFIX, ChaosPlan, make_plan
+
+__all__ = ["IDLE_S", "POLL_S", "ChaosConfig", "ChaosError", "run_chaos"]
+
+#: Seconds without a new settlement, with nothing unsettled, after which consumers are idle.
+IDLE_S = 0.5
+#: Seconds between two looks at the broker and the consumers.
+POLL_S = 0.1
+
+
+class ChaosError(Exception):
+    """The run could not finish: a consumer or the producer failed, or the timeout passed
+    with messages still unsettled."""
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """Options of ``sa-inbox chaos``.
+
+    :param broker: the broker URL (``amqp://``, ``redis://``, ``nats://``).
+    :param url: the database URL (a sync driver; the run drops and creates its tables).
+    :param messages: unique payments, >= 1.
+    :param consumers: consumer processes, >= 1.
+    :param kill_every: mean seconds between two SIGKILLs of a consumer; 0 for no kills.
+    :param duplicates: share in [0, 1] of payments published twice with the same id.
+    :param poison: poison messages (their handler always fails).
+    :param max_deliveries: deliveries of a message before it is dead-lettered, >= 1.
+    :param seed: seed of the plan and the killer; None for a random one.
+    :param crash_after_commit: share in [0, 1] of commits after which the consumer
+        SIGKILLs itself before acking (the demo's crashes).
+    :param timeout: seconds the run may take before it fails.
+    :param name: the queue / stream name; None for ``sa-inbox-chaos-<random>``.
+    :param prefix: the business tables' prefix.
+    """
+
+    broker: str
+    url: str
+    messages: int = 1000
+    consumers: int = 3
+    kill_every: float = 1.0
+    duplicates: float = 0.1
+    poison: int = 0
+    max_deliveries: int = 5
+    seed: int | None = None
+    crash_after_commit: float = 0.0
+    timeout: float = 600.0
+    name: str | None = None
+    prefix: str = PREFIX
+
+    def with_seed(self) -> ChaosConfig:
+        """This config with a concrete seed and queue name."""
+        return dataclasses.replace(
+            self,
+            seed=self.seed if self.seed is not None else random.SystemRandom().randrange(10**6),
+            name=self.name or f"sa-inbox-chaos-{uuid.uuid4().hex[:12]}",
+        )
+
+
+class _Producer(threading.Thread):
+    """Publishes the plan through its own driver (a driver's connection is one thread's)."""
+
+    def __init__(self, broker: str, name: str, plan: ChaosPlan) -> None:
+        super().__init__(name="sa-inbox-chaos-producer", daemon=True)
+        self.broker, self.queue, self.plan = broker, name, plan
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            driver = driver_for(self.broker)
+            try:
+                driver.publish(self.queue, self.plan.publishes)
+            finally:
+                driver.close()
+        except BaseException as exc:  # reported by the main thread
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+class _Ending:
+    """Decides when the run is over: published, nothing unsettled, consumers idle."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+        self.sizes: tuple[int, ...] = ()
+        self.quiet_since = 0.0
+
+    def over(self, unsettled: int) -> bool:
+        now = time.monotonic()
+        sizes = tuple(path.stat().st_size for path in self.supervisor.logs())
+        if unsettled or sizes != self.sizes:
+            self.sizes, self.quiet_since = sizes, now
+            return False
+        self.supervisor.stop_killing()  # nothing left to kill a consumer in the middle of
+        return now - self.quiet_since >= IDLE_S
+
+
+def _consume_until_settled(
+    config: ChaosConfig, driver: ChaosDriver, supervisor: Supervisor, producer: _Producer
+) -> None:
+    """Step the killer until the run is over (see the module's step 5).
+
+    :raises ChaosError: if the producer or a consumer failed, or at the timeout.
+    """
+    assert config.name is not None
+    deadline = time.monotonic() + config.timeout
+    ending = _Ending(supervisor)
+    while True:
+        try:
+            supervisor.step()
+        except ConsumerFailed as exc:
+            raise ChaosError(str(exc)) from exc
+        if producer.error is not None:
+            raise ChaosError(f"the producer failed: {producer.error!r}") from producer.error
+        unsettled = driver.unsettled(config.name)
+        if producer.done.is_set() and ending.over(unsettled):
+            return
+        if time.monotonic() > deadline:
+            raise ChaosError(
+                f"timeout after {config.timeout:.0f} s: {unsettled} messages unsettled"
+                + ("" if producer.done.is_set() else ", the producer still publishing")
+            )
+        time.sleep(POLL_S)
+
+
+def _prepared_engine(url: str, schema: DemoSchema, plan: ChaosPlan) -> sa.Engine:
+    """An engine on ``url`` with the run's tables freshly created."""
+    engine = make_engine(url)
+    try:
+        prepare_database(engine)
+        schema.reset(engine, plan.accounts)
+    except sa.exc.SQLAlchemyError as exc:
+        engine.dispose()
+        raise ChaosError(f"cannot prepare the database: {exc}") from exc
+    return engine
+
+
+def _consumer_configs(config: ChaosConfig) -> list[ConsumerConfig]:
+    assert config.name is not None and config.seed is not None
+    template = ConsumerConfig(
+        broker=config.broker,
+        url=config.url,
+        name=config.name,
+        log="",
+        max_deliveries=config.max_deliveries,
+        prefix=config.prefix,
+        crash_after_commit=config.crash_after_commit,
+        seed=config.seed,
+    )
+    return [template] * config.consumers
+
+
+def _broker_label(url: str) -> str:
+    """``scheme://host:port`` of a broker URL, without credentials."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.rpartition('@')[2].split('/', 1)[0]}"
+
+
+def run_chaos(config: ChaosConfig, *, console: Console | None = None) -> ChaosResult:
+    """Run the whole chaos run and return its result (not printed).
+
+    :param config: the options; ``config.seed`` and ``config.name`` must be set (see
+        :meth:`ChaosConfig.with_seed`).
+    :param console: where a status line goes while the run lasts; None for none.
+    :raises ChaosError: as the class says; the consumers are stopped first.
+    :raises ValueError: for a broker URL without a driver, or a config without a seed.
+    :raises ImportError: if the broker's client library is not installed.
+    """
+    if config.seed is None or config.name is None:
+        raise ValueError("run_chaos needs a seed and a name: use config.with_seed()")
+    plan = make_plan(
+        config.messages, seed=config.seed, duplicates=config.duplicates, poison=config.poison
+    )
+    schema = DemoSchema(config.prefix)
+    driver = driver_for(config.broker)
+    engine = _prepared_engine(config.url, schema, plan)
+    try:
+        driver.prepare(config.name, max_deliveries=config.max_deliveries)
+        with tempfile.TemporaryDirectory(prefix="sa-inbox-chaos-") as logs:
+            supervisor = Supervisor(
+                _consumer_configs(config),
+                kill_every=config.kill_every,
+                seed=config.seed,
+                log_dir=Path(logs),
+            )
+            producer = _Producer(config.broker, config.name, plan)
+            try:
+                supervisor.start()
+                started = time.monotonic()
+                producer.start()
+                with _status(console, config):
+                    _consume_until_settled(config, driver, supervisor, producer)
+                elapsed = time.monotonic() - started
+            finally:
+                supervisor.stop()
+            tally = read_logs(supervisor.logs())
+        state = read_state(engine, schema)
+        verification = verify(
+            plan,
+            state,
+            unsettled=driver.unsettled(config.name),
+            dead_letters=driver.dead_letters(config.name),
+        )
+    finally:
+        driver.close()
+        engine.dispose()
+    return ChaosResult(
+        broker=_broker_label(config.broker),
+        backend=engine.dialect.name,
+        name=config.name,
+        consumers=config.consumers,
+        kill_every=config.kill_every,
+        seed=config.seed,
+        published=len(plan.publishes),
+        duplicate_publishes=plan.duplicate_publishes,
+        poison=len(plan.poison_ids),
+        kills=supervisor.kills,
+        crashes=supervisor.crashes,
+        elapsed_s=elapsed,
+        tally=tally,
+        verification=verification,
+    )
+
+
+def _status(console: Console | None, config: ChaosConfig) -> Any:
+    """A spinner while the run lasts (nothing without a console)."""
+    if console is None:
+        return contextlib.nullcontext()
+    return console.status(
+        f"chaos run: {config.messages} payments, {config.consumers} consumers, a kill every "
+        f"~{config.kill_every:g} s ..."
+    )

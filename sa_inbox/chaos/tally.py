@@ -1,0 +1,86 @@
+"""The tally: what the consumers' settlement logs say happened.
+
+Each consumer process appends one JSON line per settlement (:mod:`.consumer`). A SIGKILL
+can cut the last line of a file short: a line that does not parse is skipped and counted
+(:attr:`Tally.torn_lines`). A delivery whose consumer was killed before it was settled
+leaves no line at all; the broker redelivers it, and that delivery is counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..brokers import Disposition
+
+__all__ = ["Tally", "read_logs"]
+
+
+@dataclass
+class Tally:
+    """Settlements counted from the logs.
+
+    :param deliveries: settled deliveries (every line read).
+    :param redeliveries: of those, deliveries with a broker delivery count above 1.
+    :param processed: deliveries whose handler committed (:attr:`Disposition.PROCESSED`).
+    :param duplicates: deliveries acked as duplicates, handler not run.
+    :param retries: deliveries handed back for redelivery after a failure.
+    :param dead_letters: ``message_id -> reason`` of each dead-lettered delivery.
+    :param processed_ids: how many times each message id was settled as processed.
+    :param torn_lines: lines cut short by a kill, skipped.
+    """
+
+    deliveries: int = 0
+    redeliveries: int = 0
+    processed: int = 0
+    duplicates: int = 0
+    retries: int = 0
+    dead_letters: dict[str, str] = field(default_factory=dict)
+    processed_ids: Counter[str] = field(default_factory=Counter)
+    torn_lines: int = 0
+
+    def add(self, record: dict[str, object]) -> None:
+        """Count one settlement record (a parsed log line).
+
+        :raises ValueError: for an unknown disposition.
+        """
+        disposition = Disposition(record["disposition"])
+        message_id = str(record["id"])
+        self.deliveries += 1
+        count = record.get("delivery_count", 1)
+        if isinstance(count, int) and count > 1:
+            self.redeliveries += 1
+        if disposition is Disposition.PROCESSED:
+            self.processed += 1
+            self.processed_ids[message_id] += 1
+        elif disposition is Disposition.DUPLICATE:
+            self.duplicates += 1
+        elif disposition is Disposition.RETRY:
+            self.retries += 1
+        else:
+            self.dead_letters[message_id] = str(record.get("reason"))
+
+    def add_lines(self, lines: Iterable[str]) -> None:
+        """Count every complete line; a line that does not parse is a torn line."""
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                self.torn_lines += 1
+                continue
+            self.add(record)
+
+
+def read_logs(paths: Iterable[Path]) -> Tally:
+    """The tally of every settlement log in ``paths`` (a missing file counts as empty)."""
+    tally = Tally()
+    for path in paths:
+        if path.exists():
+            with path.open(encoding="utf-8", errors="replace") as lines:
+                tally.add_lines(lines)
+    return tally

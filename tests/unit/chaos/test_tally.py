@@ -1,0 +1,86 @@
+"""The tally of the consumers' settlement logs, torn last lines included."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, Settlement
+from sa_inbox.chaos.consumer import ConsumerConfig, SettlementLog, record_line
+from sa_inbox.chaos.tally import Tally, read_logs
+
+
+def _settled(message_id: str, disposition: Disposition, count: int = 1) -> Settlement:
+    reason = DeadLetterReason.DELIVERY_LIMIT if disposition is Disposition.DEAD_LETTERED else None
+    return Settlement(disposition, Delivery(message_id, b"{}", delivery_count=count), reason)
+
+
+def test_a_record_line_is_one_json_line() -> None:
+    line = record_line(_settled("pay-1", Disposition.PROCESSED, 2))
+    assert line.endswith("\n") and line.count("\n") == 1
+    record = json.loads(line)
+    assert record["id"] == "pay-1"
+    assert record["disposition"] == "processed"
+    assert record["delivery_count"] == 2
+    assert record["reason"] is None
+
+
+def test_the_log_flushes_every_line() -> None:
+    stream = io.StringIO()
+    log = SettlementLog(stream)
+    log(_settled("pay-1", Disposition.PROCESSED))
+    log(_settled("pay-1", Disposition.DUPLICATE, 2))
+    assert [json.loads(line)["disposition"] for line in stream.getvalue().splitlines()] == [
+        "processed",
+        "duplicate",
+    ]
+
+
+def test_the_tally_counts_each_disposition_and_redeliveries() -> None:
+    tally = Tally()
+    tally.add_lines(
+        record_line(s)
+        for s in (
+            _settled("pay-1", Disposition.PROCESSED),
+            _settled("pay-1", Disposition.DUPLICATE, 2),
+            _settled("pay-2", Disposition.PROCESSED),
+            _settled("poison-1", Disposition.RETRY),
+            _settled("poison-1", Disposition.RETRY, 2),
+            _settled("poison-1", Disposition.DEAD_LETTERED, 3),
+        )
+    )
+    assert (tally.deliveries, tally.redeliveries) == (6, 3)
+    assert (tally.processed, tally.duplicates, tally.retries) == (2, 1, 2)
+    assert tally.dead_letters == {"poison-1": "delivery_limit"}
+    assert tally.processed_ids == {"pay-1": 1, "pay-2": 1}
+    assert tally.torn_lines == 0
+
+
+def test_a_line_cut_by_a_kill_is_skipped(tmp_path: Path) -> None:
+    complete = record_line(_settled("pay-1", Disposition.PROCESSED))
+    torn = record_line(_settled("pay-2", Disposition.PROCESSED))[:25]
+    (tmp_path / "consumer-0-1.jsonl").write_text(complete + torn)
+    (tmp_path / "consumer-0-2.jsonl").write_text(
+        record_line(_settled("pay-2", Disposition.PROCESSED, 2)) + "\n"
+    )
+    tally = read_logs([*sorted(tmp_path.glob("*.jsonl")), tmp_path / "missing.jsonl"])
+    assert tally.torn_lines == 1
+    assert tally.processed_ids == {"pay-1": 1, "pay-2": 1}
+    assert (tally.deliveries, tally.redeliveries) == (2, 1)
+
+
+def test_a_consumer_config_round_trips_through_its_command_line() -> None:
+    from sa_inbox.chaos.consumer import _parser
+
+    config = ConsumerConfig(
+        broker="redis://127.0.0.1:6379/4",
+        url="sqlite:////tmp/x.db",
+        name="sa-inbox-chaos-x",
+        log="/tmp/consumer-0-1.jsonl",
+        max_deliveries=3,
+        prefix="demo_",
+        crash_after_commit=0.05,
+        seed=7,
+    )
+    assert ConsumerConfig(**vars(_parser().parse_args(config.argv()))) == config
