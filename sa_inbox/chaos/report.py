@@ -154,10 +154,10 @@ def _verdict(r: ChaosResult) -> Text:
         f"consumer kills survived, seed {r.seed}"
     )
     if r.ok:
+        poison = ", the poison messages dead-lettered" if r.poison else ""
         return Text.assemble(
             ("PASS", "bold green"),
-            f": every payment applied exactly once, 0 lost, 0 applied twice, poison "
-            f"dead-lettered. {timing}.",
+            f": every payment applied exactly once (0 lost, 0 applied twice){poison}. {timing}.",
         )
     failed = ", ".join(name for name, ok in r.verification.checks.items() if not ok)
     return Text.assemble(("FAIL", "bold red"), f": {failed}. {timing}.")

@@ -80,6 +80,14 @@ def database_url(url: str) -> str:
     type=click.IntRange(min=1),
     help="Deliveries of a message before it goes to the dead-letter queue / stream.",
 )
+@click.option(
+    "--crash-after-commit",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Share of commits after which the consumer SIGKILLs itself before the ack "
+    "(on top of the killer's random kills).",
+)
 @click.option("--seed", type=int, default=None, help="Seed of the plan and the killer.")
 @click.option(
     "--timeout",
@@ -110,6 +118,7 @@ def chaos(
     duplicates: float,
     poison: int,
     max_deliveries: int,
+    crash_after_commit: float,
     seed: int | None,
     timeout: float,
     name: str | None,
@@ -133,6 +142,7 @@ def chaos(
         duplicates=duplicates,
         poison=poison,
         max_deliveries=max_deliveries,
+        crash_after_commit=crash_after_commit,
         seed=seed,
         timeout=timeout,
         name=name,
@@ -140,10 +150,13 @@ def chaos(
     run_and_report(config, json_path)
 
 
-def run_and_report(config: ChaosConfig, json_path: Path | None) -> None:
+def run_and_report(
+    config: ChaosConfig, json_path: Path | None, *, title: str = "sa-inbox chaos"
+) -> None:
     """Run the chaos run of ``config``, print its report, write its JSON.
 
     :param config: with a seed and a name (:meth:`ChaosConfig.with_seed`).
+    :param title: the first word(s) of the header line.
     :param json_path: where to write :meth:`ChaosResult.to_json`, or None.
     :raises CannotRun: (exit 3) if the run could not finish: no driver for the broker's
         scheme, the broker or the database unreachable, a consumer failed, the timeout.
@@ -156,7 +169,7 @@ def run_and_report(config: ChaosConfig, json_path: Path | None) -> None:
 
     console = Console()
     console.print(
-        f"sa-inbox chaos: {config.messages} payments, {config.consumers} consumers, "
+        f"{title}: {config.messages} payments, {config.consumers} consumers, "
         f"a kill every ~{config.kill_every:g} s, seed {config.seed}, queue {config.name}"
     )
     try:
