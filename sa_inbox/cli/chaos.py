@@ -19,7 +19,26 @@ from ._common import EXIT_FAILED, EXIT_INTERRUPTED, CannotRun, check_url, sync_p
 if TYPE_CHECKING:
     from ..chaos.run import ChaosConfig
 
-__all__ = ["chaos", "database_url", "run_and_report"]
+__all__ = ["chaos", "check_broker", "database_url", "run_and_report"]
+
+
+def check_broker(ctx: click.Context, param: click.Parameter, url: str | None) -> str | None:
+    """A ``--broker`` option's callback: the URL's scheme must have a chaos driver.
+
+    :raises click.BadParameter: (exit 2) for another scheme.
+    """
+    from ..chaos.drivers import SCHEMES
+
+    if url is None:
+        return None
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in SCHEMES:
+        raise click.BadParameter(
+            "expected a broker URL: " + ", ".join(f"{scheme}://..." for scheme in sorted(SCHEMES)),
+            ctx=ctx,
+            param=param,
+        )
+    return url
 
 
 def database_url(url: str) -> str:
@@ -32,7 +51,12 @@ def database_url(url: str) -> str:
 
 
 @click.command("chaos")
-@click.option("--broker", required=True, help="Broker URL: amqp://..., redis://..., nats://...")
+@click.option(
+    "--broker",
+    required=True,
+    callback=check_broker,
+    help="Broker URL: amqp://..., redis://..., nats://...",
+)
 @click.option(
     "--url",
     required=True,

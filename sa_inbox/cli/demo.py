@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ._common import EXIT_FAILED, EXIT_INTERRUPTED, CannotRun, check_url
+from .chaos import check_broker
 
 if TYPE_CHECKING:
     from ..demo import DemoConfig
@@ -86,6 +87,7 @@ __all__ = ["demo"]
 @click.option(
     "--broker",
     default=None,
+    callback=check_broker,
     help="Run the stream through this live broker (amqp://..., redis://..., nats://...) "
     "instead of the in-process one; crashes are real SIGKILLs after the commit.",
 )

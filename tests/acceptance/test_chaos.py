@@ -181,3 +181,43 @@ def test_demo_on_a_live_broker(tmp_path: Path) -> None:
     finally:
         remove(driver, result["name"])
         driver.close()
+
+
+def run_errors(*args: str) -> tuple[int, str]:
+    """Run ``python -m sa_inbox.cli ARGS``: the exit code and stderr."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "sa_inbox.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    return completed.returncode, completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["chaos", "--broker", "http://x", "--url", "sqlite://"], "expected a broker URL"),
+        (["demo", "--broker", "kafka://x"], "expected a broker URL"),
+        (["demo", "--broker", "redis://127.0.0.1:1/0", "--no-inbox"], "--no-inbox runs only"),
+    ],
+)
+def test_usage_errors_exit_2(args: list[str], message: str) -> None:
+    code, stderr = run_errors(*args)
+    assert code == 2, stderr
+    assert message in stderr and "Traceback" not in stderr
+
+
+def test_an_unreachable_broker_is_one_error_line(tmp_path: Path) -> None:
+    module = _driver_module("redis")
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} does not exist yet (the redis adapter's task)")
+    code, stderr = run_errors(
+        "chaos", "--broker", "redis://127.0.0.1:1/0", "--url", f"sqlite:///{tmp_path}/c.db"
+    )
+    assert code == 3, stderr
+    assert stderr.startswith("Error: the chaos run could not finish: ")
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr
