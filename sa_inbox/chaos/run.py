@@ -7,9 +7,12 @@
 3. K consumer processes (:mod:`.consumer`) under the killer (:mod:`.supervisor`);
 4. the producer publishes the plan through its own driver, in a thread, while the
    killer kills;
-5. the end: everything published, ``driver.unsettled(name) == 0`` and every consumer
-   idle (no settlement logged for :data:`IDLE_S`), twice in a row with no kill in between;
-   past ``timeout`` the run fails (:class:`ChaosError`);
+5. the end: once everything is published and the consumers' logs show a final settlement
+   (ack or dead letter) per publish, or nothing new for :data:`QUIET_S`, the killer stops
+   and the consumers are stopped (SIGTERM: they finish what they hold); if
+   ``driver.unsettled(name)`` is then 0 the run is over, else the consumers start again
+   (no more kills) and the end is sought again; past ``timeout`` the run fails
+   (:class:`ChaosError`);
 6. the consumers are stopped (SIGTERM), their logs tallied (:mod:`.tally`), and the
    database and the broker verified (:mod:`.verify`).
 """
@@ -36,14 +39,15 @@ from .consumer import ConsumerConfig
 from .drivers import ChaosDriver, driver_for
 from .report import ChaosResult
 from .supervisor import ConsumerFailed, Supervisor
-from .tally import read_logs
+from .tally import LogFollower, read_logs
 from .verify import read_state, verify
 from .workload import PREFIX, ChaosPlan, make_plan
 
-__all__ = ["IDLE_S", "POLL_S", "ChaosConfig", "ChaosError", "run_chaos"]
+__all__ = ["POLL_S", "QUIET_S", "ChaosConfig", "ChaosError", "run_chaos"]
 
-#: Seconds without a new settlement, with nothing unsettled, after which consumers are idle.
-IDLE_S = 0.5
+#: Seconds without a new settlement logged after which the consumers are stopped to ask the
+#: broker what is left unsettled (longer than the drivers' visibility timeouts in the run).
+QUIET_S = 3.0
 #: Seconds between two looks at the broker and the consumers.
 POLL_S = 0.1
 
@@ -118,34 +122,21 @@ class _Producer(threading.Thread):
             self.done.set()
 
 
-class _Ending:
-    """Decides when the run is over: published, nothing unsettled, consumers idle."""
-
-    def __init__(self, supervisor: Supervisor) -> None:
-        self.supervisor = supervisor
-        self.sizes: tuple[int, ...] = ()
-        self.quiet_since = 0.0
-
-    def over(self, unsettled: int) -> bool:
-        now = time.monotonic()
-        sizes = tuple(path.stat().st_size for path in self.supervisor.logs())
-        if unsettled or sizes != self.sizes:
-            self.sizes, self.quiet_since = sizes, now
-            return False
-        self.supervisor.stop_killing()  # nothing left to kill a consumer in the middle of
-        return now - self.quiet_since >= IDLE_S
-
-
-def _consume_until_settled(
-    config: ChaosConfig, driver: ChaosDriver, supervisor: Supervisor, producer: _Producer
+def _until_quiet(
+    config: ChaosConfig,
+    supervisor: Supervisor,
+    producer: _Producer,
+    follower: LogFollower,
+    deadline: float,
 ) -> None:
-    """Step the killer until the run is over (see the module's step 5).
+    """Step the killer until everything is published and the logs show as many final
+    settlements as publishes, or nothing new for :data:`QUIET_S` (a kill can lose the log
+    line of a delivery it acked).
 
-    :raises ChaosError: if the producer or a consumer failed, or at the timeout.
+    :raises ChaosError: if the producer or a consumer failed, or at the deadline.
     """
-    assert config.name is not None
-    deadline = time.monotonic() + config.timeout
-    ending = _Ending(supervisor)
+    published = len(producer.plan.publishes)
+    quiet_since = time.monotonic()
     while True:
         try:
             supervisor.step()
@@ -153,15 +144,46 @@ def _consume_until_settled(
             raise ChaosError(str(exc)) from exc
         if producer.error is not None:
             raise ChaosError(f"the producer failed: {producer.error!r}") from producer.error
-        unsettled = driver.unsettled(config.name)
-        if producer.done.is_set() and ending.over(unsettled):
+        now = time.monotonic()
+        if follower.poll():
+            quiet_since = now
+        if producer.done.is_set() and (follower.final >= published or now - quiet_since >= QUIET_S):
             return
-        if time.monotonic() > deadline:
+        if now > deadline:
             raise ChaosError(
-                f"timeout after {config.timeout:.0f} s: {unsettled} messages unsettled"
+                f"timeout after {config.timeout:.0f} s: {follower.final} of {published} "
+                "publishes settled"
                 + ("" if producer.done.is_set() else ", the producer still publishing")
             )
         time.sleep(POLL_S)
+
+
+def _consume_until_settled(
+    config: ChaosConfig,
+    driver: ChaosDriver,
+    supervisor: Supervisor,
+    producer: _Producer,
+    follower: LogFollower,
+) -> None:
+    """Run until the consumers are stopped with nothing unsettled (the module's step 5).
+
+    The consumers are stopped before each look at ``driver.unsettled`` (on RabbitMQ only a
+    queue without consumers tells its unsettled count: the unacked ones are back to ready);
+    if something is left, they are started again, without kills from then on.
+
+    :raises ChaosError: if the producer or a consumer failed, or at the timeout.
+    """
+    assert config.name is not None
+    deadline = time.monotonic() + config.timeout
+    while True:
+        _until_quiet(config, supervisor, producer, follower, deadline)
+        supervisor.stop()
+        unsettled = driver.unsettled(config.name)
+        if unsettled == 0:
+            return
+        if time.monotonic() > deadline:
+            raise ChaosError(f"timeout after {config.timeout:.0f} s: {unsettled} unsettled")
+        supervisor.start()
 
 
 def _prepared_engine(url: str, schema: DemoSchema, plan: ChaosPlan) -> sa.Engine:
@@ -225,12 +247,13 @@ def run_chaos(config: ChaosConfig, *, console: Console | None = None) -> ChaosRe
                 log_dir=Path(logs),
             )
             producer = _Producer(config.broker, config.name, plan)
+            follower = LogFollower(Path(logs))
             try:
                 supervisor.start()
                 started = time.monotonic()
                 producer.start()
                 with _status(console, config):
-                    _consume_until_settled(config, driver, supervisor, producer)
+                    _consume_until_settled(config, driver, supervisor, producer, follower)
                 elapsed = time.monotonic() - started
             finally:
                 supervisor.stop()

@@ -91,7 +91,7 @@ class Supervisor:
         return now + self.rng.expovariate(1.0 / self.kill_every)
 
     def start(self) -> None:
-        """Start every consumer process."""
+        """Start every consumer process (again, after :meth:`stop`)."""
         for slot in self.slots:
             self._spawn(slot)
 
@@ -151,7 +151,8 @@ class Supervisor:
         self.next_kill = float("inf")
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> list[int | None]:
-        """SIGTERM every consumer and wait for it (SIGKILL after ``timeout`` seconds).
+        """Stop the kills, SIGTERM every consumer and wait for it (SIGKILL after ``timeout``
+        seconds). The kills stay stopped if the consumers are started again.
 
         :returns: each consumer's exit code (0 for a clean stop; -9 if it had to be killed).
         """

@@ -16,7 +16,12 @@ from pathlib import Path
 
 from ..brokers import Disposition
 
-__all__ = ["Tally", "read_logs"]
+__all__ = ["FINAL", "LogFollower", "Tally", "read_logs"]
+
+#: The dispositions that settle a delivery for good (acked, or dead-lettered).
+FINAL = frozenset(
+    d.value for d in (Disposition.PROCESSED, Disposition.DUPLICATE, Disposition.DEAD_LETTERED)
+)
 
 
 @dataclass
@@ -84,3 +89,37 @@ def read_logs(paths: Iterable[Path]) -> Tally:
             with path.open(encoding="utf-8", errors="replace") as lines:
                 tally.add_lines(lines)
     return tally
+
+
+class LogFollower:
+    """Follows the settlement logs of a running chaos run: the complete lines appended since
+    the last :meth:`poll`, counted (a torn or unfinished last line waits for its newline).
+
+    :param directory: the directory of the ``consumer-*.jsonl`` logs.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.offsets: dict[Path, int] = {}
+        #: Deliveries settled for good so far (acked as processed or duplicate, or
+        #: dead-lettered): once it reaches the publishes, every copy may be settled.
+        self.final = 0
+
+    def poll(self) -> int:
+        """Read what was appended; returns the number of new complete lines."""
+        new = 0
+        for path in sorted(self.directory.glob("consumer-*.jsonl")):
+            offset = self.offsets.get(path, 0)
+            with path.open("rb") as log:
+                log.seek(offset)
+                data = log.read()
+            end = data.rfind(b"\n") + 1
+            self.offsets[path] = offset + end
+            for line in data[:end].splitlines():
+                new += 1
+                try:
+                    disposition = json.loads(line).get("disposition")
+                except (json.JSONDecodeError, AttributeError):
+                    continue  # a torn line joined by nothing: counted in the final tally
+                self.final += disposition in FINAL
+        return new

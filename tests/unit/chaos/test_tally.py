@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, Settlement
 from sa_inbox.chaos.consumer import ConsumerConfig, SettlementLog, record_line
-from sa_inbox.chaos.tally import Tally, read_logs
+from sa_inbox.chaos.tally import LogFollower, Tally, read_logs
 
 
 def _settled(message_id: str, disposition: Disposition, count: int = 1) -> Settlement:
@@ -84,3 +84,21 @@ def test_a_consumer_config_round_trips_through_its_command_line() -> None:
         seed=7,
     )
     assert ConsumerConfig(**vars(_parser().parse_args(config.argv()))) == config
+
+
+def test_the_follower_reads_complete_lines_as_they_are_appended(tmp_path: Path) -> None:
+    follower = LogFollower(tmp_path)
+    assert follower.poll() == 0
+    first = tmp_path / "consumer-0-1.jsonl"
+    processed = record_line(_settled("pay-1", Disposition.PROCESSED))
+    retry = record_line(_settled("poison-1", Disposition.RETRY))
+    half = record_line(_settled("pay-2", Disposition.DUPLICATE, 2))
+    first.write_text(processed + retry + half[:10])
+    assert follower.poll() == 2 and follower.final == 1  # the retry is not final
+    assert follower.poll() == 0
+    with first.open("a") as log:  # the line's writer finishes it
+        log.write(half[10:])
+    (tmp_path / "consumer-1-1.jsonl").write_text(
+        record_line(_settled("poison-1", Disposition.DEAD_LETTERED, 3))
+    )
+    assert follower.poll() == 2 and follower.final == 3
