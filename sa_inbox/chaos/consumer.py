@@ -101,19 +101,23 @@ class SettlementLog:
         self.stream.flush()
 
 
-def _crashing_sessions(
-    factory: sessionmaker[Session], rate: float, rng: random.Random
-) -> sessionmaker[Session]:
-    """``factory`` with an ``after_commit`` listener that SIGKILLs this process for a share
-    ``rate`` of commits: the change is committed, the broker never gets the ack."""
-    if rate > 0:
+def _crash_after_commits(rate: float, rng: random.Random) -> None:
+    """SIGKILL this process right after a share ``rate`` of the commits of any
+    :class:`~sqlalchemy.orm.Session` in it: the change is committed, the broker never gets
+    the ack.
 
-        def maybe_die(session: Session) -> None:
-            if rng.random() < rate:
-                os.kill(os.getpid(), signal.SIGKILL)
+    The listener is on the ``Session`` class (this process is ours alone), so it also fires
+    for the sync session inside an ``AsyncSession``, when a driver consumes on asyncio with
+    sessions of its own (NATS: nats-py is asyncio only).
+    """
+    if rate <= 0:
+        return
 
-        event.listen(factory, "after_commit", maybe_die)
-    return factory
+    def maybe_die(session: Session) -> None:
+        if rng.random() < rate:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    event.listen(Session, "after_commit", maybe_die)
 
 
 def run_consumer(config: ConsumerConfig, stop: threading.Event) -> None:
@@ -126,12 +130,12 @@ def run_consumer(config: ConsumerConfig, stop: threading.Event) -> None:
     engine = make_engine(config.url)
     driver = driver_for(config.broker)
     rng = random.Random(config.seed * 1_000_003 + os.getpid())
-    sessions = _crashing_sessions(sessionmaker(engine), config.crash_after_commit, rng)
+    _crash_after_commits(config.crash_after_commit, rng)
     try:
         with open(config.log, "a", encoding="utf-8") as log:
             driver.consume(
                 config.name,
-                session_factory=sessions,
+                session_factory=sessionmaker(engine),
                 inbox=schema.inbox,
                 consumer_name=CONSUMER,
                 handler=payment_handler(schema),

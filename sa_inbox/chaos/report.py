@@ -160,7 +160,16 @@ def _verdict(r: ChaosResult) -> Text:
             f": every payment applied exactly once (0 lost, 0 applied twice){poison}. {timing}.",
         )
     failed = ", ".join(name for name, ok in r.verification.checks.items() if not ok)
-    return Text.assemble(("FAIL", "bold red"), f": {failed}. {timing}.")
+    text = Text.assemble(("FAIL", "bold red"), f": {failed}. {timing}.")
+    healthy = set(r.verification.dead_letters) - set(r.verification.poison_ids)
+    if healthy:
+        text.append(
+            f"\n{len(healthy)} payments were dead-lettered, not applied: consumers were killed "
+            "while holding them until they reached the delivery limit. Raise "
+            "--max-deliveries or --kill-every.",
+            style="yellow",
+        )
+    return text
 
 
 def render(result: ChaosResult) -> Group:

@@ -1,9 +1,12 @@
 """``sa-inbox chaos`` and ``sa-inbox demo --broker`` end to end: the real CLI in a subprocess,
 real consumer processes SIGKILLed at random, a live broker, a real database.
 
-Each run is small (300 payments, 3 consumers, a kill every ~0.5 s, 3 poison messages, 2% of
-commits followed by a SIGKILL before the ack). The tests assert the run's verification, and
-then check the business state in the database and the broker's state themselves.
+Each run is small (300 payments, 3 consumers, a kill every ~0.5 s, 3 poison messages, 3% of
+commits followed by a SIGKILL before the ack, 4 deliveries before a dead letter: with 3, a
+healthy payment that consumers were killed holding three times is now and then
+dead-lettered, as the rules say, and the run fails its dead-letters check). The tests assert
+the run's verification, then check the database's business state and the broker's state
+themselves.
 """
 
 from __future__ import annotations
@@ -110,8 +113,12 @@ def assert_applied_once(url: str, prefix: str, expected: dict[str, int], unique:
     assert state.balances == expected
 
 
-@pytest.mark.parametrize("database", ["postgresql", "mysql"])
-@pytest.mark.parametrize("driver", list(BROKERS), indirect=True)
+#: Every broker on PostgreSQL; MariaDB once (the database's side is the same whatever the
+#: broker, and each run costs seconds of process starts and redelivery waits).
+RUNS = [(broker, "postgresql") for broker in BROKERS] + [("rabbitmq", "mysql")]
+
+
+@pytest.mark.parametrize(("driver", "database"), RUNS, indirect=["driver"])
 def test_chaos_run_applies_every_payment_once_through_kills(
     driver: ChaosDriver, request: pytest.FixtureRequest, database: str, tmp_path: Path
 ) -> None:
@@ -122,8 +129,8 @@ def test_chaos_run_applies_every_payment_once_through_kills(
         "chaos",
         *("--broker", broker_url(broker), "--url", url, "--name", name),
         *("--messages", str(MESSAGES), "--consumers", "3", "--kill-every", "0.5"),
-        *("--poison", str(POISON), "--max-deliveries", "3", "--duplicates", str(DUPLICATES)),
-        *("--crash-after-commit", "0.02", "--seed", str(SEED), "--timeout", str(RUN_TIMEOUT)),
+        *("--poison", str(POISON), "--max-deliveries", "4", "--duplicates", str(DUPLICATES)),
+        *("--crash-after-commit", "0.03", "--seed", str(SEED), "--timeout", str(RUN_TIMEOUT)),
     )
     plan = make_plan(MESSAGES, seed=SEED, duplicates=DUPLICATES, poison=POISON)
 
@@ -134,7 +141,10 @@ def test_chaos_run_applies_every_payment_once_through_kills(
     assert result["kills"] > 0 and result["crashes"] > 0, output
     assert result["redeliveries"] > 0
     assert result["duplicate_publishes"] == plan.duplicate_publishes > 0
-    assert result["duplicates_skipped"] >= plan.duplicate_publishes
+    # Each crash after a commit comes back from the broker and is acked as a duplicate.
+    assert result["duplicates_skipped"] > 0
+    if broker != "nats":  # JetStream itself drops a publish whose Nats-Msg-Id it has seen
+        assert result["duplicates_skipped"] >= plan.duplicate_publishes
     assert result["retries"] > 0  # poison retried before its dead letter
     # The business state, read here: every payment once, balances as published.
     assert_applied_once(url, PREFIX, plan.expected_balances(), MESSAGES)
@@ -162,7 +172,7 @@ def test_demo_on_a_live_broker(tmp_path: Path) -> None:
         tmp_path,
         "demo",
         *("--broker", broker, "--url", url),
-        *("--messages", "200", "--workers", "3", "--seed", "3", "--crash-rate", "0.03"),
+        *("--messages", "200", "--workers", "3", "--seed", "3", "--crash-rate", "0.05"),
     )
     stream = generate_stream(200, seed=3, duplicate_rate=0.1, concurrent_rate=0, crash_rate=0)
 

@@ -125,3 +125,34 @@ def test_the_report_renders_and_serialises(
     assert data["ok"] is True and data["kills"] == 4
     assert data["messages_per_s"] == 101.5
     assert all(data["checks"].values())
+
+
+def test_a_payment_dead_lettered_by_kills_fails_with_a_hint(
+    engine: sa.Engine, schema: DemoSchema, plan: ChaosPlan
+) -> None:
+    _apply_all(engine, schema, plan)
+    killed = next(iter(plan.payments))
+    v = _verify(engine, schema, plan, dead=sorted([*plan.poison_ids, killed]))
+    assert _failed(v) == ["dead_letters_are_poison"]
+    result = ChaosResult(
+        broker="amqp://127.0.0.1:5672",
+        backend="sqlite",
+        name="q",
+        consumers=3,
+        kill_every=0.5,
+        seed=11,
+        published=len(plan.publishes),
+        duplicate_publishes=plan.duplicate_publishes,
+        poison=3,
+        kills=9,
+        crashes=0,
+        elapsed_s=2.0,
+        tally=Tally(),
+        verification=v,
+    )
+    console = Console(record=True, width=200)
+    console.print(render(result))
+    text = console.export_text()
+    assert "FAIL: dead_letters_are_poison" in text
+    assert "1 payments were dead-lettered" in text and "--max-deliveries" in text
+    assert result.to_json()["ok"] is False
