@@ -11,6 +11,7 @@ themselves.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -51,13 +52,45 @@ def live_broker(broker: str) -> str:
     return broker_url(broker)
 
 
-def remove(driver: ChaosDriver, name: str) -> None:
-    """Delete the run's queue / stream and its dead letters, when the driver can (the
-    :class:`ChaosDriver` protocol has no such method: ``delete(name)`` where a driver has
-    one; else ``prepare`` of the next run with the same name deletes them)."""
+def remove(driver: ChaosDriver, broker: str, name: str) -> None:
+    """Delete what the run created on the broker: the queue / stream ``name`` and its
+    dead-letter path (:class:`ChaosDriver` has no such method: ``driver.delete(name)`` where
+    a driver has one, else by the broker's client, every name starting with ``name``)."""
     delete = getattr(driver, "delete", None)
     if callable(delete):
         delete(name)
+        return
+    url = broker_url(broker)
+    if broker == "redis":
+        import redis
+
+        client = redis.Redis.from_url(url)
+        for key in client.scan_iter(match=f"{name}*"):
+            client.delete(key)
+        client.close()
+    elif broker == "nats":
+        asyncio.run(_delete_streams(url, name))
+    else:
+        import pika
+
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        channel = connection.channel()
+        for queue in (name, f"{name}.dead-letter", f"{name}.dlq"):
+            channel.queue_delete(queue)
+        connection.close()
+
+
+async def _delete_streams(url: str, name: str) -> None:
+    import nats
+
+    client = await nats.connect(url)
+    try:
+        js = client.jetstream()
+        for stream in await js.streams_info():
+            if stream.config.name and stream.config.name.startswith(name):
+                await js.delete_stream(stream.config.name)
+    finally:
+        await client.close()
 
 
 def queue_name() -> str:
@@ -73,6 +106,14 @@ def driver(request: pytest.FixtureRequest) -> Iterator[ChaosDriver]:
     driver = driver_for(live_broker(request.param))
     yield driver
     driver.close()
+
+
+@pytest.fixture
+def name(driver: ChaosDriver, request: pytest.FixtureRequest) -> Iterator[str]:
+    """The run's queue / stream name, deleted from the broker after the test."""
+    name = queue_name()
+    yield name
+    remove(driver, request.node.callspec.params["driver"], name)
 
 
 def run_cli(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str]:
@@ -120,10 +161,10 @@ RUNS = [(broker, "postgresql") for broker in BROKERS] + [("rabbitmq", "mysql")]
 
 @pytest.mark.parametrize(("driver", "database"), RUNS, indirect=["driver"])
 def test_chaos_run_applies_every_payment_once_through_kills(
-    driver: ChaosDriver, request: pytest.FixtureRequest, database: str, tmp_path: Path
+    driver: ChaosDriver, name: str, request: pytest.FixtureRequest, database: str, tmp_path: Path
 ) -> None:
     broker = request.node.callspec.params["driver"]
-    url, name = backend_url(database, tmp_path), queue_name()
+    url = backend_url(database, tmp_path)
     code, result, output = run_cli(
         tmp_path,
         "chaos",
@@ -149,11 +190,8 @@ def test_chaos_run_applies_every_payment_once_through_kills(
     # The business state, read here: every payment once, balances as published.
     assert_applied_once(url, PREFIX, plan.expected_balances(), MESSAGES)
     # The broker's state, read here: nothing unsettled, the dead letters are the poison.
-    try:
-        assert driver.unsettled(name) == 0
-        assert sorted(driver.dead_letters(name)) == sorted(plan.poison_ids)
-    finally:
-        remove(driver, name)
+    assert driver.unsettled(name) == 0
+    assert sorted(driver.dead_letters(name)) == sorted(plan.poison_ids)
 
 
 def first_live_broker() -> str:
@@ -166,12 +204,12 @@ def first_live_broker() -> str:
 
 
 def test_demo_on_a_live_broker(tmp_path: Path) -> None:
-    broker = broker_url(first_live_broker())
+    broker = first_live_broker()
     url = backend_url("postgresql", tmp_path)
     code, result, output = run_cli(
         tmp_path,
         "demo",
-        *("--broker", broker, "--url", url),
+        *("--broker", broker_url(broker), "--url", url),
         *("--messages", "200", "--workers", "3", "--seed", "3", "--crash-rate", "0.05"),
     )
     stream = generate_stream(200, seed=3, duplicate_rate=0.1, concurrent_rate=0, crash_rate=0)
@@ -184,12 +222,12 @@ def test_demo_on_a_live_broker(tmp_path: Path) -> None:
     assert result["crashes"] > 0 and result["kills"] == 0
     assert result["redeliveries"] > 0
     assert_applied_once(url, "demo_", stream.expected_balances(), 200)
-    driver = driver_for(broker)
+    driver = driver_for(broker_url(broker))
     try:
         assert driver.unsettled(result["name"]) == 0
         assert driver.dead_letters(result["name"]) == []
     finally:
-        remove(driver, result["name"])
+        remove(driver, broker, result["name"])
         driver.close()
 
 
