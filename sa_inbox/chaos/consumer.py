@@ -8,7 +8,9 @@ these processes.
 
 With ``--crash-after-commit RATE`` the process SIGKILLs itself right after a commit of
 the handler's transaction and before the ack, for that share of commits (the demo's
-crashes, made real).
+crashes, made real); with ``--crash-in-handler RATE``, inside the handler after its writes,
+before the commit, for that share of deliveries. Each such crash is logged first, as a
+``{"crash": "after_commit" | "in_handler"}`` line.
 """
 
 from __future__ import annotations
@@ -28,13 +30,26 @@ from typing import IO, Any
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..brokers import Settlement
+from ..brokers import Delivery, Settlement
 from ..demo.app import DemoSchema
 from ..demo.db import make_engine
 from .drivers import driver_for
 from .workload import CONSUMER, payment_handler
 
-__all__ = ["ConsumerConfig", "SettlementLog", "main", "record_line", "run_consumer"]
+__all__ = [
+    "AFTER_COMMIT",
+    "IN_HANDLER",
+    "ConsumerConfig",
+    "SettlementLog",
+    "main",
+    "record_line",
+    "run_consumer",
+]
+
+#: A crash right after the commit, before the ack (the broker redelivers a committed message).
+AFTER_COMMIT = "after_commit"
+#: A crash inside the handler, after its writes, before the commit (nothing survives it).
+IN_HANDLER = "in_handler"
 
 
 @dataclass(frozen=True)
@@ -49,6 +64,8 @@ class ConsumerConfig:
     :param prefix: the business tables' prefix (``chaos_``, or ``demo_`` for the demo).
     :param crash_after_commit: share in [0, 1] of commits after which the process
         SIGKILLs itself before the ack.
+    :param crash_in_handler: share in [0, 1] of deliveries whose handler SIGKILLs the
+        process after its writes, before the commit.
     :param seed: seed of the crash decisions (mixed with the process id).
     """
 
@@ -59,6 +76,7 @@ class ConsumerConfig:
     max_deliveries: int
     prefix: str = "chaos_"
     crash_after_commit: float = 0.0
+    crash_in_handler: float = 0.0
     seed: int = 0
 
     def argv(self) -> list[str]:
@@ -97,11 +115,21 @@ class SettlementLog:
         self.stream = stream
 
     def __call__(self, settlement: Settlement) -> None:
-        self.stream.write(record_line(settlement))
+        self.write(record_line(settlement))
+
+    def crash(self, where: str, message_id: str | None = None) -> None:
+        """Log a crash this process is about to inflict on itself (:data:`AFTER_COMMIT`,
+        :data:`IN_HANDLER`), then SIGKILL it."""
+        self.write(json.dumps({"crash": where, "id": message_id, "pid": os.getpid()}) + "\n")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def write(self, line: str) -> None:
+        """Append ``line`` and flush it to the file."""
+        self.stream.write(line)
         self.stream.flush()
 
 
-def _crash_after_commits(rate: float, rng: random.Random) -> None:
+def _crash_after_commits(rate: float, rng: random.Random, log: SettlementLog) -> None:
     """SIGKILL this process right after a share ``rate`` of the commits of any
     :class:`~sqlalchemy.orm.Session` in it: the change is committed, the broker never gets
     the ack.
@@ -115,9 +143,30 @@ def _crash_after_commits(rate: float, rng: random.Random) -> None:
 
     def maybe_die(session: Session) -> None:
         if rng.random() < rate:
-            os.kill(os.getpid(), signal.SIGKILL)
+            log.crash(AFTER_COMMIT)
 
     event.listen(Session, "after_commit", maybe_die)
+
+
+def _crashing_handler(
+    handler: Callable[[Session, Delivery], object],
+    rate: float,
+    rng: random.Random,
+    log: SettlementLog,
+) -> Callable[[Session, Delivery], object]:
+    """``handler``, SIGKILLing this process after its writes (before the commit) for a share
+    ``rate`` of deliveries: the database rolls the transaction back, claim included."""
+    if rate <= 0:
+        return handler
+
+    def handle_or_die(session: Session, delivery: Delivery) -> object:
+        result = handler(session, delivery)
+        if rng.random() < rate:
+            session.flush()
+            log.crash(IN_HANDLER, delivery.message_id)
+        return result
+
+    return handle_or_die
 
 
 def run_consumer(config: ConsumerConfig, stop: threading.Event) -> None:
@@ -130,17 +179,19 @@ def run_consumer(config: ConsumerConfig, stop: threading.Event) -> None:
     engine = make_engine(config.url)
     driver = driver_for(config.broker)
     rng = random.Random(config.seed * 1_000_003 + os.getpid())
-    _crash_after_commits(config.crash_after_commit, rng)
     try:
-        with open(config.log, "a", encoding="utf-8") as log:
+        with open(config.log, "a", encoding="utf-8") as stream:
+            log = SettlementLog(stream)
+            _crash_after_commits(config.crash_after_commit, rng, log)
+            handler = _crashing_handler(payment_handler(schema), config.crash_in_handler, rng, log)
             driver.consume(
                 config.name,
                 session_factory=sessionmaker(engine),
                 inbox=schema.inbox,
                 consumer_name=CONSUMER,
-                handler=payment_handler(schema),
+                handler=handler,
                 max_deliveries=config.max_deliveries,
-                on_settled=SettlementLog(log),
+                on_settled=log,
                 stop=stop,
             )
     finally:
@@ -153,6 +204,7 @@ def _parser() -> argparse.ArgumentParser:
     types: dict[str, Callable[[str], Any]] = {
         "max_deliveries": int,
         "crash_after_commit": float,
+        "crash_in_handler": float,
         "seed": int,
     }
     for name in ConsumerConfig.__dataclass_fields__:

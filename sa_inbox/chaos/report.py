@@ -31,7 +31,8 @@ class ChaosResult:
     :param duplicate_publishes: of those, producer retries of an id published before.
     :param poison: of those, poison messages.
     :param kills: consumers SIGKILLed by the killer.
-    :param crashes: consumers that SIGKILLed themselves after a commit (``crash_after_commit``).
+    :param crashes: consumers that SIGKILLed themselves (``crash_after_commit``,
+        ``crash_in_handler``; by kind in ``tally.crashes``).
     :param elapsed_s: seconds from the first publish until nothing was left unsettled.
     :param tally: the consumers' settlements.
     :param verification: the checks.
@@ -75,6 +76,8 @@ class ChaosResult:
             retries=tally.retries,
             dead_lettered=len(tally.dead_letters),
             torn_log_lines=tally.torn_lines,
+            crashes_after_commit=tally.crashes["after_commit"],
+            crashes_in_handler=tally.crashes["in_handler"],
             messages_per_s=round(self.messages_per_s, 1),
             unique_payments=v.unique_payments,
             ledger_rows=v.ledger_rows,
@@ -109,7 +112,8 @@ def _run_table(r: ChaosResult) -> Table:
         ("deliveries settled by a consumer", t.deliveries),
         ("  redeliveries (broker delivery count > 1)", t.redeliveries),
         ("consumers SIGKILLed by the killer", r.kills),
-        ("consumers crashed after commit, before ack", r.crashes),
+        ("consumers crashed in the handler, before commit", t.crashes["in_handler"]),
+        ("consumers crashed after commit, before ack", t.crashes["after_commit"]),
         ("processed (handler committed)", t.processed),
         ("duplicates skipped by the inbox", t.duplicates),
         ("retries (handler failed, handed back)", t.retries),

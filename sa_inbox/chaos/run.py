@@ -72,6 +72,8 @@ class ChaosConfig:
     :param seed: seed of the plan and the killer; None for a random one.
     :param crash_after_commit: share in [0, 1] of commits after which the consumer
         SIGKILLs itself before acking (the demo's crashes).
+    :param crash_in_handler: share in [0, 1] of deliveries whose handler SIGKILLs its
+        consumer after its writes, before the commit.
     :param timeout: seconds the run may take before it fails.
     :param name: the queue / stream name; None for ``sa-inbox-chaos-<random>``.
     :param prefix: the business tables' prefix.
@@ -87,6 +89,7 @@ class ChaosConfig:
     max_deliveries: int = 5
     seed: int | None = None
     crash_after_commit: float = 0.0
+    crash_in_handler: float = 0.0
     timeout: float = 600.0
     name: str | None = None
     prefix: str = PREFIX
@@ -208,6 +211,7 @@ def _consumer_configs(config: ChaosConfig) -> list[ConsumerConfig]:
         max_deliveries=config.max_deliveries,
         prefix=config.prefix,
         crash_after_commit=config.crash_after_commit,
+        crash_in_handler=config.crash_in_handler,
         seed=config.seed,
     )
     return [template] * config.consumers

@@ -36,6 +36,8 @@ class Tally:
     :param dead_letters: ``message_id -> reason`` of each dead-lettered delivery.
     :param processed_ids: how many times each message id was settled as processed.
     :param torn_lines: lines cut short by a kill, skipped.
+    :param crashes: crashes the consumers inflicted on themselves, by kind
+        (``after_commit``, ``in_handler``: see :mod:`.consumer`).
     """
 
     deliveries: int = 0
@@ -46,12 +48,16 @@ class Tally:
     dead_letters: dict[str, str] = field(default_factory=dict)
     processed_ids: Counter[str] = field(default_factory=Counter)
     torn_lines: int = 0
+    crashes: Counter[str] = field(default_factory=Counter)
 
     def add(self, record: dict[str, object]) -> None:
-        """Count one settlement record (a parsed log line).
+        """Count one settlement record (a parsed log line), or one crash record.
 
         :raises ValueError: for an unknown disposition.
         """
+        if "crash" in record:
+            self.crashes[str(record["crash"])] += 1
+            return
         disposition = Disposition(record["disposition"])
         message_id = str(record["id"])
         self.deliveries += 1

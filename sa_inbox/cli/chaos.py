@@ -112,6 +112,14 @@ def database_url(url: str) -> str:
     help="Share of commits after which the consumer SIGKILLs itself before the ack "
     "(on top of the killer's random kills).",
 )
+@click.option(
+    "--crash-in-handler",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Share of deliveries whose handler SIGKILLs its consumer after its writes, "
+    "before the commit.",
+)
 @click.option("--seed", type=int, default=None, help="Seed of the plan and the killer.")
 @click.option(
     "--timeout",
@@ -143,6 +151,7 @@ def chaos(
     poison: int,
     max_deliveries: int,
     crash_after_commit: float,
+    crash_in_handler: float,
     seed: int | None,
     timeout: float,
     name: str | None,
@@ -167,6 +176,7 @@ def chaos(
         poison=poison,
         max_deliveries=max_deliveries,
         crash_after_commit=crash_after_commit,
+        crash_in_handler=crash_in_handler,
         seed=seed,
         timeout=timeout,
         name=name,

@@ -102,3 +102,17 @@ def test_the_follower_reads_complete_lines_as_they_are_appended(tmp_path: Path) 
         record_line(_settled("poison-1", Disposition.DEAD_LETTERED, 3))
     )
     assert follower.poll() == 2 and follower.final == 3
+
+
+def test_crash_lines_are_counted_apart_from_deliveries() -> None:
+    tally = Tally()
+    tally.add_lines(
+        [
+            json.dumps({"crash": "in_handler", "id": "pay-1", "pid": 1}),
+            record_line(_settled("pay-1", Disposition.PROCESSED, 2)),
+            json.dumps({"crash": "after_commit", "id": None, "pid": 2}),
+            record_line(_settled("pay-2", Disposition.DUPLICATE, 2)),
+        ]
+    )
+    assert tally.crashes == {"in_handler": 1, "after_commit": 1}
+    assert (tally.deliveries, tally.processed, tally.duplicates) == (2, 1, 1)
