@@ -28,10 +28,10 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy as sa
 from rich.console import Console
+from rich.status import Status
 
 from ..demo.app import DemoSchema
 from ..demo.db import make_engine, prepare_database
@@ -131,6 +131,7 @@ def _until_quiet(
     producer: _Producer,
     follower: LogFollower,
     deadline: float,
+    status: Status | None,
 ) -> None:
     """Step the killer until everything is published and the logs show as many final
     settlements as publishes, or nothing new for :data:`QUIET_S` (a kill can lose the log
@@ -150,6 +151,11 @@ def _until_quiet(
         now = time.monotonic()
         if follower.poll():
             quiet_since = now
+            if status is not None:
+                status.update(
+                    f"chaos run: {follower.final} of {published} publishes settled, "
+                    f"{supervisor.kills} kills, {supervisor.crashes} crashes ..."
+                )
         if producer.done.is_set() and (follower.final >= published or now - quiet_since >= QUIET_S):
             return
         if now > deadline:
@@ -167,6 +173,7 @@ def _consume_until_settled(
     supervisor: Supervisor,
     producer: _Producer,
     follower: LogFollower,
+    status: Status | None = None,
 ) -> None:
     """Run until the consumers are stopped with nothing unsettled (the module's step 5).
 
@@ -179,7 +186,7 @@ def _consume_until_settled(
     assert config.name is not None
     deadline = time.monotonic() + config.timeout
     while True:
-        _until_quiet(config, supervisor, producer, follower, deadline)
+        _until_quiet(config, supervisor, producer, follower, deadline, status)
         supervisor.stop()
         unsettled = driver.unsettled(config.name)
         if unsettled == 0:
@@ -256,8 +263,8 @@ def run_chaos(config: ChaosConfig, *, console: Console | None = None) -> ChaosRe
                 supervisor.start()
                 started = time.monotonic()
                 producer.start()
-                with _status(console, config):
-                    _consume_until_settled(config, driver, supervisor, producer, follower)
+                with _status(console, config) as status:
+                    _consume_until_settled(config, driver, supervisor, producer, follower, status)
                 elapsed = time.monotonic() - started
             finally:
                 supervisor.stop()
@@ -290,8 +297,10 @@ def run_chaos(config: ChaosConfig, *, console: Console | None = None) -> ChaosRe
     )
 
 
-def _status(console: Console | None, config: ChaosConfig) -> Any:
-    """A spinner while the run lasts (nothing without a console)."""
+def _status(
+    console: Console | None, config: ChaosConfig
+) -> contextlib.AbstractContextManager[Status | None]:
+    """A spinner and progress line while the run lasts (nothing without a console)."""
     if console is None:
         return contextlib.nullcontext()
     return console.status(
