@@ -33,6 +33,7 @@ from .exc import TransientClaimError as TransientClaimError
 from .exc import UnsafePartitionKey as UnsafePartitionKey
 from .exc import UnsafeTransaction as UnsafeTransaction
 from .exc import UnsupportedBackend as UnsupportedBackend
+from .exc import UnsupportedBroker as UnsupportedBroker
 from .retention import RetentionPolicy as RetentionPolicy
 from .retention import StorePurgeResult as StorePurgeResult
 from .retention import purge as purge
@@ -89,6 +90,7 @@ __all__ = [
     "UnsafePartitionKey",
     "UnsafeTransaction",
     "UnsupportedBackend",
+    "UnsupportedBroker",
     "Worker",
     "handle",
     "install",

@@ -35,6 +35,7 @@ __all__ = [
     "UnsafePartitionKey",
     "UnsafeTransaction",
     "UnsupportedBackend",
+    "UnsupportedBroker",
 ]
 
 
@@ -226,6 +227,11 @@ class UnsupportedBackend(InboxError):
     For example SQLite older than 3.24.0 has no ``ON CONFLICT DO NOTHING`` (SQLite manual,
     "UPSERT").
     """
+
+
+class UnsupportedBroker(ConfigurationError, ValueError):
+    """No adapter or chaos driver for this broker URL's scheme (``amqp://``, ``redis://`` and
+    ``nats://`` have one)."""
 
 
 class InvalidRetentionPolicy(InboxError, ValueError):

@@ -366,8 +366,10 @@ start_rabbitmq() {
         setsid env $env "$(find_program epmd)" -port "${ports[2]}" -address 127.0.0.1 \
             </dev/null >>"$rdir/epmd.log" 2>&1 &
         echo $! >"$rdir/epmd.pid"
-        (cd "$rdir" && setsid env $env "$RABBITMQ_BIN/rabbitmq-server" \
-            </dev/null >>"$rdir/server.log" 2>&1 &)
+        # The whole subshell's output goes to the log: nothing may keep the
+        # caller's stdout open (a pipe would never see its end).
+        (cd "$rdir" && exec setsid env $env "$RABBITMQ_BIN/rabbitmq-server") \
+            </dev/null >>"$rdir/server.log" 2>&1 &
         if env $env timeout 90 "$RABBITMQ_BIN/rabbitmqctl" wait --timeout 60 \
             "$rdir/rabbitmq.pid" >>"$rdir/server.log" 2>&1; then
             break

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from ...brokers import Delivery, Settlement
 from ...claim import Inbox
+from ...exc import UnsupportedBroker
 
 __all__ = ["SCHEMES", "ChaosDriver", "driver_for"]
 
@@ -65,12 +66,14 @@ SCHEMES = {"amqp": "rabbitmq", "amqps": "rabbitmq", "redis": "redis", "nats": "n
 def driver_for(url: str) -> ChaosDriver:
     """The driver for a broker URL (``amqp://``, ``redis://``, ``nats://``).
 
-    :raises ValueError: for another scheme.
+    :raises UnsupportedBroker: for another scheme.
     :raises ImportError: if the broker's client library (its extra) is not installed.
     """
     scheme = url.split("://", 1)[0].lower()
     if scheme not in SCHEMES:
-        raise ValueError(f"no chaos driver for {scheme!r} URLs; expected one of {sorted(SCHEMES)}")
+        raise UnsupportedBroker(
+            f"no chaos driver for {scheme!r} URLs; expected one of {sorted(SCHEMES)}"
+        )
     module = importlib.import_module(f"{__name__}.{SCHEMES[scheme]}")
     driver: ChaosDriver = module.Driver(url)
     return driver

@@ -1,0 +1,72 @@
+"""The NATS JetStream adapter (extra ``sa-inbox[nats]``, on nats-py; asyncio only, as nats-py).
+
+:func:`consume` runs a durable **pull** consumer: each message is claimed in the inbox in the
+same transaction as the handler's change, committed, then acked (``ack_sync``); a failure is
+``nak``-ed with a back-off; after ``max_deliveries`` (JetStream's ``num_delivered``), or
+without the producer's key header, the message is published to a dead-letter subject with
+its reason and ``term``-inated. The key is the producer's header (``Nats-Msg-Id`` by
+default, or one you name, e.g. ``Idempotency-Key``), never the stream sequence.
+
+Producer side::
+
+    await js.publish("payments.in", body, headers={"Nats-Msg-Id": payment_id})
+
+Consumer side::
+
+    stop = asyncio.Event()
+    await consume(
+        js, "PAYMENTS", "billing",
+        session_factory=async_sessionmaker(engine), inbox=inbox, handler=apply,
+        dead_letter_subject="payments.dead", stop=stop,
+    )
+
+nats-py has no synchronous client, so there is no sync facade; a sync handler can run as
+``await session.run_sync(lambda s: handler(s, delivery))`` (what the chaos driver,
+:mod:`sa_inbox.chaos.drivers.nats`, does).
+"""
+
+from __future__ import annotations
+
+from .consumer import DEFAULT_ACK_WAIT as DEFAULT_ACK_WAIT
+from .consumer import DEFAULT_BATCH as DEFAULT_BATCH
+from .consumer import DEFAULT_FETCH_TIMEOUT as DEFAULT_FETCH_TIMEOUT
+from .consumer import StopFlag as StopFlag
+from .consumer import consume as consume
+from .consumer import consumer_config as consumer_config
+from .consumer import ensure_consumer as ensure_consumer
+from .delivery import DEAD_LETTER_DETAIL as DEAD_LETTER_DETAIL
+from .delivery import DEAD_LETTER_MESSAGE_ID as DEAD_LETTER_MESSAGE_ID
+from .delivery import DEAD_LETTER_REASON as DEAD_LETTER_REASON
+from .delivery import DEAD_LETTER_SEQUENCE as DEAD_LETTER_SEQUENCE
+from .delivery import DEAD_LETTER_STREAM as DEAD_LETTER_STREAM
+from .delivery import DEAD_LETTER_SUBJECT as DEAD_LETTER_SUBJECT
+from .delivery import DEFAULT_KEY_HEADER as DEFAULT_KEY_HEADER
+from .delivery import dead_letter_headers as dead_letter_headers
+from .delivery import to_delivery as to_delivery
+from .settler import DEFAULT_ACK_TIMEOUT as DEFAULT_ACK_TIMEOUT
+from .settler import JetStreamSettler as JetStreamSettler
+from .settler import RetryDelay as RetryDelay
+from .settler import backoff as backoff
+
+__all__ = [
+    "DEAD_LETTER_DETAIL",
+    "DEAD_LETTER_MESSAGE_ID",
+    "DEAD_LETTER_REASON",
+    "DEAD_LETTER_SEQUENCE",
+    "DEAD_LETTER_STREAM",
+    "DEAD_LETTER_SUBJECT",
+    "DEFAULT_ACK_TIMEOUT",
+    "DEFAULT_ACK_WAIT",
+    "DEFAULT_BATCH",
+    "DEFAULT_FETCH_TIMEOUT",
+    "DEFAULT_KEY_HEADER",
+    "JetStreamSettler",
+    "RetryDelay",
+    "StopFlag",
+    "backoff",
+    "consume",
+    "consumer_config",
+    "dead_letter_headers",
+    "ensure_consumer",
+    "to_delivery",
+]

@@ -1,0 +1,260 @@
+"""An asyncio consumer on a durable JetStream **pull** consumer: :func:`consume`.
+
+Each fetched message goes through :func:`~sa_inbox.brokers.process_async` (claim, handler,
+commit, then ack), so a message JetStream delivers twice changes the database once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
+from nats.js.errors import NotFoundError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ...claim import Inbox
+from ...exc import ConfigurationError
+from ..delivery import Delivery, Settlement
+from ..process import DEFAULT_MAX_DELIVERIES, process_async
+from .delivery import DEFAULT_KEY_HEADER, to_delivery
+from .settler import DEFAULT_ACK_TIMEOUT, JetStreamSettler, RetryDelay, backoff
+
+__all__ = [
+    "DEFAULT_ACK_WAIT",
+    "DEFAULT_BATCH",
+    "DEFAULT_FETCH_TIMEOUT",
+    "StopFlag",
+    "consume",
+    "consumer_config",
+    "ensure_consumer",
+]
+
+logger = logging.getLogger("sa_inbox.brokers.nats")
+
+#: Seconds JetStream waits for an ack before redelivering (the visibility timeout).
+DEFAULT_ACK_WAIT = 30.0
+#: Messages per fetch.
+DEFAULT_BATCH = 10
+#: Seconds one fetch waits for messages; also how soon :func:`consume` notices its stop flag.
+DEFAULT_FETCH_TIMEOUT = 1.0
+
+
+class StopFlag(Protocol):
+    """What :func:`consume` polls between fetches: an :class:`asyncio.Event`, or a
+    :class:`threading.Event` set from another thread."""
+
+    def is_set(self) -> bool: ...
+
+
+def consumer_config(
+    durable: str, *, filter_subject: str | None = None, ack_wait: float = DEFAULT_ACK_WAIT
+) -> ConsumerConfig:
+    """The durable pull consumer's configuration.
+
+    ``ack_policy`` explicit; ``ack_wait`` is the visibility timeout; ``max_deliver`` is
+    **-1** (unlimited). The delivery limit is sa-inbox's (``max_deliveries`` of
+    :func:`consume`), not JetStream's: with ``max_deliver`` = N, a consumer killed while
+    handling the N-th delivery leaves the message that JetStream will never deliver again,
+    neither acked nor dead-lettered (docs.nats.io "Consumers", MaxDeliver: the server stops
+    redelivering and only publishes a ``$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES``
+    advisory). N + 1 moves the same hole one delivery
+    later. With -1 the message keeps coming back until :func:`consume` settles it, and any
+    delivery past ``max_deliveries`` is dead-lettered without running the handler.
+
+    :param durable: the durable consumer name (letters, digits, ``-``, ``_``).
+    :param filter_subject: the subject(s) of the stream to consume, or None for all.
+    :param ack_wait: seconds, > 0: an unacked delivery is redelivered after this long.
+    """
+    return ConsumerConfig(
+        durable_name=durable,
+        name=durable,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ack_wait,
+        max_deliver=-1,
+        filter_subject=filter_subject,
+    )
+
+
+async def ensure_consumer(
+    js: JetStreamContext, stream: str, config: ConsumerConfig
+) -> ConsumerInfo:
+    """Create the durable consumer ``config.durable_name`` on ``stream`` unless it exists,
+    and check that an existing one cannot lose messages.
+
+    An existing consumer keeps its configuration (JetStream does not change it on bind).
+
+    :raises ConfigurationError: if the consumer's ``ack_policy`` is not explicit, or its
+        ``max_deliver`` is a positive limit (see :func:`consumer_config`).
+    :raises nats.js.errors.NotFoundError: if ``stream`` does not exist.
+    """
+    assert config.durable_name is not None
+    info: ConsumerInfo
+    try:
+        info = await js.consumer_info(stream, config.durable_name)
+    except NotFoundError:
+        info = await js.add_consumer(stream, config)
+    existing = info.config
+    if existing.ack_policy != AckPolicy.EXPLICIT:
+        raise ConfigurationError(
+            f"JetStream consumer {stream}/{config.durable_name} has ack_policy="
+            f"{existing.ack_policy}; sa-inbox acks after the commit and needs 'explicit'"
+        )
+    if existing.max_deliver is not None and existing.max_deliver > 0:
+        raise ConfigurationError(
+            f"JetStream consumer {stream}/{config.durable_name} has max_deliver="
+            f"{existing.max_deliver}: JetStream would stop redelivering a message a killed "
+            "consumer left unsettled before sa-inbox dead-letters it; use max_deliver=-1 "
+            "(sa-inbox's max_deliveries is the limit)"
+        )
+    return info
+
+
+async def consume(
+    js: JetStreamContext,
+    stream: str,
+    durable: str,
+    *,
+    session_factory: Callable[[], AsyncSession],
+    inbox: Inbox,
+    handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
+    dead_letter_subject: str,
+    consumer_name: str | None = None,
+    filter_subject: str | None = None,
+    key_header: str = DEFAULT_KEY_HEADER,
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+    ack_wait: float = DEFAULT_ACK_WAIT,
+    retry_delay: RetryDelay | None = None,
+    batch: int = DEFAULT_BATCH,
+    fetch_timeout: float = DEFAULT_FETCH_TIMEOUT,
+    ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+    stop: StopFlag | None = None,
+    on_settled: Callable[[Settlement], Any] | None = None,
+) -> int:
+    """Consume ``stream`` through the durable pull consumer ``durable`` until ``stop`` is set.
+
+    Each message is fetched (``fetch(batch, timeout=fetch_timeout)``), mapped by
+    :func:`~sa_inbox.brokers.nats.delivery.to_delivery` (the key from ``key_header``), and
+    run through :func:`~sa_inbox.brokers.process_async` with a
+    :class:`~sa_inbox.brokers.nats.settler.JetStreamSettler`: acked after the commit,
+    ``nak``-ed with ``retry_delay`` on failure, published to ``dead_letter_subject`` then
+    terminated at the limit or without a key.
+
+    **Two layers of dedup.** JetStream drops a *publish* whose ``Nats-Msg-Id`` it stored
+    inside the stream's ``duplicate_window`` ("JetStream Model Deep Dive: Message
+    Deduplication", 2 minutes by default): such a duplicate never reaches the consumer. The
+    inbox covers what that cannot: redeliveries of one stored message (a consumer killed
+    after the commit and before the ack, an ack lost, ``ack_wait`` passed) and duplicates
+    published outside the window or keyed on another header.
+
+    **Stopping.** ``stop`` is polled between fetches and after each batch (so within
+    ``fetch_timeout`` plus one batch's handling); the batch in hand is finished and settled.
+    A consumer killed instead leaves its fetched messages to JetStream, which redelivers
+    them after ``ack_wait``. Keep ``batch`` x handler time well under ``ack_wait``: a
+    message still waiting in the batch past ``ack_wait`` is redelivered to another consumer
+    too (safe, the inbox claim lets one of them apply it, but wasted).
+
+    :param js: a JetStream context (``nats.connect(...).jetstream()``); not closed here.
+    :param stream: the stream's name (it must exist).
+    :param durable: the durable pull consumer's name: made by :func:`ensure_consumer` with
+        :func:`consumer_config` if missing; every process of this consumer uses the same one.
+    :param session_factory: an ``async_sessionmaker``.
+    :param inbox: the inbox to claim in.
+    :param handler: ``async def handler(session, delivery)``, the business change; must not
+        commit.
+    :param dead_letter_subject: where dead letters are published: a subject of another
+        stream (the dead-letter stream), kept apart from processed messages.
+    :param consumer_name: the inbox's consumer name (the claim is per consumer); defaults
+        to ``durable``.
+    :param filter_subject: the consumer's filter subject when it is created.
+    :param key_header: the header holding the producer's dedup key (default
+        ``Nats-Msg-Id``).
+    :param max_deliveries: deliveries allowed per message (``num_delivered``), >= 1.
+    :param ack_wait: seconds, the visibility timeout, when the consumer is created.
+    :param retry_delay: seconds before a failed delivery comes back, from its delivery
+        count; default :func:`~sa_inbox.brokers.nats.settler.backoff` ``()`` (1 s doubling
+        to 60 s).
+    :param batch: messages per fetch, >= 1.
+    :param fetch_timeout: seconds one fetch waits, > 0.
+    :param ack_timeout: seconds to wait for the server to confirm an ack.
+    :param stop: a flag (:class:`asyncio.Event`, :class:`threading.Event`); None runs until
+        cancelled.
+    :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
+    :returns: the number of messages settled.
+    :raises ConfigurationError: from :func:`ensure_consumer`, or the first message whose
+        handling raised one (that message is left unsettled; see
+        :func:`~sa_inbox.brokers.process_async`).
+    :raises nats.js.errors.NotFoundError: if ``stream`` does not exist.
+    :raises nats.errors.ConnectionClosedError: if the connection closes.
+    """
+    config = consumer_config(durable, filter_subject=filter_subject, ack_wait=ack_wait)
+    await ensure_consumer(js, stream, config)
+    subscription = await js.pull_subscribe_bind(durable=durable, stream=stream)
+    delay = retry_delay or backoff()
+
+    async def settle(msg: Msg) -> None:
+        delivery = to_delivery(msg, key_header=key_header)
+        settler = JetStreamSettler(
+            msg,
+            delivery,
+            js=js,
+            dead_letter_subject=dead_letter_subject,
+            retry_delay=delay,
+            ack_timeout=ack_timeout,
+        )
+        await process_async(
+            delivery,
+            settler,
+            session_factory=session_factory,
+            inbox=inbox,
+            consumer_name=consumer_name or durable,
+            handler=handler,
+            max_deliveries=max_deliveries,
+            on_settled=on_settled,
+        )
+
+    settled = 0
+    try:
+        while stop is None or not stop.is_set():
+            for msg in await _fetch(subscription, batch, fetch_timeout):
+                settled += await _settle_one(settle, msg)
+    finally:
+        with contextlib.suppress(nats.errors.Error):  # a closed connection: nothing to undo
+            await subscription.unsubscribe()
+    return settled
+
+
+async def _fetch(
+    subscription: JetStreamContext.PullSubscription, batch: int, timeout: float
+) -> list[Msg]:
+    """Up to ``batch`` messages, or none when ``timeout`` passed without any.
+
+    nats-py raises its own ``nats.errors.TimeoutError`` on some paths of ``fetch`` and a
+    plain :class:`asyncio.TimeoutError` on others (2.16.0); both are :class:`TimeoutError`.
+    """
+    try:
+        return await subscription.fetch(batch, timeout=timeout)
+    except TimeoutError:
+        return []
+
+
+async def _settle_one(settle: Callable[[Msg], Awaitable[None]], msg: Msg) -> int:
+    """1 if ``msg`` was settled; 0 if the broker refused a settlement (it comes back after
+    ``ack_wait``: a committed message as a duplicate). Configuration errors propagate."""
+    try:
+        await settle(msg)
+    except nats.errors.Error as exc:
+        logger.warning(
+            "JetStream message %s left unsettled (%s); redelivered after ack_wait",
+            msg.reply,
+            exc,
+            extra={"action": "unsettled"},
+        )
+        return 0
+    return 1

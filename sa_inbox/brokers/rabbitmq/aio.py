@@ -1,0 +1,225 @@
+"""The aio-pika consumer (asyncio): one delivery at a time, acked after commit.
+
+.. code-block:: python
+
+    consumer = AsyncConsumer(
+        "amqp://guest:guest@localhost/",
+        "payments",
+        session_factory=async_sessionmaker(engine),
+        inbox=inbox,
+        consumer_name="billing",
+        handler=apply_payment,  # async def handler(session, delivery); no commit
+    )
+    await consumer.run()  # until consumer.stop(), the stop event, or cancellation
+
+**The producer must set** ``message_id``, the same one on every retry of a publish::
+
+    await channel.default_exchange.publish(
+        aio_pika.Message(body, message_id=payment_id), routing_key="payments"
+    )
+
+Without it, aio-pika's transport (aiormq's ``Channel.basic_publish``) **fills in a random
+``message_id``** (verified with aio-pika 10.2.1 on RabbitMQ 3.10.8: a uuid4 hex), a new one
+on each publish: a producer that retries a publish then sends two different keys, and both
+are applied. Such a key dedups only the broker's redeliveries, never the producer's retries;
+aio-pika producers can never send a message *without* a key (MISSING_MESSAGE_ID comes only
+from other clients).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import AbstractIncomingMessage, AbstractQueueIterator
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ...claim import Inbox
+from ..delivery import DeadLetterReason, Delivery
+from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
+from .consumer import QueueConsumer
+from .message import (
+    COPIED_PROPERTIES,
+    DEFAULT_PREFETCH,
+    dead_letter_properties,
+    to_delivery,
+)
+
+__all__ = ["AioPikaSettler", "AsyncConsumer", "aio_pika_delivery"]
+
+
+def aio_pika_delivery(message: AbstractIncomingMessage, key_header: str | None = None) -> Delivery:
+    """The :class:`~sa_inbox.brokers.Delivery` of an aio-pika message (see :mod:`.message`)."""
+    return to_delivery(
+        message_id=message.message_id,
+        headers=message.headers,
+        body=message.body,
+        redelivered=bool(message.redelivered),
+        delivery_tag=message.delivery_tag,
+        key_header=key_header,
+    )
+
+
+class AioPikaSettler:
+    """Ack / retry / dead-letter one aio-pika message (a :class:`~sa_inbox.brokers.Settler`
+    with ``async`` methods, for :func:`~sa_inbox.brokers.process_async`).
+
+    :param message: the incoming message (consumed with ``no_ack=False``).
+    :param channel: an aio-pika channel with publisher confirms (aio-pika's default) and
+        ``on_return_raises=True``, to publish dead letters on.
+    :param queue: the queue it was consumed from (stored in the dead letter).
+    :param dead_letter_queue: where dead letters go.
+
+    Dead letters are published (confirmed, ``mandatory``) to the dead-letter queue, then the
+    original acked; why, and what a crash between the two steps does (a second copy, never
+    none): :class:`~.blocking.PikaSettler`. A dead letter of a message without
+    ``message_id`` gets aiormq's random one when published (see the module): its
+    ``x-sa-inbox-reason`` header, ``missing_message_id``, is what says it had none.
+    """
+
+    def __init__(
+        self,
+        message: AbstractIncomingMessage,
+        channel: aio_pika.abc.AbstractChannel,
+        *,
+        queue: str,
+        dead_letter_queue: str,
+    ) -> None:
+        self.message = message
+        self.channel = channel
+        self.queue = queue
+        self.dead_letter_queue = dead_letter_queue
+
+    async def ack(self) -> None:
+        """``basic.ack`` (after the commit)."""
+        await self.message.ack()
+
+    async def retry(self) -> None:
+        """``basic.nack(requeue=True)``: redelivered, its ``x-delivery-count`` one more."""
+        await self.message.nack(requeue=True)
+
+    async def dead_letter(self, reason: DeadLetterReason, detail: str) -> None:
+        """Publish to the dead-letter queue with the reason headers, confirmed, then ack.
+
+        :raises aio_pika.exceptions.DeliveryError: if the dead-letter queue does not exist
+            (the original stays unacked: redelivered when the consumer stops).
+        """
+        message = self.message
+        properties = dead_letter_properties(
+            {name: getattr(message, name, None) for name in COPIED_PROPERTIES},
+            message.headers,
+            queue=self.queue,
+            reason=reason,
+            detail=detail,
+        )
+        await self.channel.default_exchange.publish(
+            aio_pika.Message(message.body, **properties),
+            routing_key=self.dead_letter_queue,
+            mandatory=True,
+        )
+        await self.ack()
+
+
+class AsyncConsumer(QueueConsumer):
+    """Consume a RabbitMQ queue with aio-pika, each message exactly once in effect.
+
+    :class:`~.blocking.BlockingConsumer` on asyncio, through
+    :func:`sa_inbox.brokers.process_async`: the same rules, arguments and broker guarantees
+    (there), with an ``async_sessionmaker`` and an ``async def`` handler. Deliveries are
+    handled one at a time, in order; ``prefetch`` bounds how many the broker sends ahead.
+    Run several consumers (tasks or processes) for parallelism.
+
+    :param url: an ``amqp://`` URL (``aio_pika.connect``).
+    :param queue: the queue to consume (it must exist).
+    :param session_factory: an ``async_sessionmaker``.
+    :param handler: ``async def handler(session, delivery)`` (or a plain function); the
+        business change, it must not commit.
+    :param max_deliveries, prefetch, key_header, dead_letter_queue, on_settled, inbox,
+        consumer_name: as for :class:`~.blocking.BlockingConsumer`.
+    :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        queue: str,
+        *,
+        session_factory: Callable[[], AsyncSession],
+        inbox: Inbox,
+        consumer_name: str,
+        handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        prefetch: int = DEFAULT_PREFETCH,
+        key_header: str | None = None,
+        dead_letter_queue: str | None = None,
+        on_settled: OnSettled | None = None,
+    ) -> None:
+        super().__init__(
+            queue,
+            prefetch=prefetch,
+            key_header=key_header,
+            dead_letter_queue=dead_letter_queue,
+            session_factory=session_factory,
+            inbox=inbox,
+            consumer_name=consumer_name,
+            handler=handler,
+            max_deliveries=max_deliveries,
+            on_settled=on_settled,
+        )
+        self.url = url
+        self._stop = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Connect and consume until :meth:`stop` or ``stop`` is set (or the task is
+        cancelled); the delivery in hand is finished first, then the connection closes and
+        RabbitMQ requeues what was prefetched and not acked.
+
+        :param stop: an extra event that stops the consumer when set.
+        :raises ConfigurationError: from :func:`~sa_inbox.brokers.process_async`, the
+            delivery left unacked.
+        :raises aio_pika.exceptions.AMQPException: on connection / channel errors (e.g. the
+            queue does not exist: ``ChannelNotFoundEntity``).
+        """
+        connection = await aio_pika.connect(self.url)
+        async with connection:
+            channel = await connection.channel(on_return_raises=True)
+            await channel.set_qos(prefetch_count=self.prefetch)
+            queue = await channel.get_queue(self.queue, ensure=True)
+            async with queue.iterator() as messages:
+                while (message := await self._next(messages, stop)) is not None:
+                    settler = AioPikaSettler(
+                        message, channel, queue=self.queue, dead_letter_queue=self.dead_letter_queue
+                    )
+                    await process_async(
+                        aio_pika_delivery(message, self.key_header), settler, **self.process_options
+                    )
+
+    def stop(self) -> None:
+        """Stop after the current delivery (call on the consumer's event loop). A stopped
+        consumer stays stopped: make a new one to consume again."""
+        self._stop.set()
+
+    async def _next(
+        self, messages: AbstractQueueIterator, stop: asyncio.Event | None
+    ) -> AbstractIncomingMessage | None:
+        """The next message, or None once a stop event is set."""
+        events = [self._stop, *([stop] if stop is not None else [])]
+        waits = [asyncio.ensure_future(event.wait()) for event in events]
+        get = asyncio.ensure_future(messages.__anext__())
+        try:
+            await asyncio.wait([get, *waits], return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            get.cancel()
+            raise
+        finally:
+            for wait in waits:
+                wait.cancel()
+        if any(event.is_set() for event in events):
+            get.cancel()  # a message got meanwhile stays unacked: requeued on close
+            return None
+        try:
+            return get.result()
+        except StopAsyncIteration:  # the iterator was closed
+            return None

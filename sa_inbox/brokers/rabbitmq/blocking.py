@@ -1,0 +1,258 @@
+"""The pika consumer (``BlockingConnection``): one delivery at a time, acked after commit.
+
+.. code-block:: python
+
+    consumer = BlockingConsumer(
+        "amqp://guest:guest@localhost/",
+        "payments",
+        session_factory=Session,
+        inbox=inbox,
+        consumer_name="billing",
+        handler=apply_payment,  # handler(session, delivery): the business change, no commit
+    )
+    consumer.run()  # until consumer.stop() (from any thread) or an error
+
+The producer must set the key (the retry of a publish must carry the same one)::
+
+    channel.basic_publish("", "payments", body, pika.BasicProperties(message_id=payment_id))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pika
+import pika.exceptions
+from sqlalchemy.orm import Session
+
+from ...claim import Inbox
+from ..delivery import DeadLetterReason, Delivery
+from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, process
+from .consumer import QueueConsumer
+from .message import DEFAULT_PREFETCH, dead_letter_properties, to_delivery
+
+__all__ = ["BlockingConsumer", "PikaSettler", "pika_delivery"]
+
+
+def pika_delivery(
+    method: Any, properties: Any, body: bytes, key_header: str | None = None
+) -> Delivery:
+    """The :class:`~sa_inbox.brokers.Delivery` of a pika message (see :mod:`.message`).
+
+    :param method: the ``pika.spec.Basic.Deliver`` (or ``Basic.GetOk``) frame.
+    :param properties: its ``pika.BasicProperties``.
+    :param body: its body.
+    :param key_header: the header with the producer's key; None for ``message_id``.
+    """
+    return to_delivery(
+        message_id=properties.message_id,
+        headers=properties.headers,
+        body=body,
+        redelivered=method.redelivered,
+        delivery_tag=method.delivery_tag,
+        key_header=key_header,
+    )
+
+
+class PikaSettler:
+    """Ack / retry / dead-letter one pika delivery (a :class:`~sa_inbox.brokers.Settler`).
+
+    For your own pika callback: ``process(delivery, PikaSettler(...), ...)``.
+
+    :param channel: the ``BlockingChannel`` the message came on, in confirm mode
+        (``channel.confirm_delivery()``) so the dead letter's publish is confirmed before
+        the original is acked.
+    :param method: the ``pika.spec.Basic.Deliver`` frame.
+    :param properties: the ``pika.BasicProperties``.
+    :param body: the body.
+    :param queue: the queue it was consumed from (stored in the dead letter).
+    :param dead_letter_queue: where dead letters go.
+
+    **Dead letters are published to the dead-letter queue, then the original is acked**
+    (rather than ``basic.reject(requeue=False)`` to the queue's dead-letter exchange): the
+    reject is atomic in the broker, but RabbitMQ then adds only ``x-death`` with reason
+    ``rejected``, and the reason (``missing_message_id``, the handler's error) would be lost.
+    The publish is confirmed (publisher confirms, RabbitMQ docs "Consumer Acknowledgements
+    and Publisher Confirms") and ``mandatory`` (a missing dead-letter queue raises
+    ``pika.exceptions.UnroutableError`` instead of dropping the message), and only then is
+    the original acked. A crash between the two leaves the original unacked: RabbitMQ
+    redelivers it when the connection drops, and it is dead-lettered again, so the
+    dead-letter queue may hold it **twice, never zero times**; a consumer of dead letters
+    should dedup on ``message_id`` too.
+    """
+
+    def __init__(
+        self,
+        channel: Any,
+        method: Any,
+        properties: Any,
+        body: bytes,
+        *,
+        queue: str,
+        dead_letter_queue: str,
+    ) -> None:
+        self.channel = channel
+        self.method = method
+        self.properties = properties
+        self.body = body
+        self.queue = queue
+        self.dead_letter_queue = dead_letter_queue
+
+    def ack(self) -> None:
+        """``basic.ack`` (after the commit)."""
+        self.channel.basic_ack(self.method.delivery_tag)
+
+    def retry(self) -> None:
+        """``basic.nack(requeue=True)``: redelivered, its ``x-delivery-count`` one more."""
+        self.channel.basic_nack(self.method.delivery_tag, requeue=True)
+
+    def dead_letter(self, reason: DeadLetterReason, detail: str) -> None:
+        """Publish to the dead-letter queue with the reason headers, confirmed, then ack.
+
+        :raises pika.exceptions.UnroutableError: if the dead-letter queue does not exist
+            (the original stays unacked: redelivered when the consumer stops).
+        """
+        properties = dead_letter_properties(
+            vars(self.properties),
+            self.properties.headers,
+            queue=self.queue,
+            reason=reason,
+            detail=detail,
+        )
+        self.channel.basic_publish(
+            "",
+            self.dead_letter_queue,
+            self.body,
+            pika.BasicProperties(**properties),
+            mandatory=True,
+        )
+        self.ack()
+
+
+class BlockingConsumer(QueueConsumer):
+    """Consume a RabbitMQ queue with pika, each message exactly once in effect.
+
+    Each delivery goes through :func:`sa_inbox.brokers.process`: claim and handler in one
+    transaction, commit, then ``basic.ack``; a failure is ``basic.nack(requeue=True)``, or at
+    the last delivery allowed a dead letter (see :class:`PikaSettler`); a message without a
+    key is dead-lettered unprocessed. Manual acks only: RabbitMQ redelivers every unacked
+    delivery when the consumer's connection closes (RabbitMQ docs, "Consumer
+    Acknowledgements and Publisher Confirms", section "Automatic Requeueing"), so a consumer
+    killed after its commit and before its ack leaves a duplicate that the next consumer
+    acks without running the handler.
+
+    The queue should be a quorum queue (:func:`~.queues.declare_queue`): only it gives a
+    delivery count (:mod:`.message`).
+
+    RabbitMQ 3.10 counts *every* return in ``x-delivery-count``, including the prefetched
+    deliveries a stopping or killed consumer never started: a message can reach
+    ``max_deliveries`` (and be dead-lettered unprocessed, ``DELIVERY_LIMIT``) without ever
+    failing if it sat in the buffers of that many dying consumers. Keep ``prefetch`` small
+    where consumers restart often, and ``max_deliveries`` above the restarts you expect.
+    (RabbitMQ 4.0 changed what the quorum queue counts; check its "Quorum Queues" page.)
+
+    Deliveries are handled one at a time on the connection's thread; run several consumers
+    (threads or processes, one connection each) for parallelism. A handler that runs longer
+    than the negotiated heartbeat timeout (pika processes heartbeats only between
+    deliveries), or than RabbitMQ's ``consumer_timeout`` for an unacked delivery (30 minutes
+    by default, "Consumer Acknowledgements and Publisher Confirms", section "Delivery
+    Acknowledgement Timeout"), gets its connection or channel closed: the ack then fails
+    and the message is redelivered, a duplicate if it had committed.
+
+    :param parameters: an ``amqp://`` URL or ``pika.ConnectionParameters``.
+    :param queue: the queue to consume (it must exist).
+    :param session_factory: a ``sessionmaker``.
+    :param inbox: the inbox to claim in.
+    :param consumer_name: this consumer's name (the claim is per consumer name).
+    :param handler: ``handler(session, delivery)``, the business change; must not commit.
+    :param max_deliveries: deliveries allowed before a failing message is dead-lettered.
+    :param prefetch: ``basic.qos`` prefetch count: at most this many unacked deliveries in
+        this consumer at once (RabbitMQ docs, "Consumer Prefetch"), >= 1.
+    :param key_header: the header holding the producer's key (a string, UTF-8 bytes or an
+        int; a header of another type counts as no key); None (default): the AMQP
+        ``message_id`` property.
+    :param dead_letter_queue: default :func:`~.message.dead_letter_queue_name`.
+    :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
+    :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1.
+    """
+
+    def __init__(
+        self,
+        parameters: str | pika.ConnectionParameters,
+        queue: str,
+        *,
+        session_factory: Callable[[], Session],
+        inbox: Inbox,
+        consumer_name: str,
+        handler: Callable[[Session, Delivery], object],
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        prefetch: int = DEFAULT_PREFETCH,
+        key_header: str | None = None,
+        dead_letter_queue: str | None = None,
+        on_settled: OnSettled | None = None,
+    ) -> None:
+        super().__init__(
+            queue,
+            prefetch=prefetch,
+            key_header=key_header,
+            dead_letter_queue=dead_letter_queue,
+            session_factory=session_factory,
+            inbox=inbox,
+            consumer_name=consumer_name,
+            handler=handler,
+            max_deliveries=max_deliveries,
+            on_settled=on_settled,
+        )
+        self.parameters = (
+            pika.URLParameters(parameters) if isinstance(parameters, str) else parameters
+        )
+        self._stop = threading.Event()
+        self._connection: Any = None
+        self._channel: Any = None
+
+    def run(self) -> None:
+        """Connect and consume until :meth:`stop`; then close (unacked deliveries return).
+
+        :raises ConfigurationError: from :func:`~sa_inbox.brokers.process` (e.g. the inbox
+            table is missing): the delivery is left unacked and the connection closed.
+        :raises pika.exceptions.AMQPError: on connection / channel errors (e.g. the queue
+            does not exist: ``ChannelClosedByBroker`` 404).
+        """
+        self._connection = pika.BlockingConnection(self.parameters)
+        try:
+            channel = self._channel = self._connection.channel()
+            channel.confirm_delivery()
+            channel.basic_qos(prefetch_count=self.prefetch)
+            channel.basic_consume(self.queue, self._on_message)
+            if not self._stop.is_set():
+                channel.start_consuming()
+        finally:
+            if self._connection.is_open:
+                self._connection.close()
+
+    def stop(self) -> None:
+        """Stop consuming after the current delivery; safe from any thread (pika's
+        ``BlockingConnection.add_callback_threadsafe``, the only thread-safe pika call).
+        :meth:`run` then closes the connection and returns. A stopped consumer stays stopped:
+        make a new one to consume again."""
+        self._stop.set()
+        connection, channel = self._connection, self._channel
+        if connection is None or channel is None:
+            return  # run() checks the event before it starts consuming
+        with contextlib.suppress(pika.exceptions.ConnectionWrongStateError):
+            connection.add_callback_threadsafe(channel.stop_consuming)  # closed: returning
+
+    def _on_message(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        delivery = pika_delivery(method, properties, body, self.key_header)
+        settler = PikaSettler(
+            channel,
+            method,
+            properties,
+            body,
+            queue=self.queue,
+            dead_letter_queue=self.dead_letter_queue,
+        )
+        process(delivery, settler, **self.process_options)

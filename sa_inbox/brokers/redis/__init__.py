@@ -1,0 +1,44 @@
+"""Redis Streams: consume a stream through a consumer group exactly once in effect.
+
+:class:`RedisStreamConsumer` (redis-py, threads) and :class:`AsyncRedisStreamConsumer`
+(``redis.asyncio``) read entries with ``XREADGROUP``, take over entries a dead or failing
+consumer left pending with ``XAUTOCLAIM`` after the visibility timeout, count deliveries with
+``XPENDING``, ``XACK`` after the database commit, and move poison entries to a dead-letter
+stream (``<stream>:dead``) with ``XADD`` + ``XACK`` in one Lua script (atomic; a
+``MULTI``/``EXEC`` would still ack when the ``XADD`` fails, see :mod:`.core`). The dedup key
+is the producer's: a stream field (``message_id`` by default), never the entry id.
+
+Producer side: put the key in the entry, the same on every retry of the publish::
+
+    client.xadd("payments", {"message_id": payment_id, "body": json.dumps(payment)})
+
+Needs the ``redis`` extra (``pip install sa-inbox[redis]``).
+"""
+
+from __future__ import annotations
+
+from .aio import AsyncRedisStreamConsumer as AsyncRedisStreamConsumer
+from .consumer import RedisStreamConsumer as RedisStreamConsumer
+from .core import DEAD_LETTER_FIELDS as DEAD_LETTER_FIELDS
+from .core import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE
+from .core import DEFAULT_BLOCK_TIMEOUT as DEFAULT_BLOCK_TIMEOUT
+from .core import DEFAULT_BODY_FIELD as DEFAULT_BODY_FIELD
+from .core import DEFAULT_KEY_FIELD as DEFAULT_KEY_FIELD
+from .core import DEFAULT_VISIBILITY_TIMEOUT as DEFAULT_VISIBILITY_TIMEOUT
+from .core import InvalidStreamSettings as InvalidStreamSettings
+from .core import StreamSettings as StreamSettings
+from .core import to_delivery as to_delivery
+
+__all__ = [
+    "DEAD_LETTER_FIELDS",
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_BLOCK_TIMEOUT",
+    "DEFAULT_BODY_FIELD",
+    "DEFAULT_KEY_FIELD",
+    "DEFAULT_VISIBILITY_TIMEOUT",
+    "AsyncRedisStreamConsumer",
+    "InvalidStreamSettings",
+    "RedisStreamConsumer",
+    "StreamSettings",
+    "to_delivery",
+]

@@ -1,0 +1,87 @@
+"""The asyncio Redis Streams consumer, on ``redis.asyncio.Redis``: the sync consumer's steps
+and settler (:mod:`.core`), only the calls awaited."""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from typing import Any
+
+import redis.asyncio
+from redis.exceptions import ResponseError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ..delivery import Settlement
+from ..process import process_async
+from .core import Batch, Call, ConsumerBase, Entry, Step, T
+
+__all__ = ["AsyncRedisStreamConsumer", "drive_async", "run_call_async"]
+
+
+class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, AsyncSession]):
+    """The Redis Streams consumer on ``redis.asyncio.Redis``, through
+    :func:`sa_inbox.brokers.process_async` (``async def`` handler, ``async_sessionmaker``);
+    its parameters and rules are :class:`~sa_inbox.brokers.redis.core.ConsumerBase`'s.
+    Entries of a batch are settled one after another.
+    """
+
+    def _stop_event(self) -> asyncio.Event:
+        return asyncio.Event()
+
+    async def ensure_group(self) -> None:
+        """Create the group (and the stream) if missing; an existing group is kept.
+
+        :raises redis.RedisError: if the server refuses (other than "exists already").
+        """
+        await drive_async(self._core.ensure_group(), self.client)
+        self._group_ready = True
+
+    async def poll(self, *, block: bool = True) -> list[Settlement]:
+        """Read one batch and settle each entry: as the sync consumer's ``poll()``.
+
+        :raises: as the sync consumer's ``poll()``.
+        """
+        if not self._group_ready:
+            await self.ensure_group()
+        entries = await drive_async(self._core.next_batch(block=block), self.client)
+        return [await self._settle(entry) for entry in entries]
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Poll until ``stop`` or :meth:`stop` is set, seen within ``block_timeout``; the
+        batch in hand is settled first, then the member leaves the group if nothing is
+        pending to it (see the sync consumer's ``run()``).
+
+        :param stop: an event to stop on, besides :meth:`stop`.
+        :raises: as :meth:`poll`.
+        """
+        while not self._stop.is_set() and not (stop is not None and stop.is_set()):
+            await self.poll()
+        await drive_async(self._core.leave_group(), self.client)
+
+    async def _settle(self, entry: Entry) -> Settlement:
+        return await process_async(**self._delivery(entry, partial(run_call_async, self.client)))
+
+
+async def run_call_async(client: Any, call: Call | Batch) -> Any:
+    """:func:`.core.run_call` on a ``redis.asyncio.Redis``."""
+    if isinstance(call, Batch):
+        async with client.pipeline(transaction=False) as pipe:
+            for each in call.calls:
+                getattr(pipe, each.method)(*each.args, **each.kwargs)
+            return await pipe.execute()
+    return await getattr(client, call.method)(*call.args, **call.kwargs)
+
+
+async def drive_async(step: Step[T], client: Any) -> T:
+    """:func:`.core.drive` on a ``redis.asyncio.Redis``."""
+    reply: Any = None
+    error: ResponseError | None = None
+    while True:
+        try:
+            call = step.throw(error) if error is not None else step.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            reply, error = await run_call_async(client, call), None
+        except ResponseError as exc:
+            reply, error = None, exc

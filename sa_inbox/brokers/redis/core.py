@@ -1,0 +1,549 @@
+"""What the sync and asyncio Redis Streams consumers share: every command, every reply.
+
+The consumers differ only in how a command reaches the server (``client.xack(...)`` or
+``await client.xack(...)``). Everything else lives here, once: the settings, the entry →
+:class:`~sa_inbox.brokers.Delivery` mapping, the settler, and the consumer-group steps
+written as generators that *yield* the commands to run (a :class:`Call`, or a
+:class:`Batch` of them sent as one pipeline) and get the replies back. The sync
+consumer drives them with :func:`drive`, the asyncio one with its awaiting twin.
+
+Redis rules relied on, from the "Redis Streams" tutorial (redis.io/docs/latest/develop/
+data-types/streams/, sections "Consumer groups", "Recovering from permanent failures",
+"Automatic claiming", "Claiming and the delivery counter") and the XREADGROUP, XAUTOCLAIM and
+XPENDING command pages, each checked on Redis 7.0.15 by ``tests/backends/brokers/test_redis.py``:
+
+- ``XREADGROUP ... >`` delivers entries never delivered to the group, adds each to the
+  group's pending entries list (PEL) with a delivery counter of 1;
+- an entry stays pending until ``XACK``; ``XAUTOCLAIM`` hands entries idle for at least
+  ``min-idle-time`` milliseconds to another consumer and increments their delivery counter
+  (``JUSTID`` would not: it is not used), so a dead consumer's entries come back, counted;
+- ``XPENDING key group start end count`` reports each pending entry's times-delivered counter;
+- a Lua script runs atomically: no other client's command runs while it does ("Scripting
+  with Lua", redis.io/docs/latest/develop/interact/programmability/eval-intro/), and a
+  ``redis.call()`` that fails raises and ends the script, so the commands after it do not
+  run ("Redis Lua API reference", ``redis.call``). A dead letter is therefore one script,
+  :data:`DEAD_LETTER_SCRIPT`, not a ``MULTI``/``EXEC``: Redis does not roll a transaction
+  back when one of its commands fails at run time ("Transactions", "Errors inside a
+  transaction"; the "EXECABORT error" page: "a WRONGTYPE error makes only that command
+  fail. The other commands still run"), and on Redis 7.0.15 a ``MULTI; XADD; XACK; EXEC``
+  whose ``XADD`` hit a dead-letter key of the wrong type still acked the entry, which was
+  then lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from redis.exceptions import ResponseError
+
+from ...claim import Inbox
+from ...exc import ConfigurationError
+from ...validation import positive_int, positive_seconds
+from ..delivery import DeadLetterReason, Delivery
+from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
+
+__all__ = [
+    "DEAD_LETTER_FIELDS",
+    "DEAD_LETTER_SCRIPT",
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_BLOCK_TIMEOUT",
+    "DEFAULT_BODY_FIELD",
+    "DEFAULT_KEY_FIELD",
+    "DEFAULT_VISIBILITY_TIMEOUT",
+    "LEAVE_SCRIPT",
+    "Batch",
+    "Call",
+    "ConsumerBase",
+    "Entry",
+    "InvalidStreamSettings",
+    "RedisSettler",
+    "StreamCore",
+    "StreamSettings",
+    "drive",
+    "run_call",
+    "to_delivery",
+]
+
+#: The stream field holding the producer's dedup key, by default.
+DEFAULT_KEY_FIELD = "message_id"
+#: The stream field holding the message body, by default (absent: an empty body).
+DEFAULT_BODY_FIELD = "body"
+#: Seconds an entry stays pending (unacked) before another consumer may take it over.
+DEFAULT_VISIBILITY_TIMEOUT = 30.0
+#: Seconds one ``XREADGROUP`` waits for new entries (so a stop is seen within this).
+DEFAULT_BLOCK_TIMEOUT = 1.0
+#: Entries fetched per read (``COUNT``).
+DEFAULT_BATCH_SIZE = 10
+
+#: The fields a dead letter carries besides the original entry's fields.
+DEAD_LETTER_FIELDS = (
+    "dead_letter_reason",
+    "dead_letter_detail",
+    "dead_letter_original_id",
+    "dead_letter_delivery_count",
+)
+
+#: The dead letter, atomically. KEYS: dead-letter stream, stream. ARGV: group, entry id, then
+#: the dead letter's fields and values. Returns the dead letter's id, or nil if the entry
+#: was not pending (nothing done). A failing XADD (wrong key type) ends it before the XACK.
+DEAD_LETTER_SCRIPT = """
+if #redis.call('XPENDING', KEYS[2], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then
+  return false
+end
+local dead = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
+redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
+return dead
+"""
+
+#: A consumer leaving its group: ``XGROUP DELCONSUMER`` only if it has no pending entries
+#: (deleting a consumer drops its pending entries, which would then never come back).
+#: KEYS: stream. ARGV: group, consumer. Returns 1 if it left, 0 if it was kept.
+LEAVE_SCRIPT = """
+if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then
+  return 0
+end
+redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
+logger = logging.getLogger("sa_inbox.brokers.redis")
+
+T = TypeVar("T")
+ClientT = TypeVar("ClientT")
+SessionT = TypeVar("SessionT")
+
+
+class InvalidStreamSettings(ConfigurationError, ValueError):
+    """A Redis Streams consumer's settings are invalid (raised on construction)."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One redis-py client method call, ``getattr(client, method)(*args, **kwargs)``."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Several independent calls in one round trip (a pipeline, not a transaction). The reply
+    is the list of their replies."""
+
+    calls: tuple[Call, ...]
+
+
+#: A consumer-group step: yields calls, receives their replies, returns ``T``.
+Step = Generator[Call | Batch, Any, T]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One delivered stream entry: its id, its fields as the client returned them (bytes or
+    str, per ``decode_responses``), and the group's times-delivered counter for it."""
+
+    entry_id: str
+    fields: Mapping[Any, Any]
+    times_delivered: int
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """One consumer's configuration (see :class:`~sa_inbox.brokers.redis.RedisStreamConsumer`
+    for each parameter); checked on construction.
+
+    :raises InvalidStreamSettings: for an empty stream / group / member / field name, a
+        dead-letter stream equal to the stream, a timeout, batch size or ``max_deliveries``
+        that is not > 0.
+    """
+
+    stream: str
+    group: str
+    member: str
+    key_field: str = DEFAULT_KEY_FIELD
+    body_field: str = DEFAULT_BODY_FIELD
+    dead_letter_stream: str = ""
+    visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT
+    block_timeout: float = DEFAULT_BLOCK_TIMEOUT
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES
+    start_id: str = "0"
+
+    def __post_init__(self) -> None:
+        for name in ("stream", "group", "member", "key_field", "body_field", "start_id"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise InvalidStreamSettings(f"{name} must be a non-empty string")
+        if not self.dead_letter_stream:
+            object.__setattr__(self, "dead_letter_stream", f"{self.stream}:dead")
+        if self.dead_letter_stream == self.stream:
+            raise InvalidStreamSettings("dead_letter_stream must differ from the stream")
+        for name in ("visibility_timeout", "block_timeout"):
+            positive_seconds(getattr(self, name), name, InvalidStreamSettings)
+        for name in ("batch_size", "max_deliveries"):
+            positive_int(getattr(self, name), name, InvalidStreamSettings)
+
+    @property
+    def min_idle_ms(self) -> int:
+        """``XAUTOCLAIM``'s min-idle-time: the visibility timeout in milliseconds."""
+        return max(1, round(self.visibility_timeout * 1000))
+
+    @property
+    def block_ms(self) -> int:
+        """``XREADGROUP``'s ``BLOCK``, in milliseconds (never 0, which blocks forever)."""
+        return max(1, round(self.block_timeout * 1000))
+
+
+def default_member() -> str:
+    """A consumer name unique to this process and instance: ``host-pid-random``."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+# -- the entry → Delivery mapping --------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _key(value: Any) -> str:
+    """The producer's key as text; a key that is not UTF-8 becomes ``""`` (invalid)."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return ""
+    return str(value)
+
+
+def to_delivery(entry: Entry, settings: StreamSettings) -> Delivery:
+    """The :class:`~sa_inbox.brokers.Delivery` for one stream entry.
+
+    :param entry: the entry and its times-delivered counter.
+    :param settings: which field holds the key (``key_field``) and which the body.
+    :returns: ``message_id`` from the key field (None when absent; ``""``, so invalid and
+        dead-lettered, when not UTF-8), ``body`` from the body field as bytes (``b""`` when
+        absent), ``delivery_count`` from the counter, ``headers`` every field decoded as
+        UTF-8 text, ``broker_ref`` ``stream/entry-id`` (for logs; never the key).
+    """
+    fields = {_text(name): value for name, value in entry.fields.items()}
+    key = fields.get(settings.key_field)
+    body = fields.get(settings.body_field, b"")
+    return Delivery(
+        message_id=None if key is None else _key(key),
+        body=body if isinstance(body, bytes) else str(body).encode(),
+        delivery_count=max(1, entry.times_delivered),
+        headers={name: _text(value) for name, value in fields.items()},
+        broker_ref=f"{settings.stream}/{entry.entry_id}",
+    )
+
+
+# -- settling ----------------------------------------------------------------------------
+
+
+def ack_call(settings: StreamSettings, entry: Entry) -> Call:
+    """``XACK stream group id``: the group forgets the entry."""
+    return Call("xack", (settings.stream, settings.group, entry.entry_id))
+
+
+def dead_letter_call(
+    settings: StreamSettings, entry: Entry, reason: DeadLetterReason, detail: str
+) -> Call:
+    """:data:`DEAD_LETTER_SCRIPT` for one entry: ``XADD`` it to the dead-letter stream with the
+    original fields plus :data:`DEAD_LETTER_FIELDS`, then ``XACK`` it, atomically; nothing
+    if the entry is no longer pending (another consumer settled it meanwhile).
+
+    The entry is thus either in the dead-letter stream and acked, or neither (still pending,
+    so it comes back): never lost, never dead-lettered twice. An entry of more than 3,990
+    fields exceeds Lua's ``unpack`` limit ("too many results to unpack" on Redis 7.0.15): the
+    script fails, the settler raises, and the entry stays pending.
+    """
+    fields: dict[Any, Any] = dict(entry.fields)
+    fields.update(
+        dead_letter_reason=reason.value,
+        dead_letter_detail=detail,
+        dead_letter_original_id=entry.entry_id,
+        dead_letter_delivery_count=str(entry.times_delivered),
+    )
+    keys = (settings.dead_letter_stream, settings.stream)
+    flat = [item for pair in fields.items() for item in pair]
+    return Call(
+        "eval", (DEAD_LETTER_SCRIPT, len(keys), *keys, settings.group, entry.entry_id, *flat)
+    )
+
+
+class RedisSettler:
+    """The :class:`~sa_inbox.brokers.Settler` of one entry, on a call runner.
+
+    :param settings: the consumer's settings.
+    :param entry: the entry.
+    :param run: runs a :class:`Call` / :class:`Batch`: the sync consumer's returns the reply,
+        the asyncio consumer's a coroutine (which :func:`~sa_inbox.brokers.process_async`
+        awaits).
+    """
+
+    def __init__(
+        self, settings: StreamSettings, entry: Entry, run: Callable[[Call | Batch], Any]
+    ) -> None:
+        self._settings = settings
+        self._entry = entry
+        self._run = run
+
+    def ack(self) -> Any:
+        """``XACK`` (after the commit)."""
+        return self._run(ack_call(self._settings, self._entry))
+
+    def retry(self) -> None:
+        """Nothing: the entry stays pending, and ``XAUTOCLAIM`` hands it out again once it
+        has been idle for the visibility timeout (with its delivery counter incremented)."""
+
+    def dead_letter(self, reason: DeadLetterReason, detail: str) -> Any:
+        """``XADD`` to the dead-letter stream and ``XACK``, in one Lua script."""
+        return self._run(dead_letter_call(self._settings, self._entry, reason, detail))
+
+
+# -- the consumer-group steps ------------------------------------------------------------
+
+
+class StreamCore:
+    """The consumer-group protocol as steps (generators yielding calls), for either client.
+
+    Holds the ``XAUTOCLAIM`` cursor between batches, so a long pending list is scanned a
+    batch at a time rather than from the start each time.
+    """
+
+    def __init__(self, settings: StreamSettings) -> None:
+        self.settings = settings
+        self._cursor = "0-0"
+
+    def ensure_group(self) -> Step[None]:
+        """``XGROUP CREATE stream group start-id MKSTREAM``; an existing group is kept
+        (Redis answers ``BUSYGROUP``)."""
+        s = self.settings
+        try:
+            yield Call("xgroup_create", (s.stream, s.group), {"id": s.start_id, "mkstream": True})
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def leave_group(self) -> Step[bool]:
+        """Remove this member from the group if nothing is pending to it (:data:`LEAVE_SCRIPT`),
+        so members of stopped consumers do not pile up in ``XINFO CONSUMERS``; a member with
+        pending entries (failed ones waiting for their retry) stays, for them to be taken
+        over. Returns whether it left."""
+        s = self.settings
+        left = yield Call("eval", (LEAVE_SCRIPT, 1, s.stream, s.group, s.member))
+        return bool(left)
+
+    def next_batch(self, *, block: bool = True) -> Step[list[Entry]]:
+        """Up to ``batch_size`` entries: first those pending longer than the visibility
+        timeout (any consumer's, taken over by ``XAUTOCLAIM``, counted by ``XPENDING``), then
+        new ones (``XREADGROUP >``, counter 1), blocking up to ``block_timeout`` only when
+        nothing was taken over and ``block`` is true.
+
+        A pending entry deleted from the stream meanwhile (``XDEL``, or trimmed by
+        ``MAXLEN``/``XTRIM``) is dropped from the pending list by ``XAUTOCLAIM`` itself
+        (Redis >= 7.0 returns its id apart): it is logged, it cannot be dead-lettered."""
+        s = self.settings
+        reply = yield Call(
+            "xautoclaim",
+            (s.stream, s.group, s.member, s.min_idle_ms),
+            {"start_id": self._cursor, "count": s.batch_size},
+        )
+        self._cursor = _text(reply[0])
+        if len(reply) > 2 and reply[2]:
+            logger.warning(
+                "stream %s: pending entries deleted from the stream, dropped by XAUTOCLAIM: %s",
+                s.stream,
+                ", ".join(_text(i) for i in reply[2]),
+                extra={"action": "deleted_pending"},
+            )
+        entries = yield from self._counted([(_text(i), f) for i, f in reply[1] if f is not None])
+        room = s.batch_size - len(entries)
+        if room > 0:
+            wait = s.block_ms if block and not entries else None
+            reply = yield Call(
+                "xreadgroup", (s.group, s.member, {s.stream: ">"}), {"count": room, "block": wait}
+            )
+            entries += [Entry(_text(i), f or {}, 1) for i, f in _stream_entries(reply)]
+        return entries
+
+    def _counted(self, claimed: Sequence[tuple[str, Any]]) -> Step[list[Entry]]:
+        """The claimed entries with their times-delivered counters, from one XPENDING each
+        (pipelined)."""
+        if not claimed:
+            return []
+        s = self.settings
+        replies = yield Batch(
+            tuple(
+                Call("xpending_range", (s.stream, s.group), {"min": i, "max": i, "count": 1})
+                for i, _ in claimed
+            ),
+        )
+        return [  # not pending any more: acked meanwhile, a duplicate whatever its count
+            Entry(i, fields, int(pending[0]["times_delivered"]) if pending else 2)
+            for (i, fields), pending in zip(claimed, replies, strict=True)
+        ]
+
+
+def _stream_entries(reply: Any) -> list[tuple[Any, Any]]:
+    """The ``(id, fields)`` pairs of an XREADGROUP reply on one stream (RESP2: a list of
+    ``[stream, entries]``; RESP3: a dict ``{stream: [entries]}``)."""
+    if not reply:
+        return []
+    if isinstance(reply, Mapping):
+        return [pair for entries in reply.values() for batch in entries for pair in batch]
+    return [pair for _, entries in reply for pair in entries]
+
+
+# -- the consumers' shared half ----------------------------------------------------------
+
+
+class ConsumerBase(Generic[ClientT, SessionT]):
+    """Consume one Redis stream through a consumer group, exactly once in effect.
+
+    Each entry becomes a :class:`~sa_inbox.brokers.Delivery` keyed on the producer's field
+    ``key_field`` (never the entry id) and goes through :func:`sa_inbox.brokers.process`
+    (:func:`~sa_inbox.brokers.process_async`): claim, ``handler(session, delivery)``, commit,
+    then ``XACK``. A failed entry is left pending; once idle for ``visibility_timeout`` it is
+    taken over by ``XAUTOCLAIM`` (by this or another consumer of the group) with its delivery
+    counter incremented, and on the ``max_deliveries``-th failure it is moved to the
+    dead-letter stream (``XADD`` + ``XACK`` in one Lua script) with its reason, so the
+    entries behind it are not blocked. An entry without the key field is dead-lettered
+    ``missing_message_id``, unprocessed.
+
+    The group is created if missing (``XGROUP CREATE ... MKSTREAM``, from ``start_id``).
+    Several consumers (threads or processes, each with its own ``member`` name) may share the
+    group: Redis gives each new entry to one of them, and the inbox claim makes a duplicate
+    publish, or a taken-over entry that had already committed, an acked duplicate.
+
+    :param client: the redis-py client (``decode_responses`` either way).
+    :param stream: the stream's key.
+    :param group: the consumer group's name.
+    :param session_factory: a ``sessionmaker`` (``async_sessionmaker`` for asyncio).
+    :param inbox: the inbox to claim in.
+    :param handler: ``handler(session, delivery)``, the business change (must not commit;
+        ``async def`` for asyncio).
+    :param consumer_name: the inbox's consumer name; default the group's name (all members
+        of a group are one logical consumer).
+    :param member: this consumer's name in the group; default ``host-pid-random``.
+    :param key_field: the field holding the producer's dedup key (default ``message_id``).
+    :param body_field: the field holding the body (default ``body``; absent: ``b""``).
+    :param dead_letter_stream: default ``<stream>:dead``.
+    :param visibility_timeout: seconds an entry stays pending before it may be taken over
+        (``XAUTOCLAIM``'s min-idle-time, sent in ms); a failed entry is retried after it
+        too. An entry's idle time runs from its delivery, and the entries of a batch wait
+        while the ones before them are handled: make it longer than a whole batch takes
+        (``batch_size`` times your slowest transaction, lock waits included), or entries still
+        waiting in a batch are also handed to another consumer (safe: the claim makes the
+        later one a duplicate; but wasted work, and their delivery counts grow).
+    :param block_timeout: seconds one ``XREADGROUP`` blocks waiting for entries (a stop is
+        seen within it).
+    :param batch_size: entries per read (``COUNT``).
+    :param max_deliveries: deliveries allowed before the dead-letter stream (>= 1).
+    :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
+    :param start_id: where a newly created group starts (``"0"``: the whole stream; ``"$"``:
+        only entries added later).
+    :raises InvalidStreamSettings: for invalid settings (see :class:`StreamSettings`).
+    """
+
+    def __init__(
+        self,
+        client: ClientT,
+        stream: str,
+        *,
+        group: str,
+        session_factory: Callable[[], SessionT],
+        inbox: Inbox,
+        handler: Callable[[SessionT, Delivery], Any],
+        consumer_name: str | None = None,
+        member: str | None = None,
+        key_field: str = DEFAULT_KEY_FIELD,
+        body_field: str = DEFAULT_BODY_FIELD,
+        dead_letter_stream: str | None = None,
+        visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT,
+        block_timeout: float = DEFAULT_BLOCK_TIMEOUT,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        on_settled: OnSettled | None = None,
+        start_id: str = "0",
+    ) -> None:
+        self.settings = StreamSettings(
+            stream,
+            group,
+            member or default_member(),
+            key_field,
+            body_field,
+            dead_letter_stream or "",
+            visibility_timeout,
+            block_timeout,
+            batch_size,
+            max_deliveries,
+            start_id,
+        )
+        self.client = client
+        self._core = StreamCore(self.settings)
+        self._process_kw: dict[str, Any] = {
+            "session_factory": session_factory,
+            "inbox": inbox,
+            "consumer_name": consumer_name or group,
+            "handler": handler,
+            "max_deliveries": max_deliveries,
+            "on_settled": on_settled,
+        }
+        self._group_ready = False
+        self._stop = self._stop_event()
+
+    def _stop_event(self) -> Any:
+        """The event :meth:`stop` sets (a ``threading.Event`` / ``asyncio.Event``)."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Ask ``run()`` to return after the batch in hand (from the consumer's thread or
+        event loop; for the sync consumer, from any thread)."""
+        self._stop.set()
+
+    def _delivery(self, entry: Entry, run: Callable[[Call | Batch], Any]) -> dict[str, Any]:
+        """``process()``'s arguments for one entry, its settler running calls with ``run``."""
+        return {
+            "delivery": to_delivery(entry, self.settings),
+            "settler": RedisSettler(self.settings, entry, run),
+            **self._process_kw,
+        }
+
+
+# -- the sync I/O edge -------------------------------------------------------------------
+
+
+def run_call(client: Any, call: Call | Batch) -> Any:
+    """Run one call (or a pipeline of several) on a sync ``redis.Redis``."""
+    if isinstance(call, Batch):
+        with client.pipeline(transaction=False) as pipe:
+            for each in call.calls:
+                getattr(pipe, each.method)(*each.args, **each.kwargs)
+            return pipe.execute()
+    return getattr(client, call.method)(*call.args, **call.kwargs)
+
+
+def drive(step: Step[T], client: Any) -> T:
+    """Run a step to its end on a sync client; a server error reply is thrown into it.
+
+    :raises redis.RedisError: what the step does not handle.
+    """
+    reply: Any = None
+    error: ResponseError | None = None
+    while True:
+        try:
+            call = step.throw(error) if error is not None else step.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        try:
+            reply, error = run_call(client, call), None
+        except ResponseError as exc:
+            reply, error = None, exc
