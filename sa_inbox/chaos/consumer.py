@@ -6,20 +6,24 @@ JSON line, flushed per line, so that a SIGKILL loses at most a partial last line
 (:mod:`.tally` skips it). The supervisor (:mod:`.supervisor`) starts, kills and restarts
 these processes.
 
-With ``--crash-after-commit RATE`` the process SIGKILLs itself right after a commit of
-the handler's transaction and before the ack, for that share of commits (the demo's
-crashes, made real); with ``--crash-in-handler RATE``, inside the handler after its writes,
-before the commit, for that share of deliveries. Each such crash is logged first, as a
-``{"crash": "after_commit" | "in_handler"}`` line.
+With ``--crash-after-commit RATE`` the process SIGKILLs itself right after the commit of
+the handler's transaction and before the ack (the demo's crashes, made real); with
+``--crash-in-handler RATE``, inside the handler after its writes, before the commit. Each
+is done for a share ``RATE`` of the messages, chosen by a hash of the run's seed and the
+message id, on the message's first delivery only (:func:`crash_chosen`): a crash is
+repeatable from the seed, and never follows a message around (a message crashing every
+consumer that takes it would be dead-lettered at the delivery limit, as the rules say, and
+fail the run). Each crash is logged first, as a ``{"crash": "after_commit" | "in_handler"}``
+line.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
-import random
 import signal
 import threading
 import time
@@ -41,6 +45,7 @@ __all__ = [
     "IN_HANDLER",
     "ConsumerConfig",
     "SettlementLog",
+    "crash_chosen",
     "main",
     "record_line",
     "run_consumer",
@@ -62,11 +67,11 @@ class ConsumerConfig:
     :param log: the file settlements are appended to (JSON lines).
     :param max_deliveries: deliveries of a message before it is dead-lettered, >= 1.
     :param prefix: the business tables' prefix (``chaos_``, or ``demo_`` for the demo).
-    :param crash_after_commit: share in [0, 1] of commits after which the process
-        SIGKILLs itself before the ack.
-    :param crash_in_handler: share in [0, 1] of deliveries whose handler SIGKILLs the
-        process after its writes, before the commit.
-    :param seed: seed of the crash decisions (mixed with the process id).
+    :param crash_after_commit: share in [0, 1] of messages whose first delivery's commit is
+        followed by a SIGKILL of the process, before the ack.
+    :param crash_in_handler: share in [0, 1] of messages whose handler SIGKILLs the process
+        on their first delivery, after its writes, before the commit.
+    :param seed: the run's seed (which messages crash, see :func:`crash_chosen`).
     """
 
     broker: str
@@ -129,44 +134,55 @@ class SettlementLog:
         self.stream.flush()
 
 
-def _crash_after_commits(rate: float, rng: random.Random, log: SettlementLog) -> None:
-    """SIGKILL this process right after a share ``rate`` of the commits of any
-    :class:`~sqlalchemy.orm.Session` in it: the change is committed, the broker never gets
-    the ack.
+def crash_chosen(seed: int, message_id: str | None, kind: str, rate: float) -> bool:
+    """Whether message ``message_id`` crashes its consumer (``kind``: :data:`AFTER_COMMIT`
+    or :data:`IN_HANDLER`): true for a share ``rate`` of the ids, the same in every process
+    for a given ``seed`` (a BLAKE2b hash of the three, not Python's salted ``hash``)."""
+    if rate <= 0 or message_id is None:
+        return False
+    digest = hashlib.blake2b(f"{seed}:{kind}:{message_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < rate * 2**64
+
+
+def _crash_after_commits(log: SettlementLog) -> None:
+    """SIGKILL this process right after the commit of a session the handler marked (its
+    ``info[AFTER_COMMIT]``): the change is committed, the broker never gets the ack.
 
     The listener is on the ``Session`` class (this process is ours alone), so it also fires
     for the sync session inside an ``AsyncSession``, when a driver consumes on asyncio with
     sessions of its own (NATS: nats-py is asyncio only).
     """
-    if rate <= 0:
-        return
 
     def maybe_die(session: Session) -> None:
-        if rng.random() < rate:
-            log.crash(AFTER_COMMIT)
+        message_id = session.info.pop(AFTER_COMMIT, None)
+        if message_id is not None:
+            log.crash(AFTER_COMMIT, message_id)
 
     event.listen(Session, "after_commit", maybe_die)
 
 
 def _crashing_handler(
-    handler: Callable[[Session, Delivery], object],
-    rate: float,
-    rng: random.Random,
-    log: SettlementLog,
+    handler: Callable[[Session, Delivery], object], config: ConsumerConfig, log: SettlementLog
 ) -> Callable[[Session, Delivery], object]:
-    """``handler``, SIGKILLing this process after its writes (before the commit) for a share
-    ``rate`` of deliveries: the database rolls the transaction back, claim included."""
-    if rate <= 0:
+    """``handler``, crashing its process on the first delivery of the chosen messages
+    (:func:`crash_chosen`): after its writes (the database rolls them back, claim included),
+    or by marking the session to crash after its commit."""
+    if config.crash_after_commit <= 0 and config.crash_in_handler <= 0:
         return handler
 
-    def handle_or_die(session: Session, delivery: Delivery) -> object:
+    def handle_or_crash(session: Session, delivery: Delivery) -> object:
         result = handler(session, delivery)
-        if rng.random() < rate:
+        if delivery.delivery_count != 1:
+            return result
+        message_id, seed = delivery.message_id, config.seed
+        if crash_chosen(seed, message_id, IN_HANDLER, config.crash_in_handler):
             session.flush()
-            log.crash(IN_HANDLER, delivery.message_id)
+            log.crash(IN_HANDLER, message_id)
+        if crash_chosen(seed, message_id, AFTER_COMMIT, config.crash_after_commit):
+            session.info[AFTER_COMMIT] = message_id
         return result
 
-    return handle_or_die
+    return handle_or_crash
 
 
 def run_consumer(config: ConsumerConfig, stop: threading.Event) -> None:
@@ -178,12 +194,11 @@ def run_consumer(config: ConsumerConfig, stop: threading.Event) -> None:
     schema = DemoSchema(config.prefix)
     engine = make_engine(config.url)
     driver = driver_for(config.broker)
-    rng = random.Random(config.seed * 1_000_003 + os.getpid())
     try:
         with open(config.log, "a", encoding="utf-8") as stream:
             log = SettlementLog(stream)
-            _crash_after_commits(config.crash_after_commit, rng, log)
-            handler = _crashing_handler(payment_handler(schema), config.crash_in_handler, rng, log)
+            _crash_after_commits(log)
+            handler = _crashing_handler(payment_handler(schema), config, log)
             driver.consume(
                 config.name,
                 session_factory=sessionmaker(engine),

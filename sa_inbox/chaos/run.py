@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,13 +71,15 @@ class ChaosConfig:
     :param poison: poison messages (their handler always fails).
     :param max_deliveries: deliveries of a message before it is dead-lettered, >= 1.
     :param seed: seed of the plan and the killer; None for a random one.
-    :param crash_after_commit: share in [0, 1] of commits after which the consumer
-        SIGKILLs itself before acking (the demo's crashes).
-    :param crash_in_handler: share in [0, 1] of deliveries whose handler SIGKILLs its
-        consumer after its writes, before the commit.
+    :param crash_after_commit: share in [0, 1] of messages whose first delivery SIGKILLs
+        its consumer after the commit, before the ack (the demo's crashes).
+    :param crash_in_handler: share in [0, 1] of messages whose first delivery SIGKILLs its
+        consumer in the handler, after its writes, before the commit.
     :param timeout: seconds the run may take before it fails.
     :param name: the queue / stream name; None for ``sa-inbox-chaos-<random>``.
     :param prefix: the business tables' prefix.
+    :param log_dir: where the consumers' settlement logs and stderr are kept (created);
+        None for a temporary directory, removed at the end.
     """
 
     broker: str
@@ -93,6 +96,7 @@ class ChaosConfig:
     timeout: float = 600.0
     name: str | None = None
     prefix: str = PREFIX
+    log_dir: Path | None = None
 
     def with_seed(self) -> ChaosConfig:
         """This config with a concrete seed and queue name."""
@@ -196,6 +200,17 @@ def _consume_until_settled(
         supervisor.start()
 
 
+@contextlib.contextmanager
+def _log_dir(path: Path | None) -> Iterator[str]:
+    """``path`` (created), or a temporary directory removed at the end."""
+    if path is not None:
+        path.mkdir(parents=True, exist_ok=True)
+        yield str(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="sa-inbox-chaos-") as directory:
+        yield directory
+
+
 def _prepared_engine(url: str, schema: DemoSchema, plan: ChaosPlan) -> sa.Engine:
     """An engine on ``url`` with the run's tables freshly created."""
     engine = make_engine(url)
@@ -250,7 +265,7 @@ def run_chaos(config: ChaosConfig, *, console: Console | None = None) -> ChaosRe
     engine = _prepared_engine(config.url, schema, plan)
     try:
         driver.prepare(config.name, max_deliveries=config.max_deliveries)
-        with tempfile.TemporaryDirectory(prefix="sa-inbox-chaos-") as logs:
+        with _log_dir(config.log_dir) as logs:
             supervisor = Supervisor(
                 _consumer_configs(config),
                 kill_every=config.kill_every,

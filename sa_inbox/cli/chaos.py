@@ -109,16 +109,16 @@ def database_url(url: str) -> str:
     default=0.0,
     show_default=True,
     type=click.FloatRange(0, 1),
-    help="Share of commits after which the consumer SIGKILLs itself before the ack "
-    "(on top of the killer's random kills).",
+    help="Share of messages whose first delivery SIGKILLs its consumer after the commit, "
+    "before the ack (on top of the killer's random kills).",
 )
 @click.option(
     "--crash-in-handler",
     default=0.0,
     show_default=True,
     type=click.FloatRange(0, 1),
-    help="Share of deliveries whose handler SIGKILLs its consumer after its writes, "
-    "before the commit.",
+    help="Share of messages whose first delivery SIGKILLs its consumer in the handler, "
+    "after its writes, before the commit.",
 )
 @click.option("--seed", type=int, default=None, help="Seed of the plan and the killer.")
 @click.option(
@@ -133,6 +133,12 @@ def database_url(url: str) -> str:
     default=None,
     help="Queue / stream name (default: sa-inbox-chaos-<random>); any earlier one of "
     "that name is deleted.",
+)
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep the consumers' settlement logs (JSON lines) and stderr in this directory.",
 )
 @click.option(
     "--json",
@@ -155,6 +161,7 @@ def chaos(
     seed: int | None,
     timeout: float,
     name: str | None,
+    log_dir: Path | None,
     json_path: Path | None,
 ) -> None:
     """Publish payments to a live broker, SIGKILL consumers at random, verify the ledger.
@@ -180,6 +187,7 @@ def chaos(
         seed=seed,
         timeout=timeout,
         name=name,
+        log_dir=log_dir,
     ).with_seed()
     run_and_report(config, json_path)
 

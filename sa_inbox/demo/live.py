@@ -4,8 +4,9 @@ The stream is the demo's (same seed, same payments, the same share of producer r
 instead of the in-process simulated broker (:mod:`.broker`), it is published to and
 consumed from RabbitMQ, Redis Streams or NATS JetStream through the chaos run's drivers
 (:mod:`sa_inbox.chaos.drivers`), by ``workers`` consumer processes. The demo's crashes are
-real: a consumer SIGKILLs itself after a share ``crash_rate`` of its commits, before the
-ack, and the broker redelivers to another consumer. The tables are the demo's
+real: a consumer SIGKILLs itself after the commit of a share ``crash_rate`` of the
+messages (on their first delivery), before the ack, and the broker redelivers to another
+consumer. The tables are the demo's
 (``demo_*``); the report and the verification are the chaos run's (:mod:`sa_inbox.chaos`).
 """
 

@@ -116,3 +116,17 @@ def test_crash_lines_are_counted_apart_from_deliveries() -> None:
     )
     assert tally.crashes == {"in_handler": 1, "after_commit": 1}
     assert (tally.deliveries, tally.processed, tally.duplicates) == (2, 1, 1)
+
+
+def test_the_crashing_messages_are_a_share_chosen_by_the_seed() -> None:
+    from sa_inbox.chaos.consumer import AFTER_COMMIT, IN_HANDLER, crash_chosen
+
+    ids = [f"pay-{n}" for n in range(10_000)]
+    chosen = [i for i in ids if crash_chosen(7, i, AFTER_COMMIT, 0.03)]
+    assert 200 < len(chosen) < 400
+    assert chosen == [i for i in ids if crash_chosen(7, i, AFTER_COMMIT, 0.03)]
+    assert chosen != [i for i in ids if crash_chosen(8, i, AFTER_COMMIT, 0.03)]
+    assert chosen != [i for i in ids if crash_chosen(7, i, IN_HANDLER, 0.03)]
+    assert not any(crash_chosen(7, i, AFTER_COMMIT, 0.0) for i in ids)
+    assert all(crash_chosen(7, i, AFTER_COMMIT, 1.0) for i in ids[:100])
+    assert not crash_chosen(7, None, AFTER_COMMIT, 1.0)
