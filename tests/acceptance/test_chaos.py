@@ -225,7 +225,7 @@ def test_demo_on_a_live_broker(tmp_path: Path) -> None:
         tmp_path,
         "demo",
         *("--broker", broker_url(broker), "--url", url),
-        *("--messages", "200", "--workers", "3", "--seed", "3", "--crash-rate", "0.05"),
+        *("--messages", "200", "--workers", "3", "--seed", "3", "--crash-rate", "0.03"),
     )
     stream = generate_stream(200, seed=3, duplicate_rate=0.1, concurrent_rate=0, crash_rate=0)
 
