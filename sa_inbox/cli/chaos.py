@@ -19,7 +19,21 @@ from ._common import EXIT_FAILED, EXIT_INTERRUPTED, CannotRun, check_url, sync_p
 if TYPE_CHECKING:
     from ..chaos.run import ChaosConfig
 
-__all__ = ["chaos", "check_broker", "database_url", "run_and_report"]
+__all__ = ["BROKER_EXTRAS", "chaos", "check_broker", "database_url", "run_and_report"]
+
+#: The ``pip install 'sa-inbox[extra]'`` extra of each broker URL scheme's client library.
+BROKER_EXTRAS = {"amqp": "rabbitmq", "amqps": "rabbitmq", "redis": "redis", "nats": "nats"}
+
+
+def _missing_client(broker: str, exc: ImportError) -> str:
+    """The message for a broker client (or, for NATS, an async database driver) that
+    cannot be imported, naming the extra to install."""
+    scheme = broker.split("://", 1)[0].lower()
+    text = f"a library the {scheme}:// driver needs is not installed ({exc}): "
+    text += f"pip install 'sa-inbox[{BROKER_EXTRAS.get(scheme, scheme)}]'"
+    if scheme == "nats":
+        text += " (nats-py is asyncio only: the database's async driver too, e.g. [aiosqlite])"
+    return text
 
 
 def check_broker(ctx: click.Context, param: click.Parameter, url: str | None) -> str | None:
@@ -219,6 +233,8 @@ def run_and_report(
     except KeyboardInterrupt:
         console.print("interrupted: consumers stopped, nothing verified")
         raise SystemExit(EXIT_INTERRUPTED) from None
+    except ImportError as exc:
+        raise CannotRun(_missing_client(config.broker, exc)) from exc
     except Exception as exc:  # the broker's, the database's, a consumer's: one line, exit 3
         raise CannotRun(f"the chaos run could not finish: {type(exc).__name__}: {exc}") from exc
     console.print(render(result))

@@ -284,3 +284,23 @@ def test_an_unreachable_broker_is_one_error_line(tmp_path: Path) -> None:
     assert code == 3, stderr
     assert stderr.startswith("Error: the chaos run could not finish: ")
     assert stderr.count("\n") == 1 and "Traceback" not in stderr
+
+
+def test_a_missing_broker_client_names_its_extra(tmp_path: Path) -> None:
+    module = _driver_module("rabbitmq")
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} does not exist yet (the rabbitmq adapter's task)")
+    (tmp_path / "pika.py").write_text("raise ImportError('No module named pika (hidden)')\n")
+    database = f"sqlite:///{tmp_path}/c.db"
+    completed = subprocess.run(
+        [sys.executable, "-m", "sa_inbox.cli", "chaos", "--broker", "amqp://x", "--url", database],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
+    )
+    assert completed.returncode == 3, completed.stderr
+    assert "pip install 'sa-inbox[rabbitmq]'" in completed.stderr
+    assert "Traceback" not in completed.stderr
