@@ -11,7 +11,7 @@
    (ack or dead letter) per publish, or nothing new for :data:`QUIET_S`, the killer stops
    and the consumers are stopped (SIGTERM: they finish what they hold); if
    ``driver.unsettled(name)`` is then 0 the run is over, else the consumers start again
-   (no more kills) and the end is sought again; past ``timeout`` the run fails
+   (and the kills) and the end is sought again; past ``timeout`` the run fails
    (:class:`ChaosError`);
 6. the consumers are stopped (SIGTERM), their logs tallied (:mod:`.tally`), and the
    database and the broker verified (:mod:`.verify`).
@@ -183,7 +183,9 @@ def _consume_until_settled(
 
     The consumers are stopped before each look at ``driver.unsettled`` (on RabbitMQ only a
     queue without consumers tells its unsettled count: the unacked ones are back to ready);
-    if something is left, they are started again, without kills from then on.
+    if something is left (the logs were quiet for a while in the middle of the run, or a
+    redelivery was waiting out its visibility timeout), they are started again and the
+    kills go on.
 
     :raises ChaosError: if the producer or a consumer failed, or at the timeout.
     """
@@ -198,6 +200,7 @@ def _consume_until_settled(
         if time.monotonic() > deadline:
             raise ChaosError(f"timeout after {config.timeout:.0f} s: {unsettled} unsettled")
         supervisor.start()
+        supervisor.resume_killing()
 
 
 @contextlib.contextmanager

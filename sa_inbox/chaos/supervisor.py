@@ -146,13 +146,18 @@ class Supervisor:
         self._spawn(slot)
 
     def stop_killing(self) -> None:
-        """No more kills from now on."""
+        """No more kills until :meth:`resume_killing`."""
         self.killing = False
         self.next_kill = float("inf")
 
+    def resume_killing(self) -> None:
+        """Kill again (if ``kill_every`` > 0), the next kill an interval from now."""
+        self.killing = self.kill_every > 0
+        self.next_kill = self._after(time.monotonic())
+
     def stop(self, timeout: float = STOP_TIMEOUT) -> list[int | None]:
         """Stop the kills, SIGTERM every consumer and wait for it (SIGKILL after ``timeout``
-        seconds). The kills stay stopped if the consumers are started again.
+        seconds). The kills stay stopped until :meth:`resume_killing`.
 
         :returns: each consumer's exit code (0 for a clean stop; -9 if it had to be killed).
         """
