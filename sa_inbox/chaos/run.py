@@ -15,6 +15,14 @@
    (:class:`ChaosError`);
 6. the consumers are stopped (SIGTERM), their logs tallied (:mod:`.tally`), and the
    database and the broker verified (:mod:`.verify`).
+
+What a SIGKILLed consumer held comes back by each broker's own rule, which its driver names:
+RabbitMQ requeues a closed channel's unacked deliveries at once (RabbitMQ docs, "Consumer
+Acknowledgements and Publisher Confirms", "Automatic Requeueing"); Redis Streams keep them
+in the group's pending list until another consumer takes them with ``XAUTOCLAIM`` (Redis
+docs, ``XAUTOCLAIM``); JetStream redelivers them after the consumer's ``AckWait`` (NATS
+docs, "JetStream Model Deep Dive"). The run only waits for them: it never settles anything
+itself.
 """
 
 from __future__ import annotations
