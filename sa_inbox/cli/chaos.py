@@ -137,10 +137,10 @@ def database_url(url: str) -> str:
 @click.option("--seed", type=int, default=None, help="Seed of the plan and the killer.")
 @click.option(
     "--timeout",
-    default=600.0,
-    show_default=True,
+    default=None,
     type=click.FloatRange(min=1),
-    help="Seconds the run may take; past it the run fails (exit 3).",
+    help="Seconds the run may take; past it the run fails (exit 3). "
+    "Default: 300 s + 50 ms per message.",
 )
 @click.option(
     "--name",
@@ -173,7 +173,7 @@ def chaos(
     crash_after_commit: float,
     crash_in_handler: float,
     seed: int | None,
-    timeout: float,
+    timeout: float | None,
     name: str | None,
     log_dir: Path | None,
     json_path: Path | None,
@@ -199,7 +199,7 @@ def chaos(
         crash_after_commit=crash_after_commit,
         crash_in_handler=crash_in_handler,
         seed=seed,
-        timeout=timeout,
+        timeout=timeout if timeout is not None else 300.0 + 0.05 * messages,
         name=name,
         log_dir=log_dir,
     ).with_seed()
