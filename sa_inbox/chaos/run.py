@@ -52,11 +52,14 @@ from .tally import LogFollower, read_logs
 from .verify import read_state, verify
 from .workload import PREFIX, ChaosPlan, make_plan
 
-__all__ = ["POLL_S", "QUIET_S", "ChaosConfig", "ChaosError", "run_chaos"]
+__all__ = ["LAST_RESORT_S", "POLL_S", "QUIET_S", "ChaosConfig", "ChaosError", "run_chaos"]
 
 #: Seconds without a new settlement logged after which the consumers are stopped to ask the
 #: broker what is left unsettled (longer than the drivers' visibility timeouts in the run).
 QUIET_S = 3.0
+#: Seconds without a line at all after which the broker is asked anyway (a restarted
+#: consumer killed between its ack and its first log line leaves no line).
+LAST_RESORT_S = 30.0
 #: Seconds between two looks at the broker and the consumers.
 POLL_S = 0.1
 
@@ -146,13 +149,17 @@ def _until_quiet(
     status: Status | None,
 ) -> None:
     """Step the killer until everything is published and the logs show as many final
-    settlements as publishes, or nothing new for :data:`QUIET_S` (a kill can lose the log
-    line of a delivery it acked).
+    settlements as publishes, or nothing new for :data:`QUIET_S` after at least one new
+    line since this call (a kill can lose the log line of a delivery it acked; and the
+    consumers just (re)started, still importing, log nothing: stopping them then would
+    restart them for ever on a slow machine), or nothing new for :data:`LAST_RESORT_S`.
 
     :raises ChaosError: if the producer or a consumer failed, or at the deadline.
     """
     published = len(producer.plan.publishes)
     quiet_since = time.monotonic()
+    follower.poll()
+    lines_before = follower.lines
     while True:
         try:
             supervisor.step()
@@ -168,7 +175,12 @@ def _until_quiet(
                     f"chaos run: {follower.final} of {published} publishes settled, "
                     f"{supervisor.kills} kills, {supervisor.crashes} crashes ..."
                 )
-        if producer.done.is_set() and (follower.final >= published or now - quiet_since >= QUIET_S):
+        quiet = now - quiet_since
+        if producer.done.is_set() and (
+            follower.final >= published
+            or (quiet >= QUIET_S and follower.lines > lines_before)
+            or quiet >= LAST_RESORT_S
+        ):
             return
         if now > deadline:
             raise ChaosError(

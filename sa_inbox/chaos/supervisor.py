@@ -1,7 +1,8 @@
 """The killer: K consumer processes, one SIGKILLed at random intervals and restarted.
 
 The intervals are exponential around ``kill_every`` seconds (a Poisson process of kills),
-the victim is chosen at random among the running consumers, and a killed consumer is
+the victim is chosen at random among the consumers that are working (running, and they
+have settled a delivery since they started), and a killed consumer is
 restarted at once, logging to a new file (``consumer-<i>-<n>.jsonl``: a line the kill cut
 short never runs into the next process's first line). A consumer that SIGKILLs itself (its
 ``--crash-after-commit``) is counted as a crash and restarted too. Any other exit of a
@@ -45,6 +46,16 @@ class _Slot:
     stderr: Path
     process: subprocess.Popen[bytes] | None = None
     spawned: int = 0
+    log: Path | None = None
+
+    def working(self) -> bool:
+        """Running, and it has settled a delivery (its log is not empty)."""
+        if self.process is None or self.process.poll() is not None or self.log is None:
+            return False
+        try:
+            return self.log.stat().st_size > 0
+        except FileNotFoundError:
+            return False
 
 
 def _child_env() -> dict[str, str]:
@@ -101,8 +112,8 @@ class Supervisor:
 
     def _spawn(self, slot: _Slot) -> None:
         slot.spawned += 1
-        log = self.log_dir / f"consumer-{slot.index}-{slot.spawned}.jsonl"
-        config = dataclasses.replace(slot.config, log=str(log))
+        slot.log = self.log_dir / f"consumer-{slot.index}-{slot.spawned}.jsonl"
+        config = dataclasses.replace(slot.config, log=str(slot.log))
         command = [sys.executable, "-m", "sa_inbox.chaos.consumer", *config.argv()]
         with open(slot.stderr, "ab") as stderr:
             slot.process = subprocess.Popen(
@@ -134,16 +145,26 @@ class Supervisor:
         self.crashes += 1  # it killed itself (--crash-after-commit)
         self._spawn(slot)
 
-    def kill_one(self) -> None:
-        """SIGKILL a random running consumer, reap it and start a new one in its place."""
-        slot = self.rng.choice(self.slots)
+    def kill_one(self) -> bool:
+        """SIGKILL a random working consumer (one that has settled a delivery since it
+        started), reap it and start a new one in its place.
+
+        Only working consumers are victims: on a loaded machine a consumer can take longer
+        to start than the interval between kills, and killing starting consumers would
+        stop the run from making progress at all.
+
+        :returns: whether a consumer was killed (none is working: the kill is skipped).
+        """
+        working = [slot for slot in self.slots if slot.working()]
+        if not working:
+            return False
+        slot = self.rng.choice(working)
         assert slot.process is not None
-        if slot.process.poll() is not None:
-            return  # it died on its own just now: step() restarts it and counts it
         slot.process.send_signal(signal.SIGKILL)
         slot.process.wait()
         self.kills += 1
         self._spawn(slot)
+        return True
 
     def stop_killing(self) -> None:
         """No more kills until :meth:`resume_killing`."""

@@ -107,6 +107,8 @@ class LogFollower:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.offsets: dict[Path, int] = {}
+        #: Complete lines read so far (settlements and crashes).
+        self.lines = 0
         #: Deliveries settled for good so far (acked as processed or duplicate, or
         #: dead-lettered): once it reaches the publishes, every copy may be settled.
         self.final = 0
@@ -123,6 +125,7 @@ class LogFollower:
             self.offsets[path] = offset + end
             for line in data[:end].splitlines():
                 new += 1
+                self.lines += 1
                 try:
                     disposition = json.loads(line).get("disposition")
                 except (json.JSONDecodeError, AttributeError):

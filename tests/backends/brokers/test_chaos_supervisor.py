@@ -16,7 +16,7 @@ import pytest
 from sa_inbox.chaos.consumer import ConsumerConfig
 from sa_inbox.chaos.drivers import driver_for
 from sa_inbox.chaos.supervisor import ConsumerFailed, Supervisor
-from sa_inbox.chaos.workload import PREFIX
+from sa_inbox.chaos.workload import PREFIX, encode
 from sa_inbox.demo.app import DemoSchema
 from sa_inbox.demo.db import make_engine
 from tests.conftest import broker_url
@@ -53,16 +53,27 @@ def wait_for_logs(supervisor: Supervisor, count: int) -> None:
         time.sleep(0.05)
 
 
-def test_kill_restart_and_clean_stop(config: ConsumerConfig, tmp_path: Path) -> None:
+def test_kill_a_working_consumer_restart_and_clean_stop(
+    config: ConsumerConfig, tmp_path: Path
+) -> None:
     supervisor = Supervisor([config] * 2, kill_every=0, seed=1, log_dir=tmp_path)
     supervisor.start()
     try:
         wait_for_logs(supervisor, 2)
-        before = {slot.process.pid for slot in supervisor.slots if slot.process}
-        supervisor.kill_one()
-        after = {slot.process.pid for slot in supervisor.slots if slot.process}
+        assert supervisor.kill_one() is False  # nobody has settled anything yet
+        driver = driver_for(config.broker)
+        driver.publish(config.name, [("pay-1", encode("acct-0001", 150))])
+        driver.close()
+        deadline = time.monotonic() + 30
+        while not any(slot.working() for slot in supervisor.slots):
+            assert time.monotonic() < deadline, "pay-1 was not settled"
+            time.sleep(0.05)
+        (worker,) = [slot for slot in supervisor.slots if slot.working()]
+        assert worker.process is not None
+        killed = worker.process.pid
+        assert supervisor.kill_one() is True
+        assert worker.process.pid != killed  # restarted in its place
         assert supervisor.kills == 1 and supervisor.crashes == 0
-        assert len(before & after) == 1 and len(after) == 2  # one replaced
         wait_for_logs(supervisor, 3)  # the new one logs to a file of its own
     finally:
         codes = supervisor.stop()
