@@ -1,7 +1,7 @@
 """``sa-inbox chaos`` and ``sa-inbox demo --broker`` end to end: the real CLI in a subprocess,
 real consumer processes SIGKILLed at random, a live broker, a real database.
 
-Each run is small (300 payments, 3 consumers, a kill every ~1 s, 3 poison messages, 1% of the
+Each run is small (300 payments, 3 consumers, a kill every ~0.5 s, 3 poison messages, 1% of the
 payments SIGKILLing their consumer after the commit, before the ack, 1% in the handler before
 the commit, 4 deliveries before a dead letter: with 3, a healthy payment held by consumers
 killed three times running is now and then dead-lettered, as the rules say, and the run
@@ -173,7 +173,7 @@ def test_chaos_run_applies_every_payment_once_through_kills(
         tmp_path,
         "chaos",
         *("--broker", broker_url(broker), "--url", url, "--name", name),
-        *("--messages", str(MESSAGES), "--consumers", "3", "--kill-every", "1"),
+        *("--messages", str(MESSAGES), "--consumers", "3", "--kill-every", "0.5"),
         *("--poison", str(POISON), "--max-deliveries", "4", "--duplicates", str(DUPLICATES)),
         *("--crash-after-commit", str(CRASHES), "--crash-in-handler", str(CRASHES)),
         *("--seed", str(SEED), "--timeout", str(RUN_TIMEOUT)),
