@@ -264,6 +264,28 @@ def dead_letter_call(
     fields exceeds Lua's ``unpack`` limit ("too many results to unpack" on Redis 7.0.15): the
     script fails, the settler raises, and the entry stays pending.
     """
+    return Call(
+        "eval",
+        dead_letter_script_arguments(
+            settings.stream, settings.group, settings.dead_letter_stream, entry, reason, detail
+        ),
+    )
+
+
+def dead_letter_script_arguments(
+    stream: str,
+    group: str,
+    dead_letter_stream: str,
+    entry: Entry,
+    reason: DeadLetterReason,
+    detail: str,
+) -> tuple[Any, ...]:
+    """``EVAL``'s arguments for :data:`DEAD_LETTER_SCRIPT` (the script, the number of keys,
+    the keys, then group, entry id and the dead letter's fields): ``client.eval(*args)``.
+
+    Shared with the FastStream middleware (:mod:`sa_inbox.brokers.faststream`), whose Redis
+    dead letters are the same atomic ``XADD`` + ``XACK``.
+    """
     fields: dict[Any, Any] = dict(entry.fields)
     fields.update(
         dead_letter_reason=reason.value,
@@ -271,11 +293,8 @@ def dead_letter_call(
         dead_letter_original_id=entry.entry_id,
         dead_letter_delivery_count=str(entry.times_delivered),
     )
-    keys = (settings.dead_letter_stream, settings.stream)
     flat = [item for pair in fields.items() for item in pair]
-    return Call(
-        "eval", (DEAD_LETTER_SCRIPT, len(keys), *keys, settings.group, entry.entry_id, *flat)
-    )
+    return (DEAD_LETTER_SCRIPT, 2, dead_letter_stream, stream, group, entry.entry_id, *flat)
 
 
 class RedisSettler:

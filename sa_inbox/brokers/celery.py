@@ -1,0 +1,220 @@
+"""A Celery task decorator: a late-acked task whose body runs exactly once in effect.
+
+:func:`inbox_task` registers a task that runs its body through
+:func:`sa_inbox.brokers.process`: the claim ``(key, consumer_name)`` is inserted in the same
+transaction as the body's change, the transaction commits, and the task returns, after which
+the worker acks the message (``acks_late``). A redelivery of a committed task returns without
+running the body::
+
+    from celery import Celery
+    from sa_inbox.brokers.celery import inbox_task
+
+    app = Celery("billing", broker="amqp://...")
+
+    @inbox_task(app, session_factory=sessionmaker(engine), inbox=inbox, consumer_name="billing")
+    def pay(session: Session, account: int, amount: str, idempotency_key: str) -> None:
+        session.execute(...)  # committed with the claim; the message is acked after
+
+    # the producer sets the key: a re-sent payment carries the same key
+    pay.apply_async(kwargs={"account": 1, "amount": "10.00", "idempotency_key": payment_id})
+
+**The key is a keyword argument the producer sets** (``key_kwarg``, ``"idempotency_key"`` by
+default), passed on to the body with the others. Celery's task id is never the key: a task
+sent again (the producer retrying ``apply_async`` after a timeout) gets a new id. A message
+without the key is rejected with ``Reject(reason, requeue=False)`` (Celery docs, "Tasks" →
+"Reject"), which RabbitMQ routes to the queue's dead-letter exchange when the queue has one
+(``x-dead-letter-exchange``, RabbitMQ docs "Dead Letter Exchanges"); nothing is processed.
+
+The task is always ``acks_late=True`` (the message is acked after the task returns, so after
+the commit; Celery docs, "Tasks" → ``Task.acks_late``, and the FAQ "Should I use retry or
+acks_late?") and ``reject_on_worker_lost=True``. Even with ``acks_late``, "the worker will
+acknowledge the message if the child process executing the task is terminated (either by
+the task calling sys.exit(), or by signal)" (Celery docs, "Tasks", the note under
+``acks_late``; the ``task_reject_on_worker_lost`` setting): a pool process SIGKILLed (or
+OOM-killed) before the commit would lose the payment. With ``reject_on_worker_lost`` the
+message is requeued: a crash after the commit brings it back as a duplicate (acked, the body
+not run), a crash before the commit brings it back to be processed. (Checked on Celery 5.7.0
+and RabbitMQ 3.10.8: without it, the message of a SIGKILLed prefork pool process is acked and
+never runs again; with it, it runs again in the new pool process.) A SIGKILL of the whole
+worker needs neither: the broker requeues what the dead connection left unacked. Passing
+``acks_late=False`` or ``reject_on_worker_lost=False`` raises
+:class:`~sa_inbox.ConfigurationError`.
+
+A failing body is rolled back and the task is retried with :meth:`celery.Task.retry` (a new
+message with the same arguments, so the same key) until ``max_deliveries``, then rejected
+without requeue. The delivery count is Celery's ``request.retries`` + 1, plus 1 if the broker
+flagged the message ``redelivered`` (AMQP's ``redelivered``; Celery keeps no other count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery, Task
+from celery.exceptions import Reject
+from sqlalchemy.orm import Session
+
+from ..claim import Inbox
+from ..exc import ConfigurationError
+from .delivery import DeadLetterReason, Delivery, Disposition, Settlement
+from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process
+
+__all__ = ["DEFAULT_KEY_KWARG", "REQUIRED_OPTIONS", "delivery_of", "inbox_task"]
+
+#: The keyword argument carrying the producer's idempotency key, unless ``key_kwarg`` names
+#: another.
+DEFAULT_KEY_KWARG = "idempotency_key"
+
+#: The task options :func:`inbox_task` requires (and sets).
+REQUIRED_OPTIONS = {"acks_late": True, "reject_on_worker_lost": True}
+
+
+def inbox_task(
+    app: Celery,
+    *,
+    session_factory: Callable[[], Session],
+    inbox: Inbox,
+    consumer_name: str,
+    key_kwarg: str = DEFAULT_KEY_KWARG,
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+    on_settled: OnSettled | None = None,
+    **task_options: Any,
+) -> Callable[[Callable[..., Any]], Task]:
+    """Registers ``body(session, *args, **kwargs)`` as a Celery task processed exactly once.
+
+    :param app: the Celery app.
+    :param session_factory: a ``sessionmaker``.
+    :param inbox: the inbox to claim in.
+    :param consumer_name: this consumer's name (``str``; the claim is per consumer).
+    :param key_kwarg: the keyword argument holding the producer's key (``str``).
+    :param max_deliveries: deliveries allowed (``int`` >= 1; see the module's docstring for
+        how they are counted) before the task is rejected.
+    :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
+    :param task_options: passed to ``app.task`` (``name``, ``queue``, ...); ``bind`` is set.
+    :returns: a decorator; the body gets the transaction's Session first, then the task's
+        arguments (the key included); it must not commit. The task returns the body's result
+        (None for a duplicate).
+    :raises ConfigurationError: at once, if ``task_options`` turn ``acks_late`` or
+        ``reject_on_worker_lost`` off.
+
+    When the task runs it raises :class:`celery.exceptions.Reject` (``requeue=False``) for a
+    message without a valid key or past ``max_deliveries``, :class:`celery.exceptions.Retry`
+    (from :meth:`celery.Task.retry`) when the body failed, and the runner's configuration
+    errors (see :func:`sa_inbox.handle`) unsettled.
+    """
+    for option, required in REQUIRED_OPTIONS.items():
+        if task_options.get(option, required) is not required:
+            raise ConfigurationError(
+                f"inbox_task requires {option}=True: without it a message is acked before "
+                "the commit or when the worker dies, and is lost"
+            )
+    config = _Config(session_factory, inbox, consumer_name, key_kwarg, max_deliveries, on_settled)
+
+    def decorator(body: Callable[..., Any]) -> Task:
+        def run(task: Task, *args: Any, **kwargs: Any) -> Any:
+            return _run(task, config, body, args, kwargs)
+
+        run.__name__, run.__qualname__ = body.__name__, body.__qualname__
+        run.__module__, run.__doc__ = body.__module__, body.__doc__
+        registered: Task = app.task(bind=True, **{**task_options, **REQUIRED_OPTIONS})(run)
+        return registered
+
+    return decorator
+
+
+@dataclass(frozen=True)
+class _Config:
+    session_factory: Callable[[], Session]
+    inbox: Inbox
+    consumer_name: str
+    key_kwarg: str
+    max_deliveries: int
+    on_settled: OnSettled | None
+
+
+def delivery_of(task: Task, kwargs: dict[str, Any], key_kwarg: str) -> Delivery:
+    """The :class:`Delivery` of the task's current message.
+
+    :param task: the bound task (its ``request`` is the current message's).
+    :param kwargs: the task's keyword arguments.
+    :param key_kwarg: the one holding the producer's key; absent or None gives a Delivery
+        without a key (dead-lettered by :func:`~sa_inbox.brokers.process`).
+    :returns: the key (``str()`` of the argument), the delivery count (``request.retries``
+        + 1, + 1 if the broker flagged the message ``redelivered``), the kwargs as headers,
+        the task id as ``broker_ref`` (for logs only). Raises nothing.
+    """
+    request = task.request
+    key = kwargs.get(key_kwarg)
+    redelivered = bool((request.delivery_info or {}).get("redelivered"))
+    return Delivery(
+        message_id=None if key is None else str(key),
+        body=b"",
+        delivery_count=int(request.retries or 0) + 1 + int(redelivered),
+        headers=dict(kwargs),
+        broker_ref=f"task_id={request.id}",
+    )
+
+
+class _Decision:
+    """A settler that records the decision; the task acts on it after :func:`process`
+    returned (Celery settles by how the task returns or what it raises)."""
+
+    def __init__(self) -> None:
+        self.dead_letter_detail: str | None = None
+
+    def ack(self) -> None:
+        """Nothing yet: the worker acks when the task returns (``acks_late``)."""
+
+    def retry(self) -> None:
+        """Nothing yet: the task raises :meth:`celery.Task.retry` after."""
+
+    def dead_letter(self, reason: DeadLetterReason, detail: str) -> None:
+        self.dead_letter_detail = detail
+
+
+def _run(
+    task: Task,
+    config: _Config,
+    body: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    returned: list[Any] = []
+
+    def handler(session: Session, delivery: Delivery) -> None:
+        returned[:] = [body(session, *args, **kwargs)]
+
+    decision = _Decision()
+    settlement = process(
+        delivery_of(task, kwargs, config.key_kwarg),
+        decision,
+        session_factory=config.session_factory,
+        inbox=config.inbox,
+        consumer_name=config.consumer_name,
+        handler=handler,
+        max_deliveries=config.max_deliveries,
+        on_settled=config.on_settled,
+    )
+    return _settle(task, settlement, decision, returned, config.max_deliveries)
+
+
+def _settle(
+    task: Task,
+    settlement: Settlement,
+    decision: _Decision,
+    returned: list[Any],
+    max_deliveries: int,
+) -> Any:
+    """Returns (the worker acks), rejects without requeue, or retries."""
+    if settlement.disposition is Disposition.PROCESSED:
+        return returned[0]
+    if settlement.disposition is Disposition.DUPLICATE:
+        return None
+    if settlement.disposition is Disposition.DEAD_LETTERED:
+        raise Reject(decision.dead_letter_detail, requeue=False)
+    error = settlement.error if isinstance(settlement.error, Exception) else None
+    # max_retries=None would mean the task's own (3 by default): past it Celery fails the task
+    # and acks it, so a poison message would skip the dead-letter path; the inbox counts.
+    raise task.retry(exc=error, countdown=0, max_retries=max_deliveries)

@@ -1,0 +1,354 @@
+"""A FastStream middleware: consume exactly once from its RabbitMQ, Redis Streams and NATS
+JetStream brokers.
+
+:class:`InboxMiddleware` runs each delivery of a subscriber through
+:func:`sa_inbox.brokers.process_async`: the claim ``(key, consumer_name)`` is inserted in the
+same transaction as the handler's change, the transaction commits, and only then is the
+message acked. A redelivery of a committed message is acked without running the handler.
+
+The handler gets the transaction's :class:`~sqlalchemy.ext.asyncio.AsyncSession` from
+FastStream's context (``Context("inbox_session")``, set with ``context.scope()`` around the
+handler: the way FastStream hands per-message objects such as ``message`` to handlers;
+FastStream docs, "Context" → "Existing Fields" and "Custom Context"), and must not commit
+it::
+
+    from faststream import AckPolicy, Context
+    from faststream.rabbit import RabbitBroker
+    from sa_inbox.brokers.faststream import InboxMiddleware
+
+    inbox_mw = InboxMiddleware(
+        session_factory=async_sessionmaker(engine), inbox=inbox, consumer_name="billing"
+    )
+    broker = RabbitBroker(url, middlewares=[inbox_mw])
+
+    @broker.subscriber("payments", ack_policy=AckPolicy.MANUAL)
+    async def pay(
+        body: dict, session: Annotated[AsyncSession, Context("inbox_session")]
+    ) -> None:
+        await session.execute(...)  # committed with the claim, then acked
+
+    # the producer sets the key: retries of one payment publish the same key
+    await broker.publish(payment, "payments", headers={"idempotency-key": payment_id})
+
+**The key is a header the producer sets** (``key_header``, ``"idempotency-key"`` by
+default), the same on all three brokers. FastStream's own ``message_id`` cannot be the key:
+when the producer sets none, FastStream fills in a random one on the consumer side
+(``StreamMessage.__init__``: ``message_id or correlation_id``, and ``correlation_id or
+uuid4()``; the RabbitMQ parser: ``message.message_id or gen_cor_id()``; the Redis parser:
+``headers.get("message_id", gen_cor_id())``), which differs between two publishes of one
+payment and dedups nothing. Its Redis and NATS ``publish()`` take no ``message_id`` at all;
+RabbitMQ's does (the AMQP property), and the producer may put the same value in the header.
+A message without the header is rejected (the dead-letter path below), never processed.
+
+What each broker does on FastStream's ``ack`` / ``nack`` / ``reject`` (FastStream docs,
+"Acknowledgement"; the brokers' docs named):
+
+* **RabbitMQ**: ``basic.ack``; ``basic.nack(requeue=True)`` (redelivered at once);
+  ``basic.reject(requeue=False)``, which routes the message to the queue's dead-letter exchange
+  when the queue has one (``x-dead-letter-exchange``, RabbitMQ docs "Dead Letter Exchanges"),
+  and drops it otherwise. The delivery count is the quorum queue's ``x-delivery-count`` header
+  + 1 (RabbitMQ docs "Quorum Queues" → "Poison Message Handling"); a classic queue only has the
+  ``redelivered`` flag (counted as 2), so a poison message on a classic queue is requeued
+  forever unless ``max_deliveries`` <= 2: use a quorum queue.
+* **Redis Streams** (a ``StreamSub`` with a group and a consumer): ``XACK``; ``nack`` and
+  ``reject`` leave the entry pending. So a retry is picked up by a subscriber with
+  ``StreamSub(min_idle_time=...)`` (``XAUTOCLAIM``, Redis docs "XAUTOCLAIM"), and a dead letter
+  is ``XADD``\\ ed to the stream ``<stream><dead_letter_suffix>`` (default ``<stream>:dead``,
+  as the Redis adapter's) with its reason and ``XACK``\\ ed, atomically (the adapter's script).
+  The delivery count is ``XPENDING``'s ``times_delivered``.
+* **NATS JetStream**: ``+ACK``; ``-NAK`` (redelivered at once); ``+TERM`` (never redelivered;
+  the server publishes ``$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.<stream>.<consumer>`` with
+  the message's ``stream_seq``). JetStream has no dead-letter stream: keep a stream on that
+  advisory subject and read the original by ``stream_seq`` (NATS docs "Consumers" → dead
+  letter queues, and "Advisories" → "Message Terminated"); this needs ``limits`` retention,
+  as a ``workqueue`` stream deletes a terminated message. The delivery count is the message
+  metadata's ``num_delivered``.
+
+Use any ``ack_policy`` except ``AckPolicy.ACK_FIRST`` (which acks before the handler runs, so a
+crash loses the message; it is refused): the middleware settles every message itself, after
+the commit, and FastStream's own acknowledgement then finds the message settled and does
+nothing (``StreamMessage.committed``). ``AckPolicy.MANUAL`` is the clearest. Batch
+subscribers are refused (one claim per message).
+
+The handler's return value is published (to ``reply_to`` and the ``@publisher`` decorators) only by
+the delivery that processed the message: a duplicate, a retried or a dead-lettered delivery
+ends in FastStream's ``SkipMessage``, so nothing is published for it (the inbox keeps no
+results to replay; an RPC caller of a duplicate gets no reply).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from faststream import BaseMiddleware, ContextRepo, StreamMessage
+from faststream.exceptions import SkipMessage
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from ..claim import Inbox
+from ..exc import ConfigurationError
+from .delivery import DeadLetterReason, Delivery, Disposition
+from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
+
+__all__ = [
+    "DEFAULT_DEAD_LETTER_SUFFIX",
+    "DEFAULT_KEY_HEADER",
+    "SESSION_CONTEXT_KEY",
+    "InboxMiddleware",
+    "delivery_of",
+]
+
+#: The header carrying the producer's idempotency key, unless ``key_header`` names another.
+DEFAULT_KEY_HEADER = "idempotency-key"
+#: The FastStream context name of the transaction's AsyncSession.
+SESSION_CONTEXT_KEY = "inbox_session"
+#: Appended to a Redis stream's name for its dead-letter stream.
+DEFAULT_DEAD_LETTER_SUFFIX = ":dead"  # as the Redis adapter's default
+
+
+class InboxMiddleware:
+    """FastStream middleware factory: each subscribed message is processed exactly once.
+
+    Pass it in ``middlewares=[...]`` of a ``RabbitBroker``, ``RedisBroker`` or ``NatsBroker``
+    (JetStream subscribers), or of a router. See the module's docstring for the example and
+    for what each broker does.
+
+    :param session_factory: an :class:`~sqlalchemy.ext.asyncio.async_sessionmaker`.
+    :param inbox: the inbox to claim in.
+    :param consumer_name: this consumer's name (``str``; the claim is per consumer).
+    :param key_header: the header holding the producer's key (``str``).
+    :param max_deliveries: deliveries allowed per message (``int`` >= 1) before it is
+        dead-lettered (:func:`sa_inbox.brokers.process_async`'s rules).
+    :param context_key: the FastStream context name the AsyncSession is set under.
+    :param dead_letter_suffix: Redis Streams only: the dead-letter stream is the stream's
+        name plus this.
+    :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
+
+    On a message it raises :class:`~sa_inbox.ConfigurationError` (to FastStream, which logs
+    it and applies the subscriber's ``ack_policy``: with ``AckPolicy.MANUAL`` the message is
+    left unsettled and redelivered when the consumer stops) for a batch message, a message
+    acknowledged before the handler ran (``AckPolicy.ACK_FIRST``, core NATS), and the
+    runner's configuration errors (see :func:`sa_inbox.asyncio.handle`). A handler raising
+    FastStream's ``NackMessage`` / ``RejectMessage`` / ``AckMessage`` is a failure like any
+    other exception: rolled back, then retried or dead-lettered by the rules.
+    """
+
+    def __init__(
+        self,
+        *,
+        session_factory: Callable[[], AsyncSession],
+        inbox: Inbox,
+        consumer_name: str,
+        key_header: str = DEFAULT_KEY_HEADER,
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        context_key: str = SESSION_CONTEXT_KEY,
+        dead_letter_suffix: str = DEFAULT_DEAD_LETTER_SUFFIX,
+        on_settled: OnSettled | None = None,
+    ) -> None:
+        self.config = _Config(
+            session_factory,
+            inbox,
+            consumer_name,
+            key_header,
+            max_deliveries,
+            context_key,
+            dead_letter_suffix,
+            on_settled,
+        )
+
+    def __call__(self, msg: Any, /, *, context: ContextRepo) -> BaseMiddleware[Any, Any]:
+        """FastStream's middleware protocol: a middleware for one incoming message."""
+        return _InboxScope(msg, context=context, config=self.config)
+
+
+@dataclass(frozen=True)
+class _Config:
+    session_factory: Callable[[], AsyncSession]
+    inbox: Inbox
+    consumer_name: str
+    key_header: str
+    max_deliveries: int
+    context_key: str
+    dead_letter_suffix: str
+    on_settled: OnSettled | None
+
+
+class _InboxScope(BaseMiddleware[Any, Any]):
+    """The middleware of one message: ``consume_scope`` runs the rest of the chain (the
+    decoding and the user's handler) inside the inbox transaction."""
+
+    def __init__(self, msg: Any, /, *, context: ContextRepo, config: _Config) -> None:
+        super().__init__(msg, context=context)
+        self.config = config
+
+    async def consume_scope(
+        self, call_next: Callable[[StreamMessage[Any]], Awaitable[Any]], msg: StreamMessage[Any]
+    ) -> Any:
+        _check(msg)
+        config = self.config
+        returned: list[Any] = []
+
+        async def handler(session: AsyncSession, delivery: Delivery) -> None:
+            with self.context.scope(config.context_key, session):
+                returned[:] = [await call_next(msg)]
+
+        settlement = await process_async(
+            await delivery_of(msg, config.key_header),
+            _Settler(msg, config.dead_letter_suffix),
+            session_factory=config.session_factory,
+            inbox=config.inbox,
+            consumer_name=config.consumer_name,
+            handler=handler,
+            max_deliveries=config.max_deliveries,
+            on_settled=config.on_settled,
+        )
+        if settlement.disposition is not Disposition.PROCESSED:
+            # settled already; SkipMessage stops FastStream from publishing a result (the
+            # handler's return value exists only for the delivery that processed it)
+            raise SkipMessage
+        return returned[0]
+
+
+def _check(msg: StreamMessage[Any]) -> None:
+    """Refuses what cannot be processed exactly once (a configuration error)."""
+    if msg.committed is not None or _acked_on_delivery(msg):
+        raise ConfigurationError(
+            "the message was acknowledged before the handler ran (ack_policy="
+            "AckPolicy.ACK_FIRST, a no-ack consumer or a core NATS subscriber): a crash would "
+            "lose it; use AckPolicy.MANUAL (NATS: a JetStream subscriber) with InboxMiddleware"
+        )
+    if isinstance(msg.raw_message, list) or _kind(msg) == "redis-batch":
+        raise ConfigurationError("InboxMiddleware does not support batch subscribers")
+
+
+def _acked_on_delivery(msg: StreamMessage[Any]) -> bool:
+    """RabbitMQ's ``ACK_FIRST`` consumes with ``no_ack`` (aio-pika locks the message: it
+    cannot be acked, nacked or rejected); FastStream marks core NATS messages acked."""
+    kind = _kind(msg)
+    if kind == "rabbit":
+        return bool(msg.raw_message.locked)
+    if kind == "nats":
+        return bool(msg.raw_message._ackd)
+    return False
+
+
+# -- the message → Delivery mapping and the settling, per broker -------------------------
+
+
+async def delivery_of(msg: StreamMessage[Any], key_header: str) -> Delivery:
+    """The :class:`Delivery` of a FastStream message.
+
+    :param msg: FastStream's message (``RabbitMessage``, ``RedisStreamMessage``,
+        ``NatsMessage``; others get a delivery count of 1).
+    :param key_header: the header holding the producer's key; absent gives a Delivery
+        without a key (dead-lettered by :func:`~sa_inbox.brokers.process_async`).
+    :returns: the key (``str()`` of the header), the raw body bytes, the delivery count as the
+        module's docstring says per broker (Redis: one ``XPENDING`` round trip), the headers,
+        and the broker's reference of this delivery (for logs only).
+    :raises redis.RedisError: if the Redis ``XPENDING`` fails (the message stays pending).
+    """
+    key = msg.headers.get(key_header)
+    return Delivery(
+        message_id=None if key is None else str(key),
+        body=msg.body if isinstance(msg.body, bytes) else bytes(msg.body),
+        delivery_count=max(1, await _delivery_count(msg)),
+        headers=dict(msg.headers),
+        broker_ref=_broker_ref(msg),
+    )
+
+
+def _kind(msg: StreamMessage[Any]) -> str:
+    """``rabbit``, ``redis-stream``, ``redis-batch``, ``nats`` or ``other`` (Redis lists and
+    pub/sub: no redelivery, no delivery count).
+
+    Tested by class, on the modules already imported (a message of a broker means its
+    FastStream module is loaded; the others' client libraries need not be installed)."""
+    for module, name, kind in _KINDS:
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(msg, getattr(loaded, name)):
+            return kind
+    return "other"
+
+
+_KINDS = (
+    ("faststream.rabbit.message", "RabbitMessage", "rabbit"),
+    ("faststream.redis.message", "RedisStreamMessage", "redis-stream"),
+    ("faststream.redis.message", "RedisBatchStreamMessage", "redis-batch"),
+    ("faststream.nats.message", "NatsMessage", "nats"),
+)
+
+
+async def _delivery_count(msg: StreamMessage[Any]) -> int:
+    kind = _kind(msg)
+    raw = msg.raw_message
+    if kind == "rabbit":
+        count = (raw.headers or {}).get("x-delivery-count")
+        return int(count) + 1 if count is not None else 2 if raw.redelivered else 1
+    if kind == "redis-stream":
+        return int(await msg.get_delivery_count())  # type: ignore[attr-defined]
+    if kind == "nats":
+        try:
+            return int(raw.metadata.num_delivered)
+        except Exception:  # core NATS: no JetStream metadata, no redelivery
+            return 1
+    return 1
+
+
+def _broker_ref(msg: StreamMessage[Any]) -> str:
+    kind = _kind(msg)
+    raw = msg.raw_message
+    if kind == "rabbit":
+        return f"delivery_tag={raw.delivery_tag}"
+    if kind == "redis-stream":
+        return "entry=" + ",".join(i.decode() for i in raw["message_ids"])
+    if kind == "nats":
+        try:
+            return f"stream_seq={raw.metadata.sequence.stream}"
+        except Exception:
+            return f"subject={raw.subject}"
+    return ""
+
+
+class _Settler:
+    """ack / retry / dead-letter through FastStream's message (see the module's docstring)."""
+
+    def __init__(self, msg: StreamMessage[Any], dead_letter_suffix: str) -> None:
+        self.msg = msg
+        self.dead_letter_suffix = dead_letter_suffix
+
+    async def ack(self) -> None:
+        await self.msg.ack()
+
+    async def retry(self) -> None:
+        await self.msg.nack()
+
+    async def dead_letter(self, reason: DeadLetterReason, detail: str) -> None:
+        if _kind(self.msg) == "redis-stream":
+            await _redis_dead_letter(self.msg, self.dead_letter_suffix, reason, detail)
+            await self.msg.ack()  # XACKed already: marks FastStream's message settled
+        else:
+            await self.msg.reject()
+
+
+async def _redis_dead_letter(
+    msg: StreamMessage[Any], suffix: str, reason: DeadLetterReason, detail: str
+) -> None:
+    """``XADD`` the entry's fields, with the reason, to the dead-letter stream and ``XACK``
+    the entry, atomically: the Redis adapter's script
+    (:func:`sa_inbox.brokers.redis.core.dead_letter_script_arguments`), not a
+    ``MULTI``/``EXEC``, which would still run the ``XACK`` when the ``XADD`` fails (Redis
+    transactions do not roll back) and lose the entry."""
+    from .redis.core import Entry, dead_letter_script_arguments
+
+    raw: Mapping[str, Any] = msg.raw_message
+    (entry_id,) = raw["message_ids"]  # batch subscribers are refused
+    entry = Entry(entry_id.decode(), raw["data"], await _delivery_count(msg))
+    client: Any = msg.consumer  # type: ignore[attr-defined]  # the Redis client
+    stream = raw["channel"]
+    await client.eval(
+        *dead_letter_script_arguments(
+            stream, msg.group, stream + suffix, entry, reason, detail  # type: ignore[attr-defined]
+        )
+    )
