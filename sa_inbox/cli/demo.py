@@ -1,19 +1,25 @@
 """``sa-inbox demo``: replay a payment stream through the inbox and verify the ledger.
 
-The command parses its options and calls :func:`sa_inbox.demo.run_demo`, imported only
-when it runs. Exit codes (:mod:`._common`): 0 every payment applied exactly once, 1 not
-(the verification failed, as expected with ``--no-inbox``), 2 usage error, 3 the demo could
-not run, 130 interrupted.
+The command parses its options and calls :func:`sa_inbox.demo.run_demo` (or, with
+``--broker``, the chaos run of :func:`sa_inbox.demo.live.live_config` on the live broker),
+imported only when it runs. Exit codes (:mod:`._common`): 0 every payment applied exactly
+once, 1 not (the verification failed, as expected with ``--no-inbox``), 2 usage error, 3 the
+demo could not run, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ._common import EXIT_FAILED, EXIT_INTERRUPTED, CannotRun, check_url
+from .chaos import check_broker
+
+if TYPE_CHECKING:
+    from ..demo import DemoConfig
 
 __all__ = ["demo"]
 
@@ -79,6 +85,13 @@ __all__ = ["demo"]
     "it prevents (the verification then fails: exit code 1).",
 )
 @click.option(
+    "--broker",
+    default=None,
+    callback=check_broker,
+    help="Run the stream through this live broker (amqp://..., redis://..., nats://...) "
+    "instead of the in-process one; crashes are real SIGKILLs after the commit.",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -95,13 +108,15 @@ def demo(
     url: str | None,
     db_file: Path | None,
     no_inbox: bool,
+    broker: str | None,
     json_path: Path | None,
 ) -> None:
     """Replay a payment stream at-least-once through the inbox and verify the ledger.
 
     Duplicates come from producer retries, crashes between commit and ack (the broker
     redelivers), and copies of one message in flight in two worker processes at once.
-    Exit code 0 if every payment was applied exactly once, 1 if not.
+    Exit code 0 if every payment was applied exactly once, 1 if not. With --broker, the
+    stream goes through a live RabbitMQ, Redis Streams or NATS JetStream instead.
     """
     from rich.console import Console
 
@@ -122,6 +137,9 @@ def demo(
         db_file=db_file,
         use_inbox=not no_inbox,
     ).with_seed()
+    if broker is not None:
+        _on_broker(config, broker, json_path)
+        return
     console = Console()
     mode = (
         "WITHOUT the inbox (naive consumer: the verification is expected to fail)"
@@ -143,3 +161,19 @@ def demo(
         json_path.write_text(json.dumps(verification.to_json(), indent=2) + "\n")
     if not verification.ok:
         raise SystemExit(EXIT_FAILED)
+
+
+def _on_broker(config: DemoConfig, broker: str, json_path: Path | None) -> None:
+    """The demo on a live broker: the chaos run of :func:`sa_inbox.demo.live.live_config`.
+
+    :raises click.UsageError: with ``--no-inbox`` (the naive consumer runs only in process).
+    """
+    from ..demo.live import live_config
+    from ..demo.run import _database_url
+    from .chaos import database_url, run_and_report
+
+    if not config.use_inbox:
+        raise click.UsageError("--no-inbox runs only on the in-process broker, not --broker")
+    with _database_url(config) as url:
+        live = live_config(config, broker, database_url(url))
+        run_and_report(live, json_path, title=f"sa-inbox demo on {broker.split('://')[0]}")

@@ -1,7 +1,8 @@
 """The demo's business schema: merchant accounts, a ledger, and the inbox, all ``demo_``.
 
 Money is stored as integer cents (``BIGINT``), exact on every backend, SQLite included
-(which has no decimal type). The demo drops and creates only its own three tables.
+(which has no decimal type). The demo drops and creates only its own three tables; the
+chaos run (:mod:`sa_inbox.chaos`) uses the same schema under the ``chaos_`` prefix.
 """
 
 from __future__ import annotations
@@ -38,19 +39,23 @@ class LedgerState:
 
 
 class DemoSchema:
-    """The demo's tables on their own :class:`~sqlalchemy.MetaData`."""
+    """The demo's tables on their own :class:`~sqlalchemy.MetaData`.
 
-    def __init__(self) -> None:
+    :param prefix: the tables' name prefix: ``demo_accounts``, ``demo_ledger`` and
+        ``demo_inbox_processed_messages`` by default.
+    """
+
+    def __init__(self, prefix: str = "demo_") -> None:
         self.metadata = sa.MetaData()
-        self.inbox = Inbox(self.metadata, table_name=INBOX_TABLE)
+        self.inbox = Inbox(self.metadata, table_name=INBOX_TABLE.replace("demo_", prefix, 1))
         self.accounts = sa.Table(
-            "demo_accounts",
+            f"{prefix}accounts",
             self.metadata,
             sa.Column("account_id", sa.String(32), primary_key=True),
             sa.Column("balance_cents", sa.BigInteger, nullable=False),
         )
         self.ledger = sa.Table(
-            "demo_ledger",
+            f"{prefix}ledger",
             self.metadata,
             sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
             sa.Column("message_id", sa.String(64), nullable=False),
@@ -70,17 +75,20 @@ class DemoSchema:
 
     def apply_payment(self, session: Session, payment: Payment) -> None:
         """The business change: a ledger row and the account's new balance."""
+        self.apply(session, payment.message_id, payment.account_id, payment.amount_cents)
+
+    def apply(self, session: Session, message_id: str, account_id: str, cents: int) -> None:
+        """A ledger row for ``message_id`` and ``cents`` (signed) added to the balance of
+        ``account_id``, in the caller's transaction."""
         session.execute(
             self.ledger.insert().values(
-                message_id=payment.message_id,
-                account_id=payment.account_id,
-                amount_cents=payment.amount_cents,
+                message_id=message_id, account_id=account_id, amount_cents=cents
             )
         )
         session.execute(
             self.accounts.update()
-            .where(self.accounts.c.account_id == payment.account_id)
-            .values(balance_cents=self.accounts.c.balance_cents + payment.amount_cents)
+            .where(self.accounts.c.account_id == account_id)
+            .values(balance_cents=self.accounts.c.balance_cents + cents)
         )
 
     def read_state(self, engine: sa.Engine) -> LedgerState:

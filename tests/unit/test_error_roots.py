@@ -195,9 +195,9 @@ def test_the_new_classes_are_configuration_errors_exported_from_the_package() ->
     assert issubclass(InvalidTableType, InvalidTable)
 
 
-#: The demo and benchmark tools: command-line programs with their own error classes (DemoError,
-#: BenchError) rendered by their CLIs rather than library API.
-TOOLS = ("bench", "demo")
+#: The demo, benchmark and chaos tools: command-line programs with their own error classes
+#: (DemoError, BenchError, ChaosError) rendered by their CLIs rather than library API.
+TOOLS = ("bench", "chaos", "demo")
 
 
 def _bare_raises(path: Path) -> list[str]:

@@ -1,0 +1,244 @@
+"""``sa-inbox chaos``: payments through a live broker, consumers SIGKILLed at random, verified.
+
+The command parses its options and calls :func:`sa_inbox.chaos.run.run_chaos`, imported
+only when it runs. Exit codes (:mod:`._common`): 0 every payment applied exactly once and
+every check passed, 1 a check failed, 2 usage error, 3 the run could not finish (broker or
+database unreachable, a consumer failed, timeout), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from ._common import EXIT_FAILED, EXIT_INTERRUPTED, CannotRun, check_url, sync_peer
+
+if TYPE_CHECKING:
+    from ..chaos.run import ChaosConfig
+
+__all__ = ["BROKER_EXTRAS", "chaos", "check_broker", "database_url", "run_and_report"]
+
+#: The ``pip install 'sa-inbox[extra]'`` extra of each broker URL scheme's client library.
+BROKER_EXTRAS = {"amqp": "rabbitmq", "amqps": "rabbitmq", "redis": "redis", "nats": "nats"}
+
+
+def _missing_client(broker: str, exc: ImportError) -> str:
+    """The message for a broker client (or, for NATS, an async database driver) that
+    cannot be imported, naming the extra to install."""
+    scheme = broker.split("://", 1)[0].lower()
+    text = f"a library the {scheme}:// driver needs is not installed ({exc}): "
+    text += f"pip install 'sa-inbox[{BROKER_EXTRAS.get(scheme, scheme)}]'"
+    if scheme == "nats":
+        text += " (nats-py is asyncio only: the database's async driver too, e.g. [aiosqlite])"
+    return text
+
+
+def check_broker(ctx: click.Context, param: click.Parameter, url: str | None) -> str | None:
+    """A ``--broker`` option's callback: the URL's scheme must have a chaos driver.
+
+    :raises click.BadParameter: (exit 2) for another scheme.
+    """
+    from ..chaos.drivers import SCHEMES
+
+    if url is None:
+        return None
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in SCHEMES:
+        raise click.BadParameter(
+            "expected a broker URL: " + ", ".join(f"{scheme}://..." for scheme in sorted(SCHEMES)),
+            ctx=ctx,
+            param=param,
+        )
+    return url
+
+
+def database_url(url: str) -> str:
+    """The ``--url`` checked, an async driver swapped for its sync peer, as a string with
+    its password (the consumer processes connect with it).
+
+    :raises click.ClickException: as :func:`._common.check_url` (exit 2 or 3).
+    """
+    return sync_peer(check_url(url)).render_as_string(hide_password=False)
+
+
+@click.command("chaos")
+@click.option(
+    "--broker",
+    required=True,
+    callback=check_broker,
+    help="Broker URL: amqp://..., redis://..., nats://...",
+)
+@click.option(
+    "--url",
+    required=True,
+    help="Database URL; the run drops and creates its own chaos_* tables there.",
+)
+@click.option(
+    "--messages",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Unique payment messages.",
+)
+@click.option(
+    "--consumers",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Consumer processes.",
+)
+@click.option(
+    "--kill-every",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Mean seconds between two SIGKILLs of a random consumer (exponential); 0: none.",
+)
+@click.option(
+    "--duplicates",
+    default=0.1,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Share of payments published again with the same message_id (producer retries).",
+)
+@click.option(
+    "--poison",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Poison messages, whose handler always fails (they must be dead-lettered).",
+)
+@click.option(
+    "--max-deliveries",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Deliveries of a message before it goes to the dead-letter queue / stream.",
+)
+@click.option(
+    "--crash-after-commit",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Share of messages whose first delivery SIGKILLs its consumer after the commit, "
+    "before the ack (on top of the killer's random kills).",
+)
+@click.option(
+    "--crash-in-handler",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Share of messages whose first delivery SIGKILLs its consumer in the handler, "
+    "after its writes, before the commit.",
+)
+@click.option("--seed", type=int, default=None, help="Seed of the plan and the killer.")
+@click.option(
+    "--timeout",
+    default=None,
+    type=click.FloatRange(min=1),
+    help="Seconds the run may take; past it the run fails (exit 3). "
+    "Default: 300 s + 50 ms per message.",
+)
+@click.option(
+    "--name",
+    default=None,
+    help="Queue / stream name (default: sa-inbox-chaos-<random>); any earlier one of "
+    "that name is deleted.",
+)
+@click.option(
+    "--log-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Keep the consumers' settlement logs (JSON lines) and stderr in this directory.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write every figure and check to this JSON file.",
+)
+def chaos(
+    broker: str,
+    url: str,
+    messages: int,
+    consumers: int,
+    kill_every: float,
+    duplicates: float,
+    poison: int,
+    max_deliveries: int,
+    crash_after_commit: float,
+    crash_in_handler: float,
+    seed: int | None,
+    timeout: float | None,
+    name: str | None,
+    log_dir: Path | None,
+    json_path: Path | None,
+) -> None:
+    """Publish payments to a live broker, SIGKILL consumers at random, verify the ledger.
+
+    A producer publishes the payments (some twice with the same message_id, some poison);
+    consumer processes apply them through sa-inbox while a killer SIGKILLs one at random
+    intervals and restarts it. Exit code 0 if every payment was applied exactly once,
+    nothing is left unsettled and the dead letters are the poison messages; 1 if not.
+    """
+    from ..chaos.run import ChaosConfig
+
+    config = ChaosConfig(
+        broker=broker,
+        url=database_url(url),
+        messages=messages,
+        consumers=consumers,
+        kill_every=kill_every,
+        duplicates=duplicates,
+        poison=poison,
+        max_deliveries=max_deliveries,
+        crash_after_commit=crash_after_commit,
+        crash_in_handler=crash_in_handler,
+        seed=seed,
+        timeout=timeout if timeout is not None else 300.0 + 0.05 * messages,
+        name=name,
+        log_dir=log_dir,
+    ).with_seed()
+    run_and_report(config, json_path)
+
+
+def run_and_report(
+    config: ChaosConfig, json_path: Path | None, *, title: str = "sa-inbox chaos"
+) -> None:
+    """Run the chaos run of ``config``, print its report, write its JSON.
+
+    :param config: with a seed and a name (:meth:`ChaosConfig.with_seed`).
+    :param title: the first word(s) of the header line.
+    :param json_path: where to write :meth:`ChaosResult.to_json`, or None.
+    :raises CannotRun: (exit 3) if the run could not finish: no driver for the broker's
+        scheme, the broker or the database unreachable, a consumer failed, the timeout.
+    :raises SystemExit: 1 if the verification failed, 130 on Ctrl-C.
+    """
+    from rich.console import Console
+
+    from ..chaos.report import render
+    from ..chaos.run import run_chaos
+
+    console = Console()
+    console.print(
+        f"{title}: {config.messages} payments, {config.consumers} consumers, "
+        f"a kill every ~{config.kill_every:g} s, seed {config.seed}, queue {config.name}"
+    )
+    try:
+        result = run_chaos(config, console=Console(stderr=True))
+    except KeyboardInterrupt:
+        console.print("interrupted: consumers stopped, nothing verified")
+        raise SystemExit(EXIT_INTERRUPTED) from None
+    except ImportError as exc:
+        raise CannotRun(_missing_client(config.broker, exc)) from exc
+    except Exception as exc:  # the broker's, the database's, a consumer's: one line, exit 3
+        raise CannotRun(f"the chaos run could not finish: {type(exc).__name__}: {exc}") from exc
+    console.print(render(result))
+    if json_path is not None:
+        json_path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    if not result.ok:
+        raise SystemExit(EXIT_FAILED)
