@@ -107,7 +107,9 @@ def _round(engine: sa.Engine, hooks: InboxHooks, messages: int) -> float:
         metadata.drop_all(engine)
 
 
-def run(url: str, *, messages: int = 200, rounds: int = 5) -> dict[str, Any]:
+def run(
+    url: str, *, messages: int = 200, rounds: int = 5, noop_repeat: int = 200_000
+) -> dict[str, Any]:
     """Run the benchmark; return its JSON document (figures and the machine load)."""
     engine = sa.create_engine(url)
     contenders = _contenders()
@@ -123,7 +125,7 @@ def run(url: str, *, messages: int = 200, rounds: int = 5) -> dict[str, Any]:
         engine.dispose()
     medians = {name: statistics.median(values) for name, values in seconds.items()}
     per_delivery_ns = medians["noop"] / messages * 1e9
-    cost = noop_cost_ns()
+    cost = noop_cost_ns(noop_repeat)
     return {
         "backend": sa.make_url(url).get_backend_name(),
         "messages_per_round": messages,
@@ -153,8 +155,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--noop-repeat", type=int, default=200_000)
     args = parser.parse_args(argv)
-    document = run(args.url, messages=args.messages, rounds=args.rounds)
+    document = run(
+        args.url, messages=args.messages, rounds=args.rounds, noop_repeat=args.noop_repeat
+    )
     text = json.dumps(document, indent=2)
     print(text)
     if args.json:

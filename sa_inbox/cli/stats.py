@@ -123,6 +123,7 @@ def _watch(sample: Any, interval: float) -> Any:
     from rich.live import Live
 
     last = sample()
+    click.echo(f"sa-inbox stats: refreshing every {interval} s, Ctrl-C to stop", err=True)
     with Live(render(*last), refresh_per_second=4) as live:
         try:
             while True:

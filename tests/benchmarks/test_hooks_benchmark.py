@@ -22,6 +22,8 @@ def test_hooks_benchmark_runs(tmp_path: Path) -> None:
             "5",
             "--rounds",
             "1",
+            "--noop-repeat",
+            "1000",
             "--json",
             str(out),
         ]

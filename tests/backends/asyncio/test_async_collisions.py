@@ -130,3 +130,25 @@ def test_inbox_refuses_unknown_collision_mode() -> None:
 
     with pytest.raises(InvalidStrategy):
         Inbox(sa.MetaData(), on_collision="ignore")  # type: ignore[arg-type]
+
+
+def test_async_session_extension(app: App, async_url: str) -> None:
+    """A claim registered on an AsyncSession with a digest: a collision aborts the flush
+    with MessageIdCollision (and the transaction rolls back)."""
+    skip_bytes_on_aiomysql(async_url)
+    from sa_inbox.asyncio import install, register_claim
+
+    async def scenario(engine: AsyncEngine) -> None:
+        Session = async_sessionmaker(engine)
+        install(Session)
+        async with Session.begin() as session:
+            register_claim(session, app.inbox, "x-1", CONSUMER, payload_hash=A)
+            await pay(app, session, "x-1")
+        with pytest.raises(MessageIdCollision):
+            async with Session.begin() as session:
+                register_claim(session, app.inbox, "x-1", CONSUMER, payload_hash=B)
+                await pay(app, session, "x-1")
+                await session.flush()
+
+    run(async_url, scenario)
+    assert app.ledger_rows() == 1 and app.inbox_rows() == 1
