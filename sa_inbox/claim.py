@@ -241,18 +241,20 @@ class Inbox:
         :raises MessageIdCollision: in ``"raise"`` mode (reported first).
         """
         collided: set[str] = set()
+        collisions = 0
         try:
             if digests and self.collisions is not None:
                 collided = self.collisions.check(conn, consumer, digests)
+            collisions = len(collided)
         except MessageIdCollision:
-            collided = {"?"}
+            collisions = 1  # the first colliding id raised; the others were not judged
             raise
         finally:
             self.hooks.claimed(
                 consumer,
                 new=new,
-                duplicates=len(skipped) - len(collided),
-                collisions=len(collided),
+                duplicates=len(skipped) - collisions,
+                collisions=collisions,
                 seconds=time.perf_counter() - start,
             )
         if logger.isEnabledFor(logging.DEBUG):
