@@ -7,6 +7,7 @@ database's primary key rejects every redelivery. See :class:`Inbox`.
 from __future__ import annotations
 
 from .claim import Inbox as Inbox
+from .collision import payload_hash as payload_hash
 from .exc import AsyncHandlerError as AsyncHandlerError
 from .exc import AutocommitConnection as AutocommitConnection
 from .exc import ClaimLost as ClaimLost
@@ -25,6 +26,7 @@ from .exc import InvalidStoreArgument as InvalidStoreArgument
 from .exc import InvalidStrategy as InvalidStrategy
 from .exc import InvalidTable as InvalidTable
 from .exc import InvalidTableType as InvalidTableType
+from .exc import MessageIdCollision as MessageIdCollision
 from .exc import MissingTable as MissingTable
 from .exc import PurgeLockTimeout as PurgeLockTimeout
 from .exc import RetentionWindowTooShort as RetentionWindowTooShort
@@ -77,6 +79,7 @@ __all__ = [
     "InvalidStrategy",
     "InvalidTable",
     "InvalidTableType",
+    "MessageIdCollision",
     "MissingTable",
     "Outcome",
     "PurgeLockTimeout",
@@ -95,6 +98,7 @@ __all__ = [
     "handle",
     "install",
     "is_transient",
+    "payload_hash",
     "processed_messages_table",
     "purge",
     "purge_store",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -11,6 +13,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.sql.expression import Executable
 
+from .collision import CollisionCheck, CollisionMode, check_mode
 from .dialects import ClaimDialect, Strategy, claim_dialect_for, is_autocommit
 from .exc import (
     AutocommitConnection,
@@ -18,7 +21,9 @@ from .exc import (
     InvalidMessageId,
     InvalidTable,
     InvalidTableType,
+    MessageIdCollision,
 )
+from .hooks import NOOP, InboxHooks
 from .schema import (
     DEFAULT_MESSAGE_ID_LENGTH,
     DEFAULT_TABLE_NAME,
@@ -38,6 +43,8 @@ Bind = Session | scoped_session[Any] | Connection
 M = TypeVar("M")
 
 _MISSING = object()
+
+logger = logging.getLogger(__name__)
 
 
 def message_id_of(message: object) -> Any:
@@ -72,6 +79,15 @@ class Inbox:
     :param message_id_length: length in characters of ``message_id`` and ``consumer_name``.
     :param strategy: ``"native"`` (default) for each backend's insert-or-skip statement;
         ``"savepoint"`` for the portable SAVEPOINT + INSERT form on every backend.
+    :param on_collision: what a claim does when it carries a ``payload_hash`` that differs
+        from the one stored with the id's earlier claim (two messages sharing an id, see
+        :mod:`sa_inbox.collision`): ``"raise"`` (default)
+        :class:`~sa_inbox.exc.MessageIdCollision`, or ``"record"`` a row in the
+        ``inbox_collisions`` table (defined on the same MetaData) and skip the message.
+    :param hooks: told of every claim (new, duplicate, collision, seconds) and used by
+        :func:`sa_inbox.handle` for its spans and handler times (see
+        :mod:`sa_inbox.hooks`); default the no-op hooks.
+    :raises InvalidStrategy: for an unknown ``strategy`` or ``on_collision``.
 
     Example::
 
@@ -91,7 +107,11 @@ class Inbox:
         message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
         strategy: Strategy = "native",
         table: sa.Table | None = None,
+        on_collision: CollisionMode = "raise",
+        hooks: InboxHooks | None = None,
     ) -> None:
+        #: The hooks every claim reports to (:mod:`sa_inbox.hooks`).
+        self.hooks: InboxHooks = NOOP if hooks is None else hooks
         if table is None:
             if metadata is None:
                 raise InvalidTableType("Inbox() needs a MetaData (or table=)")
@@ -107,9 +127,23 @@ class Inbox:
             for name in ("message_id", "consumer_name")
         }
         self._insert = PreparedInsert(table, strategy)
+        self.on_collision: CollisionMode = check_mode(on_collision)
+        #: The duplicate path's digest comparison; None if the table has no payload_hash.
+        self.collisions: CollisionCheck | None = (
+            CollisionCheck(table, ("payload_hash",), _stored_digest, on_collision)
+            if "payload_hash" in table.c
+            else None
+        )
 
     @classmethod
-    def for_table(cls, table: sa.Table, *, strategy: Strategy = "native") -> Inbox:
+    def for_table(
+        cls,
+        table: sa.Table,
+        *,
+        strategy: Strategy = "native",
+        on_collision: CollisionMode = "raise",
+        hooks: InboxHooks | None = None,
+    ) -> Inbox:
         """An Inbox over an existing table, such as one mapped with
         :class:`~sa_inbox.schema.InboxMessageMixin`.
 
@@ -125,7 +159,7 @@ class Inbox:
                 f"table {table.name!r} must have the primary key (message_id, consumer_name), "
                 f"not {key}"
             )
-        return cls(table=table, strategy=strategy)
+        return cls(table=table, strategy=strategy, on_collision=on_collision, hooks=hooks)
 
     # -- claims -------------------------------------------------------------------------
 
@@ -154,9 +188,15 @@ class Inbox:
             per consumer.
         :param message_type: optional, stored for debugging (at most 255 characters).
         :param correlation_id: optional, stored for debugging (at most 255 characters).
-        :param payload_hash: optional digest of the payload (at most 64 bytes).
+        :param payload_hash: optional digest of the payload (at most 64 bytes; see
+            :func:`sa_inbox.collision.payload_hash`). When given and the id is already
+            claimed, the stored digest is read (one locking read, on the duplicate path
+            only) and compared: a difference is a collision (see ``on_collision``).
         :returns: True if this transaction now owns the message; False if an earlier delivery
-            already committed it (a duplicate: skip the handler, then ack).
+            already committed it (a duplicate: skip the handler, then ack), or for a
+            collision recorded with ``on_collision="record"``.
+        :raises MessageIdCollision: with ``on_collision="raise"``, when ``payload_hash``
+            differs from the stored one: roll back and nack.
         :raises InvalidMessageId: for an invalid ``message_id`` or ``consumer_name``, before
             any SQL.
         :raises TransientClaimError: on a serialization failure or deadlock: roll back and
@@ -174,11 +214,74 @@ class Inbox:
             correlation_id=correlation_id,
             payload_hash=payload_hash,
         )
+        start = time.perf_counter()
         conn = self._connection(bind)
         dialect, statement = self._prepared(conn)
-        return dialect.claim_one(conn, self.table, statement, row)
+        consumer = row["consumer_name"]
+        if dialect.claim_one(conn, self.table, statement, row):
+            self.hooks.claimed(
+                consumer, new=1, duplicates=0, collisions=0, seconds=time.perf_counter() - start
+            )
+            return True
+        digest = row.get("payload_hash")
+        digests = {} if digest is None else {row["message_id"]: digest}
+        self._skipped(conn, consumer, 0, [row["message_id"]], digests, start)
+        return False
 
-    def claim_many(self, bind: Bind, message_ids: Iterable[str], consumer_name: str) -> set[str]:
+    def _skipped(
+        self,
+        conn: Connection,
+        consumer: str,
+        new: int,
+        skipped: list[str],
+        digests: Mapping[str, bytes],
+        start: float,
+    ) -> set[str]:
+        """The duplicate path: compare the ``skipped`` ids' digests, report, log.
+
+        :returns: the ids that collided (recorded).
+        :raises MessageIdCollision: in ``"raise"`` mode (reported first).
+        """
+        collided: set[str] = set()
+        collisions = 0
+        try:
+            if digests and self.collisions is not None:
+                collided = self.collisions.check(conn, consumer, digests)
+            collisions = len(collided)
+        except MessageIdCollision:
+            collisions = 1  # the first colliding id raised; the others were not judged
+            raise
+        finally:
+            self.hooks.claimed(
+                consumer,
+                new=new,
+                duplicates=len(skipped) - collisions,
+                collisions=collisions,
+                seconds=time.perf_counter() - start,
+            )
+        if logger.isEnabledFor(logging.DEBUG):
+            for message_id in skipped:
+                if message_id not in collided:
+                    logger.debug(
+                        "message %s (consumer %s): duplicate, already claimed",
+                        message_id,
+                        consumer,
+                        extra={
+                            "event": "inbox.claim.duplicate",
+                            "message_id": message_id,
+                            "consumer_name": consumer,
+                        },
+                    )
+        return collided
+
+    def claim_many(
+        self,
+        bind: Bind,
+        message_ids: Iterable[str],
+        consumer_name: str,
+        *,
+        payload_hashes: Mapping[str, bytes | None] | None = None,
+    ) -> set[str]:
         """Claim a batch of messages (one broker poll) for ``consumer_name``.
 
         Ids are de-duplicated and sent sorted, so two batches with overlapping ids lock in
@@ -189,19 +292,42 @@ class Inbox:
         :param bind: a Session or Connection in the caller's transaction.
         :param message_ids: any iterable of ids (duplicates within it are allowed).
         :param consumer_name: the consumer.
+        :param payload_hashes: optional ``message_id -> digest`` (as ``payload_hash`` of
+            :meth:`claim`): stored with the new claims, and compared, in one locking read
+            on the duplicate path only, for the ids already claimed.
         :returns: exactly the ids newly claimed by this call (the set of ids returned by the
             database, never inferred from positions).
-        :raises InvalidMessageId: if any id or the consumer name is invalid (nothing is sent).
+        :raises InvalidMessageId: if any id, digest or the consumer name is invalid (nothing
+            is sent).
         :raises TransientClaimError: as :meth:`claim`.
+        :raises MessageIdCollision: as :meth:`claim`, for the first colliding id (sorted).
         """
         consumer = validate_key(consumer_name, "consumer_name", self._max_lengths["consumer_name"])
         ids = validate_keys(message_ids, "message_id", self._max_lengths["message_id"])
         if not ids:
             return set()
-        rows = [{"message_id": mid, "consumer_name": consumer} for mid in ids]
+        digests = self._digests(ids, payload_hashes)
+        rows: list[dict[str, Any]] = [{"message_id": mid, "consumer_name": consumer} for mid in ids]
+        if digests:
+            for row in rows:
+                row["payload_hash"] = digests.get(row["message_id"])
+        start = time.perf_counter()
         conn = self._connection(bind)
         dialect, _ = self._prepared(conn)
-        return dialect.claim_many(conn, self.table, rows)
+        claimed = dialect.claim_many(conn, self.table, rows)
+        skipped = [mid for mid in ids if mid not in claimed]
+        pending = {mid: digest for mid, digest in digests.items() if mid not in claimed}
+        self._skipped(conn, consumer, len(claimed), skipped, pending, start)
+        return claimed
+
+    def _digests(
+        self, ids: Iterable[str], payload_hashes: Mapping[str, bytes | None] | None
+    ) -> dict[str, bytes]:
+        """The validated non-None digests of ``ids`` ({} without a payload_hash column)."""
+        if not payload_hashes or self.collisions is None:
+            return {}
+        digests = {mid: _optional_bytes(payload_hashes.get(mid)) for mid in ids}
+        return {mid: digest for mid, digest in digests.items() if digest is not None}
 
     def claim_batch(
         self,
@@ -210,6 +336,7 @@ class Inbox:
         consumer_name: str,
         *,
         key: Callable[[M], str] = message_id_of,
+        payload_hash: Callable[[M], bytes | None] | None = None,
     ) -> list[M]:
         """Claim a broker poll for ``consumer_name`` and return the messages to process.
 
@@ -230,12 +357,17 @@ class Inbox:
             ``key=operator.attrgetter("id")``, ``key=lambda m: m.key().decode()``, or, when
             the messages are the ids themselves, ``key=lambda m: m``. Its own exceptions
             propagate unchanged, before any SQL.
+        :param payload_hash: optional ``message -> digest`` (e.g. ``lambda m:
+            sa_inbox.collision.payload_hash(m.body)``): the digests are stored and compared
+            as :meth:`claim_many`'s; two copies of one id within the poll with different
+            digests are a collision too (the later copy is the colliding one).
         :returns: a new list of the messages whose id this call newly claimed, the first
             occurrence of each id, in poll order (empty if nothing is new).
         :raises InvalidMessageId: if ``messages`` is a ``str``/``bytes`` or not iterable,
             a message has no ``message_id`` (default ``key``), ``key`` returns an invalid
             id, or ``consumer_name`` is invalid; nothing is sent.
         :raises TransientClaimError: as :meth:`claim`.
+        :raises MessageIdCollision: as :meth:`claim`.
 
         Example::
 
@@ -253,13 +385,37 @@ class Inbox:
                 f"messages must be an iterable, not {type(messages).__name__}"
             ) from None
         ids = [key(message) for message in batch]
-        claimed = self.claim_many(bind, ids, consumer_name)  # validates all before any SQL
+        digests: dict[str, bytes | None] = {}
+        repeats: list[tuple[str, bytes | None, bytes]] = []
+        if payload_hash is not None:
+            for message, message_id in zip(batch, ids, strict=True):
+                digest = payload_hash(message)
+                first = digests.setdefault(message_id, digest)
+                if digest is not None and first is not None and digest != first:
+                    repeats.append((message_id, first, digest))
+        # validates all before any SQL
+        claimed = self.claim_many(bind, ids, consumer_name, payload_hashes=digests or None)
+        if repeats and self.collisions is not None:
+            self._repeats(self._connection(bind), consumer_name, repeats)
         to_process: list[M] = []
         for message, message_id in zip(batch, ids, strict=True):
             if message_id in claimed:
                 claimed.discard(message_id)  # later copies of the id are skipped
                 to_process.append(message)
         return to_process
+
+    def _repeats(
+        self, conn: Connection, consumer: str, repeats: list[tuple[str, bytes | None, bytes]]
+    ) -> None:
+        """Raise or record the copies of one id within a poll whose digests differ."""
+        assert self.collisions is not None
+        found = 0
+        try:
+            for message_id, first, digest in repeats:
+                found += 1
+                self.collisions.found(conn, message_id, consumer, first, digest)
+        finally:
+            self.hooks.claimed(consumer, new=0, duplicates=0, collisions=found, seconds=0.0)
 
     def is_processed(self, bind: Bind, message_id: str, consumer_name: str) -> bool:
         """Whether a committed (or this transaction's) claim exists for the message."""
@@ -374,6 +530,12 @@ def connection_for(bind: Bind, table: sa.Table) -> Connection:
     raise InvalidBind(
         f"bind must be a Session, scoped_session or Connection, not {type(bind).__name__}"
     )
+
+
+def _stored_digest(row: Mapping[Any, Any]) -> bytes | None:
+    """The ``payload_hash`` column of a read row."""
+    value = row["payload_hash"]
+    return None if value is None else bytes(value)
 
 
 def _optional_text(value: str | None, field: str, max_length: int = 255) -> str | None:

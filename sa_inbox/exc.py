@@ -27,6 +27,7 @@ __all__ = [
     "InvalidStrategy",
     "InvalidTable",
     "InvalidTableType",
+    "MessageIdCollision",
     "MissingTable",
     "PurgeLockTimeout",
     "RetentionWindowTooShort",
@@ -313,3 +314,42 @@ class ClaimLost(InboxError):
     was reaped or replayed). The transaction is rolled back, so the message is processed
     once, by the row's current claim holder.
     """
+
+
+class MessageIdCollision(InboxError):
+    """Two different messages share one ``(message_id, consumer_name)``.
+
+    A claim (or store receive) carried a payload digest that differs from the digest stored
+    with the id's earlier claim: this is not a redelivery but a second message whose producer
+    reused the id. Skipping it as a duplicate would lose it silently, so by default the claim
+    raises this; the caller's transaction must roll back and the message is nacked (the
+    runner does so: it is a failed delivery, not a configuration error). With
+    ``on_collision="record"`` the collision is written to the collisions table instead and
+    the message is skipped (see :mod:`sa_inbox.collision`).
+
+    :param message_id: the shared id.
+    :param consumer_name: the consumer.
+    :param stored_hash: the digest stored with the earlier claim.
+    :param payload_hash: the digest of this delivery.
+    """
+
+    def __init__(
+        self,
+        message_id: str,
+        consumer_name: str,
+        stored_hash: bytes | None,
+        payload_hash: bytes | None,
+    ) -> None:
+        super().__init__(
+            f"message id {message_id!r} of consumer {consumer_name!r} was already claimed by a "
+            f"different message (payload hash {_hex(stored_hash)} stored, {_hex(payload_hash)} "
+            "now): two producers share an id"
+        )
+        self.message_id = message_id
+        self.consumer_name = consumer_name
+        self.stored_hash = stored_hash
+        self.payload_hash = payload_hash
+
+
+def _hex(digest: bytes | None) -> str:
+    return "none" if digest is None else digest.hex()[:16]

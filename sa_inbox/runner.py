@@ -23,7 +23,8 @@ import enum
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
@@ -41,6 +42,7 @@ from .exc import (
 )
 from .guard import owned_transaction
 from .handlers import call_handler, check_handler
+from .hooks import NOOP, InboxHooks
 from .validation import positive_int
 
 __all__ = [
@@ -64,12 +66,21 @@ DEFAULT_BACKOFF = 0.02
 MAX_BACKOFF = 1.0
 
 
-def _run_once(session: Session, work: Callable[[Session], T]) -> T:
+def _run_once(
+    session: Session,
+    work: Callable[[Session], T],
+    commit_span: Callable[[], AbstractContextManager[object]] | None = None,
+) -> T:
     """``work(session)`` in one transaction that only this function may commit; a missing
-    table or column becomes :class:`~sa_inbox.exc.MissingTable`."""
+    table or column becomes :class:`~sa_inbox.exc.MissingTable`. ``commit_span()``, if
+    given, is entered after ``work`` returns and exited after the commit (or its failure)."""
     dialect = classifier_for(_dialect_name(session))
-    with session, dialect.translate_configuration_errors(), owned_transaction(session):
-        return work(session)
+    with session, dialect.translate_configuration_errors():
+        with ExitStack() as commit, owned_transaction(session):
+            result = work(session)
+            if commit_span is not None:
+                commit.enter_context(commit_span())
+        return result
 
 
 def _dialect_name(session: Session) -> str | None:
@@ -145,6 +156,9 @@ def run_in_transaction(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     backoff: float = DEFAULT_BACKOFF,
     sleep: Callable[[float], None] = time.sleep,
+    hooks: InboxHooks = NOOP,
+    consumer_name: str = "",
+    commit_span: Callable[[], AbstractContextManager[object]] | None = None,
 ) -> T:
     """Run ``work(session)`` in a new session and transaction, committing on success.
 
@@ -159,6 +173,10 @@ def run_in_transaction(
     :param max_attempts: attempts in all, >= 1.
     :param backoff: first back-off in seconds.
     :param sleep: the sleep function (tests pass a fake).
+    :param hooks: told of each retry (:meth:`~sa_inbox.hooks.InboxHooks.retried`).
+    :param consumer_name: the consumer the retries are reported for.
+    :param commit_span: makes a context manager entered after ``work`` returns and exited
+        after the commit (the runner's ``inbox.commit`` span).
     :returns: what ``work`` returned on the attempt that committed.
     :raises TransientClaimError: if the last attempt failed transiently (the driver error is
         chained).
@@ -174,7 +192,7 @@ def run_in_transaction(
     for attempt in range(1, max_attempts + 1):
         session = new_session(session_factory)
         try:
-            return _run_once(session, work)
+            return _run_once(session, work, commit_span)
         except (TransientClaimError, DBAPIError) as exc:
             if not is_transient(exc, _dialect_name(session)):
                 raise
@@ -185,9 +203,16 @@ def run_in_transaction(
                     f"gave up after {max_attempts} attempts: {exc.orig}"
                 ) from exc
             delay = random.uniform(0, min(MAX_BACKOFF, backoff * 2 ** (attempt - 1)))
+            hooks.retried(consumer_name, attempt=attempt)
             logger.info(
                 "transient error, retrying",
-                extra={"action": "retry", "attempt": attempt, "delay": delay, "error": str(exc)},
+                extra={
+                    "event": "inbox.transaction.retry",
+                    "action": "retry",
+                    "attempt": attempt,
+                    "delay": delay,
+                    "error": str(exc),
+                },
             )
             sleep(delay)
     raise AssertionError("unreachable")  # pragma: no cover
@@ -234,6 +259,7 @@ def handle(
     nack: Callable[[], Any],
     max_attempts: int = ...,
     sleep: Callable[[float], None] = ...,
+    headers: Mapping[str, str] | None = ...,
     **claim_extra: Any,
 ) -> Result: ...
 
@@ -250,6 +276,7 @@ def handle(
     nack: Callable[[], Any],
     max_attempts: int = ...,
     sleep: Callable[[float], None] = ...,
+    headers: Mapping[str, str] | None = ...,
     **claim_extra: Any,
 ) -> Result: ...
 
@@ -265,6 +292,7 @@ def handle(
     nack: Callable[[], Any],
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
+    headers: Mapping[str, str] | None = None,
     **claim_extra: Any,
 ) -> Result:
     """Process one delivery exactly once in effect: claim, handle, commit, then ack.
@@ -286,7 +314,11 @@ def handle(
     :param max_attempts: attempts for transient errors (deadlock, serialization failure).
     :param sleep: sleeps between those attempts, in seconds (tests pass a fake; the asyncio
         runner sleeps on the event loop).
-    :param claim_extra: ``message_type``, ``correlation_id``, ``payload_hash``.
+    :param headers: the message's headers, if the adapter has them: a W3C ``traceparent``
+        among them makes the hooks' ``inbox.process`` span continue that trace.
+    :param claim_extra: ``message_type``, ``correlation_id``, ``payload_hash`` (a
+        :class:`~sa_inbox.exc.MessageIdCollision` from the claim is a failed delivery:
+        rolled back and nacked, never acked).
     :returns: a :class:`Result`. Exceptions from ``handler`` are caught, nacked and returned
         as :attr:`Outcome.FAILED`, except ``BaseException``s that are not ``Exception``
         (KeyboardInterrupt, SystemExit), which nack and propagate. An exception from
@@ -314,40 +346,77 @@ def handle(
       intercepted; writes through a second Session are outside the guarantee.
     """
 
+    hooks = inbox.hooks
+    handler_seconds: list[float] = []
+
     def unit_of_work(session: Session) -> Outcome:
-        if not inbox.claim(session, message_id, consumer_name, **claim_extra):
+        handler_seconds.clear()
+        with hooks.span("inbox.claim", consumer_name, message_id):
+            claimed = inbox.claim(session, message_id, consumer_name, **claim_extra)
+        if not claimed:
             return Outcome.DUPLICATE
-        call_handler(handler, session)
+        start = time.perf_counter()
+        try:
+            with hooks.span("inbox.handler", consumer_name, message_id):
+                call_handler(handler, session)
+        finally:
+            handler_seconds.append(time.perf_counter() - start)
         return Outcome.PROCESSED
+
+    def commit_span() -> AbstractContextManager[object]:
+        return hooks.span("inbox.commit", consumer_name, message_id)
+
+    def report(failed: bool) -> None:
+        if handler_seconds:
+            hooks.handled(consumer_name, seconds=handler_seconds[0], failed=failed)
 
     inbox.validate(message_id, consumer_name, **claim_extra)
     check_max_attempts(max_attempts)
-    try:
-        check_handler(handler, ("session",))
-        outcome = run_in_transaction(
-            session_factory, unit_of_work, max_attempts=max_attempts, sleep=sleep
-        )
-    except ConfigurationError:
-        logger.error(
-            "message %s: configuration error, neither acked nor nacked",
-            message_id,
-            extra={"action": "error", "message_id": message_id},
-        )
-        raise
-    except Exception as exc:
-        logger.warning(
-            "message %s (consumer %s): handler failed, nacking: %s: %s",
-            message_id,
-            consumer_name,
-            type(exc).__name__,
-            exc,
-            extra={"action": "nack", "message_id": message_id, "consumer_name": consumer_name},
-            exc_info=True,
-        )
-        nack()
-        return Result(Outcome.FAILED, message_id, exc)
-    except BaseException:
-        nack()
-        raise
-    ack()
-    return Result(outcome, message_id)
+    with hooks.span("inbox.process", consumer_name, message_id, headers):
+        try:
+            check_handler(handler, ("session",))
+            outcome = run_in_transaction(
+                session_factory,
+                unit_of_work,
+                max_attempts=max_attempts,
+                sleep=sleep,
+                hooks=hooks,
+                consumer_name=consumer_name,
+                commit_span=commit_span,
+            )
+        except ConfigurationError:
+            logger.error(
+                "message %s: configuration error, neither acked nor nacked",
+                message_id,
+                extra={
+                    "event": "inbox.configuration.error",
+                    "action": "error",
+                    "message_id": message_id,
+                },
+            )
+            raise
+        except Exception as exc:
+            report(failed=True)
+            logger.warning(
+                "message %s (consumer %s): handler failed, nacking: %s: %s",
+                message_id,
+                consumer_name,
+                type(exc).__name__,
+                exc,
+                extra={
+                    "event": "inbox.handler.failed" if handler_seconds else "inbox.claim.failed",
+                    "action": "nack",
+                    "message_id": message_id,
+                    "consumer_name": consumer_name,
+                },
+                exc_info=True,
+            )
+            nack()
+            return Result(Outcome.FAILED, message_id, exc)
+        except BaseException:
+            nack()
+            raise
+        report(failed=False)
+        with hooks.span("inbox.ack", consumer_name, message_id):
+            ack()
+        return Result(outcome, message_id)

@@ -7,7 +7,7 @@ sends anything) on the Session or Connection behind the async one, through
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from ..claim import Inbox, message_id_of
@@ -68,12 +68,20 @@ class AsyncInbox:
         )
 
     async def claim_many(
-        self, bind: AsyncBind, message_ids: Iterable[str], consumer_name: str
+        self,
+        bind: AsyncBind,
+        message_ids: Iterable[str],
+        consumer_name: str,
+        *,
+        payload_hashes: Mapping[str, bytes | None] | None = None,
     ) -> set[str]:
         """Claim a batch of ids; return exactly those newly claimed (see
-        :meth:`sa_inbox.Inbox.claim_many`)."""
+        :meth:`sa_inbox.Inbox.claim_many`, which raises
+        :class:`~sa_inbox.exc.MessageIdCollision` as it does)."""
         ids = list(message_ids) if not isinstance(message_ids, str | bytes) else message_ids
-        return await on_sync_bind(bind, self.sync_inbox.claim_many, ids, consumer_name)
+        return await on_sync_bind(
+            bind, self.sync_inbox.claim_many, ids, consumer_name, payload_hashes=payload_hashes
+        )
 
     async def claim_batch(
         self,
@@ -82,11 +90,19 @@ class AsyncInbox:
         consumer_name: str,
         *,
         key: Callable[[M], str] = message_id_of,
+        payload_hash: Callable[[M], bytes | None] | None = None,
     ) -> list[M]:
         """Claim one poll; return the messages to apply, the first copy of each newly
         claimed id in poll order (see :meth:`sa_inbox.Inbox.claim_batch`)."""
         batch = list(messages) if not isinstance(messages, str | bytes) else messages
-        return await on_sync_bind(bind, self.sync_inbox.claim_batch, batch, consumer_name, key=key)
+        return await on_sync_bind(
+            bind,
+            self.sync_inbox.claim_batch,
+            batch,
+            consumer_name,
+            key=key,
+            payload_hash=payload_hash,
+        )
 
     async def is_processed(self, bind: AsyncBind, message_id: str, consumer_name: str) -> bool:
         """Whether a committed (or this transaction's) claim exists for the message."""

@@ -8,6 +8,7 @@ module                   commands
 :mod:`.demo`             ``demo``
 :mod:`.worker`           ``worker``
 :mod:`.store`            ``store counts``, ``store replay``
+:mod:`.stats`            ``stats`` (the report and ``--check``)
 :mod:`.retention`        ``purge``, ``partitions maintain``, ``partitions list``
 :mod:`.alembic`          ``alembic init``, ``alembic revision``
 :mod:`.bench`            ``bench``
@@ -20,7 +21,7 @@ Sub-commands stay thin: they parse options and call the library (``demo`` calls
 
 Exit codes (:mod:`._common`): 0 success; 1 the run finished but its verification failed;
 2 usage error; 3 the command could not run (database unreachable, a worker died);
-130 interrupted.
+10-13 ``stats --check`` warnings (:data:`sa_inbox.stats.WARNING_CODES`); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .bench import bench
 from .chaos import chaos
 from .demo import demo
 from .retention import partitions_group, purge_command
+from .stats import stats_command
 from .store import store_group
 from .worker import worker_command
 
@@ -50,5 +52,6 @@ main.add_command(purge_command)
 main.add_command(partitions_group)
 main.add_command(worker_command)
 main.add_command(store_group)
+main.add_command(stats_command)
 main.add_command(bench)
 main.add_command(chaos)

@@ -11,6 +11,7 @@ named lock per batch, SQLite has one writer at a time.
 from __future__ import annotations
 
 import datetime
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,11 +30,14 @@ from ..exc import (
     InvalidTableType,
     UnsupportedBackend,
 )
+from ..hooks import NOOP, InboxHooks
 from ..schema import DEFAULT_TABLE_NAME, processed_messages_table
 from ..store.schema import DEAD, DONE, utc_now
 from ..store.store import InboxStore
 from ..validation import positive_int
 from .policy import RetentionPolicy, resolve_window
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -267,6 +271,7 @@ def purge(
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     pause: float | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    hooks: InboxHooks | None = None,
 ) -> int:
     """Delete processed-message rows older than the retention window, in short batches.
 
@@ -305,6 +310,8 @@ def purge(
     :param pause: seconds between batches; ``None``: 0.1 s on SQLite (so that waiting
         claims get the database's single write lock), 0 elsewhere.
     :param sleep: how to wait ``pause`` seconds (the asyncio purge waits on the event loop).
+    :param hooks: told of the purge's rows and seconds when it ends
+        (:meth:`~sa_inbox.hooks.InboxHooks.purged`); default: an Inbox ``table``'s hooks.
     :returns: the number of rows this call deleted.
     :raises RetentionWindowTooShort: if the window is shorter than the policy allows
         (``max_redelivery + max_replay + margin``); nothing is deleted.
@@ -325,7 +332,10 @@ def purge(
     target = purge_target_of(table)
     bind = _check_bind(bind)
     window = resolve_window(older_than, policy)
-    return purge_target(
+    if hooks is None:
+        hooks = table.hooks if isinstance(table, Inbox) else NOOP
+    start = time.perf_counter()
+    deleted = purge_target(
         bind,
         target,
         window,
@@ -335,6 +345,17 @@ def purge(
         pause=pause,
         sleep=sleep,
     )
+    seconds = time.perf_counter() - start
+    name = target.table.name
+    hooks.purged(name, rows=deleted, seconds=seconds)
+    logger.info(
+        "purge of %s: %d rows deleted in %.3f s",
+        name,
+        deleted,
+        seconds,
+        extra={"event": "inbox.purge.done", "table": name, "rows": deleted, "seconds": seconds},
+    )
+    return deleted
 
 
 def count_expired(

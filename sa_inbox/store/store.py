@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.expression import Executable
 
 from ..claim import Bind, PreparedInsert, connection_for
+from ..collision import CollisionCheck, CollisionMode, payload_hash_of_row, store_digests
 from ..dialects import ClaimDialect, backend_for
 from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
 from ..exc import ClaimLost, InvalidStoreArgument
@@ -73,6 +74,9 @@ class InboxStore:
     :param table_name: the table's name.
     :param schema: the table's schema, or ``None``.
     :param message_id_length: length in characters of ``message_id`` and ``consumer_name``.
+    :param on_collision: what a receive given a ``payload_hash`` does when the id is already
+        stored with a different payload (see :class:`~sa_inbox.Inbox`): ``"raise"``
+        (default) or ``"record"``.
 
     Example::
 
@@ -94,9 +98,14 @@ class InboxStore:
         table_name: str = DEFAULT_STORE_TABLE,
         schema: str | None = None,
         message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+        on_collision: CollisionMode = "raise",
     ) -> None:
         self.table = inbox_store_table(
             metadata, table_name=table_name, schema=schema, message_id_length=message_id_length
+        )
+        #: The duplicate path's payload comparison (:mod:`sa_inbox.collision`).
+        self.collisions = CollisionCheck(
+            self.table, ("payload",), payload_hash_of_row, on_collision
         )
         self.message_id_length = message_id_length
         # The receive statement per backend and its one-time checks, as Inbox.claim's.
@@ -127,6 +136,7 @@ class InboxStore:
         aggregate_id: str | None = None,
         message_type: str | None = None,
         now: datetime.datetime | None = None,
+        payload_hash: bytes | None = None,
     ) -> bool:
         """Store one message in the caller's transaction; skip it if already stored.
 
@@ -147,16 +157,27 @@ class InboxStore:
         :param aggregate_id: the aggregate the message is about (per-aggregate ordering).
         :param message_type: optional type name, at most 255 characters.
         :param now: the receive time (aware); default the current UTC time.
-        :returns: True if the message is new, False if it was already stored.
+        :param payload_hash: ``sa_inbox.collision.payload_hash(payload)``, to detect an id
+            collision: on the duplicate path only, the stored payload is read (a locking
+            read) and its digest compared (see ``on_collision``).
+        :returns: True if the message is new, False if it was already stored (or a
+            collision was recorded).
         :raises InvalidMessageId: for an invalid id, consumer name, aggregate id or type.
-        :raises InvalidStoreArgument: for a payload that is not JSON (nothing is sent).
+        :raises InvalidStoreArgument: for a payload that is not JSON, or a ``payload_hash``
+            that is not the payload's (nothing is sent).
+        :raises MessageIdCollision: with ``on_collision="raise"``, for an id stored with a
+            different payload: roll back and nack.
         :raises TransientClaimError: on a deadlock or serialization failure: roll back and
             retry.
         """
         row = self._row(message_id, payload, aggregate_id, message_type, consumer_name, now)
+        digests = store_digests({row["message_id"]: payload}, {row["message_id"]: payload_hash})
         conn = connection_for(bind, self.table)
         dialect, statement = self._insert(conn)
-        return dialect.claim_one(conn, self.table, statement, row)
+        if dialect.claim_one(conn, self.table, statement, row):
+            return True
+        self.collisions.check(conn, row["consumer_name"], digests)
+        return False
 
     def receive_many(
         self,
@@ -165,6 +186,7 @@ class InboxStore:
         *,
         consumer_name: str = DEFAULT_CONSUMER,
         now: datetime.datetime | None = None,
+        payload_hashes: Mapping[str, bytes] | None = None,
     ) -> set[str]:
         """Store a batch (one broker poll) in the caller's transaction.
 
@@ -175,13 +197,17 @@ class InboxStore:
         that is a :class:`~sa_inbox.exc.TransientClaimError`, retry the transaction.
 
         :param messages: the batch; every message is validated before any SQL is sent.
+        :param payload_hashes: ``message_id -> payload_hash(payload)``, as :meth:`receive`'s
+            ``payload_hash``; the ids skipped are compared in one locking read.
         :returns: the ids of the messages that were new.
         :raises InvalidMessageId, InvalidStoreArgument: as :meth:`receive`, for any message.
+        :raises MessageIdCollision: as :meth:`receive`.
         """
         if isinstance(messages, Incoming):
             raise InvalidStoreArgument("receive_many takes an iterable of Incoming messages")
         when = _aware(now)
         rows: dict[str, Mapping[str, Any]] = {}
+        payloads: dict[str, Any] = {}  # the first copy's payload per id, as given
         for message in messages:
             if not isinstance(message, Incoming):
                 raise InvalidStoreArgument(f"expected Incoming, not {type(message).__name__}")
@@ -193,12 +219,18 @@ class InboxStore:
                 consumer_name,
                 when,
             )
-            rows.setdefault(row["message_id"], row)
+            if row["message_id"] not in rows:
+                rows[row["message_id"]] = row
+                payloads[row["message_id"]] = message.payload
         if not rows:
             return set()
+        digests = store_digests(payloads, payload_hashes or {})
         conn = connection_for(bind, self.table)
         dialect, statement = self._insert(conn)
-        return dialect.claim_many(conn, self.table, list(rows.values()), statement)
+        new = dialect.claim_many(conn, self.table, list(rows.values()), statement)
+        skipped = {mid: digest for mid, digest in digests.items() if mid not in new}
+        self.collisions.check(conn, rows[next(iter(rows))]["consumer_name"], skipped)
+        return new
 
     # -- claim and finish (each in its own transaction) ----------------------------------
 

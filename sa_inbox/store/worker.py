@@ -47,6 +47,7 @@ from types import FrameType
 
 from ..exc import ConfigurationError, InvalidStoreArgument
 from ..handlers import check_handler
+from ..hooks import NOOP, InboxHooks
 from ..validation import positive_int, positive_seconds
 from .protocol import Handler, MessageStore, StoredMessage
 from .schema import DEAD, DEFAULT_CONSUMER, DONE, utc_now
@@ -243,6 +244,7 @@ class Worker:
         clock: Callable[[], datetime.datetime] = utc_now,
         on_claim: Callable[[str, Sequence[StoredMessage]], None] | None = None,
         on_message: Callable[[StoredMessage, str], None] | None = None,
+        hooks: InboxHooks | None = None,
     ) -> None:
         check_handler(handler, ("session", "message"))
         for label, count in (
@@ -282,6 +284,8 @@ class Worker:
         self.clock = clock
         self.on_claim = on_claim
         self.on_message = on_message
+        #: Told of each handler run and transient retry (:mod:`sa_inbox.hooks`).
+        self.hooks: InboxHooks = NOOP if hooks is None else hooks
         #: Set to stop: by :meth:`stop`, SIGTERM/SIGINT during :meth:`run`, or the caller.
         self.stop_event = threading.Event()
         #: Counts since the worker was made, keyed by outcome (``done``, ``retry``,
@@ -391,9 +395,11 @@ class Worker:
         :raises ConfigurationError: raised by the store or the handler: rolled back and
             not recorded as a failed attempt (the message is still claimed).
         """
+        start = time.perf_counter()
         for retry in range(TRANSIENT_RETRIES + 1):
             try:
                 if self.store.complete(message, self.handler, now=self.clock()):
+                    self._handled(message, start, failed=False)
                     return DONE
                 logger.warning(
                     "message %s (row %s): claim lost (expired and taken by another worker), "
@@ -407,7 +413,9 @@ class Worker:
                 raise
             except Exception as exc:
                 if retry == TRANSIENT_RETRIES or not self.store.is_transient(exc):
+                    self._handled(message, start, failed=True)
                     return self._failed(message, exc)
+                self.hooks.retried(message.consumer_name, attempt=retry + 1)
                 logger.info(
                     "message %s (row %s): transient error, re-running its transaction: %s",
                     message.message_id,
@@ -707,6 +715,11 @@ class Worker:
         else:
             logger.debug("another thread stopped by: %s", exc, extra={"action": "stop"})
         self._halt(ERROR)
+
+    def _handled(self, message: StoredMessage, start: float, *, failed: bool) -> None:
+        self.hooks.handled(
+            message.consumer_name, seconds=time.perf_counter() - start, failed=failed
+        )
 
     def _notify(self, message: StoredMessage, outcome: str) -> None:
         if self.on_message is not None:

@@ -1,0 +1,209 @@
+"""``sa-inbox stats``: what the inbox is doing, from the database, and a health check.
+
+Reads :func:`sa_inbox.stats.collect` (per consumer: rows, oldest and newest
+``received_at``, recorded collisions; the store: rows by status, the oldest pending row's
+age, an attempts histogram, dead letters with their last errors; every table's rows and
+bytes) and prints a rich report, or JSON with ``--json``; ``--watch`` refreshes it in place
+every ``--interval`` seconds.
+
+Warnings (:func:`sa_inbox.stats.warnings`) are printed with the report. With ``--check``
+the exit status says which (for a liveness/readiness probe or a cron job): 0 no warning;
+10 the oldest processed row is older than ``--retention`` + ``--margin`` (the purge is not
+running); 11 dead letters exist; 12 the oldest pending row is older than
+``--pending-threshold`` (the worker is stuck); 13 collisions were recorded. With several,
+the lowest code. 3: the database cannot be read (as every command).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ._common import connected
+from .retention import DURATION
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from ..stats import InboxStats, StatsWarning
+
+__all__ = ["render", "stats_command"]
+
+
+@click.command("stats")
+@click.option("--url", required=True, help="Database URL (SQLAlchemy form).")
+@click.option(
+    "--table",
+    default="inbox_processed_messages",
+    show_default=True,
+    help="The processed-messages table ('' to skip it).",
+)
+@click.option(
+    "--store-table",
+    default="inbox_store",
+    show_default=True,
+    help="The inbox store's table ('' to skip it).",
+)
+@click.option("--schema", default=None, help="The tables' schema.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (the sample and warnings).")
+@click.option("--watch", is_flag=True, help="Refresh in place every --interval seconds.")
+@click.option("--interval", type=float, default=2.0, show_default=True, help="For --watch.")
+@click.option("--check", is_flag=True, help="Exit non-zero for a warning (see the help).")
+@click.option(
+    "--retention",
+    type=DURATION,
+    default=None,
+    help="The purge's retention window (e.g. 7d): warn when the oldest row is older "
+    "than it plus --margin.",
+)
+@click.option("--margin", type=DURATION, default="1h", show_default=True)
+@click.option(
+    "--pending-threshold",
+    type=DURATION,
+    default="5m",
+    show_default=True,
+    help="Warn when the oldest pending store row is older.",
+)
+def stats_command(
+    url: str,
+    table: str,
+    store_table: str,
+    schema: str | None,
+    as_json: bool,
+    watch: bool,
+    interval: float,
+    check: bool,
+    retention: datetime.timedelta | None,
+    margin: datetime.timedelta,
+    pending_threshold: datetime.timedelta,
+) -> None:
+    """Report the inbox's tables: consumers, store backlog, dead letters, collisions, sizes.
+
+    Exit codes with --check: 0 healthy, 10 purge not running, 11 dead letters, 12 worker
+    stuck, 13 collisions (the lowest when several); 3 the database cannot be read.
+    """
+    from ..stats import collect, warnings
+
+    def sample() -> tuple[InboxStats, list[StatsWarning]]:
+        stats = collect(
+            engine, inbox_table=table or None, store_table=store_table or None, schema=schema
+        )
+        found = warnings(
+            stats, retention=retention, margin=margin, pending_threshold=pending_threshold
+        )
+        return stats, found
+
+    with connected(url, "cannot read the inbox's tables") as engine:
+        if watch and not as_json:
+            stats, found = _watch(sample, interval)
+        else:
+            stats, found = sample()
+            _print(stats, found, as_json)
+    if check and found:
+        click.get_current_context().exit(min(w.code for w in found))
+
+
+def _print(stats: InboxStats, found: list[StatsWarning], as_json: bool) -> None:
+    if as_json:
+        document = stats.as_dict()
+        document["warnings"] = [{"code": w.code, "kind": w.kind, "text": w.text} for w in found]
+        click.echo(json.dumps(document, default=str))
+        return
+    from rich.console import Console
+
+    Console().print(render(stats, found))
+
+
+def _watch(sample: Any, interval: float) -> Any:
+    """Refresh the report in place until interrupted; return the last sample."""
+    from rich.live import Live
+
+    last = sample()
+    click.echo(f"sa-inbox stats: refreshing every {interval} s, Ctrl-C to stop", err=True)
+    with Live(render(*last), refresh_per_second=4) as live:
+        try:
+            while True:
+                time.sleep(interval)
+                last = sample()
+                live.update(render(*last))
+        except KeyboardInterrupt:
+            pass
+    return last
+
+
+def render(stats: InboxStats, found: list[StatsWarning]) -> RenderableType:
+    """The rich report of a sample and its warnings."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[RenderableType] = [
+        Text(f"sa-inbox on {stats.backend}, at {stats.taken_at}", style="bold")
+    ]
+    consumers = Table("consumer", "rows", "oldest", "newest", "collisions", title="Consumers")
+    for c in stats.consumers:
+        consumers.add_row(
+            c.consumer_name, str(c.rows), str(c.oldest), str(c.newest), str(c.collisions)
+        )
+    parts.append(consumers)
+    if stats.store is not None:
+        store = stats.store
+        statuses = Table(
+            "consumer",
+            "pending",
+            "processing",
+            "done",
+            "dead",
+            "oldest pending (s)",
+            title=f"Store {store.table}",
+        )
+        for s in store.consumers:
+            age = "-" if s.oldest_pending_seconds is None else f"{s.oldest_pending_seconds:.1f}"
+            statuses.add_row(
+                s.consumer_name,
+                *(str(s.counts.get(k, 0)) for k in ("pending", "processing", "done", "dead")),
+                age,
+            )
+        parts.append(statuses)
+        attempts = Table("attempts", "unfinished rows", title="Attempts (not done)")
+        for made, count in sorted(store.attempts.items()):
+            attempts.add_row(str(made), str(count))
+        parts.append(attempts)
+        if store.dead_letters:
+            dead = Table(
+                "id",
+                "message id",
+                "consumer",
+                "attempts",
+                "last error",
+                title="Dead letters (newest)",
+            )
+            for d in store.dead_letters:
+                dead.add_row(
+                    str(d.id),
+                    d.message_id,
+                    d.consumer_name,
+                    str(d.attempts),
+                    (d.last_error or "")[:120],
+                )
+            parts.append(dead)
+    sizes = Table("table", "rows", "data bytes", "index bytes", title="Tables")
+    for t in stats.tables:
+        sizes.add_row(t.name, str(t.rows), _or_dash(t.data_bytes), _or_dash(t.index_bytes))
+    parts.append(sizes)
+    for name in stats.missing:
+        parts.append(Text(f"table {name} does not exist", style="yellow"))
+    if found:
+        for w in found:
+            parts.append(Text(f"WARNING [{w.code} {w.kind}] {w.text}", style="bold red"))
+    else:
+        parts.append(Text("no warnings", style="green"))
+    return Group(*parts)
+
+
+def _or_dash(value: int | None) -> str:
+    return "-" if value is None else str(value)

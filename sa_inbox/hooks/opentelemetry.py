@@ -1,0 +1,162 @@
+"""OpenTelemetry metrics and traces for sa-inbox (extra ``sa-inbox[opentelemetry]``).
+
+:class:`OpenTelemetryHooks` records the counters and histograms of
+:class:`~sa_inbox.hooks.prometheus.PrometheusHooks` through the OpenTelemetry metrics API
+(names ``sa_inbox.claims``, ``sa_inbox.duplicates``, ``sa_inbox.collisions``,
+``sa_inbox.transient_retries``, ``sa_inbox.handler_failures``, ``sa_inbox.claim.duration``,
+``sa_inbox.handler.duration``, ``sa_inbox.purge.rows``, ``sa_inbox.purge.duration``;
+attribute ``messaging.consumer.group.name`` or ``db.collection.name``), and traces each
+delivery of :func:`sa_inbox.handle`::
+
+    inbox.process            (kind CONSUMER; parent: the W3C traceparent of the headers)
+    ├── inbox.claim          (per attempt)
+    ├── inbox.handler        (per attempt, if the claim was new)
+    ├── inbox.commit         (per attempt)
+    └── inbox.ack
+
+Every span carries ``messaging.message.id`` and ``messaging.consumer.group.name`` (the
+OpenTelemetry messaging semantic conventions). The trace context is read from the headers
+with the W3C Trace Context propagator (``traceparent``/``tracestate``), whatever global
+propagator the application set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from ..stats import Sampler
+
+__all__ = ["CONSUMER_ATTRIBUTE", "MESSAGE_ID_ATTRIBUTE", "OpenTelemetryHooks"]
+
+MESSAGE_ID_ATTRIBUTE = "messaging.message.id"
+CONSUMER_ATTRIBUTE = "messaging.consumer.group.name"
+TABLE_ATTRIBUTE = "db.collection.name"
+_W3C = TraceContextTextMapPropagator()
+
+
+class OpenTelemetryHooks:
+    """:class:`~sa_inbox.hooks.InboxHooks` on the OpenTelemetry API.
+
+    :param tracer_provider: default: the global one (``trace.get_tracer_provider()``).
+    :param meter_provider: default: the global one (``metrics.get_meter_provider()``).
+    """
+
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+    ) -> None:
+        self.tracer = trace.get_tracer("sa_inbox", tracer_provider=tracer_provider)
+        self.meter = meter = metrics.get_meter("sa_inbox", meter_provider=meter_provider)
+        self.claims = meter.create_counter("sa_inbox.claims", description="New claims")
+        self.duplicates = meter.create_counter("sa_inbox.duplicates", description="Redeliveries")
+        self.collisions = meter.create_counter("sa_inbox.collisions", description="Collisions")
+        self.retries = meter.create_counter("sa_inbox.transient_retries")
+        self.failures = meter.create_counter("sa_inbox.handler_failures")
+        self.claim_duration = meter.create_histogram("sa_inbox.claim.duration", unit="s")
+        self.handler_duration = meter.create_histogram("sa_inbox.handler.duration", unit="s")
+        self.purge_rows = meter.create_counter("sa_inbox.purge.rows")
+        self.purge_duration = meter.create_histogram("sa_inbox.purge.duration", unit="s")
+
+    def observe(self, sampler: Sampler) -> None:
+        """Register observable gauges read from ``sampler`` at each collection (never on
+        the hot path): ``sa_inbox.table.rows`` and ``sa_inbox.table.bytes`` (attribute
+        ``db.collection.name``), ``sa_inbox.consumer.rows``, ``sa_inbox.store.messages``
+        (consumer and ``status``) and ``sa_inbox.store.oldest_pending_age`` (seconds).
+
+        :param sampler: e.g. ``Sampler(engine, store_table="inbox_store")``.
+        """
+
+        def tables(options: CallbackOptions) -> list[Observation]:
+            return [Observation(t.rows, {TABLE_ATTRIBUTE: t.name}) for t in sampler.sample().tables]
+
+        def sizes(options: CallbackOptions) -> list[Observation]:
+            return [
+                Observation(t.total_bytes, {TABLE_ATTRIBUTE: t.name})
+                for t in sampler.sample().tables
+                if t.total_bytes is not None
+            ]
+
+        def consumers(options: CallbackOptions) -> list[Observation]:
+            return [
+                Observation(c.rows, {CONSUMER_ATTRIBUTE: c.consumer_name})
+                for c in sampler.sample().consumers
+            ]
+
+        def store(options: CallbackOptions) -> list[Observation]:
+            sample = sampler.sample().store
+            if sample is None:
+                return []
+            return [
+                Observation(count, {CONSUMER_ATTRIBUTE: c.consumer_name, "status": status})
+                for c in sample.consumers
+                for status, count in c.counts.items()
+            ]
+
+        def oldest(options: CallbackOptions) -> list[Observation]:
+            sample = sampler.sample().store
+            if sample is None:
+                return []
+            return [
+                Observation(c.oldest_pending_seconds, {CONSUMER_ATTRIBUTE: c.consumer_name})
+                for c in sample.consumers
+                if c.oldest_pending_seconds is not None
+            ]
+
+        gauge = self.meter.create_observable_gauge
+        gauge("sa_inbox.table.rows", [tables])
+        gauge("sa_inbox.table.bytes", [sizes], unit="By")
+        gauge("sa_inbox.consumer.rows", [consumers])
+        gauge("sa_inbox.store.messages", [store])
+        gauge("sa_inbox.store.oldest_pending_age", [oldest], unit="s")
+
+    def claimed(
+        self, consumer_name: str, *, new: int, duplicates: int, collisions: int, seconds: float
+    ) -> None:
+        attributes = {CONSUMER_ATTRIBUTE: consumer_name}
+        if new:
+            self.claims.add(new, attributes)
+        if duplicates:
+            self.duplicates.add(duplicates, attributes)
+        if collisions:
+            self.collisions.add(collisions, attributes)
+        self.claim_duration.record(seconds, attributes)
+
+    def handled(self, consumer_name: str, *, seconds: float, failed: bool) -> None:
+        attributes = {CONSUMER_ATTRIBUTE: consumer_name}
+        self.handler_duration.record(seconds, attributes)
+        if failed:
+            self.failures.add(1, attributes)
+
+    def retried(self, consumer_name: str, *, attempt: int) -> None:
+        self.retries.add(1, {CONSUMER_ATTRIBUTE: consumer_name})
+
+    def purged(self, table: str, *, rows: int, seconds: float) -> None:
+        self.purge_rows.add(rows, {TABLE_ATTRIBUTE: table})
+        self.purge_duration.record(seconds, {TABLE_ATTRIBUTE: table})
+
+    def span(
+        self,
+        name: str,
+        consumer_name: str,
+        message_id: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> AbstractContextManager[object]:
+        return self._span(name, consumer_name, message_id, headers)
+
+    @contextmanager
+    def _span(
+        self, name: str, consumer_name: str, message_id: str, headers: Mapping[str, str] | None
+    ) -> Iterator[object]:
+        context = _W3C.extract(dict(headers)) if headers else None
+        kind = trace.SpanKind.CONSUMER if name == "inbox.process" else trace.SpanKind.INTERNAL
+        attributes = {MESSAGE_ID_ATTRIBUTE: message_id, CONSUMER_ATTRIBUTE: consumer_name}
+        with self.tracer.start_as_current_span(
+            name, context=context, kind=kind, attributes=attributes
+        ) as span:
+            yield span

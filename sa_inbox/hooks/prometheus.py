@@ -1,0 +1,203 @@
+"""Prometheus metrics for sa-inbox (extra ``sa-inbox[prometheus]``, ``prometheus_client``).
+
+:class:`PrometheusHooks` counts and times what the runner, worker, claim and purge report;
+:class:`InboxCollector` samples the tables on each scrape (never on the hot path), from
+:func:`sa_inbox.stats.collect`, cached for ``min_interval`` seconds.
+
+=============================================  ==========  ==============================
+metric                                         type        labels
+=============================================  ==========  ==============================
+``sa_inbox_claims_total``                      counter     consumer (new claims)
+``sa_inbox_duplicates_total``                  counter     consumer (redeliveries skipped)
+``sa_inbox_collisions_total``                  counter     consumer
+``sa_inbox_transient_retries_total``           counter     consumer
+``sa_inbox_handler_failures_total``            counter     consumer
+``sa_inbox_claim_seconds``                     histogram   consumer
+``sa_inbox_handler_seconds``                   histogram   consumer
+``sa_inbox_purge_rows_total``                  counter     table
+``sa_inbox_purge_seconds``                     histogram   table
+``sa_inbox_table_rows``                        gauge       table (sampled)
+``sa_inbox_table_bytes``                       gauge       table (sampled; data + indexes)
+``sa_inbox_consumer_rows``                     gauge       table, consumer (sampled)
+``sa_inbox_recorded_collisions``               gauge       consumer (sampled)
+``sa_inbox_store_messages``                    gauge       table, consumer, status
+``sa_inbox_store_oldest_pending_seconds``      gauge       table, consumer
+``sa_inbox_store_attempts``                    gauge       table, attempts (non-done rows)
+=============================================  ==========  ==============================
+
+The dedup hit rate per consumer is ``rate(sa_inbox_duplicates_total[5m]) /
+(rate(sa_inbox_claims_total[5m]) + rate(sa_inbox_duplicates_total[5m]))`` (the Grafana
+dashboard in ``dashboards/sa-inbox.json`` plots it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
+
+import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import REGISTRY, Collector
+
+from ..stats import InboxStats, Sampler
+
+__all__ = ["InboxCollector", "PrometheusHooks"]
+
+_NULL = nullcontext()
+
+
+class PrometheusHooks:
+    """:class:`~sa_inbox.hooks.InboxHooks` that feed ``prometheus_client`` metrics.
+
+    :param registry: where the metrics are registered (default: the process-wide
+        ``prometheus_client.REGISTRY``; tests pass their own ``CollectorRegistry``).
+    :param namespace: the metric name prefix.
+    :raises ValueError: (``prometheus_client``'s) if the registry already holds metrics of
+        these names (make one ``PrometheusHooks`` per registry and share it).
+    """
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, namespace: str = "sa_inbox"
+    ) -> None:
+        registry = REGISTRY if registry is None else registry
+        labels = ["consumer"]
+
+        def counter(name: str, doc: str, names: list[str] = labels) -> Counter:
+            return Counter(name, doc, names, namespace=namespace, registry=registry)
+
+        def histogram(name: str, doc: str, names: list[str] = labels) -> Histogram:
+            return Histogram(name, doc, names, namespace=namespace, registry=registry)
+
+        self.claims = counter("claims", "Messages newly claimed.")
+        self.duplicates = counter("duplicates", "Redeliveries skipped as already claimed.")
+        self.collisions = counter("collisions", "Ids claimed by a different message.")
+        self.retries = counter("transient_retries", "Transactions rerun after a deadlock.")
+        self.failures = counter("handler_failures", "Handler runs rolled back.")
+        self.claim_seconds = histogram("claim_seconds", "Claim latency in seconds.")
+        self.handler_seconds = histogram("handler_seconds", "Handler latency in seconds.")
+        self.purge_rows = counter("purge_rows", "Rows deleted by purges.", ["table"])
+        self.purge_seconds = histogram("purge_seconds", "Purge duration in seconds.", ["table"])
+
+    def claimed(
+        self, consumer_name: str, *, new: int, duplicates: int, collisions: int, seconds: float
+    ) -> None:
+        if new:
+            self.claims.labels(consumer_name).inc(new)
+        if duplicates:
+            self.duplicates.labels(consumer_name).inc(duplicates)
+        if collisions:
+            self.collisions.labels(consumer_name).inc(collisions)
+        self.claim_seconds.labels(consumer_name).observe(seconds)
+
+    def handled(self, consumer_name: str, *, seconds: float, failed: bool) -> None:
+        self.handler_seconds.labels(consumer_name).observe(seconds)
+        if failed:
+            self.failures.labels(consumer_name).inc()
+
+    def retried(self, consumer_name: str, *, attempt: int) -> None:
+        self.retries.labels(consumer_name).inc()
+
+    def purged(self, table: str, *, rows: int, seconds: float) -> None:
+        self.purge_rows.labels(table).inc(rows)
+        self.purge_seconds.labels(table).observe(seconds)
+
+    def span(
+        self,
+        name: str,
+        consumer_name: str,
+        message_id: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> AbstractContextManager[object]:
+        return _NULL
+
+
+class InboxCollector(Collector):
+    """Gauges sampled from the database on scrape: table rows and bytes, rows per consumer,
+    recorded collisions, and the store's backlog (see :func:`sa_inbox.stats.collect`).
+
+    One scrape runs the queries of :func:`~sa_inbox.stats.collect` on ``engine`` (counts,
+    ``MIN(received_at)``, the catalog's sizes), at most once per ``min_interval`` seconds;
+    scrapes in between get the cached sample.
+
+    :param engine: the database.
+    :param inbox_table: the processed-messages table's name, or None.
+    :param store_table: the inbox store's table name, or None.
+    :param min_interval: seconds a sample is reused for.
+    :param registry: registered there (None: not registered; call ``registry.register``).
+    """
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        inbox_table: str | None = "inbox_processed_messages",
+        store_table: str | None = None,
+        min_interval: float = 15.0,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.sampler = Sampler(
+            engine, inbox_table=inbox_table, store_table=store_table, min_interval=min_interval
+        )
+        if registry is not None:
+            registry.register(self)
+
+    def sample(self) -> InboxStats:
+        """The latest sample (see :class:`~sa_inbox.stats.Sampler`)."""
+        return self.sampler.sample()
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.sample()
+        rows = GaugeMetricFamily("sa_inbox_table_rows", "Rows per table.", labels=["table"])
+        size = GaugeMetricFamily(
+            "sa_inbox_table_bytes", "Table plus index bytes.", labels=["table"]
+        )
+        for table in stats.tables:
+            rows.add_metric([table.name], table.rows)
+            if table.total_bytes is not None:
+                size.add_metric([table.name], table.total_bytes)
+        yield rows
+        yield size
+        yield from _consumer_gauges(stats)
+        yield from _store_gauges(stats)
+
+
+def _consumer_gauges(stats: InboxStats) -> Iterator[Metric]:
+    consumers = GaugeMetricFamily(
+        "sa_inbox_consumer_rows", "Processed-message rows per consumer.", labels=["consumer"]
+    )
+    collisions = GaugeMetricFamily(
+        "sa_inbox_recorded_collisions", "Rows in the collisions table.", labels=["consumer"]
+    )
+    for consumer in stats.consumers:
+        consumers.add_metric([consumer.consumer_name], consumer.rows)
+        collisions.add_metric([consumer.consumer_name], consumer.collisions)
+    yield consumers
+    yield collisions
+
+
+def _store_gauges(stats: InboxStats) -> Iterator[Metric]:
+    store = stats.store
+    if store is None:
+        return
+    messages = GaugeMetricFamily(
+        "sa_inbox_store_messages", "Store rows by status.", labels=["consumer", "status"]
+    )
+    oldest = GaugeMetricFamily(
+        "sa_inbox_store_oldest_pending_seconds",
+        "Age of the oldest pending row.",
+        labels=["consumer"],
+    )
+    attempts = GaugeMetricFamily(
+        "sa_inbox_store_attempts", "Unfinished rows by attempts made.", labels=["attempts"]
+    )
+    for consumer in store.consumers:
+        for status, count in consumer.counts.items():
+            messages.add_metric([consumer.consumer_name, status], count)
+        if consumer.oldest_pending_seconds is not None:
+            oldest.add_metric([consumer.consumer_name], consumer.oldest_pending_seconds)
+    for made, count in sorted(store.attempts.items()):
+        attempts.add_metric([str(made)], count)
+    yield messages
+    yield oldest
+    yield attempts

@@ -1,0 +1,470 @@
+"""What the inbox is doing, read from the database: ``sa-inbox stats`` and the sampled gauges.
+
+:func:`collect` reads, in one connection and a few aggregate queries (never on the hot
+path):
+
+* the processed-messages table: rows, oldest and newest ``received_at`` per consumer;
+* the collisions table (:mod:`sa_inbox.collision`), if it exists: collisions per consumer;
+* the inbox store, if named: rows by status per consumer, the age of the oldest pending row,
+  a histogram of attempts over unfinished rows, the dead letters with their last errors;
+* each table's size: PostgreSQL ``pg_relation_size`` / ``pg_indexes_size`` (manual 9.27.7,
+  "Database Object Management Functions"); MySQL/MariaDB ``information_schema.TABLES``
+  ``DATA_LENGTH`` / ``INDEX_LENGTH`` (InnoDB's estimates, refreshed by ``ANALYZE TABLE``;
+  MySQL manual, "The INFORMATION_SCHEMA TABLES Table"); SQLite the ``dbstat`` virtual table
+  (SQLite manual, "The DBSTAT Virtual Table"; None where it is not compiled in).
+
+:func:`warnings` turns a sample into the operator's warnings, each with its own code (the
+exit status of ``sa-inbox stats --check``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .collision import COLLISIONS_TABLE
+from .schema import DEFAULT_TABLE_NAME
+from .store.schema import DEAD, DEFAULT_STORE_TABLE, PENDING, STATUSES, UTCDateTime
+
+__all__ = [
+    "DEAD_LETTERS_SHOWN",
+    "WARNING_CODES",
+    "ConsumerStats",
+    "DeadLetter",
+    "InboxStats",
+    "Sampler",
+    "StatsWarning",
+    "StoreConsumerStats",
+    "StoreStats",
+    "TableStats",
+    "WarningCode",
+    "collect",
+    "warnings",
+]
+
+#: Dead letters listed (the newest first); the count covers them all.
+DEAD_LETTERS_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """One table: ``rows`` (an exact ``COUNT(*)``), and bytes (None where unknown)."""
+
+    name: str
+    rows: int
+    data_bytes: int | None = None
+    index_bytes: int | None = None
+
+    @property
+    def total_bytes(self) -> int | None:
+        """Data plus indexes, in bytes."""
+        if self.data_bytes is None:
+            return None
+        return self.data_bytes + (self.index_bytes or 0)
+
+
+@dataclass(frozen=True)
+class ConsumerStats:
+    """One consumer's processed-message rows (``oldest``/``newest``: ``received_at``, as the
+    database returns it) and the collisions recorded for it."""
+
+    consumer_name: str
+    rows: int
+    oldest: datetime.datetime | None
+    newest: datetime.datetime | None
+    collisions: int = 0
+
+
+@dataclass(frozen=True)
+class StoreConsumerStats:
+    """One consumer's store rows: ``counts`` per status, the oldest pending row's age in
+    seconds (None if none is pending)."""
+
+    consumer_name: str
+    counts: dict[str, int]
+    oldest_pending_seconds: float | None
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A ``dead`` store row and its last error."""
+
+    id: int
+    message_id: str
+    consumer_name: str
+    attempts: int
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    """The inbox store: per consumer, ``attempts`` (attempts made -> unfinished rows, i.e.
+    ``pending``/``processing``/``dead``), and the newest :data:`DEAD_LETTERS_SHOWN` dead
+    letters."""
+
+    table: str
+    consumers: list[StoreConsumerStats]
+    attempts: dict[int, int]
+    dead_letters: list[DeadLetter]
+
+    def total(self, status: str) -> int:
+        """Rows of ``status`` over every consumer."""
+        return sum(c.counts.get(status, 0) for c in self.consumers)
+
+
+@dataclass(frozen=True)
+class InboxStats:
+    """One sample of :func:`collect`; ``taken_at`` is the database's ``CURRENT_TIMESTAMP``
+    (the ages are measured against it)."""
+
+    backend: str
+    taken_at: datetime.datetime
+    tables: list[TableStats]
+    consumers: list[ConsumerStats]
+    collisions: int
+    store: StoreStats | None = None
+    missing: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: datetimes as ISO 8601 strings, bytes per table included."""
+        data = _jsonable(asdict(self))
+        for table, raw in zip(data["tables"], self.tables, strict=True):
+            table["total_bytes"] = raw.total_bytes
+        return data  # type: ignore[no-any-return]
+
+    def oldest_processed(self) -> datetime.datetime | None:
+        """The oldest ``received_at`` of the processed-messages table."""
+        dates = [c.oldest for c in self.consumers if c.oldest is not None]
+        return min(dates) if dates else None
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()
+    return value
+
+
+def collect(
+    engine: sa.Engine,
+    *,
+    inbox_table: str | None = DEFAULT_TABLE_NAME,
+    store_table: str | None = DEFAULT_STORE_TABLE,
+    schema: str | None = None,
+) -> InboxStats:
+    """Read one sample of the inbox's tables (see the module docstring).
+
+    A table that does not exist is listed in :attr:`InboxStats.missing` and skipped.
+
+    :param engine: the database.
+    :param inbox_table: the processed-messages table's name (None: not read).
+    :param store_table: the inbox store's table name (None: not read).
+    :param schema: the tables' schema.
+    :raises sqlalchemy.exc.DBAPIError: if the database cannot be read (not wrapped).
+    """
+    inspector = sa.inspect(engine)
+    names = {
+        "inbox": inbox_table,
+        "store": store_table,
+        "collisions": COLLISIONS_TABLE,
+    }
+    present = {
+        role: name
+        for role, name in names.items()
+        if name is not None and inspector.has_table(name, schema=schema)
+    }
+    missing = [name for role, name in names.items() if name and role not in present]
+    missing = [name for name in missing if name != COLLISIONS_TABLE]
+    with engine.connect() as conn:
+        now = conn.execute(sa.select(sa.func.current_timestamp())).scalar_one()
+        collisions = _collisions(conn, present.get("collisions"), schema)
+        consumers = _consumers(conn, present.get("inbox"), schema, collisions)
+        store = _store(conn, present.get("store"), schema)
+        tables = [_table(conn, name, schema) for name in present.values()]
+    return InboxStats(
+        backend=engine.dialect.name,
+        taken_at=now,
+        tables=tables,
+        consumers=consumers,
+        collisions=sum(collisions.values()),
+        store=store,
+        missing=missing,
+    )
+
+
+class Sampler:
+    """:func:`collect`, cached: the sampled gauges' source (Prometheus' :class:`InboxCollector
+    <sa_inbox.hooks.prometheus.InboxCollector>`, OpenTelemetry's observable gauges).
+
+    At most one :func:`collect` per ``min_interval`` seconds, whoever asks; thread-safe.
+
+    :param engine: the database.
+    :param inbox_table: the processed-messages table's name, or None.
+    :param store_table: the inbox store's table name, or None.
+    :param schema: the tables' schema.
+    :param min_interval: seconds a sample is reused for.
+    """
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        inbox_table: str | None = DEFAULT_TABLE_NAME,
+        store_table: str | None = None,
+        schema: str | None = None,
+        min_interval: float = 15.0,
+    ) -> None:
+        self.engine = engine
+        self.inbox_table = inbox_table
+        self.store_table = store_table
+        self.schema = schema
+        self.min_interval = min_interval
+        self._lock = threading.Lock()
+        self._sample: tuple[float, InboxStats] | None = None
+
+    def sample(self) -> InboxStats:
+        """The latest sample, taken now if the cached one is older than ``min_interval``.
+
+        :raises sqlalchemy.exc.DBAPIError: as :func:`collect`.
+        """
+        with self._lock:
+            now = time.monotonic()
+            if self._sample is None or now - self._sample[0] >= self.min_interval:
+                stats = collect(
+                    self.engine,
+                    inbox_table=self.inbox_table,
+                    store_table=self.store_table,
+                    schema=self.schema,
+                )
+                self._sample = (now, stats)
+            return self._sample[1]
+
+
+def _consumers(
+    conn: Connection, name: str | None, schema: str | None, collisions: dict[str, int]
+) -> list[ConsumerStats]:
+    found: dict[str, ConsumerStats] = {}
+    if name is not None:
+        t = sa.table(
+            name,
+            sa.column("consumer_name", sa.String()),
+            sa.column("received_at", sa.DateTime(timezone=True)),
+            schema=schema,
+        )
+        query = sa.select(
+            t.c.consumer_name,
+            sa.func.count(),
+            sa.func.min(t.c.received_at),
+            sa.func.max(t.c.received_at),
+        ).group_by(t.c.consumer_name)
+        for consumer, rows, oldest, newest in conn.execute(query):
+            found[consumer] = ConsumerStats(consumer, int(rows), oldest, newest)
+    for consumer, count in collisions.items():
+        base = found.get(consumer) or ConsumerStats(consumer, 0, None, None)
+        found[consumer] = ConsumerStats(
+            base.consumer_name, base.rows, base.oldest, base.newest, count
+        )
+    return [found[key] for key in sorted(found)]
+
+
+def _collisions(conn: Connection, name: str | None, schema: str | None) -> dict[str, int]:
+    if name is None:
+        return {}
+    t = sa.table(name, sa.column("consumer_name", sa.String()), schema=schema)
+    query = sa.select(t.c.consumer_name, sa.func.count()).group_by(t.c.consumer_name)
+    return {str(consumer): int(count) for consumer, count in conn.execute(query)}
+
+
+def _store(conn: Connection, name: str | None, schema: str | None) -> StoreStats | None:
+    if name is None:
+        return None
+    t = sa.table(
+        name,
+        sa.column("id", sa.BigInteger()),
+        sa.column("message_id", sa.String()),
+        sa.column("consumer_name", sa.String()),
+        sa.column("status", sa.String()),
+        sa.column("attempts", sa.Integer()),
+        sa.column("last_error", sa.Text()),
+        sa.column("received_at", UTCDateTime()),
+        schema=schema,
+    )
+    per_status = sa.select(
+        t.c.consumer_name, t.c.status, sa.func.count(), sa.func.min(t.c.received_at)
+    ).group_by(t.c.consumer_name, t.c.status)
+    counts: dict[str, dict[str, int]] = {}
+    oldest: dict[str, datetime.datetime] = {}
+    for consumer, status, count, first in conn.execute(per_status):
+        counts.setdefault(consumer, dict.fromkeys(STATUSES, 0))[status] = int(count)
+        if status == PENDING and first is not None:
+            oldest[consumer] = first
+    now = datetime.datetime.now(datetime.UTC)
+    consumers = [
+        StoreConsumerStats(
+            consumer,
+            counts[consumer],
+            (now - oldest[consumer]).total_seconds() if consumer in oldest else None,
+        )
+        for consumer in sorted(counts)
+    ]
+    histogram = sa.select(t.c.attempts, sa.func.count()).where(t.c.status != "done")
+    attempts = {
+        int(made): int(count) for made, count in conn.execute(histogram.group_by(t.c.attempts))
+    }
+    dead = (
+        sa.select(t.c.id, t.c.message_id, t.c.consumer_name, t.c.attempts, t.c.last_error)
+        .where(t.c.status == DEAD)
+        .order_by(t.c.id.desc())
+        .limit(DEAD_LETTERS_SHOWN)
+    )
+    letters = [
+        DeadLetter(int(i), str(mid), str(c), int(a), e) for i, mid, c, a, e in conn.execute(dead)
+    ]
+    return StoreStats(name, consumers, attempts, letters)
+
+
+def _table(conn: Connection, name: str, schema: str | None) -> TableStats:
+    t = sa.table(name, schema=schema)
+    rows = int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one())
+    data, index = _sizes(conn, name, schema)
+    return TableStats(name, rows, data, index)
+
+
+def _sizes(conn: Connection, name: str, schema: str | None) -> tuple[int | None, int | None]:
+    """Data and index bytes from the backend's catalog (see the module docstring)."""
+    backend = conn.dialect.name
+    if backend == "postgresql":
+        qualified = conn.dialect.identifier_preparer.format_table(sa.table(name, schema=schema))
+        query = sa.text("SELECT pg_table_size(to_regclass(:n)), pg_indexes_size(to_regclass(:n))")
+        data, index = conn.execute(query, {"n": qualified}).one()
+        return _int(data), _int(index)
+    if backend in ("mysql", "mariadb"):
+        query = sa.text(
+            "SELECT DATA_LENGTH, INDEX_LENGTH FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = COALESCE(:s, DATABASE()) AND TABLE_NAME = :n"
+        )
+        row = conn.execute(query, {"s": schema, "n": name}).first()
+        return (None, None) if row is None else (_int(row[0]), _int(row[1]))
+    if backend == "sqlite":
+        try:
+            data = conn.execute(
+                sa.text("SELECT SUM(pgsize) FROM dbstat WHERE name = :n"), {"n": name}
+            ).scalar()
+            index = conn.execute(
+                sa.text(
+                    "SELECT SUM(pgsize) FROM dbstat WHERE name IN "
+                    "(SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = :n)"
+                ),
+                {"n": name},
+            ).scalar()
+        except sa.exc.OperationalError:  # no dbstat compiled in
+            return None, None
+        return _int(data), _int(index) or 0
+    return None, None
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+WarningCode = int
+
+
+@dataclass(frozen=True)
+class StatsWarning:
+    """One warning of :func:`warnings`: ``code`` is its exit status under ``--check``
+    (several warnings: the lowest code wins, see ``sa-inbox stats``)."""
+
+    code: WarningCode
+    kind: str
+    text: str
+
+
+#: The exit status of each warning kind.
+WARNING_CODES = {
+    "purge-not-running": 10,
+    "dead-letters": 11,
+    "worker-stuck": 12,
+    "collisions": 13,
+}
+
+
+def warnings(
+    stats: InboxStats,
+    *,
+    retention: datetime.timedelta | None,
+    margin: datetime.timedelta = datetime.timedelta(hours=1),
+    pending_threshold: datetime.timedelta = datetime.timedelta(minutes=5),
+) -> list[StatsWarning]:
+    """The warnings of a sample.
+
+    * ``purge-not-running`` (10): the oldest processed-messages row is older than
+      ``retention + margin`` (checked only with a ``retention``);
+    * ``dead-letters`` (11): the store has ``dead`` rows;
+    * ``worker-stuck`` (12): the store's oldest pending row is older than
+      ``pending_threshold``;
+    * ``collisions`` (13): the collisions table has rows.
+
+    :param stats: a sample of :func:`collect`.
+    :param retention: the retention window the purge runs with, or None.
+    :param margin: the slack added to it (a purge runs periodically, not continuously).
+    :param pending_threshold: how old a pending row may get.
+    """
+    found: list[StatsWarning] = []
+
+    def warn(kind: str, text: str) -> None:
+        found.append(StatsWarning(WARNING_CODES[kind], kind, text))
+
+    oldest = stats.oldest_processed()
+    if retention is not None and oldest is not None:
+        age = _age(stats.taken_at, oldest)
+        if age > retention + margin:
+            warn(
+                "purge-not-running",
+                f"the oldest processed message is {_human(age)} old, more than the retention "
+                f"window {_human(retention)} + {_human(margin)}: is the purge running?",
+            )
+    if stats.store is not None:
+        dead = stats.store.total(DEAD)
+        if dead:
+            warn("dead-letters", f"{dead} dead letter(s) in {stats.store.table}")
+        ages = [
+            c.oldest_pending_seconds
+            for c in stats.store.consumers
+            if c.oldest_pending_seconds is not None
+        ]
+        if ages and max(ages) > pending_threshold.total_seconds():
+            waited = _human(datetime.timedelta(seconds=max(ages)))
+            warn(
+                "worker-stuck",
+                f"the oldest pending message waits for {waited}, more than "
+                f"{_human(pending_threshold)}: is a worker running?",
+            )
+    if stats.collisions:
+        warn("collisions", f"{stats.collisions} message-id collision(s) recorded")
+    return found
+
+
+def _age(now: datetime.datetime, then: datetime.datetime) -> datetime.timedelta:
+    """``now - then``, both from the database: aware or naive alike (MySQL/SQLite return
+    naive values of the session's time zone for both)."""
+    if (now.tzinfo is None) != (then.tzinfo is None):
+        now, then = now.replace(tzinfo=None), then.replace(tzinfo=None)
+    return now - then
+
+
+def _human(delta: datetime.timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds} s"

@@ -1,0 +1,241 @@
+"""``sa-inbox stats`` in a real subprocess, on real servers: the report, ``--json``, and
+``--check``'s exit status in each warning case (and 0 when healthy)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from sa_inbox import Inbox, InboxStore, Incoming
+from sa_inbox.collision import collisions_table, payload_hash
+from sa_inbox.stats import WARNING_CODES, collect, warnings
+
+pytestmark = pytest.mark.backend
+
+ROOT = Path(__file__).resolve().parents[2]
+INBOX, STORE = "stats_inbox", "stats_store"
+LONG_AGO = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
+
+
+class Tables:
+    """An inbox and a store table named with ``suffix`` (so that cases run side by side)."""
+
+    def __init__(self, engine: sa.Engine, suffix: str = "") -> None:
+        self.engine = engine
+        self.metadata = sa.MetaData()
+        self.names = (INBOX + suffix, STORE + suffix)
+        self.inbox = Inbox(self.metadata, table_name=self.names[0])
+        self.store = InboxStore(self.metadata, table_name=self.names[1])
+
+    def reset(self) -> None:
+        self.metadata.drop_all(self.engine)
+        self.metadata.create_all(self.engine)
+        with self.engine.begin() as conn:  # healthy: fresh rows, a done store row
+            for i in range(3):
+                self.inbox.claim(conn, f"m-{i}", "billing")
+            self.inbox.claim(conn, "m-0", "audit")
+            self.store.receive_many(conn, [Incoming("s-1", {"n": 1}), Incoming("s-2", {"n": 2})])
+            t = self.store.table
+            conn.execute(t.update().values(status="done"))
+
+
+@pytest.fixture
+def engine_(url: str) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(url)
+    collisions_table(sa.MetaData()).drop(engine, checkfirst=True)
+    yield engine
+    collisions_table(sa.MetaData()).drop(engine, checkfirst=True)
+    engine.dispose()
+
+
+@pytest.fixture
+def tables(engine_: sa.Engine) -> Iterator[Tables]:
+    tables = Tables(engine_)
+    tables.reset()
+    yield tables
+    tables.metadata.drop_all(engine_)
+
+
+def stats(url: str, *args: str, names: tuple[str, str] = (INBOX, STORE)) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sa_inbox.cli",
+            "stats",
+            "--url",
+            url,
+            "--table",
+            names[0],
+            "--store-table",
+            names[1],
+            *args,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str]:
+    out, err = process.communicate(timeout=60)
+    return process.returncode, out + err
+
+
+def test_report_and_json(tables: Tables, url: str) -> None:
+    with tables.engine.begin() as conn:
+        t = tables.store.table
+        conn.execute(
+            t.update()
+            .where(t.c.message_id == "s-1")
+            .values(status="dead", attempts=5, last_error="ValueError: bad amount")
+        )
+    shown, as_json = stats(url), stats(url, "--json")
+    code, text = finish(shown)
+    assert code == 0, text  # warnings change the exit status only with --check
+    assert "billing" in text and "ValueError: bad amount" in text and "dead-letters" in text
+    code, text = finish(as_json)
+    document = json.loads(text)
+    consumers = {c["consumer_name"]: c for c in document["consumers"]}
+    assert consumers["billing"]["rows"] == 3 and consumers["audit"]["rows"] == 1
+    store = document["store"]
+    assert store["consumers"][0]["counts"] == {"pending": 0, "processing": 0, "done": 1, "dead": 1}
+    assert store["dead_letters"][0]["message_id"] == "s-1"
+    assert store["attempts"] == {"5": 1}
+    rows = {t["name"]: t["rows"] for t in document["tables"]}
+    assert rows == {INBOX: 4, STORE: 2}
+    sizes = {t["name"]: t["total_bytes"] for t in document["tables"]}
+    if tables.engine.dialect.name in ("postgresql", "mysql"):
+        assert sizes[INBOX] > 0
+    assert [w["kind"] for w in document["warnings"]] == ["dead-letters"]
+
+
+KINDS = ["healthy", "purge-not-running", "dead-letters", "worker-stuck", "no-retention"]
+CHECK = ("--check", "--retention", "7d", "--pending-threshold", "10m")
+
+
+@contextmanager
+def warning_cases(engine: sa.Engine) -> Iterator[dict[str, Tables]]:
+    """One set of tables per case, each in the state of its warning (``no-retention``: an
+    old row, but no --retention to judge it by); dropped after."""
+    cases = {kind: Tables(engine, f"_{i}") for i, kind in enumerate(KINDS)}
+    for case in cases.values():
+        case.reset()
+    try:
+        old = {"message_id": "old", "consumer_name": "billing", "received_at": LONG_AGO}
+        with engine.begin() as conn:  # a row older than 7d + 1h: the purge is not running
+            conn.execute(cases["purge-not-running"].inbox.table.insert().values(old))
+            conn.execute(cases["no-retention"].inbox.table.insert().values(old))
+            s = cases["dead-letters"].store.table
+            conn.execute(s.update().where(s.c.message_id == "s-1").values(status="dead"))
+            an_hour_ago = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+            cases["worker-stuck"].store.receive(conn, "late", {"n": 0}, now=an_hour_ago)
+        yield cases
+    finally:
+        for case in cases.values():
+            case.metadata.drop_all(engine)
+
+
+def record_a_collision(engine: sa.Engine) -> None:
+    """A row in inbox_collisions (one table for the whole database)."""
+    collisions = collisions_table(sa.MetaData())
+    collisions.create(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            collisions.insert().values(
+                source=INBOX,
+                message_id="m-1",
+                consumer_name="billing",
+                stored_hash=payload_hash(1),
+                payload_hash=payload_hash(2),
+            )
+        )
+
+
+def test_check_exit_codes_in_subprocesses(tmp_path: Path) -> None:
+    """``sa-inbox stats --check`` as a probe runs it: a real subprocess per case (side by
+    side), on a SQLite file; the same cases on every backend below, in-process."""
+    url = f"sqlite:///{tmp_path}/stats.db"
+    engine = sa.create_engine(url)
+    with warning_cases(engine) as cases:
+        running = {
+            kind: stats(url, *(CHECK if kind != "no-retention" else ("--check",)), names=case.names)
+            for kind, case in cases.items()
+        }
+        for kind, process in running.items():
+            code, text = finish(process)
+            expected = WARNING_CODES.get(kind, 0)  # no --retention: age not judged
+            assert code == expected, (kind, text)
+            assert kind in text or expected == 0
+        record_a_collision(engine)
+        healthy = stats(url, *CHECK, names=cases["healthy"].names)
+        several = stats(url, *CHECK, names=cases["dead-letters"].names)
+        code, text = finish(healthy)
+        assert code == WARNING_CODES["collisions"], text
+        code, text = finish(several)  # several warnings: the lowest code
+        assert code == WARNING_CODES["dead-letters"] < WARNING_CODES["collisions"], text
+    engine.dispose()
+
+
+def test_warning_cases_on_every_backend(engine_: sa.Engine) -> None:
+    """The warnings ``--check`` exits with, from each backend's own clock and catalog."""
+    limits = {
+        "margin": datetime.timedelta(hours=1),
+        "pending_threshold": datetime.timedelta(minutes=10),
+    }
+
+    def codes(case: Tables, retention: datetime.timedelta | None) -> list[int]:
+        sample = collect(engine_, inbox_table=case.names[0], store_table=case.names[1])
+        return [w.code for w in warnings(sample, retention=retention, **limits)]
+
+    week = datetime.timedelta(days=7)
+    with warning_cases(engine_) as cases:
+        for kind, case in cases.items():
+            found = codes(case, None if kind == "no-retention" else week)
+            assert found == ([WARNING_CODES[kind]] if kind in WARNING_CODES else []), kind
+        record_a_collision(engine_)
+        assert codes(cases["healthy"], week) == [WARNING_CODES["collisions"]]
+
+
+def test_unreachable_database_exits_3(tmp_path: Path) -> None:
+    code, text = finish(stats(f"sqlite:///{tmp_path}/missing.db", "--check"))
+    assert code == 3 and "does not exist" in text
+
+
+def test_watch_ends_cleanly_on_sigint(tmp_path: Path) -> None:
+    """``--watch`` keeps sampling until SIGINT (Ctrl-C) and exits 0 with the last sample
+    printed: a row added after the first sample is in it, so it was sampled again (off a
+    terminal rich prints only the last render)."""
+    url = f"sqlite:///{tmp_path}/watch.db"
+    engine = sa.create_engine(url)
+    tables = Tables(engine)
+    tables.reset()
+    process = stats(url, "--watch", "--interval", "0.1")
+    try:
+        assert process.stderr is not None
+        assert "Ctrl-C to stop" in process.stderr.readline()  # the first sample is taken
+        with engine.begin() as conn:
+            tables.inbox.claim(conn, "later", "newcomer")
+        time.sleep(0.5)  # a few more samples
+        assert process.poll() is None  # still watching
+        process.send_signal(signal.SIGINT)
+        code, text = finish(process)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        engine.dispose()
+    assert code == 0, text
+    assert "newcomer" in text
