@@ -1,0 +1,98 @@
+"""The outbox relay's RabbitMQ publisher: pika, publisher confirms, the outbox's message_id.
+
+RabbitMQ rules relied on ("Consumer Acknowledgements and Publisher Confirms", sections
+"Publisher Confirms" and "When Will Published Messages Be Confirmed by the Broker?"): on a
+channel in confirm mode (``confirm.select``, pika's ``channel.confirm_delivery()``) the broker
+confirms a persistent message routed to a durable (quorum) queue once the queue has it
+(written to a quorum of replicas for a quorum queue); a message that cannot be routed is
+returned before its confirm when published ``mandatory``. pika's ``BlockingChannel`` then
+makes ``basic_publish`` wait for the confirm and raise ``UnroutableError`` (returned) or
+``NackError`` (``basic.nack``: the broker could not take it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pika
+import pika.exceptions
+
+from ...outbox.message import OutboxMessage
+
+__all__ = ["RabbitMQPublisher"]
+
+
+class RabbitMQPublisher:
+    """Publishes outbox messages with pika, each confirmed (an outbox
+    :class:`~sa_inbox.outbox.publisher.Publisher`).
+
+    Each message is published ``persistent`` (``delivery_mode=2``) and ``mandatory`` to
+    ``exchange`` with the routing key ``message.destination`` (the default exchange ``""``
+    routes it to the queue of that name), with the AMQP ``message_id`` property set to the
+    outbox's ``message_id``: the key :class:`~sa_inbox.brokers.rabbitmq.BlockingConsumer`
+    deduplicates on. The outbox headers go into the AMQP headers table.
+
+    :param parameters: an ``amqp://`` URL or ``pika.ConnectionParameters``.
+    :param exchange: the exchange to publish to; default the default exchange.
+    :param key_header: also put the message_id in this header (for consumers configured with
+        ``key_header``); None (default): the ``message_id`` property only.
+
+    Not thread-safe (one pika connection): use one publisher per thread / relay. A
+    connection error closes the connection; the next ``publish`` reconnects.
+    """
+
+    def __init__(
+        self,
+        parameters: str | pika.ConnectionParameters,
+        *,
+        exchange: str = "",
+        key_header: str | None = None,
+    ) -> None:
+        self.parameters = (
+            pika.URLParameters(parameters) if isinstance(parameters, str) else parameters
+        )
+        self.exchange = exchange
+        self.key_header = key_header
+        self._connection: Any = None
+        self._channel: Any = None
+
+    def publish(self, message: OutboxMessage) -> None:
+        """Publish ``message`` and wait for the broker's confirm.
+
+        :raises pika.exceptions.UnroutableError: no queue is bound for the destination.
+        :raises pika.exceptions.NackError: the broker nacked it.
+        :raises pika.exceptions.AMQPError: the connection or channel failed (closed here;
+            the next call reconnects).
+        """
+        channel = self._open()
+        headers = dict(message.headers)
+        if self.key_header is not None:
+            headers[self.key_header] = message.message_id
+        properties = pika.BasicProperties(
+            message_id=message.message_id, headers=headers or None, delivery_mode=2
+        )
+        try:
+            channel.basic_publish(
+                self.exchange, message.destination, message.payload, properties, mandatory=True
+            )
+        except (pika.exceptions.UnroutableError, pika.exceptions.NackError):
+            raise  # the message's fault, the channel is fine
+        except pika.exceptions.AMQPError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Close the connection (if open)."""
+        connection, self._connection, self._channel = self._connection, None, None
+        if connection is not None and connection.is_open:
+            with contextlib.suppress(pika.exceptions.AMQPError):
+                connection.close()
+
+    def _open(self) -> Any:
+        if self._channel is None or not self._channel.is_open:
+            self.close()
+            self._connection = pika.BlockingConnection(self.parameters)
+            self._channel = self._connection.channel()
+            self._channel.confirm_delivery()
+        return self._channel

@@ -1,0 +1,96 @@
+"""The processes of the outbox crash and end-to-end tests:
+``python -m tests.backends.outbox.service_child ROLE AMQP_URL DB_URL QUEUE [OUT_QUEUE]``.
+
+ROLE ``relay-crash-before-mark``: one :class:`~sa_inbox.outbox.OutboxRelay` batch whose
+publishes are all confirmed by RabbitMQ; the mark then prints ``PUBLISHED <n>`` and SIGKILLs
+this process before the ``dispatched`` UPDATE (rows stay ``processing``).
+ROLE ``relay``: an OutboxRelay (visibility timeout 1 s, batches of 5) until SIGTERM.
+ROLE ``a-consumer`` (service A): a BlockingConsumer of QUEUE, consumer ``service-a``; the
+handler pays the body's amount into account 1 under the delivery's message_id and records,
+in the same transaction, an outbox message to OUT_QUEUE with the header ``source`` = that
+message_id. ROLE ``b-consumer`` (service B): a BlockingConsumer of QUEUE, consumer
+``service-b``; the handler pays the body's amount into account 2 under the ``source``
+header. Consumers run until SIGTERM, printing each settlement.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from sa_inbox.brokers import Delivery, Settlement
+from sa_inbox.brokers.rabbitmq import BlockingConsumer, RabbitMQPublisher
+from sa_inbox.outbox import OutboxMessage, OutboxRelay
+from sa_inbox.outbox.relay import RelayCore
+from tests.support.outbox_app import OutboxApp
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def crash_in_mark(self: RelayCore, messages: Sequence[OutboxMessage], now: Any = None) -> int:
+    say(f"PUBLISHED {len(messages)}")
+    os.kill(os.getpid(), signal.SIGKILL)
+    return 0
+
+
+def main(role: str, amqp_url: str, db_url: str, queue: str, out_queue: str = "") -> None:
+    app = OutboxApp(sa.create_engine(db_url))
+    if role.startswith("relay"):
+        relay = OutboxRelay(
+            app.engine,
+            app.outbox,
+            RabbitMQPublisher(amqp_url),
+            batch_size=5,
+            visibility_timeout=1.0,
+            poll_interval=0.05,
+        )
+        if role == "relay-crash-before-mark":
+            RelayCore.mark_dispatched = crash_in_mark  # type: ignore[method-assign]
+            relay.run_once()
+            return
+        signal.signal(signal.SIGTERM, lambda *_: relay.stop())
+        relay.run()
+        say("STOPPED")
+        return
+
+    def a_handler(session: Session, delivery: Delivery) -> None:
+        mid = delivery.message_id or ""
+        app.apply_payment(session, mid, 1, Decimal(delivery.body.decode()))
+        app.outbox.publish(session, out_queue, delivery.body, headers={"source": mid})
+
+    def b_handler(session: Session, delivery: Delivery) -> None:
+        source = str(delivery.headers["source"])
+        app.apply_payment(session, source, 2, Decimal(delivery.body.decode()))
+
+    def settled(settlement: Settlement) -> None:
+        say(f"{settlement.disposition.value} {settlement.delivery.message_id}")
+
+    consumer = BlockingConsumer(
+        amqp_url,
+        queue,
+        session_factory=app.Session,
+        inbox=app.inbox,
+        consumer_name="service-a" if role == "a-consumer" else "service-b",
+        handler=a_handler if role == "a-consumer" else b_handler,
+        prefetch=2,
+        max_deliveries=20,
+        on_settled=settled,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: (stop.set(), consumer.stop()))
+    consumer.run()
+    say("STOPPED")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:6])
