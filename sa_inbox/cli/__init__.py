@@ -11,6 +11,7 @@ module                   commands
 :mod:`.retention`        ``purge``, ``partitions maintain``, ``partitions list``
 :mod:`.alembic`          ``alembic init``, ``alembic revision``
 :mod:`.bench`            ``bench``
+:mod:`.relay`            ``relay``
 =======================  ===============================================================
 
 Sub-commands stay thin: they parse options and call the library (``demo`` calls
@@ -29,6 +30,7 @@ import click
 from .alembic import alembic_group
 from .bench import bench
 from .demo import demo
+from .relay import relay_command
 from .retention import partitions_group, purge_command
 from .store import store_group
 from .worker import worker_command
@@ -49,3 +51,4 @@ main.add_command(partitions_group)
 main.add_command(worker_command)
 main.add_command(store_group)
 main.add_command(bench)
+main.add_command(relay_command)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Protocol
 
+from ..exc import UnsupportedBroker
 from .message import OutboxMessage
 
-__all__ = ["Publisher"]
+__all__ = ["SCHEMES", "Publisher", "publisher_for"]
 
 
 class Publisher(Protocol):
@@ -32,3 +33,47 @@ class Publisher(Protocol):
 
     def close(self) -> Awaitable[None] | None:
         """Close the publisher's connection."""
+
+
+#: The publisher for each broker URL scheme (see :func:`publisher_for`).
+SCHEMES = {
+    "amqp": "rabbitmq",
+    "amqps": "rabbitmq",
+    "redis": "redis",
+    "rediss": "redis",
+    "nats": "nats",
+    "tls": "nats",
+}
+
+
+def publisher_for(url: str) -> Publisher:
+    """A synchronous publisher for a broker URL, for :class:`~sa_inbox.outbox.OutboxRelay`
+    and ``sa-inbox relay``.
+
+    ``amqp://``, ``amqps://``: :class:`~sa_inbox.brokers.rabbitmq.RabbitMQPublisher` on the
+    default exchange; ``redis://``, ``rediss://``:
+    :class:`~sa_inbox.brokers.redis.RedisStreamPublisher`; ``nats://``, ``tls://``:
+    :class:`~sa_inbox.brokers.nats.BlockingJetStreamPublisher` (connects now).
+
+    :raises UnsupportedBroker: for any other scheme (a :class:`ValueError`).
+    :raises ImportError: if the broker's client library (the extra) is not installed.
+    """
+    scheme = url.partition("://")[0].lower()
+    broker = SCHEMES.get(scheme)
+    if broker is None:
+        raise UnsupportedBroker(
+            f"no outbox publisher for {scheme!r}:// URLs; use one of {', '.join(sorted(SCHEMES))}"
+        )
+    if broker == "rabbitmq":
+        from ..brokers.rabbitmq import RabbitMQPublisher
+
+        return RabbitMQPublisher(url)
+    if broker == "redis":
+        import redis
+
+        from ..brokers.redis import RedisStreamPublisher
+
+        return RedisStreamPublisher(redis.Redis.from_url(url))
+    from ..brokers.nats import BlockingJetStreamPublisher
+
+    return BlockingJetStreamPublisher(url)
