@@ -34,6 +34,7 @@ from .exc import UnsafePartitionKey as UnsafePartitionKey
 from .exc import UnsafeTransaction as UnsafeTransaction
 from .exc import UnsupportedBackend as UnsupportedBackend
 from .exc import UnsupportedBroker as UnsupportedBroker
+from .idempotency import idempotency_key as idempotency_key
 from .retention import RetentionPolicy as RetentionPolicy
 from .retention import StorePurgeResult as StorePurgeResult
 from .retention import purge as purge
@@ -93,6 +94,7 @@ __all__ = [
     "UnsupportedBroker",
     "Worker",
     "handle",
+    "idempotency_key",
     "install",
     "is_transient",
     "processed_messages_table",
