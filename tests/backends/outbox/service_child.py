@@ -10,7 +10,8 @@ handler pays the body's amount into account 1 under the delivery's message_id an
 in the same transaction, an outbox message to OUT_QUEUE with the header ``source`` = that
 message_id. ROLE ``b-consumer`` (service B): a BlockingConsumer of QUEUE, consumer
 ``service-b``; the handler pays the body's amount into account 2 under the ``source``
-header. Consumers run until SIGTERM, printing each settlement.
+header. Consumers run until SIGTERM, printing ``READY`` once SIGTERM is handled, then each
+settlement.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
@@ -59,6 +61,7 @@ def main(role: str, amqp_url: str, db_url: str, queue: str, out_queue: str = "")
             relay.run_once()
             return
         signal.signal(signal.SIGTERM, lambda *_: relay.stop())
+        say("READY")
         relay.run()
         say("STOPPED")
         return
@@ -67,10 +70,12 @@ def main(role: str, amqp_url: str, db_url: str, queue: str, out_queue: str = "")
         mid = delivery.message_id or ""
         app.apply_payment(session, mid, 1, Decimal(delivery.body.decode()))
         app.outbox.publish(session, out_queue, delivery.body, headers={"source": mid})
+        time.sleep(0.02)  # so that a kill lands mid-stream
 
     def b_handler(session: Session, delivery: Delivery) -> None:
         source = str(delivery.headers["source"])
         app.apply_payment(session, source, 2, Decimal(delivery.body.decode()))
+        time.sleep(0.02)
 
     def settled(settlement: Settlement) -> None:
         say(f"{settlement.disposition.value} {settlement.delivery.message_id}")
@@ -88,6 +93,7 @@ def main(role: str, amqp_url: str, db_url: str, queue: str, out_queue: str = "")
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: (stop.set(), consumer.stop()))
+    say("READY")
     consumer.run()
     say("STOPPED")
 
