@@ -1,6 +1,7 @@
 """A tiny run of the outbox benchmark on PostgreSQL and the live RabbitMQ (the scenario's code
-is the same on every database; one run keeps the suite fast): the figures are never asserted, only the JSON's shape and the state the scenario checks itself (one
-outbox row per publishing transaction; every row dispatched, the queue holding each once)."""
+is the same on every database; one run keeps the suite fast). The figures are never
+asserted, only the JSON's shape and the state the scenario checks itself (one outbox row per
+publishing transaction; every row dispatched, the queue holding each message once)."""
 
 from __future__ import annotations
 
