@@ -134,6 +134,6 @@ class Outbox:
 
     def _execute(self, bind: Bind, conn: Connection, row: dict[str, Any]) -> None:
         if isinstance(bind, Session | scoped_session):
-            bind.execute(self._insert, [row], bind_arguments={"clause": self.table})
+            bind.execute(self._insert, row, bind_arguments={"clause": self.table})
         else:
-            conn.execute(self._insert, [row])
+            conn.execute(self._insert, row)

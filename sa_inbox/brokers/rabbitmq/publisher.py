@@ -82,6 +82,13 @@ class RabbitMQPublisher:
             self.close()
             raise
 
+    def connect(self) -> None:
+        """Open the connection and the confirm-mode channel now (else the first publish does).
+
+        :raises pika.exceptions.AMQPError: if the broker cannot be reached.
+        """
+        self._open()
+
     def close(self) -> None:
         """Close the connection (if open)."""
         connection, self._connection, self._channel = self._connection, None, None
