@@ -20,7 +20,11 @@ class Publisher(Protocol):
     """Publishes outbox messages to one broker, each confirmed before it returns.
 
     ``publish`` may be a plain method (for :class:`~sa_inbox.outbox.OutboxRelay`) or an
-    ``async def`` (for :class:`~sa_inbox.outbox.AsyncOutboxRelay`, which awaits it).
+    ``async def`` (for :class:`~sa_inbox.asyncio.AsyncOutboxRelay`, which awaits it). A
+    publisher may also have ``publish_many(messages) -> list[Exception | None]`` (plain or
+    ``async def``): it publishes a whole batch and waits for all confirms at once, and the
+    relays call it instead of ``publish`` (see
+    :class:`~sa_inbox.brokers.rabbitmq.AioPikaPublisher`).
     """
 
     def publish(self, message: OutboxMessage) -> Awaitable[None] | None:

@@ -62,6 +62,7 @@ __all__ = [
     "RelayBatch",
     "RelayCore",
     "add_batches",
+    "publish_all",
     "relay_batch",
     "unfinished",
 ]
@@ -95,7 +96,7 @@ class RelayBatch:
 class RelayCore:
     """The relay's database steps (claim, mark, reap) on one engine; no broker I/O.
 
-    Shared by :class:`OutboxRelay` and :class:`~sa_inbox.outbox.AsyncOutboxRelay` (which
+    Shared by :class:`OutboxRelay` and :class:`~sa_inbox.asyncio.AsyncOutboxRelay` (which
     runs them in a greenlet on the async driver).
 
     :param engine: the outbox's database (the ``sync_engine`` of an AsyncEngine).
@@ -340,7 +341,7 @@ class OutboxRelay:
         """Claim one batch, publish each row with confirms, mark the results (see the
         module). A publish error is recorded against its row; a database error propagates.
         """
-        return relay_batch(self.core, self.publisher.publish, lambda value: value)
+        return relay_batch(self.core, self.publisher, lambda value: value)
 
     def run(
         self, *, until_empty: bool = False, sleep: Callable[[float], None] | None = None
@@ -366,41 +367,63 @@ class OutboxRelay:
         self._stop.set()
 
 
-def relay_batch(
-    core: RelayCore,
-    publish: Callable[[OutboxMessage], Any],
-    resolve: Callable[[Any], Any],
-) -> RelayBatch:
+def relay_batch(core: RelayCore, publisher: Publisher, resolve: Callable[[Any], Any]) -> RelayBatch:
     """One claim, publish, mark round: the logic both relays share.
 
-    :param publish: the publisher's ``publish``.
-    :param resolve: turns what ``publish`` returned into its result (the identity for a
+    :param publisher: the publisher; its ``publish_many`` is used when it has one.
+    :param resolve: turns what the publisher returned into its result (the identity for a
         plain publisher; awaiting it on the loop for an async one, from a greenlet).
     """
     dead = core.reap()
     messages = core.claim()
     confirmed: list[OutboxMessage] = []
     retried = 0
-    for message in messages:
-        try:
-            resolve(publish(message))
-        except Exception as exc:  # the broker's error: recorded against the row
-            logger.warning(
-                "outbox message %s to %s: publish failed (attempt %d): %s",
-                message.message_id,
-                message.destination,
-                message.attempts,
-                exc,
-                extra={"action": "publish_failed", "message_id": message.message_id},
-            )
-            if core.mark_failed(message, exc):
-                dead += 1
-            else:
-                retried += 1
+    for message, error in zip(messages, publish_all(publisher, messages, resolve), strict=True):
+        if error is None:
+            confirmed.append(message)
             continue
-        confirmed.append(message)
+        logger.warning(
+            "outbox message %s to %s: publish failed (attempt %d): %s",
+            message.message_id,
+            message.destination,
+            message.attempts,
+            error,
+            extra={"action": "publish_failed", "message_id": message.message_id},
+        )
+        if core.mark_failed(message, error):
+            dead += 1
+        else:
+            retried += 1
     dispatched = core.mark_dispatched(confirmed)
     return RelayBatch(claimed=len(messages), dispatched=dispatched, retried=retried, dead=dead)
+
+
+def publish_all(
+    publisher: Publisher, messages: Sequence[OutboxMessage], resolve: Callable[[Any], Any]
+) -> list[Exception | None]:
+    """Publish ``messages``; per message None (confirmed) or the exception that refused it.
+
+    With the publisher's optional ``publish_many(messages)`` (confirms pipelined, e.g.
+    :class:`~sa_inbox.brokers.rabbitmq.AioPikaPublisher`) in one call; else one ``publish``
+    after the other, each waiting for its confirm.
+    """
+    if not messages:
+        return []
+    many = getattr(publisher, "publish_many", None)
+    if many is not None:
+        try:
+            return list(resolve(many(list(messages))))
+        except Exception as exc:  # the whole batch failed (the broker is unreachable)
+            return [exc] * len(messages)
+    outcomes: list[Exception | None] = []
+    for message in messages:
+        try:
+            resolve(publisher.publish(message))
+        except Exception as exc:  # the broker's error: recorded against the row
+            outcomes.append(exc)
+        else:
+            outcomes.append(None)
+    return outcomes
 
 
 def unfinished(core: RelayCore) -> bool:

@@ -3,12 +3,13 @@ the PubAck.
 
 JetStream rules relied on (NATS docs, "JetStream" → "Model Deep Dive", sections
 "Acknowledgement Models" and "Message Deduplication"): a publish to a subject a stream
-captures is answered with a PubAck once the stream stored the message (no stream: "no
-responders", nats-py's ``NoRespondersError``); a message whose ``Nats-Msg-Id`` the stream has
-seen within its ``duplicate_window`` (2 minutes by default) is not stored again and its
-PubAck says ``duplicate``. So a relay that republishes a row (killed between the PubAck and
-the mark) inside that window does not even reach the consumer; after it, the consumer's inbox
-drops the copy.
+captures is answered with a PubAck once the stream stored the message (when no stream
+captures it there is no PubAck: nats-py 2 raises ``NoStreamResponseError``, verified on the
+live server); a message whose ``Nats-Msg-Id`` the stream has seen within its
+``duplicate_window`` (2 minutes by default) is not stored again and its PubAck says
+``duplicate``. So a relay that republishes a row (killed between the PubAck and the mark)
+inside that window does not even reach the consumer; after it, the consumer's inbox drops
+the copy.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ DEFAULT_PUBLISH_TIMEOUT = 5.0
 class JetStreamPublisher:
     """Publishes outbox messages to JetStream, each awaiting its PubAck (an outbox
     :class:`~sa_inbox.outbox.publisher.Publisher` for
-    :class:`~sa_inbox.outbox.AsyncOutboxRelay`).
+    :class:`~sa_inbox.asyncio.AsyncOutboxRelay`).
 
     The subject is ``message.destination``; the headers are the outbox headers plus
     ``Nats-Msg-Id`` and ``key_header`` (the same header by default), both the outbox's
@@ -60,7 +61,7 @@ class JetStreamPublisher:
     async def publish(self, message: OutboxMessage) -> None:
         """Publish and await the PubAck.
 
-        :raises nats.errors.NoRespondersError: no stream captures the subject.
+        :raises nats.js.errors.NoStreamResponseError: no stream captures the subject.
         :raises nats.errors.TimeoutError: no PubAck within ``timeout``.
         :raises nats.js.errors.APIError: the stream refused it.
         """

@@ -28,7 +28,7 @@ class RedisStreamPublisher:
 
     :param client: a ``redis.Redis`` (``publish`` returns when the reply came) or a
         ``redis.asyncio.Redis`` (``publish`` returns the awaitable; for
-        :class:`~sa_inbox.outbox.AsyncOutboxRelay`).
+        :class:`~sa_inbox.asyncio.AsyncOutboxRelay`).
     :param key_field: the field of the producer's key (default ``message_id``).
     :param body_field: the field of the body (default ``body``).
     """

@@ -24,8 +24,9 @@ from sa_inbox import (
     install,
     register_claim,
 )
+from sa_inbox.asyncio import AsyncOutbox
 from sa_inbox.asyncio import handle as handle_async
-from sa_inbox.outbox import AsyncOutbox, InvalidOutboxMessage
+from sa_inbox.outbox import InvalidOutboxMessage
 from tests.backends.asyncio.conftest import DRIVERS
 from tests.conftest import backend_url
 from tests.support.app import CONSUMER
@@ -181,6 +182,45 @@ def test_async_publish_commits_with_the_handler_or_not_at_all(driver: str, tmp_p
         assert outcomes == [Outcome.PROCESSED, Outcome.FAILED, Outcome.DUPLICATE]
         assert [r["payload"] for r in oapp.outbox_rows()] == [b'{"id":"a-1"}']
         assert oapp.balance(1) == Decimal(1)
+    finally:
+        oapp.drop()
+        oapp.engine.dispose()
+
+
+@pytest.mark.parametrize("driver", ["aiosqlite", "asyncpg", "aiomysql"])
+def test_async_publish_with_the_session_extension(driver: str, tmp_path: Any) -> None:
+    """``AsyncOutbox.publish`` on an AsyncSession with a registered claim: the claim is
+    emitted first; a duplicate aborts the transaction and takes the message with it."""
+    from sa_inbox.asyncio import install as install_async
+    from sa_inbox.asyncio import register_claim as register_claim_async
+
+    backend, async_driver = DRIVERS[driver]
+    url = sa.make_url(backend_url(backend, tmp_path))
+    sync = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
+    oapp = OutboxApp(sa.create_engine(url.set(drivername=sync[backend])))
+    oapp.reset()
+    outbox = AsyncOutbox(oapp.outbox)
+
+    async def run() -> list[str]:
+        engine = create_async_engine(url.set(drivername=async_driver))
+        factory = async_sessionmaker(engine)
+        install_async(factory)
+        outcomes = []
+        for attempt in range(2):
+            try:
+                async with factory() as session, session.begin():
+                    register_claim_async(session, oapp.inbox, "m-async-ext", CONSUMER)
+                    await outbox.publish(session, "audit", {"attempt": attempt})
+                outcomes.append("committed")
+            except DuplicateMessage:
+                outcomes.append("duplicate")
+        await engine.dispose()
+        return outcomes
+
+    try:
+        assert asyncio.run(run()) == ["committed", "duplicate"]
+        assert [r["payload"] for r in oapp.outbox_rows()] == [b'{"attempt":0}']
+        assert oapp.inbox_rows() == 1
     finally:
         oapp.drop()
         oapp.engine.dispose()

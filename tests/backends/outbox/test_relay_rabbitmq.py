@@ -6,6 +6,7 @@ sa-inbox drops."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
 import signal
@@ -254,3 +255,68 @@ def test_the_publisher_reconnects_after_its_connection_is_closed(
     finally:
         publisher.close()
     assert [m for m, _, _ in take(channel, queues[0])] == ["m-1", "m-1"]
+
+
+def test_concurrent_relays_publish_each_row_once(
+    oapp: OutboxApp, channel: Any, queues: list[str], amqp_url: str
+) -> None:
+    """Four relays (threads, one connection and one publisher each) claim with SKIP LOCKED:
+    no row is published twice, none is left (SQLite: one writer at a time, same result)."""
+    rows = 120
+    ids = record(oapp, *[(queues[0], str(n).encode()) for n in range(rows)])
+    totals: list[int] = []
+
+    def relay() -> None:
+        publisher = RabbitMQPublisher(amqp_url)
+        try:
+            total = OutboxRelay(oapp.engine, oapp.outbox, publisher, batch_size=7, **FAST).run(
+                until_empty=True
+            )
+            totals.append(total.dispatched)
+        finally:
+            publisher.close()
+
+    threads = [threading.Thread(target=relay) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sum(totals) == rows and len(totals) == 4
+    got = [m for m, _, _ in take(channel, queues[0])]
+    assert sorted(got) == sorted(ids) and len(set(got)) == rows
+    assert {(r["status"], r["attempts"]) for r in oapp.outbox_rows()} == {("dispatched", 1)}
+
+
+def test_the_async_relay_pipelines_confirms_with_aio_pika(
+    oapp: OutboxApp, channel: Any, queues: list[str], amqp_url: str
+) -> None:
+    """AioPikaPublisher.publish_many: a batch sent, then every confirm awaited; a returned
+    (unroutable) message fails alone; the queue keeps the outbox order."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from sa_inbox.asyncio import AsyncOutboxRelay
+    from sa_inbox.brokers.rabbitmq import AioPikaPublisher
+
+    missing = f"sa-inbox-outbox-missing-{uuid.uuid4().hex[:8]}"
+    ids = record(oapp, *[(queues[0], str(n).encode()) for n in range(30)], (missing, b"x"))
+    drivers = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
+    drivers["mysql"] = "mysql+aiomysql"
+    url = oapp.engine.url.set(drivername=drivers[oapp.engine.dialect.name])
+
+    async def run() -> Any:
+        engine = create_async_engine(url)
+        publisher = AioPikaPublisher(amqp_url)
+        try:
+            relay = AsyncOutboxRelay(
+                engine, oapp.outbox, publisher, max_attempts=1, batch_size=50, **FAST
+            )
+            return await relay.run(until_empty=True)
+        finally:
+            await publisher.close()
+            await engine.dispose()
+
+    total = asyncio.run(run())
+    assert (total.dispatched, total.dead) == (30, 1)
+    assert [m for m, _, _ in take(channel, queues[0])] == ids[:30]
+    (dead,) = oapp.outbox_rows("dead")
+    assert dead["message_id"] == ids[30] and "NO_ROUTE" in dead["last_error"]

@@ -18,10 +18,12 @@ import redis.asyncio
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from sa_inbox.brokers.nats import JetStreamPublisher
+from sa_inbox import Backoff
+from sa_inbox.asyncio import AsyncOutboxRelay
+from sa_inbox.brokers.nats import BlockingJetStreamPublisher, JetStreamPublisher
 from sa_inbox.brokers.redis import RedisStreamPublisher, StreamSettings, to_delivery
 from sa_inbox.brokers.redis.core import Entry
-from sa_inbox.outbox import AsyncOutboxRelay, OutboxRelay
+from sa_inbox.outbox import OutboxRelay
 from tests.backends.asyncio.conftest import DRIVERS
 from tests.conftest import backend_url, broker_url
 from tests.support.outbox_app import OutboxApp
@@ -148,3 +150,36 @@ def test_the_async_relay_to_jetstream_and_a_republish_inside_the_duplicate_windo
 
     stored, keys, duplicate = asyncio.run(run())
     assert stored == 3 and keys == ids and duplicate == [True]
+
+
+def test_refused_publishes_back_off_then_go_dead(oapp: OutboxApp) -> None:
+    """Redis: ``XADD`` to a key that is not a stream is refused (``WRONGTYPE``); NATS: a
+    subject no stream captures gets no PubAck (nats-py: NoStreamResponseError). Neither row
+    is marked dispatched: each is retried after its back-off, then dead at max_attempts."""
+    client = redis.Redis.from_url(broker_url("redis"))
+    key = f"sa-inbox-outbox:{uuid.uuid4().hex}"
+    client.set(key, "not a stream")
+    prefix = os.environ.get("SA_INBOX_TEST_NATS_PREFIX", "")
+    subject = f"{prefix or 'sa'}.nostream.{uuid.uuid4().hex[:8]}"
+    try:
+        record(oapp, key, 1)
+        settings: dict[str, Any] = {"max_attempts": 2, "backoff": Backoff(0.05, 0.05), **FAST}
+        redis_relay = OutboxRelay(
+            oapp.engine, oapp.outbox, RedisStreamPublisher(client), **settings
+        )
+        assert redis_relay.run(until_empty=True).dead == 1
+        (dead,) = oapp.outbox_rows("dead")
+        assert dead["attempts"] == 2 and "WRONGTYPE" in dead["last_error"]
+    finally:
+        client.delete(key)
+        client.close()
+
+    record(oapp, subject, 1)
+    publisher = BlockingJetStreamPublisher(broker_url("nats"), timeout=1.0)
+    try:
+        nats_relay = OutboxRelay(oapp.engine, oapp.outbox, publisher, **settings)
+        assert nats_relay.run(until_empty=True).dead == 1
+    finally:
+        publisher.close()
+    dead_rows = oapp.outbox_rows("dead")
+    assert len(dead_rows) == 2 and "NoStreamResponseError" in dead_rows[1]["last_error"]

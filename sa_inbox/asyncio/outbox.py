@@ -1,8 +1,9 @@
-"""The outbox on an AsyncSession or AsyncConnection: :class:`AsyncOutbox`.
+"""The outbox on asyncio: :class:`AsyncOutbox` (publish on an AsyncSession or
+AsyncConnection) and :class:`AsyncOutboxRelay` (the relay on an AsyncEngine).
 
-:meth:`AsyncOutbox.publish` runs :meth:`Outbox.publish` on the Session or Connection behind
-the async one, through ``run_sync`` (:mod:`sa_inbox.asyncio._bridge`): the same validation,
-the same insert, the same errors.
+:meth:`AsyncOutbox.publish` runs :meth:`~sa_inbox.outbox.Outbox.publish` on the Session or
+Connection behind the async one, through ``run_sync`` (:mod:`sa_inbox.asyncio._bridge`):
+the same validation, the same insert, the same errors.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ..asyncio._bridge import AsyncBind, in_greenlet, maybe_await, on_sync_bind
-from ..validation import positive_seconds
-from .exc import InvalidRelayArgument
-from .outbox import Outbox
-from .publisher import Publisher
-from .relay import (
+from ..outbox.exc import InvalidRelayArgument
+from ..outbox.outbox import Outbox
+from ..outbox.publisher import Publisher
+from ..outbox.relay import (
     DEFAULT_POLL_INTERVAL,
     RelayBatch,
     RelayCore,
@@ -27,12 +26,14 @@ from .relay import (
     relay_batch,
     unfinished,
 )
+from ..validation import positive_seconds
+from ._bridge import AsyncBind, in_greenlet, maybe_await, on_sync_bind
 
 __all__ = ["AsyncOutbox", "AsyncOutboxRelay"]
 
 
 class AsyncOutbox:
-    """The asyncio face of an :class:`Outbox`.
+    """The asyncio face of an :class:`~sa_inbox.outbox.Outbox`.
 
     :param outbox: the outbox (its table).
 
@@ -57,12 +58,13 @@ class AsyncOutbox:
         headers: Mapping[str, str] | None = None,
         message_id: str | None = None,
     ) -> str:
-        """Record a message in the caller's transaction (see :meth:`Outbox.publish`).
+        """Record a message in the caller's transaction (see
+        :meth:`~sa_inbox.outbox.Outbox.publish`).
 
         :param bind: an AsyncSession, async_scoped_session or AsyncConnection.
         :returns: the message's ``message_id``.
-        :raises: as :meth:`Outbox.publish`; :class:`~sa_inbox.exc.InvalidBind` for any other
-            ``bind``.
+        :raises: as :meth:`~sa_inbox.outbox.Outbox.publish`;
+            :class:`~sa_inbox.exc.InvalidBind` for any other ``bind``.
         """
         row = self.sync_outbox.row(destination, payload, headers=headers, message_id=message_id)
         return await on_sync_bind(
@@ -102,7 +104,7 @@ class AsyncOutboxRelay:
 
     async def run_once(self) -> RelayBatch:
         """One claim, publish, mark round (see :meth:`OutboxRelay.run_once`)."""
-        return await in_greenlet(relay_batch, self.core, self.publisher.publish, maybe_await)
+        return await in_greenlet(relay_batch, self.core, self.publisher, maybe_await)
 
     async def run(self, *, until_empty: bool = False) -> RelayBatch:
         """Relay until :meth:`stop` (or until empty); see :meth:`OutboxRelay.run`."""
