@@ -10,14 +10,17 @@ Two parts:
   handler sees it;
 * **relay throughput** (needs a RabbitMQ URL: ``--broker`` / ``SA_INBOX_BENCH_AMQP_URL``):
   ``messages`` committed outbox rows relayed to a fresh quorum queue by 1 and 4
-  :class:`~sa_inbox.outbox.OutboxRelay` processes (batches of 100, each message confirmed
-  by the broker before the next, then one ``UPDATE`` per batch): messages per second from
+  :class:`~sa_inbox.outbox.OutboxRelay` processes (batches of 100, pika: each message
+  confirmed by the broker before the next, then one ``UPDATE`` per batch), and by 1 and 4
+  :class:`~sa_inbox.asyncio.AsyncOutboxRelay` processes on the backend's first async driver
+  (aio-pika: a batch published, then all its confirms awaited): messages per second from
   the first claim to the last mark. The queue must then hold exactly ``messages`` messages
   and every row be ``dispatched``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import statistics
 import time
@@ -131,7 +134,11 @@ def measure_write(
 def measure_relay(
     params: Mapping[str, Any], worker: int, workers: int, go: Callable[[], float]
 ) -> dict[str, Any]:
-    """One relay process draining the outbox to RabbitMQ (in a worker process)."""
+    """One relay process draining the outbox to RabbitMQ (in a worker process): the sync
+    relay with pika (one confirm per message), or with ``client="aio-pika"`` the asyncio
+    relay on the backend's first async driver with confirms pipelined per batch."""
+    if params.get("client") == "aio-pika":
+        return asyncio.run(_measure_async_relay(params, go))
     from ..brokers.rabbitmq import RabbitMQPublisher
 
     engine = make_engine(params["url"])
@@ -147,6 +154,30 @@ def measure_relay(
     finally:
         publisher.close()
         engine.dispose()
+    return {"started": started, "finished": finished, "dispatched": total.dispatched}
+
+
+async def _measure_async_relay(
+    params: Mapping[str, Any], go: Callable[[], float]
+) -> dict[str, Any]:
+    from ..asyncio import AsyncOutboxRelay
+    from ..brokers.rabbitmq import AioPikaPublisher
+    from .async_layer import async_layers, async_url, make_async_engine
+
+    url = async_url(params["url"], async_layers(params["url"])[0])
+    engine = make_async_engine(url)
+    publisher = AioPikaPublisher(params["broker"])
+    try:
+        relay = AsyncOutboxRelay(engine, OUTBOX, publisher, batch_size=100, poll_interval=0.01)
+        await publisher.connect()
+        async with engine.connect():
+            pass
+        started = go()  # a short barrier wait: blocking the loop here is harmless
+        total = await relay.run(until_empty=True)
+        finished = time.perf_counter()
+    finally:
+        await publisher.close()
+        await engine.dispose()
     return {"started": started, "finished": finished, "dispatched": total.dispatched}
 
 
@@ -203,17 +234,26 @@ def _relay_cells(
     engine = make_engine(config.url)
     connection = pika.BlockingConnection(pika.URLParameters(broker))
     channel = connection.channel()
-    cells = [(r, n) for r in range(config.repeat) for n in RELAY_LEVELS if n <= pool.size]
+    from .async_layer import async_layers
+
+    clients = ["pika", *(["aio-pika"] if async_layers(config.url) else [])]
+    cells = [
+        (r, client, n)
+        for r in range(config.repeat)
+        for client in clients
+        for n in RELAY_LEVELS
+        if n <= pool.size
+    ]
     task = progress.add_task("outbox relay to RabbitMQ", total=len(cells))
     out = []
     try:
-        for repeat, relays in cells:
+        for repeat, client, relays in cells:
             queue = f"{DESTINATION}-{uuid.uuid4().hex[:8]}"
             channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
             try:
                 _reset_outbox(engine)
                 _fill(engine, queue, messages)
-                params = {"url": config.url, "broker": broker}
+                params = {"url": config.url, "broker": broker, "client": client}
                 results = pool.run(f"{__name__}:measure_relay", params, relays)
                 queued = channel.queue_declare(queue, passive=True).method.message_count
             finally:
@@ -231,6 +271,7 @@ def _relay_cells(
             out.append(
                 {
                     "repeat": repeat,
+                    "client": client,
                     "relays": relays,
                     "messages": messages,
                     "seconds": wall,
@@ -298,15 +339,18 @@ def summary(write: list[dict[str, Any]], relay: list[dict[str, Any]]) -> dict[st
                 "ratio_max": max(ratios),
             }
         )
-    relays = [
-        {
-            "relays": n,
-            "per_second": statistics.median(c["per_second"] for c in relay if c["relays"] == n),
-            "per_second_min": min(c["per_second"] for c in relay if c["relays"] == n),
-            "per_second_max": max(c["per_second"] for c in relay if c["relays"] == n),
-        }
-        for n in sorted({c["relays"] for c in relay})
-    ]
+    relays = []
+    for client, n in sorted({(c["client"], c["relays"]) for c in relay}, reverse=True):
+        rates = [c["per_second"] for c in relay if (c["client"], c["relays"]) == (client, n)]
+        relays.append(
+            {
+                "client": client,
+                "relays": n,
+                "per_second": statistics.median(rates),
+                "per_second_min": min(rates),
+                "per_second_max": max(rates),
+            }
+        )
     return {"write": rows, "relay": relays}
 
 
@@ -326,7 +370,12 @@ def table(results: Mapping[str, Any]) -> Table:
     for row in results["summary"]["relay"]:
         spread = f"{row['per_second_min']:.0f}-{row['per_second_max']:.0f}"
         out.add_row(
-            "relay", str(row["relays"]), "-", "-", "-", f"{row['per_second']:.0f} msg/s ({spread})"
+            f"relay ({row['client']})",
+            str(row["relays"]),
+            "-",
+            "-",
+            "-",
+            f"{row['per_second']:.0f} msg/s ({spread})",
         )
     if results.get("relay_skipped"):
         out.caption = f"relay skipped: {results['relay_skipped']}"

@@ -24,6 +24,8 @@ def test_outbox_scenario_tiny_run(tmp_path: Path) -> None:
         (w, layer) for w in (1, 2) for layer in ("orm", "core")
     }
     assert all(c["outbox_rows"] == 10 + 5 * c["workers"] for c in results["write_cells"])
-    assert [c["relays"] for c in results["relay_cells"]] == list(RELAY_LEVELS)
+    assert [(c["client"], c["relays"]) for c in results["relay_cells"]] == [
+        (client, n) for client in ("pika", "aio-pika") for n in RELAY_LEVELS
+    ]
     assert all(c["per_second"] > 0 for c in results["relay_cells"])
     assert results["relay_skipped"] is None
