@@ -18,6 +18,14 @@ the same ``message_id``. The copy is dropped by the consumer's inbox (the claim 
 ``message_id`` exists); JetStream also drops it by itself within its duplicate window
 (``Nats-Msg-Id``). A consumer that does not deduplicate sees it twice.
 
+**Failures.** A publish error is recorded against its row (``attempts``, ``last_error``,
+``available_at`` after the back-off), whatever its cause: a broker outage counts attempts
+too. With the defaults (10 attempts, back-off 1 s doubling to 60 s) a row goes ``dead``
+after about 5 minutes of failures; raise ``max_attempts`` to ride out longer outages, and
+``UPDATE … SET status = 'pending', attempts = 0 WHERE status = 'dead'`` to send dead rows
+again. A database error (unreachable, a missing table) is not recorded: it propagates from
+:meth:`OutboxRelay.run_once` (``sa-inbox relay`` exits 3); run the relay under a supervisor.
+
 **Order.** Rows are claimed in ``id`` order, but with ``ordered=False`` a row that failed
 is retried after later rows of its destination were sent. With ``ordered=True`` a row is
 claimed only when no earlier row of its destination is ``pending`` or ``processing``
