@@ -2,6 +2,7 @@
 
 Runs :class:`~sa_inbox.outbox.OutboxRelay` until SIGTERM / SIGINT (or, with
 ``--until-empty``, until no row is pending or in flight), then prints the totals as JSON.
+Once the signals are handled it says so on stderr (``relay running: ...``).
 Exit codes (:mod:`._common`): 0 success, 2 usage error (a bad option, an unsupported broker
 URL scheme), 3 the command could not run (database or broker unreachable, the outbox table
 missing).
@@ -72,6 +73,7 @@ def relay_command(
             relay = OutboxRelay(engine, outbox, publisher, backoff=backoff, **settings)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: relay.stop())
+            click.echo("relay running: SIGTERM or SIGINT stops it after its batch", err=True)
             total = relay.run(until_empty=until_empty)
     finally:
         publisher.close()

@@ -2,7 +2,9 @@
 
 A dispatched row is no deduplication record (the consumers' inboxes are), so its window
 needs no :class:`~sa_inbox.RetentionPolicy`: keep it as long as you want to inspect what
-was sent. ``pending``, ``processing`` and ``dead`` rows are never deleted.
+was sent. ``pending``, ``processing`` and ``dead`` rows are never deleted. ``sa-inbox purge
+--table outbox_messages`` purges the same rows (it recognises the outbox's columns), with
+the policy options every purge takes.
 """
 
 from __future__ import annotations
@@ -13,10 +15,15 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..retention.purge import DEFAULT_BATCH_SIZE, Batch, PurgeTarget, purge_target, python_utc_now
+from ..retention.purge import (
+    DEFAULT_BATCH_SIZE,
+    Batch,
+    PurgeTarget,
+    outbox_dispatched_target,
+    purge_target,
+)
 from .exc import InvalidRelayArgument
 from .outbox import Outbox
-from .schema import DISPATCHED
 
 __all__ = ["dispatched_target", "purge_dispatched"]
 
@@ -24,8 +31,7 @@ __all__ = ["dispatched_target", "purge_dispatched"]
 def dispatched_target(outbox: Outbox) -> PurgeTarget:
     """The outbox's ``dispatched`` rows by ``dispatched_at``, on Python's UTC clock (the
     clock the relay marks them with); the index ``ix_<table>_purge`` serves the batches."""
-    table = outbox.table
-    return PurgeTarget(table, "dispatched_at", table.c.status == DISPATCHED, python_utc_now)
+    return outbox_dispatched_target(outbox.table)
 
 
 def purge_dispatched(

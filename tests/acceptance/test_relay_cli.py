@@ -65,7 +65,9 @@ def test_relay_until_empty_then_sigterm_and_errors(tmp_path: Path) -> None:
             text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
-        time.sleep(1.0)
+        assert running.stderr is not None
+        assert running.stderr.readline().startswith("relay running")  # SIGTERM is handled
+        time.sleep(0.3)
         running.send_signal(signal.SIGTERM)
         out, err = running.communicate(timeout=20)
         assert running.returncode == 0 and json.loads(out)["claimed"] == 0, err
@@ -80,3 +82,29 @@ def test_relay_until_empty_then_sigterm_and_errors(tmp_path: Path) -> None:
     missing = cli("relay", "--url", url, "--broker", amqp, "--table", "nope")
     assert missing.returncode == 3
     assert "the outbox table 'nope' does not exist" in missing.stderr
+
+
+def test_sa_inbox_purge_deletes_only_old_dispatched_outbox_rows(tmp_path: Path) -> None:
+    """``sa-inbox purge --table outbox_messages`` recognises the outbox (its ``status`` and
+    ``dispatched_at`` columns, reflected) and deletes its old dispatched rows only."""
+    import datetime
+
+    url = f"sqlite:///{tmp_path}/o.db"
+    engine = sa.create_engine(url)
+    outbox = Outbox(metadata := sa.MetaData())
+    metadata.create_all(engine)
+    old = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=10)
+    t = outbox.table
+    with engine.begin() as conn:
+        for _ in range(6):
+            outbox.publish(conn, "q", b"x")
+        conn.execute(t.update().where(t.c.id <= 3).values(status="dispatched", dispatched_at=old))
+        conn.execute(t.update().where(t.c.id == 4).values(status="dead"))
+    policy = ["--max-redelivery", "1d", "--max-replay", "2d", "--margin", "1h"]
+    done = cli("purge", "--url", url, "--table", "outbox_messages", *policy)
+    assert done.returncode == 0, done.stderr
+    assert "deleted 3 rows" in done.stdout
+    with engine.connect() as conn:
+        left = sorted(conn.execute(sa.select(t.c.id, t.c.status)).all())
+    assert left == [(4, "dead"), (5, "pending"), (6, "pending")]
+    engine.dispose()
