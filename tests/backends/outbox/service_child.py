@@ -4,7 +4,9 @@
 ROLE ``relay-crash-before-mark``: one :class:`~sa_inbox.outbox.OutboxRelay` batch whose
 publishes are all confirmed by RabbitMQ; the mark then prints ``PUBLISHED <n>`` and SIGKILLs
 this process before the ``dispatched`` UPDATE (rows stay ``processing``).
-ROLE ``relay``: an OutboxRelay (visibility timeout 1 s, batches of 5) until SIGTERM.
+ROLE ``relay``: an OutboxRelay (visibility timeout 1 s, batches of 5) until SIGTERM, each
+mark 20 ms after the confirms (and each consumer's ack 20 ms after its commit), so that the
+random kills of the end-to-end test often land in those windows.
 ROLE ``a-consumer`` (service A): a BlockingConsumer of QUEUE, consumer ``service-a``; the
 handler pays the body's amount into account 1 under the delivery's message_id and records,
 in the same transaction, an outbox message to OUT_QUEUE with the header ``source`` = that
@@ -29,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from sa_inbox.brokers import Delivery, Settlement
-from sa_inbox.brokers.rabbitmq import BlockingConsumer, RabbitMQPublisher
+from sa_inbox.brokers.rabbitmq import BlockingConsumer, PikaSettler, RabbitMQPublisher
 from sa_inbox.outbox import OutboxMessage, OutboxRelay
 from sa_inbox.outbox.relay import RelayCore
 from tests.support.outbox_app import OutboxApp
@@ -43,6 +45,17 @@ def crash_in_mark(self: RelayCore, messages: Sequence[OutboxMessage], now: Any =
     say(f"PUBLISHED {len(messages)}")
     os.kill(os.getpid(), signal.SIGKILL)
     return 0
+
+
+def slowed(method: Any) -> Any:
+    """``method`` after a 20 ms pause: widens the windows a kill should land in (after the
+    broker's confirm and before the mark; after the commit and before the ack)."""
+
+    def pause_then(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.02)
+        return method(*args, **kwargs)
+
+    return pause_then
 
 
 def main(role: str, amqp_url: str, db_url: str, queue: str, out_queue: str = "") -> None:
@@ -60,6 +73,7 @@ def main(role: str, amqp_url: str, db_url: str, queue: str, out_queue: str = "")
             RelayCore.mark_dispatched = crash_in_mark  # type: ignore[method-assign]
             relay.run_once()
             return
+        RelayCore.mark_dispatched = slowed(RelayCore.mark_dispatched)  # type: ignore[method-assign]
         signal.signal(signal.SIGTERM, lambda *_: relay.stop())
         say("READY")
         relay.run()
@@ -80,6 +94,7 @@ def main(role: str, amqp_url: str, db_url: str, queue: str, out_queue: str = "")
     def settled(settlement: Settlement) -> None:
         say(f"{settlement.disposition.value} {settlement.delivery.message_id}")
 
+    PikaSettler.ack = slowed(PikaSettler.ack)  # type: ignore[method-assign]
     consumer = BlockingConsumer(
         amqp_url,
         queue,

@@ -1,7 +1,9 @@
 """End to end on live servers: service A consumes RabbitMQ through its inbox and publishes
 through its outbox, its relay sends A's messages to RabbitMQ, service B consumes them through
 its own inbox. A and B live on different databases (PostgreSQL and MariaDB, both ways round).
-A's consumer, A's relay and B's consumer are SIGKILLed at random moments and restarted; every
+A first relay is SIGKILLed between RabbitMQ's confirms and its mark (so one batch is
+published twice, for certain); then A's consumer, A's relay and B's consumer are SIGKILLed at
+random moments and restarted; every
 input message then has its effect in A exactly once and its follow-up effect in B exactly
 once, nothing is lost, and both queues end empty with no dead letters."""
 
@@ -57,51 +59,56 @@ def services(
 
 
 class Service:
-    """One child process of a role, restartable."""
+    """One child process of a role, restartable; its output (every run's) in ``log``."""
 
-    def __init__(self, role: str, amqp: str, app: OutboxApp, queue: str, out: str = "") -> None:
+    def __init__(
+        self, role: str, amqp: str, app: OutboxApp, queue: str, log: Path, out: str = ""
+    ) -> None:
         url = app.engine.url.render_as_string(hide_password=False)
         self.args = [sys.executable, "-m", CHILD, role, amqp, url, queue, out]
         self.role = role
+        self.log = log
         self.kills = 0
-        self.lines: list[str] = []
+        self.starts = 0
         self.process = self.start()
 
     def start(self) -> subprocess.Popen[str]:
-        self.ready = False
-        return subprocess.Popen(
-            self.args,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
+        self.starts += 1
+        self.offset = self.log.stat().st_size if self.log.exists() else 0  # this run's output
+        with self.log.open("a") as log:
+            return subprocess.Popen(
+                self.args,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+
+    @property
+    def lines(self) -> list[str]:
+        return self.log.read_text().splitlines()
 
     def wait_ready(self) -> None:
-        """Until the child handles SIGTERM (it prints READY first)."""
-        assert self.process.stdout is not None
-        if not self.ready:
-            assert self.process.stdout.readline() == "READY\n", self.role
-            self.ready = True
+        """Until the running child handles SIGTERM (each run prints READY first; a run
+        killed while starting never did)."""
+        eventually(lambda: "READY\n" in self.log.read_text()[self.offset :], seconds=30)
 
     def kill_and_restart(self) -> None:
         self.process.send_signal(signal.SIGKILL)
-        out, _ = self.process.communicate(timeout=10)
-        self.lines.extend(out.splitlines())
+        self.process.communicate(timeout=10)
         self.kills += 1
         self.process = self.start()
 
     def stop(self) -> None:
         self.wait_ready()
         self.process.send_signal(signal.SIGTERM)
-        out, err = self.process.communicate(timeout=30)
-        self.lines.extend(out.splitlines())
+        _, err = self.process.communicate(timeout=30)
         assert self.process.returncode == 0, f"{self.role}: {err}"
 
 
 def test_a_to_b_exactly_once_with_killed_consumers_and_relay(
-    services: tuple[OutboxApp, OutboxApp], channel: Any, amqp_url: str
+    services: tuple[OutboxApp, OutboxApp], channel: Any, amqp_url: str, tmp_path: Path
 ) -> None:
     a, b = services
     token = uuid.uuid4().hex[:10]
@@ -119,10 +126,14 @@ def test_a_to_b_exactly_once_with_killed_consumers_and_relay(
                 "", inbound, str(amount).encode(), _properties(properties), mandatory=True
             )
         workers = [
-            Service("a-consumer", amqp_url, a, inbound, outbound),
-            Service("relay", amqp_url, a, inbound),
-            Service("b-consumer", amqp_url, b, outbound),
+            Service("a-consumer", amqp_url, a, inbound, tmp_path / "a.log", outbound),
+            Service("b-consumer", amqp_url, b, outbound, tmp_path / "b.log"),
         ]
+        # First, for certain, a relay killed after RabbitMQ confirmed its batch and before
+        # its mark: the batch goes out again (with the same ids) from the next relay.
+        eventually(lambda: len(a.outbox_rows()) >= 5, seconds=30)
+        crashed = _crash_relay(amqp_url, a)
+        workers.insert(1, Service("relay", amqp_url, a, inbound, tmp_path / "relay.log"))
         for worker in workers:
             worker.wait_ready()
         for _ in range(KILLS):  # mid-stream: each handler takes 20 ms
@@ -147,7 +158,10 @@ def test_a_to_b_exactly_once_with_killed_consumers_and_relay(
         total = sum(amounts.values())
         assert a.balance(1) == total and b.balance(2) == total, f"seed {seed}"
         assert _ledger_ids(a) == _ledger_ids(b) == sorted(amounts), f"seed {seed}"
-        assert len(a.outbox_rows()) == MESSAGES  # one outbox row per committed handler run
+        rows = a.outbox_rows()
+        assert len(rows) == MESSAGES  # one outbox row per committed handler run
+        republished = [r["message_id"] for r in rows if r["attempts"] >= 2]
+        assert set(crashed) <= set(republished), "the crashed relay's batch went out again"
         assert ready(channel, inbound) == ready(channel, outbound) == 0
         assert dead_letters(channel, inbound) == dead_letters(channel, outbound) == []
     finally:
@@ -157,6 +171,21 @@ def test_a_to_b_exactly_once_with_killed_consumers_and_relay(
         for queue in (inbound, outbound):
             channel.queue_delete(queue)
             channel.queue_delete(dead_letter_queue_name(queue))
+
+
+def _crash_relay(amqp: str, app: OutboxApp) -> list[str]:
+    """Run the relay that dies between the confirm and the mark; the ids it published."""
+    url = app.engine.url.render_as_string(hide_password=False)
+    done = subprocess.run(
+        [sys.executable, "-m", CHILD, "relay-crash-before-mark", amqp, url, "-", ""],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == -signal.SIGKILL and done.stdout.startswith("PUBLISHED"), done.stderr
+    return [r["message_id"] for r in app.outbox_rows("processing")]
 
 
 def _properties(values: dict[str, Any]) -> Any:
