@@ -36,6 +36,7 @@ from .exc import UnsafePartitionKey as UnsafePartitionKey
 from .exc import UnsafeTransaction as UnsafeTransaction
 from .exc import UnsupportedBackend as UnsupportedBackend
 from .exc import UnsupportedBroker as UnsupportedBroker
+from .idempotency import idempotency_key as idempotency_key
 from .retention import RetentionPolicy as RetentionPolicy
 from .retention import StorePurgeResult as StorePurgeResult
 from .retention import purge as purge
@@ -96,6 +97,7 @@ __all__ = [
     "UnsupportedBroker",
     "Worker",
     "handle",
+    "idempotency_key",
     "install",
     "is_transient",
     "payload_hash",

@@ -92,9 +92,7 @@ def _is_generator_callable(handler: object) -> bool:
     while isinstance(handler, functools.partial):
         handler = handler.func
     targets = (handler, getattr(type(handler), "__call__", None))  # noqa: B004 (the method)
-    return any(
-        inspect.isgeneratorfunction(t) or inspect.isasyncgenfunction(t) for t in targets
-    )
+    return any(inspect.isgeneratorfunction(t) or inspect.isasyncgenfunction(t) for t in targets)
 
 
 def call_handler(handler: Callable[..., object], *arguments: Any) -> object:

@@ -4,7 +4,8 @@ Importing this module registers on Alembic's :class:`~alembic.operations.Operati
 ``op.create_inbox_table()`` / ``op.drop_inbox_table()`` (processed messages, :class:`Inbox`),
 ``op.create_inbox_store_table()`` / ``op.drop_inbox_store_table()`` (the inbox store) and
 ``op.create_partitioned_inbox_table()`` / ``op.drop_partitioned_inbox_table()`` (PostgreSQL
-partitions), with the autogenerate comparator and renderers that write them into revisions;
+partitions) and ``op.create_outbox_table()`` / ``op.drop_outbox_table()`` (the outbox), with
+the autogenerate comparator and renderers that write them into revisions;
 revision files that use them start with ``import sa_inbox.alembic``.
 
 - ``sa-inbox alembic init DIR``: a new Alembic environment pre-wired for sa-inbox
@@ -27,17 +28,21 @@ from .exc import AlembicSetupError as AlembicSetupError
 from .exc import InvalidTableOptions as InvalidTableOptions
 from .operations import CreateInboxStoreTableOp as CreateInboxStoreTableOp
 from .operations import CreateInboxTableOp as CreateInboxTableOp
+from .operations import CreateOutboxTableOp as CreateOutboxTableOp
 from .operations import CreatePartitionedInboxTableOp as CreatePartitionedInboxTableOp
 from .operations import CreateProcessedMessagesTableOp as CreateProcessedMessagesTableOp
 from .operations import DropInboxStoreTableOp as DropInboxStoreTableOp
 from .operations import DropInboxTableOp as DropInboxTableOp
+from .operations import DropOutboxTableOp as DropOutboxTableOp
 from .operations import DropPartitionedInboxTableOp as DropPartitionedInboxTableOp
 from .operations import DropProcessedMessagesTableOp as DropProcessedMessagesTableOp
 from .operations import create_inbox_store_table as create_inbox_store_table
 from .operations import create_inbox_table as create_inbox_table
+from .operations import create_outbox_table as create_outbox_table
 from .operations import create_partitioned_inbox_table as create_partitioned_inbox_table
 from .operations import drop_inbox_store_table as drop_inbox_store_table
 from .operations import drop_inbox_table as drop_inbox_table
+from .operations import drop_outbox_table as drop_outbox_table
 from .operations import drop_partitioned_inbox_table as drop_partitioned_inbox_table
 from .revision import inbox_operations as inbox_operations
 from .revision import write_inbox_revision as write_inbox_revision
@@ -47,19 +52,23 @@ __all__ = [
     "Config",
     "CreateInboxStoreTableOp",
     "CreateInboxTableOp",
+    "CreateOutboxTableOp",
     "CreatePartitionedInboxTableOp",
     "CreateProcessedMessagesTableOp",
     "DropInboxStoreTableOp",
     "DropInboxTableOp",
+    "DropOutboxTableOp",
     "DropPartitionedInboxTableOp",
     "DropProcessedMessagesTableOp",
     "InvalidTableOptions",
     "autogenerate",
     "create_inbox_store_table",
     "create_inbox_table",
+    "create_outbox_table",
     "create_partitioned_inbox_table",
     "drop_inbox_store_table",
     "drop_inbox_table",
+    "drop_outbox_table",
     "drop_partitioned_inbox_table",
     "inbox_operations",
     "target_metadata",

@@ -27,6 +27,8 @@ from alembic.operations import MigrateOperation, Operations
 
 from .._compat import sort_indexes
 from ..exc import UnsupportedBackend
+from ..outbox.schema import DEFAULT_MESSAGE_ID_LENGTH as OUTBOX_MESSAGE_ID_LENGTH
+from ..outbox.schema import DEFAULT_OUTBOX_TABLE, outbox_table
 from ..retention.partitions import DEFAULT_PARTITION_KEY, partitioned_processed_messages_table
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME, processed_messages_table
 from ..store import DEFAULT_STORE_TABLE, inbox_store_table
@@ -34,23 +36,28 @@ from .tables import InboxTableKind, build_table, register_kind
 
 __all__ = [
     "CREATE_OPERATIONS",
+    "OUTBOX",
     "PARTITIONED_PROCESSED_MESSAGES",
     "PROCESSED_MESSAGES",
     "STORE",
     "CreateInboxStoreTableOp",
     "CreateInboxTableOp",
+    "CreateOutboxTableOp",
     "CreatePartitionedInboxTableOp",
     "CreateProcessedMessagesTableOp",
     "DropInboxStoreTableOp",
     "DropInboxTableOp",
+    "DropOutboxTableOp",
     "DropPartitionedInboxTableOp",
     "DropProcessedMessagesTableOp",
     "Invoker",
     "create_inbox_store_table",
     "create_inbox_table",
+    "create_outbox_table",
     "create_partitioned_inbox_table",
     "drop_inbox_store_table",
     "drop_inbox_table",
+    "drop_outbox_table",
     "drop_partitioned_inbox_table",
 ]
 
@@ -287,6 +294,72 @@ class DropInboxStoreTableOp(DropInboxTableOp):
 _pair(CreateInboxStoreTableOp, DropInboxStoreTableOp)
 
 
+# -- the outbox (sa_inbox.outbox.Outbox) ---------------------------------------------------
+
+OUTBOX = register_kind(
+    InboxTableKind(
+        name="outbox",
+        factory=outbox_table,
+        create_op="create_outbox_table",
+        drop_op="drop_outbox_table",
+    )
+)
+
+
+@Operations.register_operation("create_outbox_table")
+class CreateOutboxTableOp(CreateInboxTableOp):
+    """``op.create_outbox_table()``: the table of :class:`sa_inbox.outbox.Outbox`."""
+
+    kind = OUTBOX
+
+    @classmethod
+    def create_outbox_table(
+        cls,
+        operations: Operations,
+        table_name: str = DEFAULT_OUTBOX_TABLE,
+        *,
+        schema: str | None = None,
+        message_id_length: int = OUTBOX_MESSAGE_ID_LENGTH,
+    ) -> None:
+        """Create the outbox table, its constraints and its three indexes.
+
+        The DDL is that of :func:`sa_inbox.outbox.outbox_table`.
+
+        :param table_name: the table's name.
+        :param schema: the schema, or ``None`` for the connection's default.
+        :param message_id_length: length in characters of ``message_id`` (>= 36); must
+            equal the ``Outbox(...)`` the application builds.
+        :raises sa_inbox.alembic.InvalidTableOptions: for a bad name or length, before SQL.
+        """
+        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
+
+
+@Operations.register_operation("drop_outbox_table")
+class DropOutboxTableOp(DropInboxTableOp):
+    """``op.drop_outbox_table()``: drop the outbox table."""
+
+    kind = OUTBOX
+
+    @classmethod
+    def drop_outbox_table(
+        cls,
+        operations: Operations,
+        table_name: str = DEFAULT_OUTBOX_TABLE,
+        *,
+        schema: str | None = None,
+        message_id_length: int = OUTBOX_MESSAGE_ID_LENGTH,
+    ) -> None:
+        """Drop the outbox table (its indexes go with it).
+
+        :param message_id_length: kept for the reverse operation (the re-created table).
+        :raises sa_inbox.alembic.InvalidTableOptions: for a bad name or length, before SQL.
+        """
+        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
+
+
+_pair(CreateOutboxTableOp, DropOutboxTableOp)
+
+
 # -- the PostgreSQL partitioned processed-messages table (sa_inbox.retention.partitions) ----
 
 PARTITIONED_PROCESSED_MESSAGES = register_kind(
@@ -471,3 +544,25 @@ def drop_partitioned_inbox_table(
             partition_key=partition_key,
         )
     )
+
+
+def create_outbox_table(
+    op: Invoker,
+    table_name: str = DEFAULT_OUTBOX_TABLE,
+    *,
+    schema: str | None = None,
+    message_id_length: int = OUTBOX_MESSAGE_ID_LENGTH,
+) -> None:
+    """Typed spelling of ``op.create_outbox_table(...)``; ``op`` is ``alembic.op``."""
+    op.invoke(CreateOutboxTableOp(table_name, schema=schema, message_id_length=message_id_length))
+
+
+def drop_outbox_table(
+    op: Invoker,
+    table_name: str = DEFAULT_OUTBOX_TABLE,
+    *,
+    schema: str | None = None,
+    message_id_length: int = OUTBOX_MESSAGE_ID_LENGTH,
+) -> None:
+    """Typed spelling of ``op.drop_outbox_table(...)``; ``op`` is ``alembic.op``."""
+    op.invoke(DropOutboxTableOp(table_name, schema=schema, message_id_length=message_id_length))

@@ -13,6 +13,8 @@ sync (:mod:`sa_inbox`)                  asyncio (:mod:`sa_inbox.asyncio`)
 ``store.receive(session, …)``           ``await AsyncInboxStore(store).receive(…)``
 ``Worker(store.bind(engine), h)``       ``AsyncWorker(AsyncInboxStore(store).bind(e), h)``
 ``purge(engine, …)``                    ``await purge(async_engine, …)``
+``outbox.publish(session, …)``          ``await AsyncOutbox(outbox).publish(…)``
+``OutboxRelay(engine, outbox, pub)``    ``AsyncOutboxRelay(async_engine, outbox, pub)``
 =====================================  ==============================================
 
 One implementation serves both: the synchronous core (the dialect SQL, the error
@@ -26,6 +28,8 @@ async (the handler, ack/nack, sleeps, the session factory). Needs ``greenlet`` (
 from __future__ import annotations
 
 from .claim import AsyncInbox as AsyncInbox
+from .outbox import AsyncOutbox as AsyncOutbox
+from .outbox import AsyncOutboxRelay as AsyncOutboxRelay
 from .retention import purge as purge
 from .retention import purge_store as purge_store
 from .runner import handle as handle
@@ -40,6 +44,8 @@ __all__ = [
     "AsyncHandler",
     "AsyncInbox",
     "AsyncInboxStore",
+    "AsyncOutbox",
+    "AsyncOutboxRelay",
     "AsyncWorker",
     "handle",
     "install",

@@ -13,7 +13,9 @@ measured function's docstring is the label of its figures:
 * :mod:`.purge`: the batched purge of the expired half of 1 M rows: rows deleted per
   second and the longest batch;
 * :mod:`.store_drain`: the inbox store: messages received per second, drained per second by
-  1 … W worker processes, and one receive against one claim.
+  1 … W worker processes, and one receive against one claim;
+* :mod:`.outbox` (run only when named: its relay part needs a RabbitMQ URL): the cost of
+  ``outbox.publish()`` in the handler's transaction, and relay throughput with confirms.
 
 Each scenario prints a table and writes JSON; :mod:`.report` turns the JSON into Markdown
 tables and PNG plots. The published figures are in the repository's
@@ -26,10 +28,12 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-__all__ = ["SCENARIOS", "scenario"]
+__all__ = ["OPTIONAL_SCENARIOS", "SCENARIOS", "scenario"]
 
 #: Scenario names, in the order ``sa-inbox bench`` runs them by default.
 SCENARIOS = ("claim_overhead", "batch_claim", "index_hotspots", "growth", "purge", "store_drain")
+#: Scenarios run only when named (``sa-inbox bench outbox --broker amqp://…``).
+OPTIONAL_SCENARIOS = ("outbox",)
 
 
 def scenario(name: str) -> ModuleType:
@@ -37,6 +41,7 @@ def scenario(name: str) -> ModuleType:
 
     :raises ValueError: for an unknown name.
     """
-    if name not in SCENARIOS:
-        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    known = (*SCENARIOS, *OPTIONAL_SCENARIOS)
+    if name not in known:
+        raise ValueError(f"unknown scenario {name!r}; known: {', '.join(known)}")
     return importlib.import_module(f"{__name__}.{name}")

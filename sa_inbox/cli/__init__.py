@@ -13,6 +13,7 @@ module                   commands
 :mod:`.alembic`          ``alembic init``, ``alembic revision``
 :mod:`.bench`            ``bench``
 :mod:`.chaos`            ``chaos``
+:mod:`.relay`            ``relay``
 =======================  ===============================================================
 
 Sub-commands stay thin: they parse options and call the library (``demo`` calls
@@ -32,6 +33,7 @@ from .alembic import alembic_group
 from .bench import bench
 from .chaos import chaos
 from .demo import demo
+from .relay import relay_command
 from .retention import partitions_group, purge_command
 from .stats import stats_command
 from .store import store_group
@@ -55,3 +57,4 @@ main.add_command(store_group)
 main.add_command(stats_command)
 main.add_command(bench)
 main.add_command(chaos)
+main.add_command(relay_command)

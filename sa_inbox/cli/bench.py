@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from ..bench import SCENARIOS
+from ..bench import OPTIONAL_SCENARIOS, SCENARIOS
 from ._common import CannotRun, check_url
 
 __all__ = ["bench"]
@@ -30,14 +30,20 @@ REPORT = "report"
 #: The command's help, naming every scenario of :data:`sa_inbox.bench.SCENARIOS`.
 HELP = f"""Run benchmark SCENARIOs (default: all), print tables and write JSON to --out.
 
-SCENARIO is one of: {", ".join(SCENARIOS)}; or `report` (alone), which turns the JSON
+SCENARIO is one of: {", ".join(SCENARIOS)}; {", ".join(OPTIONAL_SCENARIOS)} (only when
+named; its relay part needs --broker); or `report` (alone), which turns the JSON
 in --out into report.md and PNG plots. `growth --rate R` is the calculator: the rows
 and bytes the inbox holds at R messages/s over --window.
 """
 
 
 @click.command("bench", help=HELP)
-@click.argument("names", nargs=-1, type=click.Choice([*SCENARIOS, REPORT]), metavar="[SCENARIO]...")
+@click.argument(
+    "names",
+    nargs=-1,
+    type=click.Choice([*SCENARIOS, *OPTIONAL_SCENARIOS, REPORT]),
+    metavar="[SCENARIO]...",
+)
 @click.option("--url", default=None, help="Database URL. Default: a SQLite file in a temp dir.")
 @click.option(
     "--messages",
@@ -99,6 +105,7 @@ and bytes the inbox holds at R messages/s over --window.
     help="growth calculator: growth-*.json of your own run (or its directory). "
     "Default: the figures published with sa-inbox.",
 )
+@click.option("--broker", default=None, help="outbox: the RabbitMQ URL the relays publish to.")
 def bench(
     names: tuple[str, ...],
     url: str | None,
@@ -111,6 +118,7 @@ def bench(
     window: str,
     consumers: int,
     figures: Path | None,
+    broker: str | None,
 ) -> None:
     """Run benchmark scenarios, build the report, or run the growth calculator (see HELP)."""
     if REPORT in names:
@@ -124,7 +132,8 @@ def bench(
     else:
         if url is not None:
             check_url(url)
-        _run(names or SCENARIOS, url, messages, workers, repeat, rows, out)
+        options = {"broker": broker} if broker else {}
+        _run(names or SCENARIOS, url, messages, workers, repeat, rows, out, options)
 
 
 def _report(out: Path) -> None:
@@ -172,6 +181,7 @@ def _run(
     repeat: int,
     rows: int,
     out: Path,
+    options: dict[str, str] | None = None,
 ) -> None:
     from rich.console import Console
     from sqlalchemy.exc import SQLAlchemyError
@@ -187,7 +197,13 @@ def _run(
         if url is None:
             url = stack.enter_context(default_sqlite_url())
         config = BenchConfig(
-            url=url, messages=messages, workers=workers, repeat=repeat, rows=rows, out=out
+            url=url,
+            messages=messages,
+            workers=workers,
+            repeat=repeat,
+            rows=rows,
+            out=out,
+            options=dict(options or {}),
         )
         console.print(f"sa-inbox bench on {config.to_json()['url']}: {', '.join(names)}")
         try:

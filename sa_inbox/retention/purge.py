@@ -47,6 +47,7 @@ __all__ = [
     "StorePurgeResult",
     "count_expired",
     "database_now",
+    "outbox_dispatched_target",
     "purge",
     "purge_store",
     "purge_target",
@@ -148,6 +149,26 @@ def _store_done_target(table: sa.Table) -> PurgeTarget:
     return PurgeTarget(table, "processed_at", table.c.status == DONE, python_utc_now)
 
 
+#: The columns by which :func:`purge` tells an outbox table (:mod:`sa_inbox.outbox`): its
+#: ``dispatched`` rows are purged by ``dispatched_at``.
+_OUTBOX_COLUMNS = ("status", "dispatched_at")
+
+
+def _is_outbox_table(table: sa.Table) -> bool:
+    """Whether ``table`` is an outbox table (marked as one, or reflected with its ``status``
+    and ``dispatched_at`` columns)."""
+    mark = table.info.get("sa_inbox")
+    if isinstance(mark, dict) and mark.get("kind") == "outbox":
+        return True
+    return all(name in table.c for name in _OUTBOX_COLUMNS)
+
+
+def outbox_dispatched_target(table: sa.Table) -> PurgeTarget:
+    """An outbox table's ``dispatched`` rows by ``dispatched_at``, on Python's UTC clock
+    (the relay's); ``pending``, ``processing`` and ``dead`` rows are never purged."""
+    return PurgeTarget(table, "dispatched_at", table.c.status == "dispatched", python_utc_now)
+
+
 def store_purge_targets(store: InboxStore) -> tuple[PurgeTarget, PurgeTarget]:
     """What :func:`purge_store` deletes: ``(done, dead)``.
 
@@ -161,9 +182,11 @@ def store_purge_targets(store: InboxStore) -> tuple[PurgeTarget, PurgeTarget]:
 
 
 def purge_target_of(table: Inbox | InboxStore | sa.Table | None) -> PurgeTarget:
-    """What :func:`purge` deletes from ``table``: old processed-message rows, or a store's
+    """What :func:`purge` deletes from ``table``: old processed-message rows, a store's
     old ``done`` rows (for an InboxStore, or a table with the store's ``status`` and
-    ``processed_at`` columns). With :func:`count_expired`, the rows a purge will delete.
+    ``processed_at`` columns), or an outbox's old ``dispatched`` rows (a table marked as an
+    outbox's, or with ``status`` and ``dispatched_at`` columns). With :func:`count_expired`,
+    the rows a purge will delete.
 
     :param table: as :func:`purge`'s ``table``.
     :raises InvalidTableType: for anything but an Inbox, an InboxStore, a Table or None.
@@ -175,6 +198,8 @@ def purge_target_of(table: Inbox | InboxStore | sa.Table | None) -> PurgeTarget:
     if isinstance(table, Inbox):
         return PurgeTarget(table.table)
     if isinstance(table, sa.Table):
+        if _is_outbox_table(table):
+            return outbox_dispatched_target(table)
         return _store_done_target(table) if _is_store_table(table) else PurgeTarget(table)
     raise InvalidTableType(
         f"table must be an Inbox, an InboxStore, a Table or None, not {type(table).__name__}"

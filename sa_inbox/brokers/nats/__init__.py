@@ -43,6 +43,9 @@ from .delivery import DEAD_LETTER_SUBJECT as DEAD_LETTER_SUBJECT
 from .delivery import DEFAULT_KEY_HEADER as DEFAULT_KEY_HEADER
 from .delivery import dead_letter_headers as dead_letter_headers
 from .delivery import to_delivery as to_delivery
+from .publisher import DEFAULT_PUBLISH_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
+from .publisher import BlockingJetStreamPublisher as BlockingJetStreamPublisher
+from .publisher import JetStreamPublisher as JetStreamPublisher
 from .settler import DEFAULT_ACK_TIMEOUT as DEFAULT_ACK_TIMEOUT
 from .settler import JetStreamSettler as JetStreamSettler
 from .settler import RetryDelay as RetryDelay
@@ -60,6 +63,9 @@ __all__ = [
     "DEFAULT_BATCH",
     "DEFAULT_FETCH_TIMEOUT",
     "DEFAULT_KEY_HEADER",
+    "DEFAULT_PUBLISH_TIMEOUT",
+    "BlockingJetStreamPublisher",
+    "JetStreamPublisher",
     "JetStreamSettler",
     "RetryDelay",
     "StopFlag",

@@ -32,6 +32,8 @@ from .message import dead_letter_queue_name as dead_letter_queue_name
 from .message import delivery_count as delivery_count
 from .message import producer_key as producer_key
 from .message import to_delivery as to_delivery
+from .publisher import AioPikaPublisher as AioPikaPublisher
+from .publisher import RabbitMQPublisher as RabbitMQPublisher
 from .queues import declare_queue as declare_queue
 from .queues import declare_queue_async as declare_queue_async
 from .queues import queue_arguments as queue_arguments
@@ -42,11 +44,13 @@ __all__ = [
     "DETAIL_HEADER",
     "QUEUE_HEADER",
     "REASON_HEADER",
+    "AioPikaPublisher",
     "AioPikaSettler",
     "AsyncConsumer",
     "BlockingConsumer",
     "InvalidConsumerArgument",
     "PikaSettler",
+    "RabbitMQPublisher",
     "aio_pika_delivery",
     "dead_letter_queue_name",
     "declare_queue",

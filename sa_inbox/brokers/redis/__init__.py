@@ -28,6 +28,7 @@ from .core import DEFAULT_VISIBILITY_TIMEOUT as DEFAULT_VISIBILITY_TIMEOUT
 from .core import InvalidStreamSettings as InvalidStreamSettings
 from .core import StreamSettings as StreamSettings
 from .core import to_delivery as to_delivery
+from .publisher import RedisStreamPublisher as RedisStreamPublisher
 
 __all__ = [
     "DEAD_LETTER_FIELDS",
@@ -39,6 +40,7 @@ __all__ = [
     "AsyncRedisStreamConsumer",
     "InvalidStreamSettings",
     "RedisStreamConsumer",
+    "RedisStreamPublisher",
     "StreamSettings",
     "to_delivery",
 ]

@@ -131,9 +131,7 @@ def generators(app: App) -> Iterator[dict[str, object]]:
 
 
 @pytest.mark.parametrize("kind", ["generator function", "returns a generator"])
-def test_a_generator_handler_is_refused(
-    app: App, generators: dict[str, object], kind: str
-) -> None:
+def test_a_generator_handler_is_refused(app: App, generators: dict[str, object], kind: str) -> None:
     """Its body never ran, yet the claim committed and the message was acked."""
     broker = Broker()
     with pytest.raises(InvalidHandler, match="generator"):
@@ -237,9 +235,7 @@ def test_the_guard_never_disturbs_other_threads_commits(app: App) -> None:
     assert app.ledger_rows() == 40
 
 
-def deliver_with(
-    app: App, factory: sessionmaker[Session], message_id: str
-) -> tuple[Any, Broker]:
+def deliver_with(app: App, factory: sessionmaker[Session], message_id: str) -> tuple[Any, Broker]:
     broker = Broker()
     result = handle(factory, app.inbox, message_id, CONSUMER, pay(app, message_id),
                     ack=broker.ack, nack=broker.nack)  # fmt: skip

@@ -1,0 +1,124 @@
+"""The outbox on asyncio: :class:`AsyncOutbox` (publish on an AsyncSession or
+AsyncConnection) and :class:`AsyncOutboxRelay` (the relay on an AsyncEngine).
+
+:meth:`AsyncOutbox.publish` runs :meth:`~sa_inbox.outbox.Outbox.publish` on the Session or
+Connection behind the async one, through ``run_sync`` (:mod:`sa_inbox.asyncio._bridge`):
+the same validation, the same insert, the same errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ..outbox.exc import InvalidRelayArgument
+from ..outbox.outbox import Outbox
+from ..outbox.publisher import Publisher
+from ..outbox.relay import (
+    DEFAULT_POLL_INTERVAL,
+    RelayBatch,
+    RelayCore,
+    add_batches,
+    relay_batch,
+    unfinished,
+)
+from ..validation import positive_seconds
+from ._bridge import AsyncBind, in_greenlet, maybe_await, on_sync_bind
+
+__all__ = ["AsyncOutbox", "AsyncOutboxRelay"]
+
+
+class AsyncOutbox:
+    """The asyncio face of an :class:`~sa_inbox.outbox.Outbox`.
+
+    :param outbox: the outbox (its table).
+
+    Example::
+
+        outbox = AsyncOutbox(Outbox(Base.metadata))
+
+        async def handler(session, delivery):       # an AsyncSession
+            await outbox.publish(session, "payments.applied", {"id": delivery.message_id})
+    """
+
+    def __init__(self, outbox: Outbox) -> None:
+        self.sync_outbox = outbox
+        self.table = outbox.table
+
+    async def publish(
+        self,
+        bind: AsyncBind,
+        destination: str,
+        payload: Any,
+        *,
+        headers: Mapping[str, str] | None = None,
+        message_id: str | None = None,
+    ) -> str:
+        """Record a message in the caller's transaction (see
+        :meth:`~sa_inbox.outbox.Outbox.publish`).
+
+        :param bind: an AsyncSession, async_scoped_session or AsyncConnection.
+        :returns: the message's ``message_id``.
+        :raises: as :meth:`~sa_inbox.outbox.Outbox.publish`;
+            :class:`~sa_inbox.exc.InvalidBind` for any other ``bind``.
+        """
+        row = self.sync_outbox.row(destination, payload, headers=headers, message_id=message_id)
+        return await on_sync_bind(
+            bind,
+            self.sync_outbox.publish,
+            destination,
+            payload,
+            headers=row["headers"],
+            message_id=row["message_id"],
+        )
+
+
+class AsyncOutboxRelay:
+    """:class:`~sa_inbox.outbox.OutboxRelay` on asyncio: an AsyncEngine and an async publisher.
+
+    The same claim, publish, mark round (:func:`~sa_inbox.outbox.relay.relay_batch`) runs in
+    a greenlet on the async driver; the publisher's ``publish`` is awaited on the event
+    loop (e.g. :class:`~sa_inbox.brokers.nats.JetStreamPublisher`), and the waits are
+    ``asyncio`` waits.
+
+    :param engine: an :class:`~sqlalchemy.ext.asyncio.AsyncEngine`.
+    :param publisher: a publisher whose ``publish`` is ``async def`` (or plain).
+    :param settings: as :class:`~sa_inbox.outbox.OutboxRelay` (``batch_size``,
+        ``max_attempts``, ``visibility_timeout``, ``backoff``, ``ordered``,
+        ``poll_interval``).
+    :raises InvalidRelayArgument: for a bad setting.
+    """
+
+    def __init__(
+        self, engine: AsyncEngine, outbox: Outbox, publisher: Publisher, **settings: Any
+    ) -> None:
+        poll = settings.pop("poll_interval", DEFAULT_POLL_INTERVAL)
+        self.poll_interval = positive_seconds(poll, "poll_interval", InvalidRelayArgument)
+        self.core = RelayCore(engine.sync_engine, outbox, **settings)
+        self.publisher = publisher
+        self._stop = asyncio.Event()
+
+    async def run_once(self) -> RelayBatch:
+        """One claim, publish, mark round (see :meth:`OutboxRelay.run_once`)."""
+        return await in_greenlet(relay_batch, self.core, self.publisher, maybe_await)
+
+    async def run(self, *, until_empty: bool = False) -> RelayBatch:
+        """Relay until :meth:`stop` (or until empty); see :meth:`OutboxRelay.run`."""
+        total = RelayBatch()
+        while not self._stop.is_set():
+            batch = await self.run_once()
+            total = add_batches(total, batch)
+            if batch.claimed == 0:
+                if until_empty and not await in_greenlet(unfinished, self.core):
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), self.poll_interval)
+        return total
+
+    def stop(self) -> None:
+        """Stop after the current batch (call from the loop's thread)."""
+        self._stop.set()

@@ -1,0 +1,23 @@
+"""The outbox's own exceptions (all under :class:`~sa_inbox.exc.InboxError`)."""
+
+from __future__ import annotations
+
+from ..exc import InboxError
+
+__all__ = ["InvalidOutboxMessage", "InvalidRelayArgument"]
+
+
+class InvalidOutboxMessage(InboxError, ValueError):
+    """A message given to :meth:`~sa_inbox.outbox.Outbox.publish` cannot be recorded.
+
+    Raised before any SQL for: a destination that is not a non-empty string of at most 255
+    characters (no NUL, no surrounding whitespace); a payload that is neither bytes nor
+    JSON-serialisable (NaN and Infinity refused); headers that are not a mapping of such
+    strings to strings without NUL, CR or LF (NATS and AMQP carry headers as text lines or
+    short strings); a ``message_id`` that is not a valid key (see
+    :func:`sa_inbox.validation.validate_key`). Nothing has been written.
+    """
+
+
+class InvalidRelayArgument(InboxError, ValueError):
+    """A relay setting (batch size, attempts, timeouts, back-off) is out of range."""

@@ -1,0 +1,83 @@
+"""What a relay needs from a broker: publish one message and wait for the broker's confirm.
+
+The broker packages provide one each: :class:`sa_inbox.brokers.rabbitmq.RabbitMQPublisher`
+(pika, publisher confirms), :class:`sa_inbox.brokers.redis.RedisStreamPublisher` (``XADD``'s
+reply), :class:`sa_inbox.brokers.nats.JetStreamPublisher` (the JetStream ``PubAck``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Protocol
+
+from ..exc import UnsupportedBroker
+from .message import OutboxMessage
+
+__all__ = ["SCHEMES", "Publisher", "publisher_for"]
+
+
+class Publisher(Protocol):
+    """Publishes outbox messages to one broker, each confirmed before it returns.
+
+    ``publish`` may be a plain method (for :class:`~sa_inbox.outbox.OutboxRelay`) or an
+    ``async def`` (for :class:`~sa_inbox.asyncio.AsyncOutboxRelay`, which awaits it). A
+    publisher may also have ``publish_many(messages) -> list[Exception | None]`` (plain or
+    ``async def``): it publishes a whole batch and waits for all confirms at once, and the
+    relays call it instead of ``publish`` (see
+    :class:`~sa_inbox.brokers.rabbitmq.AioPikaPublisher`).
+    """
+
+    def publish(self, message: OutboxMessage) -> Awaitable[None] | None:
+        """Publish ``message`` to ``message.destination`` with ``message.message_id`` as the
+        broker message's id; return only once the broker has confirmed that it stored it.
+
+        :raises Exception: if the broker refused it, did not confirm it, or could not be
+            reached: the relay retries the row after its back-off.
+        """
+
+    def close(self) -> Awaitable[None] | None:
+        """Close the publisher's connection."""
+
+
+#: The publisher for each broker URL scheme (see :func:`publisher_for`).
+SCHEMES = {
+    "amqp": "rabbitmq",
+    "amqps": "rabbitmq",
+    "redis": "redis",
+    "rediss": "redis",
+    "nats": "nats",
+    "tls": "nats",
+}
+
+
+def publisher_for(url: str) -> Publisher:
+    """A synchronous publisher for a broker URL, for :class:`~sa_inbox.outbox.OutboxRelay`
+    and ``sa-inbox relay``.
+
+    ``amqp://``, ``amqps://``: :class:`~sa_inbox.brokers.rabbitmq.RabbitMQPublisher` on the
+    default exchange; ``redis://``, ``rediss://``:
+    :class:`~sa_inbox.brokers.redis.RedisStreamPublisher`; ``nats://``, ``tls://``:
+    :class:`~sa_inbox.brokers.nats.BlockingJetStreamPublisher` (connects now).
+
+    :raises UnsupportedBroker: for any other scheme (a :class:`ValueError`).
+    :raises ImportError: if the broker's client library (the extra) is not installed.
+    """
+    scheme = url.partition("://")[0].lower()
+    broker = SCHEMES.get(scheme)
+    if broker is None:
+        raise UnsupportedBroker(
+            f"no outbox publisher for {scheme!r}:// URLs; use one of {', '.join(sorted(SCHEMES))}"
+        )
+    if broker == "rabbitmq":
+        from ..brokers.rabbitmq import RabbitMQPublisher
+
+        return RabbitMQPublisher(url)
+    if broker == "redis":
+        import redis
+
+        from ..brokers.redis import RedisStreamPublisher
+
+        return RedisStreamPublisher(redis.Redis.from_url(url))
+    from ..brokers.nats import BlockingJetStreamPublisher
+
+    return BlockingJetStreamPublisher(url)

@@ -1,0 +1,465 @@
+"""The relay: publish committed outbox rows with confirms, then mark them dispatched.
+
+One :meth:`OutboxRelay.run_once` is three short steps:
+
+1. **claim** up to ``batch_size`` rows in one transaction, with the inbox store's claim
+   (:class:`~sa_inbox.dialects.store_claim.StoreClaimDialect`: ``FOR UPDATE SKIP LOCKED`` on
+   PostgreSQL and MySQL/MariaDB, ``BEGIN IMMEDIATE`` on SQLite), so several relays never
+   take the same row; each claimed row gets ``processing``, a claim token and ``attempts + 1``;
+2. **publish** each row and wait for the broker's confirm (no transaction is open meanwhile);
+3. **mark** the confirmed rows ``dispatched`` in one ``UPDATE`` guarded by the claim token;
+   a failed row goes back to ``pending`` after a back-off, or to ``dead`` at
+   ``max_attempts``.
+
+**At least once, never zero times.** A relay killed (or losing its database) after the
+broker confirmed and before the mark committed leaves the row ``processing``; once
+``visibility_timeout`` has passed another relay claims it and **publishes it again**, with
+the same ``message_id``. The copy is dropped by the consumer's inbox (the claim of that
+``message_id`` exists); JetStream also drops it by itself within its duplicate window
+(``Nats-Msg-Id``). A consumer that does not deduplicate sees it twice.
+
+**Failures.** A publish error is recorded against its row (``attempts``, ``last_error``,
+``available_at`` after the back-off), whatever its cause: a broker outage counts attempts
+too. With the defaults (10 attempts, back-off 1 s doubling to 60 s) a row goes ``dead``
+after about 5 minutes of failures; raise ``max_attempts`` to ride out longer outages, and
+``UPDATE … SET status = 'pending', attempts = 0 WHERE status = 'dead'`` to send dead rows
+again. A database error (unreachable, a missing table) is not recorded: it propagates from
+:meth:`OutboxRelay.run_once` (``sa-inbox relay`` exits 3); run the relay under a supervisor.
+
+**Order.** Rows are claimed in ``id`` order, but with ``ordered=False`` a row that failed
+is retried after later rows of its destination were sent. With ``ordered=True`` a row is
+claimed only when no earlier row of its destination is ``pending`` or ``processing``
+(``dead`` rows do not block), so each destination has at most one message in flight and
+messages reach the broker in ``id`` order, at the cost of one round trip per message per
+destination. ``id`` order is insert order, which is commit order only for rows written by
+one transaction at a time (one consumer per aggregate, as for the store's ordered mode).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, RowMapping
+
+from ..dialects import backend_for
+from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
+from ..store.schema import utc_now
+from ..store.worker import Backoff
+from ..validation import positive_int, positive_seconds
+from .exc import InvalidRelayArgument
+from .message import OutboxMessage
+from .outbox import Outbox
+from .publisher import Publisher
+from .schema import DEAD, DISPATCHED, MAX_ERROR_LENGTH, PENDING, PROCESSING
+
+__all__ = [
+    "DEFAULT_BACKOFF",
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_POLL_INTERVAL",
+    "DEFAULT_VISIBILITY_TIMEOUT",
+    "OutboxRelay",
+    "RelayBatch",
+    "RelayCore",
+    "add_batches",
+    "publish_all",
+    "relay_batch",
+    "unfinished",
+]
+
+logger = logging.getLogger("sa_inbox.outbox")
+
+DEFAULT_BATCH_SIZE = 100
+DEFAULT_MAX_ATTEMPTS = 10
+#: Seconds after which a ``processing`` row counts as abandoned (its relay died).
+DEFAULT_VISIBILITY_TIMEOUT = 30.0
+DEFAULT_POLL_INTERVAL = 0.5
+DEFAULT_BACKOFF = Backoff(base=1.0, maximum=60.0)
+
+
+@dataclass(frozen=True)
+class RelayBatch:
+    """What one :meth:`OutboxRelay.run_once` did.
+
+    :param claimed: rows claimed.
+    :param dispatched: rows confirmed by the broker and marked ``dispatched``.
+    :param retried: rows whose publish failed, back to ``pending`` after the back-off.
+    :param dead: rows moved to ``dead`` (failed or abandoned ``max_attempts`` times).
+    """
+
+    claimed: int = 0
+    dispatched: int = 0
+    retried: int = 0
+    dead: int = 0
+
+
+class RelayCore:
+    """The relay's database steps (claim, mark, reap) on one engine; no broker I/O.
+
+    Shared by :class:`OutboxRelay` and :class:`~sa_inbox.asyncio.AsyncOutboxRelay` (which
+    runs them in a greenlet on the async driver).
+
+    :param engine: the outbox's database (the ``sync_engine`` of an AsyncEngine).
+    :param outbox: the outbox.
+    :raises InvalidRelayArgument: for a bad setting (see :class:`OutboxRelay`).
+    """
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        outbox: Outbox,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        ordered: bool = False,
+    ) -> None:
+        self.engine = engine
+        self.outbox = outbox
+        self.table = outbox.table
+        self.batch_size = positive_int(batch_size, "batch_size", InvalidRelayArgument)
+        self.max_attempts = positive_int(max_attempts, "max_attempts", InvalidRelayArgument)
+        self.visibility_timeout = positive_seconds(
+            visibility_timeout, "visibility_timeout", InvalidRelayArgument
+        )
+        if not isinstance(backoff, Backoff):
+            raise InvalidRelayArgument(f"backoff must be a Backoff, not {backoff!r}")
+        self.backoff = backoff
+        self.ordered = bool(ordered)
+        self._checked = False
+
+    # -- claim ------------------------------------------------------------------------
+
+    def claim(self, now: datetime.datetime | None = None) -> list[OutboxMessage]:
+        """Claim up to ``batch_size`` rows in one short transaction (see the module).
+
+        Claimable: ``pending`` with ``available_at <= now``, or ``processing`` whose claim
+        is older than ``visibility_timeout`` with fewer than ``max_attempts`` attempts.
+
+        :returns: the claimed messages in ``id`` order.
+        :raises UnsupportedBackend: if the server has no ``SKIP LOCKED``.
+        """
+        when = now or utc_now()
+        token = f"relay-{uuid.uuid4().hex}"
+        values = {
+            "status": PROCESSING,
+            "claimed_at": when,
+            "claimed_by": token,
+            "attempts": self.table.c.attempts + 1,
+        }
+        rows: list[RowMapping] = []
+        with self.transaction() as (conn, dialect):
+            for query in self.candidates(when):
+                rows.extend(
+                    dialect.claim(conn, self.table, query, self.batch_size - len(rows), values)
+                )
+                if len(rows) >= self.batch_size:
+                    break
+        return sorted((_message(row) for row in rows), key=lambda m: m.id)
+
+    def candidates(self, now: datetime.datetime) -> tuple[CandidateQuery, CandidateQuery]:
+        """Abandoned claims first, then pending rows: each ``SELECT id … ORDER BY id``."""
+        stale_before = now - datetime.timedelta(seconds=self.visibility_timeout)
+
+        def query(status: str) -> CandidateQuery:
+            def candidates(source: sa.FromClause) -> sa.Select[Any]:
+                c = source.c
+                if status == PENDING:
+                    claimable = c.available_at <= now
+                else:
+                    claimable = sa.and_(c.claimed_at < stale_before, c.attempts < self.max_attempts)
+                where = sa.and_(c.status == status, claimable)
+                if self.ordered:
+                    where = sa.and_(where, self._first_of_destination(source))
+                return sa.select(c.id).where(where).order_by(c.id)
+
+            return candidates
+
+        return query(PROCESSING), query(PENDING)
+
+    def _first_of_destination(self, source: sa.FromClause) -> sa.ColumnElement[bool]:
+        """No other row of the destination is in flight, and none is pending before it."""
+        c = source.c
+        e = self.table.alias("earlier")
+        blocking = sa.select(e.c.id).where(
+            e.c.destination == c.destination,
+            e.c.id != c.id,
+            sa.or_(e.c.status == PROCESSING, sa.and_(e.c.status == PENDING, e.c.id < c.id)),
+        )
+        return ~sa.exists(blocking)
+
+    # -- mark -------------------------------------------------------------------------
+
+    def mark_dispatched(
+        self, messages: Sequence[OutboxMessage], now: datetime.datetime | None = None
+    ) -> int:
+        """Mark confirmed rows ``dispatched`` in one transaction, guarded by their claim.
+
+        :returns: the rows marked (a row whose claim was taken over by another relay after
+            the visibility timeout is left to that relay, and was published twice).
+        """
+        if not messages:
+            return 0
+        t = self.table
+        marked = 0
+        with self.transaction() as (conn, _):
+            for token in sorted({m.claimed_by for m in messages}):
+                ids = sorted(m.id for m in messages if m.claimed_by == token)
+                statement = (
+                    sa.update(t)
+                    .where(t.c.id.in_(ids), t.c.status == PROCESSING, t.c.claimed_by == token)
+                    .values(status=DISPATCHED, dispatched_at=now or utc_now(), claimed_by=None)
+                )
+                marked += _rowcount(conn, statement)
+        return marked
+
+    def mark_failed(
+        self, message: OutboxMessage, error: BaseException, now: datetime.datetime | None = None
+    ) -> bool:
+        """Record a failed publish: ``pending`` again after the back-off, or ``dead`` at
+        ``max_attempts``.
+
+        :returns: True if the row went ``dead``.
+        """
+        when = now or utc_now()
+        text = f"{type(error).__name__}: {error}"[:MAX_ERROR_LENGTH]
+        values: dict[str, Any] = {"last_error": text, "claimed_by": None}
+        dead = message.attempts >= self.max_attempts
+        if dead:
+            values["status"] = DEAD
+        else:
+            delay = datetime.timedelta(seconds=self.backoff.delay(message.attempts))
+            values.update(status=PENDING, available_at=when + delay, claimed_at=None)
+        t = self.table
+        statement = (
+            sa.update(t)
+            .where(
+                t.c.id == message.id, t.c.status == PROCESSING, t.c.claimed_by == message.claimed_by
+            )
+            .values(values)
+        )
+        with self.transaction() as (conn, _):
+            _rowcount(conn, statement)
+        return dead
+
+    def reap(self, now: datetime.datetime | None = None) -> int:
+        """Move rows abandoned ``max_attempts`` times (their relays died each time) to
+        ``dead``; returns how many. Taken with the claim's ``SKIP LOCKED``."""
+        stale_before = (now or utc_now()) - datetime.timedelta(seconds=self.visibility_timeout)
+
+        def candidates(source: sa.FromClause) -> sa.Select[Any]:
+            c = source.c
+            where = sa.and_(
+                c.status == PROCESSING,
+                c.claimed_at < stale_before,
+                c.attempts >= self.max_attempts,
+            )
+            return sa.select(c.id).where(where).order_by(c.id)
+
+        lost = (
+            f"abandoned: not confirmed within the visibility timeout ({self.visibility_timeout} s)"
+        )
+        with self.transaction() as (conn, dialect):
+            values = {"status": DEAD, "last_error": lost, "claimed_by": None}
+            return len(dialect.claim(conn, self.table, candidates, self.batch_size, values))
+
+    def counts(self) -> dict[str, int]:
+        """Rows per status (every status present)."""
+        t = self.table
+        query = sa.select(t.c.status, sa.func.count()).group_by(t.c.status)
+        with self.engine.connect() as conn:
+            found = {str(status): int(n) for status, n in conn.execute(query)}
+        return {status: found.get(status, 0) for status in (PENDING, PROCESSING, DISPATCHED, DEAD)}
+
+    @contextmanager
+    def transaction(self) -> Iterator[tuple[Connection, StoreClaimDialect]]:
+        """A short transaction at the store-claim dialect's isolation level and write lock."""
+        backend = backend_for(self.engine.dialect.name)
+        dialect = backend.store_claim
+        with backend.claim.translate_configuration_errors(), self.engine.connect() as conn:
+            if not self._checked:
+                dialect.check_backend(conn)
+                self._checked = True
+            if dialect.isolation_level is not None:
+                conn.execution_options(isolation_level=dialect.isolation_level)
+            with conn.begin():
+                dialect.begin_write(conn)
+                yield conn, dialect
+
+
+class OutboxRelay:
+    """Publish the outbox's committed rows to a broker, each confirmed, until stopped.
+
+    :param engine: the outbox's database.
+    :param outbox: the :class:`~sa_inbox.outbox.Outbox`.
+    :param publisher: a :class:`~sa_inbox.outbox.publisher.Publisher` with a plain
+        ``publish`` (e.g. :class:`~sa_inbox.brokers.rabbitmq.RabbitMQPublisher`).
+    :param batch_size: rows claimed per transaction (also the most messages a killed
+        relay republishes), >= 1.
+    :param max_attempts: publish attempts before a row is ``dead``, >= 1.
+    :param visibility_timeout: seconds after which a claimed, unmarked row is claimed
+        again by another relay; must exceed the time one batch takes to publish.
+    :param backoff: the wait before a failed row is retried, doubling per attempt.
+    :param ordered: per-destination order (see the module).
+    :param poll_interval: seconds to wait when nothing is claimable.
+    :raises InvalidRelayArgument: for a bad setting.
+
+    Example::
+
+        relay = OutboxRelay(engine, outbox, RabbitMQPublisher("amqp://..."))
+        relay.run()                 # until relay.stop()
+    """
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        outbox: Outbox,
+        publisher: Publisher,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT,
+        backoff: Backoff = DEFAULT_BACKOFF,
+        ordered: bool = False,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+    ) -> None:
+        self.core = RelayCore(
+            engine,
+            outbox,
+            batch_size=batch_size,
+            max_attempts=max_attempts,
+            visibility_timeout=visibility_timeout,
+            backoff=backoff,
+            ordered=ordered,
+        )
+        self.publisher = publisher
+        self.poll_interval = positive_seconds(poll_interval, "poll_interval", InvalidRelayArgument)
+        self._stop = threading.Event()
+
+    def run_once(self) -> RelayBatch:
+        """Claim one batch, publish each row with confirms, mark the results (see the
+        module). A publish error is recorded against its row; a database error propagates.
+        """
+        return relay_batch(self.core, self.publisher, lambda value: value)
+
+    def run(
+        self, *, until_empty: bool = False, sleep: Callable[[float], None] | None = None
+    ) -> RelayBatch:
+        """Relay batches until :meth:`stop` (or, with ``until_empty``, until a claim finds
+        nothing and no row is ``pending`` or ``processing``).
+
+        :returns: the totals over the run.
+        """
+        wait = sleep or self._stop.wait
+        total = RelayBatch()
+        while not self._stop.is_set():
+            batch = self.run_once()
+            total = add_batches(total, batch)
+            if batch.claimed == 0:
+                if until_empty and not unfinished(self.core):
+                    break
+                wait(self.poll_interval)
+        return total
+
+    def stop(self) -> None:
+        """Stop after the current batch (thread-safe)."""
+        self._stop.set()
+
+
+def relay_batch(core: RelayCore, publisher: Publisher, resolve: Callable[[Any], Any]) -> RelayBatch:
+    """One claim, publish, mark round: the logic both relays share.
+
+    :param publisher: the publisher; its ``publish_many`` is used when it has one.
+    :param resolve: turns what the publisher returned into its result (the identity for a
+        plain publisher; awaiting it on the loop for an async one, from a greenlet).
+    """
+    dead = core.reap()
+    messages = core.claim()
+    confirmed: list[OutboxMessage] = []
+    retried = 0
+    for message, error in zip(messages, publish_all(publisher, messages, resolve), strict=True):
+        if error is None:
+            confirmed.append(message)
+            continue
+        logger.warning(
+            "outbox message %s to %s: publish failed (attempt %d): %s",
+            message.message_id,
+            message.destination,
+            message.attempts,
+            error,
+            extra={"action": "publish_failed", "message_id": message.message_id},
+        )
+        if core.mark_failed(message, error):
+            dead += 1
+        else:
+            retried += 1
+    dispatched = core.mark_dispatched(confirmed)
+    return RelayBatch(claimed=len(messages), dispatched=dispatched, retried=retried, dead=dead)
+
+
+def publish_all(
+    publisher: Publisher, messages: Sequence[OutboxMessage], resolve: Callable[[Any], Any]
+) -> list[Exception | None]:
+    """Publish ``messages``; per message None (confirmed) or the exception that refused it.
+
+    With the publisher's optional ``publish_many(messages)`` (confirms pipelined, e.g.
+    :class:`~sa_inbox.brokers.rabbitmq.AioPikaPublisher`) in one call; else one ``publish``
+    after the other, each waiting for its confirm.
+    """
+    if not messages:
+        return []
+    many = getattr(publisher, "publish_many", None)
+    if many is not None:
+        try:
+            return list(resolve(many(list(messages))))
+        except Exception as exc:  # the whole batch failed (the broker is unreachable)
+            return [exc] * len(messages)
+    outcomes: list[Exception | None] = []
+    for message in messages:
+        try:
+            resolve(publisher.publish(message))
+        except Exception as exc:  # the broker's error: recorded against the row
+            outcomes.append(exc)
+        else:
+            outcomes.append(None)
+    return outcomes
+
+
+def unfinished(core: RelayCore) -> bool:
+    """Whether a row is still ``pending`` or ``processing``."""
+    counts = core.counts()
+    return counts[PENDING] + counts[PROCESSING] > 0
+
+
+def add_batches(a: RelayBatch, b: RelayBatch) -> RelayBatch:
+    """The sum of two batches' counts."""
+    return RelayBatch(
+        a.claimed + b.claimed, a.dispatched + b.dispatched, a.retried + b.retried, a.dead + b.dead
+    )
+
+
+def _message(row: RowMapping) -> OutboxMessage:
+    return OutboxMessage(
+        id=int(row["id"]),
+        message_id=row["message_id"],
+        destination=row["destination"],
+        payload=bytes(row["payload"]),
+        headers=dict(row["headers"] or {}),
+        attempts=int(row["attempts"]),
+        created_at=row["created_at"],
+        claimed_by=row["claimed_by"] or "",
+    )
+
+
+def _rowcount(conn: Connection, statement: sa.Update) -> int:
+    result = conn.execute(statement, execution_options={"preserve_rowcount": True})
+    return int(result.rowcount)
