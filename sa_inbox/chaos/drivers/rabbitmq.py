@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import pika
+import pika.exceptions
 from sqlalchemy.orm import Session
 
 from ...brokers import Delivery, Settlement
@@ -46,7 +47,21 @@ class Driver:
 
     @property
     def channel(self) -> Any:
-        """The driver's own channel (publisher confirms), opened on first use."""
+        """The driver's own channel (publisher confirms), opened on first use, and opened
+        again if the broker dropped the connection meanwhile.
+
+        A ``BlockingConnection`` sends heartbeats only while the program calls into it; the
+        driver's connection idles for minutes while the consumers work, so RabbitMQ closes
+        it after two missed heartbeats (RabbitMQ docs, "Detecting Dead TCP Connections with
+        Heartbeats"; 60 s by default) and pika learns it only at the next use
+        (``StreamLostError``, seen in a 90,000-payment run). The liveness check here is
+        ``process_data_events(0)``: it does the pending I/O without waiting.
+        """
+        if self._channel is not None and self._channel.is_open:
+            try:
+                self._connection.process_data_events(time_limit=0)
+            except pika.exceptions.AMQPError:
+                self._connection = self._channel = None
         if self._channel is None or not self._channel.is_open:
             self._connection = pika.BlockingConnection(pika.URLParameters(self.url))
             self._channel = self._connection.channel()
