@@ -11,7 +11,7 @@ MODE ``drain``: run until nothing is claimable. ``serve``: run until SIGTERM/SIG
 (the test kills the process). ``slow``: print ``HANDLING <message_id>`` and take 1 s per
 message (for the graceful-stop test). Options (KEY=VALUE): batch, visibility, attempts,
 ordered (0/1), concurrency, fail_first (fail every message whose seq is a multiple of this
-on its first attempt).
+on its first attempt), transaction (message/batch).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def worker_options(options: dict[str, str]) -> dict[str, Any]:
         "ordered": options.get("ordered", "0") == "1",
         "backoff": Backoff(base=0.05, maximum=0.2),
         "poll_interval": 0.05,
+        "transaction": options.get("transaction", "message"),
     }
 
 
