@@ -11,6 +11,9 @@ A :class:`Worker` runs on any :class:`~sa_inbox.store.MessageStore`: a database
 4. on a stop request (:meth:`Worker.stop`, SIGTERM, SIGINT), finish the message in hand and
    release the rest of the batch (back to ``pending``, attempt not counted).
 
+With ``transaction="batch"``, steps 2 and 3 run for the whole claimed batch in one
+transaction, a failing message still failing alone (:mod:`sa_inbox.store.batch`).
+
 Rows whose worker died come back by themselves: the claim takes ``processing`` rows older
 than ``visibility_timeout``. Every ``reap_interval`` seconds the worker also calls
 :meth:`~sa_inbox.store.InboxStore.reap`, which moves abandoned rows that used up their

@@ -256,7 +256,7 @@ def test_a_deadlock_between_two_batches_is_re_run_not_surfaced(
 def drain_with_duplicates(url: str, app: StoreApp, tmp_path: Path, child: str) -> None:
     """Two processes drain a stream with redeliveries in batch mode, crediting accounts in
     crossing orders: every message once, every balance right, no failure surfaced."""
-    count, duplicates = 600, 100
+    count, duplicates = 300, 50
     assert receive_stream(app, stream_with_duplicates(count, duplicates, seed=13)) == count
     log = tmp_path / "batches.jsonl"
     children = [
@@ -330,7 +330,7 @@ def stop_mid_batch(url: str, app: StoreApp, tmp_path: Path, child: str) -> None:
 def ordered_in_batches(url: str, app: StoreApp, tmp_path: Path, child: str) -> None:
     """Per-aggregate order in batch mode, with every 5th message failing its first attempt
     and the stream arriving while two worker processes run."""
-    aggregates, per_aggregate = 12, 8
+    aggregates, per_aggregate = 8, 6
     rng = random.Random(11)
     stream = ordered_stream(aggregates, per_aggregate, rng)
     log = tmp_path / "batches.jsonl"
