@@ -42,7 +42,7 @@ from tests.support.store_app import StoreApp, make_engine
 
 pytestmark = pytest.mark.backend
 
-VISIBILITY = 2.0  # seconds: the visibility timeout of the kill test
+VISIBILITY = 1.0  # seconds: the visibility timeout of the kill test
 ACCOUNTS = 5
 
 
