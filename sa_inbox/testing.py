@@ -24,9 +24,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .exc import InvalidStoreArgument
+from .exc import ConfigurationError, InvalidStoreArgument
 from .handlers import call_handler
-from .store.protocol import Handler, Incoming, ReapResult, StoredMessage
+from .store.protocol import (
+    BatchFailure,
+    BatchResult,
+    Handler,
+    Incoming,
+    ReapResult,
+    RetryAt,
+    StoredMessage,
+)
 from .store.schema import (
     DEAD,
     DEFAULT_CONSUMER,
@@ -229,6 +237,62 @@ class MemoryStore:
             row.status, row.processed_at = DONE, now
             row.history.append("done")
         return True
+
+    def complete_batch(
+        self,
+        messages: Sequence[StoredMessage],
+        handler: Handler,
+        *,
+        now: datetime.datetime,
+        savepoints: bool,
+        failed: Sequence[BatchFailure],
+        retry_at: RetryAt,
+        stopping: Callable[[], bool],
+    ) -> BatchResult:
+        """A batch as :meth:`sa_inbox.store.InboxStore.complete_batch` commits it, without
+        the transaction: memory has no rollback, so every handler is isolated (as with
+        ``savepoints``) whatever ``savepoints`` says, and each message's outcome is
+        recorded as its handler ends.
+
+        :returns: the :class:`~sa_inbox.store.protocol.BatchResult`, as the database's.
+        """
+        earlier = {failure.message.id: failure for failure in failed}
+        done: list[StoredMessage] = []
+        failures: list[BatchFailure] = []
+        lost: list[StoredMessage] = []
+        released: list[StoredMessage] = []
+        for message in messages:
+            if message.id in earlier:
+                failures.append(earlier[message.id])
+            elif released or stopping():
+                released.append(message)
+            else:
+                self._run_in_batch(message, handler, now, retry_at, done, failures, lost)
+        for failure in failures:
+            text = f"{type(failure.error).__name__}: {failure.error}"
+            self.fail(failure.message, text, retry_at=failure.retry_at, now=now)
+        self.release(released)
+        return BatchResult(tuple(done), tuple(failures), tuple(lost), tuple(released))
+
+    def _run_in_batch(
+        self,
+        message: StoredMessage,
+        handler: Handler,
+        now: datetime.datetime,
+        retry_at: RetryAt,
+        done: list[StoredMessage],
+        failures: list[BatchFailure],
+        lost: list[StoredMessage],
+    ) -> None:
+        """One message of :meth:`complete_batch`: its outcome appended to its list."""
+        try:
+            completed = self.complete(message, handler, now=now)
+        except ConfigurationError:
+            raise
+        except Exception as exc:
+            failures.append(BatchFailure(message, exc, retry_at(message)))
+            return
+        (done if completed else lost).append(message)
 
     def fail(
         self,

@@ -187,16 +187,23 @@ def _store_drain_md(documents: Sequence[Document]) -> str:
     rows = [
         [
             d["backend"],
+            r.get("handler", "effect"),
             str(r["workers"]),
+            r.get("contender", "message"),
             f"{d['results']['messages']:,}",
-            _f(r["receive_per_second"], ",.0f"),
             _f(r["drain_per_second"], ",.0f"),
             " / ".join(f"{x:,.0f}" for x in r["drain_runs_per_second"]),
+            _f(r.get("x_message"), ".1f"),
+            _f(r.get("x_pactix"), ".1f"),
+            _f(r["receive_per_second"], ",.0f"),
         ]
         for d in documents
         for r in d["results"]["summary"]
     ]
-    header = ["backend", "workers", "messages", "receive msg/s", "drain msg/s", "drain runs"]
+    header = [
+        "backend", "handler", "workers", "contender", "messages", "drain msg/s", "drain runs",
+        "batch / message", "batch / pactix", "receive msg/s",
+    ]  # fmt: skip
     single = [
         [
             d["backend"],
@@ -333,15 +340,23 @@ def _purge_plot(documents: Sequence[Document], ax: Any) -> None:
 
 
 def _store_drain_plot(documents: Sequence[Document], ax: Any) -> None:
+    styles = {"message": "-", "batch": "--", "pactix": ":"}
     for color, d in enumerate(documents):
-        rows = d["results"]["summary"]
-        workers = [r["workers"] for r in rows]
-        style = {"color": f"C{color}", "marker": "o"}
-        ax.plot(workers, [r["drain_per_second"] for r in rows], label=d["backend"], **style)
-        ax.plot(workers, [r["receive_per_second"] for r in rows], linestyle="--", **style)
+        rows = [r for r in d["results"]["summary"] if r.get("handler", "noop") == "noop"]
+        for contender, linestyle in styles.items():
+            mine = [r for r in rows if r.get("contender", "message") == contender]
+            if mine:
+                ax.plot(
+                    [r["workers"] for r in mine],
+                    [r["drain_per_second"] for r in mine],
+                    label=f"{d['backend']} {contender}",
+                    color=f"C{color}",
+                    marker="o",
+                    linestyle=linestyle,
+                )
     ax.set_yscale("log")
     ax.set_xlabel("worker processes")
-    ax.set_ylabel("messages/s (solid: drained, dashed: received)")
+    ax.set_ylabel("messages/s drained, no-op handler")
     ax.legend()
 
 

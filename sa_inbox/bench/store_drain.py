@@ -1,14 +1,28 @@
-"""Inbox store: receive M messages, then drain them with 1 … W worker processes.
+"""Inbox store: receive M messages, then drain them with 1 … W worker processes, per
+handler and transaction mode, against pactix 0.2.0 when it is importable.
 
-Each run drops and creates the store table (``bench_store``) and an effects table, receives
-the ``messages`` in broker polls of :data:`POLL` (:meth:`~sa_inbox.store.InboxStore.
-receive_many`, one transaction per poll), then drains them with ``workers`` processes of
-:class:`~sa_inbox.bench.workers.WorkerPool`, each running
-``Worker(batch_size=…).run(until_empty=True)``, released together by a barrier once
-connected. The drain is timed from the release to the last worker's return. The handler
-inserts one effect row per message, in the transaction that marks it ``done``; after each
-run the state is checked (``messages`` distinct effect rows, as many ``done`` rows, and the
-workers' counts add up), and a wrong state stops the benchmark.
+Each drain drops and creates the store table (``bench_store``), a ledger and an accounts
+table, receives the ``messages`` in broker polls of :data:`POLL`
+(:meth:`~sa_inbox.store.InboxStore.receive_many`, one transaction per poll), then drains
+them with ``workers`` processes of :class:`~sa_inbox.bench.workers.WorkerPool`, each running
+``Worker(batch_size=…, transaction=…).run(until_empty=True)``, released together by a barrier
+once connected. The drain is timed from the release to the last worker's return.
+
+Cells: each handler of :data:`HANDLERS` (``noop``: nothing; ``ledger``: one ledger insert
+and one balance update of one of :data:`ACCOUNTS` accounts, spread so that concurrent
+batches lock accounts in crossing orders), by each worker level, by each contender: sa-inbox
+with ``transaction="message"`` and ``"batch"``, and, with the no-op handler, pactix's
+``run_once`` (:mod:`~sa_inbox.bench.pactix_peer`) when it is importable. The contenders of a
+cell alternate within each repeat (the order rotating), so they see the same moments of a
+shared machine; ratios (``x_message``: batch over per-message, ``x_pactix``: sa-inbox over
+pactix) are taken per repeat, then their median.
+
+After each drain the state is checked in the database, and a wrong state stops the
+benchmark: every store row ``done`` and the workers' ``processed`` adding up to the
+messages (each message done exactly once); no failed attempt, dead row or worker error
+(so no deadlock reached the user: deadlocks are re-run, counted in ``batch_reruns`` and
+``transient_retries``, which are reported); for ``ledger``, one ledger row per message
+(distinct) and the balances adding up to the amounts.
 
 Before the drains, ``receive vs claim`` times one message per transaction, alternately
 (order rotated each message) through :meth:`~sa_inbox.store.InboxStore.receive` (the
@@ -18,8 +32,9 @@ on one open connection: the median latency of each, over ``min(messages, 2000)``
 after :data:`WARMUP` untimed ones (every table must then hold exactly those rows); see
 :func:`receive_vs_claim`.
 
-Options: ``config.options["batch_size"]`` (default :data:`DEFAULT_BATCH_SIZE`), the
-worker's claim batch. Figures are medians over ``config.repeat`` runs.
+Options (``config.options``): ``batch_size`` (default :data:`DEFAULT_BATCH_SIZE`), the
+worker's claim batch; ``levels``, the worker levels (default 1, 2, 4 … ``config.workers``);
+``handlers``, a subset of :data:`HANDLERS`. Figures are medians over ``config.repeat`` runs.
 """
 
 from __future__ import annotations
@@ -27,7 +42,7 @@ from __future__ import annotations
 import datetime
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +54,17 @@ from sqlalchemy.orm import Session
 from ..claim import Inbox
 from ..dialects import backend_for
 from ..store import DONE, PENDING, InboxStore, Incoming, StoredMessage, Worker
+from ..store.worker import BATCH, MESSAGE
+from . import pactix_peer
 from .db import make_engine
 from .runner import BenchConfig
 from .workers import BenchError, WorkerPool, levels, summarise
 
 __all__ = [
+    "ACCOUNTS",
     "DEFAULT_BATCH_SIZE",
+    "HANDLERS",
+    "PACTIX",
     "SINGLE_WAYS",
     "drain_worker",
     "read_loadavg",
@@ -54,51 +74,87 @@ __all__ = [
 ]
 
 DEFAULT_MESSAGES = 1000
-#: Messages a worker claims per transaction (``Worker(batch_size=…)``).
-DEFAULT_BATCH_SIZE = 20
+#: Messages a worker claims per transaction (``Worker(batch_size=…)``); pactix claims 100.
+DEFAULT_BATCH_SIZE = 100
 #: Messages per ``receive_many`` transaction: one broker poll.
 POLL = 100
 #: Most messages of the receive-vs-claim timing.
 SINGLE_MAX = 2000
 #: Untimed messages before the receive-vs-claim timing (checks, statement caches).
 WARMUP = 5
+#: Accounts the ``ledger`` handler credits.
+ACCOUNTS = 1000
+#: The pactix contender's name.
+PACTIX = "pactix"
 
 METADATA = sa.MetaData()
 STORE = InboxStore(METADATA, table_name="bench_store")
 CLAIMS = Inbox(METADATA, table_name="bench_store_claims")
 #: The table of the hand-written insert of ``receive vs claim`` (a store table).
 CORE_STORE = InboxStore(METADATA, table_name="bench_store_core")
-EFFECTS = sa.Table(
-    "bench_store_effects",
+LEDGER = sa.Table(
+    "bench_store_ledger",
     METADATA,
     sa.Column(
         "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), sa.Identity(), primary_key=True
     ),
     sa.Column("message_id", sa.String(255), nullable=False),
+    sa.Column("account", sa.Integer, nullable=False),
     sa.Column("amount", sa.Integer, nullable=False),
+)
+BALANCES = sa.Table(
+    "bench_store_accounts",
+    METADATA,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("balance", sa.Integer, nullable=False),
 )
 
 
-def apply(session: Session, message: StoredMessage) -> None:
-    """The handler: one effect row per message."""
+def noop(session: Session, message: StoredMessage) -> None:
+    """The no-op handler: the drain's own cost."""
+
+
+def ledger(session: Session, message: StoredMessage) -> None:
+    """The realistic handler: one ledger row and one balance update."""
+    account, amount = message.payload["account"], message.payload["amount"]
     session.execute(
-        EFFECTS.insert().values(message_id=message.message_id, amount=message.payload["amount"])
+        LEDGER.insert().values(message_id=message.message_id, account=account, amount=amount)
     )
+    session.execute(
+        BALANCES.update()
+        .where(BALANCES.c.id == account)
+        .values(balance=BALANCES.c.balance + amount)
+    )
+
+
+#: The handlers of the drain cells, by name.
+HANDLERS: dict[str, Callable[[Session, StoredMessage], None]] = {"noop": noop, "ledger": ledger}
+
+
+def _payload(i: int) -> dict[str, int]:
+    return {"amount": i % 100, "account": i * 7919 % ACCOUNTS}
 
 
 def _reset(engine: sa.Engine) -> None:
     METADATA.drop_all(engine, checkfirst=True)
     METADATA.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(BALANCES.insert(), [{"id": i, "balance": 0} for i in range(ACCOUNTS)])
 
 
 def drain_worker(
     params: Mapping[str, Any], worker: int, workers: int, go: Callable[[], float]
 ) -> dict[str, Any]:
     """A worker process (:data:`~sa_inbox.bench.workers.WorkerFunction`): connect, wait at
-    the barrier, drain the store; the messages it processed."""
+    the barrier, drain the store; its summary."""
     engine = make_engine(params["url"])
     try:
-        consumer = Worker(STORE.bind(engine), apply, batch_size=params["batch_size"])
+        consumer = Worker(
+            STORE.bind(engine),
+            HANDLERS[params["handler"]],
+            batch_size=params["batch_size"],
+            transaction=params["transaction"],
+        )
         with engine.connect():
             pass
         started = go()
@@ -106,12 +162,20 @@ def drain_worker(
         finished = time.perf_counter()
     finally:
         engine.dispose()
-    return {"started": started, "finished": finished, "latencies": [], "done": summary.processed}
+    return {
+        "started": started,
+        "finished": finished,
+        "latencies": [],
+        "done": summary.processed,
+        "errors": summary.errors + summary.retried + summary.dead + summary.lost,
+        "batch_reruns": summary.batch_reruns,
+        "transient_retries": summary.transient_retries,
+    }
 
 
 def _receive(engine: sa.Engine, messages: int) -> float:
     """Receive ``messages`` in polls of :data:`POLL`; the seconds taken."""
-    stream = [Incoming(f"bench-{i:07d}", {"amount": i % 100}) for i in range(messages)]
+    stream = [Incoming(f"bench-{i:07d}", _payload(i)) for i in range(messages)]
     started = time.perf_counter()
     for start in range(0, messages, POLL):
         with engine.begin() as conn:
@@ -119,38 +183,70 @@ def _receive(engine: sa.Engine, messages: int) -> float:
     return time.perf_counter() - started
 
 
-def _check(engine: sa.Engine, messages: int, done: list[int]) -> None:
-    """:raises BenchError: unless every message was processed exactly once."""
+def _check(engine: sa.Engine, messages: int, handler: str, results: Sequence[Any]) -> None:
+    """:raises BenchError: unless every message was processed exactly once, no failure
+    reached the user, and (``ledger``) the business state is exact."""
+    done = [r["done"] for r in results]
+    counts = STORE.counts(engine)
+    errors = sum(r["errors"] for r in results)
+    if not counts[DONE] == messages == sum(done) or errors:
+        raise BenchError(
+            f"wrong state after the drain: store {counts}, workers processed {done} of "
+            f"{messages}, {errors} failed attempts or worker errors"
+        )
+    if handler != "ledger":
+        return
     with engine.connect() as conn:
         rows, distinct = conn.execute(
-            sa.select(sa.func.count(), sa.func.count(sa.distinct(EFFECTS.c.message_id)))
+            sa.select(sa.func.count(), sa.func.count(sa.distinct(LEDGER.c.message_id)))
         ).one()
-    counts = STORE.counts(engine)
-    if not rows == distinct == messages == counts[DONE] == sum(done):
+        balance = conn.execute(sa.select(sa.func.sum(BALANCES.c.balance))).scalar_one()
+    amounts = sum(_payload(i)["amount"] for i in range(messages))
+    if not rows == distinct == messages or balance != amounts:
         raise BenchError(
-            f"wrong state after the drain: {rows} effect rows ({distinct} distinct) for "
-            f"{messages} messages, store {counts}, workers processed {done}"
+            f"wrong ledger: {rows} rows ({distinct} distinct) for {messages} messages, "
+            f"balances {balance} for {amounts}"
         )
 
 
 def drain(
-    engine: sa.Engine, pool: WorkerPool, url: str, messages: int, workers: int, batch_size: int
+    engine: sa.Engine,
+    pool: WorkerPool,
+    url: str,
+    messages: int,
+    workers: int,
+    batch_size: int,
+    handler: str = "noop",
+    contender: str = MESSAGE,
 ) -> dict[str, Any]:
-    """Receive ``messages``, drain them with ``workers`` processes, check; one run's figures."""
-    _reset(engine)
-    receive_seconds = _receive(engine, messages)
-    results = pool.run(f"{__name__}:drain_worker", {"url": url, "batch_size": batch_size}, workers)
-    done = [r["done"] for r in results]
-    _check(engine, messages, done)
+    """One drain: receive ``messages``, drain them with ``workers`` processes of
+    ``contender`` (``"message"``, ``"batch"`` or :data:`PACTIX`), check; its figures."""
+    if contender == PACTIX:
+        receive_seconds = pactix_peer.receive(url, messages)
+        results = pool.run(f"{pactix_peer.__name__}:drain_worker", {"url": url}, workers)
+        pactix_peer.check(url, messages)
+    else:
+        _reset(engine)
+        receive_seconds = _receive(engine, messages)
+        params = {"url": url, "batch_size": batch_size, "handler": handler}
+        results = pool.run(
+            f"{__name__}:drain_worker", {**params, "transaction": contender}, workers
+        )
+        _check(engine, messages, handler, results)
     drain_seconds = summarise(results, messages)["seconds"]
     return {
         "workers": workers,
+        "handler": handler,
+        "contender": contender,
         "messages": messages,
         "receive_seconds": receive_seconds,
         "drain_seconds": drain_seconds,
         "receive_per_second": messages / receive_seconds,
         "drain_per_second": messages / drain_seconds,
-        "done_per_worker": done,
+        "done_per_worker": [r["done"] for r in results],
+        "errors": sum(r.get("errors", 0) for r in results),
+        "batch_reruns": sum(r.get("batch_reruns", 0) for r in results),
+        "transient_retries": sum(r.get("transient_retries", 0) for r in results),
     }
 
 
@@ -238,17 +334,30 @@ def read_loadavg() -> float:
         return float("nan")
 
 
+def contenders(handler: str, url: str) -> list[str]:
+    """The contenders of a drain cell: both transaction modes, and pactix for ``noop``
+    when it is importable and runs on ``url``'s backend."""
+    found = [MESSAGE, BATCH]
+    if handler == "noop" and pactix_peer.available(url):
+        found.append(PACTIX)
+    return found
+
+
 def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
-    """``config.repeat`` receive-vs-claim timings, then ``config.repeat`` drains at each
-    worker level; every run's figures and the medians.
+    """``config.repeat`` receive-vs-claim timings, then ``config.repeat`` drains of every
+    contender, per handler and worker level; every run's figures and the medians.
 
     :raises BenchError: if a run leaves the wrong state or a worker fails.
     """
     messages = config.messages or DEFAULT_MESSAGES
     batch_size = int(config.options.get("batch_size", DEFAULT_BATCH_SIZE))
-    worker_levels = levels(config.workers)
+    worker_levels = list(config.options.get("levels") or levels(config.workers))
+    handlers = list(config.options.get("handlers") or HANDLERS)
+    cells = [(h, w, contenders(h, config.url)) for h in handlers for w in worker_levels]
     single_task = progress.add_task("store: receive vs claim", total=config.repeat)
-    drain_task = progress.add_task("store: drain", total=config.repeat * len(worker_levels))
+    drain_task = progress.add_task(
+        "store: drain", total=config.repeat * sum(len(c) for _, _, c in cells)
+    )
     engine = make_engine(config.url)
     try:
         single = []
@@ -256,11 +365,25 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
             single.append(receive_vs_claim(engine, min(messages, SINGLE_MAX)))
             progress.advance(single_task)
         runs = []
-        with WorkerPool(config.workers) as pool:
-            for workers in worker_levels:
-                for _ in range(config.repeat):
-                    runs.append(drain(engine, pool, config.url, messages, workers, batch_size))
-                    progress.advance(drain_task)
+        with WorkerPool(max(worker_levels)) as pool:
+            for handler, workers, names in cells:
+                for repeat in range(config.repeat):
+                    turn = repeat % len(names)
+                    for contender in names[turn:] + names[:turn]:
+                        runs.append(
+                            drain(
+                                engine,
+                                pool,
+                                config.url,
+                                messages,
+                                workers,
+                                batch_size,
+                                handler,
+                                contender,
+                            )
+                            | {"repeat": repeat}
+                        )
+                        progress.advance(drain_task)
         METADATA.drop_all(engine, checkfirst=True)
     finally:
         engine.dispose()
@@ -286,36 +409,83 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     }
 
 
+def _ratio(runs: list[dict[str, Any]], cell: tuple[str, int], over: str) -> float | None:
+    """Median over repeats of batch (or sa-inbox's best) over ``over``'s drain rate."""
+    handler, workers = cell
+    ratios = []
+    for repeat in sorted({r["repeat"] for r in runs}):
+        same = {
+            r["contender"]: r["drain_per_second"]
+            for r in runs
+            if (r["handler"], r["workers"], r["repeat"]) == (handler, workers, repeat)
+        }
+        if BATCH in same and over in same:
+            ratios.append(same[BATCH] / same[over])
+    return statistics.median(ratios) if ratios else None
+
+
 def summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per worker level: median receive and drain messages/s, and the drain of every run."""
+    """Per handler, worker level and contender: median receive and drain messages/s, the
+    drain of every run, the re-runs, and the batch mode's ratios over per-message and
+    pactix."""
     rows = []
-    for workers in sorted({r["workers"] for r in runs}):
-        mine = [r for r in runs if r["workers"] == workers]
-        rows.append(
-            {
-                "workers": workers,
-                "repeats": len(mine),
-                "receive_per_second": statistics.median(r["receive_per_second"] for r in mine),
-                "drain_per_second": statistics.median(r["drain_per_second"] for r in mine),
-                "drain_runs_per_second": [r["drain_per_second"] for r in mine],
-            }
-        )
+    keys = sorted(
+        {(r["handler"], r["workers"], r["contender"]) for r in runs},
+        key=lambda k: (list(HANDLERS).index(k[0]), k[1], [MESSAGE, BATCH, PACTIX].index(k[2])),
+    )
+    for handler, workers, contender in keys:
+        mine = [
+            r
+            for r in runs
+            if (r["handler"], r["workers"], r["contender"]) == (handler, workers, contender)
+        ]
+        row: dict[str, Any] = {
+            "handler": handler,
+            "workers": workers,
+            "contender": contender,
+            "repeats": len(mine),
+            "receive_per_second": statistics.median(r["receive_per_second"] for r in mine),
+            "drain_per_second": statistics.median(r["drain_per_second"] for r in mine),
+            "drain_runs_per_second": [r["drain_per_second"] for r in mine],
+            "batch_reruns": [r["batch_reruns"] for r in mine],
+            "transient_retries": [r["transient_retries"] for r in mine],
+            "errors": [r["errors"] for r in mine],
+        }
+        if contender == BATCH:
+            row["x_message"] = _ratio(runs, (handler, workers), MESSAGE)
+            row["x_pactix"] = _ratio(runs, (handler, workers), PACTIX)
+        rows.append(row)
     return rows
 
 
 def table(results: Mapping[str, Any]) -> Table:
-    """Per worker level: receive and drain messages/s; receive vs claim in the caption."""
-    out = Table("workers", "messages", "receive msg/s", "drain msg/s", "drain runs (msg/s)")
+    """Per cell and contender: drain messages/s and ratios; receive vs claim in the caption."""
+    out = Table(
+        "handler",
+        "workers",
+        "contender",
+        "drain msg/s",
+        "drain runs (msg/s)",
+        "batch / message",
+        "batch / pactix",
+        "re-runs (batch, transient)",
+        "receive msg/s",
+    )
     for row in results["summary"]:
         out.add_row(
+            row["handler"],
             str(row["workers"]),
-            f"{results['messages']:,}",
-            f"{row['receive_per_second']:,.0f}",
+            row["contender"],
             f"{row['drain_per_second']:,.0f}",
             " / ".join(f"{x:,.0f}" for x in row["drain_runs_per_second"]),
+            _times(row.get("x_message")),
+            _times(row.get("x_pactix")),
+            f"{sum(row['batch_reruns'])}, {sum(row['transient_retries'])}",
+            f"{row['receive_per_second']:,.0f}",
         )
     single = results["receive_vs_claim_summary"]
     out.caption = (
+        f"{results['messages']:,} messages per drain, claim batch {results['batch_size']}; "
         f"receive vs claim, one message per transaction ({single['messages']:,.0f} messages, "
         f"median of {len(results['receive_vs_claim'])} runs): receive "
         f"{single['receive_median_us']:.0f} µs, claim {single['claim_median_us']:.0f} µs, "
@@ -324,3 +494,7 @@ def table(results: Mapping[str, Any]) -> Table:
         f"(load {single['loadavg_1min']:.2f})"
     )
     return out
+
+
+def _times(ratio: float | None) -> str:
+    return "" if ratio is None else f"x{ratio:.1f}"

@@ -65,6 +65,14 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
 @click.option("--batch-size", default=10, show_default=True, type=click.IntRange(min=1))
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option(
+    "--transaction",
+    default="message",
+    show_default=True,
+    type=click.Choice(["message", "batch"]),
+    help="One transaction per message, or per claimed batch (a failing message still fails "
+    "alone; a re-run batch runs its handlers again: for database-only handlers).",
+)
+@click.option(
     "--visibility-timeout",
     default=300.0,
     show_default=True,
@@ -135,6 +143,7 @@ def worker_command(
     handler_spec: str,
     batch_size: int,
     concurrency: int,
+    transaction: str,
     visibility_timeout: float,
     max_attempts: int,
     ordered: bool,
@@ -156,9 +165,10 @@ def worker_command(
     HANDLER is called as handler(session, message) in the transaction that marks the
     message done. On SIGTERM or SIGINT the worker finishes the message in hand, releases
     the rest of its batch and exits 0. Prints the run's summary as JSON at exit
-    (processed, retried, dead, lost, released, errors, transient_retries, reaped_dead,
-    reason). A configuration error (a missing table, a handler that cannot run) stops it
-    with exit code 3.
+    (processed, retried, dead, lost, released, errors, transient_retries, batch_reruns,
+    reaped_dead, reason). A configuration error (a missing table, a handler that cannot
+    run) stops it with exit code 3. With --transaction batch, the messages of one claimed
+    batch are handled in one transaction (see sa_inbox.store.batch).
 
     Either --consumer NAME or --all-consumers is required: a handler belongs to a
     consumer, and guessing is worse either way. Defaulting to the consumer "default"
@@ -182,6 +192,7 @@ def worker_command(
         "consumer_name": consumer,
         "batch_size": batch_size,
         "concurrency": concurrency,
+        "transaction": transaction,
         "visibility_timeout": visibility_timeout,
         "max_attempts": max_attempts,
         "ordered": ordered,

@@ -7,6 +7,7 @@ module                      what it holds
 :mod:`.protocol`            what a worker sees of a store (:class:`MessageStore`), the messages
 :mod:`.store`               :class:`InboxStore` on a database, :class:`BoundStore` (one engine)
 :mod:`.worker`              :class:`Worker`: claim with ``SKIP LOCKED``, process, back off
+:mod:`.batch`               the worker's batch transaction mode (``transaction="batch"``)
 ==========================  ===================================================================
 
 The in-memory store for tests is :class:`sa_inbox.testing.MemoryStore`. Every name of the

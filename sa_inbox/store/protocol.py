@@ -9,7 +9,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Handler", "Incoming", "MessageStore", "ReapResult", "StoredMessage"]
+__all__ = [
+    "LOST",
+    "RELEASED",
+    "RETRY",
+    "BatchFailure",
+    "BatchResult",
+    "Handler",
+    "HandlerFailed",
+    "Incoming",
+    "MessageStore",
+    "ReapResult",
+    "RetryAt",
+    "StoredMessage",
+]
+
+
+#: Outcomes of one message besides ``done`` and ``dead``: retried later, claim lost,
+#: given back unstarted.
+RETRY, LOST, RELEASED = "retry", "lost", "released"
 
 
 @dataclass(frozen=True)
@@ -59,6 +77,54 @@ class ReapResult:
     dead: int
 
 
+@dataclass(frozen=True)
+class BatchFailure:
+    """A message of a batch whose handler raised, recorded as a failed attempt.
+
+    :param message: the message.
+    :param error: the exception raised by its handler.
+    :param retry_at: when it may be claimed again (aware UTC), or ``None``: it is ``dead``.
+    """
+
+    message: StoredMessage
+    error: BaseException
+    retry_at: datetime.datetime | None
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one batch transaction (:meth:`MessageStore.complete_batch`) committed.
+
+    :param done: messages whose handler's change committed with ``done``.
+    :param failed: messages recorded as failed attempts in the same transaction.
+    :param lost: messages whose claim was no longer this batch's: nothing ran.
+    :param released: messages given back unstarted (a stop request came mid-batch).
+    """
+
+    done: tuple[StoredMessage, ...] = ()
+    failed: tuple[BatchFailure, ...] = ()
+    lost: tuple[StoredMessage, ...] = ()
+    released: tuple[StoredMessage, ...] = ()
+
+
+class HandlerFailed(Exception):
+    """Raised by a batch transaction run without savepoints when a handler raised: the
+    whole transaction was rolled back, nothing of the batch committed.
+
+    :param message: the message whose handler raised.
+    :param error: what it raised (also the ``__cause__``).
+    """
+
+    def __init__(self, message: StoredMessage, error: BaseException) -> None:
+        super().__init__(f"handler failed on message {message.message_id!r}: {error}")
+        self.message = message
+        self.error = error
+
+
+#: ``retry_at(message)``: when a message that failed this attempt may be claimed again
+#: (aware UTC), or ``None`` when its attempts are used up (``dead``).
+RetryAt = Callable[[StoredMessage], "datetime.datetime | None"]
+
 #: A handler: ``handler(session, message)``. It runs in the transaction that marks the row
 #: ``done`` and must not commit. (The in-memory store passes its own context for session.)
 Handler = Callable[[Any, StoredMessage], object]
@@ -87,6 +153,18 @@ class MessageStore(Protocol):
     def complete(
         self, message: StoredMessage, handler: Handler, *, now: datetime.datetime
     ) -> bool: ...
+
+    def complete_batch(
+        self,
+        messages: Sequence[StoredMessage],
+        handler: Handler,
+        *,
+        now: datetime.datetime,
+        savepoints: bool,
+        failed: Sequence[BatchFailure],
+        retry_at: RetryAt,
+        stopping: Callable[[], bool],
+    ) -> BatchResult: ...
 
     def fail(
         self,

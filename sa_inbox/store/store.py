@@ -32,6 +32,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.expression import Executable
 
@@ -39,13 +40,22 @@ from ..claim import Bind, PreparedInsert, connection_for
 from ..collision import CollisionCheck, CollisionMode, payload_hash_of_row, store_digests
 from ..dialects import ClaimDialect, backend_for
 from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
-from ..exc import ClaimLost, InvalidStoreArgument
+from ..exc import ClaimLost, ConfigurationError, InvalidStoreArgument
 from ..guard import owned_transaction
 from ..handlers import call_handler
 from ..runner import is_transient, new_session
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
 from ..validation import positive_int, positive_seconds, validate_key
-from .protocol import Handler, Incoming, ReapResult, StoredMessage
+from .protocol import (
+    BatchFailure,
+    BatchResult,
+    Handler,
+    HandlerFailed,
+    Incoming,
+    ReapResult,
+    RetryAt,
+    StoredMessage,
+)
 from .schema import (
     DEAD,
     DEFAULT_CONSUMER,
@@ -403,6 +413,166 @@ class InboxStore:
             return False
         return True
 
+    def complete_batch(
+        self,
+        engine: sa.Engine,
+        messages: Sequence[StoredMessage],
+        handler: Handler,
+        *,
+        session_factory: Callable[[], Session] | None = None,
+        now: datetime.datetime | None = None,
+        savepoints: bool = True,
+        failed: Sequence[BatchFailure] = (),
+        retry_at: RetryAt = lambda message: None,
+        stopping: Callable[[], bool] = lambda: False,
+    ) -> BatchResult:
+        """Run the handler for each message of one claimed batch, all in ONE transaction.
+
+        The batch's rows are marked ``done`` first, in one ``UPDATE … WHERE id IN (…) AND
+        status = 'processing' AND claimed_by = :token`` (the claim-token guard of
+        :meth:`complete`, for the whole batch in one statement), so they stay locked until
+        the commit; a row whose claim is no longer this batch's is *lost* and its handler
+        never runs. Then each handler runs in turn, and the transaction commits once.
+
+        With ``savepoints``, each handler runs in a savepoint (``session.begin_nested()``:
+        PostgreSQL manual, "SAVEPOINT" and "ROLLBACK TO SAVEPOINT"; MariaDB/InnoDB
+        "SAVEPOINT, ROLLBACK TO SAVEPOINT, RELEASE SAVEPOINT"): a handler that raises is
+        rolled back to its savepoint alone, and its row is recorded as a failed attempt
+        (``pending`` at ``retry_at(message)``, or ``dead`` when that is ``None``) in the
+        same transaction, while the others commit. Without ``savepoints`` the first
+        handler that raises rolls back the whole transaction and :class:`HandlerFailed`
+        is raised: the caller runs the batch again with ``failed`` holding that failure.
+
+        :param engine: the store's database.
+        :param messages: one claim's messages (one claim token), in claim order.
+        :param handler: ``handler(session, message)``; it must not commit.
+        :param session_factory: makes the Session (default ``sessionmaker(engine)``).
+        :param now: the ``processed_at`` time (aware UTC).
+        :param savepoints: run each handler in its own savepoint.
+        :param failed: messages that already failed this attempt (a previous run of this
+            batch): not run again, recorded as failed in this transaction.
+        :param retry_at: when a message that fails now may be claimed again (seconds of
+            back-off already applied), ``None`` for ``dead``.
+        :param stopping: checked before each handler; once true, the messages not started
+            are given back in this transaction (``pending``, attempt not counted).
+        :returns: a :class:`BatchResult`: what committed.
+        :raises HandlerFailed: without ``savepoints``, when a handler raised (nothing
+            committed).
+        :raises ConfigurationError: as :meth:`complete` (nothing committed).
+        :raises Exception: a deadlock or serialization failure (:func:`sa_inbox.is_transient`)
+            raised by any statement or the commit, including a handler's (InnoDB rolls
+            back the whole transaction of a deadlock victim, savepoints included: MariaDB
+            manual, "InnoDB Lock Modes", "Deadlocks"; so it is never caught at a
+            savepoint); a handler that ended the transaction
+            (:class:`~sa_inbox.exc.HandlerEndedTransaction`); a broken connection. Nothing
+            committed in every case.
+        """
+        factory = session_factory or sessionmaker(engine)
+        when = _aware(now)
+        dialect = self._claim_dialect(engine)
+        backend = backend_for(engine.dialect.name).claim
+        earlier = {failure.message.id: failure for failure in failed}
+        with (
+            new_session(factory) as session,
+            backend.translate_configuration_errors(),
+            owned_transaction(session),
+        ):
+            conn = session.connection(bind_arguments={"clause": self.table})
+            dialect.begin_write(conn)
+            held = self._mark_done(conn, messages, when)
+            mine = [m for m in messages if m.id in held]
+            failures = [earlier[m.id] for m in mine if m.id in earlier]
+            to_run = [m for m in mine if m.id not in earlier]
+            done: list[StoredMessage] = []
+            released: list[StoredMessage] = []
+            for index, message in enumerate(to_run):
+                if stopping():
+                    released = to_run[index:]
+                    break
+                error = _run_handler(session, handler, message, savepoints, engine.dialect.name)
+                if error is None:
+                    done.append(message)
+                else:
+                    failures.append(BatchFailure(message, error, retry_at(message)))
+            for failure in failures:
+                self._record_failure(conn, failure)
+            self._give_back(conn, released)
+        return BatchResult(
+            done=tuple(done),
+            failed=tuple(failures),
+            lost=tuple(m for m in messages if m.id not in held),
+            released=tuple(released),
+        )
+
+    def _mark_done(
+        self, conn: Connection, messages: Sequence[StoredMessage], when: datetime.datetime
+    ) -> set[int]:
+        """Mark the batch's rows ``done`` (claim-token guarded); the ids marked.
+
+        One UPDATE per claim token (a batch has one). When it changes fewer rows than
+        asked, the ids it changed are read back (rare: a claim lost after a visibility
+        timeout); MariaDB has no ``UPDATE … RETURNING``.
+        """
+        t = self.table
+        held: set[int] = set()
+        for token in sorted({m.claimed_by for m in messages}):
+            ids = sorted(m.id for m in messages if m.claimed_by == token)
+            mine = (t.c.id.in_(ids), t.c.claimed_by == token)
+            marked = _rowcount(
+                conn,
+                _by_primary_key(
+                    sa.update(t)
+                    .where(*mine, t.c.status == PROCESSING)
+                    .values(status=DONE, processed_at=when)
+                ),
+            )
+            if marked == len(ids):
+                held.update(ids)
+            elif marked:
+                query = sa.select(t.c.id).where(*mine, t.c.status == DONE)
+                held.update(int(i) for i in conn.execute(query).scalars())
+        return held
+
+    def _record_failure(self, conn: Connection, failure: BatchFailure) -> None:
+        """Turn a row marked ``done`` by this transaction into a failed attempt."""
+        t = self.table
+        error = f"{type(failure.error).__name__}: {failure.error}"[:MAX_ERROR_LENGTH]
+        values: dict[str, Any] = {"last_error": error, "processed_at": None}
+        if failure.retry_at is None:
+            values["status"] = DEAD
+        else:
+            values.update(status=PENDING, available_at=_aware(failure.retry_at))
+        message = failure.message
+        conn.execute(
+            _by_primary_key(
+                sa.update(t)
+                .where(t.c.id == message.id, t.c.claimed_by == message.claimed_by)
+                .values(values)
+            )
+        )
+
+    def _give_back(self, conn: Connection, messages: Sequence[StoredMessage]) -> None:
+        """Release rows marked ``done`` by this transaction but never started."""
+        if not messages:
+            return
+        t = self.table
+        conn.execute(
+            _by_primary_key(
+                sa.update(t)
+                .where(
+                    t.c.id.in_(sorted(m.id for m in messages)),
+                    t.c.claimed_by == messages[0].claimed_by,
+                )
+                .values(
+                    status=PENDING,
+                    attempts=t.c.attempts - 1,
+                    claimed_at=None,
+                    claimed_by=None,
+                    processed_at=None,
+                )
+            )
+        )
+
     def fail(
         self,
         engine: sa.Engine,
@@ -759,6 +929,30 @@ class BoundStore:
             self.engine, message, handler, session_factory=self.session_factory, now=now
         )
 
+    def complete_batch(
+        self,
+        messages: Sequence[StoredMessage],
+        handler: Handler,
+        *,
+        now: datetime.datetime,
+        savepoints: bool,
+        failed: Sequence[BatchFailure],
+        retry_at: RetryAt,
+        stopping: Callable[[], bool],
+    ) -> BatchResult:
+        """One batch transaction (see :meth:`InboxStore.complete_batch`)."""
+        return self.store.complete_batch(
+            self.engine,
+            messages,
+            handler,
+            session_factory=self.session_factory,
+            now=now,
+            savepoints=savepoints,
+            failed=failed,
+            retry_at=retry_at,
+            stopping=stopping,
+        )
+
     def fail(
         self,
         message: StoredMessage,
@@ -810,6 +1004,60 @@ def _message(row: RowMapping) -> StoredMessage:
         received_at=row["received_at"],
         claimed_by=row["claimed_by"],
     )
+
+
+def _by_primary_key(statement: sa.Update) -> sa.Update:
+    """``statement`` (an UPDATE of rows chosen by ``id``) made to reach them by the primary
+    key on MySQL/MariaDB (``FORCE INDEX (PRIMARY)``; MariaDB manual, "Index Hints").
+
+    A batch's UPDATE runs in the handler's transaction, at the engine's isolation level
+    (InnoDB's default is REPEATABLE READ). Measured on MariaDB 10.11, its optimizer took
+    ``id IN (…) AND status = 'processing'`` through the ``(status, processed_at)`` index: a
+    range scan that sets next-key locks on every ``processing`` entry and the gaps between
+    them (MariaDB manual, "InnoDB Lock Modes"; MySQL manual, "Locks Set by Different SQL
+    Statements in InnoDB"), so every other worker's claim (which moves rows into
+    ``processing``) waited for the whole batch. Through the primary key, an equality
+    search on a unique index, only the batch's own records are locked.
+    """
+    for dialect_name in ("mysql", "mariadb"):
+        statement = statement.with_hint("FORCE INDEX (PRIMARY)", dialect_name=dialect_name)
+    return statement
+
+
+def _run_handler(
+    session: Session,
+    handler: Handler,
+    message: StoredMessage,
+    savepoints: bool,
+    dialect_name: str,
+) -> BaseException | None:
+    """Run one handler of a batch; its error if it failed alone (rolled back to its
+    savepoint), ``None`` if it returned.
+
+    :raises HandlerFailed: without ``savepoints``, for any error of the handler's own.
+    :raises Exception: a transient error or a missing table, as raised (the caller's
+        transaction rolls back as a whole).
+    """
+    nested = session.begin_nested() if savepoints else None
+    try:
+        call_handler(handler, session, message)
+    except Exception as exc:
+        if is_transient(exc, dialect_name) or _is_configuration(exc, dialect_name):
+            raise
+        if nested is None:
+            raise HandlerFailed(message, exc) from exc
+        nested.rollback()
+        return exc
+    if nested is not None:
+        nested.commit()
+    return None
+
+
+def _is_configuration(exc: BaseException, dialect_name: str) -> bool:
+    """A configuration error, or a driver error that is one (a missing table)."""
+    if isinstance(exc, ConfigurationError):
+        return True
+    return isinstance(exc, DBAPIError) and backend_for(dialect_name).claim.is_missing_table(exc)
 
 
 def _rowcount(conn: Connection, statement: sa.Update) -> int:

@@ -11,6 +11,9 @@ A :class:`Worker` runs on any :class:`~sa_inbox.store.MessageStore`: a database
 4. on a stop request (:meth:`Worker.stop`, SIGTERM, SIGINT), finish the message in hand and
    release the rest of the batch (back to ``pending``, attempt not counted).
 
+With ``transaction="batch"``, steps 2 and 3 run for the whole claimed batch in one
+transaction, a failing message still failing alone (:mod:`sa_inbox.store.batch`).
+
 Rows whose worker died come back by themselves: the claim takes ``processing`` rows older
 than ``visibility_timeout``. Every ``reap_interval`` seconds the worker also calls
 :meth:`~sa_inbox.store.InboxStore.reap`, which moves abandoned rows that used up their
@@ -49,10 +52,13 @@ from ..exc import ConfigurationError, InvalidStoreArgument
 from ..handlers import check_handler
 from ..hooks import NOOP, InboxHooks
 from ..validation import positive_int, positive_seconds
-from .protocol import Handler, MessageStore, StoredMessage
+from .batch import BATCH_RERUNS, run_batch
+from .protocol import LOST, RELEASED, RETRY, Handler, MessageStore, StoredMessage
 from .schema import DEAD, DEFAULT_CONSUMER, DONE, utc_now
 
 __all__ = [
+    "BATCH",
+    "BATCH_RERUNS",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_ERROR_BACKOFF",
     "DEFAULT_MAX_ATTEMPTS",
@@ -63,9 +69,11 @@ __all__ = [
     "LOST",
     "MAX_MESSAGES",
     "MAX_SECONDS",
+    "MESSAGE",
     "RELEASED",
     "RETRY",
     "STOPPED",
+    "TRANSACTION_MODES",
     "TRANSIENT_RETRIES",
     "Backoff",
     "Worker",
@@ -84,9 +92,9 @@ DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 #: Immediate re-runs of a message's transaction after a deadlock or serialization failure.
 TRANSIENT_RETRIES = 3
-#: Outcomes of one message besides ``done`` and ``dead``: retried later, claim lost,
-#: given back unstarted.
-RETRY, LOST, RELEASED = "retry", "lost", "released"
+#: The worker's transaction modes: one transaction per message, or per claimed batch.
+MESSAGE, BATCH = "message", "batch"
+TRANSACTION_MODES = (MESSAGE, BATCH)
 #: Why :meth:`Worker.run` returned (:attr:`WorkerSummary.reason`).
 EMPTY, STOPPED, MAX_MESSAGES, MAX_SECONDS, ERROR = (
     "empty",
@@ -105,6 +113,7 @@ _STAT_KEYS = {
     "released": RELEASED,
     "errors": "errors",
     "transient_retries": "transient_retries",
+    "batch_reruns": "batch_reruns",
     "reaped_dead": "reaped_dead",
 }
 
@@ -126,6 +135,10 @@ class WorkerSummary:
         ``on_claim`` hook that raised.
     :param transient_retries: transactions re-run at once after a deadlock, serialization
         failure or busy database (a message's, or a claim's).
+    :param batch_reruns: batch transactions (``transaction="batch"``) rolled back and run
+        again: after a deadlock or serialization failure, or, without savepoints, after a
+        handler raised (the batch re-runs without that message, recorded as failed). Not
+        attempts: no message's ``attempts`` changes, and no failure is recorded for them.
     :param reaped_dead: abandoned claims the reaper moved to ``dead``.
     :param reason: why :meth:`Worker.run` returned: :data:`EMPTY`, :data:`STOPPED`,
         :data:`MAX_MESSAGES`, :data:`MAX_SECONDS` or :data:`ERROR` (a configuration error,
@@ -139,6 +152,7 @@ class WorkerSummary:
     released: int = 0
     errors: int = 0
     transient_retries: int = 0
+    batch_reruns: int = 0
     reaped_dead: int = 0
     reason: str | None = None
 
@@ -216,8 +230,13 @@ class Worker:
         is final: ``"done"``, ``"retry"``, ``"dead"``, ``"lost"`` or ``"released"``, in the
         thread that processed it, after its transaction ended. An exception it raises is
         logged and counted in :attr:`WorkerSummary.errors`; the message is unaffected.
-    :raises InvalidStoreArgument: for a non-positive size, count or time, or a ``backoff``
-        that is not a :class:`Backoff`.
+    :param transaction: ``"message"`` (:data:`MESSAGE`, the default): one transaction per
+        message; ``"batch"`` (:data:`BATCH`): the messages of one claimed batch in one
+        transaction, a failing one still failing alone (see :mod:`sa_inbox.store.batch`
+        for the design, its measurements and the trade-off).
+    :raises InvalidStoreArgument: for a non-positive size, count or time, a ``backoff``
+        that is not a :class:`Backoff`, a ``transaction`` that is neither mode, or
+        ``"batch"`` on a store without ``complete_batch``.
     :raises InvalidHandler: if ``handler`` cannot be called as ``handler(session,
         message)`` (checked with :func:`inspect.signature`).
 
@@ -245,8 +264,10 @@ class Worker:
         on_claim: Callable[[str, Sequence[StoredMessage]], None] | None = None,
         on_message: Callable[[StoredMessage, str], None] | None = None,
         hooks: InboxHooks | None = None,
+        transaction: str = MESSAGE,
     ) -> None:
         check_handler(handler, ("session", "message"))
+        _check_transaction(transaction, store)
         for label, count in (
             ("batch_size", batch_size),
             ("concurrency", concurrency),
@@ -286,6 +307,7 @@ class Worker:
         self.on_message = on_message
         #: Told of each handler run and transient retry (:mod:`sa_inbox.hooks`).
         self.hooks: InboxHooks = NOOP if hooks is None else hooks
+        self.transaction = transaction
         #: Set to stop: by :meth:`stop`, SIGTERM/SIGINT during :meth:`run`, or the caller.
         self.stop_event = threading.Event()
         #: Counts since the worker was made, keyed by outcome (``done``, ``retry``,
@@ -354,7 +376,10 @@ class Worker:
     def _process_batch(self, batch: Sequence[StoredMessage]) -> None:
         token = batch[0].claimed_by
         try:
-            self._process_messages(token, batch)
+            if self.transaction == BATCH:
+                run_batch(self, token, batch)
+            else:
+                self._process_messages(token, batch)
         finally:
             with self._lock:
                 self._unstarted.pop(token, None)
@@ -754,14 +779,28 @@ class Worker:
 
     # -- helpers ----------------------------------------------------------------------
 
-    def _failed(self, message: StoredMessage, exc: Exception) -> str:
-        error = f"{type(exc).__name__}: {exc}"
-        now = self.clock()
+    def _retry_at(self, message: StoredMessage) -> datetime.datetime | None:
+        """When ``message``, failed on this attempt, may be claimed again; ``None``: dead."""
         if message.attempts >= self.max_attempts:
-            retry_at = None
-        else:
-            retry_at = now + datetime.timedelta(seconds=self.backoff.delay(message.attempts))
-        recorded = self.store.fail(message, error, retry_at=retry_at, now=now)
+            return None
+        return self.clock() + datetime.timedelta(seconds=self.backoff.delay(message.attempts))
+
+    def _failed(self, message: StoredMessage, exc: BaseException) -> str:
+        retry_at = self._retry_at(message)
+        error = f"{type(exc).__name__}: {exc}"
+        recorded = self.store.fail(message, error, retry_at=retry_at, now=self.clock())
+        return self._log_failure(message, exc, retry_at, recorded)
+
+    def _log_failure(
+        self,
+        message: StoredMessage,
+        exc: BaseException,
+        retry_at: datetime.datetime | None,
+        recorded: bool,
+    ) -> str:
+        """Log a failed attempt; its outcome (``"retry"``, ``"dead"``, or ``"lost"`` if
+        it could not be recorded)."""
+        error = f"{type(exc).__name__}: {exc}"
         outcome = DEAD if retry_at is None else RETRY
         logger.warning(
             "message %s (row %s) failed on attempt %d of %d: %s; %s",
@@ -827,6 +866,20 @@ class _Run:
     deadline: float | None
     budget: int | None
     halted_by: str | None = None
+
+
+def _check_transaction(transaction: object, store: object) -> None:
+    """:raises InvalidStoreArgument: unless ``transaction`` is a mode the store supports."""
+    if transaction not in TRANSACTION_MODES:
+        raise InvalidStoreArgument(
+            f"transaction must be one of {', '.join(map(repr, TRANSACTION_MODES))}, "
+            f"not {transaction!r}"
+        )
+    if transaction == BATCH and not callable(getattr(store, "complete_batch", None)):
+        raise InvalidStoreArgument(
+            f"transaction='batch' needs a store with complete_batch(); "
+            f"{type(store).__name__} has none"
+        )
 
 
 def _positive_int(value: object, label: str) -> None:

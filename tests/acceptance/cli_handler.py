@@ -56,3 +56,17 @@ async def record_async(session: Any, message: StoredMessage) -> None:
             claimed_by=message.claimed_by,
         )
     )
+
+
+def record_but_3(session: Session, message: StoredMessage) -> None:
+    """``record``, then raise for the message whose seq is 3 (its effect rolled back)."""
+    record(session, message)
+    if message.payload.get("seq") == 3:
+        raise RuntimeError(f"{message.message_id} fails")
+
+
+async def record_async_but_3(session: Any, message: StoredMessage) -> None:
+    """``record_async``, then raise for the message whose seq is 3."""
+    await record_async(session, message)
+    if message.payload.get("seq") == 3:
+        raise RuntimeError(f"{message.message_id} fails")

@@ -58,7 +58,7 @@ def receive(app: StoreApp, count: int, consumer_name: str = "default") -> None:
 #: The summary ``sa-inbox worker`` prints, all counts zero.
 NOTHING = {
     "processed": 0, "retried": 0, "dead": 0, "lost": 0, "released": 0, "errors": 0,
-    "transient_retries": 0, "reaped_dead": 0,
+    "transient_retries": 0, "batch_reruns": 0, "reaped_dead": 0,
 }  # fmt: skip
 
 
@@ -81,6 +81,27 @@ def test_worker_command_drains_the_store(url: str, store_app: StoreApp) -> None:
     counts = cli("store", "counts", "--url", url, "--table", TABLE)
     out, err = counts.communicate(timeout=60)
     assert json.loads(out) == {PENDING: 0, PROCESSING: 0, DONE: 30, DEAD: 0}, err
+
+
+@pytest.mark.parametrize("handler", ["record_but_3", "record_async_but_3"])
+def test_worker_command_in_batch_mode_fails_one_message_alone(
+    url: str, store_app: StoreApp, handler: str
+) -> None:
+    receive(store_app, 10)
+    child = cli(
+        "worker", "--url", url, "--table", TABLE, "--consumer", "default",
+        "--handler", f"tests.acceptance.cli_handler:{handler}", "--transaction", "batch",
+        "--batch-size", "10", "--max-attempts", "1", "--until-empty",
+    )  # fmt: skip
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    assert summary(out) == {
+        **NOTHING, "processed": 9, "dead": 1, "batch_reruns": 1, "reason": "empty"
+    }  # fmt: skip
+    assert sorted(store_app.effect_ids()) == sorted(f"m-{i}" for i in range(10) if i != 3)
+    assert store_app.store.counts(store_app.engine) == {
+        PENDING: 0, PROCESSING: 0, DONE: 9, DEAD: 1
+    }  # fmt: skip
 
 
 def test_worker_command_stops_on_sigterm(url: str, store_app: StoreApp) -> None:

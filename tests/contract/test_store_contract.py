@@ -564,3 +564,58 @@ def test_until_empty_waits_for_a_row_held_elsewhere_and_for_its_backoff(
     row = sut.row("held")
     assert (row.status, row.attempts) == (DONE, 2)
     assert sut.effect_ids() == ["held"]
+
+
+# -- the batch transaction mode (transaction="batch") ------------------------------------------
+
+
+def test_batch_mode_processes_every_message_once_in_order(sut: StoreUnderTest) -> None:
+    for i in range(25):
+        sut.receive(f"m{i}", {"seq": i})
+    w = worker(sut, sut.apply, batch_size=4, transaction="batch")
+    summary = w.run(until_empty=True, handle_signals=False)
+    assert sut.effect_ids() == [f"m{i}" for i in range(25)], "once each, in claim order"
+    assert sut.counts() == {PENDING: 0, PROCESSING: 0, DONE: 25, DEAD: 0}
+    assert {sut.row(f"m{i}").attempts for i in range(25)} == {1}
+    assert sut.row("m0").processed_at == sut.clock()
+    assert (summary.processed, summary.batch_reruns) == (25, 0)
+
+
+@pytest.mark.parametrize("max_attempts", [3, 1], ids=["back-off", "dead"])
+def test_batch_mode_a_failing_message_fails_alone(sut: StoreUnderTest, max_attempts: int) -> None:
+    def handler(context: Any, message: StoredMessage) -> None:
+        if message.payload.get("poison"):
+            raise ValueError("cannot parse")
+        sut.apply(context, message)
+
+    for i in range(5):
+        sut.receive(f"ok{i}", {"seq": i})
+        if i == 2:
+            sut.receive("bad", {"poison": True})
+    w = worker(sut, handler, batch_size=10, transaction="batch", max_attempts=max_attempts)
+    assert w.run_once() == 6
+    assert sorted(sut.effect_ids()) == [f"ok{i}" for i in range(5)]
+    bad = sut.row("bad")
+    assert (bad.attempts, bad.last_error, bad.processed_at) == (1, "ValueError: cannot parse", None)
+    if max_attempts > 1:
+        assert (bad.status, bad.available_at) == (PENDING, START + datetime.timedelta(seconds=1))
+    else:
+        assert bad.status == DEAD
+    assert {sut.row(f"ok{i}").status for i in range(5)} == {DONE}
+    assert (w.summary.processed, w.summary.retried + w.summary.dead) == (5, 1)
+
+
+def test_batch_mode_stop_releases_the_unstarted_rest(sut: StoreUnderTest) -> None:
+    for i in range(5):
+        sut.receive(f"m{i}", {"seq": i})
+
+    def handler(context: Any, message: StoredMessage) -> None:
+        sut.apply(context, message)
+        w.stop()
+
+    w = worker(sut, handler, batch_size=5, transaction="batch")
+    w.run(handle_signals=False)
+    assert sut.counts() == {PENDING: 4, PROCESSING: 0, DONE: 1, DEAD: 0}
+    assert [sut.row(f"m{i}").attempts for i in range(1, 5)] == [0, 0, 0, 0]
+    assert (w.stats["done"], w.stats["released"]) == (1, 4)
+    assert sut.effect_ids() == ["m0"]

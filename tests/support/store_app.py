@@ -55,6 +55,13 @@ class StoreApp:
             sa.Column("seq", sa.Integer, nullable=True),
             sa.Column("claimed_by", sa.String(255), nullable=False),
         )
+        #: Balances the contention tests' handlers update (see :meth:`credit`).
+        self.accounts = sa.Table(
+            "store_test_accounts",
+            self.metadata,
+            sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column("balance", sa.Integer, nullable=False),
+        )
 
     def reset(self) -> None:
         self.drop()
@@ -82,6 +89,21 @@ class StoreApp:
     async def apply_async(self, session: AsyncSession, message: StoredMessage) -> None:
         """:meth:`effect`, in an AsyncWorker handler's AsyncSession."""
         await session.execute(self.effect(message))
+
+    def credit(self, account: int, amount: int = 1) -> sa.Update:
+        """Add ``amount`` to ``account``'s balance (a business row other workers update)."""
+        a = self.accounts
+        return a.update().where(a.c.id == account).values(balance=a.c.balance + amount)
+
+    def open_accounts(self, count: int) -> None:
+        """Accounts ``0 … count - 1`` with a zero balance."""
+        with self.engine.begin() as conn:
+            conn.execute(self.accounts.insert(), [{"id": i, "balance": 0} for i in range(count)])
+
+    def balances(self) -> dict[int, int]:
+        """Balance per account."""
+        with self.engine.connect() as conn:
+            return {int(i): int(b) for i, b in conn.execute(sa.select(self.accounts))}
 
     # -- state ----------------------------------------------------------------------------
 

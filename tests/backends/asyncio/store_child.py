@@ -20,7 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from sa_inbox.asyncio import AsyncInboxStore, AsyncWorker
 from sa_inbox.store import StoredMessage
-from tests.backends.store.child import batch_log, fails_first, say, worker_options
+from tests.backends.store.child import (
+    batch_log,
+    credited_account,
+    fails_first,
+    say,
+    worker_options,
+)
 from tests.support.store_app import StoreApp, make_async_engine
 
 
@@ -38,6 +44,9 @@ async def main(url: str, mode: str, log_path: str, options: dict[str, str]) -> N
         if fails_first(options, message):
             raise RuntimeError(f"first attempt of {message.message_id} fails")
         await app.apply_async(session, message)
+        account = credited_account(options, message)
+        if account is not None:
+            await session.execute(app.credit(account))
 
     worker = AsyncWorker(
         AsyncInboxStore(app.store).bind(engine),

@@ -11,7 +11,10 @@ MODE ``drain``: run until nothing is claimable. ``serve``: run until SIGTERM/SIG
 (the test kills the process). ``slow``: print ``HANDLING <message_id>`` and take 1 s per
 message (for the graceful-stop test). Options (KEY=VALUE): batch, visibility, attempts,
 ordered (0/1), concurrency, fail_first (fail every message whose seq is a multiple of this
-on its first attempt).
+on its first attempt), transaction (message/batch), hang_at=SEQ (process every message
+but hang in the handler of the one whose seq is SEQ, printing ``HANDLING <message_id>``, so
+that a kill lands mid-batch), accounts=N (the handler also credits account ``seq * 7 % N``
+after its effect row: business rows that workers' batches lock in crossing orders).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def worker_options(options: dict[str, str]) -> dict[str, Any]:
         "ordered": options.get("ordered", "0") == "1",
         "backoff": Backoff(base=0.05, maximum=0.2),
         "poll_interval": 0.05,
+        "transaction": options.get("transaction", "message"),
     }
 
 
@@ -68,18 +72,30 @@ def fails_first(options: dict[str, str], message: StoredMessage) -> bool:
     return bool(fail_first) and payload.get("seq", 1) % fail_first == 0 and message.attempts == 1
 
 
+def credited_account(options: dict[str, str], message: StoredMessage) -> int | None:
+    """The account the handler credits (option ``accounts``), or ``None``."""
+    accounts = int(options.get("accounts", "0"))
+    payload: dict[str, Any] = message.payload
+    return payload.get("seq", 0) * 7 % accounts if accounts else None
+
+
 def main(url: str, mode: str, log_path: str, options: dict[str, str]) -> None:
     logging.basicConfig(level=options.get("log", "WARNING"), stream=sys.stderr)
     engine = make_engine(url)
     app = StoreApp(engine)
+    hang_at = int(options["hang_at"]) if "hang_at" in options else None
 
     def handler(session: Session, message: StoredMessage) -> None:
-        if mode in ("hang", "slow"):
+        payload: dict[str, Any] = message.payload
+        if mode in ("hang", "slow") or payload.get("seq") == hang_at:
             say(f"HANDLING {message.message_id}")
-            time.sleep(600 if mode == "hang" else 1.0)
+            time.sleep(1.0 if mode == "slow" else 600)
         if fails_first(options, message):
             raise RuntimeError(f"first attempt of {message.message_id} fails")
         app.apply(session, message)
+        account = credited_account(options, message)
+        if account is not None:
+            session.execute(app.credit(account))
 
     worker = Worker(
         app.store.bind(engine), handler, on_claim=batch_log(log_path), **worker_options(options)
