@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -121,9 +122,11 @@ def run_batch(worker: Worker, token: str, batch: Sequence[StoredMessage]) -> Non
         return
     with worker._lock:  # locked by the batch transaction: never released from outside
         worker._unstarted[token] = ()
+    start = time.perf_counter()
     result = _commit(worker, token, batch)
     if result is not None:
-        _report(worker, result)
+        # Handlers of one transaction are not timed apart: each gets its share.
+        _report(worker, result, (time.perf_counter() - start) / len(batch))
 
 
 def _commit(worker: Worker, token: str, batch: Sequence[StoredMessage]) -> BatchResult | None:
@@ -155,6 +158,7 @@ def _commit(worker: Worker, token: str, batch: Sequence[StoredMessage]) -> Batch
                 return None
             reruns += 1
             _log_rerun(worker, token, "transient error; re-run", exc)
+            worker.hooks.retried(batch[0].consumer_name, attempt=reruns)
             worker._sleep(random.uniform(0, 0.01 * 2**reruns))
         worker._count("batch_reruns")
 
@@ -186,12 +190,15 @@ def _log_rerun(worker: Worker, token: str, why: str, exc: BaseException) -> None
     )
 
 
-def _report(worker: Worker, result: BatchResult) -> None:
-    """Count, log and notify every outcome of a committed batch."""
+def _report(worker: Worker, result: BatchResult, seconds: float) -> None:
+    """Count, log and notify every outcome of a committed batch; tell the hooks of each
+    handler run (``seconds``: the transaction's time over the batch's messages)."""
     for message in result.done:
         worker._count(DONE)
         worker._notify(message, DONE)
+        worker.hooks.handled(message.consumer_name, seconds=seconds, failed=False)
     for failure in result.failed:
+        worker.hooks.handled(failure.message.consumer_name, seconds=seconds, failed=True)
         outcome = worker._log_failure(failure.message, failure.error, failure.retry_at, True)
         worker._count(outcome)
         worker._notify(failure.message, outcome)

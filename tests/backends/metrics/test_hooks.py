@@ -291,6 +291,36 @@ def test_worker_and_purge_hooks(
         metadata.drop_all(engine)
 
 
+def test_batch_mode_worker_reports_each_handler_run(
+    engine: sa.Engine, registry: CollectorRegistry, prom: PrometheusHooks
+) -> None:
+    """In batch mode the handlers run in one transaction: each run is still reported (its
+    share of the transaction's time), and a failure counted, as the store's rows say."""
+    metadata = sa.MetaData()
+    store = InboxStore(metadata, table_name="hooks_batch_store")
+    metadata.drop_all(engine)
+    metadata.create_all(engine)
+    try:
+        with engine.begin() as conn:
+            store.receive_many(conn, [Incoming(f"b-{i}", {"fail": i == 3}) for i in range(8)])
+
+        def handler(session: Any, message: Any) -> None:
+            if message.payload["fail"]:
+                raise Failing(message.message_id)
+
+        worker = Worker(
+            store.bind(engine), handler, max_attempts=1, hooks=prom, transaction="batch"
+        )
+        worker.run(until_empty=True, max_seconds=30)
+        counts = store.counts(engine)
+        assert counts["done"] == 7 and counts["dead"] == 1
+        label = {"consumer": "default"}
+        assert value(registry, "sa_inbox_handler_failures_total", **label) == counts["dead"]
+        assert value(registry, "sa_inbox_handler_seconds_count", **label) == 8
+    finally:
+        metadata.drop_all(engine)
+
+
 def test_log_events_carry_names_and_ids(mapp: App, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="sa_inbox")
     deliver(mapp, "l-1", payload_hash(1))
