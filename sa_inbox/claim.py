@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.sql.expression import Executable
 
-from .collision import CollisionCheck, CollisionMode, check_mode
+from .collision import CollisionCheck, CollisionMode, check_mode, judge_skipped
 from .dialects import ClaimDialect, Strategy, claim_dialect_for, is_autocommit
 from .exc import (
     AutocommitConnection,
@@ -21,7 +21,6 @@ from .exc import (
     InvalidMessageId,
     InvalidTable,
     InvalidTableType,
-    MessageIdCollision,
 )
 from .hooks import NOOP, InboxHooks
 from .schema import (
@@ -242,23 +241,16 @@ class Inbox:
         :returns: the ids that collided (recorded).
         :raises MessageIdCollision: in ``"raise"`` mode (reported first).
         """
-        collided: set[str] = set()
-        collisions = 0
-        try:
-            if digests and self.collisions is not None:
-                collided = self.collisions.check(conn, consumer, digests)
-            collisions = len(collided)
-        except MessageIdCollision:
-            collisions = 1  # the first colliding id raised; the others were not judged
-            raise
-        finally:
-            self.hooks.claimed(
-                consumer,
-                new=new,
-                duplicates=len(skipped) - collisions,
-                collisions=collisions,
-                seconds=time.perf_counter() - start,
-            )
+        collided = judge_skipped(
+            self.collisions,
+            self.hooks,
+            conn,
+            consumer,
+            new=new,
+            skipped=skipped,
+            digests=digests,
+            start=start,
+        )
         if logger.isEnabledFor(logging.DEBUG):
             for message_id in skipped:
                 if message_id not in collided:

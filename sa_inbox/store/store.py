@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -37,12 +38,19 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.expression import Executable
 
 from ..claim import Bind, PreparedInsert, connection_for
-from ..collision import CollisionCheck, CollisionMode, payload_hash_of_row, store_digests
+from ..collision import (
+    CollisionCheck,
+    CollisionMode,
+    judge_skipped,
+    payload_hash_of_row,
+    store_digests,
+)
 from ..dialects import ClaimDialect, backend_for
 from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
 from ..exc import ClaimLost, ConfigurationError, InvalidStoreArgument
 from ..guard import owned_transaction
 from ..handlers import call_handler
+from ..hooks import NOOP, InboxHooks
 from ..runner import is_transient, new_session
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
 from ..validation import positive_int, positive_seconds, validate_key
@@ -109,7 +117,11 @@ class InboxStore:
         schema: str | None = None,
         message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
         on_collision: CollisionMode = "raise",
+        hooks: InboxHooks | None = None,
     ) -> None:
+        #: Told of every receive as of a claim (new, duplicates, collisions, seconds:
+        #: :mod:`sa_inbox.hooks`); default the no-op hooks.
+        self.hooks: InboxHooks = NOOP if hooks is None else hooks
         self.table = inbox_store_table(
             metadata, table_name=table_name, schema=schema, message_id_length=message_id_length
         )
@@ -182,11 +194,25 @@ class InboxStore:
         """
         row = self._row(message_id, payload, aggregate_id, message_type, consumer_name, now)
         digests = store_digests({row["message_id"]: payload}, {row["message_id"]: payload_hash})
+        start = time.perf_counter()
         conn = connection_for(bind, self.table)
         dialect, statement = self._insert(conn)
+        consumer = row["consumer_name"]
         if dialect.claim_one(conn, self.table, statement, row):
+            self.hooks.claimed(
+                consumer, new=1, duplicates=0, collisions=0, seconds=time.perf_counter() - start
+            )
             return True
-        self.collisions.check(conn, row["consumer_name"], digests)
+        judge_skipped(
+            self.collisions,
+            self.hooks,
+            conn,
+            consumer,
+            new=0,
+            skipped=[row["message_id"]],
+            digests=digests,
+            start=start,
+        )
         return False
 
     def receive_many(
@@ -235,11 +261,20 @@ class InboxStore:
         if not rows:
             return set()
         digests = store_digests(payloads, payload_hashes or {})
+        start = time.perf_counter()
         conn = connection_for(bind, self.table)
         dialect, statement = self._insert(conn)
         new = dialect.claim_many(conn, self.table, list(rows.values()), statement)
-        skipped = {mid: digest for mid, digest in digests.items() if mid not in new}
-        self.collisions.check(conn, rows[next(iter(rows))]["consumer_name"], skipped)
+        judge_skipped(
+            self.collisions,
+            self.hooks,
+            conn,
+            rows[next(iter(rows))]["consumer_name"],
+            new=len(new),
+            skipped=[mid for mid in rows if mid not in new],
+            digests={mid: digest for mid, digest in digests.items() if mid not in new},
+            start=start,
+        )
         return new
 
     # -- claim and finish (each in its own transaction) ----------------------------------

@@ -338,3 +338,29 @@ def test_log_events_carry_names_and_ids(mapp: App, caplog: pytest.LogCaptureFixt
         ("inbox.handler.failed", "l-2"),
     ]:
         assert message_id in events[(event, message_id)]
+
+
+def test_store_receives_report_as_claims(
+    engine: sa.Engine, registry: CollectorRegistry, prom: PrometheusHooks
+) -> None:
+    """A store receive counts as a claim: new, duplicates and collisions move as the stored
+    rows say, for ``receive`` and ``receive_many``."""
+    metadata = sa.MetaData()
+    store = InboxStore(metadata, table_name="hooks_recv_store", on_collision="record", hooks=prom)
+    metadata.drop_all(engine)
+    metadata.create_all(engine)
+    try:
+        with engine.begin() as conn:
+            assert store.receive(conn, "r-1", {"n": 1}) is True
+            assert store.receive(conn, "r-1", {"n": 1}) is False  # a redelivery
+            other = {"n": 2}
+            assert store.receive(conn, "r-1", other, payload_hash=payload_hash(other)) is False
+            polled = [Incoming(f"r-{i}", {"n": i}) for i in range(1, 5)]
+            assert store.receive_many(conn, polled) == {"r-2", "r-3", "r-4"}
+        assert store.counts(engine)["pending"] == 4
+        label = {"consumer": "default"}
+        assert value(registry, "sa_inbox_claims_total", **label) == 4
+        assert value(registry, "sa_inbox_duplicates_total", **label) == 2
+        assert value(registry, "sa_inbox_collisions_total", **label) == 1
+    finally:
+        metadata.drop_all(engine)
