@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -20,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_s
 from sqlalchemy.orm import Session
 
 from .._compat import await_only, greenlet_spawn
-from ..exc import InvalidBind, InvalidSessionFactory
+from ..exc import AsyncHandlerError, InvalidBind, InvalidSessionFactory
 
 __all__ = [
     "ASYNC_SESSION",
@@ -60,6 +61,48 @@ def maybe_await(value: object) -> Any:
     if inspect.isawaitable(value):
         return call_on_loop(value)
     return value
+
+
+def call_handler_awaiting(handler: Callable[..., Any], *args: Any) -> Any:
+    """``handler(*args)``, awaited if it returns an awaitable (from :func:`in_greenlet`),
+    refusing a plain function that dropped a coroutine without awaiting it.
+
+    A plain (``def``) handler may use an AsyncSession's synchronous methods
+    (``session.add(obj)``, flushed at the commit); but ``session.execute(stmt)`` without
+    ``await`` only makes a coroutine, which Python discards with a "coroutine ... was never
+    awaited" ``RuntimeWarning``: the statement never runs, and the claim would commit and
+    the message be acked without the change. That warning is caught while the handler runs
+    (it is emitted when the dropped coroutine is finalised, in the call, on CPython).
+
+    :raises AsyncHandlerError: if the handler dropped an un-awaited coroutine (nothing is
+        committed: the runner rolls back and fails the delivery). Other warnings are
+        emitted again as they were.
+
+    The check swaps the process's warning filters for the length of a plain handler's call
+    (``warnings.catch_warnings``, not thread-safe before Python 3.14): a warning another
+    thread raises meanwhile may be shown once more or not filtered as configured. An
+    ``async def`` handler's body runs after the check, when its coroutine is awaited.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = handler(*args)
+    dropped = [w for w in caught if _never_awaited(w)]
+    for w in caught:
+        if not _never_awaited(w):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    if dropped:
+        if inspect.iscoroutine(result):
+            result.close()
+        raise AsyncHandlerError(
+            f"the handler made a coroutine and never awaited it ({dropped[0].message}): on an "
+            "AsyncSession, session.execute() and the other I/O methods must be awaited; "
+            "use an async def handler and await them (nothing was committed)"
+        )
+    return maybe_await(result)
+
+
+def _never_awaited(caught: warnings.WarningMessage) -> bool:
+    return issubclass(caught.category, RuntimeWarning) and "never awaited" in str(caught.message)
 
 
 def loop_sleep(seconds: float) -> None:

@@ -20,7 +20,14 @@ from .. import runner
 from ..claim import Inbox
 from ..handlers import check_handler
 from ..runner import DEFAULT_MAX_ATTEMPTS, Result
-from ._bridge import async_session_of, in_greenlet, loop_sleep, maybe_await, sync_session_factory
+from ._bridge import (
+    async_session_of,
+    call_handler_awaiting,
+    in_greenlet,
+    loop_sleep,
+    maybe_await,
+    sync_session_factory,
+)
 
 __all__ = ["handle", "run_in_transaction"]
 
@@ -74,7 +81,7 @@ async def handle(
 
     @functools.wraps(handler)
     def sync_handler(session: Session) -> object:
-        return maybe_await(handler(async_session_of(session)))
+        return call_handler_awaiting(handler, async_session_of(session))
 
     return await in_greenlet(
         runner.handle,

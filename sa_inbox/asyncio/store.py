@@ -30,9 +30,9 @@ from ..store.worker import DEFAULT_SHUTDOWN_TIMEOUT, Worker, WorkerSummary, logg
 from ._bridge import (
     AsyncBind,
     async_session_of,
+    call_handler_awaiting,
     in_greenlet,
     loop_sleep,
-    maybe_await,
     on_sync_bind,
     sync_session_factory,
 )
@@ -150,7 +150,7 @@ class AsyncWorker:
 
         @functools.wraps(handler)
         def sync_handler(session: Session, message: StoredMessage) -> object:
-            return maybe_await(handler(async_session_of(session), message))
+            return call_handler_awaiting(handler, async_session_of(session), message)
 
         self.handler = handler
         #: The synchronous worker whose loops the tasks run: its ``stats``, ``summary``

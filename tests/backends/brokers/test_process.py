@@ -224,3 +224,41 @@ def test_process_async_follows_the_same_rules(app: App, tmp_path: object) -> Non
         (Disposition.DEAD_LETTERED, [("dead_letter", DeadLetterReason.MISSING_MESSAGE_ID)]),
     ]
     assert state(app) == (Decimal("2.50"), 1, 1)
+
+
+def test_a_plain_handler_that_drops_an_unawaited_statement_is_refused(app: App) -> None:
+    """``def handler(session, d): session.execute(...)`` on an AsyncSession only makes a
+    coroutine: the statement never runs. Refused (nothing claimed, nothing acked), where it
+    used to commit the claim and ack without the change."""
+    url = app.engine.url
+    drivers = {
+        "sqlite": "sqlite+aiosqlite",
+        "postgresql": "postgresql+asyncpg",
+        "mysql": "mysql+aiomysql",
+        "oracle": "oracle+oracledb",
+    }
+    async_url = url.set(drivername=drivers[url.get_backend_name()])
+
+    def forgot_await(session: AsyncSession, delivery: Delivery) -> None:
+        session.execute(app.payment("u-1", 1, Decimal("3.00"))[0])  # type: ignore[unused-coroutine]
+
+    async def main() -> tuple[Settlement, list[tuple[Any, ...]]]:
+        engine = create_async_engine(async_url)
+        settler = Recorder()
+        try:
+            settlement = await process_async(
+                Delivery("u-1", b""),
+                settler,
+                session_factory=async_sessionmaker(engine),
+                inbox=app.inbox,
+                consumer_name=CONSUMER,
+                handler=forgot_await,
+            )
+        finally:
+            await engine.dispose()
+        return settlement, settler.calls
+
+    settlement, calls = asyncio.run(main())
+    assert settlement.disposition is Disposition.RETRY and calls == [("retry",)]
+    assert "never awaited" in str(settlement.error)
+    assert state(app) == (Decimal(0), 0, 0)
