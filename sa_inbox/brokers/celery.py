@@ -41,9 +41,14 @@ worker needs neither: the broker requeues what the dead connection left unacked.
 :class:`~sa_inbox.ConfigurationError`.
 
 A failing body is rolled back and the task is retried with :meth:`celery.Task.retry` (a new
-message with the same arguments, so the same key) until ``max_deliveries``, then rejected
-without requeue. The delivery count is Celery's ``request.retries`` + 1, plus 1 if the broker
-flagged the message ``redelivered`` (AMQP's ``redelivered``; Celery keeps no other count).
+message with the same arguments, so the same key), after ``retry_backoff`` seconds doubling
+per retry (1, 2, 4, … up to ``retry_backoff_max``), until ``max_deliveries``, then rejected
+without requeue. **A rejected message is dropped unless its queue has a dead-letter exchange**
+(``x-dead-letter-exchange``, RabbitMQ docs "Dead Letter Exchanges"; Celery's default queues
+have none): declare your task queues with one, or rejected tasks (no key, or past the
+limit) are lost, though never applied. The delivery count is Celery's ``request.retries``
++ 1, plus 1 if the broker flagged the message ``redelivered`` (AMQP's ``redelivered``;
+Celery keeps no other count).
 """
 
 from __future__ import annotations
@@ -57,15 +62,27 @@ from celery.exceptions import Reject
 from sqlalchemy.orm import Session
 
 from ..claim import Inbox
-from ..exc import ConfigurationError
+from ..exc import ConfigurationError, InvalidRetryArgument
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement
 from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process
 
-__all__ = ["DEFAULT_KEY_KWARG", "REQUIRED_OPTIONS", "delivery_of", "inbox_task"]
+__all__ = [
+    "DEFAULT_KEY_KWARG",
+    "DEFAULT_RETRY_BACKOFF",
+    "DEFAULT_RETRY_BACKOFF_MAX",
+    "REQUIRED_OPTIONS",
+    "delivery_of",
+    "inbox_task",
+]
 
 #: The keyword argument carrying the producer's idempotency key, unless ``key_kwarg`` names
 #: another.
 DEFAULT_KEY_KWARG = "idempotency_key"
+
+#: Seconds before the first retry of a failed task (doubling per retry).
+DEFAULT_RETRY_BACKOFF = 1.0
+#: The longest delay between two retries, in seconds.
+DEFAULT_RETRY_BACKOFF_MAX = 60.0
 
 #: The task options :func:`inbox_task` requires (and sets).
 REQUIRED_OPTIONS = {"acks_late": True, "reject_on_worker_lost": True}
@@ -80,6 +97,8 @@ def inbox_task(
     key_kwarg: str = DEFAULT_KEY_KWARG,
     max_deliveries: int = DEFAULT_MAX_DELIVERIES,
     on_settled: OnSettled | None = None,
+    retry_backoff: float = DEFAULT_RETRY_BACKOFF,
+    retry_backoff_max: float = DEFAULT_RETRY_BACKOFF_MAX,
     **task_options: Any,
 ) -> Callable[[Callable[..., Any]], Task]:
     """Registers ``body(session, *args, **kwargs)`` as a Celery task processed exactly once.
@@ -92,6 +111,10 @@ def inbox_task(
     :param max_deliveries: deliveries allowed (``int`` >= 1; see the module's docstring for
         how they are counted) before the task is rejected.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
+    :param retry_backoff: the first retry's delay in seconds (``countdown``), doubling with
+        each retry (as Celery's own ``retry_backoff``), so that a failure that passes (a
+        database restarting) does not spend every delivery in a moment; >= 0.
+    :param retry_backoff_max: the longest delay between two deliveries, in seconds.
     :param task_options: passed to ``app.task`` (``name``, ``queue``, ...); ``bind`` is set.
     :returns: a decorator; the body gets the transaction's Session first, then the task's
         arguments (the key included); it must not commit. The task returns the body's result
@@ -110,7 +133,19 @@ def inbox_task(
                 f"inbox_task requires {option}=True: without it a message is acked before "
                 "the commit or when the worker dies, and is lost"
             )
-    config = _Config(session_factory, inbox, consumer_name, key_kwarg, max_deliveries, on_settled)
+    for name, value in (("retry_backoff", retry_backoff), ("retry_backoff_max", retry_backoff_max)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise InvalidRetryArgument(f"{name} must be a number of seconds >= 0, not {value!r}")
+    config = _Config(
+        session_factory,
+        inbox,
+        consumer_name,
+        key_kwarg,
+        max_deliveries,
+        on_settled,
+        float(retry_backoff),
+        float(retry_backoff_max),
+    )
 
     def decorator(body: Callable[..., Any]) -> Task:
         def run(task: Task, *args: Any, **kwargs: Any) -> Any:
@@ -132,6 +167,8 @@ class _Config:
     key_kwarg: str
     max_deliveries: int
     on_settled: OnSettled | None
+    retry_backoff: float
+    retry_backoff_max: float
 
 
 def delivery_of(task: Task, kwargs: dict[str, Any], key_kwarg: str) -> Delivery:
@@ -197,7 +234,7 @@ def _run(
         max_deliveries=config.max_deliveries,
         on_settled=config.on_settled,
     )
-    return _settle(task, settlement, decision, returned, config.max_deliveries)
+    return _settle(task, settlement, decision, returned, config)
 
 
 def _settle(
@@ -205,7 +242,7 @@ def _settle(
     settlement: Settlement,
     decision: _Decision,
     returned: list[Any],
-    max_deliveries: int,
+    config: _Config,
 ) -> Any:
     """Returns (the worker acks), rejects without requeue, or retries."""
     if settlement.disposition is Disposition.PROCESSED:
@@ -217,4 +254,6 @@ def _settle(
     error = settlement.error if isinstance(settlement.error, Exception) else None
     # max_retries=None would mean the task's own (3 by default): past it Celery fails the task
     # and acks it, so a poison message would skip the dead-letter path; the inbox counts.
-    raise task.retry(exc=error, countdown=0, max_retries=max_deliveries)
+    retries = int(task.request.retries or 0)
+    countdown = min(config.retry_backoff * 2**retries, config.retry_backoff_max)
+    raise task.retry(exc=error, countdown=countdown, max_retries=config.max_deliveries)

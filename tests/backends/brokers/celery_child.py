@@ -81,6 +81,7 @@ def register(app: Celery, db_url: str, crash: str) -> None:
         consumer_name=CONSUMER,
         max_deliveries=MAX_DELIVERIES,
         on_settled=settled,
+        retry_backoff=0.05,  # 0.05, 0.1, 0.2, 0.4 s: the poison case stays quick
         name=TASK,
     )
     def pay(session: Session, account: int, amount: str, idempotency_key: str) -> None:
