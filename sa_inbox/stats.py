@@ -392,6 +392,7 @@ class StatsWarning:
 #: The exit status of each warning kind.
 WARNING_CODES = {
     "purge-not-running": 10,
+    "no-tables": 9,
     "dead-letters": 11,
     "worker-stuck": 12,
     "collisions": 13,
@@ -407,6 +408,8 @@ def warnings(
 ) -> list[StatsWarning]:
     """The warnings of a sample.
 
+    * ``no-tables`` (9): neither the processed-messages table nor the store's exists (a
+      probe pointed at the wrong database or table names would otherwise be healthy);
     * ``purge-not-running`` (10): the oldest processed-messages row is older than
       ``retention + margin`` (checked only with a ``retention``);
     * ``dead-letters`` (11): the store has ``dead`` rows;
@@ -424,6 +427,12 @@ def warnings(
     def warn(kind: str, text: str) -> None:
         found.append(StatsWarning(WARNING_CODES[kind], kind, text))
 
+    if stats.missing and all(t.name == COLLISIONS_TABLE for t in stats.tables):
+        warn(
+            "no-tables",
+            f"none of the tables to check exists ({', '.join(stats.missing)}): wrong database "
+            "or table names?",
+        )
     oldest = stats.oldest_processed()
     if retention is not None and oldest is not None:
         age = _age(stats.taken_at, oldest)

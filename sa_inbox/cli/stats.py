@@ -8,7 +8,8 @@ every ``--interval`` seconds.
 
 Warnings (:func:`sa_inbox.stats.warnings`) are printed with the report. With ``--check``
 the exit status says which (for a liveness/readiness probe or a cron job): 0 no warning;
-10 the oldest processed row is older than ``--retention`` + ``--margin`` (the purge is not
+9 none of the tables exists (wrong database or table names); 10 the oldest processed row
+is older than ``--retention`` + ``--margin`` (the purge is not
 running); 11 dead letters exist; 12 the oldest pending row is older than
 ``--pending-threshold`` (the worker is stuck); 13 collisions were recorded. With several,
 the lowest code. 3: the database cannot be read (as every command).

@@ -210,6 +210,22 @@ def test_warning_cases_on_every_backend(engine_: sa.Engine) -> None:
         assert codes(cases["healthy"], week) == [WARNING_CODES["collisions"]]
 
 
+def test_check_fails_when_none_of_the_tables_exists(tmp_path: Path) -> None:
+    """A probe pointed at the wrong database (or wrong table names) is not healthy: 9;
+    one of the two tables is enough to judge by (0)."""
+    url = f"sqlite:///{tmp_path}/empty.db"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE unrelated (id INTEGER)"))
+    code, text = finish(stats(url, "--check", names=("nope", "nope_store")))
+    assert code == WARNING_CODES["no-tables"] == 9, text
+    assert "nope" in text
+    Tables(engine, "_only_inbox").inbox.table.create(engine)
+    code, text = finish(stats(url, "--check", names=(f"{INBOX}_only_inbox", "nope_store")))
+    engine.dispose()
+    assert code == 0, text
+
+
 def test_unreachable_database_exits_3(tmp_path: Path) -> None:
     code, text = finish(stats(f"sqlite:///{tmp_path}/missing.db", "--check"))
     assert code == 3 and "does not exist" in text
