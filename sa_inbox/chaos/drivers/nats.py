@@ -184,7 +184,15 @@ class Driver:
 
     @contextlib.asynccontextmanager
     async def _jetstream(self) -> AsyncIterator[JetStreamContext]:
-        connection = await nats.connect(self.url)
+        # A few quick attempts, not nats-py's default of 60 two seconds apart: an
+        # unreachable server fails the run (exit 3) at once instead of hanging for minutes.
+        connection = await nats.connect(
+            self.url,
+            connect_timeout=5,
+            max_reconnect_attempts=CONNECT_ATTEMPTS,
+            reconnect_time_wait=0.5,
+            error_cb=_quiet,
+        )
         try:
             yield connection.jetstream()
         finally:
@@ -242,3 +250,12 @@ def _dead_subject(name: str) -> str:
 
 def _durable(name: str) -> str:
     return f"{name}_consumer"
+
+
+#: Connection attempts (and reconnects) of the driver's NATS connections.
+CONNECT_ATTEMPTS = 3
+
+
+async def _quiet(error: Exception) -> None:
+    """nats-py's error callback: its default logs a traceback per failed attempt; the error
+    that matters is raised by ``nats.connect`` itself."""
