@@ -32,6 +32,7 @@ XPENDING command pages, each checked on Redis 7.0.15 by ``tests/backends/brokers
 
 from __future__ import annotations
 
+import abc
 import logging
 import os
 import socket
@@ -424,7 +425,7 @@ def _stream_entries(reply: Any) -> list[tuple[Any, Any]]:
 # -- the consumers' shared half ----------------------------------------------------------
 
 
-class ConsumerBase(Generic[ClientT, SessionT]):
+class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
     """Consume one Redis stream through a consumer group, exactly once in effect.
 
     Each entry becomes a :class:`~sa_inbox.brokers.Delivery` keyed on the producer's field
@@ -519,9 +520,10 @@ class ConsumerBase(Generic[ClientT, SessionT]):
         self._group_ready = False
         self._stop = self._stop_event()
 
+    @abc.abstractmethod
     def _stop_event(self) -> Any:
-        """The event :meth:`stop` sets (a ``threading.Event`` / ``asyncio.Event``)."""
-        raise NotImplementedError
+        """The event :meth:`stop` sets: each client's consumer makes its own kind
+        (``threading.Event`` / ``asyncio.Event``)."""
 
     def stop(self) -> None:
         """Ask ``run()`` to return after the batch in hand (from the consumer's thread or

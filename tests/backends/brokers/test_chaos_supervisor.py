@@ -21,11 +21,6 @@ from sa_inbox.demo.app import DemoSchema
 from sa_inbox.demo.db import make_engine
 from tests.conftest import broker_url
 
-pytestmark = pytest.mark.skipif(
-    not Path(__file__).parents[3].joinpath("sa_inbox/chaos/drivers/rabbitmq.py").exists(),
-    reason="sa_inbox.chaos.drivers.rabbitmq does not exist yet (the rabbitmq adapter's task)",
-)
-
 
 @pytest.fixture
 def config(tmp_path: Path) -> Iterator[ConsumerConfig]:
