@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -22,11 +21,13 @@ from sqlalchemy.orm import Session
 
 from .._compat import await_only, greenlet_spawn
 from ..exc import AsyncHandlerError, InvalidBind, InvalidSessionFactory
+from . import _unawaited
 
 __all__ = [
     "ASYNC_SESSION",
     "AsyncBind",
     "async_session_of",
+    "call_handler_awaiting",
     "call_on_loop",
     "in_greenlet",
     "loop_sleep",
@@ -36,6 +37,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+_unawaited.install()
 
 #: What an async claim runs on, in the caller's transaction.
 AsyncBind = AsyncSession | async_scoped_session[Any] | AsyncConnection
@@ -65,44 +68,47 @@ def maybe_await(value: object) -> Any:
 
 def call_handler_awaiting(handler: Callable[..., Any], *args: Any) -> Any:
     """``handler(*args)``, awaited if it returns an awaitable (from :func:`in_greenlet`),
-    refusing a plain function that dropped a coroutine without awaiting it.
+    refusing a handler that dropped a coroutine without awaiting it.
 
-    A plain (``def``) handler may use an AsyncSession's synchronous methods
-    (``session.add(obj)``, flushed at the commit); but ``session.execute(stmt)`` without
-    ``await`` only makes a coroutine, which Python discards with a "coroutine ... was never
-    awaited" ``RuntimeWarning``: the statement never runs, and the claim would commit and
-    the message be acked without the change. That warning is caught while the handler runs
-    (it is emitted when the dropped coroutine is finalised, in the call, on CPython).
+    On an AsyncSession, ``session.execute(stmt)`` (``scalar``, ``get``, ``flush``,
+    ``delete``, ``merge``, ``refresh``, ...) without ``await`` only makes a coroutine, which
+    Python discards with a "coroutine ... was never awaited" ``RuntimeWarning``: the
+    statement never runs, and the claim would commit and the message be acked without the
+    change. The same holds for any ``async def`` function of the application called without
+    ``await``. Both a plain (``def``) handler's call and an ``async def`` handler's whole
+    run are watched, per task (:mod:`sa_inbox.asyncio._unawaited`: the coroutines
+    finalised un-awaited in this task, not in others running meanwhile).
 
     :raises AsyncHandlerError: if the handler dropped an un-awaited coroutine (nothing is
-        committed: the runner rolls back and fails the delivery). Other warnings are
-        emitted again as they were.
-
-    The check swaps the process's warning filters for the length of a plain handler's call
-    (``warnings.catch_warnings``, not thread-safe before Python 3.14): a warning another
-    thread raises meanwhile may be shown once more or not filtered as configured. An
-    ``async def`` handler's body runs after the check, when its coroutine is awaited.
+        committed: the runner rolls back and fails the delivery; the worker records a
+        failed attempt). The coroutine's warning is not emitted: the error names it.
     """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _unawaited.tracking() as dropped:
         result = handler(*args)
-    dropped = [w for w in caught if _never_awaited(w)]
-    for w in caught:
-        if not _never_awaited(w):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     if dropped:
         if inspect.iscoroutine(result):
             result.close()
-        raise AsyncHandlerError(
-            f"the handler made a coroutine and never awaited it ({dropped[0].message}): on an "
-            "AsyncSession, session.execute() and the other I/O methods must be awaited; "
-            "use an async def handler and await them (nothing was committed)"
-        )
-    return maybe_await(result)
+        raise _dropped_error(dropped)
+    if inspect.isawaitable(result):
+        return call_on_loop(_awaited_refusing_drops(result))
+    return result
 
 
-def _never_awaited(caught: warnings.WarningMessage) -> bool:
-    return issubclass(caught.category, RuntimeWarning) and "never awaited" in str(caught.message)
+async def _awaited_refusing_drops(awaitable: Awaitable[T]) -> T:
+    with _unawaited.tracking() as dropped:
+        result = await awaitable
+    if dropped:
+        raise _dropped_error(dropped)
+    return result
+
+
+def _dropped_error(dropped: list[str]) -> AsyncHandlerError:
+    names = ", ".join(f"'{name}'" for name in dict.fromkeys(dropped))
+    return AsyncHandlerError(
+        f"the handler made a coroutine and never awaited it (coroutine {names} was never "
+        "awaited): on an AsyncSession, session.execute() and the other I/O methods must be "
+        "awaited, as must every async def function the handler calls (nothing was committed)"
+    )
 
 
 def loop_sleep(seconds: float) -> None:

@@ -113,11 +113,13 @@ async def run_in_transaction(
     :param max_attempts: attempts in all, >= 1.
     :param backoff: first back-off in seconds (full jitter, doubling, at most 1 s).
     :returns: what ``work`` returned on the attempt that committed.
-    :raises: as :func:`sa_inbox.run_in_transaction`.
+    :raises: as :func:`sa_inbox.run_in_transaction`; and
+        :class:`~sa_inbox.exc.AsyncHandlerError` (rolled back, not retried) if ``work``
+        dropped a coroutine without awaiting it (``session.execute(...)`` without ``await``).
     """
 
     def sync_work(session: Session) -> T:
-        result: T = maybe_await(work(async_session_of(session)))
+        result: T = call_handler_awaiting(work, async_session_of(session))
         return result
 
     return await in_greenlet(

@@ -1,0 +1,197 @@
+"""A missing ``await`` inside an ``async def`` handler: refused, nothing committed, per task.
+
+``session.execute(stmt)`` without ``await`` only makes a coroutine; the statement never
+runs. Before, the async runner committed the claim and acked the message without the
+change (the handler returned normally). Now the coroutines a handler drops un-awaited are
+seen in the handler's own task (``sa_inbox.asyncio._unawaited``), and the attempt is
+FAILED + nacked (the runner), a failed attempt (the AsyncWorker) or an
+``AsyncHandlerError`` (``run_in_transaction``), on every async driver, while other tasks
+run correct handlers at the same time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from sa_inbox import AsyncHandlerError, InboxStore, Incoming, Outcome, StoredMessage
+from sa_inbox.asyncio import AsyncInboxStore, AsyncWorker, handle, run_in_transaction
+from tests.backends.asyncio.test_async import run
+from tests.backends.runner.test_guarantee import Broker
+from tests.support.app import CONSUMER, App
+
+pytestmark = pytest.mark.backend
+
+AsyncHandler = Callable[[AsyncSession], Awaitable[None]]
+
+
+def forgetful_handlers(app: App, message_id: str) -> dict[str, AsyncHandler]:
+    """Handlers that each forget one ``await`` (and may await everything else)."""
+    ledger_row, balance = app.payment(message_id, 1, Decimal(3))
+
+    async def statement_dropped(session: AsyncSession) -> None:
+        session.execute(ledger_row)  # type: ignore[unused-coroutine]
+        await session.execute(balance)  # half the change runs: the balance, not the ledger
+
+    async def helper_not_awaited(session: AsyncSession) -> None:
+        app.apply_payment_async(session, message_id, 1, Decimal(3))  # type: ignore[unused-coroutine]
+
+    async def dropped_after_other_work(session: AsyncSession) -> None:
+        await session.execute(ledger_row)
+        await asyncio.sleep(0)  # other tasks run in between
+        session.scalar(sa.select(sa.func.count()).select_from(app.ledger))  # type: ignore[unused-coroutine]
+        await session.execute(balance)
+
+    async def kept_in_a_local(session: AsyncSession) -> None:
+        pending = session.execute(ledger_row)  # noqa: F841 (never awaited; dropped at return)
+        await session.execute(balance)
+
+    return {
+        "statement_dropped": statement_dropped,
+        "helper_not_awaited": helper_not_awaited,
+        "dropped_after_other_work": dropped_after_other_work,
+        "kept_in_a_local": kept_in_a_local,
+    }
+
+
+@pytest.mark.filterwarnings("error")  # the coroutine's own RuntimeWarning is not emitted either
+@pytest.mark.parametrize(
+    "kind",
+    ["statement_dropped", "helper_not_awaited", "dropped_after_other_work", "kept_in_a_local"],
+)
+def test_a_missing_await_in_an_async_def_handler_is_refused(
+    app: App, async_url: str, kind: str
+) -> None:
+    handler = forgetful_handlers(app, "m1")[kind]
+
+    async def correct(session: AsyncSession) -> None:
+        await app.apply_payment_async(session, "m1", 1, Decimal(3))
+
+    async def scenario(engine: AsyncEngine) -> None:
+        Session = async_sessionmaker(engine)
+        broker = Broker()
+        result = await handle(
+            Session, app.inbox, "m1", CONSUMER, handler, ack=broker.ack, nack=broker.nack
+        )
+        assert result.outcome is Outcome.FAILED, result
+        assert isinstance(result.error, AsyncHandlerError), result.error
+        assert "never awaited" in str(result.error)
+        assert (broker.acks, broker.nacks) == (0, 1)
+        # Nothing of the attempt committed: not the claim, not the half that was awaited.
+        assert app.inbox_rows() == 0 and app.ledger_rows() == 0 and app.balance(1) == 0
+        # The redelivery, to the corrected handler, applies the payment once.
+        broker = Broker()
+        result = await handle(
+            Session, app.inbox, "m1", CONSUMER, correct, ack=broker.ack, nack=broker.nack
+        )
+        assert result.outcome is Outcome.PROCESSED and (broker.acks, broker.nacks) == (1, 0)
+
+    run(async_url, scenario)
+    assert app.ledger_rows("m1") == 1 and app.balance(1) == Decimal(3) and app.inbox_rows() == 1
+
+
+@pytest.mark.filterwarnings("error")
+def test_forgetful_and_correct_handlers_in_concurrent_tasks(app: App, async_url: str) -> None:
+    """16 tasks at a barrier, interleaving at every await: the eight that forget an await
+    are refused and only they; the eight correct ones commit. The check is per task, so a
+    coroutine dropped by one task never blames another. (SQLite has one writer: the claim
+    holds it until the commit, so there the tasks meet no barrier and take turns.)"""
+    tasks = 16
+    barrier = asyncio.Barrier(1 if async_url.startswith("sqlite") else tasks)
+
+    def make_handler(message_id: str, forgetful: bool) -> AsyncHandler:
+        ledger_row, balance = app.payment(message_id, 1, Decimal(1))
+
+        async def handler(session: AsyncSession) -> None:
+            await barrier.wait()
+            await session.execute(balance)
+            await asyncio.sleep(0)
+            if forgetful:
+                session.execute(ledger_row)  # type: ignore[unused-coroutine]
+            else:
+                await session.execute(ledger_row)
+            await asyncio.sleep(0)
+
+        return handler
+
+    async def scenario(engine: AsyncEngine) -> dict[str, Outcome]:
+        Session = async_sessionmaker(engine)
+
+        async def deliver(i: int) -> tuple[str, Outcome]:
+            message_id = f"m{i}"
+            result = await handle(
+                Session,
+                app.inbox,
+                message_id,
+                CONSUMER,
+                make_handler(message_id, forgetful=i % 2 == 0),
+                ack=lambda: None,
+                nack=lambda: None,
+            )
+            return message_id, result.outcome
+
+        return dict(await asyncio.gather(*(deliver(i) for i in range(tasks))))
+
+    extra = {"connect_args": {"timeout": 30}} if async_url.startswith("sqlite") else {}
+    outcomes = run(async_url, scenario, pool_size=tasks, **extra)
+    expected = {f"m{i}": Outcome.FAILED if i % 2 == 0 else Outcome.PROCESSED for i in range(tasks)}
+    assert outcomes == expected
+    assert app.inbox_rows() == tasks // 2 and app.ledger_rows() == tasks // 2
+    assert app.balance(1) == Decimal(tasks // 2)
+    for i in range(0, tasks, 2):
+        assert app.ledger_rows(f"m{i}") == 0
+
+
+@pytest.mark.filterwarnings("error")
+def test_the_async_worker_records_a_missing_await_as_a_failed_attempt(
+    app: App, async_url: str
+) -> None:
+    store = InboxStore(app.metadata)
+    store.table.create(app.engine)
+    astore = AsyncInboxStore(store)
+
+    async def handler(session: AsyncSession, message: StoredMessage) -> None:
+        ledger_row, balance = app.payment(message.message_id, 1, Decimal(1))
+        await session.execute(balance)
+        if message.message_id == "m3":
+            session.execute(ledger_row)  # type: ignore[unused-coroutine]
+        else:
+            await session.execute(ledger_row)
+
+    async def scenario(engine: AsyncEngine) -> tuple[Any, dict[str, int]]:
+        async with async_sessionmaker(engine).begin() as session:
+            await astore.receive_many(
+                session, [Incoming(f"m{i}", {}) for i in range(6)], consumer_name=CONSUMER
+            )
+        worker = AsyncWorker(
+            astore.bind(engine), handler, consumer_name=CONSUMER, concurrency=3, max_attempts=1
+        )
+        summary = await worker.run(until_empty=True, max_seconds=60, handle_signals=False)
+        return summary, await astore.counts(engine, CONSUMER)
+
+    summary, counts = run(async_url, scenario)
+    assert (summary.processed, summary.dead) == (5, 1)
+    assert counts["done"] == 5 and counts["dead"] == 1
+    assert app.ledger_rows() == 5 and app.ledger_rows("m3") == 0
+    assert app.balance(1) == Decimal(5)
+
+
+@pytest.mark.filterwarnings("error")
+def test_run_in_transaction_refuses_a_missing_await(app: App, async_url: str) -> None:
+    async def work(session: AsyncSession) -> None:
+        ledger_row, balance = app.payment("w1", 1, Decimal(2))
+        await session.execute(balance)
+        session.execute(ledger_row)  # type: ignore[unused-coroutine]
+
+    async def scenario(engine: AsyncEngine) -> None:
+        with pytest.raises(AsyncHandlerError, match=r"AsyncSession\.execute"):
+            await run_in_transaction(async_sessionmaker(engine), work)
+
+    run(async_url, scenario)
+    assert app.ledger_rows() == 0 and app.balance(1) == 0
