@@ -1,7 +1,7 @@
 """Two real PostgreSQL servers as two shards.
 
 Shard ``a`` is the suite's PostgreSQL (``SA_INBOX_TEST_POSTGRESQL_URL``); shard ``b`` is a
-second, throwaway PostgreSQL 15 server started for this module by the project's own
+second, throwaway PostgreSQL 15 server started once for the session by the project's own
 ``scripts/servers.sh start DIR postgresql`` in a temp dir, and stopped afterwards. It fails
 the tests in CI when it cannot start, and skips them locally.
 """
@@ -29,9 +29,9 @@ def _unavailable(message: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def second_postgresql_url() -> Iterator[str]:
-    """The URL of a second PostgreSQL server, started for the module and stopped after.
+    """The URL of a second PostgreSQL server, started once for the test session and stopped after.
 
     Its directory is made under the system temp dir, not pytest's (whose parent is closed
     to other users, and the server runs as the ``postgres`` user when the tests run as
@@ -60,7 +60,7 @@ def second_postgresql_url() -> Iterator[str]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shard_urls(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, str]:
