@@ -66,6 +66,11 @@ class ShardedInbox:
         and refuse it with :class:`~sa_inbox.sharding.exc.ShardKeyChanged`. Costs one read
         per other shard per new message; cannot see a delivery running at the same time on
         another shard (see the module's documentation). Default False.
+    Claim a consumer's messages through the ShardedInbox only: a plain
+    :class:`~sa_inbox.Inbox` on the same table stores a bare payload digest, which the
+    ShardedInbox cannot read a shard key from (it then judges the payload only), and the
+    plain collision check would compare a sharded digest as one payload digest.
+
     :raises InvalidShardMap: for a bad map (see above), an inbox table without
         ``payload_hash``, or an inbox whose ``on_collision`` is ``"record"`` (a changed
         shard key must be refused, never recorded and skipped).
