@@ -48,3 +48,12 @@ fi
 
 log "pip install -e '$SPEC'"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$SPEC"
+
+# The test suite compiles CockroachDB's SQL with sqlalchemy-cockroachdb's dialect (the
+# [cockroachdb] extra). That package pins SQLAlchemy < 2.1, so it is installed without its
+# dependencies: the suite keeps testing the SQLAlchemy the project itself resolved.
+if [[ $SPEC == *test* ]]; then
+    log "pip install --no-deps sqlalchemy-cockroachdb (compiled-SQL tests)"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+        'sqlalchemy-cockroachdb>=2.0.4'
+fi

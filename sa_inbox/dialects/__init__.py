@@ -11,6 +11,10 @@ postgresql     ``INSERT … ON CONFLICT (message_id, consumer_name) DO NOTHING``
 mysql/mariadb  ``INSERT IGNORE`` plus a warnings check
 oracle         ``MERGE INTO … WHEN NOT MATCHED THEN INSERT``
 sqlite         ``INSERT … ON CONFLICT (message_id, consumer_name) DO NOTHING``
+cockroachdb    PostgreSQL's statement (``sqlalchemy-cockroachdb``); SERIALIZABLE, 40001 and
+               40003 retried, purge by primary key, SKIP LOCKED from v23.1
+yugabytedb     a PostgreSQL server whose ``version()`` contains ``-YB-`` (see
+               :func:`backend_of`): PostgreSQL's claim, purge by primary key (no ``ctid``)
 anything else  ``SAVEPOINT`` + ``INSERT`` (:mod:`sa_inbox.dialects.generic`); the purge's
                portable primary-key subquery; no store claim (``UnsupportedBackend``)
 =============  ============================================================================
@@ -21,14 +25,17 @@ The dialect layer imports only :mod:`sa_inbox.exc`, :mod:`sa_inbox.schema`,
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import Literal
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 from .._compat import autocommit_isolation
 from ..exc import InvalidStrategy
-from . import mysql, oracle, postgresql, sqlite
+from . import cockroachdb, mysql, oracle, postgresql, sqlite, yugabytedb
 from .backend import Backend as Backend
 from .base import ClaimDialect as ClaimDialect
 from .generic import SavepointClaim as SavepointClaim
@@ -59,6 +66,7 @@ __all__ = [
     "SavepointClaim",
     "Strategy",
     "backend_for",
+    "backend_of",
     "claim_dialect_for",
     "classifier_for",
     "is_autocommit",
@@ -70,9 +78,22 @@ Strategy = Literal["native", "savepoint"]
 #: The registry: every known backend under each of its SQLAlchemy dialect names.
 _BACKENDS: dict[str, Backend] = {
     name: backend
-    for backend in (postgresql.BACKEND, mysql.BACKEND, oracle.BACKEND, sqlite.BACKEND)
+    for backend in (
+        postgresql.BACKEND,
+        mysql.BACKEND,
+        oracle.BACKEND,
+        sqlite.BACKEND,
+        cockroachdb.BACKEND,
+    )
     for name in backend.names
 }
+#: Servers that speak another backend's SQLAlchemy dialect, told apart by their
+#: ``version()`` string: dialect name -> (recognise, backend), tried in order.
+_VARIANTS: dict[str, tuple[tuple[Callable[[str], bool], Backend], ...]] = {
+    "postgresql": ((yugabytedb.is_yugabytedb, yugabytedb.BACKEND),),
+}
+#: The backend recognised per engine (one ``SELECT version()`` per engine).
+_RECOGNISED: weakref.WeakKeyDictionary[sa.Engine, Backend] = weakref.WeakKeyDictionary()
 #: The portable dialects of any other backend (stateless, so shared).
 _PORTABLE_CLAIM = SavepointClaim(None)
 _PORTABLE_PURGE = PurgeDialect()
@@ -81,16 +102,39 @@ _PORTABLE_PURGE = PurgeDialect()
 def backend_for(dialect_name: str) -> Backend:
     """The :class:`Backend` for a SQLAlchemy dialect name (``engine.dialect.name``).
 
-    :param dialect_name: ``"postgresql"``, ``"mysql"``, ``"mariadb"``, ``"oracle"`` or
-        ``"sqlite"``; any other name gets the portable defaults: the SAVEPOINT claim
-        (:class:`SavepointClaim` without a native classifier), the primary-key subquery
-        purge without row locks (:class:`PurgeDialect`), and no store claim (its
-        :attr:`Backend.store_claim` raises :class:`~sa_inbox.exc.UnsupportedBackend`).
+    :param dialect_name: ``"postgresql"``, ``"mysql"``, ``"mariadb"``, ``"oracle"``,
+        ``"sqlite"`` or ``"cockroachdb"`` (a YugabyteDB server is a ``"postgresql"`` one:
+        :func:`backend_of` tells it apart); any other name gets the portable defaults: the
+        SAVEPOINT claim (:class:`SavepointClaim` without a native classifier), the
+        primary-key subquery purge without row locks (:class:`PurgeDialect`), and no store
+        claim (its :attr:`Backend.store_claim` raises :class:`~sa_inbox.exc.UnsupportedBackend`).
     """
     backend = _BACKENDS.get(dialect_name)
     if backend is not None:
         return backend
     return Backend(names=(dialect_name,), claim=_PORTABLE_CLAIM, purge=_PORTABLE_PURGE)
+
+
+def backend_of(conn: Connection) -> Backend:
+    """The :class:`Backend` of the server ``conn`` is connected to: :func:`backend_for` its
+    dialect name, or a server that speaks that dialect but needs other SQL, recognised
+    from its ``version()`` (YugabyteDB: ``-YB-`` in a ``postgresql`` server's version, see
+    :mod:`sa_inbox.dialects.yugabytedb`).
+
+    :param conn: a connection to the server; one ``SELECT version()`` is sent the first
+        time an engine is seen (in the connection's transaction, which it begins if
+        needed), then the answer is remembered for the engine.
+    """
+    backend = backend_for(conn.dialect.name)
+    variants = _VARIANTS.get(conn.dialect.name)
+    if not variants:
+        return backend
+    found = _RECOGNISED.get(conn.engine)
+    if found is None:
+        version = str(conn.exec_driver_sql("SELECT version()").scalar() or "")
+        found = next((variant for recognise, variant in variants if recognise(version)), backend)
+        _RECOGNISED[conn.engine] = found
+    return found
 
 
 class _EveryBackendClassifier(SavepointClaim):
@@ -103,7 +147,7 @@ class _EveryBackendClassifier(SavepointClaim):
         return any(backend.claim.is_missing_table(exc) for backend in _NATIVE)
 
 
-_NATIVE = (postgresql.BACKEND, mysql.BACKEND, oracle.BACKEND, sqlite.BACKEND)
+_NATIVE = (postgresql.BACKEND, mysql.BACKEND, oracle.BACKEND, sqlite.BACKEND, cockroachdb.BACKEND)
 _EVERY_BACKEND = _EveryBackendClassifier(None)
 
 

@@ -37,12 +37,13 @@ class Backend:
         """The inbox store's claim of stored messages on this backend.
 
         :raises UnsupportedBackend: where sa-inbox has none (any backend but PostgreSQL,
-            MySQL/MariaDB, Oracle and SQLite): a safe claim needs ``FOR UPDATE SKIP
-            LOCKED`` or a single-writer database, which sa-inbox knows only on these.
+            YugabyteDB, CockroachDB, MySQL/MariaDB, Oracle and SQLite): a safe claim needs
+            ``FOR UPDATE SKIP LOCKED`` or a single-writer database, which sa-inbox knows only
+            on these.
         """
         if self.store_claim_dialect is None:
             raise UnsupportedBackend(
                 f"the inbox store's worker has no claim for {', '.join(map(repr, self.names))}; "
-                "supported: PostgreSQL, MySQL/MariaDB, Oracle, SQLite"
+                "supported: PostgreSQL, YugabyteDB, CockroachDB, MySQL/MariaDB, Oracle, SQLite"
             )
         return self.store_claim_dialect

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import ColumnElement
 
 from ..claim import Inbox
-from ..dialects import PurgeDialect, backend_for
+from ..dialects import PurgeDialect, backend_for, backend_of
 from ..exc import (
     InvalidBind,
     InvalidRetentionPolicy,
@@ -263,6 +263,9 @@ def purge_target(
     dialect = backend_for(_check_bind(bind).dialect.name).purge
     pause = dialect.pause if pause is None else pause
     with _purge_connection(bind, dialect) as conn:
+        # A server that speaks this dialect but needs other SQL (YugabyteDB, no ctid); it
+        # keeps the isolation level of the dialect it speaks.
+        dialect = backend_of(conn).purge
         cutoff = target.clock(conn) - older_than
         statement = dialect.batch_statement(
             conn, target.table, target.expired(cutoff), target.order_by, batch_size

@@ -1,0 +1,147 @@
+"""The sharded inbox on asyncio: :class:`AsyncShardedInbox`, the same routing, checks and
+errors as :class:`~sa_inbox.sharding.ShardedInbox` on AsyncEngines.
+
+One implementation serves both, as in :mod:`sa_inbox.asyncio`: the synchronous router runs on
+the sync engines behind the async ones (``AsyncEngine.sync_engine``), in a greenlet, and only
+the edges (the handler, ack/nack, the session factory) are async.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from ..asyncio import runner as async_runner
+from ..asyncio._bridge import AsyncBind, in_greenlet, on_sync_bind
+from ..claim import Inbox
+from ..runner import DEFAULT_MAX_ATTEMPTS, Result
+from .exc import InvalidShardMap
+from .inbox import ShardedInbox
+from .keys import claim_digest
+
+__all__ = ["AsyncShardedInbox"]
+
+
+def _async_shard(name: object, shard: object) -> tuple[AsyncEngine, Callable[[], AsyncSession]]:
+    if isinstance(shard, AsyncEngine):
+        return shard, async_sessionmaker(shard)
+    if isinstance(shard, async_sessionmaker):
+        bind: Any = shard.kw.get("bind")
+        if isinstance(bind, AsyncEngine):
+            return bind, shard
+        raise InvalidShardMap(
+            f"shard {name!r}: the async_sessionmaker must be bound to an AsyncEngine, "
+            f"not {type(bind).__name__}"
+        )
+    raise InvalidShardMap(
+        f"shard {name!r} must be an AsyncEngine or an async_sessionmaker bound to one, "
+        f"not {type(shard).__name__}"
+    )
+
+
+class AsyncShardedInbox:
+    """:class:`~sa_inbox.sharding.ShardedInbox` on asyncio.
+
+    :param inbox: as for ShardedInbox.
+    :param shards: shard name -> :class:`~sqlalchemy.ext.asyncio.AsyncEngine` or
+        ``async_sessionmaker`` bound to one.
+    :param assign: as for ShardedInbox.
+    :param check_other_shards: as for ShardedInbox (the other shards are read through
+        their engines, in the claim's greenlet).
+    :raises InvalidShardMap: as ShardedInbox, and for a shard that is not an AsyncEngine or
+        a bound async_sessionmaker.
+    """
+
+    def __init__(
+        self,
+        inbox: Inbox,
+        shards: Mapping[str, Any],
+        *,
+        assign: Callable[[str], str] | None = None,
+        check_other_shards: bool = False,
+    ) -> None:
+        if not isinstance(shards, Mapping):
+            raise InvalidShardMap(
+                f"shards must be a mapping of name -> AsyncEngine, not {type(shards).__name__}"
+            )
+        resolved = {name: _async_shard(name, shard) for name, shard in shards.items()}
+        sync_engines: dict[str, sa.Engine] = {
+            name: engine.sync_engine for name, (engine, _) in resolved.items()
+        }
+        #: The synchronous router on the sync engines behind the async ones.
+        self.sync_router = ShardedInbox(
+            inbox, sync_engines, assign=assign, check_other_shards=check_other_shards
+        )
+        self._factories = {name: factory for name, (_, factory) in resolved.items()}
+
+    def shard_for(self, shard_key: str) -> str:
+        """As :meth:`ShardedInbox.shard_for`."""
+        return self.sync_router.shard_for(shard_key)
+
+    def session_factory(self, shard_key: str) -> Callable[[], AsyncSession]:
+        """The async session factory of the shard ``shard_key`` belongs to."""
+        return self._factories[self.shard_for(shard_key)]
+
+    async def claim(
+        self,
+        bind: AsyncBind,
+        message_id: str,
+        consumer_name: str,
+        *,
+        shard_key: str,
+        payload_hash: bytes | None = None,
+        message_type: str | None = None,
+        correlation_id: str | None = None,
+    ) -> bool:
+        """As :meth:`ShardedInbox.claim`, on an AsyncSession or AsyncConnection of the key's
+        shard."""
+        return await on_sync_bind(
+            bind,
+            self.sync_router.claim,
+            message_id,
+            consumer_name,
+            shard_key=shard_key,
+            payload_hash=payload_hash,
+            message_type=message_type,
+            correlation_id=correlation_id,
+        )
+
+    async def is_processed(self, message_id: str, consumer_name: str, *, shard_key: str) -> bool:
+        """As :meth:`ShardedInbox.is_processed`."""
+        return await in_greenlet(
+            self.sync_router.is_processed, message_id, consumer_name, shard_key=shard_key
+        )
+
+    async def handle(
+        self,
+        shard_key: str,
+        message_id: str,
+        consumer_name: str,
+        handler: Callable[[AsyncSession], Awaitable[Any] | Any],
+        *,
+        ack: Callable[[], Any],
+        nack: Callable[[], Any],
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        payload_hash: bytes | None = None,
+        message_type: str | None = None,
+        correlation_id: str | None = None,
+    ) -> Result:
+        """:func:`sa_inbox.asyncio.handle` on the shard of ``shard_key`` (outcomes and errors
+        as :meth:`ShardedInbox.handle`)."""
+        shard = self.shard_for(shard_key)
+        return await async_runner.handle(
+            self._factories[shard],
+            self.sync_router.shard_inbox(shard),
+            message_id,
+            consumer_name,
+            handler,
+            ack=ack,
+            nack=nack,
+            max_attempts=max_attempts,
+            payload_hash=claim_digest(shard_key, payload_hash),
+            message_type=message_type,
+            correlation_id=correlation_id,
+        )
