@@ -37,7 +37,6 @@ server other databases' writes are counted too (the published run used a private
 from __future__ import annotations
 
 import datetime
-import math
 import os
 import statistics
 import threading
@@ -69,7 +68,15 @@ from ..retention.partitions import (
     partitioned_processed_messages_table,
 )
 from .db import make_engine
-from .design_model import DESIGNS, Measured, fit_latency, project_all
+from .design_model import (
+    DESIGNS,
+    PAGE,
+    Measured,
+    fit_latency,
+    fit_wal,
+    fpi_per_claim,
+    project_all,
+)
 from .runner import BenchConfig
 
 __all__ = [
@@ -83,6 +90,9 @@ __all__ = [
 ]
 
 TABLE = "bench_design"
+#: The reference table: claims into it alternate with the measured ones (same moment, same
+#: load), so that a ratio of medians shows the size effect on a noisy machine.
+REF_TABLE = "bench_design_ref"
 PART_TABLE = "bench_design_part"
 CONSUMER = "billing"
 #: Ids per ``claim_many()`` transaction, and such transactions per size.
@@ -106,10 +116,11 @@ FILL_POLICY = RetentionPolicy(
 )
 SPAN_DAYS = 15
 PART_SPAN_DAYS = 17
-#: Rows :lo..:hi of :total, ``received_at`` from 15 days ago (row 1) to now (row :total).
+#: Rows :lo..:hi of :total into ``{table}``, ``received_at`` from 15 days ago (row 1) to
+#: now (row :total), ids ``md5('{prefix}' || n)`` as a UUID.
 FILL = f"""
-    INSERT INTO {TABLE} (message_id, consumer_name, received_at)
-    SELECT md5('d' || g)::uuid::text, '{CONSUMER}',
+    INSERT INTO {{table}} (message_id, consumer_name, received_at)
+    SELECT md5('{{prefix}}' || g)::uuid::text, '{CONSUMER}',
            now() - interval '{SPAN_DAYS} days' * (1 - g::float8 / CAST(:total AS float8))
     FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS g"""
 PART_FILL = f"""
@@ -167,10 +178,25 @@ def _time_claim(engine: sa.Engine, claim: Callable[[sa.Connection], bool]) -> fl
     return time.perf_counter() - started
 
 
-def _single_claims(
-    engine: sa.Engine, claim: Callable[[sa.Connection], bool], n: int
-) -> list[float]:
-    return [_time_claim(engine, claim) for _ in range(n)]
+def _paired(
+    engine: sa.Engine,
+    claim: Callable[[sa.Connection], bool],
+    reference: Callable[[sa.Connection], bool],
+    n: int,
+) -> dict[str, Any]:
+    """``n`` claims by ``claim`` alternating with ``n`` by ``reference``: both latencies
+    and the ratio of their medians (measured at the same moment, so the machine's load
+    cancels out)."""
+    mine: list[float] = []
+    ref: list[float] = []
+    for _ in range(n):
+        mine.append(_time_claim(engine, claim))
+        ref.append(_time_claim(engine, reference))
+    return {
+        **_latencies(mine),
+        "reference": _latencies(ref),
+        "ratio": statistics.median(mine) / statistics.median(ref),
+    }
 
 
 class _Background:
@@ -210,12 +236,14 @@ def _plain_claim(inbox: Inbox) -> Callable[[sa.Connection], bool]:
 
 
 def _sizes(engine: sa.Engine, table: str) -> dict[str, float]:
+    """Rows, table + indexes, indexes, and the primary key (PostgreSQL manual 9.27.7)."""
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql(f"ANALYZE {table}")
-        rows, total, index = conn.execute(
+        rows, total, index, pk = conn.execute(
             sa.text(
                 f"SELECT (SELECT count(*) FROM {table}), pg_total_relation_size(:t), "
-                "pg_indexes_size(:t)"
+                "pg_indexes_size(:t), (SELECT pg_relation_size(indexrelid) FROM pg_index "
+                "WHERE indrelid = CAST(:t AS regclass) AND indisprimary)"
             ),
             {"t": table},
         ).one()
@@ -223,33 +251,59 @@ def _sizes(engine: sa.Engine, table: str) -> dict[str, float]:
         "rows": int(rows),
         "total_bytes": int(total),
         "index_bytes": int(index),
+        "pk_bytes": int(pk),
+        "pk_pages": int(pk) / PAGE,
         "bytes_per_row": int(total) / int(rows),
         "index_bytes_per_row": int(index) / int(rows),
+        "pk_bytes_per_row": int(pk) / int(rows),
     }
 
 
-def _batched_claims(engine: sa.Engine, inbox: Inbox) -> dict[str, float]:
-    seconds = []
-    wal: dict[str, float] = {}
-    with _wal_bytes(engine, wal):
-        for _ in range(BATCHES):
-            ids = [str(uuid.uuid4()) for _ in range(BATCH)]
-            started = time.perf_counter()
-            with engine.begin() as conn:
-                claimed = inbox.claim_many(conn, ids, CONSUMER)
-            seconds.append(time.perf_counter() - started)
-            if claimed != set(ids):
-                raise _error(f"claim_many() claimed {len(claimed)} of {BATCH} fresh ids")
+def _claim_batch(engine: sa.Engine, inbox: Inbox) -> float:
+    ids = [str(uuid.uuid4()) for _ in range(BATCH)]
+    started = time.perf_counter()
+    with engine.begin() as conn:
+        claimed = inbox.claim_many(conn, ids, CONSUMER)
+    if claimed != set(ids):
+        raise _error(f"claim_many() claimed {len(claimed)} of {BATCH} fresh ids")
+    return time.perf_counter() - started
+
+
+def _batched_claims(engine: sa.Engine, inbox: Inbox, reference: Inbox) -> dict[str, Any]:
+    """``BATCHES`` batches right after a ``CHECKPOINT`` (WAL counted around them only),
+    alternating with batches into the reference table."""
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql("CHECKPOINT")
+    seconds, ref, wal = [], [], 0.0
+    for _ in range(BATCHES):
+        counted: dict[str, float] = {}
+        with _wal_bytes(engine, counted):
+            seconds.append(_claim_batch(engine, inbox))
+        wal += counted["wal_bytes"]
+        ref.append(_claim_batch(engine, reference))
     return {
         "batch_size": BATCH,
         "batches": BATCHES,
         "seconds_per_row": statistics.median(seconds) / BATCH,
-        "wal_bytes_per_row": wal["wal_bytes"] / (BATCH * BATCHES),
+        "reference_seconds_per_row": statistics.median(ref) / BATCH,
+        "ratio": statistics.median(seconds) / statistics.median(ref),
+        "wal_bytes_per_row": wal / (BATCH * BATCHES),
     }
 
 
+def _fill(engine: sa.Engine, table: str, prefix: str, lo: int, hi: int, total: int) -> None:
+    sql = FILL.format(table=table, prefix=prefix)
+    with engine.begin() as conn:
+        conn.execute(sa.text(sql), {"lo": lo, "hi": hi, "total": total})
+
+
 def _grow(
-    engine: sa.Engine, inbox: Inbox, rows: int, claims: int, progress: Progress
+    engine: sa.Engine,
+    inbox: Inbox,
+    reference: Inbox,
+    rows: int,
+    claims: int,
+    progress: Progress,
 ) -> list[dict[str, Any]]:
     """Fill ``bench_design`` in stages; measure claims and size at each checkpoint."""
     checkpoints = sorted({rows // 100, rows // 10, rows} - {0})
@@ -260,16 +314,16 @@ def _grow(
         stage = checkpoint - done
         while done < checkpoint:
             hi = min(checkpoint, done + FILL_CHUNK)
-            with engine.begin() as conn:
-                conn.execute(sa.text(FILL), {"lo": done + 1, "hi": hi, "total": rows})
+            _fill(engine, TABLE, "d", done + 1, hi, rows)
             progress.advance(task, hi - done)
             done = hi
         fill_seconds = time.perf_counter() - fill_started
         sizes = _sizes(engine, TABLE)
         if sizes["rows"] != done + extra:
             raise _error(f"{TABLE} holds {sizes['rows']} rows, not {done + extra}")
-        single = _single_claims(engine, _plain_claim(inbox), claims)
-        batched = _batched_claims(engine, inbox)
+        single = _paired(engine, _plain_claim(inbox), _plain_claim(reference), claims)
+        batched = _batched_claims(engine, inbox, reference)
+        batched["fpi_per_claim_expected"] = fpi_per_claim(sizes["pk_pages"], BATCH * BATCHES)
         extra += claims + BATCH * BATCHES
         results.append(
             {
@@ -277,7 +331,7 @@ def _grow(
                 "fill_rows": stage,
                 "fill_seconds": fill_seconds,
                 "fill_rows_per_second": stage / fill_seconds,
-                "single_claim": _latencies(single),
+                "single_claim": single,
                 "batched_claim": batched,
             }
         )
@@ -362,7 +416,7 @@ def _current_partition(engine: sa.Engine, table: sa.Table) -> str:
 
 
 def _partition_run(
-    engine: sa.Engine, interval: datetime.timedelta, rows: int, claims: int
+    engine: sa.Engine, interval: datetime.timedelta, rows: int, claims: int, reference: Inbox
 ) -> dict[str, Any]:
     """One daily/hourly run: create, fill, claim, drop (with claims); checked."""
     table = partitioned_processed_messages_table(sa.MetaData(), table_name=PART_TABLE)
@@ -382,7 +436,7 @@ def _partition_run(
             now = datetime.datetime.now(datetime.UTC)
             return inbox.claim(conn, str(uuid.uuid4()), CONSUMER, event_time=now)
 
-        single = _single_claims(engine, claim, claims)
+        single = _paired(engine, claim, _plain_claim(reference), claims)
         current = _current_partition(engine, table)
         before = _partition_counts(engine, table)
         dropped_wal: dict[str, float] = {}
@@ -405,7 +459,8 @@ def _partition_run(
         "drop_seconds_per_partition": drop_seconds / len(dropped),
         "drop_wal_bytes_per_partition": dropped_wal["wal_bytes"] / len(dropped),
         "hot_partition_rows": before[current],
-        "single_claim": _latencies(single),
+        "single_claim": single,
+        "claim_overhead_s": single["median_s"] - single["reference"]["median_s"],
         "claims_during_drop": during_claims,
     }
 
@@ -430,7 +485,12 @@ def _check_drop(
 
 
 def _partitions(
-    engine: sa.Engine, rows: int, claims: int, repeat: int, progress: Progress
+    engine: sa.Engine,
+    rows: int,
+    claims: int,
+    repeat: int,
+    reference: Inbox,
+    progress: Progress,
 ) -> dict[str, Any]:
     results = {}
     task = progress.add_task("design: partitions", total=2 * repeat)
@@ -440,13 +500,14 @@ def _partitions(
         interval = datetime.timedelta(seconds=design.interval)
         runs = []
         for _ in range(repeat):
-            runs.append(_partition_run(engine, interval, rows, claims))
+            runs.append(_partition_run(engine, interval, rows, claims, reference))
             progress.advance(task)
         keys = (
             "create_seconds_per_partition",
             "create_wal_bytes_per_partition",
             "drop_seconds_per_partition",
             "drop_wal_bytes_per_partition",
+            "claim_overhead_s",
         )
         summary: dict[str, float] = {k: statistics.median(r[k] for r in runs) for k in keys}
         summary["claim_median_s"] = statistics.median(r["single_claim"]["median_s"] for r in runs)
@@ -460,38 +521,59 @@ def _partitions(
     return results
 
 
+def reference_latency(results: Mapping[str, Any]) -> float:
+    """``L_ref``: the median over the sizes of the reference table's claim medians (s)."""
+    medians = [float(g["single_claim"]["reference"]["median_s"]) for g in results["growth"]]
+    return statistics.median(medians)
+
+
+def latency_points(results: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """``(rows, ratio * L_ref)`` per size: the claim latency at that size, load removed."""
+    ref = reference_latency(results)
+    return [(g["rows"], g["single_claim"]["ratio"] * ref) for g in results["growth"]]
+
+
+def wal_points(results: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """``(f, WAL bytes per claim)`` per size, ``f`` the page images expected per claim."""
+    return [
+        (g["batched_claim"]["fpi_per_claim_expected"], g["batched_claim"]["wal_bytes_per_row"])
+        for g in results["growth"]
+    ]
+
+
 def measured_inputs(results: Mapping[str, Any]) -> Measured:
-    """The model's inputs from this scenario's ``results`` (the largest size's figures)."""
+    """The model's inputs from this scenario's ``results``.
+
+    Sizes and purge figures of the largest table; the latency points from
+    :func:`latency_points`; ``w_0`` and ``S`` from :func:`fit_wal` over :func:`wal_points`;
+    the batched claim cost at the largest size as its ratio to the reference times the
+    reference's median over all sizes; the partitions' medians over their runs.
+    """
     growth = results["growth"]
     last = growth[-1]
     purged = results["purge"]
-    points = [(g["rows"], g["single_claim"]["median_s"]) for g in growth]
-    a, b = fit_latency(points)
     parts = results["partitions"]
-
-    def overhead(name: str) -> float:
-        summary = parts[name]["summary"]
-        return float(
-            summary["claim_median_s"] - (a + b * math.log10(max(summary["hot_partition_rows"], 1)))
-        )
+    w_0, fpi_bytes = fit_wal(wal_points(results))
+    batched_ref = statistics.median(g["batched_claim"]["reference_seconds_per_row"] for g in growth)
 
     def per(key: str) -> dict[str, float]:
         return {name: float(p["summary"][key]) for name, p in parts.items()}
 
     return Measured(
         bytes_per_row=last["bytes_per_row"],
-        index_bytes_per_row=last["index_bytes_per_row"],
+        index_bytes_per_row=last["pk_bytes_per_row"],
         delete_rows_per_second=purged["rows_per_second"],
         vacuum_rows_per_second=purged["vacuum_rows_per_second"],
-        wal_bytes_per_claim=last["batched_claim"]["wal_bytes_per_row"],
+        wal_bytes_per_claim=w_0,
+        fpi_bytes=fpi_bytes,
         wal_bytes_per_purged_row=purged["wal_bytes_per_row"] + purged["vacuum_wal_bytes_per_row"],
-        claim_seconds_per_row_batched=last["batched_claim"]["seconds_per_row"],
-        latency_points=points,
+        claim_seconds_per_row_batched=last["batched_claim"]["ratio"] * batched_ref,
+        latency_points=latency_points(results),
         partition_create_seconds=per("create_seconds_per_partition"),
         partition_drop_seconds=per("drop_seconds_per_partition"),
         partition_create_wal=per("create_wal_bytes_per_partition"),
         partition_drop_wal=per("drop_wal_bytes_per_partition"),
-        partition_claim_overhead={name: overhead(name) for name in parts},
+        partition_claim_overhead=per("claim_overhead_s"),
     )
 
 
@@ -514,23 +596,28 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
             f"the design scenario measures PostgreSQL partitions; {engine.dialect.name} has none"
         )
     load_before = os.getloadavg()
-    inbox = Inbox(sa.MetaData(), table_name=TABLE)
+    metadata = sa.MetaData()
+    inbox = Inbox(metadata, table_name=TABLE)
+    reference = Inbox(metadata, table_name=REF_TABLE)
+    ref_rows = max(config.rows // 100, 100)
     try:
-        inbox.table.metadata.drop_all(engine, checkfirst=True)
-        inbox.table.metadata.create_all(engine)
+        metadata.drop_all(engine, checkfirst=True)
+        metadata.create_all(engine)
         with engine.begin() as conn:
             conn.exec_driver_sql(f"ALTER TABLE {TABLE} SET (autovacuum_enabled = false)")
-        growth = _grow(engine, inbox, config.rows, claims, progress)
+        _fill(engine, REF_TABLE, "r", 1, ref_rows, ref_rows)
+        growth = _grow(engine, inbox, reference, config.rows, claims, progress)
         purged = _purge(engine, inbox, progress)
-        inbox.table.metadata.drop_all(engine)
-        partitions = _partitions(engine, part_rows, claims, config.repeat, progress)
+        inbox.table.drop(engine)
+        partitions = _partitions(engine, part_rows, claims, config.repeat, reference, progress)
     finally:
-        inbox.table.metadata.drop_all(engine, checkfirst=True)
+        metadata.drop_all(engine, checkfirst=True)
         engine.dispose()
     results: dict[str, Any] = {
         "rows": config.rows,
         "fill": "INSERT ... SELECT over generate_series (ids md5(n)::uuid)",
         "claims_per_size": claims,
+        "reference_rows": ref_rows,
         "window_seconds": POLICY.window.total_seconds(),
         "growth": growth,
         "purge": purged,
@@ -543,6 +630,8 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
         **{k: v for k, v in vars(measured).items() if k != "latency_points"},
         "latency_points": [list(p) for p in measured.latency_points],
         "latency_fit": list(fit_latency(measured.latency_points)),
+        "reference_latency_s": reference_latency(results),
+        "wal_points": [list(p) for p in wal_points(results)],
     }
     results["projections"] = [
         p.to_json() for p in project_all(measured, memory_bytes=results["memory_bytes"])

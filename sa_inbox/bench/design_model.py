@@ -9,15 +9,28 @@ Three designs keep ``window`` seconds of claims (one row per message and consume
   each created ahead of time and dropped once its whole range is out of the window.
 
 The inputs (:class:`Measured`) are the figures of ``sa-inbox bench design``: ``B`` bytes
-per row (table + indexes) and ``Bi`` index bytes per row; ``D`` rows deleted per second by
-one purger and ``V`` dead rows removed per second by ``VACUUM``; ``w_i`` WAL bytes per
-claimed row and ``w_d`` per purged row (``DELETE`` plus ``VACUUM``); ``c_k``/``d_k``
+per row (table + indexes) and ``Bi`` primary-key index bytes per row; ``D`` rows deleted
+per second by one purger and ``V`` dead rows removed per second by ``VACUUM``; ``w_0`` WAL
+bytes per claim and ``S`` bytes per full-page image (fitted, see below), ``w_d`` WAL bytes
+per purged row (``DELETE`` plus ``VACUUM``); ``c_k``/``d_k``
 seconds and ``wc_k``/``wd_k`` WAL bytes to create/drop one partition of design ``k``;
 ``t_b`` seconds of one claim in a batched ``claim_many()`` (per row); and single-claim
 latencies ``L(n)`` measured on plain tables of ``n`` rows, fitted as
 ``L(n) = a + b * log10(n)`` (least squares; a B-tree's depth grows with ``log n``), plus
 the measured extra latency ``o_k`` of a claim into a partitioned table (its median minus
-``L`` at the size of the partition it wrote to).
+the median of claims into a small plain table, taken alternately).
+
+**WAL per claim.** After a checkpoint, the first change of each page writes a full-page
+image (PostgreSQL manual 30.1 "Reliability", ``full_page_writes``; 30.5 "WAL
+Configuration"). Random (UUIDv4) keys spread ``k`` claims per checkpoint cycle over the
+``P`` leaf pages of the hot primary key, touching ``P * (1 - exp(-k / P))`` distinct pages,
+so a claim writes ``f(P, k) = P * (1 - exp(-k / P)) / k`` page images on average and
+``w(P, k) = w_0 + S * f(P, k)`` WAL bytes. The scenario measures ``w`` right after a
+``CHECKPOINT`` at three table sizes (``k`` = the claims measured, ``P`` = the primary key's
+pages) and fits ``w_0`` and ``S`` by least squares; the projection uses
+``P = hot rows * Bi / 8192`` and ``k = r * CHECKPOINT_SECONDS`` (``checkpoint_timeout``'s
+default, 5 min: it assumes ``max_wal_size`` is large enough that WAL volume does not force
+checkpoints sooner, which would raise ``f``).
 
 For ``r`` messages/s, a window ``W`` s and an interval ``I`` s (86,400 for ``delete`` and
 ``daily``, 3,600 for ``hourly``), per design:
@@ -28,15 +41,16 @@ rows held (peak)           ``N = r * (W + I)``: the oldest interval is dropped/p
 table + indexes            ``N * B`` bytes
 hot rows                   rows of the B-tree each claim inserts into: ``N`` for ``delete``,
                            ``r * I`` for a partition (its indexes are its own)
-hot index                  ``hot rows * Bi`` bytes: random (UUIDv4) keys touch every leaf,
-                           so it must stay in memory for claims to stay fast
+hot index                  ``hot rows * Bi`` bytes of primary key: random (UUIDv4) keys
+                           touch every leaf, so it must stay in memory for claims to stay
+                           fast (the ``received_at`` index grows at its right edge only)
 claim latency              ``L(hot rows) + o_k`` (``o`` = 0 for ``delete``)
 retention s/day            ``delete``: ``r * 86400 * (1/D + 1/V)``;
                            partitions: ``(86400 / I) * (c_k + d_k)``
 retention core share       ``retention s/day / 86400`` (of one core, one connection)
 retention WAL/day          ``delete``: ``r * 86400 * w_d``;
                            partitions: ``(86400 / I) * (wc_k + wd_k)``
-claim WAL/day              ``r * 86400 * w_i`` (the same for every design)
+claim WAL/day              ``r * 86400 * w(hot rows * Bi / 8192, r * CHECKPOINT_SECONDS)``
 claims' core share         ``r * t_b`` (the same for every design)
 partitions                 ``ceil((W + I) / I) + ahead / I`` (0 for ``delete``)
 =========================  ==================================================================
@@ -61,16 +75,20 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 __all__ = [
+    "CHECKPOINT_SECONDS",
     "CORE_BUDGET",
     "DAY",
     "DESIGNS",
     "HOUR",
+    "PAGE",
     "RATES",
     "WINDOW",
     "Design",
     "Measured",
     "Projection",
     "fit_latency",
+    "fit_wal",
+    "fpi_per_claim",
     "limit_rate",
     "project",
     "project_all",
@@ -85,6 +103,10 @@ RATES = (2_000.0, 10_000.0, 50_000.0)
 #: The share of one core the retention work may take before a design is called not viable:
 #: a quarter of a core, this project's assumption (the claims need the rest).
 CORE_BUDGET = 0.25
+#: PostgreSQL's page size (``BLCKSZ``), bytes.
+PAGE = 8192
+#: Seconds between checkpoints: ``checkpoint_timeout``'s default (PostgreSQL manual 20.5.2).
+CHECKPOINT_SECONDS = 300.0
 #: How far ahead partitions are created (:data:`sa_inbox.retention.partitions.DEFAULT_AHEAD`).
 AHEAD = 7 * DAY
 
@@ -118,7 +140,8 @@ class Measured:
     :param index_bytes_per_row: ``Bi``, bytes.
     :param delete_rows_per_second: ``D``, rows/s of one batched purge.
     :param vacuum_rows_per_second: ``V``, dead rows/s of ``VACUUM`` after the purge.
-    :param wal_bytes_per_claim: ``w_i``, bytes per claimed row.
+    :param wal_bytes_per_claim: ``w_0``, WAL bytes per claim besides page images.
+    :param fpi_bytes: ``S``, WAL bytes per full-page image.
     :param wal_bytes_per_purged_row: ``w_d``, bytes per purged row (``DELETE`` + ``VACUUM``).
     :param claim_seconds_per_row_batched: ``t_b``, seconds per claim in ``claim_many()``.
     :param latency_points: ``(rows, seconds)`` single-claim medians on plain tables.
@@ -134,6 +157,7 @@ class Measured:
     delete_rows_per_second: float
     vacuum_rows_per_second: float
     wal_bytes_per_claim: float
+    fpi_bytes: float
     wal_bytes_per_purged_row: float
     claim_seconds_per_row_batched: float
     latency_points: Sequence[tuple[float, float]]
@@ -160,6 +184,7 @@ class Projection:
     retention_core_share: float
     retention_wal_bytes_per_day: float
     claim_wal_bytes_per_day: float
+    fpi_per_claim: float
     claims_core_share: float
     partitions: int
     limit_rate: float
@@ -188,6 +213,32 @@ def fit_latency(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
         return mean_y, 0.0
     b = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
     return mean_y - b * mean_x, b
+
+
+def fpi_per_claim(pages: float, claims: float) -> float:
+    """``f(P, k) = P * (1 - exp(-k / P)) / k``: full-page images per claim when ``k`` claims
+    of random keys land on ``P`` leaf pages in one checkpoint cycle (0 if either is 0)."""
+    if pages <= 0 or claims <= 0:
+        return 0.0
+    return pages * -math.expm1(-claims / pages) / claims
+
+
+def fit_wal(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """``(w_0, S)`` of the least-squares fit ``wal_per_claim = w_0 + S * f``.
+
+    :param points: ``(f, wal bytes per claim)`` pairs (``f`` from :func:`fpi_per_claim`);
+        if every ``f`` is the same, ``S`` is 0 and ``w_0`` their mean.
+    :raises ValueError: for no point.
+    """
+    if not points:
+        raise ValueError("need at least one (f, bytes) point")
+    xs, ys = [f for f, _ in points], [w for _, w in points]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread == 0:
+        return mean_y, 0.0
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    return mean_y - slope * mean_x, slope
 
 
 def _hot_seconds(design: Design, window: float) -> float:
@@ -242,6 +293,7 @@ def project(
         wal = rate * DAY * measured.wal_bytes_per_purged_row
         partitions = 0
     hot_index = hot_rows * measured.index_bytes_per_row
+    fpi = fpi_per_claim(hot_index / PAGE, rate * CHECKPOINT_SECONDS)
     limit, limit_name = limit_rate(design, measured, window, memory_bytes)
     reasons = []
     if seconds / DAY > CORE_BUDGET:
@@ -260,7 +312,10 @@ def project(
         retention_seconds_per_day=seconds,
         retention_core_share=seconds / DAY,
         retention_wal_bytes_per_day=wal,
-        claim_wal_bytes_per_day=rate * DAY * measured.wal_bytes_per_claim,
+        claim_wal_bytes_per_day=rate
+        * DAY
+        * (measured.wal_bytes_per_claim + measured.fpi_bytes * fpi),
+        fpi_per_claim=fpi,
         claims_core_share=rate * measured.claim_seconds_per_row_batched,
         partitions=partitions,
         limit_rate=limit,

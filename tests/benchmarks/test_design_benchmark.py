@@ -58,12 +58,16 @@ def test_design_scenario_tiny_run_on_postgresql(tmp_path: Path) -> None:
     measured_rows = [g["rows"] for g in growth]  # the fill plus the claims measured so far
     assert measured_rows == [100, 1_000 + 5_040, 10_000 + 2 * 5_040]
     for g in growth:
-        assert g["total_bytes"] > g["index_bytes"] > 0
+        assert g["total_bytes"] > g["index_bytes"] > g["pk_bytes"] > 0
+        assert g["pk_pages"] == g["pk_bytes"] / 8192
         assert 100 < g["bytes_per_row"] < 2_000
-        assert g["single_claim"]["n"] == CLAIMS
-        assert 0 < g["single_claim"]["median_s"] <= g["single_claim"]["p99_s"]
-        assert g["batched_claim"]["seconds_per_row"] > 0
-        assert g["batched_claim"]["wal_bytes_per_row"] > 0
+        single, batched = g["single_claim"], g["batched_claim"]
+        assert single["n"] == single["reference"]["n"] == CLAIMS
+        assert 0 < single["median_s"] <= single["p99_s"]
+        assert single["ratio"] == single["median_s"] / single["reference"]["median_s"]
+        assert batched["seconds_per_row"] > 0 and batched["reference_seconds_per_row"] > 0
+        assert batched["wal_bytes_per_row"] > 0
+        assert 0 < batched["fpi_per_claim_expected"] < 1
 
     purge = results["purge"]
     assert abs(purge["expired"] - ROWS // 15) <= 2  # 1/15 of the fill is past 14 of 15 days
@@ -83,10 +87,15 @@ def test_design_scenario_tiny_run_on_postgresql(tmp_path: Path) -> None:
         assert 0 < run_["rows_dropped"] < 2_000
         assert run_["drop_seconds_per_partition"] > 0 and run_["create_seconds_per_partition"] > 0
         assert run_["hot_partition_rows"] >= CLAIMS
+        claim = run_["single_claim"]
+        assert run_["claim_overhead_s"] == claim["median_s"] - claim["reference"]["median_s"]
 
     inputs = results["model_inputs"]
     assert inputs["delete_rows_per_second"] == purge["rows_per_second"]
     assert inputs["bytes_per_row"] == growth[-1]["bytes_per_row"]
+    assert inputs["index_bytes_per_row"] == growth[-1]["pk_bytes_per_row"]
+    assert [p[0] for p in inputs["latency_points"]] == measured_rows
+    assert len(inputs["wal_points"]) == 3
     projections = results["projections"]
     assert [(p["design"], p["rate"]) for p in projections] == [
         (d.name, r) for d in DESIGNS for r in RATES

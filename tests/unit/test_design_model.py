@@ -10,10 +10,13 @@ from sa_inbox.bench.design_model import (
     CORE_BUDGET,
     DAY,
     DESIGNS,
+    PAGE,
     RATES,
     WINDOW,
     Measured,
     fit_latency,
+    fit_wal,
+    fpi_per_claim,
     limit_rate,
     project,
     project_all,
@@ -22,14 +25,16 @@ from sa_inbox.bench.design_model import (
 DELETE, DAILY, HOURLY = DESIGNS
 
 #: Round inputs: B 200, Bi 100, D 100,000/s, V 50,000/s (1/D + 1/V = 3e-5 s per row),
-#: 400 WAL bytes per claim, 200 per purged row, 20 µs per batched claim, latency 0.1 ms at
-#: 10^6 rows and 0.2 ms at 10^7 (fit: a = -0.5 ms, b = 0.1 ms per decade).
+#: 400 WAL bytes per claim plus 8000 per full-page image, 200 per purged row, 20 µs per
+#: batched claim, latency 0.1 ms at 10^6 rows and 0.2 ms at 10^7 (fit: a = -0.5 ms,
+#: b = 0.1 ms per decade).
 MEASURED = Measured(
     bytes_per_row=200.0,
     index_bytes_per_row=100.0,
     delete_rows_per_second=100_000.0,
     vacuum_rows_per_second=50_000.0,
     wal_bytes_per_claim=400.0,
+    fpi_bytes=8000.0,
     wal_bytes_per_purged_row=200.0,
     claim_seconds_per_row_batched=2e-5,
     latency_points=[(1e6, 1e-4), (1e7, 2e-4)],
@@ -57,6 +62,23 @@ def test_fit_latency_recovers_a_line() -> None:
         fit_latency([(0, 1.0)])
 
 
+def test_fpi_per_claim() -> None:
+    assert fpi_per_claim(1000, 1000) == pytest.approx(1 - math.exp(-1))  # 0.632
+    assert fpi_per_claim(1e9, 10) == pytest.approx(1.0)  # every claim on a fresh page
+    assert fpi_per_claim(1, 1e6) == pytest.approx(1e-6)  # one page, one image per cycle
+    assert fpi_per_claim(0, 10) == fpi_per_claim(10, 0) == 0.0
+
+
+def test_fit_wal() -> None:
+    assert fit_wal([(0.0, 400.0), (0.5, 4400.0), (1.0, 8400.0)]) == (
+        pytest.approx(400.0),
+        pytest.approx(8000.0),
+    )
+    assert fit_wal([(0.2, 500.0), (0.2, 700.0)]) == (600.0, 0.0)
+    with pytest.raises(ValueError):
+        fit_wal([])
+
+
 def test_delete_at_2000_per_second() -> None:
     p = project(DELETE, 2_000, WINDOW, MEASURED, BIG_MEMORY)
     # 2000 x (14 + 1) days = 2000 x 1,296,000 s
@@ -68,7 +90,12 @@ def test_delete_at_2000_per_second() -> None:
     assert p.retention_seconds_per_day == pytest.approx(5184)
     assert p.retention_core_share == pytest.approx(0.06)
     assert p.retention_wal_bytes_per_day == pytest.approx(3.456e10)
-    assert p.claim_wal_bytes_per_day == pytest.approx(6.912e10)
+    # 31,640,625 primary-key pages, 600,000 claims per 5-minute checkpoint cycle:
+    # f = (1 - e^-x) / x with x = 600,000 / 31,640,625, ~ 1 - x/2 + x^2/6
+    x = 600_000 / (2.592e11 / PAGE)
+    assert p.fpi_per_claim == pytest.approx(1 - x / 2 + x**2 / 6, rel=1e-6)
+    assert p.claim_wal_bytes_per_day == pytest.approx(2000 * 86400 * (400 + 8000 * p.fpi_per_claim))
+    assert p.claim_wal_bytes_per_day == pytest.approx(1.43846e12, rel=1e-4)
     assert p.claims_core_share == pytest.approx(0.04)
     assert p.partitions == 0
     # the core limit: 0.25 / 3e-5 = 8333 msg/s (memory allows 1e13 / (100 x 1,296,000))
@@ -92,6 +119,10 @@ def test_hourly_at_50000_per_second() -> None:
     assert p.retention_seconds_per_day == pytest.approx(0.36)
     assert p.retention_core_share == pytest.approx(0.36 / DAY)
     assert p.retention_wal_bytes_per_day == pytest.approx(24 * 28_000)
+    # 2,197,265.625 pages of the hour's primary key, 15,000,000 claims per cycle
+    pages = 1.8e10 / PAGE
+    assert p.fpi_per_claim == pytest.approx(pages * (1 - math.exp(-15e6 / pages)) / 15e6)
+    assert p.fpi_per_claim == pytest.approx(0.14633, rel=1e-4)  # 0.1465 x (1 - e^-6.83)
     assert p.partitions == 337 + 168  # ceil(1,213,200 / 3600) + 7 days ahead
     assert p.limit_rate == pytest.approx(1e13 / (100 * 3_600)) and p.limit == "hot index > memory"
     assert p.viable
