@@ -636,7 +636,7 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     results["projections"] = [
         p.to_json() for p in project_all(measured, memory_bytes=results["memory_bytes"])
     ]
-    results["plot"] = str(_plot(config.out, results))
+    results["plot"] = _plot(config.out, results).name
     return results
 
 
