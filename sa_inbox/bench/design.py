@@ -11,10 +11,15 @@ a 14-day window and draws ``<out>/design.png``.
    ``md5(n)::uuid`` in random key order, ``received_at`` spread over 15 days in insertion
    order, 1/15 of them older than the 14-day window); at each size, the library's claim path
    is measured: ``Inbox.claim()`` in its own transaction ``claims`` times (latency per
-   transaction, commit included: median, p90, p99) and ``Inbox.claim_many()`` in batches of
-   :data:`BATCH` ids (seconds per claimed row, WAL bytes per claimed row), then the size
-   (``pg_total_relation_size``, ``pg_indexes_size`` after ``ANALYZE``; PostgreSQL manual
-   9.27.7 "Database Object Management Functions").
+   transaction, commit included: median, p90, p99), each alternating with a claim into the
+   reference table ``bench_design_ref`` (``rows // 100`` rows, at least 100): the ratio of
+   the two medians is the effect of the table's size at the same moment, whatever else
+   loads the machine. Then, right after a ``CHECKPOINT``, ``Inbox.claim_many()`` in
+   :data:`BATCHES` batches of :data:`BATCH` ids (seconds and WAL bytes per claimed row; the
+   page images expected, :func:`~sa_inbox.bench.design_model.fpi_per_claim`), and the
+   sizes (``pg_total_relation_size``, ``pg_indexes_size``, the primary key's
+   ``pg_relation_size`` after ``ANALYZE``; PostgreSQL manual 9.27.7 "Database Object
+   Management Functions").
 2. **Batched DELETE** at the largest size: :func:`sa_inbox.retention.purge` (batches of
    5,000) deletes the expired 1/15 while a thread claims (latency during the purge), then
    ``VACUUM`` removes the dead rows (autovacuum is off on the table so that it is timed
@@ -23,11 +28,13 @@ a 14-day window and draws ``<out>/design.png``.
 3. **Partitions** (table ``bench_design_part``, :func:`partitioned_processed_messages_table`),
    daily and hourly, ``repeat`` times each: :func:`ensure_partitions` creates the partitions
    of a 17-day span plus 7 days ahead (seconds and WAL per partition), the server fills
-   ``partition_rows`` rows over the 17 days, ``PartitionedInbox.claim()`` is timed ``claims``
-   times, then :func:`drop_expired_partitions` with the 14-day policy drops the partitions
-   wholly older than the window while a thread claims (seconds and WAL per partition dropped,
-   claim latency during the drop). Checked: the rows gone are exactly the dropped
-   partitions' rows, every other partition intact.
+   ``partition_rows`` rows (default ``rows // 10``) over the 17 days,
+   ``PartitionedInbox.claim()`` is timed ``claims`` times (alternating with the reference
+   table), then :func:`drop_expired_partitions` with the 14-day policy drops the partitions
+   wholly older than the window while a thread claims (seconds and WAL per partition
+   dropped, claim latency during the drop). Checked: the partitions gone are exactly the
+   expired ones, the others kept their rows, and the current one gained exactly the claims
+   made during the drop.
 
 WAL bytes are ``pg_wal_lsn_diff`` of ``pg_current_wal_lsn()`` around each step (PostgreSQL
 manual 9.27.4 "Backup Control Functions"): the WAL of the whole server, so on a shared
@@ -81,12 +88,17 @@ from .runner import BenchConfig
 
 __all__ = [
     "BATCH",
+    "BATCHES",
     "CLAIMS",
     "FILL",
     "POLICY",
+    "latency_points",
     "measured_inputs",
+    "memory_bytes",
+    "reference_latency",
     "run",
     "table",
+    "wal_points",
 ]
 
 TABLE = "bench_design"
@@ -578,15 +590,24 @@ def measured_inputs(results: Mapping[str, Any]) -> Measured:
 
 
 def memory_bytes() -> int:
-    """This machine's physical memory (``os.sysconf``): what the hot index must fit in."""
+    """The physical memory of the machine running the benchmark (``os.sysconf``), the
+    memory the model's hot index must fit in: the server's own when both run on one
+    machine, as here; otherwise a lower or higher bound."""
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     """Measure (growth, claims, purge, partitions), project, plot ``<out>/design.png``.
 
-    :raises BenchError: if the database is not PostgreSQL, or a step left the wrong rows.
+    :raises BenchError: if the database is not PostgreSQL or matplotlib is missing (before
+        anything is measured), or a step left the wrong rows.
     """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise _error(
+            f"the design scenario plots with matplotlib: pip install 'sa-inbox[bench]' ({exc})"
+        ) from exc
     claims = int(config.options.get("claims", CLAIMS))
     part_rows = int(config.options.get("partition_rows", max(config.rows // 10, 1000)))
     engine = make_engine(config.url)
@@ -648,7 +669,8 @@ def _plot(out: Path, results: Mapping[str, Any]) -> Path:
 
 
 def table(results: Mapping[str, Any]) -> Table:
-    """Per design and rate: rows, size, claim latency, retention core share and WAL, verdict."""
+    """Per design and rate: rows, size, hot index, claim latency, retention core share, WAL
+    per day of the retention and of the claims, where the design stops, and the verdict."""
     out = Table(
         "design",
         "msg/s",
@@ -658,6 +680,7 @@ def table(results: Mapping[str, Any]) -> Table:
         "claim",
         "retention core",
         "retention WAL/day",
+        "claim WAL/day",
         "stops at msg/s",
         "viable",
     )
@@ -671,6 +694,7 @@ def table(results: Mapping[str, Any]) -> Table:
             f"{p['claim_latency_seconds'] * 1e3:.2f} ms",
             f"{p['retention_core_share']:.4f}",
             f"{p['retention_wal_bytes_per_day'] / 2**30:,.1f} GiB",
+            f"{p['claim_wal_bytes_per_day'] / 2**30:,.0f} GiB",
             f"{p['limit_rate']:,.0f} ({p['limit']})",
             "yes" if p["viable"] else f"no: {p['why_not']}",
         )
