@@ -79,9 +79,10 @@ def test_design_scenario_tiny_run_on_postgresql(tmp_path: Path) -> None:
 
     daily, hourly = results["partitions"]["daily"], results["partitions"]["hourly"]
     assert daily["runs"][0]["partitions_created"] == 25  # 17 days + 7 ahead + today
-    assert daily["runs"][0]["partitions_dropped"] == 3  # the 3 days past the 14-day window
     assert hourly["runs"][0]["partitions_created"] == 24 * 24 + 1
-    assert hourly["runs"][0]["partitions_dropped"] == 72
+    # the 3 days past the 14-day window (one more if a boundary passed since the creation)
+    assert daily["runs"][0]["partitions_dropped"] in (3, 4)
+    assert hourly["runs"][0]["partitions_dropped"] in (72, 73)
     for part in (daily, hourly):
         run_ = part["runs"][0]
         assert 0 < run_["rows_dropped"] < 2_000
