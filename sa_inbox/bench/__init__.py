@@ -15,7 +15,11 @@ measured function's docstring is the label of its figures:
 * :mod:`.store_drain`: the inbox store: messages received per second, drained per second by
   1 … W worker processes, and one receive against one claim;
 * :mod:`.outbox` (run only when named: its relay part needs a RabbitMQ URL): the cost of
-  ``outbox.publish()`` in the handler's transaction, and relay throughput with confirms.
+  ``outbox.publish()`` in the handler's transaction, and relay throughput with confirms;
+* :mod:`.design` (run only when named, PostgreSQL only): the 10^9-row design, measured at
+  10^6-10^7 rows (bytes per row, claim latency against table size, batched DELETE and
+  partition create/drop cost) and projected by :mod:`.design_model` to 2,000-50,000
+  messages/s over 14 days.
 
 Each scenario prints a table and writes JSON; :mod:`.report` turns the JSON into Markdown
 tables and PNG plots. The published figures are in the repository's
@@ -33,7 +37,7 @@ __all__ = ["OPTIONAL_SCENARIOS", "SCENARIOS", "scenario"]
 #: Scenario names, in the order ``sa-inbox bench`` runs them by default.
 SCENARIOS = ("claim_overhead", "batch_claim", "index_hotspots", "growth", "purge", "store_drain")
 #: Scenarios run only when named (``sa-inbox bench outbox --broker amqp://…``).
-OPTIONAL_SCENARIOS = ("outbox",)
+OPTIONAL_SCENARIOS = ("outbox", "design")
 
 
 def scenario(name: str) -> ModuleType:

@@ -1,0 +1,122 @@
+"""A tiny run of the ``design`` benchmark scenario (``sa-inbox bench design``).
+
+PostgreSQL at 10^4 rows (the published run is 10^7): the JSON's shape, figures measured
+(non-zero and consistent with each other and with the fill), the business checks the
+scenario makes itself (the purge and the partition drops took exactly the expired rows),
+the projections built from them, and the PNG. Other backends are refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console
+
+from sa_inbox.bench import scenario
+from sa_inbox.bench.design_model import DESIGNS, RATES
+from sa_inbox.bench.runner import BenchConfig, make_progress, run_scenario
+from sa_inbox.bench.workers import BenchError
+from sa_inbox.cli import main
+from tests.conftest import backend_url
+
+pytestmark = pytest.mark.benchmark
+
+ROWS = 10_000
+CLAIMS = 40
+
+
+def run(config: BenchConfig) -> dict[str, Any]:
+    console = Console(file=io.StringIO(), width=250)
+    with make_progress(console) as progress:
+        path = run_scenario(scenario("design"), config, console=console, progress=progress)
+    assert "hourly" in console.file.getvalue()  # type: ignore[attr-defined]
+    document: dict[str, Any] = json.loads(path.read_text())
+    return document
+
+
+@pytest.mark.backend
+def test_design_scenario_tiny_run_on_postgresql(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    config = BenchConfig(
+        url=backend_url("postgresql", tmp_path),
+        rows=ROWS,
+        repeat=1,
+        out=out,
+        options={"claims": CLAIMS, "partition_rows": 2_000},
+    )
+    document = run(config)
+    assert document["scenario"] == "design" and document["label"].startswith("Design")
+    results = document["results"]
+
+    growth = results["growth"]
+    assert [g["fill_rows"] for g in growth] == [100, 900, 9_000]
+    measured_rows = [g["rows"] for g in growth]  # the fill plus the claims measured so far
+    assert measured_rows == [100, 1_000 + 5_040, 10_000 + 2 * 5_040]
+    for g in growth:
+        assert g["total_bytes"] > g["index_bytes"] > g["pk_bytes"] > 0
+        assert g["pk_pages"] == g["pk_bytes"] / 8192
+        assert 100 < g["bytes_per_row"] < 2_000
+        single, batched = g["single_claim"], g["batched_claim"]
+        assert single["n"] == single["reference"]["n"] == CLAIMS
+        assert 0 < single["median_s"] <= single["p99_s"]
+        assert single["ratio"] == single["median_s"] / single["reference"]["median_s"]
+        assert batched["seconds_per_row"] > 0 and batched["reference_seconds_per_row"] > 0
+        assert batched["wal_bytes_per_row"] > 0
+        assert 0 < batched["fpi_per_claim_expected"] < 1
+
+    purge = results["purge"]
+    assert abs(purge["expired"] - ROWS // 15) <= 2  # 1/15 of the fill is past 14 of 15 days
+    assert purge["deleted"] >= purge["expired"] and purge["rows_left_older_than_cutoff"] == 0
+    left = measured_rows[-1] + 5_040 - purge["deleted"] + purge["claims_during"].get("n", 0)
+    assert purge["rows_kept"] == left
+    for key in ("rows_per_second", "wal_bytes_per_row", "vacuum_rows_per_second"):
+        assert purge[key] > 0
+
+    daily, hourly = results["partitions"]["daily"], results["partitions"]["hourly"]
+    assert daily["runs"][0]["partitions_created"] == 25  # 17 days + 7 ahead + today
+    assert hourly["runs"][0]["partitions_created"] == 24 * 24 + 1
+    # the 3 days past the 14-day window (one more if a boundary passed since the creation)
+    assert daily["runs"][0]["partitions_dropped"] in (3, 4)
+    assert hourly["runs"][0]["partitions_dropped"] in (72, 73)
+    for part in (daily, hourly):
+        run_ = part["runs"][0]
+        assert 0 < run_["rows_dropped"] < 2_000
+        assert run_["drop_seconds_per_partition"] > 0 and run_["create_seconds_per_partition"] > 0
+        assert run_["hot_partition_rows"] >= CLAIMS
+        claim = run_["single_claim"]
+        assert run_["claim_overhead_s"] == claim["median_s"] - claim["reference"]["median_s"]
+
+    inputs = results["model_inputs"]
+    assert inputs["delete_rows_per_second"] == purge["rows_per_second"]
+    assert inputs["bytes_per_row"] == growth[-1]["bytes_per_row"]
+    assert inputs["index_bytes_per_row"] == growth[-1]["pk_bytes_per_row"]
+    assert [p[0] for p in inputs["latency_points"]] == measured_rows
+    assert len(inputs["wal_points"]) == 3
+    projections = results["projections"]
+    assert [(p["design"], p["rate"]) for p in projections] == [
+        (d.name, r) for d in DESIGNS for r in RATES
+    ]
+    by = {(p["design"], p["rate"]): p for p in projections}
+    for rate in RATES:
+        assert (
+            by["delete", rate]["retention_core_share"] > by["hourly", rate]["retention_core_share"]
+        )
+        assert by["hourly", rate]["hot_rows"] * 24 == pytest.approx(by["daily", rate]["hot_rows"])
+    assert results["load_average"]["before"] and results["memory_bytes"] > 0
+    assert (out / "design.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_design_scenario_refuses_sqlite(tmp_path: Path) -> None:
+    config = BenchConfig(url=f"sqlite:///{tmp_path}/x.db", rows=100, out=tmp_path / "out")
+    with pytest.raises(BenchError, match="PostgreSQL partitions; sqlite has none"):
+        run(config)
+    assert not (tmp_path / "out").exists()
+    result = CliRunner().invoke(
+        main, ["bench", "design", "--url", f"sqlite:///{tmp_path}/x.db", "--rows", "100"]
+    )
+    assert result.exit_code == 3 and "PostgreSQL partitions" in result.output
