@@ -58,12 +58,16 @@ from .verify import Verification, read_state, verify
 from .workload import PREFIX, make_plan
 
 __all__ = [
+    "BALLAST_JOIN_S",
     "BALLAST_ROW_BYTES",
     "Cluster",
     "FailoverConfig",
     "FailoverResult",
     "run_failover",
 ]
+
+#: Seconds :meth:`_Ballast.join` waits for each writer.
+BALLAST_JOIN_S = 30.0
 
 #: Bytes of each row the ballast writers insert by default (random, so not compressed:
 #: WAL traffic, which widens the window in which an asynchronous standby lags behind).
@@ -265,11 +269,13 @@ class _Ballast:
             return  # the primary is gone: the load ends with it
 
     def join(self) -> None:
-        """Stop the writers, wait for them, close their engine."""
+        """Stop the writers, wait for them (at most :data:`BALLAST_JOIN_S` each: a writer
+        stuck on a primary left frozen by a failed failover is a daemon thread, left
+        behind), close their engine."""
         self.stop.set()
         for thread in self.threads:
-            if thread.is_alive() or thread.ident is not None:
-                thread.join()
+            if thread.ident is not None:
+                thread.join(BALLAST_JOIN_S)
         self.engine.dispose()
 
 
@@ -392,10 +398,19 @@ def _consume_with_failover(
     :raises ChaosError: if the failover failed, or never happened (everything was settled
         first).
     """
-    consume_until_settled(chaos, driver, supervisor, producer, LogFollower(Path(logs)))
+    try:
+        consume_until_settled(chaos, driver, supervisor, producer, LogFollower(Path(logs)))
+    except ChaosError:
+        _raise_failover_error(failover)  # a failed failover shows as a timeout: say why
+        raise
     failover.cancel.set()
     failover.join()
-    if failover.error is not None:
-        raise ChaosError(f"the failover failed: {failover.error!r}") from failover.error
+    _raise_failover_error(failover)
     if failover.promoted_at is None:
         raise ChaosError("the run settled everything before the failover")
+
+
+def _raise_failover_error(failover: _Failover) -> None:
+    """Raise :class:`ChaosError` if the failover thread failed."""
+    if failover.error is not None:
+        raise ChaosError(f"the failover failed: {failover.error!r}") from failover.error

@@ -20,7 +20,14 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["PG_BIN", "SERVERS", "ReplicatedServers", "delete_queue", "replicated_servers"]
+__all__ = [
+    "PG_BIN",
+    "SERVERS",
+    "ReplicatedServers",
+    "delete_queue",
+    "process_alive",
+    "replicated_servers",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = ROOT / "scripts" / "servers.sh"
@@ -75,6 +82,24 @@ class ReplicatedServers:
 
     def promote(self) -> None:
         self.run("pg-promote")
+
+    def postmaster_pids(self) -> list[int]:
+        """The pids in the primary's and standby's ``postmaster.pid`` files (where one is)."""
+        pids = []
+        for role in ("primary", "standby"):
+            path = self.directory / "pgha" / role / "postmaster.pid"
+            if path.exists():
+                pids.append(int(path.read_text().split()[0]))
+        return pids
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
 
 
 def _in_ci() -> bool:

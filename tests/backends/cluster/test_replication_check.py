@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from sa_inbox import Inbox
 from sa_inbox.stats import WARNING_CODES
-from tests.support.pgha import replicated_servers
+from tests.support.pgha import process_alive, replicated_servers
 
 pytestmark = [pytest.mark.backend, pytest.mark.slow]
 
@@ -107,6 +107,8 @@ def test_asynchronous_standby_exits_15_on_the_primary_only() -> None:
 def test_synchronous_standby_is_healthy_and_a_missing_one_exits_14() -> None:
     with replicated_servers("sync") as servers:
         create_inbox(servers.primary_url, servers.standby_url)
+        pids = servers.postmaster_pids()
+        assert len(pids) == 2 and all(map(process_alive, pids))
         code, text = check(servers.primary_url)
         assert code == 0, text
         replication = check_json(servers.primary_url)["replication"]
@@ -126,3 +128,5 @@ def test_synchronous_standby_is_healthy_and_a_missing_one_exits_14() -> None:
         code, text = check(servers.standby_url)
         assert code == SYNC_MISSING, text
         assert "0 connected" in text
+    # servers.sh stop leaves nothing running (the primary was killed, the standby promoted).
+    assert not any(map(process_alive, pids))
