@@ -42,7 +42,7 @@ import sqlalchemy as sa
 
 from ..demo.app import DemoSchema
 from ..demo.db import make_engine
-from .drivers import driver_for
+from .drivers import ChaosDriver, driver_for
 from .run import (
     ChaosConfig,
     ChaosError,
@@ -387,7 +387,7 @@ def run_failover(config: FailoverConfig, cluster: Cluster) -> FailoverResult:
 
 def _consume_with_failover(
     chaos: ChaosConfig,
-    driver: Any,
+    driver: ChaosDriver,
     supervisor: Supervisor,
     producer: Producer,
     logs: str,
