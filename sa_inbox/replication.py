@@ -92,23 +92,31 @@ def read_replication(conn: Connection) -> ReplicationState | None:
     """Read the replication state of the server ``conn`` is on (see the module docstring).
 
     :param conn: a connection; nothing is written.
-    :returns: the state on PostgreSQL, None on any other backend.
+    :returns: the state on PostgreSQL; None on any other backend, and on a server that
+        speaks PostgreSQL's protocol but lacks ``pg_is_in_recovery()`` or
+        ``pg_stat_replication``.
     :raises sqlalchemy.exc.DBAPIError: if the catalog cannot be read (not wrapped).
     """
     if conn.dialect.name != "postgresql":
         return None
-    recovery, names, commit = conn.execute(
-        sa.text(
-            "SELECT pg_is_in_recovery(), current_setting('synchronous_standby_names'), "
-            "current_setting('synchronous_commit')"
-        )
-    ).one()
-    rows = conn.execute(
-        sa.text(
-            "SELECT application_name, state, sync_state FROM pg_stat_replication "
-            "ORDER BY application_name"
-        )
-    )
+    try:
+        with conn.begin_nested():  # a savepoint: a failure leaves the transaction usable
+            recovery, names, commit = conn.execute(
+                sa.text(
+                    "SELECT pg_is_in_recovery(), current_setting('synchronous_standby_names'), "
+                    "current_setting('synchronous_commit')"
+                )
+            ).one()
+            rows = conn.execute(
+                sa.text(
+                    "SELECT application_name, state, sync_state FROM pg_stat_replication "
+                    "ORDER BY application_name"
+                )
+            ).all()
+    except sa.exc.ProgrammingError:
+        # A server speaking PostgreSQL's protocol without these functions or views
+        # (undefined function / table, SQLSTATE 42883 / 42P01): nothing to judge.
+        return None
     standbys = [Standby(name, state, sync) for name, state, sync in rows]
     return ReplicationState(bool(recovery), str(names), str(commit), standbys)
 

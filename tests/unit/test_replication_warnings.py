@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from sa_inbox.replication import (
     ReplicationState,
     Standby,
+    read_replication,
     replication_warnings,
     required_sync_standbys,
 )
@@ -84,3 +86,10 @@ def test_the_codes_follow_the_older_ones() -> None:
     assert WARNING_CODES["sync-standby-missing"] == 14
     assert WARNING_CODES["async-standbys"] == 15
     assert len(set(WARNING_CODES.values())) == len(WARNING_CODES)
+
+
+def test_other_backends_have_no_replication_state() -> None:
+    engine = sa.create_engine("sqlite://")
+    with engine.connect() as conn:
+        assert read_replication(conn) is None
+    engine.dispose()
