@@ -11,7 +11,9 @@ path):
   "Database Object Management Functions"); MySQL/MariaDB ``information_schema.TABLES``
   ``DATA_LENGTH`` / ``INDEX_LENGTH`` (InnoDB's estimates, refreshed by ``ANALYZE TABLE``;
   MySQL manual, "The INFORMATION_SCHEMA TABLES Table"); SQLite the ``dbstat`` virtual table
-  (SQLite manual, "The DBSTAT Virtual Table"; None where it is not compiled in).
+  (SQLite manual, "The DBSTAT Virtual Table"; None where it is not compiled in);
+* on PostgreSQL, the server's replication (:func:`sa_inbox.replication.read_replication`):
+  connected standbys and whether a COMMIT waits for one.
 
 :func:`warnings` turns a sample into the operator's warnings, each with its own code (the
 exit status of ``sa-inbox stats --check``).
@@ -29,6 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .collision import COLLISIONS_TABLE
+from .replication import ReplicationState, read_replication, replication_warnings
 from .schema import DEFAULT_TABLE_NAME
 from .store.schema import DEAD, DEFAULT_STORE_TABLE, PENDING, STATUSES, UTCDateTime
 
@@ -130,6 +133,7 @@ class InboxStats:
     collisions: int
     store: StoreStats | None = None
     missing: list[str] = field(default_factory=list)
+    replication: ReplicationState | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes as ISO 8601 strings, bytes per table included."""
@@ -190,6 +194,7 @@ def collect(
         consumers = _consumers(conn, present.get("inbox"), schema, collisions)
         store = _store(conn, present.get("store"), schema)
         tables = [_table(conn, name, schema) for name in present.values()]
+        replication = read_replication(conn)
     return InboxStats(
         backend=engine.dialect.name,
         taken_at=now,
@@ -198,6 +203,7 @@ def collect(
         collisions=sum(collisions.values()),
         store=store,
         missing=missing,
+        replication=replication,
     )
 
 
@@ -396,6 +402,8 @@ WARNING_CODES = {
     "dead-letters": 11,
     "worker-stuck": 12,
     "collisions": 13,
+    "sync-standby-missing": 14,
+    "async-standbys": 15,
 }
 
 
@@ -415,7 +423,14 @@ def warnings(
     * ``dead-letters`` (11): the store has ``dead`` rows;
     * ``worker-stuck`` (12): the store's oldest pending row is older than
       ``pending_threshold``;
-    * ``collisions`` (13): the collisions table has rows.
+    * ``collisions`` (13): the collisions table has rows;
+    * ``sync-standby-missing`` (14, PostgreSQL): ``synchronous_standby_names`` asks for
+      synchronous standbys that are not connected, so every COMMIT waits (or, on a standby,
+      will once it is promoted);
+    * ``async-standbys`` (15, PostgreSQL): the server has standbys but no synchronous one,
+      or ``synchronous_commit`` is ``local``/``off``: a failover can lose acked messages.
+      The two follow manual 27.2.8 "Synchronous Replication" and 20.5 "synchronous_commit"
+      (see :mod:`sa_inbox.replication`).
 
     :param stats: a sample of :func:`collect`.
     :param retention: the retention window the purge runs with, or None.
@@ -460,6 +475,9 @@ def warnings(
             )
     if stats.collisions:
         warn("collisions", f"{stats.collisions} message-id collision(s) recorded")
+    if stats.replication is not None:
+        for kind, text in replication_warnings(stats.replication):
+            warn(kind, text)
     return found
 
 

@@ -4,13 +4,21 @@
 #   scripts/servers.sh install [NAME...]    apt-get install what is missing
 #   scripts/servers.sh start DIR [NAME...]  start servers with all data in DIR
 #   scripts/servers.sh stop DIR             stop whatever runs from DIR
+#   scripts/servers.sh pg-freeze-primary DIR   SIGSTOP the pg-sync/pg-async primary
+#   scripts/servers.sh pg-kill-primary DIR     SIGKILL it (every server process)
+#   scripts/servers.sh pg-promote DIR          promote its standby
 #
 # NAME is postgresql, mysql (MariaDB), rabbitmq, redis or nats (NATS with
-# JetStream). Without names, the two databases are meant. `start` listens on
-# free ports of 127.0.0.1 only and writes DIR/env.sh, which exports the URL of
+# JetStream), or pg-sync / pg-async: a PostgreSQL primary plus a synchronous /
+# asynchronous streaming standby (one of the two per DIR; see the PostgreSQL
+# primary + standby section). Without names, the two databases are meant.
+# `start` listens on free ports of 127.0.0.1 only and writes DIR/env.sh, which exports the URL of
 # each server started:
 #   SA_INBOX_TEST_POSTGRESQL_URL, SA_INBOX_TEST_MYSQL_URL,
-#   SA_INBOX_TEST_AMQP_URL, SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL.
+#   SA_INBOX_TEST_AMQP_URL, SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL;
+#   pg-sync/pg-async: SA_INBOX_TEST_PG_PRIMARY_URL, SA_INBOX_TEST_PG_STANDBY_URL,
+#   SA_INBOX_TEST_PG_FAILOVER_URL (both hosts, libpq picks the writable one)
+#   and SA_INBOX_TEST_PG_REPLICATION (sync or async).
 # `stop` is idempotent and never fails. start/stop write nothing outside DIR;
 # as root, DIR is made traversable (o+x) for the postgres user.
 #
@@ -61,7 +69,8 @@ servers_or_all() {
     for name in "$@"; do
         case "$name" in
             postgresql | mysql | rabbitmq | redis | nats) ;;
-            *) die "unknown server '$name' (expected postgresql, mysql, rabbitmq, redis or nats)" ;;
+            pg-sync | pg-async) ;;
+            *) die "unknown server '$name' (expected postgresql, mysql, rabbitmq, redis, nats, pg-sync or pg-async)" ;;
         esac
     done
     echo "$@"
@@ -133,6 +142,7 @@ cmd_install() {
     for name in $servers; do
         case "$name" in
             postgresql) have_postgresql || packages+=(postgresql-15) ;;
+            pg-sync | pg-async) have_postgresql || packages+=(postgresql-15) ;;
             mysql) have_mariadb || packages+=(mariadb-server mariadb-client) ;;
             rabbitmq) have_rabbitmq || packages+=(rabbitmq-server) ;;
             redis) have_redis || packages+=(redis-server redis-tools) ;;
@@ -150,7 +160,7 @@ cmd_install() {
     # A failed postinst service start is fine; missing binaries are not.
     for name in $servers; do
         case "$name" in
-            postgresql) have_postgresql ||
+            postgresql | pg-sync | pg-async) have_postgresql ||
                 die "still no initdb/pg_ctl/postgres/createdb in $PG_BIN (or no postgres user)" ;;
             mysql) have_mariadb || die "still no mariadbd/mariadb-install-db/mariadb" ;;
             rabbitmq) have_rabbitmq || die "still no $RABBITMQ_BIN/rabbitmq-server or epmd" ;;
@@ -172,8 +182,10 @@ as_postgres() {
     fi
 }
 
-start_postgresql() {
-    local dir=$1 data=$1/pg sock=$1/pgsock logfile=$1/pg.log port attempt
+# Makes DATA (and the socket directory SOCK, and LOGFILE) for a server run by the
+# postgres user.
+pg_prepare_dirs() {
+    local dir=$1 data=$2 sock=$3 logfile=$4
     have_postgresql || die "PostgreSQL 15 not installed: run scripts/servers.sh install"
     mkdir -p "$data" "$sock"
     touch "$logfile"
@@ -183,34 +195,191 @@ start_postgresql() {
         runuser -u postgres -- test -w "$data" ||
             die "user postgres cannot write $data (is a parent directory closed to it?)"
     fi
+}
 
-    local t0; t0=$(now_us)
+pg_initdb() {
+    local data=$1 logfile=$2 t0
+    t0=$(now_us)
     as_postgres "$PG_BIN/initdb" -D "$data" -A trust -U postgres --no-sync -E UTF8 \
         --locale=C >>"$logfile" 2>&1 || { cat "$logfile" >&2; die "initdb failed"; }
     log "postgresql: initdb done in $(since "$t0")"
-    t0=$(now_us)
-
-    for attempt in $(seq "$START_ATTEMPTS"); do
-        port=$(free_ports 1)
-        if as_postgres "$PG_BIN/pg_ctl" -D "$data" -l "$logfile" -w -t 60 \
-            -o "-p $port -k '$sock' -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200" \
-            start >/dev/null; then
-            break
-        fi
-        log "postgresql: start on port $port failed (attempt $attempt)"
-        [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$logfile" >&2; die "PostgreSQL did not start"; }
-    done
-
-    as_postgres "$PG_BIN/createdb" -h "$sock" -p "$port" -U postgres "$TEST_DB"
-    echo "export SA_INBOX_TEST_POSTGRESQL_URL='postgresql+psycopg://postgres@127.0.0.1:$port/$TEST_DB'" >>"$dir/env.sh"
-    log "postgresql: ready on 127.0.0.1:$port (started in $(since "$t0"))"
 }
 
-stop_postgresql() {
-    local data=$1/pg
+# Starts the server of DATA on a free port of 127.0.0.1 (sets PG_PORT), with its
+# unix socket in SOCK. Extra server options (-c name=value ...) follow.
+pg_start_free_port() {
+    local data=$1 sock=$2 logfile=$3 extra=${4:-} attempt
+    for attempt in $(seq "$START_ATTEMPTS"); do
+        PG_PORT=$(free_ports 1)
+        if as_postgres "$PG_BIN/pg_ctl" -D "$data" -l "$logfile" -w -t 60 \
+            -o "-p $PG_PORT -k '$sock' -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 $extra" \
+            start >/dev/null; then
+            return 0
+        fi
+        log "postgresql: start on port $PG_PORT failed (attempt $attempt)"
+        [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$logfile" >&2; die "PostgreSQL did not start"; }
+    done
+}
+
+start_postgresql() {
+    local dir=$1 data=$1/pg sock=$1/pgsock logfile=$1/pg.log t0
+    pg_prepare_dirs "$dir" "$data" "$sock" "$logfile"
+    pg_initdb "$data" "$logfile"
+    t0=$(now_us)
+    pg_start_free_port "$data" "$sock" "$logfile"
+    as_postgres "$PG_BIN/createdb" -h "$sock" -p "$PG_PORT" -U postgres "$TEST_DB"
+    echo "export SA_INBOX_TEST_POSTGRESQL_URL='postgresql+psycopg://postgres@127.0.0.1:$PG_PORT/$TEST_DB'" >>"$dir/env.sh"
+    log "postgresql: ready on 127.0.0.1:$PG_PORT (started in $(since "$t0"))"
+}
+
+# Stops the server of DATA (fast shutdown, immediate if that times out).
+pg_stop_data() {
+    local data=$1
     [ -f "$data/postmaster.pid" ] || return 0
     as_postgres "$PG_BIN/pg_ctl" -D "$data" -m fast -w -t "$STOP_WAIT_SECONDS" stop >/dev/null 2>&1 ||
         as_postgres "$PG_BIN/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
+}
+
+stop_postgresql() { pg_stop_data "$1/pg"; }
+
+# ---------------------------------------------------------------- PostgreSQL primary + standby
+
+# pg-sync / pg-async: a primary and a streaming standby of it (physical
+# replication, manual 27.2 "Log-Shipping Standby Servers"), in DIR/pgha. The
+# standby is a pg_basebackup -R of the primary (standby.signal and
+# primary_conninfo written by it) streaming through the replication slot
+# PGHA_SLOT. The replication settings are written with ALTER SYSTEM into the
+# primary's postgresql.auto.conf before the base backup, so the standby
+# inherits them, as it does a copied configuration:
+#   pg-sync:  synchronous_standby_names='*', synchronous_commit=on (a COMMIT
+#             returns once the standby has flushed its WAL; manual 27.2.8
+#             "Synchronous Replication", 20.5 "synchronous_commit");
+#   pg-async: synchronous_standby_names='' (a COMMIT returns once the primary
+#             has flushed its WAL; the standby may lag behind).
+# `pg-promote` clears the inherited synchronous_standby_names on the standby
+# before promoting it: a promoted server that keeps '*' waits at every COMMIT
+# for a synchronous standby of its own, which never comes (every commit hangs).
+PGHA_SLOT=sa_inbox_standby
+PGHA_STREAM_WAIT_SECONDS=30
+
+# pgha_psql DIR ROLE ARGS...: psql as postgres on the primary's or standby's socket.
+pgha_psql() {
+    local pgha=$1/pgha role=$2
+    as_postgres "$PG_BIN/psql" -h "$pgha/sock-$role" -p "$(cat "$pgha/$role.port")" -U postgres \
+        -d postgres -X -Atq -v ON_ERROR_STOP=1 "${@:3}"
+}
+
+start_pg_replicated() {
+    local dir=$1 mode=$2 pgha=$1/pgha t0 role names=''
+    [ ! -e "$pgha" ] || die "pg-sync and pg-async cannot run from one DIR (it has $pgha)"
+    mkdir -p "$pgha"
+    for role in primary standby; do
+        pg_prepare_dirs "$dir" "$pgha/$role" "$pgha/sock-$role" "$pgha/$role.log"
+    done
+    if is_root; then chown postgres: "$pgha"; fi
+    pg_initdb "$pgha/primary" "$pgha/primary.log"
+    t0=$(now_us)
+    pg_start_free_port "$pgha/primary" "$pgha/sock-primary" "$pgha/primary.log"
+    echo "$PG_PORT" >"$pgha/primary.port"
+    as_postgres "$PG_BIN/createdb" -h "$pgha/sock-primary" -p "$PG_PORT" -U postgres "$TEST_DB"
+    [ "$mode" = sync ] && names='*'
+    pgha_psql "$dir" primary -c "ALTER SYSTEM SET synchronous_standby_names = '$names'" \
+        -c "ALTER SYSTEM SET synchronous_commit = 'on'"
+    # The standby: the primary's files (postgresql.auto.conf included), plus
+    # standby.signal and primary_conninfo (-R), over TCP, the slot made by -C,
+    # after an immediate checkpoint (-c fast; a spread one takes minutes).
+    rmdir "$pgha/standby"
+    as_postgres "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "$PG_PORT" -U postgres \
+        -D "$pgha/standby" -R -C -S "$PGHA_SLOT" -X stream -c fast --no-sync >>"$pgha/standby.log" 2>&1 ||
+        { tail -n 30 "$pgha/standby.log" >&2; die "pg_basebackup failed"; }
+    pg_start_free_port "$pgha/standby" "$pgha/sock-standby" "$pgha/standby.log"
+    echo "$PG_PORT" >"$pgha/standby.port"
+    wait_for_streaming "$dir"
+    # Only now that the standby streams: with '*' every COMMIT waits for it.
+    pgha_psql "$dir" primary -c "SELECT pg_reload_conf()" >/dev/null
+    echo "$mode" >"$pgha/mode"
+    local p s
+    p=$(cat "$pgha/primary.port")
+    s=$(cat "$pgha/standby.port")
+    {
+        echo "export SA_INBOX_TEST_PG_REPLICATION='$mode'"
+        echo "export SA_INBOX_TEST_PG_PRIMARY_URL='postgresql+psycopg://postgres@127.0.0.1:$p/$TEST_DB'"
+        echo "export SA_INBOX_TEST_PG_STANDBY_URL='postgresql+psycopg://postgres@127.0.0.1:$s/$TEST_DB'"
+        # libpq tries each host in turn and keeps the one that accepts writes
+        # (manual 34.1.1.3 "Specifying Multiple Hosts", target_session_attrs).
+        echo "export SA_INBOX_TEST_PG_FAILOVER_URL='postgresql+psycopg://postgres@/$TEST_DB?host=127.0.0.1:$p&host=127.0.0.1:$s&target_session_attrs=read-write&connect_timeout=2'"
+    } >>"$dir/env.sh"
+    log "pg-$mode: primary on 127.0.0.1:$p, standby on 127.0.0.1:$s (started in $(since "$t0"))"
+}
+
+# Polls until the primary's pg_stat_replication shows the standby streaming.
+wait_for_streaming() {
+    local dir=$1 deadline=$((SECONDS + PGHA_STREAM_WAIT_SECONDS)) streaming
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        streaming=$(pgha_psql "$dir" primary \
+            -c "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")
+        [ "$streaming" -ge 1 ] && return 0
+        sleep 0.1
+    done
+    tail -n 30 "$dir/pgha/standby.log" >&2
+    die "the standby is not streaming after ${PGHA_STREAM_WAIT_SECONDS} s"
+}
+
+# The primary postmaster's pid (first line of postmaster.pid) if it runs.
+pgha_primary_pid() {
+    local pid
+    pid=$(head -n 1 "$1/pgha/primary/postmaster.pid" 2>/dev/null) || return 1
+    [ -n "$pid" ] && process_alive "$pid" && echo "$pid"
+}
+
+# Sends SIGNAL to the primary's postmaster and all its server processes:
+# pg_ctl starts the postmaster in a session of its own (setsid), so its process
+# group is the whole server.
+signal_primary() {
+    local dir=$1 signal=$2 pid
+    pid=$(pgha_primary_pid "$dir") || die "no primary runs from $dir/pgha"
+    [ "$(ps -o pgid= -p "$pid" | tr -d ' ')" = "$pid" ] ||
+        die "the primary postmaster $pid does not lead its process group"
+    kill "-$signal" -- "-$pid"
+}
+
+# pg-freeze-primary DIR: SIGSTOP the whole primary (it neither commits nor sends
+# WAL any more; its clients wait); pg-kill-primary DIR then SIGKILLs it.
+cmd_pg_freeze_primary() {
+    [ $# -ge 1 ] || die "usage: servers.sh pg-freeze-primary DIR"
+    signal_primary "$(absolute_dir "$1")" STOP
+}
+
+cmd_pg_kill_primary() {
+    [ $# -ge 1 ] || die "usage: servers.sh pg-kill-primary DIR"
+    local dir pid
+    dir=$(absolute_dir "$1")
+    pid=$(pgha_primary_pid "$dir") || die "no primary runs from $dir/pgha"
+    signal_primary "$dir" KILL
+    while process_alive "$pid"; do sleep 0.01; done
+}
+
+cmd_pg_promote() {
+    [ $# -ge 1 ] || die "usage: servers.sh pg-promote DIR"
+    local dir t0
+    dir=$(absolute_dir "$1")
+    [ -f "$dir/pgha/standby/standby.signal" ] || die "no standby to promote in $dir/pgha"
+    t0=$(now_us)
+    # ALTER SYSTEM only writes postgresql.auto.conf: a standby accepts it.
+    pgha_psql "$dir" standby -c "ALTER SYSTEM RESET synchronous_standby_names" \
+        -c "SELECT pg_reload_conf()" >/dev/null
+    as_postgres "$PG_BIN/pg_ctl" -D "$dir/pgha/standby" -w -t 60 promote >/dev/null
+    log "pg: standby promoted in $(since "$t0")"
+}
+
+stop_pg_replicated() {
+    local dir=$1 pid
+    [ -d "$dir/pgha" ] || return 0
+    if pid=$(pgha_primary_pid "$dir"); then
+        kill -CONT -- "-$pid" 2>/dev/null || true # frozen by pg-freeze-primary
+    fi
+    pg_stop_data "$dir/pgha/standby"
+    pg_stop_data "$dir/pgha/primary"
 }
 
 # ---------------------------------------------------------------- MariaDB
@@ -463,6 +632,8 @@ cmd_start() {
     for name in $servers; do
         case "$name" in
             postgresql) start_postgresql "$dir" ;;
+            pg-sync) start_pg_replicated "$dir" sync ;;
+            pg-async) start_pg_replicated "$dir" async ;;
             mysql) start_mariadb "$dir" ;;
             rabbitmq) start_rabbitmq "$dir" ;;
             redis) start_redis "$dir" ;;
@@ -484,6 +655,7 @@ cmd_stop() {
     local dir
     dir=$(cd "$1" 2>/dev/null && pwd -P) || return 0 # no directory, nothing runs
     stop_postgresql "$dir"
+    stop_pg_replicated "$dir"
     stop_mariadb "$dir"
     stop_rabbitmq "$dir"
     stop_pidfile "$dir/redis/redis.pid"
@@ -497,6 +669,9 @@ main() {
         install) cmd_install "$@" ;;
         start) cmd_start "$@" ;;
         stop) cmd_stop "$@" || true ;;
+        pg-freeze-primary) cmd_pg_freeze_primary "$@" ;;
+        pg-kill-primary) cmd_pg_kill_primary "$@" ;;
+        pg-promote) cmd_pg_promote "$@" ;;
         *)
             # The comment at the top of this file is the usage text.
             awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2

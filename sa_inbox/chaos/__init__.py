@@ -11,6 +11,8 @@ module                        concern
 :mod:`.verify`                the database and the broker against the plan
 :mod:`.report`                the result: rich tables and JSON
 :mod:`.run`                   the orchestration, :func:`.run.run_chaos`
+:mod:`.failover`              a database failover under the consumers (PostgreSQL primary
+                              + standby), :func:`.failover.run_failover`
 :mod:`.drivers`               one :class:`~.drivers.ChaosDriver` per broker, by URL scheme
 ============================  ============================================================
 

@@ -52,7 +52,20 @@ from .tally import LogFollower, read_logs
 from .verify import read_state, verify
 from .workload import PREFIX, ChaosPlan, make_plan
 
-__all__ = ["LAST_RESORT_S", "POLL_S", "QUIET_S", "ChaosConfig", "ChaosError", "run_chaos"]
+__all__ = [
+    "LAST_RESORT_S",
+    "POLL_S",
+    "QUIET_S",
+    "ChaosConfig",
+    "ChaosError",
+    "Producer",
+    "broker_label",
+    "consume_until_settled",
+    "consumer_configs",
+    "log_dir",
+    "prepared_engine",
+    "run_chaos",
+]
 
 #: Seconds without a new settlement logged after which the consumers are stopped to ask the
 #: broker what is left unsettled (longer than the drivers' visibility timeouts in the run).
@@ -118,7 +131,7 @@ class ChaosConfig:
         )
 
 
-class _Producer(threading.Thread):
+class Producer(threading.Thread):
     """Publishes the plan through its own driver (a driver's connection is one thread's)."""
 
     def __init__(self, broker: str, name: str, plan: ChaosPlan) -> None:
@@ -143,7 +156,7 @@ class _Producer(threading.Thread):
 def _until_quiet(
     config: ChaosConfig,
     supervisor: Supervisor,
-    producer: _Producer,
+    producer: Producer,
     follower: LogFollower,
     deadline: float,
     status: Status | None,
@@ -191,11 +204,11 @@ def _until_quiet(
         time.sleep(POLL_S)
 
 
-def _consume_until_settled(
+def consume_until_settled(
     config: ChaosConfig,
     driver: ChaosDriver,
     supervisor: Supervisor,
-    producer: _Producer,
+    producer: Producer,
     follower: LogFollower,
     status: Status | None = None,
 ) -> None:
@@ -224,7 +237,7 @@ def _consume_until_settled(
 
 
 @contextlib.contextmanager
-def _log_dir(path: Path | None) -> Iterator[str]:
+def log_dir(path: Path | None) -> Iterator[str]:
     """``path`` (created), or a temporary directory removed at the end."""
     if path is not None:
         path.mkdir(parents=True, exist_ok=True)
@@ -234,7 +247,7 @@ def _log_dir(path: Path | None) -> Iterator[str]:
         yield directory
 
 
-def _prepared_engine(url: str, schema: DemoSchema, plan: ChaosPlan) -> sa.Engine:
+def prepared_engine(url: str, schema: DemoSchema, plan: ChaosPlan) -> sa.Engine:
     """An engine on ``url`` with the run's tables freshly created."""
     engine = make_engine(url)
     try:
@@ -246,7 +259,8 @@ def _prepared_engine(url: str, schema: DemoSchema, plan: ChaosPlan) -> sa.Engine
     return engine
 
 
-def _consumer_configs(config: ChaosConfig) -> list[ConsumerConfig]:
+def consumer_configs(config: ChaosConfig) -> list[ConsumerConfig]:
+    """One :class:`ConsumerConfig` per consumer process of ``config`` (seed and name set)."""
     assert config.name is not None and config.seed is not None
     template = ConsumerConfig(
         broker=config.broker,
@@ -262,7 +276,7 @@ def _consumer_configs(config: ChaosConfig) -> list[ConsumerConfig]:
     return [template] * config.consumers
 
 
-def _broker_label(url: str) -> str:
+def broker_label(url: str) -> str:
     """``scheme://host:port`` of a broker URL, without credentials."""
     scheme, _, rest = url.partition("://")
     return f"{scheme}://{rest.rpartition('@')[2].split('/', 1)[0]}"
@@ -285,24 +299,24 @@ def run_chaos(config: ChaosConfig, *, console: Console | None = None) -> ChaosRe
     )
     schema = DemoSchema(config.prefix)
     driver = driver_for(config.broker)
-    engine = _prepared_engine(config.url, schema, plan)
+    engine = prepared_engine(config.url, schema, plan)
     try:
         driver.prepare(config.name, max_deliveries=config.max_deliveries)
-        with _log_dir(config.log_dir) as logs:
+        with log_dir(config.log_dir) as logs:
             supervisor = Supervisor(
-                _consumer_configs(config),
+                consumer_configs(config),
                 kill_every=config.kill_every,
                 seed=config.seed,
                 log_dir=Path(logs),
             )
-            producer = _Producer(config.broker, config.name, plan)
+            producer = Producer(config.broker, config.name, plan)
             follower = LogFollower(Path(logs))
             try:
                 supervisor.start()
                 started = time.monotonic()
                 producer.start()
                 with _status(console, config) as status:
-                    _consume_until_settled(config, driver, supervisor, producer, follower, status)
+                    consume_until_settled(config, driver, supervisor, producer, follower, status)
                 elapsed = time.monotonic() - started
             finally:
                 supervisor.stop()
@@ -318,7 +332,7 @@ def run_chaos(config: ChaosConfig, *, console: Console | None = None) -> ChaosRe
         driver.close()
         engine.dispose()
     return ChaosResult(
-        broker=_broker_label(config.broker),
+        broker=broker_label(config.broker),
         backend=engine.dialect.name,
         name=config.name,
         consumers=config.consumers,

@@ -16,12 +16,15 @@ from pathlib import Path
 
 from ..brokers import Disposition
 
-__all__ = ["FINAL", "LogFollower", "Tally", "read_logs"]
+__all__ = ["ACKED", "FINAL", "LogFollower", "Tally", "acked_ids", "read_logs"]
 
 #: The dispositions that settle a delivery for good (acked, or dead-lettered).
 FINAL = frozenset(
     d.value for d in (Disposition.PROCESSED, Disposition.DUPLICATE, Disposition.DEAD_LETTERED)
 )
+
+#: The dispositions that ack a delivery (the broker will not deliver it again).
+ACKED = frozenset(d.value for d in (Disposition.PROCESSED, Disposition.DUPLICATE))
 
 
 @dataclass
@@ -95,6 +98,25 @@ def read_logs(paths: Iterable[Path]) -> Tally:
             with path.open(encoding="utf-8", errors="replace") as lines:
                 tally.add_lines(lines)
     return tally
+
+
+def acked_ids(paths: Iterable[Path]) -> dict[str, float]:
+    """Every message id the logs in ``paths`` show acked (:data:`ACKED`), with the time
+    (``time.time()``, logged after the ack) of its first ack; torn lines are skipped."""
+    acks: dict[str, float] = {}
+    for path in paths:
+        if not path.exists():
+            continue
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if record.get("disposition") in ACKED:
+                    message_id, at = str(record["id"]), float(record["t"])
+                    acks[message_id] = min(at, acks.get(message_id, at))
+    return acks
 
 
 class LogFollower:

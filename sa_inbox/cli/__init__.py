@@ -22,7 +22,7 @@ Sub-commands stay thin: they parse options and call the library (``demo`` calls
 
 Exit codes (:mod:`._common`): 0 success; 1 the run finished but its verification failed;
 2 usage error; 3 the command could not run (database unreachable, a worker died);
-10-13 ``stats --check`` warnings (:data:`sa_inbox.stats.WARNING_CODES`); 130 interrupted.
+9-15 ``stats --check`` warnings (:data:`sa_inbox.stats.WARNING_CODES`); 130 interrupted.
 """
 
 from __future__ import annotations

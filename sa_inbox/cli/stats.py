@@ -11,8 +11,11 @@ the exit status says which (for a liveness/readiness probe or a cron job): 0 no 
 9 none of the tables exists (wrong database or table names); 10 the oldest processed row
 is older than ``--retention`` + ``--margin`` (the purge is not
 running); 11 dead letters exist; 12 the oldest pending row is older than
-``--pending-threshold`` (the worker is stuck); 13 collisions were recorded. With several,
-the lowest code. 3: the database cannot be read (as every command).
+``--pending-threshold`` (the worker is stuck); 13 collisions were recorded; PostgreSQL
+only (:mod:`sa_inbox.replication`): 14 ``synchronous_standby_names`` asks for synchronous
+standbys that are not connected (every COMMIT waits), 15 the server has standbys but none
+synchronous (a failover can lose acked messages). With several, the lowest code. 3: the
+database cannot be read (as every command).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from .retention import DURATION
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from ..replication import ReplicationState
     from ..stats import InboxStats, StatsWarning
 
 __all__ = ["render", "stats_command"]
@@ -84,8 +88,10 @@ def stats_command(
 ) -> None:
     """Report the inbox's tables: consumers, store backlog, dead letters, collisions, sizes.
 
-    Exit codes with --check: 0 healthy, 10 purge not running, 11 dead letters, 12 worker
-    stuck, 13 collisions (the lowest when several); 3 the database cannot be read.
+    Exit codes with --check: 0 healthy, 9 no table found, 10 purge not running, 11 dead
+    letters, 12 worker stuck, 13 collisions, 14 a synchronous standby is missing (commits
+    hang), 15 standbys but none synchronous (PostgreSQL; the lowest when several); 3 the
+    database cannot be read.
     """
     from ..stats import collect, warnings
 
@@ -192,6 +198,8 @@ def render(stats: InboxStats, found: list[StatsWarning]) -> RenderableType:
                     (d.last_error or "")[:120],
                 )
             parts.append(dead)
+    if stats.replication is not None:
+        parts.append(_replication(stats.replication))
     sizes = Table("table", "rows", "data bytes", "index bytes", title="Tables")
     for t in stats.tables:
         sizes.add_row(t.name, str(t.rows), _or_dash(t.data_bytes), _or_dash(t.index_bytes))
@@ -204,6 +212,21 @@ def render(stats: InboxStats, found: list[StatsWarning]) -> RenderableType:
     else:
         parts.append(Text("no warnings", style="green"))
     return Group(*parts)
+
+
+def _replication(state: ReplicationState) -> RenderableType:
+    """The replication table: one row per connected standby."""
+    from rich.table import Table
+
+    role = "standby" if state.in_recovery else "primary"
+    title = (
+        f"Replication ({role}; synchronous_standby_names = "
+        f"'{state.synchronous_standby_names}', synchronous_commit = {state.synchronous_commit})"
+    )
+    table = Table("standby", "state", "sync_state", title=title)
+    for s in state.standbys:
+        table.add_row(*(value or "?" for value in (s.application_name, s.state, s.sync_state)))
+    return table
 
 
 def _or_dash(value: int | None) -> str:

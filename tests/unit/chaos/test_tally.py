@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, Settlement
 from sa_inbox.chaos.consumer import ConsumerConfig, SettlementLog, record_line
-from sa_inbox.chaos.tally import LogFollower, Tally, read_logs
+from sa_inbox.chaos.tally import LogFollower, Tally, acked_ids, read_logs
 
 
 def _settled(message_id: str, disposition: Disposition, count: int = 1) -> Settlement:
@@ -130,3 +130,16 @@ def test_the_crashing_messages_are_a_share_chosen_by_the_seed() -> None:
     assert not any(crash_chosen(7, i, AFTER_COMMIT, 0.0) for i in ids)
     assert all(crash_chosen(7, i, AFTER_COMMIT, 1.0) for i in ids[:100])
     assert not crash_chosen(7, None, AFTER_COMMIT, 1.0)
+
+
+def test_acked_ids_are_processed_or_duplicate_with_their_first_ack_time(tmp_path: Path) -> None:
+    first, second = tmp_path / "consumer-0-1.jsonl", tmp_path / "consumer-1-1.jsonl"
+    lines = [
+        {"id": "pay-1", "disposition": "processed", "t": 5.0},
+        {"id": "pay-2", "disposition": "retry", "t": 1.0},
+        {"id": "pay-3", "disposition": "dead_lettered", "t": 2.0},
+        {"crash": "after_commit", "id": "pay-4", "pid": 1},
+    ]
+    first.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"id": "pay-5", "di')
+    second.write_text(json.dumps({"id": "pay-1", "disposition": "duplicate", "t": 3.0}) + "\n")
+    assert acked_ids([first, second, tmp_path / "missing.jsonl"]) == {"pay-1": 3.0}

@@ -1,0 +1,132 @@
+"""``sa-inbox stats --check`` on a real PostgreSQL primary + standby (``scripts/servers.sh``
+``pg-sync`` / ``pg-async``), in a subprocess as a probe runs it: 15 when the primary's
+standby is asynchronous, 14 when ``synchronous_standby_names`` asks for a standby that is
+not connected (and on a standby that inherited it), 0 with a synchronous standby and on the
+server ``pg-promote`` promoted (it clears the inherited setting).
+
+Needs PostgreSQL 15 (``scripts/servers.sh install``). About 10 s for both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from sa_inbox import Inbox
+from sa_inbox.stats import WARNING_CODES
+from tests.support.pgha import process_alive, replicated_servers
+
+pytestmark = [pytest.mark.backend, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[3]
+TABLE = "replication_check_inbox"
+SYNC_MISSING, ASYNC = WARNING_CODES["sync-standby-missing"], WARNING_CODES["async-standbys"]
+
+
+def stats(url: str, flag: str) -> subprocess.CompletedProcess[str]:
+    """``sa-inbox stats --url URL FLAG`` in a subprocess, on the inbox table only."""
+    command = [sys.executable, "-m", "sa_inbox.cli", "stats", "--url", url, "--table", TABLE]
+    return subprocess.run(
+        [*command, "--store-table", "", flag],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+    )
+
+
+def check(url: str) -> tuple[int, str]:
+    """``sa-inbox stats --check`` on ``url``: its exit status and output."""
+    done = stats(url, "--check")
+    return done.returncode, done.stdout + done.stderr
+
+
+def check_json(url: str) -> dict[str, Any]:
+    """The ``--json`` document of ``sa-inbox stats`` on ``url``."""
+    done = stats(url, "--json")
+    assert done.returncode == 0, done.stderr
+    document: dict[str, Any] = json.loads(done.stdout)
+    return document
+
+
+def create_inbox(primary_url: str, standby_url: str) -> None:
+    """The inbox table on the primary, and wait until the standby has replayed it."""
+    metadata = sa.MetaData()
+    Inbox(metadata, table_name=TABLE)
+    primary, standby = sa.create_engine(primary_url), sa.create_engine(standby_url)
+    try:
+        metadata.create_all(primary)
+        deadline = time.monotonic() + 30
+        while not sa.inspect(standby).has_table(TABLE):
+            assert time.monotonic() < deadline, "the standby never replayed the table"
+            time.sleep(0.05)
+    finally:
+        primary.dispose()
+        standby.dispose()
+
+
+def alter_system(url: str, setting: str, value: str) -> None:
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text(f"ALTER SYSTEM SET {setting} = '{value}'"))
+            conn.execute(sa.text("SELECT pg_reload_conf()"))
+        deadline = time.monotonic() + 10
+        while True:  # pg_reload_conf() only signals: wait for new sessions to see it
+            with engine.connect() as conn:
+                if conn.execute(sa.text(f"SHOW {setting}")).scalar_one() == value:
+                    return
+            assert time.monotonic() < deadline, f"{setting} never became {value!r}"
+            time.sleep(0.05)
+    finally:
+        engine.dispose()
+
+
+def test_asynchronous_standby_exits_15_on_the_primary_only() -> None:
+    with replicated_servers("async") as servers:
+        create_inbox(servers.primary_url, servers.standby_url)
+        code, text = check(servers.primary_url)
+        assert code == ASYNC == 15, text
+        assert "async-standbys" in text and "none synchronous" in text
+        replication = check_json(servers.primary_url)["replication"]
+        assert replication["in_recovery"] is False
+        assert [s["sync_state"] for s in replication["standbys"]] == ["async"]
+        code, text = check(servers.standby_url)
+        assert code == 0, text
+
+
+def test_synchronous_standby_is_healthy_and_a_missing_one_exits_14() -> None:
+    with replicated_servers("sync") as servers:
+        create_inbox(servers.primary_url, servers.standby_url)
+        pids = servers.postmaster_pids()
+        assert len(pids) == 2 and all(map(process_alive, pids))
+        code, text = check(servers.primary_url)
+        assert code == 0, text
+        replication = check_json(servers.primary_url)["replication"]
+        assert [s["sync_state"] for s in replication["standbys"]] == ["sync"]
+        # The standby inherited synchronous_standby_names = '*' from the base backup.
+        code, text = check(servers.standby_url)
+        assert code == SYNC_MISSING == 14, text
+        assert "once promoted" in text
+        # Promoted by servers.sh, which clears it: healthy, no standby, no waiting.
+        servers.freeze()
+        servers.kill()
+        servers.promote()
+        code, text = check(servers.standby_url)
+        assert code == 0, text
+        # A synchronous standby named but never connected: every COMMIT would wait.
+        alter_system(servers.standby_url, "synchronous_standby_names", "nobody")
+        code, text = check(servers.standby_url)
+        assert code == SYNC_MISSING, text
+        assert "0 connected" in text
+    # servers.sh stop leaves nothing running (the primary was killed, the standby promoted).
+    assert not any(map(process_alive, pids))
