@@ -507,24 +507,51 @@ def drop_expired_partitions(
 
     A partition goes only if its upper bound is at or before ``now - policy.window`` (the
     database clock): every key in it is outside the window, so no message in it can be
-    redelivered. A partition overlapping the window is never dropped. One transaction.
+    redelivered. A partition overlapping the window is never dropped.
 
-    :returns: the names of the partitions dropped.
+    Given an Engine, **one transaction per partition**: ``DROP TABLE`` of a partition takes
+    an ``ACCESS EXCLUSIVE`` lock on the partitioned table as well (PostgreSQL manual, 5.11.2.2
+    "Partition Maintenance", and 13.3.1 "Table-Level Locks"), held to the commit, and every
+    claim waits behind it: dropping 72 hourly partitions in one transaction held claims up
+    to 147 ms (``benchmarks/RESULTS.md``, "The 10^9-row design"), one at a time a few ms
+    each. Given a Connection, one transaction on it drops them all.
+
+    :param bind: an Engine, or a Connection with no transaction begun.
+    :param table: the partitioned inbox table.
+    :param policy: the retention window.
+    :returns: the names of the partitions dropped, oldest first.
     :raises UnsafePartitionKey: if the live table's partition key is unsafe (nothing is
         dropped).
     """
-    with _maintenance(bind, table) as conn:
-        cutoff = database_now(conn) - policy.window
-        dropped = []
-        preparer = conn.dialect.identifier_preparer
-        for partition in list_partitions(conn, table):
-            if partition.upper <= cutoff:
-                qualified = preparer.quote(partition.name)
-                if table.schema:
-                    qualified = f"{preparer.quote_schema(table.schema)}.{qualified}"
-                conn.exec_driver_sql(f"DROP TABLE {qualified}")
-                dropped.append(partition.name)
-        return dropped
+    if isinstance(bind, Connection):
+        with _maintenance(bind, table) as conn:
+            return _drop_expired(conn, table, policy, limit=None)
+    dropped: list[str] = []
+    while True:
+        with _maintenance(bind, table) as conn:
+            names = _drop_expired(conn, table, policy, limit=1)
+        if not names:
+            return dropped
+        dropped += names
+
+
+def _drop_expired(
+    conn: Connection, table: sa.Table, policy: RetentionPolicy, *, limit: int | None
+) -> list[str]:
+    """Drop up to ``limit`` expired partitions (all with None), oldest first."""
+    cutoff = database_now(conn) - policy.window
+    preparer = conn.dialect.identifier_preparer
+    expired = sorted(
+        (p for p in list_partitions(conn, table) if p.upper <= cutoff), key=lambda p: p.upper
+    )
+    dropped = []
+    for partition in expired[:limit]:
+        qualified = preparer.quote(partition.name)
+        if table.schema:
+            qualified = f"{preparer.quote_schema(table.schema)}.{qualified}"
+        conn.exec_driver_sql(f"DROP TABLE {qualified}")
+        dropped.append(partition.name)
+    return dropped
 
 
 def maintain_partitions(

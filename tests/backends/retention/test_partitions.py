@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -341,6 +342,43 @@ def test_only_partitions_wholly_outside_the_window_are_dropped(
         assert not inbox.claim(conn, "edge-in", "billing", event_time=inside)
         assert not inbox.claim(conn, "edge-out", "billing", event_time=boundary)
     assert drop_expired_partitions(pg, table, policy=POLICY) == []
+
+
+@pytest.mark.backend
+def test_expired_partitions_are_dropped_one_per_transaction(
+    pg: sa.Engine, table: sa.Table
+) -> None:
+    """DROP TABLE of a partition locks the partitioned table (ACCESS EXCLUSIVE) until the
+    commit, so claims wait behind the whole transaction: with an Engine, each partition is
+    dropped and committed on its own; with a Connection, one transaction on it drops all."""
+    boundary, _ = partition_range(_now(pg) - POLICY.window, DAY)
+
+    def expired_partitions() -> None:
+        with pg.begin() as conn:
+            for days in range(1, 4):
+                create_partition(conn, table, boundary - days * DAY, DAY)
+
+    expired_partitions()
+    events: list[str] = []
+
+    def statement(conn: Any, cursor: Any, sql: str, *args: Any) -> None:
+        if sql.startswith("DROP TABLE"):
+            events.append("drop")
+
+    sa.event.listen(pg, "before_cursor_execute", statement)
+    sa.event.listen(pg, "commit", lambda conn: events.append("commit"))
+    try:
+        with pg.connect() as conn:
+            assert len(drop_expired_partitions(conn, table, policy=POLICY)) == 3
+        assert events == ["drop"] * 3 + ["commit"]
+        expired_partitions()
+        events.clear()
+        assert len(drop_expired_partitions(pg, table, policy=POLICY)) == 3
+    finally:
+        sa.event.remove(pg, "before_cursor_execute", statement)
+    assert events == ["drop", "commit"] * 3 + ["commit"]  # the last: nothing left to drop
+    with pg.connect() as conn:
+        assert all(p.upper > boundary for p in list_partitions(conn, table))
 
 
 @pytest.mark.backend
