@@ -44,6 +44,12 @@ from .store_claim import StoreClaimDialect, require_version
 __all__ = ["BACKEND", "DeleteOrderedLimit", "MySQLClaim", "MySQLPurge", "MySQLStoreClaim"]
 
 #: Deadlock found, lock wait timeout exceeded (MySQL manual, "Server Error Message Reference").
+#: On a MariaDB Galera cluster, 1213 is also how a COMMIT that failed certification (a
+#: conflicting write-set from another node came first) or a transaction aborted by one
+#: (brute-force abort) is reported: "Galera Cluster uses at the cluster-level optimistic
+#: concurrency control, which can result in transactions that issue a COMMIT aborting at that
+#: stage" (MariaDB KB, "MariaDB Galera Cluster - Known Limitations"). Retrying the whole
+#: transaction is the documented remedy for both.
 TRANSIENT_ERRORS = frozenset({1213, 1205})
 ER_DUP_ENTRY = 1062
 #: A table's ``(schema, name)``.

@@ -36,6 +36,10 @@ EVENTS = {
     "inbox.claim.collision": "a claim's payload digest differs from the stored one",
     "inbox.claim.failed": "the claim failed (e.g. a collision raised): rolled back, nacked",
     "inbox.handler.failed": "the handler or the database failed: rolled back, nacked",
+    "inbox.commit.failed": (
+        "the commit failed, e.g. a Galera certification failure (1213) on the last attempt: "
+        "rolled back, nacked"
+    ),
     "inbox.transaction.retry": "a deadlock or serialization failure: the transaction reruns",
     "inbox.configuration.error": "a configuration error: neither acked nor nacked",
     "inbox.purge.done": "a purge finished (rows deleted, seconds)",
