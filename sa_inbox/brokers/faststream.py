@@ -349,11 +349,6 @@ async def _redis_dead_letter(
     stream = raw["channel"]
     await client.eval(
         *dead_letter_script_arguments(
-            stream,
-            msg.group,
-            stream + suffix,
-            entry,
-            reason,
-            detail,  # type: ignore[attr-defined]
+            stream, msg.group, stream + suffix, entry, reason, detail  # type: ignore[attr-defined]
         )
     )
