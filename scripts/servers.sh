@@ -527,6 +527,8 @@ cmd_galera_restart() {
     node=$(galera_node_arg "$@")
     ! mariadbd_pid "$node" >/dev/null || die "node $2 is running"
     t0=$(now_us)
+    local ist_before
+    ist_before=$(grep -c 'WSREP: IST received' "$node/mariadb.log" || true)
     : >"$node/recover.log"
     spawn_galera_node "$node" --wsrep-recover --log-error="$node/recover.log"
     pid=$(cat "$node/mariadbd.pid")
@@ -536,7 +538,9 @@ cmd_galera_restart() {
     spawn_galera_node "$node" --wsrep-start-position="$position"
     wait_for_galera_node "$node" "$GALERA_NODES" ||
         { tail -n 30 "$node/mariadb.log" >&2; die "node $2 did not rejoin"; }
-    log "galera: node $2 rejoined from $position in $(since "$t0")"
+    local how="by SST (a full copy)"
+    [ "$(grep -c 'WSREP: IST received' "$node/mariadb.log" || true)" -le "$ist_before" ] || how="by IST"
+    log "galera: node $2 rejoined $how from $position in $(since "$t0")"
 }
 
 # ---------------------------------------------------------------- brokers

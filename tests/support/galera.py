@@ -10,6 +10,7 @@ be applied before a read). Node numbers are 1-based, as for ``servers.sh galera-
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
@@ -80,9 +81,11 @@ class GaleraCluster:
         """SIGKILL node ``node`` (1-3) through ``servers.sh galera-kill``."""
         self._servers("galera-kill", node)
 
-    def restart(self, node: int) -> None:
-        """Restart killed node ``node``; returns when it is Synced again (IST rejoin)."""
-        self._servers("galera-restart", node)
+    def restart(self, node: int) -> str:
+        """Restart killed node ``node``; returns when it is Synced again, with how it
+        rejoined: ``"IST"`` (the write-sets it missed) or ``"SST"`` (a full copy)."""
+        output = self._servers("galera-restart", node)
+        return "IST" if "rejoined by IST" in output else "SST"
 
     @contextmanager
     def killed(self, node: int) -> Iterator[None]:
@@ -93,6 +96,15 @@ class GaleraCluster:
         finally:
             self.restart(node)
 
-    def _servers(self, command: str, node: int) -> None:
+    def _servers(self, command: str, node: int) -> str:
+        """Runs ``servers.sh COMMAND DIR NODE``; its log (stderr) is passed on and
+        returned."""
         assert self.directory is not None, "no SA_INBOX_TEST_GALERA_DIR"
-        subprocess.run([str(SERVERS_SH), command, self.directory, str(node)], check=True)
+        done = subprocess.run(
+            [str(SERVERS_SH), command, self.directory, str(node)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        sys.stderr.write(done.stderr)
+        done.check_returncode()
+        return done.stderr
