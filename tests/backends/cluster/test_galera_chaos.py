@@ -4,8 +4,12 @@ once on every node. The bigger runs are ``benchmarks/galera_chaos.py`` (RESULTS.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from benchmarks import galera_chaos
 from tests.support.galera_chaos import run_galera_chaos
 
 pytestmark = [pytest.mark.backend, pytest.mark.slow]
@@ -19,3 +23,18 @@ def test_a_node_killed_and_restarted_mid_run_every_message_applied_once(
     assert figures.kills == 1 and figures.rejoined_by == ["IST"]
     assert figures.exactly_once, figures.as_dict()
     assert figures.reasons == ["empty"] * 3, figures.as_dict()
+
+
+def test_the_chaos_benchmark_script_runs_and_writes_its_json(
+    galera_urls: list[str], galera_dir: str, tmp_path: Path
+) -> None:
+    """``benchmarks/galera_chaos.py`` at its smallest (no kill): figures never asserted,
+    only the JSON's shape and the run's verification."""
+    out = tmp_path / "chaos.json"
+    status = galera_chaos.main(
+        ["--runs", "1", "--messages", "60", "--kills", "0", "--handler-ms", "0", "--out", str(out)]
+    )
+    assert status == 0
+    written = json.loads(out.read_text())
+    assert written["totals"]["runs"] == 1 and written["totals"]["lost"] == 0
+    assert written["runs"][0]["store_done"] == [60, 60, 60]
