@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -54,6 +55,25 @@ def cluster() -> Iterator[tuple[list[str], str]]:
             subprocess.run([str(SERVERS_SH), "stop", directory], check=False)
 
 
+@contextmanager
+def worker_logs(path: Path | None) -> Iterator[None]:
+    """sa-inbox's log records into ``path``, or nowhere: the expected errors (connections
+    to a dead node) would flood the terminal."""
+    logger = logging.getLogger("sa_inbox")
+    handler = logging.FileHandler(path) if path else logging.NullHandler()
+    level, propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+        logger.setLevel(level)
+        logger.propagate = propagate
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -63,10 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--handler-ms", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--log", type=Path, help="the workers' log (connection errors while a node is dead)"
+    )
     args = parser.parse_args(argv)
 
     runs: list[ChaosFigures] = []
-    with cluster() as (urls, directory):
+    with worker_logs(args.log), cluster() as (urls, directory):
         for run in range(args.runs):
             figures = run_galera_chaos(
                 urls,

@@ -530,6 +530,9 @@ cmd_galera_restart() {
     local ist_before
     ist_before=$(grep -c 'WSREP: IST received' "$node/mariadb.log" || true)
     : >"$node/recover.log"
+    # Even an IST rejoin receives a marker file through the rsync daemon, and node 1's
+    # data dir was made by mariadb-install-db (as root, when root).
+    prepare_joiner_datadir "$node"
     spawn_galera_node "$node" --wsrep-recover --log-error="$node/recover.log"
     pid=$(cat "$node/mariadbd.pid")
     wait "$pid" || { cat "$node/recover.log" >&2; die "mariadbd --wsrep-recover failed"; }

@@ -18,9 +18,12 @@ pytestmark = [pytest.mark.backend, pytest.mark.slow]
 def test_a_node_killed_and_restarted_mid_run_every_message_applied_once(
     galera_urls: list[str], galera_dir: str
 ) -> None:
-    figures = run_galera_chaos(galera_urls, galera_dir, messages=600, kills=1, seed=16)
+    # seed 14 kills node 1, the one bootstrapped: its data dir was made as root, and even
+    # an IST rejoin gets a file through rsync's daemon, as nobody (a failed rejoin, found
+    # by the benchmark and fixed in servers.sh galera-restart).
+    figures = run_galera_chaos(galera_urls, galera_dir, messages=600, kills=1, seed=14)
     print(figures.as_dict())
-    assert figures.kills == 1 and figures.rejoined_by == ["IST"]
+    assert figures.killed_nodes == [1] and figures.rejoined_by == ["IST"]
     assert figures.exactly_once, figures.as_dict()
     assert figures.reasons == ["empty"] * 3, figures.as_dict()
 
