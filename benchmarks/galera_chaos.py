@@ -55,23 +55,30 @@ def cluster() -> Iterator[tuple[list[str], str]]:
             subprocess.run([str(SERVERS_SH), "stop", directory], check=False)
 
 
+#: The loggers of the expected errors: the workers', and the pool's (a connection reset on
+#: a dead node, "Exception during reset or similar").
+LOGGERS = ("sa_inbox", "sqlalchemy.pool")
+
+
 @contextmanager
 def worker_logs(path: Path | None) -> Iterator[None]:
-    """sa-inbox's log records into ``path``, or nowhere: the expected errors (connections
-    to a dead node) would flood the terminal."""
-    logger = logging.getLogger("sa_inbox")
+    """The log records of :data:`LOGGERS` into ``path``, or nowhere: the expected errors
+    (connections to a dead node) would flood the terminal."""
     handler = logging.FileHandler(path) if path else logging.NullHandler()
-    level, propagate = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
+    loggers = [logging.getLogger(name) for name in LOGGERS]
+    saved = [(logger.level, logger.propagate) for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
     try:
         yield
     finally:
-        logger.removeHandler(handler)
+        for logger, (level, propagate) in zip(loggers, saved, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
         handler.close()
-        logger.setLevel(level)
-        logger.propagate = propagate
 
 
 def main(argv: list[str] | None = None) -> int:
