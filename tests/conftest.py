@@ -69,20 +69,21 @@ def broker_url(name: str) -> str:
 
 
 def _required(variable: str, what: str) -> str:
-    """``$variable``; skips locally (fails in CI) when it is not set."""
+    """``$variable``; skips locally (fails in CI) when it is not set. ``what`` completes
+    "CI must test …"."""
     value = os.environ.get(variable)
     if value:
         return value
     if _in_ci():
-        pytest.fail(f"{variable} is not set: CI must test against {what} (run ./scripts/test.sh)")
-    pytest.skip(f"{variable} is not set; no {what} to test against")
+        pytest.fail(f"{variable} is not set: CI must test {what} (run ./scripts/test.sh)")
+    pytest.skip(f"{variable} is not set; cannot test {what}")
 
 
 @pytest.fixture
 def galera_urls() -> list[str]:
     """The URLs of the three nodes of the live Galera cluster (each node's test database);
     skips locally (fails in CI) when ``SA_INBOX_TEST_GALERA_URLS`` is not set."""
-    urls = _required(GALERA_URLS_VARIABLE, "a MariaDB Galera cluster").split(",")
+    urls = _required(GALERA_URLS_VARIABLE, "on a MariaDB Galera cluster").split(",")
     assert len(urls) == 3, f"{GALERA_URLS_VARIABLE} must hold 3 URLs, not {len(urls)}"
     return urls
 
@@ -92,7 +93,7 @@ def galera_dir(galera_urls: list[str]) -> str:
     """The directory ``scripts/servers.sh`` started the Galera cluster in (for
     ``galera-kill``/``galera-restart``); skips locally (fails in CI) when
     ``SA_INBOX_TEST_GALERA_DIR`` is not set."""
-    return _required(GALERA_DIR_VARIABLE, "a Galera cluster whose nodes can be killed")
+    return _required(GALERA_DIR_VARIABLE, "killing and restarting Galera nodes")
 
 
 @pytest.fixture(params=BACKENDS)

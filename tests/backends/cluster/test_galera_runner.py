@@ -150,3 +150,39 @@ def test_with_one_attempt_the_loser_fails_and_its_redelivery_is_a_duplicate(
     assert redelivered.outcome is Outcome.DUPLICATE
     assert (broker.acks, broker.nacks) == (2, 1)
     assert_applied_once(cluster)
+
+
+def test_a_delivery_to_a_dead_node_is_nacked_and_its_redelivery_elsewhere_applies_once(
+    cluster: GaleraCluster, galera_dir: str
+) -> None:
+    """Node 3 SIGKILLed: ``handle()`` there fails to connect (2003), nacks and never acks;
+    the broker's redelivery to node 1 applies the payment; node 3, restarted (IST), has it
+    once too."""
+    broker = Broker()
+    dead = cluster.apps[2]
+    with cluster.killed(3):
+        failed = handle(
+            dead.Session,
+            dead.inbox,
+            "m-1",
+            CONSUMER,
+            lambda session: dead.apply_payment(session, "m-1", 1, AMOUNT),
+            ack=broker.ack,
+            nack=broker.nack,
+        )
+        assert failed.outcome is Outcome.FAILED and (broker.acks, broker.nacks) == (0, 1)
+        assert isinstance(failed.error, DBAPIError) and failed.error.orig.args[0] == 2003  # type: ignore[union-attr]
+
+        alive = cluster.apps[0]
+        redelivered = handle(
+            alive.Session,
+            alive.inbox,
+            "m-1",
+            CONSUMER,
+            lambda session: alive.apply_payment(session, "m-1", 1, AMOUNT),
+            ack=broker.ack,
+            nack=broker.nack,
+        )
+        assert redelivered.outcome is Outcome.PROCESSED
+    assert (broker.acks, broker.nacks) == (1, 1)
+    assert_applied_once(cluster)
