@@ -43,6 +43,7 @@ EVENTS = {
     "inbox.transaction.retry": "a deadlock or serialization failure: the transaction reruns",
     "inbox.configuration.error": "a configuration error: neither acked nor nacked",
     "inbox.purge.done": "a purge finished (rows deleted, seconds)",
+    "inbox.purge.retry": "a purge batch rolled back by a transient error (e.g. Galera 1213) reruns",
 }
 
 #: Span names of :meth:`InboxHooks.span`: ``inbox.process`` (one delivery, the parent),
