@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import weakref
@@ -409,15 +410,42 @@ class Inbox:
         finally:
             self.hooks.claimed(consumer, new=0, duplicates=0, collisions=found, seconds=0.0)
 
-    def is_processed(self, bind: Bind, message_id: str, consumer_name: str) -> bool:
-        """Whether a committed (or this transaction's) claim exists for the message."""
+    def is_processed(
+        self, bind: Bind, message_id: str, consumer_name: str, *, causal: bool = False
+    ) -> bool:
+        """Whether a committed (or this transaction's) claim exists for the message.
+
+        :param bind: a Session, scoped_session or Connection.
+        :param message_id: the message's id.
+        :param consumer_name: the consumer.
+        :param causal: on a MariaDB Galera cluster, see every claim the cluster committed
+            before this call, whichever node committed it. A node applies the other nodes'
+            write-sets asynchronously, so a plain read there can miss a claim another node
+            has just committed (``wsrep_sync_wait=0``, the default: MariaDB KB,
+            "wsrep_sync_wait"). With ``causal=True`` the read is sent as ``SET STATEMENT
+            wsrep_sync_wait = 1 FOR SELECT …``: it waits until the node has caught up, for
+            this statement only (the session's setting is left alone). Make it the first
+            read of its transaction: at ``REPEATABLE READ`` a transaction that read before
+            reads from that earlier snapshot. Elsewhere (one PostgreSQL, MySQL or SQLite
+            server) ``causal`` changes nothing; see
+            :meth:`~sa_inbox.dialects.ClaimDialect.causal_select`.
+        :raises InvalidMessageId: for an invalid id, before any SQL.
+        :raises InvalidBind, AutocommitConnection: for a bind that is not one of the above or
+            commits each statement on its own.
+        """
         row = self.validate(message_id, consumer_name)
         key = sa.and_(
             self.table.c.message_id == row["message_id"],
             self.table.c.consumer_name == row["consumer_name"],
         )
-        query = sa.select(sa.literal(1)).select_from(self.table).where(key)
-        return self._connection(bind).execute(query).first() is not None
+        conn = self._connection(bind)
+        select = sa.select
+        if causal:
+            select = functools.partial(
+                claim_dialect_for(conn.dialect.name, self.strategy).causal_select, conn
+            )
+        query = select(sa.literal(1)).select_from(self.table).where(key)
+        return conn.execute(query).first() is not None
 
     # -- helpers ------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from .claim import Inbox
 from .dialects import classifier_for
 from .exc import (
     ConfigurationError,
+    HandlerEndedTransaction,
     InvalidRetryArgument,
     InvalidSessionFactory,
     TransientClaimError,
@@ -348,13 +349,17 @@ def handle(
 
     hooks = inbox.hooks
     handler_seconds: list[float] = []
+    #: Where the last attempt was: "claim", "handler" or "commit" (its failure's event).
+    phase = ["claim"]
 
     def unit_of_work(session: Session) -> Outcome:
         handler_seconds.clear()
+        phase[0] = "claim"
         with hooks.span("inbox.claim", consumer_name, message_id):
             claimed = inbox.claim(session, message_id, consumer_name, **claim_extra)
         if not claimed:
             return Outcome.DUPLICATE
+        phase[0] = "handler"
         start = time.perf_counter()
         try:
             with hooks.span("inbox.handler", consumer_name, message_id):
@@ -364,6 +369,7 @@ def handle(
         return Outcome.PROCESSED
 
     def commit_span() -> AbstractContextManager[object]:
+        phase[0] = "commit"
         return hooks.span("inbox.commit", consumer_name, message_id)
 
     def report(failed: bool) -> None:
@@ -397,14 +403,17 @@ def handle(
             raise
         except Exception as exc:
             report(failed=True)
+            if isinstance(exc, HandlerEndedTransaction):
+                phase[0] = "handler"  # found when the runner came to commit
             logger.warning(
-                "message %s (consumer %s): handler failed, nacking: %s: %s",
+                "message %s (consumer %s): %s failed, nacking: %s: %s",
                 message_id,
                 consumer_name,
+                phase[0],
                 type(exc).__name__,
                 exc,
                 extra={
-                    "event": "inbox.handler.failed" if handler_seconds else "inbox.claim.failed",
+                    "event": f"inbox.{phase[0]}.failed",
                     "action": "nack",
                     "message_id": message_id,
                     "consumer_name": consumer_name,

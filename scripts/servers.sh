@@ -7,15 +7,20 @@
 #   scripts/servers.sh pg-freeze-primary DIR   SIGSTOP the pg-sync/pg-async primary
 #   scripts/servers.sh pg-kill-primary DIR     SIGKILL it (every server process)
 #   scripts/servers.sh pg-promote DIR          promote its standby
+#   scripts/servers.sh galera-kill DIR N       SIGKILL node N (1-3) of DIR's Galera cluster
+#   scripts/servers.sh galera-restart DIR N    restart that node; it rejoins by IST
 #
-# NAME is postgresql, mysql (MariaDB), rabbitmq, redis or nats (NATS with
-# JetStream), or pg-sync / pg-async: a PostgreSQL primary plus a synchronous /
-# asynchronous streaming standby (one of the two per DIR; see the PostgreSQL
-# primary + standby section). Without names, the two databases are meant.
-# `start` listens on free ports of 127.0.0.1 only and writes DIR/env.sh, which exports the URL of
+# NAME is postgresql, mysql (MariaDB), galera (a 3-node MariaDB Galera
+# cluster), rabbitmq, redis or nats (NATS with JetStream), or pg-sync /
+# pg-async: a PostgreSQL primary plus a synchronous / asynchronous streaming
+# standby (one of the two per DIR; see the PostgreSQL primary + standby
+# section). Without names, the two databases are meant. `start` listens on
+# free ports of 127.0.0.1 only and writes DIR/env.sh, which exports the URL of
 # each server started:
 #   SA_INBOX_TEST_POSTGRESQL_URL, SA_INBOX_TEST_MYSQL_URL,
 #   SA_INBOX_TEST_AMQP_URL, SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL;
+#   galera: SA_INBOX_TEST_GALERA_URLS (the three nodes' URLs, comma-separated)
+#   and SA_INBOX_TEST_GALERA_DIR (DIR, for galera-kill and galera-restart);
 #   pg-sync/pg-async: SA_INBOX_TEST_PG_PRIMARY_URL, SA_INBOX_TEST_PG_STANDBY_URL,
 #   SA_INBOX_TEST_PG_FAILOVER_URL (both hosts, libpq picks the writable one)
 #   and SA_INBOX_TEST_PG_REPLICATION (sync or async).
@@ -68,9 +73,9 @@ servers_or_all() {
     local name
     for name in "$@"; do
         case "$name" in
-            postgresql | mysql | rabbitmq | redis | nats) ;;
+            postgresql | mysql | galera | rabbitmq | redis | nats) ;;
             pg-sync | pg-async) ;;
-            *) die "unknown server '$name' (expected postgresql, mysql, rabbitmq, redis, nats, pg-sync or pg-async)" ;;
+            *) die "unknown server '$name' (expected postgresql, mysql, galera, rabbitmq, redis, nats, pg-sync or pg-async)" ;;
         esac
     done
     echo "$@"
@@ -100,6 +105,13 @@ have_postgresql() {
 have_mariadb() {
     find_program mariadbd >/dev/null && find_program mariadb-install-db >/dev/null &&
         find_program mariadb >/dev/null
+}
+
+GALERA_PROVIDER=/usr/lib/galera/libgalera_smm.so
+# The galera-4 provider, and rsync with MariaDB's script for rsync SST.
+have_galera() {
+    have_mariadb && [ -f "$GALERA_PROVIDER" ] && find_program rsync >/dev/null &&
+        find_program wsrep_sst_rsync >/dev/null
 }
 
 RABBITMQ_BIN=/usr/lib/rabbitmq/bin
@@ -144,6 +156,7 @@ cmd_install() {
             postgresql) have_postgresql || packages+=(postgresql-15) ;;
             pg-sync | pg-async) have_postgresql || packages+=(postgresql-15) ;;
             mysql) have_mariadb || packages+=(mariadb-server mariadb-client) ;;
+            galera) have_galera || packages+=(mariadb-server mariadb-client galera-4 rsync) ;;
             rabbitmq) have_rabbitmq || packages+=(rabbitmq-server) ;;
             redis) have_redis || packages+=(redis-server redis-tools) ;;
             nats) have_nats || packages+=(nats-server) ;;
@@ -163,6 +176,7 @@ cmd_install() {
             postgresql | pg-sync | pg-async) have_postgresql ||
                 die "still no initdb/pg_ctl/postgres/createdb in $PG_BIN (or no postgres user)" ;;
             mysql) have_mariadb || die "still no mariadbd/mariadb-install-db/mariadb" ;;
+            galera) have_galera || die "still no $GALERA_PROVIDER, rsync or wsrep_sst_rsync" ;;
             rabbitmq) have_rabbitmq || die "still no $RABBITMQ_BIN/rabbitmq-server or epmd" ;;
             redis) have_redis || die "still no redis-server/redis-cli" ;;
             nats) have_nats || die "still no nats-server" ;;
@@ -405,51 +419,78 @@ mariadbd_pid() {
     echo "$pid"
 }
 
-start_mariadb() {
-    local dir=$1 data=$1/mariadb logfile=$1/mariadb.log port attempt user_opt=()
-    have_mariadb || die "MariaDB not installed: run scripts/servers.sh install"
+# mariadb-install-db into DIR/mariadb (as root, the server runs as root).
+install_mariadb_db() {
+    local dir=$1 user_opt=()
     is_root && user_opt=(--user=root)
-
-    local t0; t0=$(now_us)
-    "$(find_program mariadb-install-db)" --no-defaults --datadir="$data" "${user_opt[@]}" \
+    "$(find_program mariadb-install-db)" --no-defaults --datadir="$dir/mariadb" "${user_opt[@]}" \
         --auth-root-authentication-method=normal --skip-test-db >"$dir/mariadb-install.log" 2>&1 ||
         { cat "$dir/mariadb-install.log" >&2; die "mariadb-install-db failed"; }
-    log "mariadb: install-db done in $(since "$t0")"
-    t0=$(now_us)
+}
 
-    for attempt in $(seq "$START_ATTEMPTS"); do
-        port=$(free_ports 1)
-        # Own session (setsid): a Ctrl-C in the terminal must not reach the
-        # server; `stop` shuts it down.
-        setsid "$(find_program mariadbd)" --no-defaults --datadir="$data" "${user_opt[@]}" \
-            --socket="$dir/mariadb.sock" --port="$port" --bind-address=127.0.0.1 \
-            --pid-file="$data/mariadbd.pid" --log-error="$logfile" --skip-name-resolve \
-            --character-set-server=utf8mb4 --collation-server=utf8mb4_unicode_ci \
-            --innodb-flush-log-at-trx-commit=2 --max-connections=200 \
-            </dev/null >>"$logfile" 2>&1 &
-        echo $! >"$dir/mariadbd.pid"
-        if wait_for_mariadb "$dir"; then
-            break
-        fi
-        log "mariadb: start on port $port failed (attempt $attempt)"
-        stop_mariadb "$dir"
-        [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$logfile" >&2; die "MariaDB did not start"; }
-    done
+# Starts mariadbd in the background for DIR: data in DIR/mariadb, socket
+# DIR/mariadb.sock, error log DIR/mariadb.log, pid in DIR/mariadbd.pid, SQL on
+# 127.0.0.1:PORT. FIRST is mariadbd's first option (where --defaults-file must
+# be), --no-defaults if empty; further arguments are added. Own session
+# (setsid): a Ctrl-C in the terminal must not reach the server; `stop` shuts it
+# down.
+spawn_mariadbd() {
+    local dir=$1 port=$2 first=${3:---no-defaults} user_opt=()
+    is_root && user_opt=(--user=root)
+    setsid "$(find_program mariadbd)" "$first" --datadir="$dir/mariadb" "${user_opt[@]}" \
+        --socket="$dir/mariadb.sock" --port="$port" --bind-address=127.0.0.1 \
+        --pid-file="$dir/mariadb/mariadbd.pid" --log-error="$dir/mariadb.log" --skip-name-resolve \
+        --character-set-server=utf8mb4 --collation-server=utf8mb4_unicode_ci \
+        --innodb-flush-log-at-trx-commit=2 --max-connections=200 "${@:4}" \
+        </dev/null >>"$dir/mariadb.log" 2>&1 &
+    echo $! >"$dir/mariadbd.pid"
+}
 
-    mariadb_root "$dir" <<EOF
+# The test database and the sa_inbox user, through the server in DIR.
+create_test_database() {
+    mariadb_root "$1" <<EOF
 CREATE DATABASE $TEST_DB CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;
 CREATE USER '$MYSQL_USER'@'127.0.0.1' IDENTIFIED BY '$MYSQL_PASSWORD';
 CREATE USER '$MYSQL_USER'@'%' IDENTIFIED BY '$MYSQL_PASSWORD';
 GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'127.0.0.1';
 GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'%';
 EOF
-    echo "export SA_INBOX_TEST_MYSQL_URL='mysql+pymysql://$MYSQL_USER:$MYSQL_PASSWORD@127.0.0.1:$port/$TEST_DB?charset=utf8mb4'" >>"$dir/env.sh"
+}
+
+# The URL of the test database on 127.0.0.1:PORT.
+mysql_url() {
+    echo "mysql+pymysql://$MYSQL_USER:$MYSQL_PASSWORD@127.0.0.1:$1/$TEST_DB?charset=utf8mb4"
+}
+
+start_mariadb() {
+    local dir=$1 port attempt
+    have_mariadb || die "MariaDB not installed: run scripts/servers.sh install"
+
+    local t0; t0=$(now_us)
+    install_mariadb_db "$dir"
+    log "mariadb: install-db done in $(since "$t0")"
+    t0=$(now_us)
+
+    for attempt in $(seq "$START_ATTEMPTS"); do
+        port=$(free_ports 1)
+        spawn_mariadbd "$dir" "$port" ""
+        if wait_for_mariadb "$dir"; then
+            break
+        fi
+        log "mariadb: start on port $port failed (attempt $attempt)"
+        stop_mariadb "$dir"
+        [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$dir/mariadb.log" >&2; die "MariaDB did not start"; }
+    done
+
+    create_test_database "$dir"
+    echo "export SA_INBOX_TEST_MYSQL_URL='$(mysql_url "$port")'" >>"$dir/env.sh"
     log "mariadb: ready on 127.0.0.1:$port (started in $(since "$t0"))"
 }
 
-# Polls until the server in DIR answers; fails early if it died.
+# Polls until the server in DIR answers; fails early if it died. SECONDS
+# (optional) is how long to wait.
 wait_for_mariadb() {
-    local dir=$1 deadline=$((SECONDS + MARIADB_WAIT_SECONDS))
+    local dir=$1 deadline=$((SECONDS + ${2:-$MARIADB_WAIT_SECONDS}))
     while [ "$SECONDS" -lt "$deadline" ]; do
         mariadb_root "$dir" -e 'SELECT 1' >/dev/null 2>&1 && return 0
         mariadbd_pid "$dir" >/dev/null || return 1
@@ -471,6 +512,208 @@ stop_mariadb() {
         sleep 0.1
     done
     rm -f "$dir/mariadbd.pid"
+}
+
+# ---------------------------------------------------------------- MariaDB Galera
+
+# A 3-node Galera cluster (galera-4, rsync SST) on 127.0.0.1. Node N lives in
+# DIR/galera/nodeN, laid out as a `mysql` server's DIR (so the MariaDB
+# functions above serve it), plus my.cnf (its wsrep settings) and ports ("SQL
+# gcomm IST SST"). MariaDB KB, "Configuring MariaDB Galera Cluster" (mandatory
+# options: binlog_format=ROW, innodb_autoinc_lock_mode=2, InnoDB) and "Galera
+# Cluster Address"; a node killed with SIGKILL is restarted as the KB's
+# "wsrep_recover" page says (--wsrep-recover, then --wsrep-start-position), so
+# that it rejoins by IST rather than a full SST.
+GALERA_NODES=3
+GALERA_WAIT_SECONDS=120
+
+galera_node() { echo "$1/galera/node$2"; }
+
+# Prints the arguments after the first, separated by the first.
+join_by() {
+    local IFS=$1
+    echo "${*:2}"
+}
+
+# Writes node N's my.cnf, given the 12 ports (4 per node) in PORTS.
+write_galera_cnf() {
+    local node=$1 n=$2 ports=("${@:3}") i members=()
+    for i in $(seq "$GALERA_NODES"); do
+        members+=("127.0.0.1:${ports[(i - 1) * 4 + 1]}")
+    done
+    local sql=${ports[(n - 1) * 4]} gcomm=${ports[(n - 1) * 4 + 1]}
+    local ist=${ports[(n - 1) * 4 + 2]} sst=${ports[(n - 1) * 4 + 3]}
+    echo "$sql $gcomm $ist $sst" >"$node/ports"
+    cat >"$node/my.cnf" <<EOF
+[mariadbd]
+binlog_format=ROW
+default_storage_engine=InnoDB
+innodb_autoinc_lock_mode=2
+innodb_buffer_pool_size=64M
+wsrep_on=ON
+wsrep_provider=$GALERA_PROVIDER
+wsrep_cluster_name=sa_inbox_test
+wsrep_cluster_address=gcomm://$(join_by , "${members[@]}")
+wsrep_node_name=node$n
+wsrep_node_address=127.0.0.1:$gcomm
+wsrep_node_incoming_address=127.0.0.1:$sql
+wsrep_sst_method=rsync
+wsrep_sst_receive_address=127.0.0.1:$sst
+wsrep_provider_options="gmcast.listen_addr=tcp://127.0.0.1:$gcomm;ist.recv_addr=127.0.0.1:$ist;gcache.size=128M"
+EOF
+}
+
+# Starts node N's mariadbd in the background with further mariadbd options.
+spawn_galera_node() {
+    local node=$1 port
+    read -r port _ <"$node/ports"
+    spawn_mariadbd "$node" "$port" "--defaults-file=$node/my.cnf" "${@:2}"
+}
+
+# Prints "wsrep_cluster_size wsrep_local_state_comment" of node N.
+galera_state() {
+    mariadb_root "$1" -N -B -e "SELECT
+        (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'WSREP_CLUSTER_SIZE'),
+        (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'WSREP_LOCAL_STATE_COMMENT')" 2>/dev/null
+}
+
+# Polls until node N is Synced in a cluster of SIZE; fails early if it died.
+wait_for_galera_node() {
+    local node=$1 size=$2 deadline=$((SECONDS + GALERA_WAIT_SECONDS)) state
+    while [ "$SECONDS" -lt "$deadline" ]; do
+        state=$(galera_state "$node") || state=
+        [ "$state" = "$size	Synced" ] && return 0
+        mariadbd_pid "$node" >/dev/null || return 1
+        sleep 0.2
+    done
+    return 1
+}
+
+# An empty data dir for a joiner: as root, the rsync daemon of rsync SST writes
+# it as `nobody` (its default uid), so the directory must be theirs and DIR's
+# path traversable.
+prepare_joiner_datadir() {
+    local node=$1
+    mkdir -p "$node/mariadb"
+    if is_root; then
+        chown -R nobody "$node/mariadb"
+    fi
+}
+
+start_galera() {
+    local dir=$1 attempt ports n node urls=() sql_ports=()
+    have_galera || die "Galera not installed: run scripts/servers.sh install galera"
+    is_root && chmod o+x "$dir"
+    local t0; t0=$(now_us)
+    for attempt in $(seq "$START_ATTEMPTS"); do
+        rm -rf "$dir/galera"
+        read -r -a ports <<<"$(free_ports $((GALERA_NODES * 4)))"
+        if start_galera_nodes "$dir" "${ports[@]}"; then
+            break
+        fi
+        log "galera: start failed (attempt $attempt)"
+        for n in $(seq "$GALERA_NODES"); do
+            tail -n 20 "$(galera_node "$dir" "$n")/mariadb.log" >&2 2>/dev/null || true
+        done
+        stop_galera "$dir"
+        [ "$attempt" -lt "$START_ATTEMPTS" ] || die "the Galera cluster did not start"
+    done
+    create_test_database "$(galera_node "$dir" 1)"
+    for n in $(seq "$GALERA_NODES"); do
+        urls+=("$(mysql_url "${ports[(n - 1) * 4]}")")
+        sql_ports+=("${ports[(n - 1) * 4]}")
+    done
+    echo "export SA_INBOX_TEST_GALERA_URLS='$(join_by , "${urls[@]}")'" >>"$dir/env.sh"
+    echo "export SA_INBOX_TEST_GALERA_DIR='$dir'" >>"$dir/env.sh"
+    log "galera: $GALERA_NODES nodes synced on 127.0.0.1:$(join_by , "${sql_ports[@]}") (started in $(since "$t0"))"
+}
+
+# Bootstraps node 1 (--wsrep-new-cluster), then joins the others one by one
+# (rsync SST from a synced node), and checks every node sees them all.
+start_galera_nodes() {
+    local dir=$1 n node t0
+    for n in $(seq "$GALERA_NODES"); do
+        node=$(galera_node "$dir" "$n")
+        mkdir -p "$node"
+        is_root && chmod o+x "$dir/galera" "$node"
+        write_galera_cnf "$node" "$n" "${@:2}"
+    done
+    t0=$(now_us)
+    node=$(galera_node "$dir" 1)
+    install_mariadb_db "$node"
+    spawn_galera_node "$node" --wsrep-new-cluster
+    wait_for_galera_node "$node" 1 || return 1
+    log "galera: node 1 bootstrapped in $(since "$t0")"
+    for n in $(seq 2 "$GALERA_NODES"); do
+        t0=$(now_us)
+        node=$(galera_node "$dir" "$n")
+        prepare_joiner_datadir "$node"
+        spawn_galera_node "$node"
+        wait_for_galera_node "$node" "$n" || return 1
+        log "galera: node $n joined in $(since "$t0")"
+    done
+    for n in $(seq "$GALERA_NODES"); do
+        wait_for_galera_node "$(galera_node "$dir" "$n")" "$GALERA_NODES" || return 1
+    done
+}
+
+stop_galera() {
+    local dir=$1 n
+    [ -d "$dir/galera" ] || return 0
+    for n in $(seq "$GALERA_NODES" -1 1); do
+        stop_mariadb "$(galera_node "$dir" "$n")"
+    done
+}
+
+# The node directory of `galera-kill/galera-restart DIR N`, checked.
+galera_node_arg() {
+    [ $# -eq 2 ] || die "usage: servers.sh galera-kill|galera-restart DIR N"
+    local dir node
+    dir=$(absolute_dir "$1")
+    case "$2" in [1-9]) ;; *) die "node must be 1-$GALERA_NODES, not '$2'" ;; esac
+    [ "$2" -le "$GALERA_NODES" ] || die "node must be 1-$GALERA_NODES, not '$2'"
+    node=$(galera_node "$dir" "$2")
+    [ -f "$node/my.cnf" ] || die "no Galera cluster was started in $dir"
+    echo "$node"
+}
+
+# SIGKILLs node N and waits until it is gone.
+cmd_galera_kill() {
+    local node pid
+    node=$(galera_node_arg "$@")
+    pid=$(mariadbd_pid "$node") || die "node $2 is not running"
+    kill -KILL "$pid"
+    while process_alive "$pid"; do sleep 0.05; done
+    rm -f "$node/mariadbd.pid"
+    log "galera: node $2 (pid $pid) killed"
+}
+
+# Restarts node N after a crash: its last committed position is read with
+# --wsrep-recover (it is not in grastate.dat after a SIGKILL) and given back as
+# --wsrep-start-position, so that the cluster sends it the missing writesets
+# (IST); waits until the node is Synced with all the others.
+cmd_galera_restart() {
+    local node position pid t0
+    node=$(galera_node_arg "$@")
+    ! mariadbd_pid "$node" >/dev/null || die "node $2 is running"
+    t0=$(now_us)
+    local ist_before
+    ist_before=$(grep -c 'WSREP: IST received' "$node/mariadb.log" || true)
+    : >"$node/recover.log"
+    # Even an IST rejoin receives a marker file through the rsync daemon, and node 1's
+    # data dir was made by mariadb-install-db (as root, when root).
+    prepare_joiner_datadir "$node"
+    spawn_galera_node "$node" --wsrep-recover --log-error="$node/recover.log"
+    pid=$(cat "$node/mariadbd.pid")
+    wait "$pid" || { cat "$node/recover.log" >&2; die "mariadbd --wsrep-recover failed"; }
+    position=$(sed -n 's/.*WSREP: Recovered position: *\([^ ]*\).*/\1/p' "$node/recover.log" | tail -n 1)
+    [ -n "$position" ] || { cat "$node/recover.log" >&2; die "no position in $node/recover.log"; }
+    spawn_galera_node "$node" --wsrep-start-position="$position"
+    wait_for_galera_node "$node" "$GALERA_NODES" ||
+        { tail -n 30 "$node/mariadb.log" >&2; die "node $2 did not rejoin"; }
+    local how="by SST (a full copy)"
+    [ "$(grep -c 'WSREP: IST received' "$node/mariadb.log" || true)" -le "$ist_before" ] || how="by IST"
+    log "galera: node $2 rejoined $how from $position in $(since "$t0")"
 }
 
 # ---------------------------------------------------------------- brokers
@@ -635,6 +878,7 @@ cmd_start() {
             pg-sync) start_pg_replicated "$dir" sync ;;
             pg-async) start_pg_replicated "$dir" async ;;
             mysql) start_mariadb "$dir" ;;
+            galera) start_galera "$dir" ;;
             rabbitmq) start_rabbitmq "$dir" ;;
             redis) start_redis "$dir" ;;
             nats) start_nats "$dir" ;;
@@ -657,6 +901,7 @@ cmd_stop() {
     stop_postgresql "$dir"
     stop_pg_replicated "$dir"
     stop_mariadb "$dir"
+    stop_galera "$dir"
     stop_rabbitmq "$dir"
     stop_pidfile "$dir/redis/redis.pid"
     stop_pidfile "$dir/nats/nats.pid"
@@ -672,6 +917,8 @@ main() {
         pg-freeze-primary) cmd_pg_freeze_primary "$@" ;;
         pg-kill-primary) cmd_pg_kill_primary "$@" ;;
         pg-promote) cmd_pg_promote "$@" ;;
+        galera-kill) cmd_galera_kill "$@" ;;
+        galera-restart) cmd_galera_restart "$@" ;;
         *)
             # The comment at the top of this file is the usage text.
             awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2

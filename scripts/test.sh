@@ -2,7 +2,7 @@
 # The test command of sa-inbox:   ./scripts/test.sh [pytest arguments...]
 #
 # Works on a bare Debian 12 machine (as root, or with sudo for the first run):
-#   1. installs PostgreSQL 15, MariaDB, RabbitMQ, Redis and NATS if missing
+#   1. installs PostgreSQL 15, MariaDB (and Galera), RabbitMQ, Redis and NATS if missing
 #      (scripts/servers.sh install)
 #   2. makes the virtualenv .venv with the project and its test extras
 #   3. starts throwaway servers in a temporary directory, removed at exit
@@ -12,8 +12,11 @@
 #
 # Environment:
 #   SA_INBOX_TEST_POSTGRESQL_URL, SA_INBOX_TEST_MYSQL_URL, SA_INBOX_TEST_AMQP_URL,
-#   SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL
+#   SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL, SA_INBOX_TEST_GALERA_URLS
 #       if set, that server is used and no throwaway one is installed/started
+#       (a 3-node MariaDB Galera cluster for the last one; the tests that kill
+#       a node also need SA_INBOX_TEST_GALERA_DIR, the directory it was started
+#       in by scripts/servers.sh)
 #   SA_INBOX_SKIP_LINT=1
 #       skip ruff and mypy (any non-empty value)
 set -euo pipefail
@@ -57,7 +60,8 @@ trap 'on_signal 143 TERM' TERM
 
 # Each server and the variable holding its URL.
 SERVER_URLS=(postgresql:SA_INBOX_TEST_POSTGRESQL_URL mysql:SA_INBOX_TEST_MYSQL_URL
-    rabbitmq:SA_INBOX_TEST_AMQP_URL redis:SA_INBOX_TEST_REDIS_URL nats:SA_INBOX_TEST_NATS_URL)
+    rabbitmq:SA_INBOX_TEST_AMQP_URL redis:SA_INBOX_TEST_REDIS_URL nats:SA_INBOX_TEST_NATS_URL
+    galera:SA_INBOX_TEST_GALERA_URLS)
 
 # Servers to start: those whose URL the developer did not export.
 servers_needed() {
@@ -81,7 +85,7 @@ start_servers() {
 
 # Prints a URL variable with its password masked.
 show_url() {
-    echo "$1=${!1:-}" | sed -E 's#(://[^:/@]*):[^@/]*@#\1:***@#'
+    echo "$1=${!1:-}" | sed -E 's#(://[^:/@]*):[^@/]*@#\1:***@#g'
 }
 
 # ---------------------------------------------------------------- checks
@@ -138,6 +142,7 @@ for pair in "${SERVER_URLS[@]}"; do
     show_url "${pair#*:}"
     export "${pair#*:}"
 done
+export SA_INBOX_TEST_GALERA_DIR
 
 run_check pytest .venv/bin/python -m pytest "$@"
 

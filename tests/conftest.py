@@ -34,6 +34,12 @@ BROKER_URL_VARIABLES = {
 }
 
 
+#: The three nodes' URLs of the live MariaDB Galera cluster scripts/test.sh starts (comma-
+#: separated), and the directory scripts/servers.sh started it in (to kill and restart a node).
+GALERA_URLS_VARIABLE = "SA_INBOX_TEST_GALERA_URLS"
+GALERA_DIR_VARIABLE = "SA_INBOX_TEST_GALERA_DIR"
+
+
 def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("true", "1", "yes")
 
@@ -60,6 +66,34 @@ def broker_url(name: str) -> str:
     if _in_ci():
         pytest.fail(f"{variable} is not set: CI must test against {name} (run ./scripts/test.sh)")
     pytest.skip(f"{variable} is not set; no {name} broker to test against")
+
+
+def _required(variable: str, what: str) -> str:
+    """``$variable``; skips locally (fails in CI) when it is not set. ``what`` completes
+    "CI must test …"."""
+    value = os.environ.get(variable)
+    if value:
+        return value
+    if _in_ci():
+        pytest.fail(f"{variable} is not set: CI must test {what} (run ./scripts/test.sh)")
+    pytest.skip(f"{variable} is not set; cannot test {what}")
+
+
+@pytest.fixture
+def galera_urls() -> list[str]:
+    """The URLs of the three nodes of the live Galera cluster (each node's test database);
+    skips locally (fails in CI) when ``SA_INBOX_TEST_GALERA_URLS`` is not set."""
+    urls = _required(GALERA_URLS_VARIABLE, "on a MariaDB Galera cluster").split(",")
+    assert len(urls) == 3, f"{GALERA_URLS_VARIABLE} must hold 3 URLs, not {len(urls)}"
+    return urls
+
+
+@pytest.fixture
+def galera_dir(galera_urls: list[str]) -> str:
+    """The directory ``scripts/servers.sh`` started the Galera cluster in (for
+    ``galera-kill``/``galera-restart``); skips locally (fails in CI) when
+    ``SA_INBOX_TEST_GALERA_DIR`` is not set."""
+    return _required(GALERA_DIR_VARIABLE, "killing and restarting Galera nodes")
 
 
 @pytest.fixture(params=BACKENDS)

@@ -104,9 +104,15 @@ class AsyncInbox:
             payload_hash=payload_hash,
         )
 
-    async def is_processed(self, bind: AsyncBind, message_id: str, consumer_name: str) -> bool:
-        """Whether a committed (or this transaction's) claim exists for the message."""
-        return await on_sync_bind(bind, self.sync_inbox.is_processed, message_id, consumer_name)
+    async def is_processed(
+        self, bind: AsyncBind, message_id: str, consumer_name: str, *, causal: bool = False
+    ) -> bool:
+        """Whether a committed (or this transaction's) claim exists for the message; with
+        ``causal``, read after every claim the cluster committed (see
+        :meth:`sa_inbox.Inbox.is_processed`)."""
+        return await on_sync_bind(
+            bind, self.sync_inbox.is_processed, message_id, consumer_name, causal=causal
+        )
 
     def __getattr__(self, name: str) -> Any:
         # Everything that sends nothing (validate, table, strategy) is the sync inbox's.

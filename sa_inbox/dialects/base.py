@@ -101,6 +101,20 @@ class ClaimDialect(abc.ABC):
         """
         return None
 
+    def causal_select(self, conn: Connection, *entities: Any) -> sa.Select[Any]:
+        """``select(*entities)``, made to see every transaction the database cluster
+        committed before it is sent, whichever node ``conn`` is on (:meth:`Inbox.is_processed
+        <sa_inbox.Inbox.is_processed>` with ``causal=True``).
+
+        The default is a plain :func:`~sqlalchemy.select`: a read on the server that
+        committed is causal already. Overridden for MariaDB Galera
+        (:meth:`~sa_inbox.dialects.mysql.MySQLClaim.causal_select`).
+
+        :param conn: the connection the query will run on.
+        :param entities: what to select, as for :func:`~sqlalchemy.select`.
+        """
+        return sa.select(*entities)
+
     @abc.abstractmethod
     def insert_or_skip(self, table: sa.Table) -> Executable:
         """The statement that inserts one row into ``table`` and skips a duplicate silently.

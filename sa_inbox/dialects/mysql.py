@@ -41,9 +41,22 @@ from .base import ClaimDialect, Row, driver_error
 from .purge import RowLockingPurge
 from .store_claim import StoreClaimDialect, require_version
 
-__all__ = ["BACKEND", "DeleteOrderedLimit", "MySQLClaim", "MySQLPurge", "MySQLStoreClaim"]
+__all__ = [
+    "BACKEND",
+    "CausalSelect",
+    "DeleteOrderedLimit",
+    "MySQLClaim",
+    "MySQLPurge",
+    "MySQLStoreClaim",
+]
 
 #: Deadlock found, lock wait timeout exceeded (MySQL manual, "Server Error Message Reference").
+#: On a MariaDB Galera cluster, 1213 is also how a COMMIT that failed certification (a
+#: conflicting write-set from another node came first) or a transaction aborted by one
+#: (brute-force abort) is reported: "Galera Cluster uses at the cluster-level optimistic
+#: concurrency control, which can result in transactions that issue a COMMIT aborting at that
+#: stage" (MariaDB KB, "MariaDB Galera Cluster - Known Limitations"). Retrying the whole
+#: transaction is the documented remedy for both.
 TRANSIENT_ERRORS = frozenset({1213, 1205})
 ER_DUP_ENTRY = 1062
 #: A table's ``(schema, name)``.
@@ -107,6 +120,20 @@ class MySQLClaim(ClaimDialect):
 
     def insert_or_skip(self, table: sa.Table) -> mysql.Insert:
         return mysql.insert(table).prefix_with("IGNORE")
+
+    def causal_select(self, conn: Connection, *entities: Any) -> sa.Select[Any]:
+        """On MariaDB, a :class:`CausalSelect`, sent as ``SET STATEMENT wsrep_sync_wait = 1
+        FOR SELECT …``: on a Galera node the read first waits until the node has applied
+        every write-set the cluster had committed when the read arrived (MariaDB KB,
+        "wsrep_sync_wait": bit 1, reads), for this statement only (MariaDB KB, "SET
+        STATEMENT"); the session's own setting is left as it was. Without Galera
+        (``wsrep_on=OFF``) the setting changes nothing. On MySQL, a plain ``SELECT`` (no
+        ``SET STATEMENT``; Group Replication's counterpart, ``group_replication_consistency``,
+        is the server's configuration).
+        """
+        if conn.dialect.is_mariadb:  # type: ignore[attr-defined]
+            return CausalSelect(*entities)
+        return sa.select(*entities)
 
     def claim_one(self, conn: Connection, table: sa.Table, statement: Executable, row: Row) -> bool:
         """Run the single-row ``INSERT IGNORE``; True if the row was inserted.
@@ -275,6 +302,25 @@ class MySQLClaim(ClaimDialect):
         if callable(probe):
             return bool(probe())
         return super().driver_autocommit(dbapi_connection)
+
+
+class CausalSelect(sa.Select[Any]):
+    """MariaDB's ``SET STATEMENT wsrep_sync_wait = 1 FOR SELECT …``: a ``SELECT`` that waits
+    for the Galera node to catch up with the cluster first (see
+    :meth:`MySQLClaim.causal_select`). A :class:`~sqlalchemy.sql.expression.Select` in all
+    else (built and cached as one); on any other dialect it compiles as a plain ``SELECT``.
+    """
+
+    inherit_cache = True
+
+
+@compiles(CausalSelect, "mysql")
+@compiles(CausalSelect, "mariadb")
+def _causal_mariadb(element: CausalSelect, compiler: SQLCompiler, **kw: Any) -> str:
+    select = str(compiler.visit_select(element, **kw))  # type: ignore[no-untyped-call]
+    if not compiler.dialect.is_mariadb:  # type: ignore[attr-defined]
+        return select  # MySQL has no SET STATEMENT
+    return f"SET STATEMENT wsrep_sync_wait = 1 FOR {select}"
 
 
 @cache_key(

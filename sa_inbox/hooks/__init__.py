@@ -36,9 +36,14 @@ EVENTS = {
     "inbox.claim.collision": "a claim's payload digest differs from the stored one",
     "inbox.claim.failed": "the claim failed (e.g. a collision raised): rolled back, nacked",
     "inbox.handler.failed": "the handler or the database failed: rolled back, nacked",
+    "inbox.commit.failed": (
+        "the commit failed, e.g. a Galera certification failure (1213) on the last attempt: "
+        "rolled back, nacked"
+    ),
     "inbox.transaction.retry": "a deadlock or serialization failure: the transaction reruns",
     "inbox.configuration.error": "a configuration error: neither acked nor nacked",
     "inbox.purge.done": "a purge finished (rows deleted, seconds)",
+    "inbox.purge.retry": "a purge batch rolled back by a transient error (e.g. Galera 1213) reruns",
 }
 
 #: Span names of :meth:`InboxHooks.span`: ``inbox.process`` (one delivery, the parent),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,10 +21,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.expression import ColumnElement
 
 from ..claim import Inbox
-from ..dialects import PurgeDialect, backend_for, backend_of
+from ..dialects import PurgeDialect, backend_for, backend_of, classifier_for
 from ..exc import (
     InvalidBind,
     InvalidRetentionPolicy,
@@ -42,6 +44,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_LOCK_TIMEOUT",
+    "TRANSIENT_BATCH_RETRIES",
     "Batch",
     "PurgeTarget",
     "StorePurgeResult",
@@ -60,6 +63,11 @@ __all__ = [
 DEFAULT_BATCH_SIZE = 5000
 #: Seconds a MySQL/MariaDB purger waits for another purger's batch (``GET_LOCK``).
 DEFAULT_LOCK_TIMEOUT = 60.0
+#: Batches in a row a purge re-runs after a transient error (deadlock, serialization or
+#: certification failure) before it raises it.
+TRANSIENT_BATCH_RETRIES = 8
+#: Seconds: the first back-off after such an error, doubled each time, at most 1 s.
+TRANSIENT_BACKOFF = 0.05
 
 
 @dataclass(frozen=True)
@@ -257,6 +265,11 @@ def purge_target(
     :raises PurgeLockTimeout: on MySQL/MariaDB, if another purger held the purge lock for
         more than ``lock_timeout`` seconds.
     :raises InvalidBind: if ``bind`` is not an Engine or Connection (before any SQL).
+    :raises DBAPIError: the driver's error, at once if it is not transient, or after
+        :data:`TRANSIENT_BATCH_RETRIES` batches in a row were rolled back by transient ones
+        (deadlock, serialization or Galera certification failure); each re-run waits a
+        random back-off from 0.05 s, doubling, at most 1 s. The batches committed before
+        stay deleted.
     """
     bind = _check_bind(bind)
     batch_size = _check_batch_size(batch_size)
@@ -272,13 +285,26 @@ def purge_target(
         )
         conn.commit()
         total = 0
+        failures = 0
         while True:
-            with dialect.exclusive(conn, target.table, lock_timeout):
-                started = time.perf_counter()
-                with conn.begin():
-                    result = conn.execute(statement, execution_options={"preserve_rowcount": True})
-                    rows = max(result.rowcount, 0)
-                seconds = time.perf_counter() - started
+            try:
+                with dialect.exclusive(conn, target.table, lock_timeout):
+                    started = time.perf_counter()
+                    with conn.begin():
+                        result = conn.execute(
+                            statement, execution_options={"preserve_rowcount": True}
+                        )
+                        rows = max(result.rowcount, 0)
+                    seconds = time.perf_counter() - started
+            except DBAPIError as exc:
+                failures += 1
+                if failures > TRANSIENT_BATCH_RETRIES or not classifier_for(
+                    conn.dialect.name
+                ).is_transient(exc):
+                    raise
+                _transient_batch(exc, failures, sleep)
+                continue
+            failures = 0
             if rows == 0:
                 return total
             total += rows
@@ -286,6 +312,18 @@ def purge_target(
                 on_batch(Batch(rows=rows, seconds=seconds, total=total, cutoff=cutoff))
             if pause > 0:
                 sleep(pause)
+
+
+def _transient_batch(exc: DBAPIError, failures: int, sleep: Callable[[float], None]) -> None:
+    """Log a batch rolled back by a transient error and wait before the next one."""
+    delay = random.uniform(0, min(1.0, TRANSIENT_BACKOFF * 2 ** (failures - 1)))
+    logger.info(
+        "purge batch rolled back by a transient error (%d in a row), running it again: %s",
+        failures,
+        exc.orig,
+        extra={"event": "inbox.purge.retry", "action": "retry", "error": str(exc.orig)},
+    )
+    sleep(delay)
 
 
 def purge(
@@ -318,7 +356,12 @@ def purge(
     PostgreSQL batches skip rows another purger has locked (``FOR UPDATE SKIP LOCKED``);
     MySQL/MariaDB purgers take turns on the named lock ``GET_LOCK()`` around each batch;
     SQLite has one writer at a time; Oracle's ``DELETE`` waits on the other purger's row
-    locks and restarts on the committed rows.
+    locks and restarts on the committed rows. On a MariaDB Galera cluster ``GET_LOCK()``
+    holds on one node only (MariaDB KB, "MariaDB Galera Cluster - Known Limitations"), so
+    purgers on two nodes delete the same rows at once and one batch fails certification
+    (1213) at COMMIT: a batch rolled back by such a transient error (see
+    :func:`sa_inbox.is_transient`) is run again, up to :data:`TRANSIENT_BATCH_RETRIES` times
+    in a row, and counts nothing.
 
     :param bind: an Engine, or a Connection that is not in a transaction (the purge commits
         each batch itself). On PostgreSQL, MySQL/MariaDB and Oracle the batches run at READ

@@ -453,13 +453,31 @@ class Worker:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def reap(self) -> None:
-        """Move abandoned claims back to pending, or to dead once their attempts are used."""
-        result = self.store.reap(
-            consumer_name=self.consumer_name,
-            visibility_timeout=self.visibility_timeout,
-            max_attempts=self.max_attempts,
-            now=self.clock(),
-        )
+        """Move abandoned claims back to pending, or to dead once their attempts are used.
+
+        A transient database error (see :func:`sa_inbox.is_transient`) skips this reap, the
+        next one comes ``reap_interval`` seconds later: on a MariaDB Galera cluster the
+        reap's locking read is aborted with error 1213 when a write-set from another node
+        touches the same rows (MariaDB KB, "MariaDB Galera Cluster - Known Limitations"),
+        which is no error of the worker.
+        """
+        try:
+            result = self.store.reap(
+                consumer_name=self.consumer_name,
+                visibility_timeout=self.visibility_timeout,
+                max_attempts=self.max_attempts,
+                now=self.clock(),
+            )
+        except Exception as exc:
+            if not self.store.is_transient(exc):
+                raise
+            logger.info(
+                "reap aborted by a transient database error, reaping next time: %s",
+                exc,
+                extra={"action": "reap", "error": str(exc)},
+            )
+            self._count("transient_retries")
+            return
         if result.released or result.dead:
             logger.info(
                 "reaped abandoned claims: %d back to pending, %d dead",

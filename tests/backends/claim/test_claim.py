@@ -322,3 +322,14 @@ def test_table_shape(app: App) -> None:
     }
     indexes = {ix["name"]: ix["column_names"] for ix in inspector.get_indexes(name)}
     assert indexes[f"ix_{name}_received_at"] == ["received_at"]
+
+
+def test_is_processed_causal_reads_the_same_claims_on_every_backend(app: App) -> None:
+    """``causal=True`` is a ``SET STATEMENT wsrep_sync_wait = 1 FOR SELECT`` on MariaDB (a
+    Galera node catches up first; see tests/backends/cluster) and the plain read elsewhere:
+    on one server both see the same claims."""
+    _deliver(app, "pay-1")
+    with app.engine.connect() as conn:
+        assert app.inbox.is_processed(conn, "pay-1", CONSUMER, causal=True)
+        assert not app.inbox.is_processed(conn, "pay-2", CONSUMER, causal=True)
+        assert app.inbox.is_processed(conn, "pay-1", CONSUMER)

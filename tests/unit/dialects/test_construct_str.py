@@ -9,8 +9,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, oracle
 
 from sa_inbox import Inbox
-from sa_inbox.dialects import MergeInsertOrSkip
-from sa_inbox.dialects.mysql import DeleteOrderedLimit
+from sa_inbox.dialects import MergeInsertOrSkip, claim_dialect_for
+from sa_inbox.dialects.mysql import CausalSelect, DeleteOrderedLimit
 
 
 def test_str_of_merge_is_oracle_sql() -> None:
@@ -36,3 +36,22 @@ def test_str_of_ordered_delete_is_mysql_sql() -> None:
         "ORDER BY inbox_processed_messages.received_at LIMIT 10"
     )
     assert str(statement) == str(statement.compile(dialect=mysql.dialect()))
+
+
+def test_a_causal_select_is_set_statement_on_mariadb_only() -> None:
+    table = Inbox(sa.MetaData()).table
+    dialect = claim_dialect_for("mysql")
+    mariadb = mysql.dialect(is_mariadb=True)  # type: ignore[no-untyped-call]
+    conn = type("Conn", (), {"dialect": mariadb})()
+    query = dialect.causal_select(conn, sa.literal(1)).select_from(table)  # type: ignore[arg-type]
+    assert isinstance(query, CausalSelect)
+    sql = " ".join(str(query.compile(dialect=mariadb)).split())
+    assert sql == "SET STATEMENT wsrep_sync_wait = 1 FOR SELECT %s AS anon_1 FROM " + table.name
+    plain = mysql.dialect()  # type: ignore[no-untyped-call]
+    conn = type("Conn", (), {"dialect": plain})()
+    query = dialect.causal_select(conn, sa.literal(1)).select_from(table)  # type: ignore[arg-type]
+    assert not isinstance(query, CausalSelect)
+    # A CausalSelect compiled for MySQL (no SET STATEMENT there) is the plain SELECT.
+    assert str(CausalSelect(sa.literal(1)).compile(dialect=plain)) == str(
+        sa.select(sa.literal(1)).compile(dialect=plain)
+    )

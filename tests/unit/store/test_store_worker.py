@@ -337,6 +337,28 @@ def test_after_an_error_the_worker_waits_its_error_backoff_not_the_poll_interval
     assert summary == WorkerSummary(processed=1, reason=EMPTY, **expected)
 
 
+class ReapDeadlockingStore(DeadlockingStore):
+    """Every reap fails with a deadlock (a Galera write-set from another node aborting the
+    reap's locking read, error 1213)."""
+
+    def reap(self, **kw: Any) -> Any:
+        raise Deadlock()
+
+
+def test_a_transient_error_in_the_reap_is_no_worker_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = ReapDeadlockingStore()
+    store.receive("m1", 1)
+    w = Worker(store, lambda ctx, m: None, reap_interval=0.01, poll_interval=0.01)
+    with caplog.at_level(logging.INFO, logger="sa_inbox"):
+        summary = w.run(until_empty=True, max_seconds=60, handle_signals=False)
+    assert store.row("m1").status == DONE
+    assert summary.errors == 0 and summary.transient_retries >= 1
+    assert summary.processed == 1 and summary.reason == EMPTY
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
 def test_a_handler_that_cannot_take_session_and_message_is_refused(store: MemoryStore) -> None:
     def one_argument(message: StoredMessage) -> None: ...
 
