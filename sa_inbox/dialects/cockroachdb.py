@@ -36,18 +36,17 @@ the live suite runs only with ``SA_INBOX_TEST_COCKROACHDB_URL``.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql.expression import ColumnElement, Executable
 
 from ..exc import UnsupportedBackend
 from .backend import Backend
 from .base import sqlstate_of
 from .postgresql import TRANSIENT_SQLSTATES as POSTGRESQL_TRANSIENT
 from .postgresql import PostgreSQLClaim, PostgreSQLStoreClaim
-from .purge import RowLockingPurge, primary_key_batch
+from .purge import PrimaryKeyPurge
 
 __all__ = [
     "BACKEND",
@@ -81,23 +80,12 @@ class CockroachDBClaim(PostgreSQLClaim):
         return sqlstate_of(exc) in TRANSIENT_SQLSTATES
 
 
-class CockroachDBPurge(RowLockingPurge):
+class CockroachDBPurge(PrimaryKeyPurge):
     """Purge batches on CockroachDB by primary key with ``FOR UPDATE SKIP LOCKED`` (no
     ``ctid``), in the server's own isolation (SERIALIZABLE by default)."""
 
     isolation_level: ClassVar[str | None] = None
     concurrency: ClassVar[str] = "FOR UPDATE SKIP LOCKED in the batch select (v23.1+)"
-
-    def delete_batch(
-        self,
-        table: sa.Table,
-        expired: ColumnElement[bool],
-        order_by: ColumnElement[Any],
-        batch_size: int,
-        *,
-        partitioned: bool = False,
-    ) -> Executable:
-        return primary_key_batch(table, expired, order_by, batch_size, skip_locked=True)
 
 
 class CockroachDBStoreClaim(PostgreSQLStoreClaim):

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import ColumnElement, Executable
 
-__all__ = ["PurgeDialect", "RowLockingPurge", "primary_key_batch"]
+__all__ = ["PrimaryKeyPurge", "PurgeDialect", "RowLockingPurge", "primary_key_batch"]
 
 
 def primary_key_batch(
@@ -124,3 +124,22 @@ class RowLockingPurge(PurgeDialect):
     """
 
     isolation_level: ClassVar[str | None] = "READ COMMITTED"
+
+
+class PrimaryKeyPurge(RowLockingPurge):
+    """Row-locking purge batches taken by primary key with ``FOR UPDATE SKIP LOCKED``
+    (:func:`primary_key_batch`), partitioned or not: for PostgreSQL-compatible servers
+    without ``ctid`` (CockroachDB, YugabyteDB)."""
+
+    concurrency: ClassVar[str] = "FOR UPDATE SKIP LOCKED in the batch select"
+
+    def delete_batch(
+        self,
+        table: sa.Table,
+        expired: ColumnElement[bool],
+        order_by: ColumnElement[Any],
+        batch_size: int,
+        *,
+        partitioned: bool = False,
+    ) -> Executable:
+        return primary_key_batch(table, expired, order_by, batch_size, skip_locked=True)

@@ -37,7 +37,7 @@ from sqlalchemy.sql.expression import ColumnElement, Executable
 
 from .backend import Backend
 from .postgresql import PostgreSQLClaim, PostgreSQLPurge, PostgreSQLStoreClaim
-from .purge import primary_key_batch
+from .purge import PrimaryKeyPurge
 
 __all__ = ["BACKEND", "YugabyteDBPurge", "is_yugabytedb", "yugabytedb_version"]
 
@@ -56,22 +56,11 @@ def yugabytedb_version(version: str) -> tuple[int, ...] | None:
     return None if match is None else tuple(int(part) for part in match.groups())
 
 
-class YugabyteDBPurge(PostgreSQLPurge):
+class YugabyteDBPurge(PrimaryKeyPurge, PostgreSQLPurge):
     """Purge batches on YugabyteDB: by primary key with ``FOR UPDATE SKIP LOCKED`` (no
     ``ctid``), partitioned or not, at READ COMMITTED."""
 
     concurrency: ClassVar[str] = "FOR UPDATE SKIP LOCKED in the batch select (not Serializable)"
-
-    def delete_batch(
-        self,
-        table: sa.Table,
-        expired: ColumnElement[bool],
-        order_by: ColumnElement[Any],
-        batch_size: int,
-        *,
-        partitioned: bool = False,
-    ) -> Executable:
-        return primary_key_batch(table, expired, order_by, batch_size, skip_locked=True)
 
     def batch_statement(
         self,
