@@ -181,8 +181,10 @@ class InboxStore:
 
         Cost: one statement, new or duplicate (MySQL/MariaDB included, see
         :meth:`~sa_inbox.dialects.MySQLClaim.claim_one`), built once per backend
-        (:func:`receive_insert`, so SQLAlchemy finds it compiled); the payload is serialised
-        once, by the validation, and that text is what is bound.
+        (:func:`receive_insert`) and, on PostgreSQL, MySQL/MariaDB and SQLite, compiled once
+        per engine and sent as driver SQL (:class:`~sa_inbox.dialects.driver_sql.DriverSQL`:
+        ``before_cursor_execute`` listeners see it, ``before_execute`` ones do not); the
+        payload is serialised once, by the validation, and that text is what is bound.
 
         :param bind: a Session or Connection in the caller's transaction (never committed
             here).
