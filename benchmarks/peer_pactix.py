@@ -24,7 +24,12 @@ commit), on the same engine:
   processed-messages key only (what an idempotent consumer that applies the message in the
   same transaction stores).
 
-The three alternate message by message (the order rotating each round) on both backends in
+With ``--compiled-receive``, a fourth way, ``sa-inbox receive (compiled)``, receives on a
+store of its own table whose receive statement runs through ``Connection.execute()`` (the
+compiled-statement path every receive took before the driver-SQL receive, see
+``sa_inbox/dialects/driver_sql.py``): the before/after of that change, in the same run.
+
+The ways alternate message by message (the order rotating each round) on both backends in
 turn, so each sees the same moments of a shared machine. A run is ``--messages`` messages
 per way after ``--warmup`` untimed ones; per run and way: messages per second (messages /
 the sum of their transaction times: a serial consumer's receive rate) and the median
@@ -62,10 +67,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from sa_inbox import Inbox, InboxStore
 from sa_inbox.asyncio import AsyncInbox, AsyncInboxStore
+from sa_inbox.claim import PreparedInsert
+from sa_inbox.store.store import receive_insert
 
 SOURCE = "billing"
 EVENT_TYPE = "payment.captured"
-WAYS = ("pactix", "sa-inbox receive", "sa-inbox claim")
+WAYS: tuple[str, ...] = ("pactix", "sa-inbox receive", "sa-inbox claim")
+COMPILED = "sa-inbox receive (compiled)"
 DRIVERS = {"postgresql": "postgresql+asyncpg", "mariadb": "mysql+aiomysql"}
 DEFAULT_OUT = Path(__file__).parent / "results" / "peer_pactix.json"
 
@@ -73,6 +81,11 @@ METADATA = sa.MetaData()
 STORE = AsyncInboxStore(InboxStore(METADATA, table_name="peer_sa_inbox_store"))
 CLAIMS = AsyncInbox(Inbox(METADATA, table_name="peer_sa_inbox_claims"))
 PACTIX = PactixInboxStore(PactixConfig())
+# The same store on its own table, its receive statement kept on Connection.execute(): a
+# PreparedInsert without row_keys gives single() the statement itself (private attribute,
+# benchmark only).
+STORE_COMPILED = AsyncInboxStore(InboxStore(METADATA, table_name="peer_sa_inbox_compiled"))
+STORE_COMPILED.sync_store._insert = PreparedInsert(STORE_COMPILED.table, build=receive_insert)
 
 
 def payload(i: int) -> dict[str, Any]:
@@ -91,6 +104,13 @@ async def sa_inbox_receive(conn: AsyncConnection, message_id: str, body: Any) ->
     assert new
 
 
+async def sa_inbox_receive_compiled(conn: AsyncConnection, message_id: str, body: Any) -> None:
+    new = await STORE_COMPILED.receive(
+        conn, message_id, body, consumer_name=SOURCE, message_type=EVENT_TYPE
+    )
+    assert new
+
+
 async def sa_inbox_claim(conn: AsyncConnection, message_id: str, body: Any) -> None:
     assert await CLAIMS.claim(conn, message_id, SOURCE)
 
@@ -99,11 +119,13 @@ RECEIVERS: dict[str, Callable[[AsyncConnection, str, Any], Awaitable[None]]] = {
     "pactix": pactix_receive,
     "sa-inbox receive": sa_inbox_receive,
     "sa-inbox claim": sa_inbox_claim,
+    COMPILED: sa_inbox_receive_compiled,
 }
 TABLES = {
     "pactix": PACTIX_TABLE,
     "sa-inbox receive": STORE.table,
     "sa-inbox claim": CLAIMS.table,
+    COMPILED: STORE_COMPILED.table,
 }
 
 
@@ -144,6 +166,7 @@ async def one_run(engine: AsyncEngine, messages: int, warmup: int) -> dict[str, 
         rows = {
             way: (await conn.execute(sa.select(sa.func.count()).select_from(t))).scalar_one()
             for way, t in TABLES.items()
+            if way in WAYS
         }
     if set(rows.values()) != {messages + warmup}:
         raise SystemExit(f"wrong state: rows {rows}, expected {messages + warmup} each")
@@ -297,6 +320,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--postgresql-url", default=os.environ.get("SA_INBOX_TEST_POSTGRESQL_URL"))
     parser.add_argument("--mysql-url", default=os.environ.get("SA_INBOX_TEST_MYSQL_URL"))
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--compiled-receive",
+        action="store_true",
+        help="also the receive on Connection.execute() (the compiled path), as a fourth way",
+    )
     args = parser.parse_args()
     if args.repeat < 3:
         parser.error("--repeat must be at least 3 (the figures are medians)")
@@ -305,6 +333,8 @@ def parse_args() -> argparse.Namespace:
 
 if __name__ == "__main__":
     arguments = parse_args()
+    if arguments.compiled_receive:
+        WAYS = (*WAYS, COMPILED)
     results = asyncio.run(main(arguments))
     arguments.out.parent.mkdir(parents=True, exist_ok=True)
     arguments.out.write_text(json.dumps(results, indent=2) + "\n")

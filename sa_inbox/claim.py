@@ -16,6 +16,7 @@ from sqlalchemy.sql.expression import Executable
 
 from .collision import CollisionCheck, CollisionMode, check_mode, judge_skipped
 from .dialects import ClaimDialect, Strategy, claim_dialect_for, is_autocommit
+from .dialects.driver_sql import DriverSQL
 from .exc import (
     AutocommitConnection,
     InvalidBind,
@@ -502,6 +503,10 @@ class PreparedInsert:
     :param build: ``build(dialect, table)`` makes the single-row statement; default
         ``dialect.insert_or_skip(table)``. The inbox store passes one that binds its
         payload as JSON text serialised once (:func:`sa_inbox.store.store.receive_insert`).
+    :param row_keys: the keys of every row :meth:`single` is used for, when they are always
+        the same (the store's receive): then :meth:`single` gives the statement as
+        :class:`~sa_inbox.dialects.driver_sql.DriverSQL`, compiled once per SQLAlchemy
+        dialect. ``None`` (the default): :meth:`single` gives the statement itself.
     """
 
     def __init__(
@@ -509,12 +514,20 @@ class PreparedInsert:
         table: sa.Table,
         strategy: Strategy = "native",
         build: Callable[[ClaimDialect, sa.Table], Executable] | None = None,
+        row_keys: Iterable[str] | None = None,
     ) -> None:
         self.table = table
         self.strategy: Strategy = strategy
         self.build = build or _insert_or_skip
+        self.row_keys = None if row_keys is None else tuple(row_keys)
         self._statements: dict[str, tuple[ClaimDialect, Executable]] = {}
         self._checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+        # Per SQLAlchemy dialect (one per engine): the driver SQL, or None where the
+        # statement keeps SQLAlchemy's compiled path. Lock-free: a racing first call
+        # compiles the same text.
+        self._driver: weakref.WeakKeyDictionary[sa.Dialect, DriverSQL | None] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def __call__(self, conn: Connection) -> tuple[ClaimDialect, Executable]:
         """The dialect and statement for ``conn``'s backend, after the one-time checks.
@@ -532,6 +545,26 @@ class PreparedInsert:
             if prepared[0].check_table(conn, self.table):
                 self._checked.add(conn.engine)
         return prepared
+
+    def single(self, conn: Connection) -> tuple[ClaimDialect, Executable | DriverSQL]:
+        """As :meth:`__call__`, the statement of a single-row insert: as driver SQL where
+        ``row_keys`` were given and the statement is an ``INSERT`` (PostgreSQL,
+        MySQL/MariaDB, SQLite; Oracle's ``MERGE`` keeps the compiled path) that
+        :meth:`DriverSQL.build` accepts, on a connection it :meth:`~DriverSQL.runs_on`.
+
+        :raises UnsupportedBackend: as :meth:`__call__`.
+        """
+        dialect, statement = self(conn)
+        if self.row_keys is None or not isinstance(statement, sa.Insert):
+            return dialect, statement
+        try:
+            driver = self._driver[conn.dialect]
+        except KeyError:
+            driver = DriverSQL.build(statement, conn.dialect, self.row_keys)
+            self._driver[conn.dialect] = driver
+        if driver is None or not DriverSQL.runs_on(conn):
+            return dialect, statement
+        return dialect, driver
 
 
 def _insert_or_skip(dialect: ClaimDialect, table: sa.Table) -> Executable:

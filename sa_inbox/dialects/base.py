@@ -18,6 +18,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.sql.expression import Executable
 
 from ..exc import MissingTable, TransientClaimError
+from .driver_sql import DriverSQL
 
 __all__ = [
     "EXECUTION_OPTIONS",
@@ -160,7 +161,9 @@ class ClaimDialect(abc.ABC):
 
     # -- the flow ---------------------------------------------------------------------
 
-    def claim_one(self, conn: Connection, table: sa.Table, statement: Executable, row: Row) -> bool:
+    def claim_one(
+        self, conn: Connection, table: sa.Table, statement: Executable | DriverSQL, row: Row
+    ) -> bool:
         """Run the cached single-row ``statement`` for ``row``; True if the row was inserted.
 
         :raises TransientClaimError, MissingTable: as :meth:`translate_errors`.
@@ -207,14 +210,21 @@ class ClaimDialect(abc.ABC):
         return set(self.execute(conn, statement, chunk).scalars().all())
 
     def execute(
-        self, conn: Connection, statement: Executable, params: Row | Sequence[Row] | None
+        self,
+        conn: Connection,
+        statement: Executable | DriverSQL,
+        params: Row | Sequence[Row] | None,
     ) -> CursorResult[Any]:
         """Execute ``statement`` keeping ``rowcount`` (psycopg 3 reports -1 without it).
 
+        :param statement: a statement, or a single-row one as driver SQL (given one row).
         :param params: one row, several rows (an executemany of at most
             :data:`MAX_ROWS_PER_STATEMENT`, sent as one statement), or None.
         """
         options = EXECUTION_OPTIONS
+        if isinstance(statement, DriverSQL):
+            assert isinstance(params, Mapping), "driver SQL is a single-row statement"
+            return statement.execute(conn, params, options)
         if params is None:
             return conn.execute(statement, execution_options=options)
         if isinstance(params, Mapping):

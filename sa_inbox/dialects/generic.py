@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.sql.expression import Executable
 
 from .base import ClaimDialect, Row, sqlstate_of
+from .driver_sql import DriverSQL
 
 __all__ = ["SavepointClaim"]
 
@@ -54,7 +55,9 @@ class SavepointClaim(ClaimDialect):
     def supports_returning(self, conn: Connection) -> bool:
         return False
 
-    def claim_one(self, conn: Connection, table: sa.Table, statement: Executable, row: Row) -> bool:
+    def claim_one(
+        self, conn: Connection, table: sa.Table, statement: Executable | DriverSQL, row: Row
+    ) -> bool:
         if self.native is not None:
             self.native.before_savepoint(conn)
         savepoint = conn.begin_nested()

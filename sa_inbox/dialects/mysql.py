@@ -38,6 +38,7 @@ from .._compat import adapted_warning_count, cache_key, result_cursor
 from ..exc import ClaimWarning, InvalidRetentionPolicy, PurgeLockTimeout, UnsupportedBackend
 from .backend import Backend
 from .base import ClaimDialect, Row, driver_error
+from .driver_sql import DriverSQL
 from .purge import RowLockingPurge
 from .store_claim import StoreClaimDialect, require_version
 
@@ -135,7 +136,9 @@ class MySQLClaim(ClaimDialect):
             return CausalSelect(*entities)
         return sa.select(*entities)
 
-    def claim_one(self, conn: Connection, table: sa.Table, statement: Executable, row: Row) -> bool:
+    def claim_one(
+        self, conn: Connection, table: sa.Table, statement: Executable | DriverSQL, row: Row
+    ) -> bool:
         """Run the single-row ``INSERT IGNORE``; True if the row was inserted.
 
         Warnings: none, the statement's result stands; exactly one with no row inserted,

@@ -28,6 +28,7 @@ from ..exc import InvalidTable
 from ..schema import insert_columns
 from .backend import Backend
 from .base import ClaimDialect, Row, driver_error
+from .driver_sql import DriverSQL
 from .purge import RowLockingPurge
 from .store_claim import StoreClaimDialect
 
@@ -119,7 +120,7 @@ class OracleClaim(ClaimDialect):
         return False
 
     def claim_one(
-        self, conn: sa.Connection, table: sa.Table, statement: Executable, row: Row
+        self, conn: sa.Connection, table: sa.Table, statement: Executable | DriverSQL, row: Row
     ) -> bool:
         try:
             return super().claim_one(conn, table, statement, row)

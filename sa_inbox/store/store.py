@@ -81,6 +81,19 @@ from .schema import (
 
 __all__ = ["BoundStore", "InboxStore", "receive_insert"]
 
+#: The keys of every received row (:meth:`InboxStore._row`).
+_ROW_KEYS = (
+    "message_id",
+    "consumer_name",
+    "aggregate_id",
+    "message_type",
+    "payload",
+    "status",
+    "received_at",
+    "available_at",
+    "attempts",
+)
+
 #: The statuses :meth:`InboxStore.replay` resets to pending.
 _REPLAYABLE = (DEAD, DONE)
 
@@ -131,7 +144,7 @@ class InboxStore:
         )
         self.message_id_length = message_id_length
         # The receive statement per backend and its one-time checks, as Inbox.claim's.
-        self._insert = PreparedInsert(self.table, build=receive_insert)
+        self._insert = PreparedInsert(self.table, build=receive_insert, row_keys=_ROW_KEYS)
         # Engines whose store-claim check passed. No lock guards them: a racing first call
         # runs the same read-only check again, and no lock is ever held across SQL.
         self._claim_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
@@ -168,8 +181,10 @@ class InboxStore:
 
         Cost: one statement, new or duplicate (MySQL/MariaDB included, see
         :meth:`~sa_inbox.dialects.MySQLClaim.claim_one`), built once per backend
-        (:func:`receive_insert`, so SQLAlchemy finds it compiled); the payload is serialised
-        once, by the validation, and that text is what is bound.
+        (:func:`receive_insert`) and, on PostgreSQL, MySQL/MariaDB and SQLite, compiled once
+        per engine and sent as driver SQL (:class:`~sa_inbox.dialects.driver_sql.DriverSQL`:
+        ``before_cursor_execute`` listeners see it, ``before_execute`` ones do not); the
+        payload is serialised once, by the validation, and that text is what is bound.
 
         :param bind: a Session or Connection in the caller's transaction (never committed
             here).
@@ -196,7 +211,7 @@ class InboxStore:
         digests = store_digests({row["message_id"]: payload}, {row["message_id"]: payload_hash})
         start = time.perf_counter()
         conn = connection_for(bind, self.table)
-        dialect, statement = self._insert(conn)
+        dialect, statement = self._insert.single(conn)
         consumer = row["consumer_name"]
         if dialect.claim_one(conn, self.table, statement, row):
             self.hooks.claimed(

@@ -1,15 +1,18 @@
 """``InboxStore.receive`` on real servers: one cached statement, no lock across SQL.
 
-Proven by counting, not timing: ``before_execute`` sees the statement object each receive
-hands to SQLAlchemy (the same one every time: built once per backend, as ``Inbox.claim``'s),
-and ``before_cursor_execute`` every statement sent (exactly one per warm receive; the
+Proven by counting, not timing: the statement each receive hands to SQLAlchemy is the same
+one every time (built once per backend, as ``Inbox.claim``'s; where the backend's statement
+is an INSERT, its text compiled once per engine and sent as driver SQL), and
+``before_cursor_execute`` sees every statement sent (exactly one per warm receive; the
 backend's one-time checks only at the first receive on an engine, never again).
 """
 
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +41,7 @@ class Sent:
 
     def __init__(self, engine: sa.Engine) -> None:
         self.elements: list[Any] = []
+        self.texts: list[str] = []
         self.sql: list[str] = []
         self.compiled: list[Any] = []
         event.listen(engine, "before_execute", self._element)
@@ -49,11 +53,12 @@ class Sent:
     def _cursor(
         self, conn: Any, cursor: Any, statement: str, params: Any, context: Any, *a: Any
     ) -> None:
+        self.texts.append(statement)
         self.sql.append(" ".join(statement.split()))
         self.compiled.append(getattr(context, "compiled", None))
 
     def clear(self) -> None:
-        self.elements, self.sql, self.compiled = [], [], []
+        self.elements, self.texts, self.sql, self.compiled = [], [], [], []
 
 
 def _rows(engine: sa.Engine, store: InboxStore) -> int:
@@ -63,29 +68,38 @@ def _rows(engine: sa.Engine, store: InboxStore) -> int:
 
 def test_receive_sends_one_cached_statement(engine: sa.Engine, store: InboxStore) -> None:
     sent = Sent(engine)
-    per_receive: list[tuple[list[Any], list[str], list[Any]]] = []
+    per_receive: list[tuple[list[Any], list[str], list[str], list[Any]]] = []
     for i in range(4):
         sent.clear()
         with engine.begin() as conn:
             assert store.receive(conn, f"m-{i}", {"n": i}) is True
-        per_receive.append((sent.elements, sent.sql, sent.compiled))
+        per_receive.append((sent.elements, sent.texts, sent.sql, sent.compiled))
 
-    first_sql = per_receive[0][1]
+    first_sql = per_receive[0][2]
     warm = per_receive[1:]
     # Every warm receive: exactly one statement, the insert-or-skip into the store.
-    assert all(len(sql) == 1 and TABLE in sql[0] for _, sql, _ in warm)
+    assert all(len(sql) == 1 and TABLE in sql[0] for _, _, sql, _ in warm)
     # The first receive also runs the backend's one-time checks (MySQL/MariaDB: the key
     # columns' collation), before its insert, and they never recur.
     one_time = first_sql[:-1]
-    assert first_sql[-1] == warm[0][1][0]
+    assert first_sql[-1] == warm[0][2][0]
     assert len(one_time) == (1 if engine.dialect.name == "mysql" else 0)
     assert all("information_schema" in statement for statement in one_time)
-    # One statement object, built once, handed to SQLAlchemy by every receive; and one
-    # compiled form (the engine's compiled cache hit on it).
-    inserts = [elements[-1] for elements, _, _ in per_receive]
-    assert all(element is inserts[0] for element in inserts)
-    compiled = [c[-1] for _, _, c in warm]
-    assert compiled[0] is not None and all(c is compiled[0] for c in compiled)
+    compiled = [c[-1] for _, _, _, c in warm]
+    if engine.dialect.name == "oracle":
+        # One statement object, built once, handed to SQLAlchemy by every receive; and one
+        # compiled form (the engine's compiled cache hit on it).
+        inserts = [elements[-1] for elements, _, _, _ in per_receive]
+        assert all(element is inserts[0] for element in inserts)
+        assert compiled[0] is not None and all(c is compiled[0] for c in compiled)
+    else:
+        # PostgreSQL, MySQL/MariaDB, SQLite: the statement's text, compiled once for the
+        # engine's dialect, sent by every receive as driver SQL: the same string object,
+        # no compiled form at execution (exec_driver_sql fires no before_execute).
+        texts = [t[-1] for _, t, _, _ in per_receive]
+        assert all(text is texts[0] for text in texts)
+        assert compiled == [None] * len(warm)
+        assert all(TABLE not in str(e) for elements, _, _, _ in warm for e in elements)
     assert _rows(engine, store) == 4
     assert store.counts(engine)[PENDING] == 4
 
@@ -161,3 +175,46 @@ def test_receive_and_receive_many_share_the_checks(engine: sa.Engine, store: Inb
         assert store.receive(conn, "c", {"n": 0}) is False
     assert new == {"b", "c"}
     assert _rows(engine, store) == 3
+
+
+def test_receive_follows_a_schema_translate_map(
+    engine: sa.Engine, store: InboxStore, tmp_path: Path
+) -> None:
+    """The driver SQL, compiled once per dialect, names the table as the metadata does; on a
+    connection with a ``schema_translate_map`` the receive keeps SQLAlchemy's compiled path,
+    which applies the map: after a receive on a plain connection of the same engine (the
+    driver SQL cached), a translated one still lands in the translated schema."""
+    schema = f"tr_{uuid.uuid4().hex[:8]}"
+    if engine.dialect.name == "sqlite":
+        attached = tmp_path / f"{schema}.db"
+        event.listen(
+            engine,
+            "connect",
+            lambda dbapi, _: dbapi.execute(f"ATTACH DATABASE '{attached}' AS {schema}"),
+        )
+        engine.dispose()
+    else:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    translated = engine.execution_options(schema_translate_map={None: schema})
+    try:
+        store.table.metadata.create_all(translated)
+        with engine.begin() as conn:
+            assert store.receive(conn, "plain-1", {"n": 1}) is True
+        with translated.begin() as conn:
+            assert store.receive(conn, "translated-1", {"n": 2}) is True
+            assert store.receive(conn, "translated-1", {"n": 2}) is False
+        ids = sa.select(store.table.c.message_id)
+        with engine.connect() as conn:
+            assert conn.execute(ids).scalars().all() == ["plain-1"]
+        with translated.connect() as conn:
+            assert conn.execute(ids).scalars().all() == ["translated-1"]
+    finally:
+        if engine.dialect.name != "sqlite":
+            with engine.begin() as conn:
+                drop = (
+                    "DROP SCHEMA {} CASCADE"
+                    if engine.dialect.name == "postgresql"
+                    else ("DROP SCHEMA {}")
+                )
+                conn.exec_driver_sql(drop.format(schema))

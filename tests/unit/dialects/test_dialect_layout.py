@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -245,8 +246,20 @@ def test_private_sqlalchemy_names_only_in_compat() -> None:
         foreign = _private_uses(tree) - ours
         assert not foreign, f"{path.relative_to(PACKAGE)} uses {sorted(foreign)}"
         text = path.read_text()
-        markers = [n for n in (*SQLALCHEMY_PRIVATE, *SQLALCHEMY_UNDOCUMENTED) if n in text]
+        markers = [n for n in (*SQLALCHEMY_PRIVATE, *SQLALCHEMY_UNDOCUMENTED) if _mentions(text, n)]
         assert not markers, f"{path.relative_to(PACKAGE)} mentions {markers}"
+
+
+def _mentions(text: str, name: str) -> bool:
+    """``name`` in ``text``, not as the tail of a longer identifier (the public
+    ``get_execution_options`` is not the private ``_execution_options``)."""
+    return re.search(rf"(?<![A-Za-z0-9]){re.escape(name)}", text) is not None
+
+
+def test_the_marker_search_tells_public_names_from_private_ones() -> None:
+    assert _mentions("conn._execution_options", "_execution_options")
+    assert not _mentions("conn.get_execution_options()", "_execution_options")
+    assert _mentions("from sqlalchemy.util import x", "sqlalchemy.util")
 
 
 def test_the_private_name_scanner_finds_them() -> None:
