@@ -68,47 +68,81 @@ def maybe_await(value: object) -> Any:
 
 def call_handler_awaiting(handler: Callable[..., Any], *args: Any) -> Any:
     """``handler(*args)``, awaited if it returns an awaitable (from :func:`in_greenlet`),
-    refusing a handler that dropped a coroutine without awaiting it.
+    refusing a handler that returned with part of its work unfinished.
 
     On an AsyncSession, ``session.execute(stmt)`` (``scalar``, ``get``, ``flush``,
     ``delete``, ``merge``, ``refresh``, ...) without ``await`` only makes a coroutine, which
     Python discards with a "coroutine ... was never awaited" ``RuntimeWarning``: the
-    statement never runs, and the claim would commit and the message be acked without the
-    change. The same holds for any ``async def`` function of the application called without
-    ``await``. Both a plain (``def``) handler's call and an ``async def`` handler's whole
-    run are watched, per task (:mod:`sa_inbox.asyncio._unawaited`: the coroutines
-    finalised un-awaited in this task, not in others running meanwhile).
+    statement never runs. The same holds for any ``async def`` function of the application
+    called without ``await``. And work put in a task (``asyncio.create_task``,
+    ``ensure_future``, ``shield``, a ``gather`` left when another of its awaitables raised)
+    runs during or after the commit, or fails with nobody looking. Either way the claim
+    would commit and the message be acked without the change. A plain (``def``) handler's
+    call and an ``async def`` handler's whole run are watched, per task
+    (:mod:`sa_inbox.asyncio._unawaited`: only what this handler's own code started, not
+    what other tasks do meanwhile).
 
-    :raises AsyncHandlerError: if the handler dropped an un-awaited coroutine (nothing is
-        committed: the runner rolls back and fails the delivery; the worker records a
-        failed attempt). The coroutine's warning is not emitted: the error names it.
+    :raises AsyncHandlerError: if the handler dropped an un-awaited coroutine, or returned
+        with a task it created still running or failed with an exception it never
+        retrieved (those tasks are cancelled and waited for, up to
+        :data:`TASK_CANCEL_SECONDS`, before the error is raised: nothing of theirs commits;
+        the runner rolls back and fails the delivery; the worker records a failed
+        attempt). A dropped coroutine's warning is not emitted: the error names it.
     """
-    with _unawaited.tracking() as dropped:
+    with _unawaited.tracking() as started:
         result = handler(*args)
-    if dropped:
+    if started.dropped or started.left_behind():
         if inspect.iscoroutine(result):
             result.close()
-        raise _dropped_error(dropped)
+        call_on_loop(_refuse_unfinished(started))
     if inspect.isawaitable(result):
-        return call_on_loop(_awaited_refusing_drops(result))
+        return call_on_loop(_awaited_refusing_unfinished(result))
     return result
 
 
-async def _awaited_refusing_drops(awaitable: Awaitable[T]) -> T:
-    with _unawaited.tracking() as dropped:
+#: Seconds a refused handler's leftover tasks get to finish cancelling.
+TASK_CANCEL_SECONDS = 10.0
+
+
+async def _awaited_refusing_unfinished(awaitable: Awaitable[T]) -> T:
+    with _unawaited.tracking() as started:
         result = await awaitable
-    if dropped:
-        raise _dropped_error(dropped)
+    await _refuse_unfinished(started)
     return result
 
 
-def _dropped_error(dropped: list[str]) -> AsyncHandlerError:
-    names = ", ".join(f"'{name}'" for name in dict.fromkeys(dropped))
-    return AsyncHandlerError(
-        f"the handler made a coroutine and never awaited it (coroutine {names} was never "
-        "awaited): on an AsyncSession, session.execute() and the other I/O methods must be "
-        "awaited, as must every async def function the handler calls (nothing was committed)"
-    )
+async def _refuse_unfinished(started: _unawaited.Unfinished) -> None:
+    """Raise :class:`AsyncHandlerError` if the handler left anything unfinished, once the
+    tasks it left are cancelled and done."""
+    left = started.left_behind()
+    if not started.dropped and not left:
+        return
+    for task in left:
+        task.cancel()
+    if left:
+        await asyncio.wait(left, timeout=TASK_CANCEL_SECONDS)
+    failures = [t.exception() for t in left if t.done() and not t.cancelled()]
+    problems = []
+    if started.dropped:
+        names = ", ".join(f"'{name}'" for name in dict.fromkeys(started.dropped))
+        problems.append(
+            f"made a coroutine and never awaited it (coroutine {names} was never awaited)"
+        )
+    if left:
+        names = ", ".join(_task_name(task) for task in left)
+        problems.append(
+            f"returned with {len(left)} task(s) it created unfinished or failed unseen ({names})"
+        )
+    raise AsyncHandlerError(
+        f"the handler {' and '.join(problems)}: on an AsyncSession, session.execute() and the "
+        "other I/O methods must be awaited, as must every async def function the handler "
+        "calls and every task it creates, before it returns (nothing was committed)"
+    ) from next((f for f in failures if f is not None), None)
+
+
+def _task_name(task: asyncio.Task[Any]) -> str:
+    coro = task.get_coro()
+    return f"{task.get_name()}: {getattr(coro, '__qualname__', coro)}"
 
 
 def loop_sleep(seconds: float) -> None:

@@ -12,6 +12,8 @@ run correct handlers at the same time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any
@@ -20,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from sa_inbox import AsyncHandlerError, InboxStore, Incoming, Outcome, StoredMessage
+from sa_inbox import AsyncHandlerError, InboxStore, Incoming, Outcome, Result, StoredMessage
 from sa_inbox.asyncio import AsyncInboxStore, AsyncWorker, handle, run_in_transaction
 from tests.backends.asyncio.test_async import run
 from tests.backends.runner.test_guarantee import Broker
@@ -58,6 +60,171 @@ def forgetful_handlers(app: App, message_id: str) -> dict[str, AsyncHandler]:
         "dropped_after_other_work": dropped_after_other_work,
         "kept_in_a_local": kept_in_a_local,
     }
+
+
+def task_leaving_handlers(app: App, message_id: str) -> dict[str, AsyncHandler]:
+    """Handlers that put part of the change in a task and return before it is done."""
+    ledger_row, balance = app.payment(message_id, 1, Decimal(3))
+
+    async def lookup_fails() -> None:
+        raise LookupError("the lookup failed")
+
+    async def create_task(session: AsyncSession) -> None:
+        await session.execute(balance)
+        asyncio.create_task(session.execute(ledger_row))  # noqa: RUF006
+
+    async def ensure_future(session: AsyncSession) -> None:
+        await session.execute(balance)
+        asyncio.ensure_future(session.execute(ledger_row))  # noqa: RUF006
+
+    async def gather_not_awaited(session: AsyncSession) -> None:
+        await session.execute(balance)
+        asyncio.gather(session.execute(ledger_row))
+
+    async def gather_sibling_failed(session: AsyncSession) -> None:
+        # No await is missing: gather raised the lookup's error and left the write running.
+        await session.execute(balance)
+        with contextlib.suppress(LookupError):
+            await asyncio.gather(session.execute(ledger_row), lookup_fails())
+
+    async def failed_unseen(session: AsyncSession) -> None:
+        await session.execute(balance)
+        asyncio.create_task(lookup_fails())  # noqa: RUF006
+        await asyncio.sleep(0.01)  # the task fails meanwhile; nobody looks
+        await session.execute(ledger_row)
+
+    def plain_def_create_task(session: AsyncSession) -> None:
+        asyncio.get_running_loop().create_task(session.execute(ledger_row))
+
+    return {name: f for name, f in locals().items() if name not in ("lookup_fails", "app")}
+
+
+def correct_handlers(app: App, message_id: str) -> dict[str, AsyncHandler]:
+    """Handlers using tasks and coroutines correctly: never refused."""
+    ledger_row, balance = app.payment(message_id, 1, Decimal(3))
+
+    async def nothing() -> None:
+        await asyncio.sleep(0)
+
+    async def gather(session: AsyncSession) -> None:
+        await asyncio.gather(session.execute(balance), nothing())
+        await session.execute(ledger_row)
+
+    async def task_awaited_later(session: AsyncSession) -> None:
+        task = asyncio.create_task(nothing())
+        await session.execute(balance)
+        await task
+        await session.execute(ledger_row)
+
+    async def task_group(session: AsyncSession) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(nothing())
+            group.create_task(nothing())
+        await session.execute(balance)
+        await session.execute(ledger_row)
+
+    async def wait_for_timing_out(session: AsyncSession) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.sleep(5), 0.01)
+        await session.execute(balance)
+        await session.execute(ledger_row)
+
+    async def failure_retrieved(session: AsyncSession) -> None:
+        results = await asyncio.gather(nothing(), lookup_fails(), return_exceptions=True)
+        assert isinstance(results[1], LookupError)
+        await session.execute(balance)
+        await session.execute(ledger_row)
+
+    async def lookup_fails() -> None:
+        raise LookupError("looked for nothing")
+
+    async def foreign_coroutine_collected(session: AsyncSession) -> None:
+        # Some other code's coroutine, in a reference cycle, finalised by the garbage
+        # collector while this handler runs: not this handler's doing.
+        await session.execute(balance)
+        with pytest.warns(RuntimeWarning, match="never awaited"):
+            gc.collect()
+        await session.execute(ledger_row)
+
+    return {
+        name: f
+        for name, f in locals().items()
+        if name not in ("nothing", "lookup_fails", "app", "ledger_row", "balance")
+    }
+
+
+async def _deliver(Session: Any, app: App, handler: AsyncHandler) -> tuple[Result, Broker]:
+    broker = Broker()
+    result = await handle(
+        Session, app.inbox, "m1", CONSUMER, handler, ack=broker.ack, nack=broker.nack
+    )
+    return result, broker
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "create_task",
+        "ensure_future",
+        "gather_not_awaited",
+        "gather_sibling_failed",
+        "failed_unseen",
+        "plain_def_create_task",
+    ],
+)
+def test_a_handler_leaving_a_task_behind_is_refused(app: App, async_url: str, kind: str) -> None:
+    """Before, each was PROCESSED + acked with the claim committed and no ledger row (the
+    task ran after the commit, on a closed transaction)."""
+    handler = task_leaving_handlers(app, "m1")[kind]
+
+    async def scenario(engine: AsyncEngine) -> None:
+        result, broker = await _deliver(async_sessionmaker(engine), app, handler)
+        assert result.outcome is Outcome.FAILED, result
+        assert isinstance(result.error, AsyncHandlerError), result.error
+        assert "task(s) it created" in str(result.error)
+        assert (broker.acks, broker.nacks) == (0, 1)
+        await asyncio.sleep(0.05)  # a task left running would have written by now
+        assert app.inbox_rows() == 0 and app.ledger_rows() == 0 and app.balance(1) == 0
+
+    run(async_url, scenario)
+    assert app.inbox_rows() == 0 and app.ledger_rows() == 0 and app.balance(1) == 0
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "gather",
+        "task_awaited_later",
+        "task_group",
+        "wait_for_timing_out",
+        "failure_retrieved",
+        "foreign_coroutine_collected",
+    ],
+)
+def test_correct_handlers_with_tasks_are_not_refused(app: App, async_url: str, kind: str) -> None:
+    handler = correct_handlers(app, "m1")[kind]
+
+    def leak_a_foreign_coroutine() -> None:
+        cycle: list[Any] = [_foreign()]
+        cycle.append(cycle)
+
+    async def scenario(engine: AsyncEngine) -> None:
+        gc.disable()  # the cycle is finalised by the handler's gc.collect(), not before
+        try:
+            if kind == "foreign_coroutine_collected":
+                leak_a_foreign_coroutine()
+            result, broker = await _deliver(async_sessionmaker(engine), app, handler)
+        finally:
+            gc.enable()
+        assert result.outcome is Outcome.PROCESSED, result
+        assert (broker.acks, broker.nacks) == (1, 0)
+
+    run(async_url, scenario)
+    assert app.inbox_rows() == 1 and app.ledger_rows("m1") == 1 and app.balance(1) == Decimal(3)
+
+
+async def _foreign() -> None:
+    """Another component's coroutine, leaked un-awaited."""
 
 
 @pytest.mark.filterwarnings("error")  # the coroutine's own RuntimeWarning is not emitted either

@@ -345,9 +345,7 @@ def test_only_partitions_wholly_outside_the_window_are_dropped(
 
 
 @pytest.mark.backend
-def test_expired_partitions_are_dropped_one_per_transaction(
-    pg: sa.Engine, table: sa.Table
-) -> None:
+def test_expired_partitions_are_dropped_one_per_transaction(pg: sa.Engine, table: sa.Table) -> None:
     """DROP TABLE of a partition locks the partitioned table (ACCESS EXCLUSIVE) until the
     commit, so claims wait behind the whole transaction: with an Engine, each partition is
     dropped and committed on its own; with a Connection, one transaction on it drops all."""
