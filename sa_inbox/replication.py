@@ -15,8 +15,10 @@ failover with an asynchronous standby, none with a synchronous one.
   them (a role or database default, or a ``SET`` in the application's sessions, can differ);
 * ``pg_stat_replication``: one row per connected standby with its ``sync_state`` (``async``,
   ``potential``, ``sync`` or ``quorum``; manual 28.2.3 "pg_stat_replication"). A role
-  without ``pg_read_all_stats`` (or superuser) sees the rows with NULL details: such a
-  standby's state is unknown and no warning is drawn from it.
+  without ``pg_read_all_stats`` (or superuser) sees the rows with NULL details (manual
+  22.5 "Predefined Roles"): such a standby's state is unknown. The settings alone still
+  prove some hazards (an empty ``synchronous_standby_names``: no standby is synchronous);
+  otherwise :func:`replication_unchecked` says the check could not be completed, and why.
 
 :func:`replication_warnings` turns it into the two hazards of manual 27.2.8 "Synchronous
 Replication" and 20.5 "synchronous_commit":
@@ -43,6 +45,7 @@ __all__ = [
     "ReplicationState",
     "Standby",
     "read_replication",
+    "replication_unchecked",
     "replication_warnings",
     "required_sync_standbys",
 ]
@@ -137,6 +140,13 @@ def required_sync_standbys(names: str) -> int:
 def replication_warnings(state: ReplicationState) -> list[tuple[str, str]]:
     """The hazards of ``state`` as ``(kind, text)`` pairs (kinds in the module docstring).
 
+    A standby's ``sync_state`` hidden from the probing role (see :func:`replication_unchecked`)
+    does not hide the hazards the settings alone prove: an empty
+    ``synchronous_standby_names`` makes every standby asynchronous, ``synchronous_commit``
+    ``local`` / ``off`` makes a COMMIT wait for none (manual 20.6.2 "Primary Server", 20.5
+    "synchronous_commit"), and fewer standbys connected than ``num_sync`` means fewer
+    synchronous ones.
+
     :param state: what :func:`read_replication` read.
     """
     found: list[tuple[str, str]] = []
@@ -144,6 +154,8 @@ def replication_warnings(state: ReplicationState) -> list[tuple[str, str]]:
     required = required_sync_standbys(state.synchronous_standby_names)
     names = state.synchronous_standby_names
     if required and waits:
+        # Hidden states: the connected standbys bound the synchronous ones from above.
+        connected = len(state.synchronous) if state.visible else len(state.standbys)
         if state.in_recovery:
             found.append(
                 (
@@ -153,17 +165,18 @@ def replication_warnings(state: ReplicationState) -> list[tuple[str, str]]:
                     "when promoting)",
                 )
             )
-        elif state.visible and len(state.synchronous) < required:
+        elif connected < required:
+            at_most = "" if state.visible else "at most "
             found.append(
                 (
                     "sync-standby-missing",
                     f"synchronous_standby_names = '{names}' asks for {required} synchronous "
-                    f"standby(s), {len(state.synchronous)} connected: every COMMIT waits "
+                    f"standby(s), {at_most}{connected} connected: every COMMIT waits "
                     "(the consumers hang)",
                 )
             )
-    if state.standbys and state.visible and not state.in_recovery:
-        if not state.synchronous:
+    if state.standbys and not state.in_recovery:
+        if not required or (state.visible and not state.synchronous):
             found.append(
                 (
                     "async-standbys",
@@ -177,7 +190,38 @@ def replication_warnings(state: ReplicationState) -> list[tuple[str, str]]:
                 (
                     "async-standbys",
                     f"synchronous_commit = {state.synchronous_commit}: a COMMIT does not wait "
-                    "for the synchronous standby, a failover can lose messages already acked",
+                    "for any standby, a failover can lose messages already acked",
                 )
             )
     return found
+
+
+def replication_unchecked(state: ReplicationState) -> str | None:
+    """Why the standby check of ``state`` could not be completed, or None if it was.
+
+    It cannot be when the probing role lacks ``pg_read_all_stats`` (and is no superuser):
+    it sees one row of ``pg_stat_replication`` per standby but their ``sync_state`` is NULL
+    (PostgreSQL manual 28.2.3 "pg_stat_replication", 22.5 "Predefined Roles"), so with a
+    non-empty ``synchronous_standby_names``, a COMMIT that waits and at least ``num_sync``
+    standbys connected, whether one of them is synchronous is unknown. The cases the
+    settings decide alone are warned by :func:`replication_warnings`.
+
+    :param state: what :func:`read_replication` read.
+    """
+    required = required_sync_standbys(state.synchronous_standby_names)
+    if (
+        state.in_recovery
+        or state.visible
+        or not required
+        or state.synchronous_commit in LOCAL_COMMIT_LEVELS
+        or len(state.standbys) < required
+    ):
+        return None
+    return (
+        f"the standby check could not be completed: {len(state.standbys)} standby(s) "
+        "connected, but their sync_state is hidden from this role (it lacks "
+        'pg_read_all_stats; PostgreSQL manual 28.2.3 "pg_stat_replication", 22.5 '
+        '"Predefined Roles"), so whether one is synchronous for synchronous_standby_names '
+        f"= '{state.synchronous_standby_names}' is unknown: GRANT pg_read_all_stats TO the "
+        "probing role"
+    )

@@ -1,9 +1,10 @@
-"""Design: the 10^9-row inbox on PostgreSQL, measured at 10^6-10^7 rows and projected.
+"""Design: the 10^9-row inbox on PostgreSQL, measured at --rows and projected.
 
-``sa-inbox bench design --url postgresql+psycopg://… --rows 10000000 --repeat 3`` measures
-on PostgreSQL (the only backend with the library's time partitions), then projects the
-figures with :mod:`sa_inbox.bench.design_model` to 2,000 / 10,000 / 50,000 messages/s over
-a 14-day window and draws ``<out>/design.png``.
+``sa-inbox bench design --url postgresql+psycopg://… --rows 10000000 --repeat 3`` (the
+published run: 10^5, 10^6 and 10^7 rows) measures on PostgreSQL (the only backend with the
+library's time partitions), then projects the figures with
+:mod:`sa_inbox.bench.design_model` to 2,000 / 10,000 / 50,000 messages/s over a 14-day
+window and draws ``<out>/design.png``.
 
 1. **Growth and claims** (table ``bench_design``, the standard inbox table): the table is
    grown to ``rows // 100``, ``rows // 10`` and ``rows`` rows. The bulk of the rows are made
@@ -28,7 +29,9 @@ a 14-day window and draws ``<out>/design.png``.
 3. **Partitions** (table ``bench_design_part``, :func:`partitioned_processed_messages_table`),
    daily and hourly, ``repeat`` times each: :func:`ensure_partitions` creates the partitions
    of a 17-day span plus 7 days ahead (seconds and WAL per partition), the server fills
-   ``partition_rows`` rows (default ``rows // 10``) over the 17 days,
+   ``partition_rows`` rows (default ``rows // 10``, at least :data:`MIN_PARTITION_ROWS`)
+   evenly from the oldest partition's lower bound to now (:func:`fill_partitions`: every
+   partition up to now gets rows, whatever the minute of the hour),
    ``PartitionedInbox.claim()`` is timed ``claims`` times (alternating with the reference
    table), then :func:`drop_expired_partitions` with the 14-day policy drops the partitions
    wholly older than the window while a thread claims (seconds and WAL per partition
@@ -46,6 +49,7 @@ private server).
 from __future__ import annotations
 
 import datetime
+import itertools
 import os
 import statistics
 import threading
@@ -93,7 +97,10 @@ __all__ = [
     "BATCHES",
     "CLAIMS",
     "FILL",
+    "MIN_PARTITION_ROWS",
     "POLICY",
+    "fill_partitions",
+    "label_for",
     "latency_points",
     "measured_inputs",
     "memory_bytes",
@@ -130,6 +137,10 @@ FILL_POLICY = RetentionPolicy(
 )
 SPAN_DAYS = 15
 PART_SPAN_DAYS = 17
+#: The fewest ``partition_rows``: one row per hour of the 17-day span plus a day, so that
+#: :func:`fill_partitions`' spacing is under an hour and every hourly partition from the
+#: oldest to now (at most 17 days + 1 hour) gets a row.
+MIN_PARTITION_ROWS = (PART_SPAN_DAYS + 1) * 24
 #: Rows :lo..:hi of :total into ``{table}``, ``received_at`` from 15 days ago (row 1) to
 #: now (row :total), ids ``md5('{prefix}' || n)`` as a UUID.
 FILL = f"""
@@ -137,11 +148,13 @@ FILL = f"""
     SELECT md5('{{prefix}}' || g)::uuid::text, '{CONSUMER}',
            now() - interval '{SPAN_DAYS} days' * (1 - g::float8 / CAST(:total AS float8))
     FROM generate_series(CAST(:lo AS bigint), CAST(:hi AS bigint)) AS g"""
+#: Rows 1..:total into ``{table}``, ``event_time`` evenly from :start (excluded) to :now
+#: (row :total), ids ``md5('p' || n)`` as a UUID.
 PART_FILL = f"""
-    INSERT INTO {PART_TABLE} (message_id, consumer_name, event_time)
+    INSERT INTO {{table}} (message_id, consumer_name, event_time)
     SELECT md5('p' || g)::uuid::text, '{CONSUMER}',
-           now() + interval '1 s'
-           - interval '{PART_SPAN_DAYS} days' * (1 - g::float8 / CAST(:total AS float8))
+           CAST(:start AS timestamptz) + (CAST(:now AS timestamptz) - CAST(:start AS timestamptz))
+           * (g::float8 / CAST(:total AS float8))
     FROM generate_series(1, CAST(:total AS bigint)) AS g"""
 
 
@@ -429,6 +442,31 @@ def _current_partition(engine: sa.Engine, table: sa.Table) -> str:
         return next(p.name for p in list_partitions(conn, table) if p.lower <= now < p.upper)
 
 
+def fill_partitions(
+    engine: sa.Engine, table: sa.Table, rows: int, now: datetime.datetime | None = None
+) -> None:
+    """Insert ``rows`` rows into the partitioned ``table``, ``event_time`` spaced evenly
+    from its oldest partition's lower bound (excluded) to ``now`` (the last row).
+
+    With a spacing under the partitions' interval, every partition from the oldest to the
+    one holding ``now`` gets at least one row, whatever the minute of the hour (or hour of
+    the day) ``now`` is: the partitions a drop must take are never empty.
+
+    :param rows: rows to insert (at least :data:`MIN_PARTITION_ROWS` for hourly partitions
+        over the scenario's 17-day span).
+    :param now: the clock to fill up to, timezone-aware; None: the database's
+        ``CURRENT_TIMESTAMP`` (a test passes another one to cover any minute of the hour).
+    :raises BenchError: if ``table`` has no partitions, or none starts at or before ``now``.
+    """
+    with engine.begin() as conn:
+        until = database_now(conn) if now is None else now
+        lowers = [p.lower for p in list_partitions(conn, table) if p.lower <= until]
+        if not lowers:
+            raise _error(f"{table.name} has no partition starting at or before {until}")
+        sql = PART_FILL.format(table=conn.dialect.identifier_preparer.format_table(table))
+        conn.execute(sa.text(sql), {"start": lowers[0], "now": until, "total": rows})
+
+
 def _partition_run(
     engine: sa.Engine, interval: datetime.timedelta, rows: int, claims: int, reference: Inbox
 ) -> dict[str, Any]:
@@ -442,8 +480,7 @@ def _partition_run(
             started = time.perf_counter()
             created = ensure_partitions(engine, table, policy=FILL_POLICY, interval=interval)
             create_seconds = time.perf_counter() - started
-        with engine.begin() as conn:
-            conn.execute(sa.text(PART_FILL), {"total": rows})
+        fill_partitions(engine, table, rows)
         inbox = PartitionedInbox(table)
 
         def claim(conn: sa.Connection) -> bool:
@@ -603,8 +640,9 @@ def memory_bytes() -> int:
 def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     """Measure (growth, claims, purge, partitions), project, plot ``<out>/design.png``.
 
-    :raises BenchError: if the database is not PostgreSQL or matplotlib is missing (before
-        anything is measured), or a step left the wrong rows.
+    :raises BenchError: if the database is not PostgreSQL, matplotlib is missing or
+        ``partition_rows`` is under :data:`MIN_PARTITION_ROWS` (before anything is
+        measured), or a step left the wrong rows.
     """
     try:
         import matplotlib  # noqa: F401
@@ -614,6 +652,12 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
         ) from exc
     claims = int(config.options.get("claims", CLAIMS))
     part_rows = int(config.options.get("partition_rows", max(config.rows // 10, 1000)))
+    if part_rows < MIN_PARTITION_ROWS:
+        raise _error(
+            f"partition_rows = {part_rows:,}: the partition runs need at least "
+            f"{MIN_PARTITION_ROWS:,} rows (one per hour of the {PART_SPAN_DAYS}-day span plus "
+            "a day), or an hourly partition the drop must take could be empty"
+        )
     engine = make_engine(config.url)
     if engine.dialect.name != "postgresql":
         engine.dispose()
@@ -672,34 +716,61 @@ def _plot(out: Path, results: Mapping[str, Any]) -> Path:
     return plot(results, out / "design.png")
 
 
-def table(results: Mapping[str, Any]) -> Table:
-    """Per design and rate: rows, size, hot index, claim latency, retention core share, WAL
-    per day of the retention and of the claims, where the design stops, and the verdict."""
-    out = Table(
-        "design",
-        "msg/s",
-        "rows",
-        "size",
-        "hot index",
-        "claim",
-        "retention core",
-        "retention WAL/day",
-        "claim WAL/day",
-        "stops at msg/s",
-        "viable",
+def label_for(results: Mapping[str, Any]) -> str:
+    """The label of this run: the sizes it measured at (the fill of each growth step, the
+    partition runs' rows), not the published run's."""
+    filled = itertools.accumulate(int(g["fill_rows"]) for g in results["growth"])
+    sizes = " / ".join(f"{n:,}" for n in filled)
+    parts = {int(p["rows"]) for p in results["partitions"].values()}
+    partitions = " / ".join(f"{n:,}" for n in sorted(parts))
+    return (
+        f"Design: the 10^9-row inbox on PostgreSQL, measured at {sizes} rows (partitions: "
+        f"{partitions} rows) and projected"
     )
-    for p in results["projections"]:
-        out.add_row(
-            p["design"],
-            f"{p['rate']:,.0f}",
+
+
+def _verdict(p: Mapping[str, Any]) -> str:
+    return "yes" if p["viable"] else f"no: {p['why_not']}"
+
+
+#: The three tables :func:`table` prints: (title, columns, cells of a projection). Each fits
+#: 80 columns (a pipe or a CI log), with the design and rate repeated as the row keys.
+_TABLES: tuple[tuple[str, tuple[str, ...], Callable[[Mapping[str, Any]], tuple[str, ...]]], ...] = (
+    (
+        "size and claim",
+        ("rows", "size", "hot index", "claim"),
+        lambda p: (
             f"{p['rows']:.2e}",
             f"{p['total_bytes'] / 2**40:.2f} TiB",
             f"{p['hot_index_bytes'] / 2**30:,.1f} GiB",
             f"{p['claim_latency_seconds'] * 1e3:.2f} ms",
+        ),
+    ),
+    (
+        "retention and WAL",
+        ("retention core", "retention WAL/day", "claim WAL/day"),
+        lambda p: (
             f"{p['retention_core_share']:.4f}",
             f"{p['retention_wal_bytes_per_day'] / 2**30:,.1f} GiB",
             f"{p['claim_wal_bytes_per_day'] / 2**30:,.0f} GiB",
-            f"{p['limit_rate']:,.0f} ({p['limit']})",
-            "yes" if p["viable"] else f"no: {p['why_not']}",
-        )
+        ),
+    ),
+    (
+        "limit and verdict",
+        ("stops at msg/s", "viable"),
+        lambda p: (f"{p['limit_rate']:,.0f} ({p['limit']})", _verdict(p)),
+    ),
+)
+
+
+def table(results: Mapping[str, Any]) -> Table:
+    """Per design and rate, in three tables stacked (each readable at 80 columns): rows,
+    size, hot index, claim latency; retention core share, WAL per day of the retention and
+    of the claims; where the design stops, and the verdict."""
+    out = Table.grid(padding=(1, 0))
+    for title, columns, cells in _TABLES:
+        part = Table("design", "msg/s", *columns, title=title)
+        for p in results["projections"]:
+            part.add_row(p["design"], f"{p['rate']:,.0f}", *cells(p))
+        out.add_row(part)
     return out

@@ -6,7 +6,9 @@ A scenario is a module of :mod:`sa_inbox.bench` with
 * ``run(config, progress) -> dict``: measures, checks the business state, and returns
   JSON-able results (raising :class:`~sa_inbox.bench.workers.BenchError` if the state is
   wrong);
-* ``table(results) -> rich.table.Table``: the figures to print.
+* ``table(results) -> rich.table.Table``: the figures to print;
+* optionally ``label_for(results) -> str``: the label of this run (e.g. with the sizes it
+  measured at), in place of the docstring's for the JSON and the table's title.
 
 :func:`run_scenario` writes ``<out>/<scenario>-<backend>.json``: the results plus the
 machine, versions and configuration they were measured with.
@@ -44,6 +46,7 @@ __all__ = [
     "label_of",
     "make_progress",
     "result_path",
+    "run_label",
     "run_scenario",
 ]
 
@@ -95,6 +98,15 @@ def label_of(item: ModuleType | Callable[..., Any]) -> str:
     """The label of a scenario module or measured function: its docstring's first line."""
     doc = (item.__doc__ or "").strip()
     return doc.splitlines()[0].rstrip(".") if doc else getattr(item, "__name__", "?")
+
+
+def run_label(module: ModuleType | Scenario, results: Mapping[str, Any]) -> str:
+    """The label of one run of ``module``: its ``label_for(results)`` if it has one, else
+    :func:`label_of` the module."""
+    label_for = getattr(module, "label_for", None)
+    if callable(label_for):
+        return str(label_for(results))
+    return label_of(module)  # type: ignore[arg-type]
 
 
 def short_name(module: ModuleType | Scenario) -> str:
@@ -154,9 +166,10 @@ def run_scenario(
     backend = backend_name(config.url)
     started = datetime.datetime.now(datetime.UTC)
     results = module.run(config, progress)
+    label = run_label(module, results)
     document = {
         "scenario": name,
-        "label": label_of(module),  # type: ignore[arg-type]
+        "label": label,
         "backend": backend,
         "server": _server_version(config.url),
         "machine": machine(),
@@ -169,7 +182,7 @@ def run_scenario(
     path = result_path(config, name, backend)
     path.write_text(json.dumps(document, indent=2) + "\n")
     table = module.table(results)
-    table.title = f"{label_of(module)} — {backend}"  # type: ignore[arg-type]
+    table.title = f"{label} — {backend}"
     console.print(table)
     console.print(f"wrote {path}")
     return path

@@ -10,6 +10,7 @@ from sa_inbox.replication import (
     ReplicationState,
     Standby,
     read_replication,
+    replication_unchecked,
     replication_warnings,
     required_sync_standbys,
 )
@@ -18,7 +19,7 @@ from sa_inbox.stats import WARNING_CODES
 SYNC, ASYNC, HIDDEN = (
     Standby("s1", "streaming", "sync"),
     Standby("s2", "streaming", "async"),
-    Standby(None, None, None),
+    Standby("walreceiver", None, None),  # as a role without pg_read_all_stats sees it
 )
 
 
@@ -77,9 +78,46 @@ def test_a_standby_with_synchronous_names_would_hang_once_promoted() -> None:
     assert kinds("", [ASYNC], recovery=True) == []  # cascading standbys are always async
 
 
-def test_hidden_standbys_draw_no_conclusion() -> None:
-    assert kinds("", [HIDDEN]) == []
+def unchecked(names: str, standbys: list[Standby], commit: str = "on") -> str | None:
+    return replication_unchecked(ReplicationState(False, names, commit, standbys))
+
+
+def test_hidden_standbys_with_empty_names_are_asynchronous() -> None:
+    # pg_stat_replication shows a role without pg_read_all_stats one row per standby with
+    # NULL details: an empty synchronous_standby_names alone proves none is synchronous.
+    assert kinds("", [HIDDEN]) == ["async-standbys"]
+    assert kinds("", [HIDDEN, HIDDEN]) == ["async-standbys"]
+    assert unchecked("", [HIDDEN]) is None
+
+
+def test_hidden_standbys_with_a_local_commit_level_do_not_make_commits_wait() -> None:
+    assert kinds("*", [HIDDEN], commit="local") == ["async-standbys"]
+    assert unchecked("*", [HIDDEN], commit="off") is None
+
+
+def test_fewer_hidden_standbys_than_required_hang_commits() -> None:
+    assert kinds("2 (s1, s2)", [HIDDEN]) == ["sync-standby-missing"]
+    state = ReplicationState(False, "2 (s1, s2)", "on", [HIDDEN])
+    assert "at most 1 connected" in replication_warnings(state)[0][1]
+    assert unchecked("2 (s1, s2)", [HIDDEN]) is None
+
+
+def test_hidden_standbys_with_synchronous_names_leave_the_check_incomplete() -> None:
     assert kinds("*", [HIDDEN]) == []
+    assert kinds("FIRST 2 (*)", [HIDDEN, HIDDEN]) == []
+    for names, standbys in (("*", [HIDDEN]), ("FIRST 2 (*)", [HIDDEN, HIDDEN])):
+        text = unchecked(names, standbys)
+        assert text is not None and "could not be completed" in text
+        assert "pg_read_all_stats" in text and "28.2.3" in text and "22.5" in text
+
+
+def test_visible_or_absent_standbys_leave_nothing_unchecked() -> None:
+    for names in ("", "*"):
+        assert unchecked(names, []) is None
+        assert unchecked(names, [SYNC]) is None
+        assert unchecked(names, [ASYNC]) is None
+    recovering = ReplicationState(True, "*", "on", [HIDDEN])
+    assert replication_unchecked(recovering) is None
 
 
 def test_the_codes_follow_the_older_ones() -> None:

@@ -2,7 +2,10 @@
 ``pg-sync`` / ``pg-async``), in a subprocess as a probe runs it: 15 when the primary's
 standby is asynchronous, 14 when ``synchronous_standby_names`` asks for a standby that is
 not connected (and on a standby that inherited it), 0 with a synchronous standby and on the
-server ``pg-promote`` promoted (it clears the inherited setting).
+server ``pg-promote`` promoted (it clears the inherited setting). A probe role without
+``pg_read_all_stats`` sees the standbys' rows with NULL details: it still gets 15 when
+``synchronous_standby_names`` is empty, and with a synchronous standby the output says the
+check could not be completed instead of "no warnings".
 
 Needs PostgreSQL 15 (``scripts/servers.sh install``). About 10 s for both.
 """
@@ -91,6 +94,36 @@ def alter_system(url: str, setting: str, value: str) -> None:
         engine.dispose()
 
 
+def probe_role(primary_url: str) -> str:
+    """A login role on the primary with SELECT on the inbox table and nothing else (no
+    ``pg_read_all_stats``); its URL."""
+    engine = sa.create_engine(primary_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("CREATE ROLE inbox_probe LOGIN")
+            conn.exec_driver_sql(f"GRANT SELECT ON {TABLE} TO inbox_probe")
+            member = conn.exec_driver_sql(
+                "SELECT pg_has_role('inbox_probe', 'pg_read_all_stats', 'USAGE')"
+            ).scalar_one()
+            assert member is False
+    finally:
+        engine.dispose()
+    url: str = (
+        sa.make_url(primary_url)
+        .set(username="inbox_probe", password=None)
+        .render_as_string(hide_password=False)
+    )
+    return url
+
+
+def hidden_standbys(url: str) -> list[dict[str, Any]]:
+    """The standbys as ``url``'s role sees them, asserted hidden (state and sync_state
+    NULL; the application_name comes from ``pg_stat_activity``, visible to all)."""
+    standbys: list[dict[str, Any]] = check_json(url)["replication"]["standbys"]
+    assert [(s["state"], s["sync_state"]) for s in standbys] == [(None, None)]
+    return standbys
+
+
 def test_asynchronous_standby_exits_15_on_the_primary_only() -> None:
     with replicated_servers("async") as servers:
         create_inbox(servers.primary_url, servers.standby_url)
@@ -102,6 +135,13 @@ def test_asynchronous_standby_exits_15_on_the_primary_only() -> None:
         assert [s["sync_state"] for s in replication["standbys"]] == ["async"]
         code, text = check(servers.standby_url)
         assert code == 0, text
+        # The probe role cannot read sync_state, but synchronous_standby_names = '' alone
+        # proves the standby asynchronous.
+        probe = probe_role(servers.primary_url)
+        hidden_standbys(probe)
+        code, text = check(probe)
+        assert code == ASYNC, text
+        assert "none synchronous" in text and "could not be completed" not in text
 
 
 def test_synchronous_standby_is_healthy_and_a_missing_one_exits_14() -> None:
@@ -113,6 +153,14 @@ def test_synchronous_standby_is_healthy_and_a_missing_one_exits_14() -> None:
         assert code == 0, text
         replication = check_json(servers.primary_url)["replication"]
         assert [s["sync_state"] for s in replication["standbys"]] == ["sync"]
+        # The probe role cannot tell whether the standby is synchronous: said, not all-clear.
+        probe = probe_role(servers.primary_url)
+        hidden_standbys(probe)
+        code, text = check(probe)
+        assert code == 0, text
+        assert "could not be completed" in text and "pg_read_all_stats" in text, text
+        assert "no warnings" not in text, text
+        assert check_json(probe)["notes"] and not check_json(servers.primary_url)["notes"]
         # The standby inherited synchronous_standby_names = '*' from the base backup.
         code, text = check(servers.standby_url)
         assert code == SYNC_MISSING == 14, text
