@@ -10,16 +10,19 @@ that cannot be reached refuses with a typed error naming it.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 from sa_inbox import Outcome
 from sa_inbox.sharding import ShardedInbox, ShardUnavailable, WrongShard
+from sa_inbox.sharding.asyncio import AsyncShardedInbox
 from tests.support.app import CONSUMER, App
 
 pytestmark = [pytest.mark.backend, pytest.mark.slow]
@@ -217,3 +220,30 @@ def test_check_other_shards_refuses_with_the_unreachable_shard_named(
         assert state({"a": apps["a"]}) == {"a": (1, AMOUNT, 1)}
     finally:
         down.dispose()
+
+
+def test_the_async_router_asks_the_server_too(
+    apps: dict[str, App], urls: dict[str, sa.URL]
+) -> None:
+    """AsyncShardedInbox: an AsyncSession on b's server (multi-host URL) is refused for a key
+    of a; one on a's server through its socket is accepted (the identity is read in the
+    claim's greenlet)."""
+
+    async def scenario() -> None:
+        engines = {n: create_async_engine(u) for n, u in urls.items()}
+        wrong = create_async_engine(multi_host(urls["b"]))
+        right = create_async_engine(unix_socket(urls["a"]))
+        try:
+            router = AsyncShardedInbox(apps["a"].inbox, engines)
+            key = next(k for k in (f"t-{i}" for i in range(1000)) if router.shard_for(k) == "a")
+            with pytest.raises(WrongShard, match="not on shard 'a'"):
+                async with AsyncSession(wrong) as session, session.begin():
+                    await router.claim(session, "m-1", CONSUMER, shard_key=key)
+            async with AsyncSession(right) as session, session.begin():
+                assert await router.claim(session, "m-2", CONSUMER, shard_key=key)
+        finally:
+            for engine in (*engines.values(), wrong, right):
+                await engine.dispose()
+
+    asyncio.run(scenario())
+    assert [app.inbox_rows() for app in apps.values()] == [1, 0]
