@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import UnboundExecutionError
 from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.sql.expression import Executable
 
@@ -574,10 +575,17 @@ def _insert_or_skip(dialect: ClaimDialect, table: sa.Table) -> Executable:
 def connection_for(bind: Bind, table: sa.Table) -> Connection:
     """The Connection a Session, scoped_session or Connection runs ``table``'s statements on.
 
-    :raises InvalidBind: for anything else (a :class:`TypeError` too).
+    :raises InvalidBind: for anything else (a :class:`TypeError` too), and for a Session
+        bound to no engine (SQLAlchemy's ``UnboundExecutionError``, chained).
     """
     if isinstance(bind, Session | scoped_session):
-        return bind.connection(bind_arguments={"clause": table})
+        try:
+            return bind.connection(bind_arguments={"clause": table})
+        except UnboundExecutionError as exc:
+            raise InvalidBind(
+                f"the Session is bound to no engine, so {table.name!r} has nowhere to be "
+                "claimed: create it from a sessionmaker(engine)"
+            ) from exc
     if isinstance(bind, Connection):
         return bind
     raise InvalidBind(

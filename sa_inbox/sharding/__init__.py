@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from .exc import InvalidShardKey as InvalidShardKey
 from .exc import InvalidShardMap as InvalidShardMap
+from .exc import ShardAssignmentFailed as ShardAssignmentFailed
 from .exc import ShardKeyChanged as ShardKeyChanged
+from .exc import ShardUnavailable as ShardUnavailable
+from .exc import UnknownShardIdentity as UnknownShardIdentity
 from .exc import WrongShard as WrongShard
 from .inbox import ShardedInbox as ShardedInbox
 from .inbox import ShardInbox as ShardInbox
@@ -26,10 +29,13 @@ from .shardmap import ShardTarget as ShardTarget
 __all__ = [
     "InvalidShardKey",
     "InvalidShardMap",
+    "ShardAssignmentFailed",
     "ShardInbox",
     "ShardKeyChanged",
     "ShardTarget",
+    "ShardUnavailable",
     "ShardedInbox",
+    "UnknownShardIdentity",
     "WrongShard",
     "rendezvous_shard",
     "shard_key_digest",

@@ -8,7 +8,9 @@ delivery of one message must reach the same shard (only there is its claim).
 * routing is a pure function of the shard key (:mod:`sa_inbox.sharding.keys`, or the
   caller's ``assign``), checked to name a shard of the map;
 * a claim runs only on a Session or Connection of the shard its key routes to
-  (:class:`~sa_inbox.sharding.exc.WrongShard` otherwise, before any SQL);
+  (:class:`~sa_inbox.sharding.exc.WrongShard` otherwise, before any write): one of the
+  shard's own Engine is; one of another Engine is identified by asking its server, never
+  by its URL (:mod:`sa_inbox.sharding.identity`), and refused if that fails;
 * each claim stores a digest of its shard key, in the same single INSERT; a redelivery that
   reaches the same shard under another key is refused with
   :class:`~sa_inbox.sharding.exc.ShardKeyChanged` (one locking read, on the duplicate
@@ -21,6 +23,9 @@ delivery of one message must reach the same shard (only there is its claim).
   and both apply. No isolation level spans two databases; only a distributed lock or
   two-phase commit would, which is what sharding avoids. The check catches the ordinary
   case (a redelivery after the first delivery committed) and never the concurrent one.
+  It also ties every shard to the others' availability: a shard it cannot read makes every
+  new claim on every other shard fail with :class:`~sa_inbox.sharding.exc.ShardUnavailable`
+  (nothing is applied unchecked).
 """
 
 from __future__ import annotations
@@ -37,9 +42,16 @@ from .. import runner
 from ..claim import Bind, Inbox
 from ..exc import MessageIdCollision
 from ..runner import DEFAULT_MAX_ATTEMPTS, Result
-from .exc import InvalidShardMap, ShardKeyChanged, WrongShard
+from .exc import (
+    InvalidShardMap,
+    ShardAssignmentFailed,
+    ShardKeyChanged,
+    ShardUnavailable,
+    WrongShard,
+)
+from .identity import ServerIdentity, server_identity
 from .keys import claim_digest, rendezvous_shard, split_digest, validate_shard_key
-from .shardmap import ShardTarget, build_shard_map, database_identity
+from .shardmap import ShardTarget, build_shard_map
 
 __all__ = ["ShardInbox", "ShardedInbox"]
 
@@ -65,7 +77,11 @@ class ShardedInbox:
         message is claimed there (a redelivery whose key changed to one of another shard),
         and refuse it with :class:`~sa_inbox.sharding.exc.ShardKeyChanged`. Costs one read
         per other shard per new message; cannot see a delivery running at the same time on
-        another shard (see the module's documentation). Default False.
+        another shard (see the module's documentation). **Every shard must be readable**:
+        while one shard is unreachable, each new message on every other shard is refused
+        with :class:`~sa_inbox.sharding.exc.ShardUnavailable` (naming the shard; a FAILED
+        delivery, nacked, so a broker with a redelivery limit dead-letters it): requeue on
+        it with a delay. Default False.
     Claim a consumer's messages through the ShardedInbox only: a plain
     :class:`~sa_inbox.Inbox` on the same table stores a bare payload digest, which the
     ShardedInbox cannot read a shard key from (it then judges the payload only), and the
@@ -114,6 +130,7 @@ class ShardedInbox:
         self._assign = assign
         self.check_other_shards = bool(check_other_shards)
         self._inboxes = {name: ShardInbox(self, target) for name, target in self._targets.items()}
+        self._identities: dict[str, ServerIdentity] = {}
 
     # -- routing ------------------------------------------------------------------------
 
@@ -122,12 +139,17 @@ class ShardedInbox:
 
         :raises InvalidShardKey: for an invalid key (before anything else).
         :raises WrongShard: if ``assign`` returns a name that is not in the map.
+        :raises ShardAssignmentFailed: (a WrongShard) if ``assign`` raises; its exception is
+            chained as ``__cause__``.
         """
         key = validate_shard_key(shard_key)
         if self._assign is None:
             return rendezvous_shard(key, self.names)
-        name = self._assign(key)
-        if name not in self._targets:
+        try:
+            name = self._assign(key)
+        except Exception as exc:
+            raise ShardAssignmentFailed(key, exc) from exc
+        if not isinstance(name, str) or name not in self._targets:
             raise WrongShard(
                 f"assign({key!r}) returned {name!r}, which is not a shard of the map "
                 f"{list(self.names)}"
@@ -180,7 +202,14 @@ class ShardedInbox:
         :returns: True if this transaction now owns the message; False for a duplicate
             (same key; same payload digest where both deliveries gave one).
         :raises InvalidShardKey: for an invalid key, before any SQL.
-        :raises WrongShard: if ``bind`` is not on the key's shard, before any SQL.
+        :raises WrongShard: if ``bind`` is not on the key's shard (its server asked when
+            ``bind`` is not of the shard's own Engine), before any write; a
+            :class:`~sa_inbox.sharding.exc.ShardAssignmentFailed` if ``assign`` raises.
+        :raises UnknownShardIdentity: (a WrongShard) if ``bind`` is of another Engine and its
+            server or the shard's cannot be identified.
+        :raises InvalidBind: for a Session bound to no engine.
+        :raises ShardUnavailable: with ``check_other_shards``, if another shard cannot be
+            read: roll back and nack (or requeue later).
         :raises ShardKeyChanged: if the message was claimed under another shard key on
             this shard (or, with ``check_other_shards``, on another shard): roll back and
             nack.
@@ -232,11 +261,14 @@ class ShardedInbox:
         :returns: a :class:`~sa_inbox.Result`; a
             :class:`~sa_inbox.sharding.exc.ShardKeyChanged` or
             :class:`~sa_inbox.exc.MessageIdCollision` is a FAILED delivery (rolled back,
-            nacked, the handler's change not committed).
+            nacked, the handler's change not committed), and so is a
+            :class:`~sa_inbox.sharding.exc.ShardUnavailable` (``check_other_shards`` could
+            not read a shard).
         :raises InvalidShardKey: for an invalid key, before anything (neither acked nor
             nacked, as an invalid message id).
-        :raises WrongShard: if ``assign`` names an unknown shard (a configuration error,
-            neither acked nor nacked).
+        :raises WrongShard: if ``assign`` names an unknown shard or raises
+            (:class:`~sa_inbox.sharding.exc.ShardAssignmentFailed`): a configuration error,
+            neither acked nor nacked.
         :raises: everything :func:`sa_inbox.handle` raises.
         """
         target = self.target(shard_key)
@@ -259,14 +291,43 @@ class ShardedInbox:
     def claimed_elsewhere(self, shard: str, message_id: str, consumer_name: str) -> str | None:
         """The first other shard (by name) holding a committed claim of the message, or
         None: one primary-key read per other shard, each in a short transaction of its own
-        (see the module's documentation for what it cannot see)."""
+        (see the module's documentation for what it cannot see).
+
+        :raises ShardUnavailable: if another shard cannot be read (a connection error or a
+            pool timeout, chained as ``__cause__``): whether the message was claimed there
+            is then unknown.
+        """
         for name in self.names:
             if name == shard:
                 continue
-            with self._targets[name].engine.connect() as conn:
-                if self._inboxes[name].is_processed(conn, message_id, consumer_name):
-                    return name
+            try:
+                with self._targets[name].engine.connect() as conn:
+                    found = self._inboxes[name].is_processed(conn, message_id, consumer_name)
+            except _UNREACHABLE as exc:
+                raise ShardUnavailable(name, message_id, exc) from exc
+            if found:
+                return name
         return None
+
+    def shard_identity(self, name: str, *, refresh: bool = False) -> ServerIdentity:
+        """The server identity of shard ``name`` (:mod:`sa_inbox.sharding.identity`), read
+        once through its engine and cached; ``refresh=True`` reads it again (after a
+        failover the shard's engine may reach another server of the same cluster).
+
+        :raises WrongShard: if ``name`` is not a shard of the map.
+        :raises UnknownShardIdentity: as :func:`~sa_inbox.sharding.identity.server_identity`.
+        """
+        target = self.shard_inbox(name).target
+        cached = self._identities.get(name)
+        if cached is None or refresh:
+            with target.engine.connect() as conn:
+                cached = server_identity(conn, fresh=refresh)
+            self._identities[name] = cached
+        return cached
+
+
+#: The errors that mean "this shard cannot be read now", not "the read is wrong".
+_UNREACHABLE = (sa.exc.OperationalError, sa.exc.InterfaceError, sa.exc.TimeoutError)
 
 
 class ShardInbox(Inbox):
@@ -342,15 +403,34 @@ class ShardInbox(Inbox):
             raise MessageIdCollision(message_id, consumer_name, stored_payload, new_payload)
 
     def _check_shard(self, conn: Connection) -> None:
+        """Refuse a connection that is not on this shard's database, before the claim.
+
+        A connection of the shard's own Engine is on it. Another Engine's connection is
+        compared by what its server says it is (:mod:`sa_inbox.sharding.identity`; its URL
+        cannot tell, see there), against the shard's identity, read again once before a
+        refusal (a failover may have moved the shard's engine).
+
+        :raises WrongShard: for a connection on another server or database.
+        :raises UnknownShardIdentity: if either identity cannot be established.
+        """
         engine = conn.engine
         if engine is self.target.engine:
             return
-        if database_identity(engine) == database_identity(self.target.engine):
+        mine = server_identity(conn)
+        name = self.target.name
+        if mine == self.router.shard_identity(name):
+            return
+        if mine == self.router.shard_identity(name, refresh=True):
             return
         raise WrongShard(
             f"the claim's connection is on {engine.url.render_as_string(hide_password=True)}, "
-            f"not on shard {self.target.name!r} "
+            f"not on shard {name!r} "
             f"({self.target.engine.url.render_as_string(hide_password=True)}), where the "
-            "message's shard key routes it: open the transaction with "
-            "ShardedInbox.session_factory(shard_key)"
+            "message's shard key routes it (the servers say they are different: "
+            f"{_shown(mine)} and {_shown(self.router.shard_identity(name))}): open the "
+            "transaction with ShardedInbox.session_factory(shard_key)"
         )
+
+
+def _shown(identity: ServerIdentity) -> str:
+    return "/".join(identity)

@@ -13,7 +13,7 @@ from ..exc import InvalidMessageId
 from ..validation import validate_key
 from .exc import InvalidShardMap
 
-__all__ = ["Shard", "ShardTarget", "build_shard_map", "database_identity"]
+__all__ = ["Shard", "ShardTarget", "build_shard_map", "database_identity", "url_locations"]
 
 #: What a shard is given as: an Engine, or a sessionmaker bound to one.
 Shard = sa.Engine | sessionmaker[Session]
@@ -29,14 +29,52 @@ class ShardTarget:
     session_factory: Callable[[], Session]
 
 
-def database_identity(engine: sa.Engine) -> tuple[str, str, int | None, str]:
-    """What names one database in a URL: backend, host, port and database name (the
-    driver, user, password and options are left out, so two engines of one database with
-    other drivers or pool settings are recognised as one). Two URLs that reach one server
-    under two names (``localhost`` and ``127.0.0.1``) cannot be told apart without asking
-    the server."""
+def _values(value: str | tuple[str, ...] | None) -> list[str]:
+    """A query option's values: repeated (``?host=a&host=b``) or comma-separated."""
+    if value is None:
+        return []
+    parts = [value] if isinstance(value, str) else list(value)
+    return [item.strip() for part in parts for item in part.split(",")]
+
+
+def url_locations(url: sa.URL) -> frozenset[str]:
+    """Where a URL's connections go, as far as the URL says: ``host:port`` of the URL's
+    authority, every ``?host=`` of libpq's multi-host form (``h:port`` pairs, or comma lists
+    paired with ``?port=``: PostgreSQL manual, "Connection Strings", 34.1.1.3 "Specifying
+    Multiple Hosts"), a Unix-socket directory given as ``?host=/dir``, MySQL's
+    ``?unix_socket=``; ``{"default"}`` for none of these (the driver's default server)."""
+    query = url.query
+    hosts = _values(query.get("host"))
+    ports = _values(query.get("port"))
+    found = set()
+    if url.host or url.port:
+        found.add(f"{url.host or ''}:{url.port or ''}")
+    for index, host in enumerate(hosts):
+        port = ports[index] if index < len(ports) else (ports[0] if len(ports) == 1 else "")
+        if ":" in host and not host.startswith("/") and not port:
+            found.add(host)
+        else:
+            found.add(f"{host}:{port}")
+    found.update(f"socket:{path}" for path in _values(query.get("unix_socket")))
+    return frozenset(found or {"default"})
+
+
+def database_identity(engine: sa.Engine) -> tuple[str, str, frozenset[str]]:
+    """What names one database in a URL, compared when the map is built (without
+    connecting): backend, database name and :func:`url_locations` (the driver, user,
+    password and other options are left out, so two engines of one database with other
+    drivers or pool settings are recognised as one). Two shards are one database when the
+    backend and database name are equal and their locations share one. Two names of one
+    server (``localhost`` and ``127.0.0.1``) cannot be told apart without asking it: the
+    claim's check does ask it (:mod:`sa_inbox.sharding.identity`)."""
     url = engine.url
-    return (url.get_backend_name(), url.host or "", url.port, url.database or "")
+    return (url.get_backend_name(), url.database or "", url_locations(url))
+
+
+def _same_database(
+    one: tuple[str, str, frozenset[str]], other: tuple[str, str, frozenset[str]]
+) -> bool:
+    return one[:2] == other[:2] and bool(one[2] & other[2])
 
 
 def _engine_of(name: str, shard: object) -> tuple[sa.Engine, Callable[[], Session]]:
@@ -56,6 +94,10 @@ def _engine_of(name: str, shard: object) -> tuple[sa.Engine, Callable[[], Sessio
     )
 
 
+def _shown(engine: sa.Engine) -> str:
+    return engine.url.render_as_string(hide_password=True)
+
+
 def build_shard_map(shards: Mapping[str, Any]) -> dict[str, ShardTarget]:
     """Validate ``shards`` and return its targets by name.
 
@@ -63,8 +105,8 @@ def build_shard_map(shards: Mapping[str, Any]) -> dict[str, ShardTarget]:
         bound to one (a ``dict`` or any mapping; its order does not matter).
     :raises InvalidShardMap: for an empty map or one that is not a mapping, an invalid
         name (the rules of a message id, at most 255 characters), a shard that is not an
-        Engine or bound sessionmaker, or two shards on one database
-        (:func:`database_identity`).
+        Engine or bound sessionmaker, or two shards on one database as far as their URLs
+        tell (:func:`database_identity`).
     """
     if not isinstance(shards, Mapping):
         raise InvalidShardMap(
@@ -73,7 +115,6 @@ def build_shard_map(shards: Mapping[str, Any]) -> dict[str, ShardTarget]:
     if not shards:
         raise InvalidShardMap("the shard map is empty: give at least one shard")
     targets: dict[str, ShardTarget] = {}
-    seen: dict[tuple[str, str, int | None, str], str] = {}
     for name, shard in shards.items():
         try:
             validate_key(name, "shard name", 255)
@@ -81,11 +122,12 @@ def build_shard_map(shards: Mapping[str, Any]) -> dict[str, ShardTarget]:
             raise InvalidShardMap(str(exc)) from None
         engine, factory = _engine_of(name, shard)
         identity = database_identity(engine)
-        if identity in seen:
-            raise InvalidShardMap(
-                f"shards {seen[identity]!r} and {name!r} are the same database "
-                f"({engine.url.render_as_string(hide_password=True)}): each shard needs its own"
-            )
-        seen[identity] = name
+        for other in targets.values():
+            if _same_database(database_identity(other.engine), identity):
+                raise InvalidShardMap(
+                    f"shards {other.name!r} ({_shown(other.engine)}) and {name!r} "
+                    f"({_shown(engine)}) are the same database (backend, database name and "
+                    "a host, port or socket in common): each shard needs its own"
+                )
         targets[name] = ShardTarget(name, engine, factory)
     return targets
