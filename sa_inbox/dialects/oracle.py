@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import CompileError, DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -184,10 +185,12 @@ class OracleStoreClaim(StoreClaimDialect):
     def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
         return candidates.with_for_update(skip_locked=True)
 
-    def locked_ids(self, conn: sa.Connection, statement: sa.Select[Any], limit: int) -> list[int]:
-        result = conn.execute(statement)
+    def locked_rows(
+        self, conn: sa.Connection, statement: sa.Select[Any], limit: int
+    ) -> Sequence[RowMapping]:
+        result = conn.execute(statement).mappings()
         try:
-            return [int(row[0]) for row in result.fetchmany(limit)]
+            return result.fetchmany(limit)
         finally:
             result.close()
 

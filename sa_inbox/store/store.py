@@ -81,6 +81,19 @@ from .schema import (
 
 __all__ = ["BoundStore", "InboxStore", "receive_insert"]
 
+#: The columns a claim returns: those of a :class:`StoredMessage` (``attempts`` as read
+#: before the claim's increment where there is no ``RETURNING``).
+_MESSAGE_COLUMNS = (
+    "id",
+    "message_id",
+    "consumer_name",
+    "payload",
+    "aggregate_id",
+    "message_type",
+    "attempts",
+    "received_at",
+    "claimed_by",
+)
 #: The statuses :meth:`InboxStore.replay` resets to pending.
 _REPLAYABLE = (DEAD, DONE)
 
@@ -135,6 +148,8 @@ class InboxStore:
         # Engines whose store-claim check passed. No lock guards them: a racing first call
         # runs the same read-only check again, and no lock is ever held across SQL.
         self._claim_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+        # The batch's done-marking UPDATE per backend, built once (see _mark_done).
+        self._done_statements: dict[StoreClaimDialect, sa.Update] = {}
 
     def bind(
         self, engine: sa.Engine, session_factory: Callable[[], Session] | None = None
@@ -331,16 +346,27 @@ class InboxStore:
             ordered=ordered,
             now=when,
         )
+        t = self.table
         values = {
             "status": PROCESSING,
             "claimed_at": when,
             "claimed_by": token,
-            "attempts": self.table.c.attempts + 1,
+            "attempts": t.c.attempts + 1,
         }
-        rows: list[RowMapping] = []
+        message_columns = [t.c[name] for name in _MESSAGE_COLUMNS]
+
+        def returned(row: RowMapping) -> dict[str, Any]:
+            """A message's columns as the UPDATE leaves them (backends without RETURNING)."""
+            return {**row, "claimed_by": token, "attempts": int(row["attempts"]) + 1}
+
+        rows: list[Mapping[Any, Any]] = []
         with self.transaction(engine) as (conn, dialect):
             for query in candidates:
-                rows.extend(dialect.claim(conn, self.table, query, limit - len(rows), values))
+                rows.extend(
+                    dialect.claim(
+                        conn, t, query, limit - len(rows), values, returned, message_columns
+                    )
+                )
                 if len(rows) >= limit:
                     break
         messages = [_message(row) for row in rows]
@@ -514,7 +540,7 @@ class InboxStore:
         ):
             conn = session.connection(bind_arguments={"clause": self.table})
             dialect.begin_write(conn)
-            held = self._mark_done(conn, messages, when)
+            held = self._mark_done(conn, dialect, messages, when)
             mine = [m for m in messages if m.id in held]
             failures = [earlier[m.id] for m in mine if m.id in earlier]
             to_run = [m for m in mine if m.id not in earlier]
@@ -540,7 +566,11 @@ class InboxStore:
         )
 
     def _mark_done(
-        self, conn: Connection, messages: Sequence[StoredMessage], when: datetime.datetime
+        self,
+        conn: Connection,
+        dialect: StoreClaimDialect,
+        messages: Sequence[StoredMessage],
+        when: datetime.datetime,
     ) -> set[int]:
         """Mark the batch's rows ``done`` (claim-token guarded); the ids marked.
 
@@ -549,24 +579,39 @@ class InboxStore:
         timeout); MariaDB has no ``UPDATE … RETURNING``.
         """
         t = self.table
+        statement = self._done_statement(dialect)
         held: set[int] = set()
         for token in sorted({m.claimed_by for m in messages}):
             ids = sorted(m.id for m in messages if m.claimed_by == token)
-            mine = (t.c.id.in_(ids), t.c.claimed_by == token)
-            marked = _rowcount(
-                conn,
-                _by_primary_key(
-                    sa.update(t)
-                    .where(*mine, t.c.status == PROCESSING)
-                    .values(status=DONE, processed_at=when)
-                ),
-            )
+            marked = _rowcount(conn, statement, {"ids": ids, "token": token, "when": when})
             if marked == len(ids):
                 held.update(ids)
             elif marked:
-                query = sa.select(t.c.id).where(*mine, t.c.status == DONE)
+                query = sa.select(t.c.id).where(
+                    t.c.id.in_(ids), t.c.claimed_by == token, t.c.status == DONE
+                )
                 held.update(int(i) for i in conn.execute(query).scalars())
         return held
+
+    def _done_statement(self, dialect: StoreClaimDialect) -> sa.Update:
+        """``UPDATE … SET status='done', processed_at=:when WHERE id <in :ids> AND
+        claimed_by=:token AND status='processing'`` for ``dialect``, built once: a batch
+        then compiles nothing (SQLAlchemy's compiled cache still keys each new statement
+        object), and on PostgreSQL its text does not depend on the batch's size."""
+        statement = self._done_statements.get(dialect)
+        if statement is None:
+            t = self.table
+            statement = _by_primary_key(
+                sa.update(t)
+                .where(
+                    dialect.ids_in(t.c.id),
+                    t.c.claimed_by == sa.bindparam("token"),
+                    t.c.status == PROCESSING,
+                )
+                .values(status=DONE, processed_at=sa.bindparam("when", type_=t.c.processed_at.type))
+            )
+            self._done_statements[dialect] = statement
+        return statement
 
     def _record_failure(self, conn: Connection, failure: BatchFailure) -> None:
         """Turn a row marked ``done`` by this transaction into a failed attempt."""
@@ -1027,7 +1072,7 @@ class BoundStore:
         return is_transient(exc, self.engine.dialect.name)
 
 
-def _message(row: RowMapping) -> StoredMessage:
+def _message(row: Mapping[Any, Any]) -> StoredMessage:
     return StoredMessage(
         id=int(row["id"]),
         message_id=row["message_id"],
@@ -1095,8 +1140,10 @@ def _is_configuration(exc: BaseException, dialect_name: str) -> bool:
     return isinstance(exc, DBAPIError) and backend_for(dialect_name).claim.is_missing_table(exc)
 
 
-def _rowcount(conn: Connection, statement: sa.Update) -> int:
-    result = conn.execute(statement, execution_options={"preserve_rowcount": True})
+def _rowcount(
+    conn: Connection, statement: sa.Update, parameters: Mapping[str, Any] | None = None
+) -> int:
+    result = conn.execute(statement, parameters, execution_options={"preserve_rowcount": True})
     return int(result.rowcount)
 
 

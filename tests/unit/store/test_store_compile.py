@@ -213,3 +213,24 @@ def test_bad_claim_arguments_are_refused_before_sql(store: InboxStore) -> None:
         store.candidates(visibility_timeout=5, max_attempts=0)
     with pytest.raises(InvalidStoreArgument):
         store.candidates(visibility_timeout=5, max_attempts=5, now=datetime.datetime(2026, 1, 1))
+
+
+@pytest.mark.parametrize(
+    ("dialect", "ids"),
+    [
+        (postgresql.dialect(), "inbox_store.id = ANY (%(ids)s::BIGINT[])"),
+        (mysql.dialect(), "inbox_store.id IN (__[POSTCOMPILE_ids])"),
+        (sqlite.dialect(), "inbox_store.id IN (__[POSTCOMPILE_ids])"),
+    ],
+)
+def test_the_batch_marks_done_with_one_statement_built_once(
+    store: InboxStore, dialect: sa.Dialect, ids: str
+) -> None:
+    """The batch's done-marking UPDATE is built once per backend; on PostgreSQL the batch's
+    ids are one array parameter, so its text does not depend on the batch's size."""
+    backend = backend_for(dialect.name).store_claim
+    statement = store._done_statement(backend)
+    assert store._done_statement(backend) is statement
+    text = sql(statement, dialect)
+    assert ids in text
+    assert "claimed_by" in text and "status" in text
