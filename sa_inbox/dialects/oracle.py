@@ -14,7 +14,7 @@ failed statement, so the caller's transaction stays usable.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,7 +30,7 @@ from ..schema import insert_columns
 from .backend import Backend
 from .base import ClaimDialect, Row, driver_error
 from .purge import RowLockingPurge
-from .store_claim import StoreClaimDialect
+from .store_claim import Limit, StoreClaimDialect
 
 __all__ = ["BACKEND", "MergeInsertOrSkip", "OracleClaim", "OraclePurge", "OracleStoreClaim"]
 
@@ -182,13 +182,17 @@ class OracleStoreClaim(StoreClaimDialect):
     ``n`` stay locked until the claim's short transaction commits.
     """
 
-    def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
+    def lock(self, candidates: sa.Select[Any], limit: Limit) -> sa.Select[Any]:
         return candidates.with_for_update(skip_locked=True)
 
     def locked_rows(
-        self, conn: sa.Connection, statement: sa.Select[Any], limit: int
+        self,
+        conn: sa.Connection,
+        statement: sa.Select[Any],
+        limit: int,
+        parameters: Mapping[str, Any],
     ) -> Sequence[RowMapping]:
-        result = conn.execute(statement).mappings()
+        result = conn.execute(statement, dict(parameters)).mappings()
         try:
             return result.fetchmany(limit)
         finally:

@@ -20,7 +20,7 @@ from sqlalchemy.sql.expression import ColumnElement, Executable
 from .backend import Backend
 from .base import OnConflictDoNothingClaim, driver_error, sqlstate_of
 from .purge import RowLockingPurge, primary_key_batch
-from .store_claim import CandidateQuery, StoreClaimDialect, require_version
+from .store_claim import CandidateQuery, Limit, StoreClaimDialect, require_version
 
 __all__ = ["BACKEND", "PostgreSQLClaim", "PostgreSQLPurge", "PostgreSQLStoreClaim"]
 
@@ -161,7 +161,7 @@ class PostgreSQLStoreClaim(StoreClaimDialect):
         self,
         table: sa.Table,
         candidates: CandidateQuery,
-        limit: int,
+        limit: Limit,
         values: Mapping[str, Any],
         columns: Sequence[sa.Column[Any]] | None = None,
     ) -> Executable:

@@ -29,6 +29,7 @@ rows are read back after the ``UPDATE`` (the outbox relay's and the reaper's cla
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -37,7 +38,15 @@ from sqlalchemy.sql.expression import Executable
 
 from ..exc import UnsupportedBackend
 
-__all__ = ["CandidateQuery", "Returned", "StoreClaimDialect", "require_version"]
+__all__ = [
+    "LIMIT",
+    "CandidateQuery",
+    "ClaimPlan",
+    "Limit",
+    "Returned",
+    "StoreClaimDialect",
+    "require_version",
+]
 
 #: Builds ``SELECT source.id FROM source WHERE <claimable> ORDER BY received_at, id`` on
 #: ``source`` (the store table, or an alias of it when the query is nested in an UPDATE).
@@ -45,6 +54,27 @@ CandidateQuery = Callable[[sa.FromClause], sa.Select[Any]]
 #: A claimed row as the claim's ``UPDATE`` leaves it, from the row as read under its lock
 #: (all columns): what :meth:`StoreClaimDialect.claim` returns where there is no ``RETURNING``.
 Returned = Callable[[RowMapping], Mapping[Any, Any]]
+#: A claim's row limit: a number, or the bind parameter :data:`LIMIT` of a planned claim.
+Limit = int | sa.BindParameter[int]
+#: The name of a planned claim's row-limit bind parameter (see :meth:`StoreClaimDialect.plan`).
+LIMIT = "claim_limit"
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """The statements of a claim, built once (:meth:`StoreClaimDialect.plan`), run with
+    their bind parameters' values (:meth:`StoreClaimDialect.run`).
+
+    :param single: the backend's one claim statement (``UPDATE … RETURNING``), if any.
+    :param lock: otherwise, the locking ``SELECT`` (ids, or every column returned).
+    :param update: the ``UPDATE`` of the locked ids (bound as ``ids``).
+    :param read_back: the ``SELECT`` of the claimed rows after it, or ``None``.
+    """
+
+    single: Executable | None = None
+    lock: sa.Select[Any] | None = None
+    update: Executable | None = None
+    read_back: sa.Select[Any] | None = None
 
 
 def require_version(conn: Connection, minimum: tuple[int, ...], product: str, feature: str) -> None:
@@ -69,9 +99,11 @@ class StoreClaimDialect:
     """Claims of stored messages for one backend; the default is the three-statement form.
 
     :meth:`claim` runs the backend's single claim statement where it has one
-    (:meth:`claim_statement`). Otherwise it locks at most ``limit`` candidate ids
-    (:meth:`lock` builds the locking select, :meth:`locked_ids` fetches it), marks them
-    with ``values`` in one ``UPDATE`` and reads the claimed rows back. It runs inside the
+    (:meth:`claim_statement`). Otherwise it locks at most ``limit`` candidate rows
+    (:meth:`lock` builds the locking select, :meth:`locked_rows` fetches it), marks them
+    with ``values`` in one ``UPDATE`` and reads the claimed rows back, or applies the
+    caller's ``returned`` to the locked rows. :meth:`plan` builds those statements once
+    and :meth:`run` executes them. It runs inside the
     caller's transaction (begun by the store, committed right after) and never commits.
     """
 
@@ -95,15 +127,19 @@ class StoreClaimDialect:
         """
         return None
 
-    def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
+    def lock(self, candidates: sa.Select[Any], limit: Limit) -> sa.Select[Any]:
         """``candidates`` limited to ``limit`` rows, locked, skipping rows locked by others."""
         return candidates.limit(limit).with_for_update(skip_locked=True)
 
     def locked_rows(
-        self, conn: Connection, statement: sa.Select[Any], limit: int
+        self,
+        conn: Connection,
+        statement: sa.Select[Any],
+        limit: int,
+        parameters: Mapping[str, Any],
     ) -> Sequence[RowMapping]:
-        """Run the locking select and return at most ``limit`` of its rows."""
-        return conn.execute(statement).mappings().all()
+        """Run the locking select with ``parameters``; at most ``limit`` of its rows."""
+        return conn.execute(statement, dict(parameters)).mappings().all()
 
     def ids_in(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
         """``column`` is one of the list bound as ``ids`` (the default: an expanding ``IN``).
@@ -123,7 +159,8 @@ class StoreClaimDialect:
         returned: Returned | None = None,
         columns: Sequence[sa.Column[Any]] | None = None,
     ) -> Sequence[Mapping[Any, Any]]:
-        """Claim at most ``limit`` rows of ``table`` chosen by ``candidates``.
+        """Claim at most ``limit`` rows of ``table`` chosen by ``candidates``: :meth:`plan`
+        and :meth:`run` in one call (the statements built for this claim only).
 
         :param conn: a connection in the store's claim transaction.
         :param table: the store table.
@@ -137,27 +174,78 @@ class StoreClaimDialect:
             reads must be among them.
         :returns: the claimed rows, as they are after the update.
         """
-        statement = self.claim_statement(table, candidates, limit, values, columns)
-        if statement is not None:
-            return conn.execute(statement).mappings().all()
+        plan = self.plan(table, candidates, values, columns, read_back=returned is None)
+        return self.run(conn, plan, limit, {}, returned)
+
+    def plan(
+        self,
+        table: sa.Table,
+        candidates: CandidateQuery,
+        values: Mapping[str, Any],
+        columns: Sequence[sa.Column[Any]] | None = None,
+        *,
+        read_back: bool = True,
+    ) -> ClaimPlan:
+        """Build a claim's statements once, for :meth:`run` to execute many times.
+
+        The row limit is the bind parameter :data:`LIMIT`; ``candidates`` and ``values``
+        may hold bind parameters of their own (their values are :meth:`run`'s
+        ``parameters``). A cached plan saves each claim the statements' construction and
+        SQLAlchemy's cache-key walk over them (measured: 280 µs per claim statement on
+        PostgreSQL, two per claim, against a 5 ms batch of 100 no-op messages).
+
+        :param read_back: read the rows back after the ``UPDATE`` (backends without
+            ``RETURNING``); ``False``: the locking ``SELECT`` reads ``columns`` and
+            :meth:`run` applies its ``returned`` to them.
+        Other parameters as for :meth:`claim`.
+        """
+        limit = sa.bindparam(LIMIT, type_=sa.Integer())
+        single = self.claim_statement(table, candidates, limit, values, columns)
+        if single is not None:
+            return ClaimPlan(single=single)
         wanted = list(table.c if columns is None else columns)
         locking = self.lock(candidates(table), limit)
-        if returned is not None:
-            locking = locking.with_only_columns(*wanted)
-        rows = self.locked_rows(conn, locking, limit)
+        ids = self.ids_in(table.c.id)
+        update = sa.update(table).where(ids).values(dict(values))
+        if read_back:
+            return ClaimPlan(lock=locking, update=update, read_back=sa.select(*wanted).where(ids))
+        return ClaimPlan(lock=locking.with_only_columns(*wanted), update=update)
+
+    def run(
+        self,
+        conn: Connection,
+        plan: ClaimPlan,
+        limit: int,
+        parameters: Mapping[str, Any],
+        returned: Returned | None = None,
+    ) -> Sequence[Mapping[Any, Any]]:
+        """Claim at most ``limit`` rows with ``plan``'s statements and ``parameters``.
+
+        :param returned: required by a plan without read-back (see :meth:`plan`).
+        :returns: the claimed rows, as they are after the update.
+        :raises ValueError: for a plan without read-back and no ``returned``.
+        """
+        bound = {**parameters, LIMIT: limit}
+        if plan.single is not None:
+            return conn.execute(plan.single, bound).mappings().all()
+        assert plan.lock is not None and plan.update is not None
+        if plan.read_back is None and returned is None:
+            raise ValueError("a claim plan without read-back needs its returned function")
+        rows = self.locked_rows(conn, plan.lock, limit, bound)
         if not rows:
             return []
         ids = [int(row["id"]) for row in rows]
-        conn.execute(sa.update(table).where(table.c.id.in_(ids)).values(dict(values)))
-        if returned is not None:
+        conn.execute(plan.update, {**parameters, "ids": ids})
+        if plan.read_back is None:
+            assert returned is not None
             return [returned(row) for row in rows]
-        return conn.execute(sa.select(*wanted).where(table.c.id.in_(ids))).mappings().all()
+        return conn.execute(plan.read_back, {"ids": ids}).mappings().all()
 
     def claim_statement(
         self,
         table: sa.Table,
         candidates: CandidateQuery,
-        limit: int,
+        limit: Limit,
         values: Mapping[str, Any],
         columns: Sequence[sa.Column[Any]] | None = None,
     ) -> Executable | None:

@@ -46,7 +46,7 @@ from ..collision import (
     store_digests,
 )
 from ..dialects import ClaimDialect, backend_for
-from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
+from ..dialects.store_claim import CandidateQuery, ClaimPlan, StoreClaimDialect
 from ..exc import ClaimLost, ConfigurationError, InvalidStoreArgument
 from ..guard import owned_transaction
 from ..handlers import call_handler
@@ -150,6 +150,10 @@ class InboxStore:
         self._claim_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
         # The batch's done-marking UPDATE per backend, built once (see _mark_done).
         self._done_statements: dict[StoreClaimDialect, sa.Update] = {}
+        # The claim's statements per backend and kind of claim (see _claim_plans).
+        self._claim_plan_cache: dict[
+            tuple[StoreClaimDialect, bool, bool], tuple[ClaimPlan, ...]
+        ] = {}
 
     def bind(
         self, engine: sa.Engine, session_factory: Callable[[], Session] | None = None
@@ -337,23 +341,18 @@ class InboxStore:
         :raises InvalidStoreArgument: for a bad ``limit``, timeout or ``max_attempts``.
         """
         _positive_int(limit, "limit")
+        _positive_int(max_attempts, "max_attempts")
         when = _aware(now)
         token = validate_key(claimed_by, "claimed_by", 255)
-        candidates = self.candidates(
-            consumer_name=consumer_name,
-            visibility_timeout=visibility_timeout,
-            max_attempts=max_attempts,
-            ordered=ordered,
-            now=when,
-        )
-        t = self.table
-        values = {
-            "status": PROCESSING,
-            "claimed_at": when,
-            "claimed_by": token,
-            "attempts": t.c.attempts + 1,
+        consumer = self._consumer(consumer_name)
+        parameters = {
+            "now": when,
+            "stale_before": when - _seconds(visibility_timeout, "visibility_timeout"),
+            "max_attempts": max_attempts,
+            "consumer": consumer,
+            "claimed_at_now": when,
+            "token": token,
         }
-        message_columns = [t.c[name] for name in _MESSAGE_COLUMNS]
 
         def returned(row: RowMapping) -> dict[str, Any]:
             """A message's columns as the UPDATE leaves them (backends without RETURNING)."""
@@ -361,12 +360,8 @@ class InboxStore:
 
         rows: list[Mapping[Any, Any]] = []
         with self.transaction(engine) as (conn, dialect):
-            for query in candidates:
-                rows.extend(
-                    dialect.claim(
-                        conn, t, query, limit - len(rows), values, returned, message_columns
-                    )
-                )
+            for plan in self._claim_plans(dialect, consumer is None, ordered):
+                rows.extend(dialect.run(conn, plan, limit - len(rows), parameters, returned))
                 if len(rows) >= limit:
                     break
         messages = [_message(row) for row in rows]
@@ -404,17 +399,26 @@ class InboxStore:
         _positive_int(max_attempts, "max_attempts")
         when = _aware(now)
         stale_before = when - _seconds(visibility_timeout, "visibility_timeout")
-        consumer = (
-            None
-            if consumer_name is None
-            else validate_key(consumer_name, "consumer_name", self.message_id_length)
-        )
+        consumer = self._consumer(consumer_name)
+        return self._candidate_queries(when, stale_before, max_attempts, consumer, ordered)
+
+    def _consumer(self, consumer_name: str | None) -> str | None:
+        """The validated consumer name, or ``None`` (every consumer)."""
+        if consumer_name is None:
+            return None
+        return validate_key(consumer_name, "consumer_name", self.message_id_length)
+
+    def _candidate_queries(
+        self, now: Any, stale_before: Any, max_attempts: Any, consumer: Any, ordered: bool
+    ) -> tuple[CandidateQuery, CandidateQuery]:
+        """:meth:`candidates` on values, or on bind parameters (a cached claim plan); a
+        ``consumer`` of ``None`` leaves the consumer condition out."""
 
         def query(status: str) -> CandidateQuery:
             def candidates(source: sa.FromClause) -> sa.Select[Any]:
                 c = source.c
                 if status == PENDING:
-                    claimable = c.available_at <= when
+                    claimable = c.available_at <= now
                 else:
                     claimable = sa.and_(c.claimed_at < stale_before, c.attempts < max_attempts)
                 where = sa.and_(c.status == status, claimable)
@@ -427,6 +431,38 @@ class InboxStore:
             return candidates
 
         return query(PROCESSING), query(PENDING)
+
+    def _claim_plans(
+        self, dialect: StoreClaimDialect, every_consumer: bool, ordered: bool
+    ) -> tuple[ClaimPlan, ...]:
+        """The claim's statements for ``dialect`` (abandoned claims, then pending rows),
+        built once per backend and kind of claim; their bind parameters are ``now``,
+        ``stale_before``, ``max_attempts``, ``consumer``, ``claimed_at`` and ``token``
+        (see :meth:`claim`). No row is read back: the locked rows are returned with the
+        claim's values applied (:data:`~sa_inbox.dialects.store_claim.Returned`)."""
+        key = (dialect, every_consumer, ordered)
+        plans = self._claim_plan_cache.get(key)
+        if plans is None:
+            t = self.table
+            queries = self._candidate_queries(
+                sa.bindparam("now", type_=t.c.available_at.type),
+                sa.bindparam("stale_before", type_=t.c.claimed_at.type),
+                sa.bindparam("max_attempts", type_=t.c.attempts.type),
+                None if every_consumer else sa.bindparam("consumer", type_=t.c.consumer_name.type),
+                ordered,
+            )
+            values = {
+                "status": PROCESSING,
+                "claimed_at": sa.bindparam("claimed_at_now", type_=t.c.claimed_at.type),
+                "claimed_by": sa.bindparam("token", type_=t.c.claimed_by.type),
+                "attempts": t.c.attempts + 1,
+            }
+            columns = [t.c[name] for name in _MESSAGE_COLUMNS]
+            plans = tuple(
+                dialect.plan(t, query, values, columns, read_back=False) for query in queries
+            )
+            self._claim_plan_cache[key] = plans
+        return plans
 
     def complete(
         self,

@@ -234,3 +234,42 @@ def test_the_batch_marks_done_with_one_statement_built_once(
     text = sql(statement, dialect)
     assert ids in text
     assert "claimed_by" in text and "status" in text
+
+
+@pytest.mark.parametrize("name", ["postgresql", "mysql", "sqlite", "oracle"])
+@pytest.mark.parametrize("ordered", [False, True])
+def test_the_claim_plans_are_built_once_and_compile(
+    store: InboxStore, name: str, ordered: bool
+) -> None:
+    """The store's claim statements are built once per backend and kind of claim, their
+    values bound at each claim; without RETURNING the locking SELECT reads the message's
+    columns and nothing is read back; Oracle's has no row limit (ORA-02014)."""
+    dialect = {
+        "postgresql": postgresql.dialect(),
+        "mysql": mysql.dialect(),
+        "sqlite": sqlite.dialect(),
+        "oracle": oracle.dialect(),
+    }[name]
+    backend = backend_for(name).store_claim
+    plans = store._claim_plans(backend, False, ordered)
+    assert store._claim_plans(backend, False, ordered) is plans
+    assert store._claim_plans(backend, True, ordered) is not plans
+    assert len(plans) == 2  # abandoned claims, then pending rows
+    for plan in plans:
+        if name == "postgresql":
+            assert plan.single is not None and plan.lock is None
+            text = sql(plan.single, dialect)
+            assert "LIMIT %(claim_limit)s::INTEGER FOR UPDATE SKIP LOCKED" in text
+            assert text.endswith(
+                "RETURNING inbox_store.id, inbox_store.message_id, inbox_store.consumer_name, "
+                "inbox_store.payload, inbox_store.aggregate_id, inbox_store.message_type, "
+                "inbox_store.attempts, inbox_store.received_at, inbox_store.claimed_by"
+            )
+            continue
+        assert plan.single is None and plan.read_back is None
+        assert plan.lock is not None and plan.update is not None
+        lock = sql(plan.lock, dialect)
+        assert lock.startswith("SELECT inbox_store.id, inbox_store.message_id")
+        assert ("LIMIT" in lock) is (name != "oracle")
+        assert ("SKIP LOCKED" in lock) is (name != "sqlite")
+        assert "claimed_by" in sql(plan.update, dialect)
