@@ -29,7 +29,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
@@ -151,9 +151,7 @@ class InboxStore:
         # The batch's done-marking UPDATE per backend, built once (see _mark_done).
         self._done_statements: dict[StoreClaimDialect, sa.Update] = {}
         # The claim's statements per backend and kind of claim (see _claim_plans).
-        self._claim_plan_cache: dict[
-            tuple[StoreClaimDialect, bool, bool], tuple[ClaimPlan, ...]
-        ] = {}
+        self._claim_plan_cache: dict[tuple[StoreClaimDialect, bool, bool], _ClaimPlans] = {}
 
     def bind(
         self, engine: sa.Engine, session_factory: Callable[[], Session] | None = None
@@ -360,7 +358,10 @@ class InboxStore:
 
         rows: list[Mapping[Any, Any]] = []
         with self.transaction(engine) as (conn, dialect):
-            for plan in self._claim_plans(dialect, consumer is None, ordered):
+            plans = self._claim_plans(dialect, consumer is None, ordered)
+            for plan in (plans.abandoned, plans.pending):
+                if plan is plans.abandoned and not self._may_hold(conn, plans.probe, parameters):
+                    continue  # no abandoned row: its locking read is skipped
                 rows.extend(dialect.run(conn, plan, limit - len(rows), parameters, returned))
                 if len(rows) >= limit:
                     break
@@ -432,14 +433,22 @@ class InboxStore:
 
         return query(PROCESSING), query(PENDING)
 
+    @staticmethod
+    def _may_hold(
+        conn: Connection, probe: sa.Select[Any] | None, parameters: Mapping[str, Any]
+    ) -> bool:
+        """False only when ``probe`` (a plain read) finds no row; True without a probe."""
+        return probe is None or conn.execute(probe, dict(parameters)).first() is not None
+
     def _claim_plans(
         self, dialect: StoreClaimDialect, every_consumer: bool, ordered: bool
-    ) -> tuple[ClaimPlan, ...]:
-        """The claim's statements for ``dialect`` (abandoned claims, then pending rows),
-        built once per backend and kind of claim; their bind parameters are ``now``,
-        ``stale_before``, ``max_attempts``, ``consumer``, ``claimed_at`` and ``token``
-        (see :meth:`claim`). No row is read back: the locked rows are returned with the
-        claim's values applied (:data:`~sa_inbox.dialects.store_claim.Returned`)."""
+    ) -> _ClaimPlans:
+        """The claim's statements for ``dialect`` (abandoned claims, then pending rows, and
+        the probe of abandoned rows where the dialect wants one), built once per backend and
+        kind of claim; their bind parameters are ``now``, ``stale_before``,
+        ``max_attempts``, ``consumer``, ``claimed_at_now`` and ``token`` (see :meth:`claim`).
+        No row is read back: the locked rows are returned with the claim's values applied
+        (:data:`~sa_inbox.dialects.store_claim.Returned`)."""
         key = (dialect, every_consumer, ordered)
         plans = self._claim_plan_cache.get(key)
         if plans is None:
@@ -458,9 +467,11 @@ class InboxStore:
                 "attempts": t.c.attempts + 1,
             }
             columns = [t.c[name] for name in _MESSAGE_COLUMNS]
-            plans = tuple(
+            abandoned, pending = (
                 dialect.plan(t, query, values, columns, read_back=False) for query in queries
             )
+            probe = queries[0](t).limit(1) if dialect.probe_abandoned else None
+            plans = _ClaimPlans(abandoned, pending, probe)
             self._claim_plan_cache[key] = plans
         return plans
 
@@ -1001,6 +1012,19 @@ class InboxStore:
                 dialect.check_backend(conn)
             self._claim_checked.add(engine)
         return dialect
+
+
+class _ClaimPlans(NamedTuple):
+    """A store claim's cached statements (see :meth:`InboxStore._claim_plans`).
+
+    :param abandoned: the claim of abandoned rows (``processing`` past the timeout).
+    :param pending: the claim of pending rows.
+    :param probe: a plain ``SELECT id … LIMIT 1`` of abandoned rows run first, or ``None``.
+    """
+
+    abandoned: ClaimPlan
+    pending: ClaimPlan
+    probe: sa.Select[Any] | None
 
 
 class BoundStore:
