@@ -390,7 +390,7 @@ MARIADB_SKIP_LOCKED = (10, 6)
 
 
 class MySQLStoreClaim(StoreClaimDialect):
-    """The store's claim on MySQL ≥ 8.0.1 and MariaDB ≥ 10.6: the three-statement form.
+    """The store's claim on MySQL ≥ 8.0.1 and MariaDB ≥ 10.6: a locking SELECT, then an UPDATE.
 
     ``SELECT … ORDER BY received_at, id LIMIT n FOR UPDATE SKIP LOCKED``, then ``UPDATE …
     WHERE id IN (…)`` (and, for callers without a ``returned`` function, a ``SELECT`` of the

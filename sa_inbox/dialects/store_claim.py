@@ -96,7 +96,7 @@ def require_version(conn: Connection, minimum: tuple[int, ...], product: str, fe
 
 
 class StoreClaimDialect:
-    """Claims of stored messages for one backend; the default is the three-statement form.
+    """Claims of stored messages for one backend; the default locks with a SELECT, then UPDATEs.
 
     :meth:`claim` runs the backend's single claim statement where it has one
     (:meth:`claim_statement`). Otherwise it locks at most ``limit`` candidate rows
