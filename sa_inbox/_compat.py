@@ -7,11 +7,15 @@ all have every name used here), but it keeps sa-inbox working, perhaps a little 
 less strict, should a release remove one. ``tests/unit/test_compat.py`` runs each function
 on the installed SQLAlchemy and calls each fallback directly.
 
-Outside this module, sa-inbox uses SQLAlchemy's public API only.
+Outside this module, sa-inbox uses SQLAlchemy's public API only. The last section holds the
+two private names of CPython's own library that sa-inbox uses (:mod:`asyncio` and
+:mod:`warnings`), under the same rule: one function each, a fallback where they are missing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, TypeVar
 
@@ -28,6 +32,8 @@ __all__ = [
     "greenlet_spawn",
     "result_cursor",
     "sort_indexes",
+    "task_failed_unseen",
+    "unawaited_coroutine_hook",
 ]
 
 _Construct = TypeVar("_Construct", bound=type[ClauseElement])
@@ -207,3 +213,42 @@ class _NameOrderedIndexes(set[sa.Index]):
 
     def __iter__(self) -> Iterator[sa.Index]:
         return iter(_by_name(super().__iter__()))
+
+
+# -- CPython: warnings._warn_unawaited_coroutine, Task._log_traceback ------------------------
+
+#: The ``warnings`` function CPython calls for a coroutine finalised un-awaited.
+_UNAWAITED_HOOK = "_warn_unawaited_coroutine"
+
+
+def unawaited_coroutine_hook(
+    replace: Callable[[Callable[[Any], None]], Callable[[Any], None]] | None = None,
+) -> Callable[[Any], None] | None:
+    """CPython's report of a coroutine finalised without being awaited, optionally replaced.
+
+    CPython calls ``warnings._warn_unawaited_coroutine(coro)`` (``Objects/genobject.c``,
+    ``_PyErr_WarnUnawaitedCoroutine``, looked up on the ``warnings`` module at each call;
+    CPython 3.8 to 3.14). Without it (another interpreter): ``None``, and nothing is
+    replaced.
+
+    :param replace: called with the current function, returns the one to install.
+    :returns: the function in place before (``None`` without the hook).
+    """
+    current = getattr(warnings, _UNAWAITED_HOOK, None)
+    if not callable(current):
+        return None
+    if replace is not None:
+        setattr(warnings, _UNAWAITED_HOOK, replace(current))
+    return current  # type: ignore[no-any-return]
+
+
+def task_failed_unseen(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` ended with an exception that nobody retrieved (``await``,
+    ``Task.exception()``, ``Task.result()``).
+
+    asyncio's private ``Task._log_traceback`` (Python and C tasks, CPython 3.8 to 3.14) is
+    set when a task ends with an exception and cleared when it is retrieved; it is what
+    makes asyncio log "Task exception was never retrieved". Without it: False (only
+    tasks still running are judged by the caller).
+    """
+    return not task.cancelled() and bool(getattr(task, "_log_traceback", False))

@@ -41,11 +41,12 @@ import asyncio
 import contextlib
 import gc
 import threading
-import warnings
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
+
+from .._compat import task_failed_unseen, unawaited_coroutine_hook
 
 __all__ = ["Unfinished", "install", "tracking"]
 
@@ -63,20 +64,12 @@ class Unfinished:
         """The tasks still running, and those that failed with an exception nobody
         retrieved (``Task.exception()`` / ``await``; asyncio's own "Task exception was
         never retrieved" flag)."""
-        return [task for task in self.tasks if not task.done() or _failed_unseen(task)]
-
-
-def _failed_unseen(task: asyncio.Task[Any]) -> bool:
-    # ``_log_traceback`` is set when a task ends with an exception and cleared when the
-    # exception is retrieved (CPython 3.8+, Python and C tasks alike); without it, only
-    # running tasks are judged.
-    return not task.cancelled() and bool(getattr(task, "_log_traceback", False))
+        return [task for task in self.tasks if not task.done() or task_failed_unseen(task)]
 
 
 #: The record of the :func:`tracking` block active in the current context, if any.
 _SINK: ContextVar[Unfinished | None] = ContextVar("sa_inbox_unfinished_work", default=None)
 
-_HOOK_NAME = "_warn_unawaited_coroutine"
 _WRAPPED = "__sa_inbox_wrapped__"
 
 #: Per thread: how many garbage collections are running (a finalisation then is not the
@@ -94,13 +87,12 @@ def install() -> bool:
 
     :returns: True if the interpreter has the hook (CPython), so dropped coroutines are seen.
     """
-    original = getattr(warnings, _HOOK_NAME, None)
-    if not callable(original):
+    current = unawaited_coroutine_hook()
+    if current is None:
         return False
-    if getattr(original, _WRAPPED, None) is not None:
-        return True
-    setattr(warnings, _HOOK_NAME, _recording(original))
-    gc.callbacks.append(_on_gc)
+    if getattr(current, _WRAPPED, None) is None:
+        unawaited_coroutine_hook(_recording)
+        gc.callbacks.append(_on_gc)
     return True
 
 

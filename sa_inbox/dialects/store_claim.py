@@ -36,7 +36,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.sql.expression import Executable
 
-from ..exc import UnsupportedBackend
+from ..exc import InvalidStoreArgument, UnsupportedBackend
 
 __all__ = [
     "LIMIT",
@@ -229,14 +229,14 @@ class StoreClaimDialect:
 
         :param returned: required by a plan without read-back (see :meth:`plan`).
         :returns: the claimed rows, as they are after the update.
-        :raises ValueError: for a plan without read-back and no ``returned``.
+        :raises InvalidStoreArgument: for a plan without read-back and no ``returned``.
         """
         bound = {**parameters, LIMIT: limit}
         if plan.single is not None:
             return conn.execute(plan.single, bound).mappings().all()
         assert plan.lock is not None and plan.update is not None
         if plan.read_back is None and returned is None:
-            raise ValueError("a claim plan without read-back needs its returned function")
+            raise InvalidStoreArgument("a claim plan without read-back needs its returned function")
         rows = self.locked_rows(conn, plan.lock, limit, bound)
         if not rows:
             return []

@@ -6,7 +6,9 @@ Real SQLite databases throughout; nothing of SQLAlchemy's is mocked.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -200,3 +202,49 @@ def test_adapted_warning_count() -> None:
     assert _compat.adapted_warning_count(adapted) == 2
     assert _compat.adapted_warning_count(SimpleNamespace(warning_count=1)) is None
     assert _compat.adapted_warning_count(None) is None
+
+
+# -- CPython: warnings._warn_unawaited_coroutine, Task._log_traceback ------------------------
+
+
+def test_the_unawaited_coroutine_hook_is_found_and_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original = warnings._warn_unawaited_coroutine  # type: ignore[attr-defined]
+    assert _compat.unawaited_coroutine_hook() is original
+    seen: list[object] = []
+    monkeypatch.setattr(warnings, "_warn_unawaited_coroutine", original)
+    previous = _compat.unawaited_coroutine_hook(lambda current: seen.append)
+    assert previous is original
+    assert warnings._warn_unawaited_coroutine == seen.append  # type: ignore[attr-defined]
+
+
+def test_without_the_hook_nothing_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(warnings, "_warn_unawaited_coroutine")
+    assert _compat.unawaited_coroutine_hook(lambda current: current) is None
+    assert not hasattr(warnings, "_warn_unawaited_coroutine")
+
+
+def test_a_task_failed_unseen_until_its_exception_is_retrieved() -> None:
+    async def fails() -> None:
+        raise LookupError
+
+    async def main() -> list[bool]:
+        task = asyncio.create_task(fails())
+        await asyncio.sleep(0)
+        before = _compat.task_failed_unseen(task)
+        task.exception()
+        cancelled = asyncio.create_task(asyncio.sleep(1))
+        cancelled.cancel()
+        await asyncio.sleep(0)
+        return [before, _compat.task_failed_unseen(task), _compat.task_failed_unseen(cancelled)]
+
+    assert asyncio.run(main()) == [True, False, False]
+
+
+def test_task_failed_unseen_without_the_private_flag() -> None:
+    class NoFlag:
+        def cancelled(self) -> bool:
+            return False
+
+    assert _compat.task_failed_unseen(NoFlag()) is False  # type: ignore[arg-type]
