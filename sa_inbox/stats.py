@@ -31,7 +31,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .collision import COLLISIONS_TABLE
-from .replication import ReplicationState, read_replication, replication_warnings
+from .replication import (
+    ReplicationState,
+    read_replication,
+    replication_unchecked,
+    replication_warnings,
+)
 from .schema import DEFAULT_TABLE_NAME
 from .store.schema import DEAD, DEFAULT_STORE_TABLE, PENDING, STATUSES, UTCDateTime
 
@@ -404,6 +409,7 @@ WARNING_CODES = {
     "collisions": 13,
     "sync-standby-missing": 14,
     "async-standbys": 15,
+    "replication-unchecked": 16,
 }
 
 
@@ -430,7 +436,11 @@ def warnings(
     * ``async-standbys`` (15, PostgreSQL): the server has standbys but no synchronous one,
       or ``synchronous_commit`` is ``local``/``off``: a failover can lose acked messages.
       The two follow manual 27.2.8 "Synchronous Replication" and 20.5 "synchronous_commit"
-      (see :mod:`sa_inbox.replication`).
+      (see :mod:`sa_inbox.replication`);
+    * ``replication-unchecked`` (16, PostgreSQL): the standbys' ``sync_state`` is hidden
+      from the probing role (no ``pg_read_all_stats``) and the settings alone do not decide:
+      whether a failover can lose acked messages is unknown, which a probe must not take for
+      healthy (as ``no-tables``).
 
     :param stats: a sample of :func:`collect`.
     :param retention: the retention window the purge runs with, or None.
@@ -478,6 +488,9 @@ def warnings(
     if stats.replication is not None:
         for kind, text in replication_warnings(stats.replication):
             warn(kind, text)
+        unchecked = replication_unchecked(stats.replication)
+        if unchecked is not None:
+            warn("replication-unchecked", unchecked)
     return found
 
 

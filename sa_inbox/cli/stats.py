@@ -14,13 +14,10 @@ running); 11 dead letters exist; 12 the oldest pending row is older than
 ``--pending-threshold`` (the worker is stuck); 13 collisions were recorded; PostgreSQL
 only (:mod:`sa_inbox.replication`): 14 ``synchronous_standby_names`` asks for synchronous
 standbys that are not connected (every COMMIT waits), 15 the server has standbys but none
-synchronous (a failover can lose acked messages). With several, the lowest code. 3: the
-database cannot be read (as every command).
-
-A check that could not be completed is said so (a NOTE line, and ``notes`` in the JSON),
-never printed as "no warnings": the standbys' ``sync_state`` hidden from a role without
-``pg_read_all_stats`` (:func:`sa_inbox.replication.replication_unchecked`). The exit status
-stays that of the warnings found.
+synchronous (a failover can lose acked messages), 16 the standby check could not be
+completed (the standbys' ``sync_state`` is hidden from a role without ``pg_read_all_stats``:
+:func:`sa_inbox.replication.replication_unchecked`; never taken for healthy). With several,
+the lowest code. 3: the database cannot be read (as every command).
 """
 
 from __future__ import annotations
@@ -123,7 +120,6 @@ def _print(stats: InboxStats, found: list[StatsWarning], as_json: bool) -> None:
     if as_json:
         document = stats.as_dict()
         document["warnings"] = [{"code": w.code, "kind": w.kind, "text": w.text} for w in found]
-        document["notes"] = _notes(stats)
         click.echo(json.dumps(document, default=str))
         return
     from rich.console import Console
@@ -212,27 +208,11 @@ def render(stats: InboxStats, found: list[StatsWarning]) -> RenderableType:
     parts.append(sizes)
     for name in stats.missing:
         parts.append(Text(f"table {name} does not exist", style="yellow"))
-    notes = _notes(stats)
     for w in found:
         parts.append(Text(f"WARNING [{w.code} {w.kind}] {w.text}", style="bold red"))
-    for note in notes:
-        parts.append(Text(f"NOTE {note}", style="bold yellow"))
     if not found:
-        if notes:
-            parts.append(Text("no warning found, but the check is incomplete (NOTE above)"))
-        else:
-            parts.append(Text("no warnings", style="green"))
+        parts.append(Text("no warnings", style="green"))
     return Group(*parts)
-
-
-def _notes(stats: InboxStats) -> list[str]:
-    """The checks that could not be completed, and why."""
-    from ..replication import replication_unchecked
-
-    if stats.replication is None:
-        return []
-    unchecked = replication_unchecked(stats.replication)
-    return [] if unchecked is None else [unchecked]
 
 
 def _replication(state: ReplicationState) -> RenderableType:

@@ -123,6 +123,7 @@ def test_visible_or_absent_standbys_leave_nothing_unchecked() -> None:
 def test_the_codes_follow_the_older_ones() -> None:
     assert WARNING_CODES["sync-standby-missing"] == 14
     assert WARNING_CODES["async-standbys"] == 15
+    assert WARNING_CODES["replication-unchecked"] == 16
     assert len(set(WARNING_CODES.values())) == len(WARNING_CODES)
 
 
