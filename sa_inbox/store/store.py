@@ -73,6 +73,7 @@ from .schema import (
     PENDING,
     PROCESSING,
     REAP_BATCH,
+    RECEIVE_COLUMNS,
     STATUSES,
     SerialisedJSON,
     inbox_store_table,
@@ -80,19 +81,6 @@ from .schema import (
 )
 
 __all__ = ["BoundStore", "InboxStore", "receive_insert"]
-
-#: The keys of every received row (:meth:`InboxStore._row`).
-_ROW_KEYS = (
-    "message_id",
-    "consumer_name",
-    "aggregate_id",
-    "message_type",
-    "payload",
-    "status",
-    "received_at",
-    "available_at",
-    "attempts",
-)
 
 #: The columns a claim returns: those of a :class:`StoredMessage` (``attempts`` as read
 #: before the claim's increment where there is no ``RETURNING``).
@@ -157,7 +145,7 @@ class InboxStore:
         )
         self.message_id_length = message_id_length
         # The receive statement per backend and its one-time checks, as Inbox.claim's.
-        self._insert = PreparedInsert(self.table, build=receive_insert, row_keys=_ROW_KEYS)
+        self._insert = PreparedInsert(self.table, build=receive_insert, row_keys=RECEIVE_COLUMNS)
         # Engines whose store-claim check passed. No lock guards them: a racing first call
         # runs the same read-only check again, and no lock is ever held across SQL.
         self._claim_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()

@@ -23,8 +23,8 @@ from sa_inbox.dialects import backend_for
 from sa_inbox.dialects.base import EXECUTION_OPTIONS
 from sa_inbox.dialects.driver_sql import DriverSQL
 from sa_inbox.store import InboxStore
-from sa_inbox.store.schema import SerialisedJSON, UTCDateTime
-from sa_inbox.store.store import _ROW_KEYS, receive_insert
+from sa_inbox.store.schema import RECEIVE_COLUMNS, SerialisedJSON, UTCDateTime
+from sa_inbox.store.store import receive_insert
 
 DIALECTS = [asyncpg.dialect(), psycopg.dialect(), aiomysql.dialect(), pymysql.dialect()]
 DIALECTS.append(pysqlite.dialect())
@@ -49,8 +49,8 @@ def _row(message_id: str) -> dict[str, object]:
 def test_the_text_is_sqlalchemys_compilation_in_the_paramstyles_order(dialect: Dialect) -> None:
     table = InboxStore(sa.MetaData()).table
     statement = receive_insert(backend_for(dialect.name).claim, table)
-    driver = DriverSQL.build(statement, dialect, _ROW_KEYS)
-    compiled = statement.compile(dialect=dialect, column_keys=list(_ROW_KEYS))
+    driver = DriverSQL.build(statement, dialect, RECEIVE_COLUMNS)
+    compiled = statement.compile(dialect=dialect, column_keys=list(RECEIVE_COLUMNS))
     assert driver is not None and driver.sql == compiled.string
     keys = [key for key, _ in driver.params]
     if compiled.positional:
@@ -84,7 +84,7 @@ def test_it_writes_what_the_compiled_statement_writes(tmp_path: Path) -> None:
     store = InboxStore(sa.MetaData())
     store.table.metadata.create_all(engine)
     statement = receive_insert(backend_for("sqlite").claim, store.table)
-    driver = DriverSQL.build(statement, engine.dialect, _ROW_KEYS)
+    driver = DriverSQL.build(statement, engine.dialect, RECEIVE_COLUMNS)
     assert driver is not None
     with engine.begin() as conn:
         assert DriverSQL.runs_on(conn)
