@@ -11,8 +11,9 @@ pactix needs Python >= 3.12, so this runs from its own virtualenv::
 (the URLs are ``SA_INBOX_TEST_POSTGRESQL_URL`` / ``SA_INBOX_TEST_MYSQL_URL``). Each backend
 runs the scenario :mod:`sa_inbox.bench.store_drain` (its docstring says what runs and what
 is checked after each drain) with ``levels=[1, 4]``; ``/proc/loadavg`` is sampled every 2 s.
-Writes ``benchmarks/results/store_drain-<backend>.json`` (the scenario's document, with
-``loadavg`` added) and prints the scenario's tables.
+Writes ``<out>/store_drain-<backend>.json`` (``--out``, default ``benchmarks/results``: the
+scenario's document, with ``loadavg`` added) and prints the scenario's tables; ``--handlers
+noop`` runs only the no-op cells (the ones with pactix).
 """
 
 from __future__ import annotations
@@ -46,7 +47,16 @@ def main() -> None:
     parser.add_argument("--mysql-messages", type=int, default=10000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--backends", default="mysql,postgresql")
+    parser.add_argument(
+        "--handlers", default="", help="a subset of the scenario's handlers (noop,ledger)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=OUT, help="folder of the JSON (benchmarks/results)"
+    )
     args = parser.parse_args()
+    options: dict[str, object] = {"levels": [1, 4]}
+    if args.handlers:
+        options["handlers"] = args.handlers.split(",")
     console = Console(width=200)
     for backend in args.backends.split(","):
         url = os.environ[f"SA_INBOX_TEST_{backend.upper()}_URL"]
@@ -57,8 +67,8 @@ def main() -> None:
             messages=getattr(args, f"{backend}_messages"),
             workers=4,
             repeat=args.repeat,
-            out=OUT,
-            options={"levels": [1, 4]},
+            out=args.out,
+            options=options,
         )
         samples: list[float] = []
         stop = threading.Event()

@@ -439,13 +439,25 @@ MARIADB_SKIP_LOCKED = (10, 6)
 
 
 class MySQLStoreClaim(StoreClaimDialect):
-    """The store's claim on MySQL ≥ 8.0.1 and MariaDB ≥ 10.6: the three-statement form.
+    """The store's claim on MySQL ≥ 8.0.1 and MariaDB ≥ 10.6: a locking SELECT, then an UPDATE.
 
-    ``SELECT id … ORDER BY received_at, id LIMIT n FOR UPDATE SKIP LOCKED``, then ``UPDATE …
-    WHERE id IN (…)`` and a ``SELECT`` of the claimed rows, in one READ COMMITTED
-    transaction. Neither backend has ``UPDATE … RETURNING``, and MySQL refuses an
-    ``UPDATE`` whose subquery reads the table being updated (error 1093).
+    ``SELECT … ORDER BY received_at, id LIMIT n FOR UPDATE SKIP LOCKED``, then ``UPDATE …
+    WHERE id IN (…)`` (and, for callers without a ``returned`` function, a ``SELECT`` of the
+    claimed rows), in one READ COMMITTED transaction. Neither backend has ``UPDATE …
+    RETURNING``, and MySQL refuses an ``UPDATE`` whose subquery reads the table being
+    updated (error 1093).
+
+    Abandoned claims are probed first (:attr:`probe_abandoned`): every row that passed
+    through ``processing`` leaves delete-marked index entries until InnoDB's purge removes
+    them (MariaDB manual, "InnoDB Purge"), and a locking read visits and locks each of them
+    (MySQL manual, "Locks Set by Different SQL Statements in InnoDB": locking reads lock
+    delete-marked records too), where a plain read skips them by its read view. Measured on
+    MariaDB 10.11 right after 5,000 rows went ``processing`` → ``done``: the locking
+    ``SELECT`` of abandoned rows 2.9 ms for no row, the plain one 0.36 ms (0.14 ms for
+    either once purged); in a drain of no-op batches of 100, 1.1-1.4 ms of each batch.
     """
+
+    probe_abandoned = True
 
     def check_backend(self, conn: Connection) -> None:
         if conn.dialect.is_mariadb:  # type: ignore[attr-defined]

@@ -14,10 +14,11 @@ failed statement, so the caller's transaction stays usable.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import CompileError, DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -30,7 +31,7 @@ from .backend import Backend
 from .base import ClaimDialect, Row, driver_error
 from .driver_sql import DriverSQL
 from .purge import RowLockingPurge
-from .store_claim import StoreClaimDialect
+from .store_claim import Limit, StoreClaimDialect
 
 __all__ = ["BACKEND", "MergeInsertOrSkip", "OracleClaim", "OraclePurge", "OracleStoreClaim"]
 
@@ -182,13 +183,19 @@ class OracleStoreClaim(StoreClaimDialect):
     ``n`` stay locked until the claim's short transaction commits.
     """
 
-    def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
+    def lock(self, candidates: sa.Select[Any], limit: Limit) -> sa.Select[Any]:
         return candidates.with_for_update(skip_locked=True)
 
-    def locked_ids(self, conn: sa.Connection, statement: sa.Select[Any], limit: int) -> list[int]:
-        result = conn.execute(statement)
+    def locked_rows(
+        self,
+        conn: sa.Connection,
+        statement: sa.Select[Any],
+        limit: int,
+        parameters: Mapping[str, Any],
+    ) -> Sequence[RowMapping]:
+        result = conn.execute(statement, dict(parameters)).mappings()
         try:
-            return [int(row[0]) for row in result.fetchmany(limit)]
+            return result.fetchmany(limit)
         finally:
             result.close()
 

@@ -9,7 +9,7 @@ conflict with a row committed after the snapshot raises SQLSTATE 40001 instead (
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,7 +20,7 @@ from sqlalchemy.sql.expression import ColumnElement, Executable
 from .backend import Backend
 from .base import OnConflictDoNothingClaim, driver_error, sqlstate_of
 from .purge import RowLockingPurge, primary_key_batch
-from .store_claim import CandidateQuery, StoreClaimDialect, require_version
+from .store_claim import CandidateQuery, Limit, StoreClaimDialect, require_version
 
 __all__ = ["BACKEND", "PostgreSQLClaim", "PostgreSQLPurge", "PostgreSQLStoreClaim"]
 
@@ -149,16 +149,26 @@ class PostgreSQLStoreClaim(StoreClaimDialect):
     def check_backend(self, conn: sa.Connection) -> None:
         require_version(conn, (9, 5), "PostgreSQL", "FOR UPDATE SKIP LOCKED")
 
+    def ids_in(self, column: ColumnElement[Any]) -> ColumnElement[bool]:
+        """``column = ANY(:ids)``, the list bound as ONE array parameter (PostgreSQL manual,
+        "Row and Array Comparisons", ``ANY``): the statement's text is the same for every
+        batch (so the driver's prepared statement is reused), where an expanding ``IN``
+        renders and sends one parameter per id."""
+        ids = sa.bindparam("ids", type_=postgresql.ARRAY(column.type))
+        return column == sa.any_(ids)
+
     def claim_statement(
         self,
         table: sa.Table,
         candidates: CandidateQuery,
-        limit: int,
+        limit: Limit,
         values: Mapping[str, Any],
+        columns: Sequence[sa.Column[Any]] | None = None,
     ) -> Executable:
         locked = self.lock(candidates(table.alias("candidate")), limit)
+        returned = table.c if columns is None else columns
         return (
-            sa.update(table).where(table.c.id.in_(locked)).values(dict(values)).returning(*table.c)
+            sa.update(table).where(table.c.id.in_(locked)).values(dict(values)).returning(*returned)
         )
 
 

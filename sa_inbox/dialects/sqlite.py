@@ -21,7 +21,7 @@ from ..exc import UnsupportedBackend
 from .backend import Backend
 from .base import OnConflictDoNothingClaim, driver_error
 from .purge import PurgeDialect
-from .store_claim import StoreClaimDialect
+from .store_claim import Limit, StoreClaimDialect
 
 __all__ = ["BACKEND", "SQLiteClaim", "SQLitePurge", "SQLiteStoreClaim"]
 
@@ -182,7 +182,7 @@ class SQLiteStoreClaim(StoreClaimDialect):
         if not self.claim_dialect.driver_in_transaction(conn.connection.dbapi_connection):
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-    def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
+    def lock(self, candidates: sa.Select[Any], limit: Limit) -> sa.Select[Any]:
         return candidates.limit(limit)
 
 

@@ -11,31 +11,70 @@ backend        claim
 =============  ===================================================================
 postgresql     ``UPDATE … WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)
                RETURNING …``: one statement
-mysql/mariadb  ``SELECT id … LIMIT n FOR UPDATE SKIP LOCKED``, ``UPDATE … WHERE id IN``,
-               ``SELECT …``: MySQL ≥ 8.0.1, MariaDB ≥ 10.6, READ COMMITTED
-oracle         ``SELECT id … FOR UPDATE SKIP LOCKED`` without ``FETCH FIRST``
-               (ORA-02014), only ``n`` rows fetched; then ``UPDATE`` and ``SELECT``
-sqlite         ``BEGIN IMMEDIATE`` (one writer), ``SELECT id … LIMIT n``, ``UPDATE``,
-               ``SELECT``
+mysql/mariadb  ``SELECT … LIMIT n FOR UPDATE SKIP LOCKED``, ``UPDATE … WHERE id IN``:
+               MySQL ≥ 8.0.1, MariaDB ≥ 10.6, READ COMMITTED
+oracle         ``SELECT … FOR UPDATE SKIP LOCKED`` without ``FETCH FIRST``
+               (ORA-02014), only ``n`` rows fetched; then ``UPDATE``
+sqlite         ``BEGIN IMMEDIATE`` (one writer), ``SELECT … LIMIT n``, ``UPDATE``
 =============  ===================================================================
+
+Without ``RETURNING``, the claimed rows are read by the locking ``SELECT`` itself, and the
+caller's ``returned`` function applies the ``UPDATE``'s values to them in Python: the rows
+are locked from that read to the commit, so no one changes them in between, and a third
+statement reading them back is not needed. Measured on MariaDB 10.11 (a no-op batch drain,
+batches of 100), that read-back cost 1.4 ms of a 9.2 ms batch. Without ``returned`` the
+rows are read back after the ``UPDATE`` (the outbox relay's and the reaper's claims).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.sql.expression import Executable
 
-from ..exc import UnsupportedBackend
+from ..exc import InvalidStoreArgument, UnsupportedBackend
 
-__all__ = ["CandidateQuery", "StoreClaimDialect", "require_version"]
+__all__ = [
+    "LIMIT",
+    "CandidateQuery",
+    "ClaimPlan",
+    "Limit",
+    "Returned",
+    "StoreClaimDialect",
+    "require_version",
+]
 
 #: Builds ``SELECT source.id FROM source WHERE <claimable> ORDER BY received_at, id`` on
 #: ``source`` (the store table, or an alias of it when the query is nested in an UPDATE).
 CandidateQuery = Callable[[sa.FromClause], sa.Select[Any]]
+#: A claimed row as the claim's ``UPDATE`` leaves it, from the row as read under its lock
+#: (all columns): what :meth:`StoreClaimDialect.claim` returns where there is no ``RETURNING``.
+Returned = Callable[[RowMapping], Mapping[Any, Any]]
+#: A claim's row limit: a number, or the bind parameter :data:`LIMIT` of a planned claim.
+Limit = int | sa.BindParameter[int]
+#: The name of a planned claim's row-limit bind parameter (see :meth:`StoreClaimDialect.plan`).
+LIMIT = "claim_limit"
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """The statements of a claim, built once (:meth:`StoreClaimDialect.plan`), run with
+    their bind parameters' values (:meth:`StoreClaimDialect.run`).
+
+    :param single: the backend's one claim statement (``UPDATE … RETURNING``), if any.
+    :param lock: otherwise, the locking ``SELECT`` (ids, or every column returned).
+    :param update: the ``UPDATE`` of the locked ids (bound as ``ids``).
+    :param read_back: the ``SELECT`` of the claimed rows after it, or ``None``.
+    """
+
+    single: Executable | None = None
+    lock: sa.Select[Any] | None = None
+    update: Executable | None = None
+    read_back: sa.Select[Any] | None = None
 
 
 def require_version(conn: Connection, minimum: tuple[int, ...], product: str, feature: str) -> None:
@@ -57,12 +96,14 @@ def require_version(conn: Connection, minimum: tuple[int, ...], product: str, fe
 
 
 class StoreClaimDialect:
-    """Claims of stored messages for one backend; the default is the three-statement form.
+    """Claims of stored messages for one backend; the default locks with a SELECT, then UPDATEs.
 
     :meth:`claim` runs the backend's single claim statement where it has one
-    (:meth:`claim_statement`). Otherwise it locks at most ``limit`` candidate ids
-    (:meth:`lock` builds the locking select, :meth:`locked_ids` fetches it), marks them
-    with ``values`` in one ``UPDATE`` and reads the claimed rows back. It runs inside the
+    (:meth:`claim_statement`). Otherwise it locks at most ``limit`` candidate rows
+    (:meth:`lock` builds the locking select, :meth:`locked_rows` fetches it), marks them
+    with ``values`` in one ``UPDATE`` and reads the claimed rows back, or applies the
+    caller's ``returned`` to the locked rows. :meth:`plan` builds those statements once
+    and :meth:`run` executes them. It runs inside the
     caller's transaction (begun by the store, committed right after) and never commits.
     """
 
@@ -71,6 +112,12 @@ class StoreClaimDialect:
     #: claimers and receivers do not block each other (MySQL manual, "Transaction Isolation
     #: Levels"); it is already the default on PostgreSQL and Oracle.
     isolation_level: ClassVar[str | None] = "READ COMMITTED"
+    #: Whether a claim of abandoned rows (``processing`` past the visibility timeout: rare)
+    #: is preceded by a plain, non-locking ``SELECT … LIMIT 1`` of the same rows, and
+    #: skipped when that finds none. Worth it where a locking read costs much more than a
+    #: plain one over the same index range (InnoDB, see the MySQL dialect); a plain read at
+    #: READ COMMITTED sees every committed row, so the claim takes the same rows.
+    probe_abandoned: ClassVar[bool] = False
 
     def check_backend(self, conn: Connection) -> None:
         """Raise :class:`~sa_inbox.exc.UnsupportedBackend` if the server cannot claim.
@@ -86,13 +133,27 @@ class StoreClaimDialect:
         """
         return None
 
-    def lock(self, candidates: sa.Select[Any], limit: int) -> sa.Select[Any]:
+    def lock(self, candidates: sa.Select[Any], limit: Limit) -> sa.Select[Any]:
         """``candidates`` limited to ``limit`` rows, locked, skipping rows locked by others."""
         return candidates.limit(limit).with_for_update(skip_locked=True)
 
-    def locked_ids(self, conn: Connection, statement: sa.Select[Any], limit: int) -> list[int]:
-        """Run the locking select and return at most ``limit`` ids."""
-        return [int(value) for value in conn.execute(statement).scalars()]
+    def locked_rows(
+        self,
+        conn: Connection,
+        statement: sa.Select[Any],
+        limit: int,
+        parameters: Mapping[str, Any],
+    ) -> Sequence[RowMapping]:
+        """Run the locking select with ``parameters``; at most ``limit`` of its rows."""
+        return conn.execute(statement, dict(parameters)).mappings().all()
+
+    def ids_in(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+        """``column`` is one of the list bound as ``ids`` (the default: an expanding ``IN``).
+
+        A statement built with it is built once and cached; PostgreSQL binds the list as one
+        array (``= ANY(:ids)``) instead of one parameter per id.
+        """
+        return column.in_(sa.bindparam("ids", expanding=True))
 
     def claim(
         self,
@@ -101,35 +162,102 @@ class StoreClaimDialect:
         candidates: CandidateQuery,
         limit: int,
         values: Mapping[str, Any],
-    ) -> Sequence[RowMapping]:
-        """Claim at most ``limit`` rows of ``table`` chosen by ``candidates``.
+        returned: Returned | None = None,
+        columns: Sequence[sa.Column[Any]] | None = None,
+    ) -> Sequence[Mapping[Any, Any]]:
+        """Claim at most ``limit`` rows of ``table`` chosen by ``candidates``: :meth:`plan`
+        and :meth:`run` in one call (the statements built for this claim only).
 
         :param conn: a connection in the store's claim transaction.
         :param table: the store table.
         :param candidates: see :data:`CandidateQuery`.
         :param limit: rows at most, >= 1.
         :param values: column -> value or SQL expression written to each claimed row.
-        :returns: the claimed rows, all columns, as they are after the update.
+        :param returned: the claim's ``values`` applied in Python to a row read under its
+            lock (see :data:`Returned`): the rows are then read by the locking ``SELECT``
+            and not read back; ``None`` reads them back after the ``UPDATE``.
+        :param columns: the columns returned (default all); with ``returned``, those it
+            reads must be among them.
+        :returns: the claimed rows, as they are after the update.
         """
-        statement = self.claim_statement(table, candidates, limit, values)
-        if statement is not None:
-            return conn.execute(statement).mappings().all()
-        ids = self.locked_ids(conn, self.lock(candidates(table), limit), limit)
-        if not ids:
+        plan = self.plan(table, candidates, values, columns, read_back=returned is None)
+        return self.run(conn, plan, limit, {}, returned)
+
+    def plan(
+        self,
+        table: sa.Table,
+        candidates: CandidateQuery,
+        values: Mapping[str, Any],
+        columns: Sequence[sa.Column[Any]] | None = None,
+        *,
+        read_back: bool = True,
+    ) -> ClaimPlan:
+        """Build a claim's statements once, for :meth:`run` to execute many times.
+
+        The row limit is the bind parameter :data:`LIMIT`; ``candidates`` and ``values``
+        may hold bind parameters of their own (their values are :meth:`run`'s
+        ``parameters``). A cached plan saves each claim the statements' construction and
+        SQLAlchemy's cache-key walk over them (measured: 280 µs per claim statement on
+        PostgreSQL, two per claim, against a 5 ms batch of 100 no-op messages).
+
+        :param read_back: read the rows back after the ``UPDATE`` (backends without
+            ``RETURNING``); ``False``: the locking ``SELECT`` reads ``columns`` and
+            :meth:`run` applies its ``returned`` to them.
+        Other parameters as for :meth:`claim`.
+        """
+        limit = sa.bindparam(LIMIT, type_=sa.Integer())
+        single = self.claim_statement(table, candidates, limit, values, columns)
+        if single is not None:
+            return ClaimPlan(single=single)
+        wanted = list(table.c if columns is None else columns)
+        locking = self.lock(candidates(table), limit)
+        ids = self.ids_in(table.c.id)
+        update = sa.update(table).where(ids).values(dict(values))
+        if read_back:
+            return ClaimPlan(lock=locking, update=update, read_back=sa.select(*wanted).where(ids))
+        return ClaimPlan(lock=locking.with_only_columns(*wanted), update=update)
+
+    def run(
+        self,
+        conn: Connection,
+        plan: ClaimPlan,
+        limit: int,
+        parameters: Mapping[str, Any],
+        returned: Returned | None = None,
+    ) -> Sequence[Mapping[Any, Any]]:
+        """Claim at most ``limit`` rows with ``plan``'s statements and ``parameters``.
+
+        :param returned: required by a plan without read-back (see :meth:`plan`).
+        :returns: the claimed rows, as they are after the update.
+        :raises InvalidStoreArgument: for a plan without read-back and no ``returned``.
+        """
+        bound = {**parameters, LIMIT: limit}
+        if plan.single is not None:
+            return conn.execute(plan.single, bound).mappings().all()
+        assert plan.lock is not None and plan.update is not None
+        if plan.read_back is None and returned is None:
+            raise InvalidStoreArgument("a claim plan without read-back needs its returned function")
+        rows = self.locked_rows(conn, plan.lock, limit, bound)
+        if not rows:
             return []
-        conn.execute(sa.update(table).where(table.c.id.in_(ids)).values(dict(values)))
-        return conn.execute(sa.select(table).where(table.c.id.in_(ids))).mappings().all()
+        ids = [int(row["id"]) for row in rows]
+        conn.execute(plan.update, {**parameters, "ids": ids})
+        if plan.read_back is None:
+            assert returned is not None
+            return [returned(row) for row in rows]
+        return conn.execute(plan.read_back, {"ids": ids}).mappings().all()
 
     def claim_statement(
         self,
         table: sa.Table,
         candidates: CandidateQuery,
-        limit: int,
+        limit: Limit,
         values: Mapping[str, Any],
+        columns: Sequence[sa.Column[Any]] | None = None,
     ) -> Executable | None:
         """The single statement that claims and returns the rows, where the backend has one.
 
         :meth:`claim` runs it and reads its rows; ``None`` (the default) means the
-        three-statement form. Parameters as for :meth:`claim`.
+        ``SELECT`` and ``UPDATE`` form. Parameters as for :meth:`claim`.
         """
         return None

@@ -41,13 +41,13 @@ import datetime
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.engine import Connection
 
 from ..dialects import backend_for
 from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
@@ -156,7 +156,7 @@ class RelayCore:
             "claimed_by": token,
             "attempts": self.table.c.attempts + 1,
         }
-        rows: list[RowMapping] = []
+        rows: list[Mapping[Any, Any]] = []
         with self.transaction() as (conn, dialect):
             for query in self.candidates(when):
                 rows.extend(
@@ -447,7 +447,7 @@ def add_batches(a: RelayBatch, b: RelayBatch) -> RelayBatch:
     )
 
 
-def _message(row: RowMapping) -> OutboxMessage:
+def _message(row: Mapping[Any, Any]) -> OutboxMessage:
     return OutboxMessage(
         id=int(row["id"]),
         message_id=row["message_id"],

@@ -4,7 +4,8 @@
 the same code in greenlets) handles the messages of one claim in ONE transaction
 (:meth:`~sa_inbox.store.InboxStore.complete_batch`): one ``UPDATE … SET status='done' WHERE
 id IN (…) AND status='processing' AND claimed_by=:token`` for the whole batch (the claim-token
-guard), each handler in turn, one COMMIT. A worker killed mid-batch commits nothing of it: the
+guard; built once per backend, ``id = ANY(:ids)`` with one array parameter on PostgreSQL),
+each handler in turn, one COMMIT. A worker killed mid-batch commits nothing of it: the
 rows stay ``processing`` with their attempt counted at claim, and are claimed again after the
 visibility timeout.
 

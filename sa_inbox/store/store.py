@@ -29,7 +29,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
@@ -46,7 +46,7 @@ from ..collision import (
     store_digests,
 )
 from ..dialects import ClaimDialect, backend_for
-from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
+from ..dialects.store_claim import CandidateQuery, ClaimPlan, StoreClaimDialect
 from ..exc import ClaimLost, ConfigurationError, InvalidStoreArgument
 from ..guard import owned_transaction
 from ..handlers import call_handler
@@ -82,6 +82,19 @@ from .schema import (
 
 __all__ = ["BoundStore", "InboxStore", "receive_insert"]
 
+#: The columns a claim returns: those of a :class:`StoredMessage` (``attempts`` as read
+#: before the claim's increment where there is no ``RETURNING``).
+_MESSAGE_COLUMNS = (
+    "id",
+    "message_id",
+    "consumer_name",
+    "payload",
+    "aggregate_id",
+    "message_type",
+    "attempts",
+    "received_at",
+    "claimed_by",
+)
 #: The statuses :meth:`InboxStore.replay` resets to pending.
 _REPLAYABLE = (DEAD, DONE)
 
@@ -136,6 +149,10 @@ class InboxStore:
         # Engines whose store-claim check passed. No lock guards them: a racing first call
         # runs the same read-only check again, and no lock is ever held across SQL.
         self._claim_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+        # The batch's done-marking UPDATE per backend, built once (see _mark_done).
+        self._done_statements: dict[StoreClaimDialect, sa.Update] = {}
+        # The claim's statements per backend and kind of claim (see _claim_plans).
+        self._claim_plan_cache: dict[tuple[StoreClaimDialect, bool, bool], _ClaimPlans] = {}
 
     def bind(
         self, engine: sa.Engine, session_factory: Callable[[], Session] | None = None
@@ -325,25 +342,30 @@ class InboxStore:
         :raises InvalidStoreArgument: for a bad ``limit``, timeout or ``max_attempts``.
         """
         _positive_int(limit, "limit")
+        _positive_int(max_attempts, "max_attempts")
         when = _aware(now)
         token = validate_key(claimed_by, "claimed_by", 255)
-        candidates = self.candidates(
-            consumer_name=consumer_name,
-            visibility_timeout=visibility_timeout,
-            max_attempts=max_attempts,
-            ordered=ordered,
-            now=when,
-        )
-        values = {
-            "status": PROCESSING,
-            "claimed_at": when,
-            "claimed_by": token,
-            "attempts": self.table.c.attempts + 1,
+        consumer = self._consumer(consumer_name)
+        parameters = {
+            "now": when,
+            "stale_before": when - _seconds(visibility_timeout, "visibility_timeout"),
+            "max_attempts": max_attempts,
+            "consumer": consumer,
+            "claimed_at_now": when,
+            "token": token,
         }
-        rows: list[RowMapping] = []
+
+        def returned(row: RowMapping) -> dict[str, Any]:
+            """A message's columns as the UPDATE leaves them (backends without RETURNING)."""
+            return {**row, "claimed_by": token, "attempts": int(row["attempts"]) + 1}
+
+        rows: list[Mapping[Any, Any]] = []
         with self.transaction(engine) as (conn, dialect):
-            for query in candidates:
-                rows.extend(dialect.claim(conn, self.table, query, limit - len(rows), values))
+            plans = self._claim_plans(dialect, consumer is None, ordered)
+            for plan in (plans.abandoned, plans.pending):
+                if plan is plans.abandoned and not self._may_hold(conn, plans.probe, parameters):
+                    continue  # no abandoned row: its locking read is skipped
+                rows.extend(dialect.run(conn, plan, limit - len(rows), parameters, returned))
                 if len(rows) >= limit:
                     break
         messages = [_message(row) for row in rows]
@@ -381,17 +403,26 @@ class InboxStore:
         _positive_int(max_attempts, "max_attempts")
         when = _aware(now)
         stale_before = when - _seconds(visibility_timeout, "visibility_timeout")
-        consumer = (
-            None
-            if consumer_name is None
-            else validate_key(consumer_name, "consumer_name", self.message_id_length)
-        )
+        consumer = self._consumer(consumer_name)
+        return self._candidate_queries(when, stale_before, max_attempts, consumer, ordered)
+
+    def _consumer(self, consumer_name: str | None) -> str | None:
+        """The validated consumer name, or ``None`` (every consumer)."""
+        if consumer_name is None:
+            return None
+        return validate_key(consumer_name, "consumer_name", self.message_id_length)
+
+    def _candidate_queries(
+        self, now: Any, stale_before: Any, max_attempts: Any, consumer: Any, ordered: bool
+    ) -> tuple[CandidateQuery, CandidateQuery]:
+        """:meth:`candidates` on values, or on bind parameters (a cached claim plan); a
+        ``consumer`` of ``None`` leaves the consumer condition out."""
 
         def query(status: str) -> CandidateQuery:
             def candidates(source: sa.FromClause) -> sa.Select[Any]:
                 c = source.c
                 if status == PENDING:
-                    claimable = c.available_at <= when
+                    claimable = c.available_at <= now
                 else:
                     claimable = sa.and_(c.claimed_at < stale_before, c.attempts < max_attempts)
                 where = sa.and_(c.status == status, claimable)
@@ -404,6 +435,48 @@ class InboxStore:
             return candidates
 
         return query(PROCESSING), query(PENDING)
+
+    @staticmethod
+    def _may_hold(
+        conn: Connection, probe: sa.Select[Any] | None, parameters: Mapping[str, Any]
+    ) -> bool:
+        """False only when ``probe`` (a plain read) finds no row; True without a probe."""
+        return probe is None or conn.execute(probe, dict(parameters)).first() is not None
+
+    def _claim_plans(
+        self, dialect: StoreClaimDialect, every_consumer: bool, ordered: bool
+    ) -> _ClaimPlans:
+        """The claim's statements for ``dialect`` (abandoned claims, then pending rows, and
+        the probe of abandoned rows where the dialect wants one), built once per backend and
+        kind of claim; their bind parameters are ``now``, ``stale_before``,
+        ``max_attempts``, ``consumer``, ``claimed_at_now`` and ``token`` (see :meth:`claim`).
+        No row is read back: the locked rows are returned with the claim's values applied
+        (:data:`~sa_inbox.dialects.store_claim.Returned`)."""
+        key = (dialect, every_consumer, ordered)
+        plans = self._claim_plan_cache.get(key)
+        if plans is None:
+            t = self.table
+            queries = self._candidate_queries(
+                sa.bindparam("now", type_=t.c.available_at.type),
+                sa.bindparam("stale_before", type_=t.c.claimed_at.type),
+                sa.bindparam("max_attempts", type_=t.c.attempts.type),
+                None if every_consumer else sa.bindparam("consumer", type_=t.c.consumer_name.type),
+                ordered,
+            )
+            values = {
+                "status": PROCESSING,
+                "claimed_at": sa.bindparam("claimed_at_now", type_=t.c.claimed_at.type),
+                "claimed_by": sa.bindparam("token", type_=t.c.claimed_by.type),
+                "attempts": t.c.attempts + 1,
+            }
+            columns = [t.c[name] for name in _MESSAGE_COLUMNS]
+            abandoned, pending = (
+                dialect.plan(t, query, values, columns, read_back=False) for query in queries
+            )
+            probe = queries[0](t).limit(1) if dialect.probe_abandoned else None
+            plans = _ClaimPlans(abandoned, pending, probe)
+            self._claim_plan_cache[key] = plans
+        return plans
 
     def complete(
         self,
@@ -517,7 +590,7 @@ class InboxStore:
         ):
             conn = session.connection(bind_arguments={"clause": self.table})
             dialect.begin_write(conn)
-            held = self._mark_done(conn, messages, when)
+            held = self._mark_done(conn, dialect, messages, when)
             mine = [m for m in messages if m.id in held]
             failures = [earlier[m.id] for m in mine if m.id in earlier]
             to_run = [m for m in mine if m.id not in earlier]
@@ -543,7 +616,11 @@ class InboxStore:
         )
 
     def _mark_done(
-        self, conn: Connection, messages: Sequence[StoredMessage], when: datetime.datetime
+        self,
+        conn: Connection,
+        dialect: StoreClaimDialect,
+        messages: Sequence[StoredMessage],
+        when: datetime.datetime,
     ) -> set[int]:
         """Mark the batch's rows ``done`` (claim-token guarded); the ids marked.
 
@@ -552,24 +629,39 @@ class InboxStore:
         timeout); MariaDB has no ``UPDATE … RETURNING``.
         """
         t = self.table
+        statement = self._done_statement(dialect)
         held: set[int] = set()
         for token in sorted({m.claimed_by for m in messages}):
             ids = sorted(m.id for m in messages if m.claimed_by == token)
-            mine = (t.c.id.in_(ids), t.c.claimed_by == token)
-            marked = _rowcount(
-                conn,
-                _by_primary_key(
-                    sa.update(t)
-                    .where(*mine, t.c.status == PROCESSING)
-                    .values(status=DONE, processed_at=when)
-                ),
-            )
+            marked = _rowcount(conn, statement, {"ids": ids, "token": token, "when": when})
             if marked == len(ids):
                 held.update(ids)
             elif marked:
-                query = sa.select(t.c.id).where(*mine, t.c.status == DONE)
+                query = sa.select(t.c.id).where(
+                    t.c.id.in_(ids), t.c.claimed_by == token, t.c.status == DONE
+                )
                 held.update(int(i) for i in conn.execute(query).scalars())
         return held
+
+    def _done_statement(self, dialect: StoreClaimDialect) -> sa.Update:
+        """``UPDATE … SET status='done', processed_at=:when WHERE id <in :ids> AND
+        claimed_by=:token AND status='processing'`` for ``dialect``, built once: a batch
+        then compiles nothing (SQLAlchemy's compiled cache still keys each new statement
+        object), and on PostgreSQL its text does not depend on the batch's size."""
+        statement = self._done_statements.get(dialect)
+        if statement is None:
+            t = self.table
+            statement = _by_primary_key(
+                sa.update(t)
+                .where(
+                    dialect.ids_in(t.c.id),
+                    t.c.claimed_by == sa.bindparam("token"),
+                    t.c.status == PROCESSING,
+                )
+                .values(status=DONE, processed_at=sa.bindparam("when", type_=t.c.processed_at.type))
+            )
+            self._done_statements[dialect] = statement
+        return statement
 
     def _record_failure(self, conn: Connection, failure: BatchFailure) -> None:
         """Turn a row marked ``done`` by this transaction into a failed attempt."""
@@ -925,6 +1017,19 @@ class InboxStore:
         return dialect
 
 
+class _ClaimPlans(NamedTuple):
+    """A store claim's cached statements (see :meth:`InboxStore._claim_plans`).
+
+    :param abandoned: the claim of abandoned rows (``processing`` past the timeout).
+    :param pending: the claim of pending rows.
+    :param probe: a plain ``SELECT id … LIMIT 1`` of abandoned rows run first, or ``None``.
+    """
+
+    abandoned: ClaimPlan
+    pending: ClaimPlan
+    probe: sa.Select[Any] | None
+
+
 class BoundStore:
     """An :class:`InboxStore` on one engine: the :class:`MessageStore` of a worker.
 
@@ -1030,7 +1135,7 @@ class BoundStore:
         return is_transient(exc, self.engine.dialect.name)
 
 
-def _message(row: RowMapping) -> StoredMessage:
+def _message(row: Mapping[Any, Any]) -> StoredMessage:
     return StoredMessage(
         id=int(row["id"]),
         message_id=row["message_id"],
@@ -1098,8 +1203,10 @@ def _is_configuration(exc: BaseException, dialect_name: str) -> bool:
     return isinstance(exc, DBAPIError) and backend_for(dialect_name).claim.is_missing_table(exc)
 
 
-def _rowcount(conn: Connection, statement: sa.Update) -> int:
-    result = conn.execute(statement, execution_options={"preserve_rowcount": True})
+def _rowcount(
+    conn: Connection, statement: sa.Update, parameters: Mapping[str, Any] | None = None
+) -> int:
+    result = conn.execute(statement, parameters, execution_options={"preserve_rowcount": True})
     return int(result.rowcount)
 
 

@@ -16,6 +16,7 @@ from sa_inbox.store import PROCESSING
 from tests.support.store_app import StoreApp, make_engine
 
 pytestmark = pytest.mark.backend
+HOUR = datetime.timedelta(hours=1)
 
 
 @pytest.fixture
@@ -55,3 +56,75 @@ def test_claim_sends_the_backends_statements(store_app: StoreApp) -> None:
         assert sent == ["UPDATE"]
     else:
         assert sent == ["SELECT", "UPDATE", "SELECT"]
+
+
+def test_the_store_claim_reads_no_row_back_and_returns_them_as_stored(
+    store_app: StoreApp,
+) -> None:
+    """``InboxStore.claim`` sends, per candidate query, PostgreSQL's ``UPDATE … RETURNING``
+    or elsewhere a locking ``SELECT`` and an ``UPDATE`` (no third statement reading the rows
+    back: its rows are the locked ``SELECT``'s with the claim's values applied in Python);
+    what it returns is what the database then holds."""
+    engine, store = store_app.engine, store_app.store
+    t = store.table
+    now = datetime.datetime.now(datetime.UTC)
+    with engine.begin() as conn:
+        for n in range(3):
+            store.receive(conn, f"m-{n}", {"n": n}, now=now + datetime.timedelta(seconds=n))
+    later = now + datetime.timedelta(seconds=10)
+    sent: list[str] = []
+
+    locking: list[bool] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.split()[0].upper() in ("SELECT", "UPDATE"):
+            sent.append(statement.split()[0].upper())
+        if statement.split()[0].upper() == "SELECT":
+            locking.append("FOR UPDATE" in statement.upper())
+
+    def claim(token: str) -> list[Any]:
+        sent.clear()
+        locking.clear()
+        sa.event.listen(engine, "before_cursor_execute", record)
+        try:
+            return store.claim(
+                engine, claimed_by=token, limit=2, visibility_timeout=30, max_attempts=5, now=later
+            )
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", record)
+
+    first = claim("w-1")
+    # abandoned claims first (none found), then pending rows
+    if engine.dialect.name == "postgresql":
+        assert sent == ["UPDATE", "UPDATE"]
+    else:
+        assert sent == ["SELECT", "SELECT", "UPDATE"]
+    probed = engine.dialect.name in ("mysql", "mariadb")
+    if probed:  # a plain probe found no abandoned row, so no locking read of them ran
+        assert locking == [False, True]
+    with engine.begin() as conn:  # m-1's worker died: abandoned, past the visibility timeout
+        conn.execute(t.update().where(t.c.message_id == "m-1").values(claimed_at=later - HOUR))
+    second = claim("w-2")
+    if probed:  # the probe found one: the locking read of abandoned rows, then of pending
+        assert (sent, locking) == (
+            ["SELECT", "SELECT", "UPDATE", "SELECT", "UPDATE"],
+            [False, True, True],
+        )
+    with engine.connect() as conn:
+        stored = {
+            row.message_id: row
+            for row in conn.execute(
+                sa.select(t.c.message_id, t.c.attempts, t.c.claimed_by, t.c.received_at)
+            )
+        }
+    assert [m.message_id for m in first] == ["m-0", "m-1"]
+    assert [m.message_id for m in second] == ["m-1", "m-2"]  # the abandoned one first
+    for message in [first[0], *second]:
+        row = stored[message.message_id]
+        assert (message.attempts, message.claimed_by, message.received_at) == (
+            row.attempts,
+            row.claimed_by,
+            row.received_at,
+        )
+    assert [m.attempts for m in second] == [2, 1]
+    assert second[0].payload == {"n": 1}

@@ -213,3 +213,68 @@ def test_bad_claim_arguments_are_refused_before_sql(store: InboxStore) -> None:
         store.candidates(visibility_timeout=5, max_attempts=0)
     with pytest.raises(InvalidStoreArgument):
         store.candidates(visibility_timeout=5, max_attempts=5, now=datetime.datetime(2026, 1, 1))
+
+
+@pytest.mark.parametrize(
+    ("dialect", "ids"),
+    [
+        (postgresql.dialect(), "inbox_store.id = ANY (%(ids)s::BIGINT[])"),
+        (mysql.dialect(), "inbox_store.id IN (__[POSTCOMPILE_ids])"),
+        (sqlite.dialect(), "inbox_store.id IN (__[POSTCOMPILE_ids])"),
+    ],
+)
+def test_the_batch_marks_done_with_one_statement_built_once(
+    store: InboxStore, dialect: sa.Dialect, ids: str
+) -> None:
+    """The batch's done-marking UPDATE is built once per backend; on PostgreSQL the batch's
+    ids are one array parameter, so its text does not depend on the batch's size."""
+    backend = backend_for(dialect.name).store_claim
+    statement = store._done_statement(backend)
+    assert store._done_statement(backend) is statement
+    text = sql(statement, dialect)
+    assert ids in text
+    assert "claimed_by" in text and "status" in text
+
+
+@pytest.mark.parametrize("name", ["postgresql", "mysql", "sqlite", "oracle"])
+@pytest.mark.parametrize("ordered", [False, True])
+def test_the_claim_plans_are_built_once_and_compile(
+    store: InboxStore, name: str, ordered: bool
+) -> None:
+    """The store's claim statements are built once per backend and kind of claim, their
+    values bound at each claim; without RETURNING the locking SELECT reads the message's
+    columns and nothing is read back; Oracle's has no row limit (ORA-02014)."""
+    dialect = {
+        "postgresql": postgresql.dialect(),
+        "mysql": mysql.dialect(),
+        "sqlite": sqlite.dialect(),
+        "oracle": oracle.dialect(),
+    }[name]
+    backend = backend_for(name).store_claim
+    plans = store._claim_plans(backend, False, ordered)
+    assert store._claim_plans(backend, False, ordered) is plans
+    assert store._claim_plans(backend, True, ordered) is not plans
+    # MySQL/MariaDB probe abandoned rows with a plain read first (no FOR UPDATE)
+    assert (plans.probe is not None) is (name == "mysql")
+    if plans.probe is not None:
+        probe = sql(plans.probe, dialect)
+        assert "FOR UPDATE" not in probe and "LIMIT" in probe
+        assert "inbox_store.status = %s AND inbox_store.claimed_at < %s" in probe
+    for plan in (plans.abandoned, plans.pending):
+        if name == "postgresql":
+            assert plan.single is not None and plan.lock is None
+            text = sql(plan.single, dialect)
+            assert "LIMIT %(claim_limit)s::INTEGER FOR UPDATE SKIP LOCKED" in text
+            assert text.endswith(
+                "RETURNING inbox_store.id, inbox_store.message_id, inbox_store.consumer_name, "
+                "inbox_store.payload, inbox_store.aggregate_id, inbox_store.message_type, "
+                "inbox_store.attempts, inbox_store.received_at, inbox_store.claimed_by"
+            )
+            continue
+        assert plan.single is None and plan.read_back is None
+        assert plan.lock is not None and plan.update is not None
+        lock = sql(plan.lock, dialect)
+        assert lock.startswith("SELECT inbox_store.id, inbox_store.message_id")
+        assert ("LIMIT" in lock) is (name != "oracle")
+        assert ("SKIP LOCKED" in lock) is (name != "sqlite")
+        assert "claimed_by" in sql(plan.update, dialect)
