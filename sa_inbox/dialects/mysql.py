@@ -457,6 +457,7 @@ class MySQLStoreClaim(StoreClaimDialect):
     either once purged); in a drain of no-op batches of 100, 1.1-1.4 ms of each batch.
     """
 
+    recheck_ordered = True
     probe_abandoned = True
 
     def check_backend(self, conn: Connection) -> None:

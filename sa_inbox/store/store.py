@@ -470,8 +470,10 @@ class InboxStore:
                 "attempts": t.c.attempts + 1,
             }
             columns = [t.c[name] for name in _MESSAGE_COLUMNS]
+            recheck = ordered and dialect.recheck_ordered
             abandoned, pending = (
-                dialect.plan(t, query, values, columns, read_back=False) for query in queries
+                dialect.plan(t, query, values, columns, read_back=False, recheck=recheck)
+                for query in queries
             )
             probe = queries[0](t).limit(1) if dialect.probe_abandoned else None
             plans = _ClaimPlans(abandoned, pending, probe)

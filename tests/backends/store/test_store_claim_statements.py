@@ -4,6 +4,7 @@ RETURNING`` (its ``StoreClaimDialect.claim_statement``), the three-statement for
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Iterator
 from typing import Any
@@ -128,3 +129,43 @@ def test_the_store_claim_reads_no_row_back_and_returns_them_as_stored(
         )
     assert [m.attempts for m in second] == [2, 1]
     assert second[0].payload == {"n": 1}
+
+
+def test_an_ordered_claim_rechecks_rows_its_locking_read_saw_beyond_its_snapshot(
+    store_app: StoreApp,
+) -> None:
+    """InnoDB's locking read sees rows committed after its statement began; the NOT EXISTS
+    of the ordered condition reads the statement's snapshot and does not: two messages of
+    one aggregate received during a claim were both claimed. The race is simulated here
+    with a lock statement lacking the ordered condition (what the locking read returned in
+    the race); the recheck, a plain SELECT with the condition, keeps only the first."""
+    engine, store = store_app.engine, store_app.store
+    table = store.table
+    now = datetime.datetime.now(datetime.UTC)
+    with engine.begin() as conn:
+        for seq in range(3):
+            store.receive(conn, f"a-{seq}", {"seq": seq}, aggregate_id="a", now=now)
+        store.receive(conn, "b-0", {"seq": 0}, aggregate_id="b", now=now)
+    later = now + datetime.timedelta(seconds=10)
+    unordered, ordered = (
+        store.candidates(visibility_timeout=30, max_attempts=5, now=later, ordered=flag)[1]
+        for flag in (False, True)
+    )
+    dialect = backend_for(engine.dialect.name).store_claim
+    values = {"status": PROCESSING, "claimed_by": "w", "attempts": table.c.attempts + 1}
+    raced = dialect.plan(table, unordered, values)  # what the locking read saw
+    checked = dialect.plan(table, ordered, values, recheck=True)
+    if checked.single is not None:  # one UPDATE … RETURNING: one snapshot throughout
+        assert engine.dialect.name == "postgresql" and checked.recheck is None
+        return
+    plan = dataclasses.replace(raced, recheck=checked.recheck)
+    with engine.begin() as conn:
+        dialect.begin_write(conn)
+        rows = dialect.run(conn, plan, 10, {})
+    assert sorted(row["message_id"] for row in rows) == ["a-0", "b-0"]
+    with engine.connect() as conn:
+        claimed = conn.execute(
+            sa.select(table.c.message_id).where(table.c.status == PROCESSING)
+        ).scalars()
+        assert sorted(claimed) == ["a-0", "b-0"]
+    assert backend_for("mysql").store_claim.recheck_ordered
