@@ -343,11 +343,12 @@ def run_failover(config: FailoverConfig, cluster: Cluster) -> FailoverResult:
             at = max(1, int(len(plan.publishes) * config.failover_at))
             failover = _Failover(cluster, Path(logs), at, config.frozen_s)
             try:
+                failover.start()  # watching before anything is published: a late start on
+                # a loaded machine let the whole stream settle before the failover
                 supervisor.start()
                 started = time.monotonic()
                 ballast.start()
                 producer.start()
-                failover.start()
                 _consume_with_failover(chaos, driver, supervisor, producer, logs, failover)
                 elapsed = time.monotonic() - started
             finally:

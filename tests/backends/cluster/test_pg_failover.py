@@ -57,7 +57,7 @@ def failover(servers: ReplicatedServers, amqp_url: str, queue: str) -> FailoverR
         replication=servers.mode,
         messages=MESSAGES,
         consumers=CONSUMERS,
-        failover_at=0.4,
+        failover_at=0.3,
         ballast_writers=BALLAST_WRITERS,
         ballast_row_bytes=BALLAST_ROW_BYTES,
         seed=SEED,
