@@ -92,8 +92,9 @@ def stats_command(
 
     Exit codes with --check: 0 healthy, 9 no table found, 10 purge not running, 11 dead
     letters, 12 worker stuck, 13 collisions, 14 a synchronous standby is missing (commits
-    hang), 15 standbys but none synchronous (PostgreSQL; the lowest when several); 3 the
-    database cannot be read.
+    hang), 15 standbys but none synchronous, 16 whether a standby is synchronous cannot be
+    told (the role lacks pg_read_all_stats) (14-16 PostgreSQL; the lowest when several); 3
+    the database cannot be read.
     """
     from ..stats import collect, warnings
 
