@@ -29,7 +29,7 @@ rows are read back after the ``UPDATE`` (the outbox relay's and the reaper's cla
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -72,6 +72,12 @@ class ClaimPlan:
     :param recheck: a plain ``SELECT`` of the locked ids that still meet the candidate
         condition, run before the ``UPDATE`` (:attr:`StoreClaimDialect.recheck_ordered`),
         or ``None``.
+    :param find: where the dialect locks by id (:attr:`StoreClaimDialect.find_first`): a
+        plain ``SELECT id … LIMIT n`` of the candidates, run first; ``lock`` then locks the
+        ids it found (bound as ``ids``) by primary key, and ``scan`` is the locking scan of
+        the candidates not among those locked (bound as ``held``), run when other
+        claimers held some of them. ``None`` otherwise: ``lock`` is that scan.
+    :param scan: see ``find``.
     """
 
     single: Executable | None = None
@@ -79,6 +85,8 @@ class ClaimPlan:
     update: Executable | None = None
     read_back: sa.Select[Any] | None = None
     recheck: sa.Select[Any] | None = None
+    find: sa.Select[Any] | None = None
+    scan: sa.Select[Any] | None = None
 
 
 def require_version(conn: Connection, minimum: tuple[int, ...], product: str, feature: str) -> None:
@@ -116,12 +124,17 @@ class StoreClaimDialect:
     #: claimers and receivers do not block each other (MySQL manual, "Transaction Isolation
     #: Levels"); it is already the default on PostgreSQL and Oracle.
     isolation_level: ClassVar[str | None] = "READ COMMITTED"
-    #: Whether a claim of abandoned rows (``processing`` past the visibility timeout: rare)
-    #: is preceded by a plain, non-locking ``SELECT … LIMIT 1`` of the same rows, and
-    #: skipped when that finds none. Worth it where a locking read costs much more than a
-    #: plain one over the same index range (InnoDB, see the MySQL dialect); a plain read at
-    #: READ COMMITTED sees every committed row, so the claim takes the same rows.
-    probe_abandoned: ClassVar[bool] = False
+    #: Whether a claim finds its candidates with a plain, non-locking ``SELECT id … LIMIT
+    #: n`` first, then locks those rows by primary key (``… WHERE id IN (…) AND <the
+    #: candidate condition> FOR UPDATE SKIP LOCKED``), and falls back to the locking scan
+    #: only for what other claimers held (see :meth:`run`). Worth it where a locking read
+    #: costs much more than a plain one over the same index range (InnoDB, see the MySQL
+    #: dialect). The same rows are claimed: a plain read at READ COMMITTED sees every
+    #: committed row, and the locking read evaluates the candidate condition again on the
+    #: latest committed version of each row it locks, so a row another claimer took in
+    #: between is not returned (MySQL manual, 15.7.2.4 "Locking Reads"). A claim that
+    #: finds nothing (the usual claim of abandoned rows) takes no lock at all.
+    find_first: ClassVar[bool] = False
     #: Whether an ordered claim checks its locked rows again, in a second, plain
     #: ``SELECT``, before marking them. Needed where the locking read sees rows committed
     #: after its statement began while a subquery of the same statement does not: InnoDB's
@@ -229,14 +242,33 @@ class StoreClaimDialect:
         if single is not None:
             return ClaimPlan(single=single)
         wanted = list(table.c if columns is None else columns)
-        locking = self.lock(candidates(table), limit)
-        ids = self.ids_in(table.c.id)
-        update = sa.update(table).where(ids).values(dict(values))
-        again = candidates(table).where(self.ids_in(table.c.id)) if recheck else None
-        if read_back:
-            read = sa.select(*wanted).where(ids)
-            return ClaimPlan(lock=locking, update=update, read_back=read, recheck=again)
-        return ClaimPlan(lock=locking.with_only_columns(*wanted), update=update, recheck=again)
+        read = sa.select(*wanted).where(self.ids_in(table.c.id)) if read_back else None
+        locked = [table.c.id] if read_back else wanted
+        plan = ClaimPlan(
+            lock=self.lock(candidates(table), limit).with_only_columns(*locked),
+            update=sa.update(table).where(self.ids_in(table.c.id)).values(dict(values)),
+            read_back=read,
+            recheck=candidates(table).where(self.ids_in(table.c.id)) if recheck else None,
+        )
+        if not self.find_first:
+            return plan
+        held = table.c.id.not_in(sa.bindparam("held", expanding=True))
+        return replace(
+            plan,
+            find=candidates(table).limit(limit),
+            lock=self.lock_by_id(candidates(table).with_only_columns(*locked), table),
+            scan=self.lock(candidates(table).where(held), limit).with_only_columns(*locked),
+        )
+
+    def lock_by_id(self, candidates: sa.Select[Any], table: sa.Table) -> sa.Select[Any]:
+        """``candidates`` limited to the ids bound as ``ids``, locked, skipping rows locked
+        by others (for :attr:`find_first`); the default leaves the access path to the
+        optimizer."""
+        return (
+            candidates.where(self.ids_in(table.c.id))
+            .order_by(None)
+            .with_for_update(skip_locked=True)
+        )
 
     def run(
         self,
@@ -258,7 +290,7 @@ class StoreClaimDialect:
         assert plan.lock is not None and plan.update is not None
         if plan.read_back is None and returned is None:
             raise InvalidStoreArgument("a claim plan without read-back needs its returned function")
-        rows = self.locked_rows(conn, plan.lock, limit, bound)
+        rows = self._lock(conn, plan, limit, bound)
         if rows and plan.recheck is not None:
             locked = [int(row["id"]) for row in rows]
             still = set(conn.execute(plan.recheck, {**bound, "ids": locked}).scalars())
@@ -271,6 +303,26 @@ class StoreClaimDialect:
             assert returned is not None
             return [returned(row) for row in rows]
         return conn.execute(plan.read_back, {"ids": ids}).mappings().all()
+
+    def _lock(
+        self, conn: Connection, plan: ClaimPlan, limit: int, bound: Mapping[str, Any]
+    ) -> Sequence[RowMapping]:
+        """Lock at most ``limit`` candidate rows with ``plan`` (see :attr:`find_first`)."""
+        assert plan.lock is not None
+        if plan.find is None:
+            return self.locked_rows(conn, plan.lock, limit, bound)
+        found = list(conn.execute(plan.find, dict(bound)).scalars())
+        if not found:
+            return []
+        rows = list(self.locked_rows(conn, plan.lock, limit, {**bound, "ids": found}))
+        if len(found) < limit or len(rows) == limit:
+            return rows  # every candidate found is locked, or there were no more
+        # Other claimers held some of the rows found: the locking scan skips rows locked
+        # by others and goes on past them, as a claim without find_first does.
+        assert plan.scan is not None
+        held = [row["id"] for row in rows]
+        more = {**bound, "held": held, LIMIT: limit - len(rows)}
+        return [*rows, *self.locked_rows(conn, plan.scan, limit - len(rows), more)]
 
     def claim_statement(
         self,

@@ -363,8 +363,6 @@ class InboxStore:
         with self.transaction(engine) as (conn, dialect):
             plans = self._claim_plans(dialect, consumer is None, ordered)
             for plan in (plans.abandoned, plans.pending):
-                if plan is plans.abandoned and not self._may_hold(conn, plans.probe, parameters):
-                    continue  # no abandoned row: its locking read is skipped
                 rows.extend(dialect.run(conn, plan, limit - len(rows), parameters, returned))
                 if len(rows) >= limit:
                     break
@@ -436,20 +434,13 @@ class InboxStore:
 
         return query(PROCESSING), query(PENDING)
 
-    @staticmethod
-    def _may_hold(
-        conn: Connection, probe: sa.Select[Any] | None, parameters: Mapping[str, Any]
-    ) -> bool:
-        """False only when ``probe`` (a plain read) finds no row; True without a probe."""
-        return probe is None or conn.execute(probe, dict(parameters)).first() is not None
-
     def _claim_plans(
         self, dialect: StoreClaimDialect, every_consumer: bool, ordered: bool
     ) -> _ClaimPlans:
-        """The claim's statements for ``dialect`` (abandoned claims, then pending rows, and
-        the probe of abandoned rows where the dialect wants one), built once per backend and
-        kind of claim; their bind parameters are ``now``, ``stale_before``,
-        ``max_attempts``, ``consumer``, ``claimed_at_now`` and ``token`` (see :meth:`claim`).
+        """The claim's statements for ``dialect`` (abandoned claims, then pending rows),
+        built once per backend and kind of claim; their bind parameters are ``now``,
+        ``stale_before``, ``max_attempts``, ``consumer``, ``claimed_at_now`` and ``token``
+        (see :meth:`claim`).
         No row is read back: the locked rows are returned with the claim's values applied
         (:data:`~sa_inbox.dialects.store_claim.Returned`)."""
         key = (dialect, every_consumer, ordered)
@@ -475,8 +466,7 @@ class InboxStore:
                 dialect.plan(t, query, values, columns, read_back=False, recheck=recheck)
                 for query in queries
             )
-            probe = queries[0](t).limit(1) if dialect.probe_abandoned else None
-            plans = _ClaimPlans(abandoned, pending, probe)
+            plans = _ClaimPlans(abandoned, pending)
             self._claim_plan_cache[key] = plans
         return plans
 
@@ -1024,12 +1014,10 @@ class _ClaimPlans(NamedTuple):
 
     :param abandoned: the claim of abandoned rows (``processing`` past the timeout).
     :param pending: the claim of pending rows.
-    :param probe: a plain ``SELECT id … LIMIT 1`` of abandoned rows run first, or ``None``.
     """
 
     abandoned: ClaimPlan
     pending: ClaimPlan
-    probe: sa.Select[Any] | None
 
 
 class BoundStore:

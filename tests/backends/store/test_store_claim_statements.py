@@ -1,6 +1,7 @@
 """Which statements a store claim sends, per backend: PostgreSQL's single ``UPDATE …
 RETURNING`` (its ``StoreClaimDialect.claim_statement``), the three-statement form
-(``SELECT`` ids, ``UPDATE``, ``SELECT`` rows) elsewhere."""
+(``SELECT`` ids, ``UPDATE``, ``SELECT`` rows) elsewhere, MySQL/MariaDB finding the ids with
+a plain read before locking them by primary key (``StoreClaimDialect.find_first``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from sa_inbox.dialects import backend_for
-from sa_inbox.store import PROCESSING
+from sa_inbox.store import PENDING, PROCESSING
 from tests.support.store_app import StoreApp, make_engine
 
 pytestmark = pytest.mark.backend
@@ -55,6 +56,8 @@ def test_claim_sends_the_backends_statements(store_app: StoreApp) -> None:
     assert {row["status"] for row in rows} == {PROCESSING}
     if engine.dialect.name == "postgresql":
         assert sent == ["UPDATE"]
+    elif dialect.find_first:  # the plain find, the lock by id, the UPDATE, the read-back
+        assert sent == ["SELECT", "SELECT", "UPDATE", "SELECT"]
     else:
         assert sent == ["SELECT", "UPDATE", "SELECT"]
 
@@ -96,20 +99,20 @@ def test_the_store_claim_reads_no_row_back_and_returns_them_as_stored(
 
     first = claim("w-1")
     # abandoned claims first (none found), then pending rows
+    found_first = backend_for(engine.dialect.name).store_claim.find_first
     if engine.dialect.name == "postgresql":
         assert sent == ["UPDATE", "UPDATE"]
+    elif found_first:  # the plain finds; no abandoned row found, so no lock of them
+        assert (sent, locking) == (["SELECT", "SELECT", "SELECT", "UPDATE"], [False, False, True])
     else:
         assert sent == ["SELECT", "SELECT", "UPDATE"]
-    probed = engine.dialect.name in ("mysql", "mariadb")
-    if probed:  # a plain probe found no abandoned row, so no locking read of them ran
-        assert locking == [False, True]
     with engine.begin() as conn:  # m-1's worker died: abandoned, past the visibility timeout
         conn.execute(t.update().where(t.c.message_id == "m-1").values(claimed_at=later - HOUR))
     second = claim("w-2")
-    if probed:  # the probe found one: the locking read of abandoned rows, then of pending
+    if found_first:  # the find found one: the lock by id of abandoned rows, then of pending
         assert (sent, locking) == (
-            ["SELECT", "SELECT", "UPDATE", "SELECT", "UPDATE"],
-            [False, True, True],
+            ["SELECT", "SELECT", "UPDATE", "SELECT", "SELECT", "UPDATE"],
+            [False, True, False, True],
         )
     with engine.connect() as conn:
         stored = {
@@ -169,3 +172,108 @@ def test_an_ordered_claim_rechecks_rows_its_locking_read_saw_beyond_its_snapshot
         ).scalars()
         assert sorted(claimed) == ["a-0", "b-0"]
     assert backend_for("mysql").store_claim.recheck_ordered
+
+
+def _claims(engine: sa.Engine, table: sa.Table) -> dict[str, tuple[str | None, int]]:
+    """message_id -> (claimed_by, attempts) of every row."""
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(table.c.message_id, table.c.claimed_by, table.c.attempts))
+        return {row.message_id: (row.claimed_by, row.attempts) for row in rows}
+
+
+def test_a_claim_passes_the_rows_another_claim_holds(store_app: StoreApp) -> None:
+    """A claim takes the next rows past those another open claim holds (SKIP LOCKED). With
+    ``find_first`` its plain read finds the held rows (still pending to it), the lock by id
+    skips them all, and the locking scan takes the next ones."""
+    engine, store = store_app.engine, store_app.store
+    if engine.dialect.name == "sqlite":
+        pytest.skip("SQLite has one writer: a second claim waits for the first (BEGIN IMMEDIATE)")
+    table = store.table
+    now = datetime.datetime.now(datetime.UTC)
+    with engine.begin() as conn:
+        for n in range(5):
+            store.receive(conn, f"m-{n}", {"n": n}, now=now + datetime.timedelta(seconds=n))
+    later = now + datetime.timedelta(seconds=10)
+    _, pending = store.candidates(visibility_timeout=30, max_attempts=5, now=later)
+    dialect = backend_for(engine.dialect.name).store_claim
+    values = {"status": PROCESSING, "claimed_by": "first", "attempts": table.c.attempts + 1}
+    locking: list[bool] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.split()[0].upper() == "SELECT":
+            locking.append("FOR UPDATE" in statement.upper())
+
+    with store.transaction(engine) as (held, _):
+        first = dialect.claim(held, table, pending, 2, values)  # held, not committed
+        sa.event.listen(engine, "before_cursor_execute", record)
+        try:
+            second = store.claim(
+                engine, claimed_by="second", limit=2, visibility_timeout=30, max_attempts=5,
+                now=later,
+            )
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", record)
+    assert sorted(row["message_id"] for row in first) == ["m-0", "m-1"]
+    assert [m.message_id for m in second] == ["m-2", "m-3"]
+    if dialect.find_first:  # abandoned: find; pending: find, lock by id (none), scan
+        assert locking == [False, False, True, True]
+    assert _claims(engine, table) == {
+        "m-0": ("first", 1),
+        "m-1": ("first", 1),
+        "m-2": ("second", 1),
+        "m-3": ("second", 1),
+        "m-4": (None, 0),
+    }
+
+
+def test_a_row_claimed_between_the_find_and_the_lock_is_not_claimed_again(
+    store_app: StoreApp,
+) -> None:
+    """``find_first``: another worker claims and commits a row the plain read found, before
+    the lock by id runs. The locking read checks the candidate condition again on the
+    row's latest committed version (``processing`` now), so the row is not returned; the
+    claim takes the other rows it found and, one short, scans on for the next."""
+    engine, store = store_app.engine, store_app.store
+    dialect = backend_for(engine.dialect.name).store_claim
+    if not dialect.find_first:
+        pytest.skip(f"{engine.dialect.name} locks its candidates in one statement")
+    table = store.table
+    now = datetime.datetime.now(datetime.UTC)
+    with engine.begin() as conn:
+        for n in range(5):
+            store.receive(conn, f"m-{n}", {"n": n}, now=now + datetime.timedelta(seconds=n))
+    later = now + datetime.timedelta(seconds=10)
+    raced: list[str] = []
+
+    def claim(token: str, limit: int) -> list[str]:
+        messages = store.claim(
+            engine, claimed_by=token, limit=limit, visibility_timeout=30, max_attempts=5,
+            now=later,
+        )
+        return [m.message_id for m in messages]
+
+    started: list[bool] = []
+
+    def race(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        """Right after the first plain read of pending rows: another claim, committed."""
+        plain_select = statement.lstrip().upper().startswith("SELECT") and (
+            "FOR UPDATE" not in statement.upper()
+        )
+        if not started and plain_select and PENDING in dict(parameters).values():
+            started.append(True)
+            raced.extend(claim("other", 1))  # on another connection of the pool
+
+    sa.event.listen(engine, "after_cursor_execute", race)
+    try:
+        mine = claim("mine", 3)
+    finally:
+        sa.event.remove(engine, "after_cursor_execute", race)
+    assert raced == ["m-0"]
+    assert mine == ["m-1", "m-2", "m-3"]
+    assert _claims(engine, table) == {
+        "m-0": ("other", 1),
+        "m-1": ("mine", 1),
+        "m-2": ("mine", 1),
+        "m-3": ("mine", 1),
+        "m-4": (None, 0),
+    }

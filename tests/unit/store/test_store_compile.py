@@ -254,12 +254,6 @@ def test_the_claim_plans_are_built_once_and_compile(
     plans = store._claim_plans(backend, False, ordered)
     assert store._claim_plans(backend, False, ordered) is plans
     assert store._claim_plans(backend, True, ordered) is not plans
-    # MySQL/MariaDB probe abandoned rows with a plain read first (no FOR UPDATE)
-    assert (plans.probe is not None) is (name == "mysql")
-    if plans.probe is not None:
-        probe = sql(plans.probe, dialect)
-        assert "FOR UPDATE" not in probe and "LIMIT" in probe
-        assert "inbox_store.status = %s AND inbox_store.claimed_at < %s" in probe
     for plan in (plans.abandoned, plans.pending):
         if name == "postgresql":
             assert plan.single is not None and plan.lock is None
@@ -275,6 +269,23 @@ def test_the_claim_plans_are_built_once_and_compile(
         assert plan.lock is not None and plan.update is not None
         lock = sql(plan.lock, dialect)
         assert lock.startswith("SELECT inbox_store.id, inbox_store.message_id")
-        assert ("LIMIT" in lock) is (name != "oracle")
         assert ("SKIP LOCKED" in lock) is (name != "sqlite")
         assert "claimed_by" in sql(plan.update, dialect)
+        # MySQL/MariaDB find the ids with a plain read, then lock them by primary key, and
+        # scan with a locking read only past rows others hold
+        assert (plan.find is not None) is (plan.scan is not None) is (name == "mysql")
+        if plan.find is None:
+            assert ("LIMIT" in lock) is (name != "oracle")
+            continue
+        assert plan.scan is not None
+        find, scan = sql(plan.find, dialect), sql(plan.scan, dialect)
+        assert find.startswith("SELECT inbox_store.id FROM inbox_store WHERE")
+        assert "FOR UPDATE" not in find and find.endswith("LIMIT %s")
+        assert "FROM inbox_store FORCE INDEX (PRIMARY)" in lock
+        assert "inbox_store.id IN (__[POSTCOMPILE_ids])" in lock and "LIMIT" not in lock
+        assert "inbox_store.id NOT IN (__[POSTCOMPILE_held])" in scan
+        assert scan.endswith("LIMIT %s FOR UPDATE SKIP LOCKED")
+        assert "FORCE INDEX" not in scan
+        for text in (find, lock, scan):  # each reads the candidate condition
+            assert "inbox_store.status = %s" in text
+            assert ("NOT (EXISTS" in text) is ordered
