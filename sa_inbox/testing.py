@@ -184,8 +184,10 @@ class MemoryStore:
         max_attempts: int,
         ordered: bool,
         now: datetime.datetime,
+        abandoned: bool = True,
     ) -> list[StoredMessage]:
-        """Claim as :meth:`sa_inbox.store.InboxStore.claim` does, with its argument checks.
+        """Claim as :meth:`sa_inbox.store.InboxStore.claim` does, with its argument checks
+        (``abandoned=False``: pending rows only).
 
         :raises InvalidStoreArgument: for a ``limit`` or ``max_attempts`` that is not a
             positive int, or a ``visibility_timeout`` that is not positive seconds.
@@ -204,6 +206,7 @@ class MemoryStore:
                 for row in sorted(self.rows, key=MemoryRow.key)
                 if consumer_name in (None, row.consumer_name)
                 and row.id not in self._running
+                and (abandoned or row.status == PENDING)
                 and self._claimable(row, now, stale_before, max_attempts)
                 and not (ordered and self._blocked(row))
             ][:limit]

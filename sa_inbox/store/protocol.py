@@ -148,6 +148,7 @@ class MessageStore(Protocol):
         max_attempts: int,
         ordered: bool,
         now: datetime.datetime,
+        abandoned: bool = True,
     ) -> list[StoredMessage]: ...
 
     def complete(

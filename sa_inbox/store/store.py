@@ -310,6 +310,7 @@ class InboxStore:
         consumer_name: str | None = DEFAULT_CONSUMER,
         ordered: bool = False,
         now: datetime.datetime | None = None,
+        abandoned: bool = True,
     ) -> list[StoredMessage]:
         """Claim up to ``limit`` claimable rows in one short transaction; count the attempt.
 
@@ -336,6 +337,10 @@ class InboxStore:
         :param consumer_name: the consumer whose rows are claimed; ``None`` claims the rows
             of every consumer (ordering, with ``ordered``, stays per consumer and
             aggregate).
+        :param abandoned: also claim abandoned rows (the default), ahead of pending ones;
+            ``False`` claims pending rows only and skips the search for abandoned ones (a
+            :class:`~sa_inbox.store.Worker` looks for them at most once per
+            ``poll_interval``).
         :returns: the claimed messages in ``(received_at, id)`` order.
         :raises UnsupportedBackend: if the server has no ``SKIP LOCKED`` (PostgreSQL < 9.5,
             MySQL < 8.0.1, MariaDB < 10.6) or the backend is unknown.
@@ -362,7 +367,7 @@ class InboxStore:
         rows: list[Mapping[Any, Any]] = []
         with self.transaction(engine) as (conn, dialect):
             plans = self._claim_plans(dialect, consumer is None, ordered)
-            for plan in (plans.abandoned, plans.pending):
+            for plan in (plans.abandoned, plans.pending) if abandoned else (plans.pending,):
                 rows.extend(dialect.run(conn, plan, limit - len(rows), parameters, returned))
                 if len(rows) >= limit:
                     break
@@ -1042,6 +1047,7 @@ class BoundStore:
         max_attempts: int,
         ordered: bool,
         now: datetime.datetime,
+        abandoned: bool = True,
     ) -> list[StoredMessage]:
         return self.store.claim(
             self.engine,
@@ -1052,6 +1058,7 @@ class BoundStore:
             max_attempts=max_attempts,
             ordered=ordered,
             now=now,
+            abandoned=abandoned,
         )
 
     def complete(self, message: StoredMessage, handler: Handler, *, now: datetime.datetime) -> bool:

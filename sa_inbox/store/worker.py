@@ -215,7 +215,14 @@ class Worker:
         retried, ``Backoff(base, maximum)`` in seconds, doubling per attempt; default
         ``Backoff()`` (1 s, at most 300 s). The CLI's ``--backoff`` and ``--max-backoff``
         are its ``base`` and ``maximum`` in seconds.
-    :param poll_interval: seconds to wait when nothing is claimable.
+    :param poll_interval: seconds to wait when nothing is claimable. Also how often, at
+        most, a claim looks for abandoned claims (``processing`` past the visibility
+        timeout): at the worker's first claim, then at most once per ``poll_interval`` (or
+        ``visibility_timeout``, if shorter) of its clock; the claims in between take
+        pending rows only. So a crashed worker's message is claimed again within
+        ``poll_interval`` of its timeout, the latency a worker already has for a new
+        message when idle; a busy worker saves a search that almost always finds nothing
+        (on MariaDB, 0.37 ms of a 6.5 ms claim-and-drain of 100 no-op messages).
     :param error_backoff: a :class:`Backoff`: the wait of a thread after an error of the
         worker itself (a claim the database aborted, a database that cannot be reached),
         doubling with each error in a row and reset by the next successful claim; default
@@ -299,6 +306,12 @@ class Worker:
         self.ordered = ordered
         self.backoff = backoff or Backoff()
         self.poll_interval = float(poll_interval)
+        #: The longest a worker goes without looking for abandoned claims, and when it last
+        #: did (its clock), or ``None`` before its first claim.
+        self._abandoned_every = datetime.timedelta(
+            seconds=min(self.poll_interval, float(visibility_timeout))
+        )
+        self._abandoned_searched: datetime.datetime | None = None
         self.error_backoff = error_backoff or DEFAULT_ERROR_BACKOFF
         self.reap_interval = float(visibility_timeout if reap_interval is None else reap_interval)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -347,6 +360,7 @@ class Worker:
     def _claim(self, thread: int, limit: int) -> list[StoredMessage] | None:
         """One claim; ``None`` if the database aborted it (retry), else the batch."""
         token = f"{self.name}/{thread}#{next(self._sequence)}"
+        now = self.clock()
         try:
             batch = self.store.claim(
                 consumer_name=self.consumer_name,
@@ -355,7 +369,8 @@ class Worker:
                 visibility_timeout=self.visibility_timeout,
                 max_attempts=self.max_attempts,
                 ordered=self.ordered,
-                now=self.clock(),
+                now=now,
+                abandoned=self._abandoned_due(now),
             )
         except Exception as exc:
             if not self.store.is_transient(exc):
@@ -372,6 +387,16 @@ class Worker:
             if self.on_claim is not None:
                 self._call_hook("on_claim", self.on_claim, token, batch)
         return batch
+
+    def _abandoned_due(self, now: datetime.datetime) -> bool:
+        """Whether the claim at ``now`` looks for abandoned claims too (see
+        ``poll_interval``); if so, that search is recorded. A clock that went back counts
+        as due."""
+        last = self._abandoned_searched
+        if last is not None and datetime.timedelta(0) <= now - last < self._abandoned_every:
+            return False
+        self._abandoned_searched = now
+        return True
 
     def _process_batch(self, batch: Sequence[StoredMessage]) -> None:
         token = batch[0].claimed_by

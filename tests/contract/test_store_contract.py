@@ -289,6 +289,34 @@ def test_abandoned_claim_comes_back_after_visibility_timeout(sut: StoreUnderTest
     assert sut.effect_ids() == ["m1"]
 
 
+def test_a_worker_looks_for_abandoned_claims_at_most_once_per_poll_interval(
+    sut: StoreUnderTest,
+) -> None:
+    """The first claim looks for abandoned claims; the claims within ``poll_interval`` of
+    that search take pending rows only; the first claim after it looks again."""
+    claimed: list[tuple[str, int]] = []
+
+    def handler(context: Any, message: StoredMessage) -> None:
+        claimed.append((message.message_id, message.attempts))
+        sut.apply(context, message)
+
+    for n in range(1, 5):
+        sut.receive(f"m{n}", {"seq": n})
+    assert [m.message_id for m in claim(sut, "dead-worker#1", limit=1)] == ["m1"]  # t = 0
+    sut.clock.advance(3)
+    assert [m.message_id for m in claim(sut, "dead-worker#2", limit=1)] == ["m2"]  # t = 3
+    w = worker(sut, handler, poll_interval=5, batch_size=1)
+    sut.clock.advance(7.1)  # t = 10.1: m1 abandoned
+    assert w.run_once() == 1
+    sut.clock.advance(3.1)  # t = 13.2: m2 abandoned too, 3.1 s after the last search
+    assert w.run_once() == 1
+    sut.clock.advance(1.9)  # t = 15.1: 5 s after the last search
+    assert w.run_once() == 1
+    assert claimed == [("m1", 2), ("m3", 1), ("m2", 2)]
+    assert sorted(sut.effect_ids()) == ["m1", "m2", "m3"]
+    assert sut.counts() == {PENDING: 1, PROCESSING: 0, DONE: 3, DEAD: 0}
+
+
 def test_reap_releases_or_dead_letters_abandoned_claims(sut: StoreUnderTest) -> None:
     sut.receive_many([Incoming("a", {"seq": 1}), Incoming("b", {"seq": 2})])
 
