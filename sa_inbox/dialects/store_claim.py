@@ -11,8 +11,9 @@ backend        claim
 =============  ===================================================================
 postgresql     ``UPDATE … WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)
                RETURNING …``: one statement
-mysql/mariadb  ``SELECT … LIMIT n FOR UPDATE SKIP LOCKED``, ``UPDATE … WHERE id IN``:
-               MySQL ≥ 8.0.1, MariaDB ≥ 10.6, READ COMMITTED
+mysql/mariadb  a plain ``SELECT id … LIMIT n``, then ``SELECT … WHERE id IN (…) FOR
+               UPDATE SKIP LOCKED`` by primary key (:attr:`~StoreClaimDialect.find_first`),
+               ``UPDATE … WHERE id IN``: MySQL ≥ 8.0.1, MariaDB ≥ 10.6, READ COMMITTED
 oracle         ``SELECT … FOR UPDATE SKIP LOCKED`` without ``FETCH FIRST``
                (ORA-02014), only ``n`` rows fetched; then ``UPDATE``
 sqlite         ``BEGIN IMMEDIATE`` (one writer), ``SELECT … LIMIT n``, ``UPDATE``

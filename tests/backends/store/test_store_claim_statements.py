@@ -31,14 +31,22 @@ def store_app(url: str) -> Iterator[StoreApp]:
     engine.dispose()
 
 
+def _receive(store_app: StoreApp, count: int) -> datetime.datetime:
+    """Receive ``m-0`` … ``m-<count-1>``, one second apart; a time 10 s after the first,
+    when all are claimable."""
+    now = datetime.datetime.now(datetime.UTC)
+    with store_app.engine.begin() as conn:
+        for n in range(count):
+            store_app.store.receive(
+                conn, f"m-{n}", {"n": n}, now=now + datetime.timedelta(seconds=n)
+            )
+    return now + datetime.timedelta(seconds=10)
+
+
 def test_claim_sends_the_backends_statements(store_app: StoreApp) -> None:
     engine, store = store_app.engine, store_app.store
     table = store.table
-    now = datetime.datetime.now(datetime.UTC)
-    with engine.begin() as conn:
-        for n in range(3):
-            store.receive(conn, f"m-{n}", {"n": n}, now=now + datetime.timedelta(seconds=n))
-    later = now + datetime.timedelta(seconds=10)
+    later = _receive(store_app, 3)
     _, pending = store.candidates(visibility_timeout=30, max_attempts=5, now=later, ordered=False)
     dialect = backend_for(engine.dialect.name).store_claim
     values = {"status": PROCESSING, "claimed_by": "w", "attempts": table.c.attempts + 1}
@@ -71,11 +79,7 @@ def test_the_store_claim_reads_no_row_back_and_returns_them_as_stored(
     what it returns is what the database then holds."""
     engine, store = store_app.engine, store_app.store
     t = store.table
-    now = datetime.datetime.now(datetime.UTC)
-    with engine.begin() as conn:
-        for n in range(3):
-            store.receive(conn, f"m-{n}", {"n": n}, now=now + datetime.timedelta(seconds=n))
-    later = now + datetime.timedelta(seconds=10)
+    later = _receive(store_app, 3)
     sent: list[str] = []
 
     locking: list[bool] = []
@@ -189,11 +193,7 @@ def test_a_claim_passes_the_rows_another_claim_holds(store_app: StoreApp) -> Non
     if engine.dialect.name == "sqlite":
         pytest.skip("SQLite has one writer: a second claim waits for the first (BEGIN IMMEDIATE)")
     table = store.table
-    now = datetime.datetime.now(datetime.UTC)
-    with engine.begin() as conn:
-        for n in range(5):
-            store.receive(conn, f"m-{n}", {"n": n}, now=now + datetime.timedelta(seconds=n))
-    later = now + datetime.timedelta(seconds=10)
+    later = _receive(store_app, 5)
     _, pending = store.candidates(visibility_timeout=30, max_attempts=5, now=later)
     dialect = backend_for(engine.dialect.name).store_claim
     values = {"status": PROCESSING, "claimed_by": "first", "attempts": table.c.attempts + 1}
@@ -238,11 +238,7 @@ def test_a_row_claimed_between_the_find_and_the_lock_is_not_claimed_again(
     if not dialect.find_first:
         pytest.skip(f"{engine.dialect.name} locks its candidates in one statement")
     table = store.table
-    now = datetime.datetime.now(datetime.UTC)
-    with engine.begin() as conn:
-        for n in range(5):
-            store.receive(conn, f"m-{n}", {"n": n}, now=now + datetime.timedelta(seconds=n))
-    later = now + datetime.timedelta(seconds=10)
+    later = _receive(store_app, 5)
     raced: list[str] = []
 
     def claim(token: str, limit: int) -> list[str]:
