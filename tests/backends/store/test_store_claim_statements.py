@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from sa_inbox.dialects import backend_for
+from sa_inbox.dialects.store_claim import FIND_WIDENING
 from sa_inbox.store import PENDING, PROCESSING
 from tests.support.store_app import StoreApp, make_engine
 
@@ -185,15 +186,29 @@ def _claims(engine: sa.Engine, table: sa.Table) -> dict[str, tuple[str | None, i
         return {row.message_id: (row.claimed_by, row.attempts) for row in rows}
 
 
-def test_a_claim_passes_the_rows_another_claim_holds(store_app: StoreApp) -> None:
+@pytest.mark.parametrize(
+    ("held", "limit", "statements"),
+    [
+        # abandoned: find; pending: find, lock by id (none free), the wider find, lock by id
+        (2, 2, [False, False, True, False, True]),
+        # ... and the wider find's rows are all held too: the locking scan
+        (FIND_WIDENING, 1, [False, False, True, False, True, True]),
+    ],
+    ids=["wider-find", "scan"],
+)
+def test_a_claim_passes_the_rows_another_claim_holds(
+    store_app: StoreApp, held: int, limit: int, statements: list[bool]
+) -> None:
     """A claim takes the next rows past those another open claim holds (SKIP LOCKED). With
-    ``find_first`` its plain read finds the held rows (still pending to it), the lock by id
-    skips them all, and the locking scan takes the next ones."""
+    ``find_first`` its plain read finds the held rows (still pending to it) and the lock by
+    id skips them all; a find ``FIND_WIDENING`` times wider takes the next ones, and where
+    even those are all held, the locking scan does. ``statements``: whether each SELECT of
+    the second claim locks."""
     engine, store = store_app.engine, store_app.store
     if engine.dialect.name == "sqlite":
         pytest.skip("SQLite has one writer: a second claim waits for the first (BEGIN IMMEDIATE)")
     table = store.table
-    later = _receive(store_app, 5)
+    later = _receive(store_app, held + limit + 1)
     _, pending = store.candidates(visibility_timeout=30, max_attempts=5, now=later)
     dialect = backend_for(engine.dialect.name).store_claim
     values = {"status": PROCESSING, "claimed_by": "first", "attempts": table.c.attempts + 1}
@@ -203,26 +218,25 @@ def test_a_claim_passes_the_rows_another_claim_holds(store_app: StoreApp) -> Non
         if statement.split()[0].upper() == "SELECT":
             locking.append("FOR UPDATE" in statement.upper())
 
-    with store.transaction(engine) as (held, _):
-        first = dialect.claim(held, table, pending, 2, values)  # held, not committed
+    with store.transaction(engine) as (conn, _):
+        first = dialect.claim(conn, table, pending, held, values)  # held, not committed
         sa.event.listen(engine, "before_cursor_execute", record)
         try:
             second = store.claim(
-                engine, claimed_by="second", limit=2, visibility_timeout=30, max_attempts=5,
+                engine, claimed_by="second", limit=limit, visibility_timeout=30, max_attempts=5,
                 now=later,
             )
         finally:
             sa.event.remove(engine, "before_cursor_execute", record)
-    assert sorted(row["message_id"] for row in first) == ["m-0", "m-1"]
-    assert [m.message_id for m in second] == ["m-2", "m-3"]
-    if dialect.find_first:  # abandoned: find; pending: find, lock by id (none), scan
-        assert locking == [False, False, True, True]
+    names = [f"m-{n}" for n in range(held + limit + 1)]
+    assert sorted(row["message_id"] for row in first) == names[:held]
+    assert [m.message_id for m in second] == names[held:-1]
+    if dialect.find_first:
+        assert locking == statements
     assert _claims(engine, table) == {
-        "m-0": ("first", 1),
-        "m-1": ("first", 1),
-        "m-2": ("second", 1),
-        "m-3": ("second", 1),
-        "m-4": (None, 0),
+        **{name: ("first", 1) for name in names[:held]},
+        **{name: ("second", 1) for name in names[held:-1]},
+        names[-1]: (None, 0),
     }
 
 

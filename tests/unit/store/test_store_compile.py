@@ -282,7 +282,8 @@ def test_the_claim_plans_are_built_once_and_compile(
         assert find.startswith("SELECT inbox_store.id FROM inbox_store WHERE")
         assert "FOR UPDATE" not in find and find.endswith("LIMIT %s")
         assert "FROM inbox_store FORCE INDEX (PRIMARY)" in lock
-        assert "inbox_store.id IN (__[POSTCOMPILE_ids])" in lock and "LIMIT" not in lock
+        assert "inbox_store.id IN (__[POSTCOMPILE_ids])" in lock and "ORDER BY" not in lock
+        assert lock.endswith("LIMIT %s FOR UPDATE SKIP LOCKED")
         assert "inbox_store.id NOT IN (__[POSTCOMPILE_held])" in scan
         assert scan.endswith("LIMIT %s FOR UPDATE SKIP LOCKED")
         assert "FORCE INDEX" not in scan
