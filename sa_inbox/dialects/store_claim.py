@@ -145,7 +145,8 @@ class StoreClaimDialect:
     #: committed row, and the locking read evaluates the candidate condition again on the
     #: latest committed version of each row it locks, so a row another claimer took in
     #: between is not returned (MySQL manual, 15.7.2.4 "Locking Reads"). A claim that
-    #: finds nothing (the usual claim of abandoned rows) takes no lock at all.
+    #: finds nothing (the usual claim of abandoned rows) takes no lock at all. Ordered
+    #: claims (``recheck``) keep the locking scan (see :meth:`plan`).
     find_first: ClassVar[bool] = False
     #: Whether an ordered claim checks its locked rows again, in a second, plain
     #: ``SELECT``, before marking them. Needed where the locking read sees rows committed
@@ -280,7 +281,14 @@ class StoreClaimDialect:
             read_back=read,
             recheck=candidates(table).where(self.ids_in(table.c.id)) if recheck else None,
         )
-        if not self.find_first:
+        if not self.find_first or recheck:
+            # An ordered claim keeps the locking scan: its candidates are one per aggregate,
+            # each found through a correlated NOT EXISTS per row read, so where fewer
+            # aggregates are ready than the wider find asks for, that find reads the whole
+            # backlog; and its lock by primary key alongside other claimers' locking scans
+            # of the claim index deadlocked. Measured on MariaDB 10.11, 6 worker threads,
+            # 3,000 messages of 40 aggregates: 1,051 done in 60 s with find_first, all
+            # 3,000 in 37.6 s with the locking scan.
             return plan
         held = table.c.id.not_in(sa.bindparam("held", expanding=True))
         return replace(
