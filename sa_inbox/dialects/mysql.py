@@ -307,6 +307,11 @@ class MySQLClaim(ClaimDialect):
         return super().driver_autocommit(dbapi_connection)
 
 
+#: "Transaction characteristics can't be changed while a transaction is in progress"
+#: (MySQL/MariaDB error 1568, ER_CANT_CHANGE_TX_CHARACTERISTICS).
+TRANSACTION_IN_PROGRESS = 1568
+
+
 def _autocommit(conn: Connection) -> bool:
     """Whether ``conn`` runs at SQLAlchemy's ``AUTOCOMMIT`` level or with the driver's own
     autocommit flag on (:meth:`MySQLClaim.driver_autocommit`)."""
@@ -486,13 +491,24 @@ class MySQLStoreClaim(StoreClaimDialect):
         (measured with PyMySQL on MariaDB 10.11: 590 µs per claim transaction against 320
         µs). On an autocommit connection (SQLAlchemy's ``AUTOCOMMIT`` level or the
         driver's own flag), where the statement would not begin a transaction, the
-        execution option is set instead: it turns autocommit off for the transaction."""
+        execution option is set instead: it turns autocommit off for the transaction. Where
+        a transaction is already open on the connection (a pool ``checkout`` listener that
+        read an InnoDB table), ``SET TRANSACTION`` fails with error 1568; that transaction
+        is then committed, as the execution option's ``SET SESSION … ; COMMIT`` did, and the
+        statement sent again."""
         if self.isolation_level is None or _autocommit(conn):
             with super().begin(conn):
                 yield
             return
+        statement = f"SET TRANSACTION ISOLATION LEVEL {self.isolation_level}"
         with conn.begin():
-            conn.exec_driver_sql(f"SET TRANSACTION ISOLATION LEVEL {self.isolation_level}")
+            try:
+                conn.exec_driver_sql(statement)
+            except DBAPIError as exc:
+                if _error_code(exc) != TRANSACTION_IN_PROGRESS:
+                    raise
+                conn.exec_driver_sql("COMMIT")
+                conn.exec_driver_sql(statement)
             self.begin_write(conn)
             yield
 

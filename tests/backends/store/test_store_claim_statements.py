@@ -386,3 +386,37 @@ def test_an_ordered_claim_locks_with_the_scan_not_the_find(store_app: StoreApp) 
         sa.event.remove(engine, "before_cursor_execute", record)
     assert sorted(m.message_id for m in claimed) == ["a-0", "a-1"]
     assert locking == [True, False]  # the locking scan, the recheck
+
+
+def test_a_store_transaction_after_a_checkout_that_opened_one_still_runs(url: str) -> None:
+    """MySQL/MariaDB: a pool ``checkout`` listener that reads an InnoDB table leaves a
+    transaction open on the connection, where ``SET TRANSACTION`` fails (error 1568). The
+    store sees it in the server's status flag and sets the level as before (its COMMIT ends
+    that transaction first): the claim runs, at READ COMMITTED, in one transaction."""
+    if not url.startswith("mysql"):
+        pytest.skip("SET TRANSACTION is the MySQL/MariaDB store transaction's")
+    base = sa.create_engine(url, pool_size=1, max_overflow=0)
+    other = sa.create_engine(url)
+    app = StoreApp(other)
+    app.reset()
+    table = app.store.table
+
+    @sa.event.listens_for(base, "checkout")
+    def read_at_checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"SELECT COUNT(*) FROM {table.name}")  # opens an InnoDB transaction
+        cursor.fetchall()
+        cursor.close()
+
+    try:
+        later = _receive(StoreApp(base), 2)
+        claimed = app.store.claim(
+            base, claimed_by="w", limit=5, visibility_timeout=30, max_attempts=5, now=later
+        )
+        assert [m.message_id for m in claimed] == ["m-0", "m-1"]
+        with app.store.transaction(base) as (conn, _):
+            assert _reads(conn, table, other) == ("READ COMMITTED", True)
+    finally:
+        base.dispose()
+        app.drop()
+        other.dispose()
