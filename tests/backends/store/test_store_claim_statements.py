@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from sa_inbox.dialects import backend_for
-from sa_inbox.dialects.store_claim import FIND_WIDENING
+from sa_inbox.dialects.store_claim import FIND_WIDENING, LIMIT
 from sa_inbox.store import PENDING, PROCESSING
 from tests.support.store_app import StoreApp, make_engine
 
@@ -420,3 +420,45 @@ def test_a_store_transaction_after_a_checkout_that_opened_one_still_runs(url: st
         base.dispose()
         app.drop()
         other.dispose()
+
+
+def test_after_a_claim_met_held_rows_the_next_one_starts_with_the_wider_find(
+    store_app: StoreApp,
+) -> None:
+    """``find_first``: a claim that met rows another open claim held makes the next claim
+    of the same plan skip the narrow find (it would likely come back short again) and start
+    with the wider one; a claim that met none makes the next start narrow again."""
+    engine, store = store_app.engine, store_app.store
+    if not backend_for(engine.dialect.name).store_claim.find_first:
+        pytest.skip(f"{engine.dialect.name} locks its candidates in one statement")
+    table = store.table
+    later = _receive(store_app, 9)
+    _, pending = store.candidates(visibility_timeout=30, max_attempts=5, now=later)
+    dialect = backend_for(engine.dialect.name).store_claim
+    values = {"status": PROCESSING, "claimed_by": "open", "attempts": table.c.attempts + 1}
+    windows: list[int] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        """The row limit of each plain read of pending rows (the finds)."""
+        plain = "FOR UPDATE" not in statement.upper()
+        if plain and PENDING in dict(parameters).values():
+            windows.append(dict(parameters)[LIMIT])
+
+    def claim(token: str) -> list[str]:
+        sa.event.listen(engine, "before_cursor_execute", record)
+        try:
+            messages = store.claim(
+                engine, claimed_by=token, limit=2, visibility_timeout=30, max_attempts=5,
+                now=later,
+            )
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", record)
+        return [m.message_id for m in messages]
+
+    with store.transaction(engine) as (conn, _):
+        dialect.claim(conn, table, pending, 2, values)  # m-0 and m-1, held
+        assert claim("met") == ["m-2", "m-3"]
+    assert claim("wide") == ["m-4", "m-5"]  # nothing held now
+    assert claim("narrow") == ["m-6", "m-7"]
+    assert windows == [2, 2 * FIND_WIDENING, 2 * FIND_WIDENING, 2]
+    assert _claims(engine, table)["m-8"] == (None, 0)
