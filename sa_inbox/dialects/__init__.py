@@ -33,7 +33,6 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from .._compat import autocommit_isolation
 from ..exc import InvalidStrategy
 from . import cockroachdb, mysql, oracle, postgresql, sqlite, yugabytedb
 from .backend import Backend as Backend
@@ -195,10 +194,7 @@ def is_autocommit(conn: Connection) -> bool:
 
     :param conn: a Connection; its DBAPI connection is checked out if it was not yet.
     """
-    if autocommit_isolation(conn):
-        return True
-    dialect = backend_for(conn.dialect.name).claim
-    return dialect.driver_autocommit(conn.connection.dbapi_connection)
+    return backend_for(conn.dialect.name).claim.is_autocommit(conn)
 
 
 def purge_dialect_for(dialect_name: str) -> PurgeDialect:

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.sql.expression import Executable
 
+from .._compat import autocommit_isolation
 from ..exc import MissingTable, TransientClaimError
 from .driver_sql import DriverSQL
 
@@ -127,11 +128,24 @@ class ClaimDialect(abc.ABC):
         :param table: the processed-messages table, or the inbox store's table.
         """
 
+    def is_autocommit(self, conn: Connection) -> bool:
+        """Whether ``conn`` commits each statement on its own: SQLAlchemy's
+        ``isolation_level="AUTOCOMMIT"`` (on the connection, the engine or
+        ``create_engine()``; SQLAlchemy docs, "Setting Transaction Isolation Levels
+        including DBAPI Autocommit"), or autocommit set on the driver itself
+        (:meth:`driver_autocommit`).
+
+        :param conn: a Connection; its DBAPI connection is checked out if it was not yet.
+        """
+        return autocommit_isolation(conn) or self.driver_autocommit(
+            conn.connection.dbapi_connection
+        )
+
     def driver_autocommit(self, dbapi_connection: Any) -> bool:
         """Whether the driver's own connection commits each statement on its own.
 
         SQLAlchemy's ``isolation_level="AUTOCOMMIT"`` is checked apart (see
-        :func:`is_autocommit`); this hook sees what the driver was told directly, such as
+        :meth:`is_autocommit`); this hook sees what the driver was told directly, such as
         ``create_engine(url, connect_args={"autocommit": True})``. The default reads a
         boolean ``autocommit`` attribute, which psycopg 3, psycopg2, oracledb and Python
         3.12's :mod:`sqlite3` (``autocommit=True``) expose; backends whose driver reports it

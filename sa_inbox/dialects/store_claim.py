@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
@@ -43,6 +43,7 @@ from ..exc import InvalidStoreArgument, UnsupportedBackend
 __all__ = [
     "FIND_WIDENING",
     "LIMIT",
+    "ByPrimaryKey",
     "CandidateQuery",
     "ClaimPlan",
     "Contention",
@@ -60,6 +61,8 @@ CandidateQuery = Callable[[sa.FromClause], sa.Select[Any]]
 Returned = Callable[[RowMapping], Mapping[Any, Any]]
 #: A claim's row limit: a number, or the bind parameter :data:`LIMIT` of a planned claim.
 Limit = int | sa.BindParameter[int]
+#: A statement :meth:`StoreClaimDialect.by_primary_key` takes and returns.
+ByPrimaryKey = TypeVar("ByPrimaryKey", sa.Select[Any], sa.Update)
 #: The name of a planned claim's row-limit bind parameter (see :meth:`StoreClaimDialect.plan`).
 LIMIT = "claim_limit"
 #: With :attr:`StoreClaimDialect.find_first`, when other claimers held some of the
@@ -321,15 +324,21 @@ class StoreClaimDialect:
         )
 
     def lock_by_id(self, candidates: sa.Select[Any], table: sa.Table) -> sa.Select[Any]:
-        """``candidates`` limited to the ids bound as ``ids``, locked, skipping rows locked
-        by others (for :attr:`find_first`); the default leaves the access path to the
-        optimizer."""
-        return (
+        """``candidates`` limited to the ids bound as ``ids``, locked through the primary key
+        (:meth:`by_primary_key`), skipping rows locked by others (for :attr:`find_first`)."""
+        return self.by_primary_key(
             candidates.where(self.ids_in(table.c.id))
             .order_by(None)
             .limit(sa.bindparam(LIMIT, type_=sa.Integer()))
-            .with_for_update(skip_locked=True)
+            .with_for_update(skip_locked=True),
+            table,
         )
+
+    def by_primary_key(self, statement: ByPrimaryKey, table: sa.Table) -> ByPrimaryKey:
+        """``statement``, a ``SELECT`` or ``UPDATE`` of the store table's rows chosen by
+        ``id`` (``table``), made to reach them through the primary key; the default leaves
+        the access path to the optimizer."""
+        return statement
 
     def run(
         self,

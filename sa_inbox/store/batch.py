@@ -58,7 +58,8 @@ would: each message then gets its own transient re-runs, and a failure is its ow
 own short transaction (PostgreSQL manual, SELECT, "The Locking Clause"; MariaDB manual,
 "SELECT ... SKIP LOCKED"), then locked again by the batch's ``UPDATE`` until it commits;
 that ``UPDATE`` reaches them by primary key (``FORCE INDEX (PRIMARY)`` on MariaDB, see
-:func:`sa_inbox.store.store._by_primary_key`): through a secondary index, InnoDB's next-key
+:meth:`~sa_inbox.dialects.store_claim.StoreClaimDialect.by_primary_key`): through a
+secondary index, InnoDB's next-key
 locks at the handler session's REPEATABLE READ made every other worker's claim wait for
 the whole batch (measured: 6 s, the batch's length, against 0.05 s).
 

@@ -603,8 +603,8 @@ class InboxStore:
                 else:
                     failures.append(BatchFailure(message, error, retry_at(message)))
             for failure in failures:
-                self._record_failure(conn, failure)
-            self._give_back(conn, released)
+                self._record_failure(conn, dialect, failure)
+            self._give_back(conn, dialect, released)
         return BatchResult(
             done=tuple(done),
             failed=tuple(failures),
@@ -648,19 +648,24 @@ class InboxStore:
         statement = self._done_statements.get(dialect)
         if statement is None:
             t = self.table
-            statement = _by_primary_key(
+            statement = dialect.by_primary_key(
                 sa.update(t)
                 .where(
                     dialect.ids_in(t.c.id),
                     t.c.claimed_by == sa.bindparam("token"),
                     t.c.status == PROCESSING,
                 )
-                .values(status=DONE, processed_at=sa.bindparam("when", type_=t.c.processed_at.type))
+                .values(
+                    status=DONE, processed_at=sa.bindparam("when", type_=t.c.processed_at.type)
+                ),
+                t,
             )
             self._done_statements[dialect] = statement
         return statement
 
-    def _record_failure(self, conn: Connection, failure: BatchFailure) -> None:
+    def _record_failure(
+        self, conn: Connection, dialect: StoreClaimDialect, failure: BatchFailure
+    ) -> None:
         """Turn a row marked ``done`` by this transaction into a failed attempt."""
         t = self.table
         error = f"{type(failure.error).__name__}: {failure.error}"[:MAX_ERROR_LENGTH]
@@ -671,20 +676,23 @@ class InboxStore:
             values.update(status=PENDING, available_at=_aware(failure.retry_at))
         message = failure.message
         conn.execute(
-            _by_primary_key(
+            dialect.by_primary_key(
                 sa.update(t)
                 .where(t.c.id == message.id, t.c.claimed_by == message.claimed_by)
-                .values(values)
+                .values(values),
+                t,
             )
         )
 
-    def _give_back(self, conn: Connection, messages: Sequence[StoredMessage]) -> None:
+    def _give_back(
+        self, conn: Connection, dialect: StoreClaimDialect, messages: Sequence[StoredMessage]
+    ) -> None:
         """Release rows marked ``done`` by this transaction but never started."""
         if not messages:
             return
         t = self.table
         conn.execute(
-            _by_primary_key(
+            dialect.by_primary_key(
                 sa.update(t)
                 .where(
                     t.c.id.in_(sorted(m.id for m in messages)),
@@ -696,7 +704,8 @@ class InboxStore:
                     claimed_at=None,
                     claimed_by=None,
                     processed_at=None,
-                )
+                ),
+                t,
             )
         )
 
@@ -1141,24 +1150,6 @@ def _message(row: Mapping[Any, Any]) -> StoredMessage:
         received_at=row["received_at"],
         claimed_by=row["claimed_by"],
     )
-
-
-def _by_primary_key(statement: sa.Update) -> sa.Update:
-    """``statement`` (an UPDATE of rows chosen by ``id``) made to reach them by the primary
-    key on MySQL/MariaDB (``FORCE INDEX (PRIMARY)``; MariaDB manual, "Index Hints").
-
-    A batch's UPDATE runs in the handler's transaction, at the engine's isolation level
-    (InnoDB's default is REPEATABLE READ). Measured on MariaDB 10.11, its optimizer took
-    ``id IN (…) AND status = 'processing'`` through the ``(status, processed_at)`` index: a
-    range scan that sets next-key locks on every ``processing`` entry and the gaps between
-    them (MariaDB manual, "InnoDB Lock Modes"; MySQL manual, "Locks Set by Different SQL
-    Statements in InnoDB"), so every other worker's claim (which moves rows into
-    ``processing``) waited for the whole batch. Through the primary key, an equality
-    search on a unique index, only the batch's own records are locked.
-    """
-    for dialect_name in ("mysql", "mariadb"):
-        statement = statement.with_hint("FORCE INDEX (PRIMARY)", dialect_name=dialect_name)
-    return statement
 
 
 def _run_handler(
