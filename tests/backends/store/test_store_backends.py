@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,19 @@ def release_together(children: list[subprocess.Popen[str]]) -> None:
         assert child.stdin is not None
         child.stdin.write("GO\n")
         child.stdin.flush()
+
+
+@contextmanager
+def reaped(children: list[subprocess.Popen[str]]) -> Iterator[list[subprocess.Popen[str]]]:
+    """``children``, killed if still running when the block ends (a failed or timed-out
+    test must not leave worker processes behind)."""
+    try:
+        yield children
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
 
 
 def finish(child: subprocess.Popen[str], timeout: float = 120) -> dict[str, int]:

@@ -31,6 +31,7 @@ from tests.backends.store.test_store_backends import (
     finish,
     ordered_stream,
     read_batches,
+    reaped,
     receive_stream,
     receive_while_running,
     release_together,
@@ -259,12 +260,13 @@ def drain_with_duplicates(url: str, app: StoreApp, tmp_path: Path, child: str) -
     count, duplicates = 300, 50
     assert receive_stream(app, stream_with_duplicates(count, duplicates, seed=13)) == count
     log = tmp_path / "batches.jsonl"
-    children = [
+    started = [
         start(url, "drain", log, child, batch=25, transaction="batch", accounts=ACCOUNTS)
         for _ in range(2)
     ]
-    release_together(children)
-    stats = [finish(c) for c in children]
+    with reaped(started) as children:
+        release_together(children)
+        stats = [finish(c) for c in children]
     effects = app.effect_ids()
     assert len(effects) == len(set(effects)) == count, "every message applied exactly once"
     expected = Counter(seq * 7 % ACCOUNTS for seq in range(count))
@@ -335,15 +337,15 @@ def ordered_in_batches(url: str, app: StoreApp, tmp_path: Path, child: str) -> N
     stream = ordered_stream(aggregates, per_aggregate, rng)
     log = tmp_path / "batches.jsonl"
     options = {"batch": 10, "ordered": 1, "fail_first": 5, "transaction": "batch"}
-    children = [start(url, "serve", log, child, **options) for _ in range(2)]
-    release_together(children)
-    receive_while_running(app, stream, rng)
     total = aggregates * per_aggregate
-    wait_until(lambda: app.store.counts(app.engine)[DONE] == total, 60, "all processed")
-    for process in children:
-        process.send_signal(signal.SIGTERM)
-    for process in children:
-        finish(process)
+    with reaped([start(url, "serve", log, child, **options) for _ in range(2)]) as children:
+        release_together(children)
+        receive_while_running(app, stream, rng)
+        wait_until(lambda: app.store.counts(app.engine)[DONE] == total, 60, "all processed")
+        for process in children:
+            process.send_signal(signal.SIGTERM)
+        for process in children:
+            finish(process)
     applied = app.effects_by_aggregate()
     assert applied == {f"a{a:02d}": list(range(per_aggregate)) for a in range(aggregates)}
 
