@@ -51,10 +51,13 @@ def main() -> None:
         "--handlers", default="", help="a subset of the scenario's handlers (noop,ledger)"
     )
     parser.add_argument(
+        "--levels", default="1,4", help="worker-process counts to run (default 1,4)"
+    )
+    parser.add_argument(
         "--out", type=Path, default=OUT, help="folder of the JSON (benchmarks/results)"
     )
     args = parser.parse_args()
-    options: dict[str, object] = {"levels": [1, 4]}
+    options: dict[str, object] = {"levels": [int(n) for n in args.levels.split(",")]}
     if args.handlers:
         options["handlers"] = args.handlers.split(",")
     console = Console(width=200)

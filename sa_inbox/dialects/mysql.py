@@ -444,16 +444,16 @@ MARIADB_SKIP_LOCKED = (10, 6)
 
 
 class MySQLStoreClaim(StoreClaimDialect):
-    """The store's claim on MySQL ≥ 8.0.1 and MariaDB ≥ 10.6: find, lock by id, UPDATE.
+    """The store's claim on MySQL ≥ 8.0.1 and MariaDB ≥ 10.6: lock through a plain read, UPDATE.
 
-    ``SELECT id … ORDER BY received_at, id LIMIT n``, ``SELECT … WHERE id IN (…) AND …
-    LIMIT n FOR UPDATE SKIP LOCKED``, then ``UPDATE … WHERE id IN (…)`` (and, for callers
-    without a ``returned`` function, a ``SELECT`` of the claimed rows), in one READ
-    COMMITTED transaction. Neither backend has ``UPDATE …
-    RETURNING``, and MySQL refuses an ``UPDATE`` whose subquery reads the table being
-    updated (error 1093).
+    ``SELECT STRAIGHT_JOIN … FROM (SELECT id … ORDER BY received_at, id LIMIT 4n) AS
+    claim_window JOIN <table> FORCE INDEX (PRIMARY) ON … WHERE <still claimable> LIMIT n
+    FOR UPDATE SKIP LOCKED``, then ``UPDATE … WHERE id IN (…)`` (and, for callers without
+    a ``returned`` function, a ``SELECT`` of the claimed rows), in one READ COMMITTED
+    transaction. Neither backend has ``UPDATE … RETURNING``, and MySQL refuses an
+    ``UPDATE`` whose subquery reads the table being updated (error 1093).
 
-    Candidates are found with a plain read first and then locked by primary key
+    Candidates are listed with a plain read and locked by primary key
     (:attr:`~sa_inbox.dialects.store_claim.StoreClaimDialect.find_first`). Every row that
     passed through ``pending`` or ``processing`` leaves delete-marked entries in the
     status indexes until InnoDB's purge removes them (MariaDB manual, "InnoDB Purge"), and
@@ -466,6 +466,17 @@ class MySQLStoreClaim(StoreClaimDialect):
     purged). In a drain of no-op batches of 100 (one worker, 10,000 messages), the locking
     scan of pending rows took 2.0-3.4 ms per batch; the plain read and the lock by primary
     key together 1.4 ms.
+
+    The plain read is a derived table of the locking statement, not a statement of its
+    own, so its ids never travel to the client and back. Measured with PyMySQL on MariaDB
+    10.11, batches of 100: a separate find of the window's ids and a lock naming them
+    cost the client 1.1 ms per claim for a window of 100 and 1.5 ms for 400, the one
+    statement 0.9 and 0.8 ms. In a drain by 4 worker processes (20,000 no-op messages,
+    6 alternating runs), the clients' CPU went from 67 to 47 µs per message and the
+    throughput from 12,737 to 15,308 msg/s (median of the per-run ratios 1.29).
+    ``STRAIGHT_JOIN`` keeps the window as the first table (MariaDB manual, "Index Hints:
+    How to Force Query Plans"), so the rows are locked in claim order and the store table
+    is reached by primary key only.
     """
 
     recheck_ordered = True
@@ -509,7 +520,7 @@ class MySQLStoreClaim(StoreClaimDialect):
         a unique index locks only the rows it finds.
 
         Otherwise the optimizer may take ``id IN (…) AND status = …`` through a status
-        index. The claim's lock by id then locks that index's delete-marked entries (see the
+        index. The claim's lock of its window then locks that index's delete-marked entries (see the
         class docstring). A batch's done ``UPDATE``, which runs in the handler's transaction
         at the engine's level (InnoDB's default REPEATABLE READ), was measured on MariaDB
         10.11 going through the ``(status, processed_at)`` index: a range scan that sets
@@ -523,6 +534,13 @@ class MySQLStoreClaim(StoreClaimDialect):
                 statement = statement.with_hint(hint, table, dialect_name=dialect_name)
             else:
                 statement = statement.with_hint(table, hint, dialect_name=dialect_name)
+        return statement
+
+    def join_in_order(self, statement: sa.Select[Any]) -> sa.Select[Any]:
+        """``SELECT STRAIGHT_JOIN``: the tables are joined in the order written (MySQL
+        manual, 15.2.13 "SELECT Statement"; MariaDB manual, "SELECT")."""
+        for dialect_name in ("mysql", "mariadb"):
+            statement = statement.prefix_with("STRAIGHT_JOIN", dialect=dialect_name)
         return statement
 
     def check_backend(self, conn: Connection) -> None:

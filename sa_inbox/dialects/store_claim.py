@@ -11,8 +11,9 @@ backend        claim
 =============  ===================================================================
 postgresql     ``UPDATE … WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)
                RETURNING …``: one statement
-mysql/mariadb  a plain ``SELECT id … LIMIT n``, then ``SELECT … WHERE id IN (…) FOR
-               UPDATE SKIP LOCKED`` by primary key (:attr:`~StoreClaimDialect.find_first`),
+mysql/mariadb  ``SELECT … FROM (SELECT id … LIMIT 4n) AS claim_window JOIN <table> ON
+               id … LIMIT n FOR UPDATE SKIP LOCKED``: a plain read of the candidates,
+               locked by primary key (:attr:`~StoreClaimDialect.find_first`), then
                ``UPDATE … WHERE id IN``: MySQL ≥ 8.0.1, MariaDB ≥ 10.6, READ COMMITTED
 oracle         ``SELECT … FOR UPDATE SKIP LOCKED`` without ``FETCH FIRST``
                (ORA-02014), only ``n`` rows fetched; then ``UPDATE``
@@ -41,12 +42,12 @@ from sqlalchemy.sql.expression import Executable
 from ..exc import InvalidStoreArgument, UnsupportedBackend
 
 __all__ = [
-    "FIND_WIDENING",
+    "CLAIM_WINDOW",
     "LIMIT",
+    "WINDOW",
     "ByPrimaryKey",
     "CandidateQuery",
     "ClaimPlan",
-    "Contention",
     "Limit",
     "Returned",
     "StoreClaimDialect",
@@ -65,13 +66,18 @@ Limit = int | sa.BindParameter[int]
 ByPrimaryKey = TypeVar("ByPrimaryKey", sa.Select[Any], sa.Update)
 #: The name of a planned claim's row-limit bind parameter (see :meth:`StoreClaimDialect.plan`).
 LIMIT = "claim_limit"
-#: With :attr:`StoreClaimDialect.find_first`, when other claimers held some of the
-#: ``limit`` rows found, the claim finds again ``limit * FIND_WIDENING`` rows ahead and locks
-#: the first free ones by primary key, before it falls back to a locking scan: the rows of
-#: up to three other open claims of the same size are passed that way. Measured on MariaDB
-#: 10.11 with 4 worker processes draining 10,000 no-op messages in batches of 100: without
-#: it, 80 % of the claims fell back to the locking scan (5-8 ms each).
-FIND_WIDENING = 4
+#: The name of the bind parameter of a :attr:`~StoreClaimDialect.find_first` claim's window:
+#: how many candidates its plain read lists (``limit * CLAIM_WINDOW``).
+WINDOW = "claim_window"
+#: With :attr:`StoreClaimDialect.find_first`, the claim's plain read lists ``limit *
+#: CLAIM_WINDOW`` candidates and the lock takes the first ``limit`` of them that no other
+#: claim holds: up to three other open claims of the same size are passed in one statement.
+#: Measured on MariaDB 10.11 with 4 worker processes draining no-op messages in batches of
+#: 100, a window of ``limit`` alone left 80 % of the claims short; 2 or 3 times ``limit``
+#: were slower than 4 (13,557 and 14,144 msg/s against 16,457, medians of 4 alternating
+#: runs, stop 21). One worker reads the 300 extra index entries for nothing (see the
+#: MySQL dialect for what that costs).
+CLAIM_WINDOW = 4
 
 
 @dataclass(frozen=True)
@@ -86,15 +92,13 @@ class ClaimPlan:
     :param recheck: a plain ``SELECT`` of the locked ids that still meet the candidate
         condition, run before the ``UPDATE`` (:attr:`StoreClaimDialect.recheck_ordered`),
         or ``None``.
-    :param find: where the dialect locks by id (:attr:`StoreClaimDialect.find_first`): a
-        plain ``SELECT id … LIMIT n`` of the candidates, run first; ``lock`` then locks at
-        most ``n`` of the ids it found (bound as ``ids``) by primary key, and ``scan`` is
-        the locking scan of the candidates not among those locked (bound as ``held``),
-        run when other claimers held too many of them. ``None`` otherwise: ``lock`` is
-        that scan.
-    :param scan: see ``find``.
-    :param contention: with ``find``, whether the last claim with this plan found rows
-        that other claimers held (see :class:`Contention`).
+    :param window: where the dialect locks through a plain read
+        (:attr:`StoreClaimDialect.find_first`): ``SELECT count(*)`` of the candidates in
+        the window ``lock`` reads (bound as :data:`WINDOW`), run when the lock came back
+        short, to tell a window that held every candidate from one that others' claims
+        filled; ``scan`` is then the locking scan of the candidates not among those
+        locked (bound as ``held``). ``None`` otherwise: ``lock`` is that scan.
+    :param scan: see ``window``.
     """
 
     single: Executable | None = None
@@ -102,26 +106,8 @@ class ClaimPlan:
     update: Executable | None = None
     read_back: sa.Select[Any] | None = None
     recheck: sa.Select[Any] | None = None
-    find: sa.Select[Any] | None = None
+    window: sa.Select[Any] | None = None
     scan: sa.Select[Any] | None = None
-    contention: Contention | None = None
-
-
-class Contention:
-    """Whether the last claim of a :class:`ClaimPlan` with a find met rows other claimers
-    held; if so, the next claim starts with the wider find (:data:`FIND_WIDENING`) and
-    skips the first, narrow one, which would most likely come back short again. Measured
-    on MariaDB 10.11, 4 worker processes draining 20,000 no-op messages in batches of 100,
-    alternating 6 times: 15,403-17,231 msg/s starting narrow every claim, 15,587-21,777
-    (median about 19,100) starting wide after a collision; one worker never collides, so
-    it never starts wide. Shared by the threads using the plan: a lost update only costs
-    one claim a narrow or a wide start.
-    """
-
-    __slots__ = ("met",)
-
-    def __init__(self) -> None:
-        self.met = False
 
 
 def require_version(conn: Connection, minimum: tuple[int, ...], product: str, feature: str) -> None:
@@ -159,18 +145,21 @@ class StoreClaimDialect:
     #: claimers and receivers do not block each other (MySQL manual, "Transaction Isolation
     #: Levels"); it is already the default on PostgreSQL and Oracle.
     isolation_level: ClassVar[str | None] = "READ COMMITTED"
-    #: Whether a claim finds its candidates with a plain, non-locking ``SELECT id … LIMIT
-    #: n`` first, then locks those rows by primary key (``… WHERE id IN (…) AND <the
-    #: candidate condition> FOR UPDATE SKIP LOCKED``); when other claimers held some of the
-    #: rows found, it finds again :data:`FIND_WIDENING` times further ahead, and falls back
-    #: to the locking scan only when those are held too. Worth it where a locking read
-    #: costs much more than a plain one over the same index range (InnoDB, see the MySQL
-    #: dialect). The same rows are claimed: a plain read at READ COMMITTED sees every
-    #: committed row, and the locking read evaluates the candidate condition again on the
-    #: latest committed version of each row it locks, so a row another claimer took in
-    #: between is not returned (MySQL manual, 15.7.2.4 "Locking Reads"). A claim that
-    #: finds nothing (the usual claim of abandoned rows) takes no lock at all. Ordered
-    #: claims (``recheck``) keep the locking scan (see :meth:`plan`).
+    #: Whether a claim lists its candidates with a plain, non-locking read and locks them
+    #: through the primary key, in one statement: ``SELECT … FROM (SELECT id … ORDER BY
+    #: received_at, id LIMIT <window>) AS claim_window JOIN <table> ON <table>.id =
+    #: claim_window.id WHERE <the candidate condition> LIMIT n FOR UPDATE SKIP LOCKED``,
+    #: the window ``n * CLAIM_WINDOW`` candidates (:data:`CLAIM_WINDOW`), joined in that
+    #: order (:meth:`join_in_order`). The locking scan runs only when the window was full
+    #: and others held too many of its rows. Worth it where a locking read of the claim
+    #: index costs much more than a plain one (InnoDB, see the MySQL dialect). The same rows
+    #: are claimed: the derived table is a plain read, which at READ COMMITTED sees every
+    #: committed row and locks none ("A locking read clause in an outer statement does not
+    #: lock the rows of a table in a nested subquery": MySQL manual, 15.7.2.4 "Locking
+    #: Reads"), and the outer locking read evaluates the candidate condition again on the
+    #: latest committed version of each row it locks, so a row another claimer took since
+    #: the statement began is not returned. Ordered claims (``recheck``) keep the locking
+    #: scan (see :meth:`plan`).
     find_first: ClassVar[bool] = False
     #: Whether an ordered claim checks its locked rows again, in a second, plain
     #: ``SELECT``, before marking them. Needed where the locking read sees rows committed
@@ -308,31 +297,47 @@ class StoreClaimDialect:
         if not self.find_first or recheck:
             # An ordered claim keeps the locking scan: its candidates are one per aggregate,
             # each found through a correlated NOT EXISTS per row read, so where fewer
-            # aggregates are ready than the wider find asks for, that find reads the whole
-            # backlog; and its lock by primary key alongside other claimers' locking scans
-            # of the claim index deadlocked. Measured on MariaDB 10.11, 6 worker threads,
-            # 3,000 messages of 40 aggregates: 1,051 done in 60 s with find_first, all
-            # 3,000 in 37.6 s with the locking scan.
+            # aggregates are ready than a window of candidates asks for, the plain read
+            # reads the whole backlog; and its lock by primary key alongside other
+            # claimers' locking scans of the claim index deadlocked. Measured on MariaDB
+            # 10.11, 6 worker threads, 3,000 messages of 40 aggregates: 1,051 done in 60 s
+            # with find_first, all 3,000 in 37.6 s with the locking scan.
             return plan
+        window = candidates(table.alias("candidate")).limit(
+            sa.bindparam(WINDOW, type_=sa.Integer())
+        )
         held = table.c.id.not_in(sa.bindparam("held", expanding=True))
         return replace(
             plan,
-            find=candidates(table).limit(limit),
-            lock=self.lock_by_id(candidates(table).with_only_columns(*locked), table),
+            lock=self.lock_window(candidates(table).with_only_columns(*locked), window, table),
+            window=sa.select(sa.func.count()).select_from(window.subquery(WINDOW)),
             scan=self.lock(candidates(table).where(held), limit).with_only_columns(*locked),
-            contention=Contention(),
         )
 
-    def lock_by_id(self, candidates: sa.Select[Any], table: sa.Table) -> sa.Select[Any]:
-        """``candidates`` limited to the ids bound as ``ids``, locked through the primary key
-        (:meth:`by_primary_key`), skipping rows locked by others (for :attr:`find_first`)."""
+    def lock_window(
+        self, candidates: sa.Select[Any], window: sa.Select[Any], table: sa.Table
+    ) -> sa.Select[Any]:
+        """The :attr:`find_first` claim's one locking statement: the rows of ``table`` whose
+        ids ``window`` lists (a plain ``SELECT id … LIMIT :claim_window`` of the candidates,
+        as a derived table), joined in the window's order (:meth:`join_in_order`) through
+        the primary key (:meth:`by_primary_key`), that still meet ``candidates``' condition,
+        at most :data:`LIMIT` of them, skipping rows locked by others."""
+        listed = window.subquery(WINDOW)
         return self.by_primary_key(
-            candidates.where(self.ids_in(table.c.id))
-            .order_by(None)
-            .limit(sa.bindparam(LIMIT, type_=sa.Integer()))
-            .with_for_update(skip_locked=True),
+            self.join_in_order(
+                candidates.select_from(listed.join(table, table.c.id == listed.c.id))
+                .order_by(None)
+                .limit(sa.bindparam(LIMIT, type_=sa.Integer()))
+                .with_for_update(skip_locked=True)
+            ),
             table,
         )
+
+    def join_in_order(self, statement: sa.Select[Any]) -> sa.Select[Any]:
+        """``statement``, a join, made to read its tables in the order written (the derived
+        window first, then the store table by primary key); the default leaves the join
+        order to the optimizer."""
+        return statement
 
     def by_primary_key(self, statement: ByPrimaryKey, table: sa.Table) -> ByPrimaryKey:
         """``statement``, a ``SELECT`` or ``UPDATE`` of the store table's rows chosen by
@@ -379,34 +384,16 @@ class StoreClaimDialect:
     ) -> Sequence[RowMapping]:
         """Lock at most ``limit`` candidate rows with ``plan`` (see :attr:`find_first`)."""
         assert plan.lock is not None
-        if plan.find is None:
+        if plan.window is None:
             return self.locked_rows(conn, plan.lock, limit, bound)
-        assert plan.contention is not None and plan.scan is not None
-        wide = limit * FIND_WIDENING
-        windows = (wide,) if plan.contention.met else (limit, wide)
-        rows: list[RowMapping] = []
-        met = False
-        for window in windows:
-            found = list(conn.execute(plan.find, {**bound, LIMIT: window}).scalars())
-            held = {row["id"] for row in rows}
-            ids = [row_id for row_id in found if row_id not in held]
-            if ids:
-                wanted = limit - len(rows)
-                more = {**bound, "ids": ids, LIMIT: wanted}
-                locked = self.locked_rows(conn, plan.lock, wanted, more)
-                # the lock takes the first free rows in primary-key order: anything but the
-                # first ids found means others held (or had just claimed) some of them
-                met = met or sorted(row["id"] for row in locked) != sorted(ids)[:wanted]
-                rows.extend(locked)
-            if len(found) < window or len(rows) == limit:
-                plan.contention.met = met
-                return rows  # every candidate found is locked, or there were no more
-            # Other claimers' open claims hold some of the rows found (still pending to a
-            # plain read until they commit): look further ahead, once.
-            met = True
-        plan.contention.met = True
-        # Still short: the locking scan skips rows locked by others and goes on past them,
-        # as a claim without find_first does.
+        assert plan.scan is not None
+        window = {**bound, WINDOW: limit * CLAIM_WINDOW}
+        rows = self.locked_rows(conn, plan.lock, limit, window)
+        if len(rows) == limit or conn.execute(plan.window, window).scalar_one() < window[WINDOW]:
+            return rows  # enough, or every candidate was in the window (ours or held)
+        # Others' open claims hold more of the window than it had to spare (still pending to
+        # a plain read until they commit): the locking scan skips the rows locked by others
+        # and goes on past them, as a claim without find_first does.
         more = {**bound, "held": [row["id"] for row in rows], LIMIT: limit - len(rows)}
         return [*rows, *self.locked_rows(conn, plan.scan, limit - len(rows), more)]
 

@@ -282,23 +282,15 @@ def kill_mid_batch(url: str, app: StoreApp, tmp_path: Path, child: str) -> None:
     """SIGKILL while m-3's handler runs, m-0 … m-2 handled in the same transaction: nothing
     of the batch committed, nothing lost; after the visibility timeout it is processed once."""
     receive(app, 5)
-    process = start(
-        url,
-        "drain",
-        tmp_path / "batches.jsonl",
-        child,
-        batch=5,
-        visibility=VISIBILITY,
-        transaction="batch",
-        hang_at=3,
-        accounts=ACCOUNTS,
-    )
-    release_together([process])
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "HANDLING m-3"
-    process.send_signal(signal.SIGKILL)
-    process.communicate(timeout=30)
-    assert process.returncode == -signal.SIGKILL
+    options = {"batch": 5, "visibility": VISIBILITY, "transaction": "batch", "hang_at": 3}
+    log = tmp_path / "batches.jsonl"
+    with reaped([start(url, "drain", log, child, accounts=ACCOUNTS, **options)]) as [process]:
+        release_together([process])
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "HANDLING m-3"
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=30)
+        assert process.returncode == -signal.SIGKILL
     assert app.effect_ids() == [], "the handled messages' effects were not committed"
     assert set(app.balances().values()) == {0}
     assert rows(app) == {f"m-{i}": (PROCESSING, 1) for i in range(5)}, "attempt counted"
@@ -319,12 +311,13 @@ def stop_mid_batch(url: str, app: StoreApp, tmp_path: Path, child: str) -> None:
     """SIGTERM while m-0's handler runs: m-0 commits, the rest is released in the batch's
     own transaction (pending, attempt uncounted)."""
     receive(app, 4)
-    process = start(url, "slow", tmp_path / "batches.jsonl", child, batch=4, transaction="batch")
-    release_together([process])
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "HANDLING m-0"
-    process.send_signal(signal.SIGTERM)
-    assert finish(process, timeout=30) == {"done": 1, "released": 3}
+    log = tmp_path / "batches.jsonl"
+    with reaped([start(url, "slow", log, child, batch=4, transaction="batch")]) as [process]:
+        release_together([process])
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "HANDLING m-0"
+        process.send_signal(signal.SIGTERM)
+        assert finish(process, timeout=30) == {"done": 1, "released": 3}
     assert app.effect_ids() == ["m-0"]
     assert rows(app) == {"m-0": (DONE, 1)} | {f"m-{i}": (PENDING, 0) for i in (1, 2, 3)}
 

@@ -1,12 +1,16 @@
 """Which statements a store claim sends, per backend: PostgreSQL's single ``UPDATE …
 RETURNING`` (its ``StoreClaimDialect.claim_statement``), the three-statement form
 (``SELECT`` ids, ``UPDATE``, ``SELECT`` rows) elsewhere, MySQL/MariaDB finding the ids with
-a plain read before locking them by primary key (``StoreClaimDialect.find_first``)."""
+a plain read that the locking statement joins by primary key
+(``StoreClaimDialect.find_first``)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime
+import itertools
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from sa_inbox.dialects import backend_for
-from sa_inbox.dialects.store_claim import FIND_WIDENING, LIMIT
+from sa_inbox.dialects.store_claim import CLAIM_WINDOW
 from sa_inbox.store import PENDING, PROCESSING
 from tests.support.store_app import StoreApp, make_engine
 
@@ -65,9 +69,7 @@ def test_claim_sends_the_backends_statements(store_app: StoreApp) -> None:
     assert {row["status"] for row in rows} == {PROCESSING}
     if engine.dialect.name == "postgresql":
         assert sent == ["UPDATE"]
-    elif dialect.find_first:  # the plain find, the lock by id, the UPDATE, the read-back
-        assert sent == ["SELECT", "SELECT", "UPDATE", "SELECT"]
-    else:
+    else:  # the lock (find_first: of the plain read's window), the UPDATE, the read-back
         assert sent == ["SELECT", "UPDATE", "SELECT"]
 
 
@@ -107,17 +109,17 @@ def test_the_store_claim_reads_no_row_back_and_returns_them_as_stored(
     found_first = backend_for(engine.dialect.name).store_claim.find_first
     if engine.dialect.name == "postgresql":
         assert sent == ["UPDATE", "UPDATE"]
-    elif found_first:  # the plain finds; no abandoned row found, so no lock of them
-        assert (sent, locking) == (["SELECT", "SELECT", "SELECT", "UPDATE"], [False, False, True])
+    elif found_first:  # no abandoned row: its window's count (a plain read) says none is held
+        assert (sent, locking) == (["SELECT", "SELECT", "SELECT", "UPDATE"], [True, False, True])
     else:
         assert sent == ["SELECT", "SELECT", "UPDATE"]
     with engine.begin() as conn:  # m-1's worker died: abandoned, past the visibility timeout
         conn.execute(t.update().where(t.c.message_id == "m-1").values(claimed_at=later - HOUR))
     second = claim("w-2")
-    if found_first:  # the find found one: the lock by id of abandoned rows, then of pending
+    if found_first:  # one abandoned row, the window's count, then the pending row
         assert (sent, locking) == (
-            ["SELECT", "SELECT", "UPDATE", "SELECT", "SELECT", "UPDATE"],
-            [False, True, False, True],
+            ["SELECT", "SELECT", "UPDATE", "SELECT", "UPDATE"],
+            [True, False, True],
         )
     with engine.connect() as conn:
         stored = {
@@ -187,28 +189,31 @@ def _claims(engine: sa.Engine, table: sa.Table) -> dict[str, tuple[str | None, i
 
 
 @pytest.mark.parametrize(
-    ("held", "limit", "statements"),
+    ("held", "limit", "received", "statements"),
     [
-        # abandoned: find; pending: find, lock by id (none free), the wider find, lock by id
-        (2, 2, [False, False, True, False, True]),
-        # ... and the wider find's rows are all held too: the locking scan
-        (FIND_WIDENING, 1, [False, False, True, False, True, True]),
+        # abandoned: lock, count (none); pending: the window passes the held rows
+        (2, 2, 5, [True, False, True]),
+        # the window (limit * CLAIM_WINDOW rows) is all held and more candidates follow:
+        # the count says so, and the locking scan takes the next
+        (CLAIM_WINDOW, 1, CLAIM_WINDOW + 2, [True, False, True, False, True]),
+        # one short, but the window held every candidate: the count says so, no scan
+        (2, 2, 3, [True, False, True, False]),
     ],
-    ids=["wider-find", "scan"],
+    ids=["window", "scan", "no-scan"],
 )
 def test_a_claim_passes_the_rows_another_claim_holds(
-    store_app: StoreApp, held: int, limit: int, statements: list[bool]
+    store_app: StoreApp, held: int, limit: int, received: int, statements: list[bool]
 ) -> None:
     """A claim takes the next rows past those another open claim holds (SKIP LOCKED). With
-    ``find_first`` its plain read finds the held rows (still pending to it) and the lock by
-    id skips them all; a find ``FIND_WIDENING`` times wider takes the next ones, and where
-    even those are all held, the locking scan does. ``statements``: whether each SELECT of
-    the second claim locks."""
+    ``find_first`` the plain read of the window lists the held rows (still pending to it)
+    and the lock skips them; when the window held too few free rows and more candidates
+    follow it, the locking scan takes them. ``statements``: whether each SELECT of the
+    second claim locks."""
     engine, store = store_app.engine, store_app.store
     if engine.dialect.name == "sqlite":
         pytest.skip("SQLite has one writer: a second claim waits for the first (BEGIN IMMEDIATE)")
     table = store.table
-    later = _receive(store_app, held + limit + 1)
+    later = _receive(store_app, received)
     _, pending = store.candidates(visibility_timeout=30, max_attempts=5, now=later)
     dialect = backend_for(engine.dialect.name).store_claim
     values = {"status": PROCESSING, "claimed_by": "first", "attempts": table.c.attempts + 1}
@@ -223,72 +228,111 @@ def test_a_claim_passes_the_rows_another_claim_holds(
         sa.event.listen(engine, "before_cursor_execute", record)
         try:
             second = store.claim(
-                engine, claimed_by="second", limit=limit, visibility_timeout=30, max_attempts=5,
+                engine,
+                claimed_by="second",
+                limit=limit,
+                visibility_timeout=30,
+                max_attempts=5,
                 now=later,
             )
         finally:
             sa.event.remove(engine, "before_cursor_execute", record)
-    names = [f"m-{n}" for n in range(held + limit + 1)]
+    names = [f"m-{n}" for n in range(received)]
+    taken = names[held : held + limit]
     assert sorted(row["message_id"] for row in first) == names[:held]
-    assert [m.message_id for m in second] == names[held:-1]
+    assert [m.message_id for m in second] == taken
     if dialect.find_first:
         assert locking == statements
     assert _claims(engine, table) == {
         **{name: ("first", 1) for name in names[:held]},
-        **{name: ("second", 1) for name in names[held:-1]},
-        names[-1]: (None, 0),
+        **{name: ("second", 1) for name in taken},
+        **{name: (None, 0) for name in names[held + limit :]},
     }
 
 
-def test_a_row_claimed_between_the_find_and_the_lock_is_not_claimed_again(
+def test_the_window_locks_only_the_rows_it_returns_and_takes_them_in_claim_order(
     store_app: StoreApp,
 ) -> None:
-    """``find_first``: another worker claims and commits a row the plain read found, before
-    the lock by id runs. The locking read checks the candidate condition again on the
-    row's latest committed version (``processing`` now), so the row is not returned; the
-    claim takes the other rows it found and, one short, scans on for the next."""
+    """``find_first``: the plain read of the window locks nothing (a locking read clause
+    does not lock the rows of a nested subquery), so the candidates the claim does not
+    return stay free for other claimers; and the rows are locked in the window's order,
+    ``(received_at, id)``, not the primary key's (here received in the reverse of id
+    order, as from receivers with skewed clocks)."""
     engine, store = store_app.engine, store_app.store
     dialect = backend_for(engine.dialect.name).store_claim
     if not dialect.find_first:
         pytest.skip(f"{engine.dialect.name} locks its candidates in one statement")
     table = store.table
-    later = _receive(store_app, 5)
-    raced: list[str] = []
+    now = datetime.datetime.now(datetime.UTC)
+    with engine.begin() as conn:  # m-0 received last, m-5 first
+        for n in range(6):
+            when = now - datetime.timedelta(seconds=n)
+            store.receive(conn, f"m-{n}", {"n": n}, now=when)
+    _, pending = store.candidates(visibility_timeout=30, max_attempts=5, now=now)
+    values = {"status": PROCESSING, "claimed_by": "w", "attempts": table.c.attempts + 1}
+    ids = dict(_ids(engine, table))
+    with store.transaction(engine) as (conn, _):
+        claimed = dialect.claim(conn, table, pending, 2, values)  # window: 8 rows, all 6
+        assert sorted(row["message_id"] for row in claimed) == ["m-4", "m-5"]
+        with engine.connect() as other:  # the others are free: NOWAIT locks each at once
+            locked = [
+                other.execute(
+                    sa.select(table.c.message_id)
+                    .where(table.c.id == ids[f"m-{n}"])
+                    .with_for_update(nowait=True)
+                ).scalar_one()
+                for n in range(4)
+            ]
+            assert locked == ["m-0", "m-1", "m-2", "m-3"]
+            other.rollback()
+    assert _claims(engine, table)["m-5"] == ("w", 1)
 
-    def claim(token: str, limit: int) -> list[str]:
-        messages = store.claim(
-            engine, claimed_by=token, limit=limit, visibility_timeout=30, max_attempts=5,
-            now=later,
-        )
-        return [m.message_id for m in messages]
 
-    started: list[bool] = []
+def _ids(engine: sa.Engine, table: sa.Table) -> list[tuple[str, int]]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(table.c.message_id, table.c.id))
+        return [(row.message_id, row.id) for row in rows]
 
-    def race(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
-        """Right after the first plain read of pending rows: another claim, committed."""
-        plain_select = statement.lstrip().upper().startswith("SELECT") and (
-            "FOR UPDATE" not in statement.upper()
-        )
-        if not started and plain_select and PENDING in dict(parameters).values():
-            started.append(True)
-            raced.extend(claim("other", 1))  # on another connection of the pool
 
-    sa.event.listen(engine, "after_cursor_execute", race)
-    try:
-        mine = claim("mine", 3)
-    finally:
-        sa.event.remove(engine, "after_cursor_execute", race)
-    assert raced == ["m-0"]
-    assert mine == ["m-1", "m-2", "m-3"]
+def test_claimers_racing_for_one_window_claim_each_row_once(store_app: StoreApp) -> None:
+    """4 threads, released together by a barrier, claim batches of 5 from 200 rows until
+    none is left: their windows overlap at every claim (the rows others hold are still
+    pending to the plain read), and each row is claimed exactly once, by the claim whose
+    token it holds, with one attempt."""
+    engine, store = store_app.engine, store_app.store
+    if engine.dialect.name == "sqlite":
+        pytest.skip("SQLite has one writer: claims do not overlap (BEGIN IMMEDIATE)")
+    table = store.table
+    total, threads = 200, 4
+    later = _receive(store_app, total) + datetime.timedelta(seconds=total)  # all claimable
+    barrier = threading.Barrier(threads, timeout=30)
+    claimed: dict[str, list[str]] = {}
+
+    def claimer(name: str) -> None:
+        barrier.wait()
+        for batch in itertools.count():
+            token = f"{name}-{batch}"
+            messages = store.claim(
+                engine,
+                claimed_by=token,
+                limit=5,
+                visibility_timeout=300,
+                max_attempts=5,
+                now=later,
+                abandoned=False,
+            )
+            if not messages:
+                return
+            claimed[token] = [m.message_id for m in messages]
+
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        for future in [pool.submit(claimer, f"t{n}") for n in range(threads)]:
+            future.result()
+    names = [name for batch in claimed.values() for name in batch]
+    assert sorted(names) == sorted(f"m-{n}" for n in range(total))  # each exactly once
     assert _claims(engine, table) == {
-        "m-0": ("other", 1),
-        "m-1": ("mine", 1),
-        "m-2": ("mine", 1),
-        "m-3": ("mine", 1),
-        "m-4": (None, 0),
+        name: (token, 1) for token, batch in claimed.items() for name in batch
     }
-
-
 
 
 def _reads(conn: sa.Connection, table: sa.Table, other: sa.Engine) -> tuple[str, bool]:
@@ -349,13 +393,14 @@ def test_the_store_transaction_runs_at_read_committed_and_leaves_the_session_as_
         other.dispose()
 
 
-def test_an_ordered_claim_locks_with_the_scan_not_the_find(store_app: StoreApp) -> None:
+def test_an_ordered_claim_locks_with_the_scan_not_the_window(store_app: StoreApp) -> None:
     """MySQL/MariaDB: an ordered claim keeps the locking scan (then its recheck), without
-    ``find_first``'s plain find and lock by primary key. With them, 6 worker threads
-    draining 3,000 ordered messages of 40 aggregates processed 1,051 in 60 s (the wider find
-    read the whole backlog through the NOT EXISTS per row, and the locks by primary key
-    deadlocked with other claimers' scans of the claim index) against all 3,000 in 37.6 s
-    with the scan (MariaDB 10.11, shared 2-core machine)."""
+    ``find_first``'s plain read locked by primary key. With it (as a separate find then),
+    6 worker threads draining 3,000 ordered messages of 40 aggregates processed 1,051 in
+    60 s (a window wider than the aggregates ready read the whole backlog through the NOT
+    EXISTS per row, and the locks by primary key deadlocked with other claimers' scans of
+    the claim index) against all 3,000 in 37.6 s with the scan (MariaDB 10.11, shared
+    2-core machine)."""
     engine, store = store_app.engine, store_app.store
     dialect = backend_for(engine.dialect.name).store_claim
     if not dialect.find_first:
@@ -369,6 +414,7 @@ def test_an_ordered_claim_locks_with_the_scan_not_the_find(store_app: StoreApp) 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if statement.split()[0].upper() == "SELECT":
             locking.append("FOR UPDATE" in statement.upper())
+            assert "claim_window" not in statement
 
     sa.event.listen(engine, "before_cursor_execute", record)
     try:
@@ -420,45 +466,3 @@ def test_a_store_transaction_after_a_checkout_that_opened_one_still_runs(url: st
         base.dispose()
         app.drop()
         other.dispose()
-
-
-def test_after_a_claim_met_held_rows_the_next_one_starts_with_the_wider_find(
-    store_app: StoreApp,
-) -> None:
-    """``find_first``: a claim that met rows another open claim held makes the next claim
-    of the same plan skip the narrow find (it would likely come back short again) and start
-    with the wider one; a claim that met none makes the next start narrow again."""
-    engine, store = store_app.engine, store_app.store
-    if not backend_for(engine.dialect.name).store_claim.find_first:
-        pytest.skip(f"{engine.dialect.name} locks its candidates in one statement")
-    table = store.table
-    later = _receive(store_app, 9)
-    _, pending = store.candidates(visibility_timeout=30, max_attempts=5, now=later)
-    dialect = backend_for(engine.dialect.name).store_claim
-    values = {"status": PROCESSING, "claimed_by": "open", "attempts": table.c.attempts + 1}
-    windows: list[int] = []
-
-    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
-        """The row limit of each plain read of pending rows (the finds)."""
-        plain = "FOR UPDATE" not in statement.upper()
-        if plain and PENDING in dict(parameters).values():
-            windows.append(dict(parameters)[LIMIT])
-
-    def claim(token: str) -> list[str]:
-        sa.event.listen(engine, "before_cursor_execute", record)
-        try:
-            messages = store.claim(
-                engine, claimed_by=token, limit=2, visibility_timeout=30, max_attempts=5,
-                now=later,
-            )
-        finally:
-            sa.event.remove(engine, "before_cursor_execute", record)
-        return [m.message_id for m in messages]
-
-    with store.transaction(engine) as (conn, _):
-        dialect.claim(conn, table, pending, 2, values)  # m-0 and m-1, held
-        assert claim("met") == ["m-2", "m-3"]
-    assert claim("wide") == ["m-4", "m-5"]  # nothing held now
-    assert claim("narrow") == ["m-6", "m-7"]
-    assert windows == [2, 2 * FIND_WIDENING, 2 * FIND_WIDENING, 2]
-    assert _claims(engine, table)["m-8"] == (None, 0)

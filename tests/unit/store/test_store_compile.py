@@ -268,27 +268,36 @@ def test_the_claim_plans_are_built_once_and_compile(
         assert plan.single is None and plan.read_back is None
         assert plan.lock is not None and plan.update is not None
         lock = sql(plan.lock, dialect)
-        assert lock.startswith("SELECT inbox_store.id, inbox_store.message_id")
+        columns = "inbox_store.id, inbox_store.message_id"
+        assert lock.startswith((f"SELECT {columns}", f"SELECT STRAIGHT_JOIN {columns}"))
         assert ("SKIP LOCKED" in lock) is (name != "sqlite")
         assert "claimed_by" in sql(plan.update, dialect)
-        # MySQL/MariaDB find the ids with a plain read, then lock them by primary key, and
-        # scan with a locking read only past rows others hold; an ordered claim scans
-        assert (plan.find is not None) is (plan.scan is not None) is (
-            name == "mysql" and not ordered
+        # MySQL/MariaDB lock the rows of a plain read's window by primary key, and scan
+        # with a locking read only past rows others hold; an ordered claim scans
+        assert (
+            (plan.window is not None)
+            is (plan.scan is not None)
+            is (name == "mysql" and not ordered)
         )
-        if plan.find is None:
+        if plan.window is None:
             assert ("LIMIT" in lock) is (name != "oracle")
             continue
         assert plan.scan is not None
-        find, scan = sql(plan.find, dialect), sql(plan.scan, dialect)
-        assert find.startswith("SELECT inbox_store.id FROM inbox_store WHERE")
-        assert "FOR UPDATE" not in find and find.endswith("LIMIT %s")
-        assert "FROM inbox_store FORCE INDEX (PRIMARY)" in lock
-        assert "inbox_store.id IN (__[POSTCOMPILE_ids])" in lock and "ORDER BY" not in lock
+        window, scan = sql(plan.window, dialect), sql(plan.scan, dialect)
+        listed = "FROM (SELECT candidate.id AS id FROM inbox_store AS candidate WHERE "
+        assert window.startswith(f"SELECT count(*) AS count_1 {listed}")
+        assert "FOR UPDATE" not in window and window.endswith("LIMIT %s) AS claim_window")
+        assert lock.startswith(f"SELECT STRAIGHT_JOIN {columns}")
+        assert listed in lock and "candidate.received_at, candidate.id LIMIT %s)" in lock
+        assert "candidate.status = %s" in lock and "inbox_store.status = %s" in lock
+        assert (
+            ") AS claim_window INNER JOIN inbox_store FORCE INDEX (PRIMARY) "
+            "ON inbox_store.id = claim_window.id WHERE inbox_store."
+        ) in lock
         assert lock.endswith("LIMIT %s FOR UPDATE SKIP LOCKED")
         assert "inbox_store.id NOT IN (__[POSTCOMPILE_held])" in scan
         assert scan.endswith("LIMIT %s FOR UPDATE SKIP LOCKED")
         assert "FORCE INDEX" not in scan
-        for text in (find, lock, scan):  # each reads the candidate condition
-            assert "inbox_store.status = %s" in text
+        for text in (window, lock, scan):  # each reads the candidate condition
+            assert "inbox_store.status = %s" in text or "candidate.status = %s" in text
             assert ("NOT (EXISTS" in text) is ordered
