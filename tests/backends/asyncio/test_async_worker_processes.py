@@ -26,8 +26,10 @@ from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming, StoredMess
 from tests.backends.store.test_store_backends import (
     VISIBILITY,
     finish,
+    kill_while_handling,
     ordered_stream,
     read_batches,
+    reaped,
     receive_stream,
     receive_while_running,
     release_together,
@@ -91,15 +93,9 @@ def test_sigkilled_worker_mid_batch_loses_nothing_and_applies_nothing_twice(
     total = 12
     receive_stream(store_app, [Incoming(f"m-{i:02d}", {"seq": i}) for i in range(total)])
     log = tmp_path / "batches.jsonl"
-    child = start(
-        async_url, "drain", log, CHILD, batch=4, concurrency=2, hang_at=1, visibility=VISIBILITY
-    )
-    release_together([child])
-    assert child.stdout is not None
-    assert child.stdout.readline().strip() == "HANDLING m-01"
-    child.send_signal(signal.SIGKILL)
-    child.communicate(timeout=30)
-    assert child.returncode == -signal.SIGKILL
+    options = {"batch": 4, "concurrency": 2, "hang_at": 1, "visibility": VISIBILITY}
+    with reaped([start(async_url, "drain", log, CHILD, **options)]) as [child]:
+        kill_while_handling(child, "m-01")
 
     t = store_app.store.table
     with store_app.engine.connect() as conn:

@@ -87,6 +87,17 @@ def release_together(children: list[subprocess.Popen[str]]) -> None:
         child.stdin.flush()
 
 
+def kill_while_handling(child: subprocess.Popen[str], message_id: str) -> None:
+    """Release ``child`` alone, wait until it says it is handling ``message_id``, SIGKILL
+    it there and reap it."""
+    release_together([child])
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == f"HANDLING {message_id}"
+    child.send_signal(signal.SIGKILL)
+    child.communicate(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+
+
 @contextmanager
 def reaped(children: list[subprocess.Popen[str]]) -> Iterator[list[subprocess.Popen[str]]]:
     """``children``, killed if still running when the block ends (a failed or timed-out
@@ -255,13 +266,8 @@ def test_sigkilled_worker_rows_come_back_after_the_visibility_timeout(
 ) -> None:
     receive_stream(store_app, [Incoming(f"m-{i}", {"seq": i}) for i in range(5)])
     log = tmp_path / "batches.jsonl"
-    child = start(url, "hang", log, batch=5, visibility=VISIBILITY)
-    release_together([child])
-    assert child.stdout is not None
-    assert child.stdout.readline().strip() == "HANDLING m-0"
-    child.send_signal(signal.SIGKILL)
-    child.communicate(timeout=30)
-    assert child.returncode == -signal.SIGKILL
+    with reaped([start(url, "hang", log, batch=5, visibility=VISIBILITY)]) as [child]:
+        kill_while_handling(child, "m-0")
     [batch] = read_batches(log)
     assert len(batch["ids"]) == 5
     assert store_app.store.counts(store_app.engine)[PROCESSING] == 5, "held by the dead worker"

@@ -29,6 +29,7 @@ from sa_inbox.store.worker import Backoff, Worker
 from tests.backends.store.test_store_backends import (
     CHILD,
     finish,
+    kill_while_handling,
     ordered_stream,
     read_batches,
     reaped,
@@ -285,12 +286,7 @@ def kill_mid_batch(url: str, app: StoreApp, tmp_path: Path, child: str) -> None:
     options = {"batch": 5, "visibility": VISIBILITY, "transaction": "batch", "hang_at": 3}
     log = tmp_path / "batches.jsonl"
     with reaped([start(url, "drain", log, child, accounts=ACCOUNTS, **options)]) as [process]:
-        release_together([process])
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "HANDLING m-3"
-        process.send_signal(signal.SIGKILL)
-        process.communicate(timeout=30)
-        assert process.returncode == -signal.SIGKILL
+        kill_while_handling(process, "m-3")
     assert app.effect_ids() == [], "the handled messages' effects were not committed"
     assert set(app.balances().values()) == {0}
     assert rows(app) == {f"m-{i}": (PROCESSING, 1) for i in range(5)}, "attempt counted"
