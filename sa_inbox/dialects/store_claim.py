@@ -97,10 +97,12 @@ class ClaimPlan:
     :param window: where the dialect locks through a plain read
         (:attr:`StoreClaimDialect.find_first`): ``SELECT count(*)`` of the candidates in
         the window ``lock`` reads (bound as :data:`WINDOW`), run when the lock came back
-        short, to tell a window that held every candidate from one that others' claims
-        filled; ``scan`` is then the locking scan of the candidates not among those
-        locked (bound as ``held``). ``None`` otherwise: ``lock`` is that scan.
-    :param scan: see ``window``.
+        short. ``None`` otherwise: ``lock`` is the locking scan of the candidates.
+    :param scan: with ``window``, the locking scan of the candidates not among those
+        locked (bound as ``held``), run when the count fills a window.
+    :param rest: with ``window``, ``lock`` without the rows it locked (bound as ``held``),
+        run when the count is short of a window but holds candidates other than those
+        locked (see :attr:`StoreClaimDialect.find_first`).
     """
 
     single: Executable | None = None
@@ -110,6 +112,7 @@ class ClaimPlan:
     recheck: sa.Select[Any] | None = None
     window: sa.Select[Any] | None = None
     scan: sa.Select[Any] | None = None
+    rest: sa.Select[Any] | None = None
 
 
 def require_version(conn: Connection, minimum: tuple[int, ...], product: str, feature: str) -> None:
@@ -152,9 +155,14 @@ class StoreClaimDialect:
     #: received_at, id LIMIT <window>) AS claim_window JOIN <table> ON <table>.id =
     #: claim_window.id WHERE <the candidate condition> LIMIT n FOR UPDATE SKIP LOCKED``,
     #: the window ``n * CLAIM_WINDOW`` candidates (:data:`CLAIM_WINDOW`), joined in that
-    #: order (:meth:`join_in_order`). The locking scan runs only when the window was full
-    #: and others held too many of its rows. Worth it where a locking read of the claim
-    #: index costs much more than a plain one (InnoDB, see the MySQL dialect). The same rows
+    #: order (:meth:`join_in_order`). When the lock comes back short, ``SELECT count(*)``
+    #: of the window, a newer snapshot, decides what follows: nothing if the candidates
+    #: left are the rows locked; the locking scan past the rows locked if they fill a
+    #: window (others' open claims hold them, still pending to a plain read); else the
+    #: window again without the rows locked, since the lock's window may have ended before
+    #: candidates that the new one lists (other claims committed rows of it in between).
+    #: Worth it where a locking read of the claim index costs much more than a plain one
+    #: (InnoDB, see the MySQL dialect). The same rows
     #: are claimed: the derived table is a plain read, which at READ COMMITTED sees every
     #: committed row and locks none ("A locking read clause in an outer statement does not
     #: lock the rows of a table in a nested subquery": MySQL manual, 15.7.2.4 "Locking
@@ -314,6 +322,9 @@ class StoreClaimDialect:
             lock=self.lock_window(candidates(table).with_only_columns(*locked), window, table),
             window=sa.select(sa.func.count()).select_from(window.subquery(WINDOW)),
             scan=self.lock(candidates(table).where(held), limit).with_only_columns(*locked),
+            rest=self.lock_window(
+                candidates(table).where(held).with_only_columns(*locked), window, table
+            ),
         )
 
     def lock_window(
@@ -388,16 +399,25 @@ class StoreClaimDialect:
         assert plan.lock is not None
         if plan.window is None:
             return self.locked_rows(conn, plan.lock, limit, bound)
-        assert plan.scan is not None
+        assert plan.scan is not None and plan.rest is not None
         window = {**bound, WINDOW: limit * CLAIM_WINDOW}
         rows = self.locked_rows(conn, plan.lock, limit, window)
-        if len(rows) == limit or conn.execute(plan.window, window).scalar_one() < window[WINDOW]:
-            return rows  # enough, or every candidate was in the window (ours or held)
-        # Others' open claims hold more of the window than it had to spare (still pending to
-        # a plain read until they commit): the locking scan skips the rows locked by others
-        # and goes on past them, as a claim without find_first does.
-        more = {**bound, "held": [row["id"] for row in rows], LIMIT: limit - len(rows)}
-        return [*rows, *self.locked_rows(conn, plan.scan, limit - len(rows), more)]
+        if len(rows) == limit:
+            return rows
+        # The count reads a newer snapshot than the lock did: it still lists the rows we
+        # locked and those other open claims hold (pending to a plain read until they
+        # commit), but no longer those that other claims committed since the lock.
+        listed = conn.execute(plan.window, window).scalar_one()
+        if listed <= len(rows):
+            return rows  # every candidate left is one we locked
+        more = {**window, "held": [row["id"] for row in rows], LIMIT: limit - len(rows)}
+        # A full window: others' open claims may hold more of it than it had to spare; the
+        # locking scan skips the rows locked by others and goes on past them, as a claim
+        # without find_first does. Short of a window: every candidate left is in a new
+        # window, but the lock's may have ended before some of them (others committed
+        # claims of its rows in between, or rows arrived): the window again, without ours.
+        again = plan.scan if listed >= window[WINDOW] else plan.rest
+        return [*rows, *self.locked_rows(conn, again, limit - len(rows), more)]
 
     def claim_statement(
         self,

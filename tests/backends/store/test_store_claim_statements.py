@@ -7,6 +7,7 @@ a plain read that the locking statement joins by primary key
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
 import itertools
@@ -196,8 +197,10 @@ def _claims(engine: sa.Engine, table: sa.Table) -> dict[str, tuple[str | None, i
         # the window (limit * CLAIM_WINDOW rows) is all held and more candidates follow:
         # the count says so, and the locking scan takes the next
         (CLAIM_WINDOW, 1, CLAIM_WINDOW + 2, [True, False, True, False, True]),
-        # one short, but the window held every candidate: the count says so, no scan
-        (2, 2, 3, [True, False, True, False]),
+        # one short, the window held every candidate, two of them the other claim's: the
+        # count (a newer snapshot) cannot tell them from rows others committed since the
+        # lock, so the window is read again without the row locked; it finds none, no scan
+        (2, 2, 3, [True, False, True, False, True]),
     ],
     ids=["window", "scan", "no-scan"],
 )
@@ -247,6 +250,64 @@ def test_a_claim_passes_the_rows_another_claim_holds(
         **{name: ("first", 1) for name in names[:held]},
         **{name: ("second", 1) for name in taken},
         **{name: (None, 0) for name in names[held + limit :]},
+    }
+
+
+def test_a_short_claim_reaches_past_a_window_whose_holders_committed_since_its_lock(
+    store_app: StoreApp,
+) -> None:
+    """An open claim holds the first ``CLAIM_WINDOW`` rows, the whole window of a claim of
+    1; m-4 follows, free and claimable from the start. The second claim's lock skips the
+    held window and comes back empty, and the first claim commits before the second counts
+    its window. Fewer candidates than a window are then left (m-4, m-5), but that does not
+    mean the window held every candidate when the lock read it: m-4 was past it. The claim
+    still takes m-4, as PostgreSQL's locking scan in claim order does, instead of coming
+    back empty and leaving its worker to wait a ``poll_interval`` with m-4 ready (the
+    separate find and lock by id before 4fa9cee took it too)."""
+    engine, store = store_app.engine, store_app.store
+    if engine.dialect.name == "sqlite":
+        pytest.skip("SQLite has one writer: a second claim waits for the first (BEGIN IMMEDIATE)")
+    table = store.table
+    received = CLAIM_WINDOW + 2
+    later = _receive(store_app, received)
+    _, pending = store.candidates(visibility_timeout=30, max_attempts=5, now=later)
+    dialect = backend_for(engine.dialect.name).store_claim
+    values = {"status": PROCESSING, "claimed_by": "first", "attempts": table.c.attempts + 1}
+    committed: list[str] = []
+
+    with contextlib.ExitStack() as first_claim:
+        conn, _ = first_claim.enter_context(store.transaction(engine))
+        first = dialect.claim(conn, table, pending, CLAIM_WINDOW, values)  # held, open
+
+        def commit_first(connection: Any, cursor: Any, statement: str, *args: Any) -> None:
+            # after the lock of the second claim: the first claim commits
+            text = statement.lower()
+            if not committed and text.startswith("select count(") and "for update" not in text:
+                committed.append(statement)
+                first_claim.close()
+
+        sa.event.listen(engine, "before_cursor_execute", commit_first)
+        try:
+            second = store.claim(
+                engine,
+                claimed_by="second",
+                limit=1,
+                visibility_timeout=30,
+                max_attempts=5,
+                now=later,
+                abandoned=False,
+            )
+        finally:
+            sa.event.remove(engine, "before_cursor_execute", commit_first)
+    names = [f"m-{n}" for n in range(received)]
+    assert sorted(row["message_id"] for row in first) == names[:CLAIM_WINDOW]
+    if dialect.find_first:
+        assert committed, "the second claim counted its window after its lock came back short"
+    assert [m.message_id for m in second] == [f"m-{CLAIM_WINDOW}"]
+    assert _claims(engine, table) == {
+        **{name: ("first", 1) for name in names[:CLAIM_WINDOW]},
+        f"m-{CLAIM_WINDOW}": ("second", 1),
+        f"m-{CLAIM_WINDOW + 1}": (None, 0),
     }
 
 

@@ -298,6 +298,11 @@ def test_the_claim_plans_are_built_once_and_compile(
         assert "inbox_store.id NOT IN (__[POSTCOMPILE_held])" in scan
         assert scan.endswith("LIMIT %s FOR UPDATE SKIP LOCKED")
         assert "FORCE INDEX" not in scan
-        for text in (window, lock, scan):  # each reads the candidate condition
+        # the window again, without the rows the lock took
+        assert plan.rest is not None
+        rest = sql(plan.rest, dialect)
+        not_ours = " AND (inbox_store.id NOT IN (__[POSTCOMPILE_held]))"
+        assert not_ours in rest and rest.replace(not_ours, "") == lock
+        for text in (window, lock, scan, rest):  # each reads the candidate condition
             assert "inbox_store.status = %s" in text or "candidate.status = %s" in text
             assert ("NOT (EXISTS" in text) is ordered
