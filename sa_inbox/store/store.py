@@ -398,7 +398,9 @@ class InboxStore:
         With ``consumer_name=None`` the ``consumer_name = :c`` condition is left out: every
         consumer's rows are candidates, still in ``(received_at, id)`` order, but the index
         no longer delivers that order, so the database reads and sorts every candidate of
-        the status (fine for a small store; run one worker per consumer on a large one).
+        the status (fine for a small store; run one worker per consumer on a large one). On
+        MySQL/MariaDB, a claim whose window other claims filled falls back to a locking
+        scan, which then locks every candidate it sorts until the claim commits.
 
         :raises InvalidStoreArgument: for a bad timeout or ``max_attempts``.
         :raises InvalidMessageId: for a bad ``consumer_name``.
