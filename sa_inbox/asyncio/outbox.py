@@ -23,6 +23,7 @@ from ..outbox.relay import (
     RelayBatch,
     RelayCore,
     add_batches,
+    outage_pause,
     relay_batch,
     unfinished,
 )
@@ -89,7 +90,7 @@ class AsyncOutboxRelay:
     :param publisher: a publisher whose ``publish`` is ``async def`` (or plain).
     :param settings: as :class:`~sa_inbox.outbox.OutboxRelay` (``batch_size``,
         ``max_attempts``, ``visibility_timeout``, ``backoff``, ``ordered``,
-        ``poll_interval``).
+        ``outage_backoff``, ``poll_interval``).
     :raises InvalidRelayArgument: for a bad setting.
     """
 
@@ -109,15 +110,23 @@ class AsyncOutboxRelay:
     async def run(self, *, until_empty: bool = False) -> RelayBatch:
         """Relay until :meth:`stop` (or until empty); see :meth:`OutboxRelay.run`."""
         total = RelayBatch()
+        outages = 0
         while not self._stop.is_set():
             batch = await self.run_once()
             total = add_batches(total, batch)
-            if batch.claimed == 0:
+            pause, outages = outage_pause(self.core, batch, outages)
+            if pause is not None:
+                await self._wait(pause)
+            elif batch.claimed == 0:
                 if until_empty and not await in_greenlet(unfinished, self.core):
                     break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), self.poll_interval)
+                await self._wait(self.poll_interval)
         return total
+
+    async def _wait(self, seconds: float) -> None:
+        """Wait ``seconds``, or less if :meth:`stop` is called."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
 
     def stop(self) -> None:
         """Stop after the current batch (call from the loop's thread)."""

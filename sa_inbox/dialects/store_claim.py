@@ -52,6 +52,7 @@ __all__ = [
     "Returned",
     "StoreClaimDialect",
     "require_version",
+    "update_claimed",
 ]
 
 #: Builds ``SELECT source.id FROM source WHERE <claimable> ORDER BY received_at, id`` on
@@ -113,6 +114,38 @@ class ClaimPlan:
     window: sa.Select[Any] | None = None
     scan: sa.Select[Any] | None = None
     rest: sa.Select[Any] | None = None
+
+
+def update_claimed(
+    conn: Connection,
+    table: sa.Table,
+    claims: Sequence[tuple[str, int]],
+    values: Mapping[str, Any],
+) -> int:
+    """Update the rows of ``claims`` that are still ``processing`` under their claim: one
+    ``UPDATE … WHERE id IN (…) AND status = 'processing' AND claimed_by = :token`` per
+    claim token, in token order, each with its ids sorted (a row another claimer took over
+    since, after the visibility timeout, is left alone).
+
+    :param conn: a Connection in the caller's transaction.
+    :param table: a table with the store's ``id``, ``status`` and ``claimed_by`` columns (the
+        inbox store's or the outbox's).
+    :param claims: ``(claimed_by, id)`` per row.
+    :param values: the columns to set (column name to value or SQL expression).
+    :returns: the rows updated.
+    """
+    t = table
+    updated = 0
+    for token in sorted({token for token, _ in claims}):
+        ids = sorted(row_id for claimed_by, row_id in claims if claimed_by == token)
+        statement = (
+            sa.update(t)
+            .where(t.c.id.in_(ids), t.c.status == "processing", t.c.claimed_by == token)
+            .values(dict(values))
+        )
+        result = conn.execute(statement, execution_options={"preserve_rowcount": True})
+        updated += int(result.rowcount)
+    return updated
 
 
 def require_version(conn: Connection, minimum: tuple[int, ...], product: str, feature: str) -> None:

@@ -8,12 +8,12 @@ reply), :class:`sa_inbox.brokers.nats.JetStreamPublisher` (the JetStream ``PubAc
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..exc import UnsupportedBroker
 from .message import OutboxMessage
 
-__all__ = ["SCHEMES", "Publisher", "publisher_for"]
+__all__ = ["SCHEMES", "Publisher", "broker_unavailable", "publisher_for"]
 
 
 class Publisher(Protocol):
@@ -24,7 +24,10 @@ class Publisher(Protocol):
     publisher may also have ``publish_many(messages) -> list[Exception | None]`` (plain or
     ``async def``): it publishes a whole batch and waits for all confirms at once, and the
     relays call it instead of ``publish`` (see
-    :class:`~sa_inbox.brokers.rabbitmq.AioPikaPublisher`).
+    :class:`~sa_inbox.brokers.rabbitmq.AioPikaPublisher`). And it may have
+    ``is_unavailable(error) -> bool``, which tells a broker that could not be reached from a
+    message the broker refused (see :func:`broker_unavailable`); every publisher of
+    ``sa_inbox.brokers`` has one.
     """
 
     def publish(self, message: OutboxMessage) -> Awaitable[None] | None:
@@ -32,11 +35,33 @@ class Publisher(Protocol):
         broker message's id; return only once the broker has confirmed that it stored it.
 
         :raises Exception: if the broker refused it, did not confirm it, or could not be
-            reached: the relay retries the row after its back-off.
+            reached: the relay retries a refused row after its back-off (an attempt) and
+            gives back, without counting an attempt, the rows of a broker that could not
+            be reached (:func:`broker_unavailable`).
         """
 
     def close(self) -> Awaitable[None] | None:
         """Close the publisher's connection."""
+
+
+def broker_unavailable(publisher: Any, error: BaseException) -> bool:
+    """Whether ``error``, raised by ``publisher``'s publish, says the broker could not be
+    reached rather than that it refused the message.
+
+    A relay counts no attempt for such an error: it gives the rows back unpublished and
+    waits before its next claim (see :mod:`sa_inbox.outbox.relay`). The publisher's own
+    ``is_unavailable(error)`` decides when it has one (each client library has its own
+    connection errors); otherwise an :class:`OSError` (refused, reset, timed out, a name
+    that does not resolve) counts as unavailable and anything else as refused.
+
+    :param publisher: the relay's publisher.
+    :param error: the exception its ``publish`` (or ``publish_many``) raised or returned.
+    :returns: True if the broker was unavailable.
+    """
+    decide = getattr(publisher, "is_unavailable", None)
+    if decide is not None:
+        return bool(decide(error))
+    return isinstance(error, OSError)
 
 
 #: The publisher for each broker URL scheme (see :func:`publisher_for`).

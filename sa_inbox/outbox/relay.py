@@ -18,13 +18,20 @@ the same ``message_id``. The copy is dropped by the consumer's inbox (the claim 
 ``message_id`` exists); JetStream also drops it by itself within its duplicate window
 (``Nats-Msg-Id``). A consumer that does not deduplicate sees it twice.
 
-**Failures.** A publish error is recorded against its row (``attempts``, ``last_error``,
-``available_at`` after the back-off), whatever its cause: a broker outage counts attempts
-too. With the defaults (10 attempts, back-off 1 s doubling to 60 s) a row goes ``dead``
-after about 5 minutes of failures; raise ``max_attempts`` to ride out longer outages, and
-``UPDATE … SET status = 'pending', attempts = 0 WHERE status = 'dead'`` to send dead rows
-again. A database error (unreachable, a missing table) is not recorded: it propagates from
-:meth:`OutboxRelay.run_once` (``sa-inbox relay`` exits 3); run the relay under a supervisor.
+**Failures.** A message the broker refused (unroutable, nacked, ``WRONGTYPE``, no stream
+for the subject) is recorded against its row (``attempts``, ``last_error``, ``available_at``
+after the back-off); with the defaults (10 attempts, back-off 1 s doubling to 60 s) it goes
+``dead`` after about 5 minutes of refusals, and ``UPDATE … SET status = 'pending', attempts
+= 0 WHERE status = 'dead'`` sends dead rows again. **A broker that cannot be reached counts
+no attempt** (:func:`~sa_inbox.outbox.publisher.broker_unavailable`: the publisher's
+``is_unavailable``, else any ``OSError``): the relay stops publishing the batch, gives its
+unpublished rows back (``pending``, the claim's attempt taken back, ``available_at``
+unchanged, so they keep their place), and waits ``outage_backoff`` (1 s doubling to 30 s)
+before each next claim until a publish gets through, so an outage of any length sends no
+row ``dead``; a row whose publish was cut off may have reached the broker and is sent
+again, with its ``message_id``, as after a killed relay. A database error (unreachable, a
+missing table) is not recorded: it propagates from :meth:`OutboxRelay.run_once`
+(``sa-inbox relay`` exits 3); run the relay under a supervisor.
 
 **Order.** Rows are claimed in ``id`` order, but with ``ordered=False`` a row that failed
 is retried after later rows of its destination were sent. With ``ordered=True`` a row is
@@ -37,6 +44,7 @@ one transaction at a time (one consumer per aggregate, as for the store's ordere
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import threading
@@ -50,26 +58,28 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..dialects import backend_for
-from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
+from ..dialects.store_claim import CandidateQuery, StoreClaimDialect, update_claimed
 from ..store.schema import utc_now
 from ..store.worker import Backoff
 from ..validation import positive_int, positive_seconds
 from .exc import InvalidRelayArgument
 from .message import OutboxMessage
 from .outbox import Outbox
-from .publisher import Publisher
+from .publisher import Publisher, broker_unavailable
 from .schema import DEAD, DISPATCHED, MAX_ERROR_LENGTH, PENDING, PROCESSING
 
 __all__ = [
     "DEFAULT_BACKOFF",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_OUTAGE_BACKOFF",
     "DEFAULT_POLL_INTERVAL",
     "DEFAULT_VISIBILITY_TIMEOUT",
     "OutboxRelay",
     "RelayBatch",
     "RelayCore",
     "add_batches",
+    "outage_pause",
     "publish_all",
     "relay_batch",
     "unfinished",
@@ -83,6 +93,9 @@ DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_VISIBILITY_TIMEOUT = 30.0
 DEFAULT_POLL_INTERVAL = 0.5
 DEFAULT_BACKOFF = Backoff(base=1.0, maximum=60.0)
+#: The relay's wait before its next claim while the broker cannot be reached, doubling per
+#: batch in a row that found it so.
+DEFAULT_OUTAGE_BACKOFF = Backoff(base=1.0, maximum=30.0)
 
 
 @dataclass(frozen=True)
@@ -93,12 +106,15 @@ class RelayBatch:
     :param dispatched: rows confirmed by the broker and marked ``dispatched``.
     :param retried: rows whose publish failed, back to ``pending`` after the back-off.
     :param dead: rows moved to ``dead`` (failed or abandoned ``max_attempts`` times).
+    :param released: rows given back unpublished because the broker could not be reached
+        (``pending`` again, their attempt not counted).
     """
 
     claimed: int = 0
     dispatched: int = 0
     retried: int = 0
     dead: int = 0
+    released: int = 0
 
 
 class RelayCore:
@@ -122,6 +138,7 @@ class RelayCore:
         visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT,
         backoff: Backoff = DEFAULT_BACKOFF,
         ordered: bool = False,
+        outage_backoff: Backoff = DEFAULT_OUTAGE_BACKOFF,
     ) -> None:
         self.engine = engine
         self.outbox = outbox
@@ -131,9 +148,11 @@ class RelayCore:
         self.visibility_timeout = positive_seconds(
             visibility_timeout, "visibility_timeout", InvalidRelayArgument
         )
-        if not isinstance(backoff, Backoff):
-            raise InvalidRelayArgument(f"backoff must be a Backoff, not {backoff!r}")
+        for name, value in (("backoff", backoff), ("outage_backoff", outage_backoff)):
+            if not isinstance(value, Backoff):
+                raise InvalidRelayArgument(f"{name} must be a Backoff, not {value!r}")
         self.backoff = backoff
+        self.outage_backoff = outage_backoff
         self.ordered = bool(ordered)
         self._checked = False
 
@@ -207,20 +226,8 @@ class RelayCore:
         :returns: the rows marked (a row whose claim was taken over by another relay after
             the visibility timeout is left to that relay, and was published twice).
         """
-        if not messages:
-            return 0
-        t = self.table
-        marked = 0
-        with self.transaction() as (conn, _):
-            for token in sorted({m.claimed_by for m in messages}):
-                ids = sorted(m.id for m in messages if m.claimed_by == token)
-                statement = (
-                    sa.update(t)
-                    .where(t.c.id.in_(ids), t.c.status == PROCESSING, t.c.claimed_by == token)
-                    .values(status=DISPATCHED, dispatched_at=now or utc_now(), claimed_by=None)
-                )
-                marked += _rowcount(conn, statement)
-        return marked
+        values = {"status": DISPATCHED, "dispatched_at": now or utc_now(), "claimed_by": None}
+        return self._update_claimed(messages, values)
 
     def mark_failed(
         self, message: OutboxMessage, error: BaseException, now: datetime.datetime | None = None
@@ -250,6 +257,27 @@ class RelayCore:
         with self.transaction() as (conn, _):
             _rowcount(conn, statement)
         return dead
+
+    def release(self, messages: Sequence[OutboxMessage]) -> int:
+        """Give rows back unpublished (the broker could not be reached): ``pending``
+        again with the claim's attempt taken back and ``available_at`` unchanged, in one
+        transaction, guarded by their claim.
+
+        :returns: the rows given back (a row another relay took over after the visibility
+            timeout is left to it).
+        """
+        t = self.table
+        values = {"status": PENDING, "attempts": t.c.attempts - 1, "claimed_at": None}
+        return self._update_claimed(messages, {**values, "claimed_by": None})
+
+    def _update_claimed(self, messages: Sequence[OutboxMessage], values: dict[str, Any]) -> int:
+        """Set ``values`` on the rows still claimed by the messages' claims, in one
+        transaction (:func:`~sa_inbox.dialects.store_claim.update_claimed`)."""
+        if not messages:
+            return 0
+        claims = [(m.claimed_by, m.id) for m in messages]
+        with self.transaction() as (conn, _):
+            return update_claimed(conn, self.table, claims, values)
 
     def reap(self, now: datetime.datetime | None = None) -> int:
         """Move rows abandoned ``max_attempts`` times (their relays died each time) to
@@ -307,6 +335,8 @@ class OutboxRelay:
         again by another relay; must exceed the time one batch takes to publish.
     :param backoff: the wait before a failed row is retried, doubling per attempt.
     :param ordered: per-destination order (see the module).
+    :param outage_backoff: the wait before the next claim after a batch that found the
+        broker unreachable, doubling per such batch in a row (see the module).
     :param poll_interval: seconds to wait when nothing is claimable.
     :raises InvalidRelayArgument: for a bad setting.
 
@@ -327,6 +357,7 @@ class OutboxRelay:
         visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT,
         backoff: Backoff = DEFAULT_BACKOFF,
         ordered: bool = False,
+        outage_backoff: Backoff = DEFAULT_OUTAGE_BACKOFF,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> None:
         self.core = RelayCore(
@@ -337,6 +368,7 @@ class OutboxRelay:
             visibility_timeout=visibility_timeout,
             backoff=backoff,
             ordered=ordered,
+            outage_backoff=outage_backoff,
         )
         self.publisher = publisher
         self.poll_interval = positive_seconds(poll_interval, "poll_interval", InvalidRelayArgument)
@@ -344,7 +376,9 @@ class OutboxRelay:
 
     def run_once(self) -> RelayBatch:
         """Claim one batch, publish each row with confirms, mark the results (see the
-        module). A publish error is recorded against its row; a database error propagates.
+        module). A refused publish is recorded against its row; a broker that cannot be
+        reached gives the unpublished rows back (:attr:`RelayBatch.released`); a database
+        error propagates.
         """
         return relay_batch(self.core, self.publisher, lambda value: value)
 
@@ -352,16 +386,23 @@ class OutboxRelay:
         self, *, until_empty: bool = False, sleep: Callable[[float], None] | None = None
     ) -> RelayBatch:
         """Relay batches until :meth:`stop` (or, with ``until_empty``, until a claim finds
-        nothing and no row is ``pending`` or ``processing``).
+        nothing and no row is ``pending`` or ``processing``). After a batch that found the
+        broker unreachable it waits ``outage_backoff`` before the next claim.
 
+        :param sleep: how to wait a number of seconds; default a wait that :meth:`stop`
+            ends early.
         :returns: the totals over the run.
         """
         wait = sleep or self._stop.wait
         total = RelayBatch()
+        outages = 0
         while not self._stop.is_set():
             batch = self.run_once()
             total = add_batches(total, batch)
-            if batch.claimed == 0:
+            pause, outages = outage_pause(self.core, batch, outages)
+            if pause is not None:
+                wait(pause)
+            elif batch.claimed == 0:
                 if until_empty and not unfinished(self.core):
                     break
                 wait(self.poll_interval)
@@ -381,26 +422,48 @@ def relay_batch(core: RelayCore, publisher: Publisher, resolve: Callable[[Any], 
     """
     dead = core.reap()
     messages = core.claim()
-    confirmed: list[OutboxMessage] = []
-    retried = 0
-    for message, error in zip(messages, publish_all(publisher, messages, resolve), strict=True):
-        if error is None:
-            confirmed.append(message)
-            continue
-        logger.warning(
-            "outbox message %s to %s: publish failed (attempt %d): %s",
-            message.message_id,
-            message.destination,
-            message.attempts,
-            error,
-            extra={"action": "publish_failed", "message_id": message.message_id},
-        )
-        if core.mark_failed(message, error):
-            dead += 1
-        else:
-            retried += 1
-    dispatched = core.mark_dispatched(confirmed)
-    return RelayBatch(claimed=len(messages), dispatched=dispatched, retried=retried, dead=dead)
+    outcomes = list(zip(messages, publish_all(publisher, messages, resolve), strict=True))
+    unreachable: list[tuple[OutboxMessage, Exception]] = []
+    refused: list[tuple[OutboxMessage, Exception]] = []
+    for message, error in outcomes:
+        if error is not None:
+            unavailable = broker_unavailable(publisher, error)
+            (unreachable if unavailable else refused).append((message, error))
+    went_dead = sum(_record_refusal(core, message, error) for message, error in refused)
+    dispatched = core.mark_dispatched([m for m, error in outcomes if error is None])
+    released = _give_back(core, unreachable)
+    return RelayBatch(
+        len(messages), dispatched, len(refused) - went_dead, dead + went_dead, released
+    )
+
+
+def _record_refusal(core: RelayCore, message: OutboxMessage, error: Exception) -> bool:
+    """Record a publish the broker refused as a failed attempt; True if it went ``dead``."""
+    logger.warning(
+        "outbox message %s to %s: publish failed (attempt %d): %s",
+        message.message_id,
+        message.destination,
+        message.attempts,
+        error,
+        extra={"action": "publish_failed", "message_id": message.message_id},
+    )
+    return core.mark_failed(message, error)
+
+
+def _give_back(core: RelayCore, unreachable: Sequence[tuple[OutboxMessage, Exception]]) -> int:
+    """Release the rows the broker could not be reached for; returns how many."""
+    if not unreachable:
+        return 0
+    released = core.release([message for message, _ in unreachable])
+    error = unreachable[0][1]
+    logger.warning(
+        "broker unavailable: %d outbox messages given back unpublished, no attempt counted: %s: %s",
+        len(unreachable),
+        type(error).__name__,
+        error,
+        extra={"action": "broker_unavailable", "released": released},
+    )
+    return released
 
 
 def publish_all(
@@ -410,7 +473,9 @@ def publish_all(
 
     With the publisher's optional ``publish_many(messages)`` (confirms pipelined, e.g.
     :class:`~sa_inbox.brokers.rabbitmq.AioPikaPublisher`) in one call; else one ``publish``
-    after the other, each waiting for its confirm.
+    after the other, each waiting for its confirm, until one finds the broker unreachable
+    (:func:`~sa_inbox.outbox.publisher.broker_unavailable`): the messages after it are not
+    tried and get the same exception.
     """
     if not messages:
         return []
@@ -426,6 +491,8 @@ def publish_all(
             resolve(publisher.publish(message))
         except Exception as exc:  # the broker's error: recorded against the row
             outcomes.append(exc)
+            if broker_unavailable(publisher, exc):  # the rest is not tried: the same outcome
+                return outcomes + [exc] * (len(messages) - len(outcomes))
         else:
             outcomes.append(None)
     return outcomes
@@ -439,9 +506,20 @@ def unfinished(core: RelayCore) -> bool:
 
 def add_batches(a: RelayBatch, b: RelayBatch) -> RelayBatch:
     """The sum of two batches' counts."""
-    return RelayBatch(
-        a.claimed + b.claimed, a.dispatched + b.dispatched, a.retried + b.retried, a.dead + b.dead
-    )
+    pairs = zip(dataclasses.astuple(a), dataclasses.astuple(b), strict=True)
+    return RelayBatch(*(x + y for x, y in pairs))
+
+
+def outage_pause(core: RelayCore, batch: RelayBatch, outages: int) -> tuple[float | None, int]:
+    """The relay loops' wait after ``batch``: ``(seconds, outages in a row)``.
+
+    :param outages: batches in a row before this one that found the broker unreachable.
+    :returns: ``core.outage_backoff`` for this count when ``batch`` released rows (the
+        broker could not be reached), else ``None`` (no outage wait) and a count of 0.
+    """
+    if not batch.released:
+        return None, 0
+    return core.outage_backoff.delay(outages + 1), outages + 1
 
 
 def _message(row: Mapping[Any, Any]) -> OutboxMessage:

@@ -46,7 +46,7 @@ from ..collision import (
     store_digests,
 )
 from ..dialects import ClaimDialect, backend_for
-from ..dialects.store_claim import CandidateQuery, ClaimPlan, StoreClaimDialect
+from ..dialects.store_claim import CandidateQuery, ClaimPlan, StoreClaimDialect, update_claimed
 from ..exc import ClaimLost, ConfigurationError, InvalidStoreArgument
 from ..guard import owned_transaction
 from ..handlers import call_handler
@@ -745,19 +745,15 @@ class InboxStore:
         :returns: the number of rows released.
         """
         t = self.table
-        released = 0
+        claims = [(m.claimed_by, m.id) for m in messages]
+        values = {
+            "status": PENDING,
+            "attempts": t.c.attempts - 1,
+            "claimed_at": None,
+            "claimed_by": None,
+        }
         with self.transaction(engine) as (conn, _):
-            for token in sorted({m.claimed_by for m in messages}):
-                ids = sorted(m.id for m in messages if m.claimed_by == token)
-                statement = (
-                    sa.update(t)
-                    .where(t.c.id.in_(ids), t.c.status == PROCESSING, t.c.claimed_by == token)
-                    .values(
-                        status=PENDING, attempts=t.c.attempts - 1, claimed_at=None, claimed_by=None
-                    )
-                )
-                released += _rowcount(conn, statement)
-        return released
+            return update_claimed(conn, t, claims, values)
 
     # -- maintenance ----------------------------------------------------------------------
 

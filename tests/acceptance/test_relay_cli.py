@@ -51,7 +51,13 @@ def test_relay_until_empty_then_sigterm_and_errors(tmp_path: Path) -> None:
             ids = [outbox.publish(conn, queue, f"{n}".encode()) for n in range(3)]
         done = cli("relay", "--url", url, "--broker", amqp, "--until-empty")
         assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout) == {"claimed": 3, "dispatched": 3, "retried": 0, "dead": 0}
+        assert json.loads(done.stdout) == {
+            "claimed": 3,
+            "dispatched": 3,
+            "retried": 0,
+            "dead": 0,
+            "released": 0,
+        }
         got = []
         while (message := channel.basic_get(queue, auto_ack=True))[0] is not None:
             got.append(message[1].message_id)

@@ -72,6 +72,25 @@ class JetStreamPublisher:
             headers=self.headers(message),
         )
 
+    def is_unavailable(self, error: BaseException) -> bool:
+        """Whether ``error`` says the server could not be reached: no PubAck in time
+        (``nats.errors.TimeoutError``, a socket error like every ``OSError``), or the
+        connection closed, stale, reconnecting, draining, its buffer full, or no server.
+        ``NoStreamResponseError`` (no stream captures the subject) and ``APIError`` are the
+        message's. See :func:`sa_inbox.outbox.publisher.broker_unavailable`."""
+        import nats.errors
+
+        unreachable = (
+            OSError,
+            nats.errors.NoServersError,
+            nats.errors.ConnectionClosedError,
+            nats.errors.StaleConnectionError,
+            nats.errors.ConnectionReconnectingError,
+            nats.errors.ConnectionDrainingError,
+            nats.errors.OutboundBufferLimitError,
+        )
+        return isinstance(error, unreachable)
+
     async def close(self) -> None:
         """Nothing: the caller owns the connection."""
 
@@ -95,6 +114,10 @@ class BlockingJetStreamPublisher:
     def publish(self, message: OutboxMessage) -> None:
         """Publish and wait for the PubAck (see :meth:`JetStreamPublisher.publish`)."""
         self._loop.run_until_complete(self._publisher.publish(message))
+
+    def is_unavailable(self, error: BaseException) -> bool:
+        """As :meth:`JetStreamPublisher.is_unavailable`."""
+        return self._publisher.is_unavailable(error)
 
     def close(self) -> None:
         """Drain the connection and close the loop."""

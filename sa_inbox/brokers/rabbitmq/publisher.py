@@ -90,6 +90,13 @@ class RabbitMQPublisher:
         """
         self._open()
 
+    def is_unavailable(self, error: BaseException) -> bool:
+        """Whether ``error`` says the broker could not be reached: a connection error
+        (``pika.exceptions.AMQPConnectionError``: refused, lost, heartbeat timeout, login
+        refused) or a socket error. A channel error (unroutable, nacked, a missing exchange)
+        is the message's. See :func:`sa_inbox.outbox.publisher.broker_unavailable`."""
+        return isinstance(error, (pika.exceptions.AMQPConnectionError, OSError))
+
     def close(self) -> None:
         """Close the connection (if open)."""
         connection, self._connection, self._channel = self._connection, None, None
@@ -176,6 +183,13 @@ class AioPikaPublisher:
         if any(o is not None and not _refused(o) for o in outcomes):
             await self.close()  # a channel or connection error: reconnect next time
         return outcomes
+
+    def is_unavailable(self, error: BaseException) -> bool:
+        """Whether ``error`` says the broker could not be reached: a socket error, which
+        includes aiormq's ``AMQPConnectionError`` (refused, lost, closed by the broker). A
+        ``DeliveryError`` (returned or nacked) is the message's. See
+        :func:`sa_inbox.outbox.publisher.broker_unavailable`."""
+        return isinstance(error, OSError)
 
     async def close(self) -> None:
         """Close the connection (if open)."""

@@ -61,6 +61,16 @@ class RedisStreamPublisher:
         """
         return self.client.xadd(message.destination, self.fields(message))
 
+    def is_unavailable(self, error: BaseException) -> bool:
+        """Whether ``error`` says the server could not be reached: redis-py's
+        ``ConnectionError`` (refused, lost, still loading its data, login refused),
+        ``TimeoutError``, or a socket error. A reply error (``WRONGTYPE``) is the message's.
+        See :func:`sa_inbox.outbox.publisher.broker_unavailable`."""
+        import redis.exceptions
+
+        unreachable = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+        return isinstance(error, unreachable)
+
     def close(self) -> Any:
         """Close the client's connections (an awaitable for an asyncio client)."""
         return self.client.close()

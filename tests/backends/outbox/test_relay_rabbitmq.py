@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
+import pika.exceptions
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -132,7 +133,9 @@ def test_a_failing_destination_backs_off_then_goes_dead_without_blocking_the_res
 
 
 class FailFirst:
-    """The real publisher, except that the first publish of ``message_id`` raises."""
+    """The real publisher, except that the first publish of ``message_id`` is refused as
+    the broker refuses a message (a ``basic.nack``: pika's ``NackError``), which counts an
+    attempt (a connection error would not: the broker was unreachable)."""
 
     def __init__(self, publisher: RabbitMQPublisher, message_id: str) -> None:
         self.publisher, self.message_id, self.failed = publisher, message_id, False
@@ -140,7 +143,7 @@ class FailFirst:
     def publish(self, message: OutboxMessage) -> None:
         if message.message_id == self.message_id and not self.failed:
             self.failed = True
-            raise ConnectionError("broker unreachable (test)")
+            raise pika.exceptions.NackError([])
         self.publisher.publish(message)
 
     def close(self) -> None:

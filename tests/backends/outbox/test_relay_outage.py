@@ -1,0 +1,296 @@
+"""A broker that cannot be reached costs the outbox no attempt: the relay gives the claimed
+rows back unpublished, waits its ``outage_backoff``, and publishes them once the broker is
+back, however long the outage, where a refused message still counts its attempts.
+
+The outages are real: a ``redis-server`` of the test's own, SIGKILLed and started again on
+its port, and for RabbitMQ and ``redis.asyncio`` a port where nothing listens (the client's
+connection is refused); the publishes that get through go to the live brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nats
+import pika
+import pytest
+import redis
+import redis.asyncio
+import redis.asyncio.retry
+import redis.backoff
+import redis.retry
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from sa_inbox import Backoff
+from sa_inbox.asyncio import AsyncOutboxRelay
+from sa_inbox.brokers.nats import BlockingJetStreamPublisher
+from sa_inbox.brokers.rabbitmq import RabbitMQPublisher, dead_letter_queue_name, declare_queue
+from sa_inbox.brokers.redis import RedisStreamPublisher
+from sa_inbox.outbox import OutboxRelay, RelayBatch
+from sa_inbox.outbox.publisher import broker_unavailable
+from tests.backends.brokers.test_rabbitmq import amqp_url, channel
+from tests.backends.outbox.test_relay_streams import async_app, oapp, read_stream, record
+from tests.conftest import broker_url
+from tests.support.outbox_app import OutboxApp
+
+__all__ = ["amqp_url", "async_app", "channel", "oapp"]  # fixtures
+
+pytestmark = pytest.mark.backend
+
+#: Two attempts at most: a relay that counted the outage's rounds would send rows dead.
+SETTINGS: dict[str, Any] = {"poll_interval": 0.05, "max_attempts": 2}
+
+
+#: redis-py's own retries of a refused connection (about 5 s by default in redis-py 8) off:
+#: the relay's outage back-off is what is tested.
+NO_RETRY: dict[str, Any] = {"retry": redis.retry.Retry(redis.backoff.NoBackoff(), 0)}
+ASYNC_NO_RETRY: dict[str, Any] = {"retry": redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0)}
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class OwnServer:
+    """A broker server of this test on one port and data directory, to kill and start
+    again: ``redis-server`` (no persistence) or ``nats-server -js`` (its JetStream store in
+    the directory, so a stream outlives the kill)."""
+
+    def __init__(self, program: str, directory: Path) -> None:
+        binary = shutil.which(program)
+        if binary is None:
+            pytest.fail(f"{program} is not installed (scripts/servers.sh install)")
+        self.program, self.directory, self.port = program, directory, closed_port()
+        self.argv = [binary, *self._options()]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def _options(self) -> list[str]:
+        port, directory = str(self.port), str(self.directory)
+        if self.program == "redis-server":
+            return ["--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        return ["-js", "-a", "127.0.0.1", "-p", port, "-sd", directory]
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self.argv, cwd=self.directory, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                assert time.monotonic() < deadline, f"{self.program} did not start"
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+            self.process = None
+
+
+def own_server(program: str, broker: str, directory: Path) -> Iterator[OwnServer]:
+    broker_url(broker)  # CI provides the broker (its server program); locally this may skip
+    server = OwnServer(program, directory)
+    server.start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[OwnServer]:
+    yield from own_server("redis-server", "redis", tmp_path)
+
+
+@pytest.fixture
+def own_nats(tmp_path: Path) -> Iterator[OwnServer]:
+    yield from own_server("nats-server", "nats", tmp_path)
+
+
+def statuses(app: OutboxApp, ids: list[str]) -> list[tuple[str, int, str | None]]:
+    """(status, attempts, last_error) of the rows of ``ids``, in their order."""
+    rows = {r["message_id"]: r for r in app.outbox_rows()}
+    return [(rows[i]["status"], rows[i]["attempts"], rows[i]["last_error"]) for i in ids]
+
+
+def test_a_killed_redis_costs_no_attempt_and_its_rows_go_out_once_it_is_back(
+    oapp: OutboxApp, own_redis: OwnServer
+) -> None:
+    stream = f"sa-inbox-outbox:{uuid.uuid4().hex}"
+    client = redis.Redis(port=own_redis.port, socket_timeout=5, **NO_RETRY)
+    relay = OutboxRelay(oapp.engine, oapp.outbox, RedisStreamPublisher(client), **SETTINGS)
+    before = record(oapp, stream, 2)
+    assert relay.run_once() == RelayBatch(claimed=2, dispatched=2)
+
+    own_redis.kill()
+    during = record(oapp, stream, 4)
+    assert relay.run_once() == RelayBatch(claimed=4, released=4)
+    assert statuses(oapp, during) == [("pending", 0, None)] * 4
+
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the relay's waits; the broker returns at the third
+        waits.append(seconds)
+        if len(waits) == 3:
+            own_redis.start()
+
+    total = relay.run(until_empty=True, sleep=sleep)
+    assert waits == [1.0, 2.0, 4.0]  # outage_backoff: 1 s doubling, no attempt counted
+    assert (total.dispatched, total.released, total.retried, total.dead) == (4, 12, 0, 0)
+    assert statuses(oapp, before + during) == [("dispatched", 1, None)] * 6
+    # the restarted server (no persistence) holds exactly the outage's rows, once, in order
+    assert [m for m, _, _ in read_stream(client, stream)] == during
+    client.close()
+
+
+def test_a_refused_rabbitmq_connection_costs_no_attempt(oapp: OutboxApp, channel: Any) -> None:
+    queue = f"sa-inbox-outbox-{uuid.uuid4().hex[:12]}"
+    declare_queue(channel, queue)
+    try:
+        ids = record(oapp, queue, 3)
+        down = RabbitMQPublisher(f"amqp://guest:guest@127.0.0.1:{closed_port()}/")
+        relay = OutboxRelay(oapp.engine, oapp.outbox, down, **SETTINGS)
+        for _ in range(3):
+            assert relay.run_once() == RelayBatch(claimed=3, released=3)
+        assert statuses(oapp, ids) == [("pending", 0, None)] * 3
+
+        up = RabbitMQPublisher(broker_url("rabbitmq"))
+        try:
+            relay.publisher = up
+            assert relay.run(until_empty=True).dispatched == 3
+        finally:
+            up.close()
+        assert statuses(oapp, ids) == [("dispatched", 1, None)] * 3
+        got = [channel.basic_get(queue, auto_ack=True)[1].message_id for _ in ids]
+        assert got == ids
+    finally:
+        channel.queue_delete(queue)
+        channel.queue_delete(dead_letter_queue_name(queue))
+
+
+def test_a_refused_message_still_counts_its_attempts(oapp: OutboxApp) -> None:
+    """``WRONGTYPE`` (the key is not a stream) is the message's: retried, then dead."""
+    client = redis.Redis.from_url(broker_url("redis"))
+    key = f"sa-inbox-outbox:{uuid.uuid4().hex}"
+    client.set(key, "not a stream")
+    try:
+        (message_id,) = record(oapp, key, 1)
+        publisher = RedisStreamPublisher(client)
+        settings = {**SETTINGS, "backoff": Backoff(0.05, 0.05)}
+        total = OutboxRelay(oapp.engine, oapp.outbox, publisher, **settings).run(until_empty=True)
+        assert (total.retried, total.dead, total.released) == (1, 1, 0)
+        ((status, attempts, error),) = statuses(oapp, [message_id])
+        assert (status, attempts) == ("dead", 2) and error is not None and "WRONGTYPE" in error
+    finally:
+        client.delete(key)
+        client.close()
+
+
+def test_the_async_relay_gives_rows_back_while_redis_refuses_connections(
+    async_app: tuple[str, OutboxApp],
+) -> None:
+    url, app = async_app
+    stream = f"sa-inbox-outbox:{uuid.uuid4().hex}"
+    ids = record(app, stream, 3)
+
+    async def run() -> tuple[RelayBatch, RelayBatch]:
+        engine = create_async_engine(url)
+        down = redis.asyncio.Redis(port=closed_port(), **ASYNC_NO_RETRY)
+        up = redis.asyncio.Redis.from_url(broker_url("redis"))
+        try:
+            relay = AsyncOutboxRelay(engine, app.outbox, RedisStreamPublisher(down), **SETTINGS)
+            outage = await relay.run_once()
+            assert statuses(app, ids) == [("pending", 0, None)] * 3
+            relay.publisher = RedisStreamPublisher(up)
+            return outage, await relay.run(until_empty=True)
+        finally:
+            await down.aclose()
+            await up.aclose()
+            await engine.dispose()
+
+    outage, total = asyncio.run(run())
+    assert outage == RelayBatch(claimed=3, released=3) and total.dispatched == 3
+    assert statuses(app, ids) == [("dispatched", 1, None)] * 3
+    client = redis.Redis.from_url(broker_url("redis"))
+    try:
+        assert [m for m, _, _ in read_stream(client, stream)] == ids
+    finally:
+        client.delete(stream)
+        client.close()
+
+
+def test_which_errors_mean_the_broker_was_unreachable() -> None:
+    """Each publisher's ``is_unavailable`` on errors its client raised for real: a refused
+    connection is unreachable, a refused message is not; without the method, an OSError."""
+    port = closed_port()
+    with pytest.raises(pika.exceptions.AMQPConnectionError) as amqp:
+        pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{port}/"))
+    with pytest.raises(redis.exceptions.ConnectionError) as refused:
+        redis.Redis(port=port, **NO_RETRY).ping()
+    rabbit = RabbitMQPublisher(f"amqp://127.0.0.1:{port}/")
+    streams = RedisStreamPublisher(redis.Redis(port=port, **NO_RETRY))
+    assert broker_unavailable(rabbit, amqp.value)
+    assert broker_unavailable(streams, refused.value)
+    assert not broker_unavailable(rabbit, pika.exceptions.UnroutableError([]))
+    assert not broker_unavailable(streams, redis.exceptions.ResponseError("WRONGTYPE"))
+    assert broker_unavailable(object(), ConnectionRefusedError())
+    assert not broker_unavailable(object(), ValueError("refused"))
+
+
+def test_a_killed_nats_server_costs_no_attempt_and_jetstream_stores_each_row_once(
+    tmp_path: Path, own_nats: OwnServer
+) -> None:
+    """The JetStream publisher's client reconnects by itself; while the server is down each
+    publish waits ``timeout`` for its PubAck (``nats.errors.TimeoutError``: unreachable).
+    A publish buffered during the outage may still reach the stream after the reconnect and
+    is sent again: the ``Nats-Msg-Id`` duplicate window stores it once. One database is
+    enough here: the database side is the same as in the Redis test."""
+    app = OutboxApp(sa.create_engine(f"sqlite:///{tmp_path}/outbox.db"))
+    app.reset()
+    subject = f"outage.{uuid.uuid4().hex[:8]}"
+    url = f"nats://127.0.0.1:{own_nats.port}"
+
+    async def add_stream() -> None:
+        nc = await nats.connect(url)
+        await nc.jetstream().add_stream(name="outage", subjects=["outage.>"])
+        await nc.close()
+
+    asyncio.run(add_stream())
+    publisher = BlockingJetStreamPublisher(url, timeout=0.5)
+    try:
+        relay = OutboxRelay(app.engine, app.outbox, publisher, **SETTINGS)
+        own_nats.kill()
+        ids = record(app, subject, 3)
+        assert relay.run_once() == RelayBatch(claimed=3, released=3)
+        assert statuses(app, ids) == [("pending", 0, None)] * 3
+        own_nats.start()
+        total = relay.run(until_empty=True, sleep=time.sleep)  # real waits: the reconnect
+    finally:
+        publisher.close()
+    assert (total.dispatched, total.retried, total.dead) == (3, 0, 0)
+    assert statuses(app, ids) == [("dispatched", 1, None)] * 3
+
+    async def stored() -> list[str]:
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        sub = await js.pull_subscribe(subject, durable="check", stream="outage")
+        msgs = await sub.fetch(10, timeout=2)
+        await nc.close()
+        return [m.headers["Nats-Msg-Id"] for m in msgs if m.headers]
+
+    assert asyncio.run(stored()) == ids
+    app.drop()
+    app.engine.dispose()
