@@ -37,6 +37,42 @@ def store_app(url: str) -> Iterator[StoreApp]:
     engine.dispose()
 
 
+@dataclasses.dataclass(frozen=True)
+class Sent:
+    """A statement sent: its first keyword, whether it locks (``FOR UPDATE``), its text."""
+
+    verb: str
+    locks: bool
+    text: str
+
+
+@contextlib.contextmanager
+def watched(target: sa.Engine | sa.Connection) -> Iterator[list[Sent]]:
+    """The statements ``target`` sends inside the block, in order."""
+    sent: list[Sent] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(
+            Sent(statement.split()[0].upper(), "FOR UPDATE" in statement.upper(), statement)
+        )
+
+    sa.event.listen(target, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        sa.event.remove(target, "before_cursor_execute", record)
+
+
+def _verbs(sent: list[Sent]) -> list[str]:
+    """The SELECTs and UPDATEs of ``sent``, by keyword."""
+    return [s.verb for s in sent if s.verb in ("SELECT", "UPDATE")]
+
+
+def _locking(sent: list[Sent]) -> list[bool]:
+    """Whether each SELECT of ``sent`` locks."""
+    return [s.locks for s in sent if s.verb == "SELECT"]
+
+
 def _receive(store_app: StoreApp, count: int) -> datetime.datetime:
     """Receive ``m-0`` … ``m-<count-1>``, one second apart; a time 10 s after the first,
     when all are claimable."""
@@ -56,22 +92,17 @@ def test_claim_sends_the_backends_statements(store_app: StoreApp) -> None:
     _, pending = store.candidates(visibility_timeout=30, max_attempts=5, now=later, ordered=False)
     dialect = backend_for(engine.dialect.name).store_claim
     values = {"status": PROCESSING, "claimed_by": "w", "attempts": table.c.attempts + 1}
-    sent: list[str] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.split()[0].upper() in ("SELECT", "UPDATE"):
-            sent.append(statement.split()[0].upper())
 
     with engine.begin() as conn:
         dialect.begin_write(conn)
-        sa.event.listen(conn, "before_cursor_execute", record)
-        rows = dialect.claim(conn, table, pending, 2, values)
+        with watched(conn) as sent:
+            rows = dialect.claim(conn, table, pending, 2, values)
     assert sorted(row["message_id"] for row in rows) == ["m-0", "m-1"]
     assert {row["status"] for row in rows} == {PROCESSING}
     if engine.dialect.name == "postgresql":
-        assert sent == ["UPDATE"]
+        assert _verbs(sent) == ["UPDATE"]
     else:  # the lock (find_first: of the plain read's window), the UPDATE, the read-back
-        assert sent == ["SELECT", "UPDATE", "SELECT"]
+        assert _verbs(sent) == ["SELECT", "UPDATE", "SELECT"]
 
 
 def test_the_store_claim_reads_no_row_back_and_returns_them_as_stored(
@@ -85,25 +116,15 @@ def test_the_store_claim_reads_no_row_back_and_returns_them_as_stored(
     t = store.table
     later = _receive(store_app, 3)
     sent: list[str] = []
-
     locking: list[bool] = []
 
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.split()[0].upper() in ("SELECT", "UPDATE"):
-            sent.append(statement.split()[0].upper())
-        if statement.split()[0].upper() == "SELECT":
-            locking.append("FOR UPDATE" in statement.upper())
-
     def claim(token: str) -> list[Any]:
-        sent.clear()
-        locking.clear()
-        sa.event.listen(engine, "before_cursor_execute", record)
-        try:
-            return store.claim(
+        with watched(engine) as statements:
+            claimed = store.claim(
                 engine, claimed_by=token, limit=2, visibility_timeout=30, max_attempts=5, now=later
             )
-        finally:
-            sa.event.remove(engine, "before_cursor_execute", record)
+        sent[:], locking[:] = _verbs(statements), _locking(statements)
+        return claimed
 
     first = claim("w-1")
     # abandoned claims first (none found), then pending rows
@@ -220,16 +241,10 @@ def test_a_claim_passes_the_rows_another_claim_holds(
     _, pending = store.candidates(visibility_timeout=30, max_attempts=5, now=later)
     dialect = backend_for(engine.dialect.name).store_claim
     values = {"status": PROCESSING, "claimed_by": "first", "attempts": table.c.attempts + 1}
-    locking: list[bool] = []
-
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.split()[0].upper() == "SELECT":
-            locking.append("FOR UPDATE" in statement.upper())
 
     with store.transaction(engine) as (conn, _):
         first = dialect.claim(conn, table, pending, held, values)  # held, not committed
-        sa.event.listen(engine, "before_cursor_execute", record)
-        try:
+        with watched(engine) as sent:
             second = store.claim(
                 engine,
                 claimed_by="second",
@@ -238,14 +253,12 @@ def test_a_claim_passes_the_rows_another_claim_holds(
                 max_attempts=5,
                 now=later,
             )
-        finally:
-            sa.event.remove(engine, "before_cursor_execute", record)
     names = [f"m-{n}" for n in range(received)]
     taken = names[held : held + limit]
     assert sorted(row["message_id"] for row in first) == names[:held]
     assert [m.message_id for m in second] == taken
     if dialect.find_first:
-        assert locking == statements
+        assert _locking(sent) == statements
     assert _claims(engine, table) == {
         **{name: ("first", 1) for name in names[:held]},
         **{name: ("second", 1) for name in taken},
@@ -470,15 +483,8 @@ def test_an_ordered_claim_locks_with_the_scan_not_the_window(store_app: StoreApp
     with engine.begin() as conn:
         for n in range(4):
             store.receive(conn, f"a-{n}", {"seq": n}, aggregate_id=f"a{n % 2}", now=now)
-    locking: list[bool] = []
 
-    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.split()[0].upper() == "SELECT":
-            locking.append("FOR UPDATE" in statement.upper())
-            assert "claim_window" not in statement
-
-    sa.event.listen(engine, "before_cursor_execute", record)
-    try:
+    with watched(engine) as sent:
         claimed = store.claim(
             engine,
             claimed_by="w",
@@ -489,10 +495,9 @@ def test_an_ordered_claim_locks_with_the_scan_not_the_window(store_app: StoreApp
             now=now + datetime.timedelta(seconds=1),
             abandoned=False,
         )
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", record)
     assert sorted(m.message_id for m in claimed) == ["a-0", "a-1"]
-    assert locking == [True, False]  # the locking scan, the recheck
+    assert _locking(sent) == [True, False]  # the locking scan, the recheck
+    assert not [s for s in sent if "claim_window" in s.text]
 
 
 def test_a_store_transaction_after_a_checkout_that_opened_one_still_runs(url: str) -> None:
