@@ -14,6 +14,7 @@ module                   commands
 :mod:`.bench`            ``bench``
 :mod:`.chaos`            ``chaos``
 :mod:`.relay`            ``relay``
+:mod:`.outbox`           ``outbox counts``, ``outbox replay``
 =======================  ===============================================================
 
 Sub-commands stay thin: they parse options and call the library (``demo`` calls
@@ -33,6 +34,7 @@ from .alembic import alembic_group
 from .bench import bench
 from .chaos import chaos
 from .demo import demo
+from .outbox import outbox_group
 from .relay import relay_command
 from .retention import partitions_group, purge_command
 from .stats import stats_command
@@ -58,3 +60,4 @@ main.add_command(stats_command)
 main.add_command(bench)
 main.add_command(chaos)
 main.add_command(relay_command)
+main.add_command(outbox_group)

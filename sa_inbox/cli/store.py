@@ -16,7 +16,7 @@ import click
 
 from ._common import EXIT_USAGE, bind_store, connected
 
-__all__ = ["ConfirmationNeeded", "store_group", "store_options"]
+__all__ = ["ConfirmationNeeded", "replay_options", "run_replay", "store_group", "store_options"]
 
 
 def store_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -61,18 +61,38 @@ class ConfirmationNeeded(click.ClickException):
     exit_code = EXIT_USAGE
 
 
+def replay_options(finished: str, again: str) -> Callable[[Callable[..., Any]], Any]:
+    """``--id``, ``--status`` (``dead`` or ``finished``), ``--dry-run`` and ``--yes``: the
+    options of a replay command (``store replay``, ``outbox replay``).
+
+    :param finished: the status of rows whose messages went through (``done``,
+        ``dispatched``).
+    :param again: what replaying those does (for ``--yes``'s help).
+    """
+    options = [
+        click.option("--id", "ids", type=int, multiple=True, help="A row id (repeatable)."),
+        click.option(
+            "--status", type=click.Choice(["dead", finished]), help="Rows in this status."
+        ),
+        click.option(
+            "--dry-run",
+            is_flag=True,
+            help="Only print how many rows would be replayed; change nothing.",
+        ),
+        click.option("--yes", is_flag=True, help=f"Confirm a replay of {finished} rows ({again})."),
+    ]
+
+    def decorate(command: Callable[..., Any]) -> Any:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
 @store_group.command("replay")
 @store_options
-@click.option("--id", "ids", type=int, multiple=True, help="A row id (repeatable).")
-@click.option("--status", type=click.Choice(["dead", "done"]), help="Rows in this status.")
-@click.option(
-    "--dry-run", is_flag=True, help="Only print how many rows would be replayed; change nothing."
-)
-@click.option(
-    "--yes",
-    is_flag=True,
-    help="Confirm a replay of done rows (their messages are processed a second time).",
-)
+@replay_options("done", "their messages are processed a second time")
 def replay_command(
     url: str,
     table: str,
@@ -91,22 +111,49 @@ def replay_command(
     (without it: the count is printed, nothing changes, exit code 2). --dry-run prints
     {"would_replay": N} and changes nothing.
     """
-    from ..exc import InvalidStoreArgument
-
     filters: dict[str, Any] = {"ids": ids or None, "status": status, "consumer_name": consumer}
+    again = "done rows would be reset to pending and their messages processed again"
     with connected(url, "replay failed") as engine:
         store = bind_store(engine, table, schema)
-        try:
-            if dry_run or (status == "done" and not yes):
-                count = store.replayable(engine, **filters)
-                if dry_run:
-                    click.echo(json.dumps({"would_replay": count}))
-                    return
-                raise ConfirmationNeeded(
-                    f"{count} done rows would be reset to pending and their messages "
-                    "processed again: pass --yes to replay them (or --dry-run to only count)"
-                )
-            count = store.replay(engine, **filters)
-        except InvalidStoreArgument as exc:
-            raise click.UsageError(str(exc)) from exc
-    click.echo(json.dumps({"replayed": count}))
+        run_replay(
+            lambda: store.replayable(engine, **filters),
+            lambda: store.replay(engine, **filters),
+            again=again if status == "done" else None,
+            dry_run=dry_run,
+            yes=yes,
+        )
+
+
+def run_replay(
+    count: Callable[[], int],
+    replay: Callable[[], int],
+    *,
+    again: str | None,
+    dry_run: bool,
+    yes: bool,
+) -> None:
+    """A replay command's body: print ``{"would_replay": N}`` (``--dry-run``) or
+    ``{"replayed": N}``.
+
+    :param count: counts the rows the replay would reset.
+    :param replay: resets them; returns how many.
+    :param again: for rows whose messages a replay sends a second time (``done``,
+        ``dispatched``), what the confirmation message says after the count; such a replay
+        needs ``yes``.
+    :raises ConfirmationNeeded: (exit 2) if ``again`` is set without ``yes``: nothing
+        changed.
+    :raises click.UsageError: (exit 2) for filters the library refuses (a ``ValueError``).
+    """
+    try:
+        if dry_run or (again is not None and not yes):
+            counted = count()
+            if dry_run:
+                click.echo(json.dumps({"would_replay": counted}))
+                return
+            raise ConfirmationNeeded(
+                f"{counted} {again}: pass --yes to replay them (or --dry-run to only count)"
+            )
+        replayed = replay()
+    except ValueError as exc:  # InvalidStoreArgument, InvalidRelayArgument
+        raise click.UsageError(str(exc)) from exc
+    click.echo(json.dumps({"replayed": replayed}))

@@ -20,4 +20,5 @@ class InvalidOutboxMessage(InboxError, ValueError):
 
 
 class InvalidRelayArgument(InboxError, ValueError):
-    """A relay setting (batch size, attempts, timeouts, back-off) is out of range."""
+    """A relay setting (batch size, attempts, timeouts, back-off) is out of range, or a
+    replay's filters choose no rows or a status that cannot be replayed."""

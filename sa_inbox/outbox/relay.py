@@ -49,7 +49,7 @@ import datetime
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +59,7 @@ from sqlalchemy.engine import Connection
 
 from ..dialects import backend_for
 from ..dialects.store_claim import CandidateQuery, StoreClaimDialect, update_claimed
+from ..store.replay import ReplayFilter, ReplayRules
 from ..store.schema import utc_now
 from ..store.worker import Backoff
 from ..validation import positive_int, positive_seconds
@@ -96,6 +97,17 @@ DEFAULT_BACKOFF = Backoff(base=1.0, maximum=60.0)
 #: The relay's wait before its next claim while the broker cannot be reached, doubling per
 #: batch in a row that found it so.
 DEFAULT_OUTAGE_BACKOFF = Backoff(base=1.0, maximum=30.0)
+
+#: A replay resets dead or dispatched rows, chosen by ids, status, creation time and
+#: destination.
+_REPLAY = ReplayRules(
+    group="destination",
+    arrived="created_at",
+    finished="dispatched_at",
+    statuses=(DEAD, DISPATCHED),
+    pending=PENDING,
+    error=InvalidRelayArgument,
+)
 
 
 @dataclass(frozen=True)
@@ -300,10 +312,65 @@ class RelayCore:
             values = {"status": DEAD, "last_error": lost, "claimed_by": None}
             return len(dialect.claim(conn, self.table, candidates, self.batch_size, values))
 
-    def counts(self) -> dict[str, int]:
-        """Rows per status (every status present)."""
+    # -- inspection and replay ------------------------------------------------------------
+
+    def replay(
+        self,
+        *,
+        ids: Iterable[int] | None = None,
+        status: str | None = None,
+        created_from: datetime.datetime | None = None,
+        created_before: datetime.datetime | None = None,
+        destination: str | None = None,
+        now: datetime.datetime | None = None,
+    ) -> int:
+        """Reset chosen ``dead`` or ``dispatched`` rows to ``pending`` so relays publish
+        them again, in one transaction.
+
+        Rows are chosen by all the given filters together: ``ids`` (row ids), ``status``
+        (``"dead"`` or ``"dispatched"``), ``created_at`` in ``[created_from,
+        created_before)`` (aware datetimes), ``destination``. ``pending`` and ``processing``
+        rows are never touched. Replayed rows get ``attempts = 0`` and ``available_at =
+        now``; ``last_error`` is kept. A replayed ``dispatched`` row is published a second
+        time with its ``message_id`` (the consumer's inbox drops it as a duplicate while
+        its claim is kept): count first with :meth:`replayable`.
+
+        :param now: when the rows become claimable (aware); default now.
+        :returns: the number of rows reset.
+        :raises InvalidRelayArgument: if no row filter is given (``destination`` alone does
+            not choose rows), ``status`` is neither ``"dead"`` nor ``"dispatched"``, or a
+            time is not an aware datetime.
+        """
+        chosen = ReplayFilter(ids, status, created_from, created_before, destination)
+        statement = _REPLAY.update(self.table, chosen, now or utc_now())
+        with self.transaction() as (conn, _):
+            return _rowcount(conn, statement)
+
+    def replayable(
+        self,
+        *,
+        ids: Iterable[int] | None = None,
+        status: str | None = None,
+        created_from: datetime.datetime | None = None,
+        created_before: datetime.datetime | None = None,
+        destination: str | None = None,
+    ) -> int:
+        """The number of rows :meth:`replay` with the same filters would reset now.
+
+        :raises InvalidRelayArgument: as :meth:`replay`.
+        """
+        chosen = ReplayFilter(ids, status, created_from, created_before, destination)
+        query = _REPLAY.count(self.table, chosen)
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def counts(self, destination: str | None = None) -> dict[str, int]:
+        """Rows per status (every status present, 0 when none), of one destination or of
+        all."""
         t = self.table
         query = sa.select(t.c.status, sa.func.count()).group_by(t.c.status)
+        if destination is not None:
+            query = query.where(t.c.destination == destination)
         with self.engine.connect() as conn:
             found = {str(status): int(n) for status, n in conn.execute(query)}
         return {status: found.get(status, 0) for status in (PENDING, PROCESSING, DISPATCHED, DEAD)}

@@ -64,6 +64,7 @@ from .protocol import (
     RetryAt,
     StoredMessage,
 )
+from .replay import ReplayFilter, ReplayRules
 from .schema import (
     DEAD,
     DEFAULT_CONSUMER,
@@ -96,7 +97,15 @@ _MESSAGE_COLUMNS = (
     "claimed_by",
 )
 #: The statuses :meth:`InboxStore.replay` resets to pending.
-_REPLAYABLE = (DEAD, DONE)
+#: A replay resets dead or done rows, chosen by ids, status, arrival time and consumer.
+_REPLAY = ReplayRules(
+    group="consumer_name",
+    arrived="received_at",
+    finished="processed_at",
+    statuses=(DEAD, DONE),
+    pending=PENDING,
+    error=InvalidStoreArgument,
+)
 
 
 class InboxStore:
@@ -824,7 +833,7 @@ class InboxStore:
 
         Rows are chosen by all the given filters together: ``ids`` (row ids), ``status``
         (``"dead"`` or ``"done"``), ``received_at`` in ``[received_from, received_before)``
-        (aware datetimes; naive ones are taken as UTC), ``consumer_name``. Rows being
+        (aware datetimes), ``consumer_name``. Rows being
         processed are never touched, and neither are ``pending`` rows (they will be
         processed anyway). Replayed rows get ``attempts = 0`` and ``available_at = now``;
         ``last_error`` is kept. Replaying ``done`` rows processes their messages a second
@@ -832,20 +841,11 @@ class InboxStore:
 
         :returns: the number of rows reset.
         :raises InvalidStoreArgument: if no row filter is given (``consumer_name`` alone
-            does not choose rows), or ``status`` is neither ``"dead"`` nor ``"done"``.
+            does not choose rows), ``status`` is neither ``"dead"`` nor ``"done"``, or a time
+            is not an aware datetime.
         """
-        conditions = self._replay_conditions(
-            ids, status, received_from, received_before, consumer_name
-        )
-        values = {
-            "status": PENDING,
-            "attempts": 0,
-            "available_at": _aware(now),
-            "claimed_at": None,
-            "claimed_by": None,
-            "processed_at": None,
-        }
-        statement = sa.update(self.table).where(*conditions).values(values)
+        chosen = ReplayFilter(ids, status, received_from, received_before, consumer_name)
+        statement = _REPLAY.update(self.table, chosen, _aware(now))
         with self.transaction(engine) as (conn, _):
             return _rowcount(conn, statement)
 
@@ -863,40 +863,10 @@ class InboxStore:
 
         :raises InvalidStoreArgument: as :meth:`replay`.
         """
-        conditions = self._replay_conditions(
-            ids, status, received_from, received_before, consumer_name
-        )
-        query = sa.select(sa.func.count()).select_from(self.table).where(*conditions)
+        chosen = ReplayFilter(ids, status, received_from, received_before, consumer_name)
+        query = _REPLAY.count(self.table, chosen)
         with engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
-
-    def _replay_conditions(
-        self,
-        ids: Iterable[int] | None,
-        status: str | None,
-        received_from: datetime.datetime | None,
-        received_before: datetime.datetime | None,
-        consumer_name: str | None,
-    ) -> list[sa.ColumnElement[bool]]:
-        """The WHERE conditions of a replay: the filters, and only dead or done rows."""
-        t = self.table
-        conditions: list[sa.ColumnElement[bool]] = []
-        if ids is not None:
-            conditions.append(t.c.id.in_(sorted({int(i) for i in ids})))
-        if status is not None:
-            if status not in _REPLAYABLE:
-                raise InvalidStoreArgument(f"replay status must be dead or done: {status!r}")
-            conditions.append(t.c.status == status)
-        if received_from is not None:
-            conditions.append(t.c.received_at >= _aware(received_from))
-        if received_before is not None:
-            conditions.append(t.c.received_at < _aware(received_before))
-        if not conditions:
-            raise InvalidStoreArgument("replay needs ids, a status or a time range")
-        if consumer_name is not None:
-            conditions.append(t.c.consumer_name == consumer_name)
-        conditions.append(t.c.status.in_(_REPLAYABLE))
-        return conditions
 
     def counts(self, engine: sa.Engine, consumer_name: str | None = None) -> dict[str, int]:
         """Rows per status (every status present, 0 when none)."""

@@ -95,6 +95,8 @@ URL_COMMANDS = [
     ["worker", "--consumer", "default", "--handler", HANDLER, "--until-empty"],
     ["store", "counts"],
     ["store", "replay", "--status", "dead"],
+    ["outbox", "counts"],
+    ["outbox", "replay", "--status", "dead"],
     ["purge", *POLICY_ARGS],
     ["purge", *POLICY_ARGS, "--store"],
     ["partitions", "list"],
@@ -103,7 +105,7 @@ URL_COMMANDS = [
 
 
 def _with_url(command: list[str], url: str) -> list[str]:
-    split = 2 if command[0] in ("store", "partitions") else 1
+    split = 2 if command[0] in ("store", "outbox", "partitions") else 1
     return [*command[:split], "--url", url, *command[split:]]
 
 

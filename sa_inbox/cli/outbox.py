@@ -1,0 +1,102 @@
+"""``sa-inbox outbox``: inspect the outbox and replay its rows.
+
+``outbox counts`` prints the rows per status; ``outbox replay`` resets dead or dispatched
+rows to pending, for the relays to publish again. Both cover every destination unless
+``--destination`` names one. Exit codes (:mod:`._common`): 0 success, 2 usage error (or a
+replay of dispatched rows without ``--yes``: nothing changed), 3 the command could not run
+(database unreachable, outbox table missing).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import click
+import sqlalchemy as sa
+
+from ._common import connected, require_table
+from .store import replay_options, run_replay
+
+if TYPE_CHECKING:
+    from ..outbox.relay import RelayCore
+
+__all__ = ["outbox_group"]
+
+
+def outbox_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--url``, ``--table``, ``--schema`` and ``--destination`` of every ``outbox``
+    command."""
+    options = [
+        click.option("--url", required=True, help="Database URL (SQLAlchemy form)."),
+        click.option(
+            "--table", default="outbox_messages", show_default=True, help="The outbox table."
+        ),
+        click.option("--schema", default=None, help="The outbox table's schema."),
+        click.option("--destination", default=None, help="One destination; default: all."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def bind_outbox(engine: sa.Engine, table: str, schema: str | None) -> RelayCore:
+    """The relay's database steps on the existing outbox table ``table``.
+
+    :raises CannotRun: (exit 3) if the database cannot be reached or the table is missing.
+    """
+    from ..outbox import Outbox
+    from ..outbox.relay import RelayCore
+
+    require_table(engine, table, schema, "outbox table")
+    return RelayCore(engine, Outbox(sa.MetaData(), table_name=table, schema=schema))
+
+
+@click.group("outbox")
+def outbox_group() -> None:
+    """Inspect the outbox and replay its rows."""
+
+
+@outbox_group.command("counts")
+@outbox_options
+def counts_command(url: str, table: str, schema: str | None, destination: str | None) -> None:
+    """Print the number of rows per status as JSON (every destination's without
+    --destination)."""
+    with connected(url, "cannot count the outbox's rows") as engine:
+        counts = bind_outbox(engine, table, schema).counts(destination)
+    click.echo(json.dumps(counts))
+
+
+@outbox_group.command("replay")
+@outbox_options
+@replay_options("dispatched", "their messages are published a second time")
+def replay_command(
+    url: str,
+    table: str,
+    schema: str | None,
+    destination: str | None,
+    ids: tuple[int, ...],
+    status: str | None,
+    dry_run: bool,
+    yes: bool,
+) -> None:
+    """Reset the chosen dead or dispatched rows to pending; print how many as JSON.
+
+    Rows of every destination are chosen unless --destination names one. A relay then
+    publishes them again with their message_id (a consumer's inbox drops a copy it has
+    processed). Replaying dispatched rows publishes their messages a second time, so
+    --status dispatched needs --yes (without it: the count is printed, nothing changes, exit
+    code 2). --dry-run prints {"would_replay": N} and changes nothing.
+    """
+    filters: dict[str, Any] = {"ids": ids or None, "status": status, "destination": destination}
+    again = "dispatched rows would be reset to pending and their messages published again"
+    with connected(url, "replay failed") as engine:
+        core = bind_outbox(engine, table, schema)
+        run_replay(
+            lambda: core.replayable(**filters),
+            lambda: core.replay(**filters),
+            again=again if status == "dispatched" else None,
+            dry_run=dry_run,
+            yes=yes,
+        )

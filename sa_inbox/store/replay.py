@@ -1,0 +1,113 @@
+"""Replay: finished rows of a table of claimed messages reset to ``pending``.
+
+The inbox store's ``dead`` and ``done`` rows (:meth:`~sa_inbox.store.InboxStore.replay`,
+``sa-inbox store replay``) and the outbox's ``dead`` and ``dispatched`` rows
+(:meth:`~sa_inbox.outbox.relay.RelayCore.replay`, ``sa-inbox outbox replay``) follow one
+rule set, :class:`ReplayRules`, on their own column names.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+__all__ = ["ReplayFilter", "ReplayRules"]
+
+
+@dataclass(frozen=True)
+class ReplayFilter:
+    """The rows a replay chooses: those matching every filter given.
+
+    :param ids: row ids.
+    :param status: a replayable status (``dead``, or the table's finished status).
+    :param arrived_from: arrived at or after this aware datetime.
+    :param arrived_before: arrived before this aware datetime.
+    :param group: the consumer (store) or destination (outbox); alone it chooses no rows.
+    """
+
+    ids: Iterable[int] | None = None
+    status: str | None = None
+    arrived_from: datetime.datetime | None = None
+    arrived_before: datetime.datetime | None = None
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class ReplayRules:
+    """What a replay of one kind of table may choose and what it resets.
+
+    :param group: the column :attr:`ReplayFilter.group` compares (``consumer_name``,
+        ``destination``).
+    :param arrived: the arrival time column (``received_at``, ``created_at``).
+    :param finished: the finishing time column, cleared (``processed_at``,
+        ``dispatched_at``).
+    :param statuses: the statuses that can be replayed (``dead`` and the finished one).
+    :param pending: the status replayed rows get.
+    :param error: the exception a bad filter raises (a ``ValueError`` subclass).
+    """
+
+    group: str
+    arrived: str
+    finished: str
+    statuses: tuple[str, ...]
+    pending: str
+    error: type[Exception]
+
+    def update(self, table: sa.Table, chosen: ReplayFilter, now: datetime.datetime) -> sa.Update:
+        """``UPDATE`` the chosen rows to ``pending``, claimable at ``now`` (aware), with no
+        attempt, no claim and no finishing time; ``last_error`` is kept.
+
+        :raises error: as :meth:`where`, or if ``now`` is not an aware datetime.
+        """
+        values = {
+            "status": self.pending,
+            "attempts": 0,
+            "available_at": self._utc(now),
+            "claimed_at": None,
+            "claimed_by": None,
+            self.finished: None,
+        }
+        return sa.update(table).where(*self.where(table, chosen)).values(values)
+
+    def count(self, table: sa.Table, chosen: ReplayFilter) -> sa.Select[Any]:
+        """``SELECT count(*)`` of the rows :meth:`update` would reset.
+
+        :raises error: as :meth:`where`.
+        """
+        return sa.select(sa.func.count()).select_from(table).where(*self.where(table, chosen))
+
+    def where(self, table: sa.Table, chosen: ReplayFilter) -> list[sa.ColumnElement[bool]]:
+        """The chosen rows' conditions, and a replayable status.
+
+        :raises error: if no row filter is given (the group alone chooses none), the
+            status cannot be replayed, or a time is not an aware datetime.
+        """
+        c = table.c
+        conditions: list[sa.ColumnElement[bool]] = []
+        if chosen.ids is not None:
+            conditions.append(c.id.in_(sorted({int(i) for i in chosen.ids})))
+        if chosen.status is not None:
+            if chosen.status not in self.statuses:
+                allowed = " or ".join(self.statuses)
+                raise self.error(f"replay status must be {allowed}: {chosen.status!r}")
+            conditions.append(c.status == chosen.status)
+        if chosen.arrived_from is not None:
+            conditions.append(c[self.arrived] >= self._utc(chosen.arrived_from))
+        if chosen.arrived_before is not None:
+            conditions.append(c[self.arrived] < self._utc(chosen.arrived_before))
+        if not conditions:
+            raise self.error("replay needs ids, a status or a time range")
+        if chosen.group is not None:
+            conditions.append(c[self.group] == chosen.group)
+        conditions.append(c.status.in_(self.statuses))
+        return conditions
+
+    def _utc(self, moment: datetime.datetime) -> datetime.datetime:
+        """``moment`` in UTC; a naive or non-datetime value raises :attr:`error`."""
+        if not isinstance(moment, datetime.datetime) or moment.tzinfo is None:
+            raise self.error(f"a replay time must be a time-zone aware datetime: {moment!r}")
+        return moment.astimezone(datetime.UTC)
