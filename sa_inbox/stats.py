@@ -7,6 +7,9 @@ path):
 * the collisions table (:mod:`sa_inbox.collision`), if it exists: collisions per consumer;
 * the inbox store, if named: rows by status per consumer, the age of the oldest pending row,
   a histogram of attempts over unfinished rows, the dead letters with their last errors;
+* the outbox (:mod:`sa_inbox.outbox`), if it exists: rows by status per destination and the
+  age of the oldest pending row (a relay that is down, or cannot reach its broker, leaves
+  rows pending: no attempt is counted while the broker is unreachable);
 * each table's size: PostgreSQL ``pg_relation_size`` / ``pg_indexes_size`` (manual 9.27.7,
   "Database Object Management Functions"); MySQL/MariaDB ``information_schema.TABLES``
   ``DATA_LENGTH`` / ``INDEX_LENGTH`` (InnoDB's estimates, refreshed by ``ANALYZE TABLE``;
@@ -31,6 +34,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .collision import COLLISIONS_TABLE
+from .outbox.schema import DEFAULT_OUTBOX_TABLE
+from .outbox.schema import STATUSES as OUTBOX_STATUSES
 from .replication import (
     ReplicationState,
     read_replication,
@@ -46,6 +51,8 @@ __all__ = [
     "ConsumerStats",
     "DeadLetter",
     "InboxStats",
+    "OutboxDestinationStats",
+    "OutboxStats",
     "Sampler",
     "StatsWarning",
     "StoreConsumerStats",
@@ -127,6 +134,33 @@ class StoreStats:
 
 
 @dataclass(frozen=True)
+class OutboxDestinationStats:
+    """One destination's outbox rows: ``counts`` per status, the oldest pending row's age in
+    seconds (None if none is pending)."""
+
+    destination: str
+    counts: dict[str, int]
+    oldest_pending_seconds: float | None
+
+
+@dataclass(frozen=True)
+class OutboxStats:
+    """The outbox: rows per destination."""
+
+    table: str
+    destinations: list[OutboxDestinationStats]
+
+    def total(self, status: str) -> int:
+        """Rows of ``status`` over every destination."""
+        return sum(d.counts.get(status, 0) for d in self.destinations)
+
+    def oldest_pending_seconds(self) -> float | None:
+        """The oldest pending row's age over every destination, in seconds."""
+        ages = [d.oldest_pending_seconds for d in self.destinations]
+        return max((a for a in ages if a is not None), default=None)
+
+
+@dataclass(frozen=True)
 class InboxStats:
     """One sample of :func:`collect`; ``taken_at`` is the database's ``CURRENT_TIMESTAMP``
     (the ages are measured against it)."""
@@ -139,6 +173,7 @@ class InboxStats:
     store: StoreStats | None = None
     missing: list[str] = field(default_factory=list)
     replication: ReplicationState | None = None
+    outbox: OutboxStats | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes as ISO 8601 strings, bytes per table included."""
@@ -169,15 +204,18 @@ def collect(
     inbox_table: str | None = DEFAULT_TABLE_NAME,
     store_table: str | None = DEFAULT_STORE_TABLE,
     schema: str | None = None,
+    outbox_table: str | None = DEFAULT_OUTBOX_TABLE,
 ) -> InboxStats:
     """Read one sample of the inbox's tables (see the module docstring).
 
-    A table that does not exist is listed in :attr:`InboxStats.missing` and skipped.
+    A table that does not exist is listed in :attr:`InboxStats.missing` and skipped, except
+    the collisions table and the outbox, which a service may not have.
 
     :param engine: the database.
     :param inbox_table: the processed-messages table's name (None: not read).
     :param store_table: the inbox store's table name (None: not read).
     :param schema: the tables' schema.
+    :param outbox_table: the outbox table's name (None: not read).
     :raises sqlalchemy.exc.DBAPIError: if the database cannot be read (not wrapped).
     """
     inspector = sa.inspect(engine)
@@ -185,6 +223,7 @@ def collect(
         "inbox": inbox_table,
         "store": store_table,
         "collisions": COLLISIONS_TABLE,
+        "outbox": outbox_table,
     }
     present = {
         role: name
@@ -192,12 +231,13 @@ def collect(
         if name is not None and inspector.has_table(name, schema=schema)
     }
     missing = [name for role, name in names.items() if name and role not in present]
-    missing = [name for name in missing if name != COLLISIONS_TABLE]
+    missing = [name for name in missing if name not in (COLLISIONS_TABLE, outbox_table)]
     with engine.connect() as conn:
         now = conn.execute(sa.select(sa.func.current_timestamp())).scalar_one()
         collisions = _collisions(conn, present.get("collisions"), schema)
         consumers = _consumers(conn, present.get("inbox"), schema, collisions)
         store = _store(conn, present.get("store"), schema)
+        outbox = _outbox(conn, present.get("outbox"), schema)
         tables = [_table(conn, name, schema) for name in present.values()]
         replication = read_replication(conn)
     return InboxStats(
@@ -209,6 +249,7 @@ def collect(
         store=store,
         missing=missing,
         replication=replication,
+        outbox=outbox,
     )
 
 
@@ -255,6 +296,7 @@ class Sampler:
                     inbox_table=self.inbox_table,
                     store_table=self.store_table,
                     schema=self.schema,
+                    outbox_table=None,
                 )
                 self._sample = (now, stats)
             return self._sample[1]
@@ -309,23 +351,9 @@ def _store(conn: Connection, name: str | None, schema: str | None) -> StoreStats
         sa.column("received_at", UTCDateTime()),
         schema=schema,
     )
-    per_status = sa.select(
-        t.c.consumer_name, t.c.status, sa.func.count(), sa.func.min(t.c.received_at)
-    ).group_by(t.c.consumer_name, t.c.status)
-    counts: dict[str, dict[str, int]] = {}
-    oldest: dict[str, datetime.datetime] = {}
-    for consumer, status, count, first in conn.execute(per_status):
-        counts.setdefault(consumer, dict.fromkeys(STATUSES, 0))[status] = int(count)
-        if status == PENDING and first is not None:
-            oldest[consumer] = first
-    now = datetime.datetime.now(datetime.UTC)
     consumers = [
-        StoreConsumerStats(
-            consumer,
-            counts[consumer],
-            (now - oldest[consumer]).total_seconds() if consumer in oldest else None,
-        )
-        for consumer in sorted(counts)
+        StoreConsumerStats(*backlog)
+        for backlog in _backlogs(conn, t, "consumer_name", "received_at", STATUSES)
     ]
     histogram = sa.select(t.c.attempts, sa.func.count()).where(t.c.status != "done")
     attempts = {
@@ -341,6 +369,43 @@ def _store(conn: Connection, name: str | None, schema: str | None) -> StoreStats
         DeadLetter(int(i), str(mid), str(c), int(a), e) for i, mid, c, a, e in conn.execute(dead)
     ]
     return StoreStats(name, consumers, attempts, letters)
+
+
+def _outbox(conn: Connection, name: str | None, schema: str | None) -> OutboxStats | None:
+    if name is None:
+        return None
+    t = sa.table(
+        name,
+        sa.column("destination", sa.String()),
+        sa.column("status", sa.String()),
+        sa.column("created_at", UTCDateTime()),
+        schema=schema,
+    )
+    backlogs = _backlogs(conn, t, "destination", "created_at", OUTBOX_STATUSES)
+    return OutboxStats(name, [OutboxDestinationStats(*backlog) for backlog in backlogs])
+
+
+def _backlogs(
+    conn: Connection, t: sa.TableClause, group: str, arrived: str, statuses: tuple[str, ...]
+) -> list[tuple[str, dict[str, int], float | None]]:
+    """Per value of column ``group`` of ``t`` (a consumer, a destination), in order: the
+    rows per status (each of ``statuses``, 0 when none) and the oldest ``pending`` row's age
+    in seconds (by column ``arrived``, on Python's UTC clock, the clock the rows are written
+    with)."""
+    c = t.c
+    per_status = sa.select(c[group], c.status, sa.func.count(), sa.func.min(c[arrived]))
+    per_status = per_status.group_by(c[group], c.status)
+    counts: dict[str, dict[str, int]] = {}
+    oldest: dict[str, datetime.datetime] = {}
+    for name, state, count, first in conn.execute(per_status):
+        counts.setdefault(name, dict.fromkeys(statuses, 0))[state] = int(count)
+        if state == PENDING and first is not None:
+            oldest[name] = first
+    now = datetime.datetime.now(datetime.UTC)
+    return [
+        (name, counts[name], (now - oldest[name]).total_seconds() if name in oldest else None)
+        for name in sorted(counts)
+    ]
 
 
 def _table(conn: Connection, name: str, schema: str | None) -> TableStats:
@@ -410,6 +475,8 @@ WARNING_CODES = {
     "sync-standby-missing": 14,
     "async-standbys": 15,
     "replication-unchecked": 16,
+    "outbox-dead": 17,
+    "relay-stuck": 18,
 }
 
 
@@ -440,7 +507,11 @@ def warnings(
     * ``replication-unchecked`` (16, PostgreSQL): the standbys' ``sync_state`` is hidden
       from the probing role (no ``pg_read_all_stats``) and the settings alone do not decide:
       whether a failover can lose acked messages is unknown, which a probe must not take for
-      healthy (as ``no-tables``).
+      healthy (as ``no-tables``);
+    * ``outbox-dead`` (17): the outbox has ``dead`` rows (messages the broker refused
+      ``max_attempts`` times: replay them once the cause is fixed);
+    * ``relay-stuck`` (18): the outbox's oldest pending row is older than
+      ``pending_threshold`` (no relay running, or its broker unreachable).
 
     :param stats: a sample of :func:`collect`.
     :param retention: the retention window the purge runs with, or None.
@@ -485,12 +556,36 @@ def warnings(
             )
     if stats.collisions:
         warn("collisions", f"{stats.collisions} message-id collision(s) recorded")
+    if stats.outbox is not None:
+        for kind, text in _outbox_warnings(stats.outbox, pending_threshold):
+            warn(kind, text)
     if stats.replication is not None:
         for kind, text in replication_warnings(stats.replication):
             warn(kind, text)
         unchecked = replication_unchecked(stats.replication)
         if unchecked is not None:
             warn("replication-unchecked", unchecked)
+    return found
+
+
+def _outbox_warnings(
+    outbox: OutboxStats, pending_threshold: datetime.timedelta
+) -> list[tuple[str, str]]:
+    """``outbox-dead`` and ``relay-stuck`` (see :func:`warnings`)."""
+    found = []
+    dead = outbox.total(DEAD)
+    if dead:
+        found.append(("outbox-dead", f"{dead} dead outbox message(s) in {outbox.table}"))
+    age = outbox.oldest_pending_seconds()
+    if age is not None and age > pending_threshold.total_seconds():
+        waited = _human(datetime.timedelta(seconds=age))
+        found.append(
+            (
+                "relay-stuck",
+                f"the oldest pending outbox message waits for {waited}, more than "
+                f"{_human(pending_threshold)}: is a relay running, and can it reach the broker?",
+            )
+        )
     return found
 
 

@@ -16,8 +16,10 @@ only (:mod:`sa_inbox.replication`): 14 ``synchronous_standby_names`` asks for sy
 standbys that are not connected (every COMMIT waits), 15 the server has standbys but none
 synchronous (a failover can lose acked messages), 16 the standby check could not be
 completed (the standbys' ``sync_state`` is hidden from a role without ``pg_read_all_stats``:
-:func:`sa_inbox.replication.replication_unchecked`; never taken for healthy). With several,
-the lowest code. 3: the database cannot be read (as every command).
+:func:`sa_inbox.replication.replication_unchecked`; never taken for healthy); the outbox,
+when its table exists: 17 dead outbox rows, 18 its oldest pending row is older than
+``--pending-threshold`` (no relay running, or its broker unreachable). With several, the
+lowest code. 3: the database cannot be read (as every command).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from ..replication import ReplicationState
-    from ..stats import InboxStats, StatsWarning
+    from ..stats import InboxStats, OutboxStats, StatsWarning
 
 __all__ = ["render", "stats_command"]
 
@@ -54,6 +56,12 @@ __all__ = ["render", "stats_command"]
     default="inbox_store",
     show_default=True,
     help="The inbox store's table ('' to skip it).",
+)
+@click.option(
+    "--outbox-table",
+    default="outbox_messages",
+    show_default=True,
+    help="The outbox's table, read when it exists ('' to skip it).",
 )
 @click.option("--schema", default=None, help="The tables' schema.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (the sample and warnings).")
@@ -73,12 +81,13 @@ __all__ = ["render", "stats_command"]
     type=DURATION,
     default="5m",
     show_default=True,
-    help="Warn when the oldest pending store row is older.",
+    help="Warn when the oldest pending store (or outbox) row is older.",
 )
 def stats_command(
     url: str,
     table: str,
     store_table: str,
+    outbox_table: str,
     schema: str | None,
     as_json: bool,
     watch: bool,
@@ -93,14 +102,19 @@ def stats_command(
     Exit codes with --check: 0 healthy, 9 no table found, 10 purge not running, 11 dead
     letters, 12 worker stuck, 13 collisions, 14 a synchronous standby is missing (commits
     hang), 15 standbys but none synchronous, 16 whether a standby is synchronous cannot be
-    told (the role lacks pg_read_all_stats) (14-16 PostgreSQL; the lowest when several); 3
-    the database cannot be read.
+    told (the role lacks pg_read_all_stats) (14-16 PostgreSQL), 17 dead outbox rows, 18
+    relay stuck (the oldest pending outbox row is older than --pending-threshold); the
+    lowest when several; 3 the database cannot be read.
     """
     from ..stats import collect, warnings
 
     def sample() -> tuple[InboxStats, list[StatsWarning]]:
         stats = collect(
-            engine, inbox_table=table or None, store_table=store_table or None, schema=schema
+            engine,
+            inbox_table=table or None,
+            store_table=store_table or None,
+            schema=schema,
+            outbox_table=outbox_table or None,
         )
         found = warnings(
             stats, retention=retention, margin=margin, pending_threshold=pending_threshold
@@ -201,6 +215,8 @@ def render(stats: InboxStats, found: list[StatsWarning]) -> RenderableType:
                     (d.last_error or "")[:120],
                 )
             parts.append(dead)
+    if stats.outbox is not None:
+        parts.append(_outbox(stats.outbox))
     if stats.replication is not None:
         parts.append(_replication(stats.replication))
     sizes = Table("table", "rows", "data bytes", "index bytes", title="Tables")
@@ -214,6 +230,18 @@ def render(stats: InboxStats, found: list[StatsWarning]) -> RenderableType:
     if not found:
         parts.append(Text("no warnings", style="green"))
     return Group(*parts)
+
+
+def _outbox(outbox: OutboxStats) -> RenderableType:
+    """The outbox table: one row per destination."""
+    from rich.table import Table
+
+    statuses = ("pending", "processing", "dispatched", "dead")
+    table = Table("destination", *statuses, "oldest pending (s)", title=f"Outbox {outbox.table}")
+    for d in outbox.destinations:
+        age = "-" if d.oldest_pending_seconds is None else f"{d.oldest_pending_seconds:.1f}"
+        table.add_row(d.destination, *(str(d.counts.get(k, 0)) for k in statuses), age)
+    return table
 
 
 def _replication(state: ReplicationState) -> RenderableType:

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from sa_inbox import Inbox, InboxStore, Incoming
 from sa_inbox.collision import collisions_table, payload_hash
+from sa_inbox.outbox import Outbox
 from sa_inbox.stats import WARNING_CODES, collect, warnings
 
 pytestmark = pytest.mark.backend
@@ -255,3 +256,51 @@ def test_watch_ends_cleanly_on_sigint(tmp_path: Path) -> None:
         engine.dispose()
     assert code == 0, text
     assert "newcomer" in text
+
+
+def test_the_outbox_section_and_its_warnings(engine_: sa.Engine, url: str) -> None:
+    """The outbox, when its table exists: rows per destination and status in the report and
+    the JSON, ``outbox-dead`` (17) for a dead row, ``relay-stuck`` (18) for a pending row
+    older than the threshold; none while every row is dispatched or fresh."""
+    tables = Tables(engine_, "_outbox")
+    outbox = Outbox(tables.metadata, table_name="stats_outbox")
+    tables.reset()
+    try:
+        with engine_.begin() as conn:
+            for destination in ("payments", "payments", "refunds"):
+                outbox.publish(conn, destination, b"x")
+            conn.execute(outbox.table.update().values(status="dispatched"))
+        names = tables.names
+
+        def codes() -> list[int]:
+            sample = collect(
+                engine_, inbox_table=names[0], store_table=names[1], outbox_table="stats_outbox"
+            )
+            minutes = datetime.timedelta(minutes=10)
+            return [w.code for w in warnings(sample, retention=None, pending_threshold=minutes)]
+
+        assert codes() == []
+        with engine_.begin() as conn:
+            outbox.publish(conn, "refunds", b"fresh")  # pending, but new: no warning
+        assert codes() == []
+        t = outbox.table
+        with engine_.begin() as conn:
+            conn.execute(t.update().where(t.c.id == 1).values(status="dead"))
+            conn.execute(
+                t.update().where(t.c.id == 2).values(status="pending", created_at=LONG_AGO)
+            )
+        assert codes() == [WARNING_CODES["outbox-dead"], WARNING_CODES["relay-stuck"]] == [17, 18]
+
+        outbox_args = ("--outbox-table", "stats_outbox")
+        code, text = finish(stats(url, "--check", *outbox_args, names=names))
+        assert code == 17 and "Outbox stats_outbox" in text and "relay-stuck" in text, text
+        code, text = finish(stats(url, "--json", *outbox_args, names=names))
+        document = json.loads(text)
+        assert [(d["destination"], d["counts"]) for d in document["outbox"]["destinations"]] == [
+            ("payments", {"pending": 1, "processing": 0, "dispatched": 0, "dead": 1}),
+            ("refunds", {"pending": 1, "processing": 0, "dispatched": 1, "dead": 0}),
+        ]
+        code, text = finish(stats(url, "--check", "--outbox-table", "", names=names))
+        assert code == 0, text  # skipped: the outbox is not read
+    finally:
+        tables.metadata.drop_all(engine_)
