@@ -80,6 +80,7 @@ __all__ = [
     "RelayBatch",
     "RelayCore",
     "add_batches",
+    "describe",
     "outage_pause",
     "publish_all",
     "relay_batch",
@@ -250,7 +251,7 @@ class RelayCore:
         :returns: True if the row went ``dead``.
         """
         when = now or utc_now()
-        text = f"{type(error).__name__}: {error}"[:MAX_ERROR_LENGTH]
+        text = describe(error)[:MAX_ERROR_LENGTH]
         values: dict[str, Any] = {"last_error": text, "claimed_by": None}
         dead = message.attempts >= self.max_attempts
         if dead:
@@ -524,10 +525,9 @@ def _give_back(core: RelayCore, unreachable: Sequence[tuple[OutboxMessage, Excep
     released = core.release([message for message, _ in unreachable])
     error = unreachable[0][1]
     logger.warning(
-        "broker unavailable: %d outbox messages given back unpublished, no attempt counted: %s: %s",
+        "broker unavailable: %d outbox messages given back unpublished, no attempt counted: %s",
         len(unreachable),
-        type(error).__name__,
-        error,
+        describe(error),
         extra={"action": "broker_unavailable", "released": released},
     )
     return released
@@ -600,6 +600,13 @@ def _message(row: Mapping[Any, Any]) -> OutboxMessage:
         created_at=row["created_at"],
         claimed_by=row["claimed_by"] or "",
     )
+
+
+def describe(error: BaseException) -> str:
+    """``Type: message`` of an error, or its ``repr`` when its message is empty (pika's
+    connection errors carry their cause in their arguments only: ``str()`` is ``''``)."""
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else repr(error)
 
 
 def _rowcount(conn: Connection, statement: sa.Update) -> int:

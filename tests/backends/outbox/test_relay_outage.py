@@ -37,6 +37,7 @@ from sa_inbox.brokers.rabbitmq import RabbitMQPublisher, dead_letter_queue_name,
 from sa_inbox.brokers.redis import RedisStreamPublisher
 from sa_inbox.outbox import OutboxRelay, RelayBatch
 from sa_inbox.outbox.publisher import broker_unavailable
+from sa_inbox.outbox.relay import describe
 from tests.backends.brokers.test_rabbitmq import amqp_url, channel
 from tests.backends.outbox.test_relay_streams import async_app, oapp, read_stream, record
 from tests.conftest import broker_url
@@ -248,6 +249,9 @@ def test_which_errors_mean_the_broker_was_unreachable() -> None:
     assert not broker_unavailable(streams, redis.exceptions.ResponseError("WRONGTYPE"))
     assert broker_unavailable(object(), ConnectionRefusedError())
     assert not broker_unavailable(object(), ValueError("refused"))
+    # pika's message is empty (its cause is in its arguments): the text recorded is not
+    assert str(amqp.value) == "" and "Connection refused" in describe(amqp.value)
+    assert describe(ValueError("x")) == "ValueError: x"
 
 
 def test_a_killed_nats_server_costs_no_attempt_and_jetstream_stores_each_row_once(
