@@ -5,10 +5,13 @@
   message in the caller's transaction, with a UUIDv7 ``message_id`` assigned once, here;
 - :class:`OutboxRelay` (:class:`sa_inbox.asyncio.AsyncOutboxRelay`, ``sa-inbox relay``):
   claims committed rows with the inbox store's ``SKIP LOCKED`` claim, publishes each with
-  the broker's confirm, marks it dispatched; retries with back-off, dead rows after
-  ``max_attempts``, per-destination order on request. At least once: a relay killed
+  the broker's confirm, marks it dispatched; retries a refused message with back-off, dead
+  after ``max_attempts``; a broker that cannot be reached costs no attempt (the rows wait,
+  the relay backs off); per-destination order on request. At least once: a relay killed
   between the confirm and the mark publishes the row again, and the consumer's inbox drops
   the copy;
+- :meth:`RelayCore.replay <sa_inbox.outbox.relay.RelayCore.replay>` (``sa-inbox outbox
+  replay``): dead rows sent again once the cause is fixed;
 - :func:`purge_dispatched`: deletes old dispatched rows with the retention machinery.
 
 This package imports no asyncio code (a sync install needs no greenlet). Publishers live
