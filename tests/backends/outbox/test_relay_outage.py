@@ -9,10 +9,12 @@ connection is refused); the publishes that get through go to the live brokers.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,11 +35,17 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sa_inbox import Backoff
 from sa_inbox.asyncio import AsyncOutboxRelay
 from sa_inbox.brokers.nats import BlockingJetStreamPublisher
-from sa_inbox.brokers.rabbitmq import RabbitMQPublisher, dead_letter_queue_name, declare_queue
+from sa_inbox.brokers.rabbitmq import (
+    AioPikaPublisher,
+    RabbitMQPublisher,
+    dead_letter_queue_name,
+    declare_queue,
+)
 from sa_inbox.brokers.redis import RedisStreamPublisher
 from sa_inbox.outbox import OutboxRelay, RelayBatch
 from sa_inbox.outbox.publisher import broker_unavailable
 from tests.backends.brokers.test_rabbitmq import amqp_url, channel
+from tests.backends.outbox.test_relay_rabbitmq import take
 from tests.backends.outbox.test_relay_streams import async_app, oapp, read_stream, record
 from tests.conftest import broker_url
 from tests.support.outbox_app import OutboxApp
@@ -294,3 +302,96 @@ def test_a_killed_nats_server_costs_no_attempt_and_jetstream_stores_each_row_onc
     assert asyncio.run(stored()) == ids
     app.drop()
     app.engine.dispose()
+
+
+class CuttingProxy:
+    """A TCP proxy to a live broker that drops its connections mid-stream: once ``cut_after``
+    bytes went from the client to the broker it closes both sockets of every connection and
+    stops listening (a connection lost mid-batch, then refused), as a broker that dies or a
+    network that fails does. Three threads: the listener and one pump per direction."""
+
+    def __init__(self, url: str, cut_after: int) -> None:
+        parsed = sa.make_url(url.replace("amqp://", "amqp+x://", 1))
+        self.upstream = (parsed.host or "127.0.0.1", int(parsed.port or 5672))
+        self.cut_after, self.sent = cut_after, 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            with self.lock:
+                self.sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+            self._pump(client, upstream, True)
+
+    def _pump(self, source: socket.socket, target: socket.socket, counted: bool) -> None:
+        while True:
+            try:
+                data = source.recv(65536)
+                if counted:
+                    self.sent += len(data)
+                    if self.sent > self.cut_after:
+                        self.cut()
+                        return
+                target.sendall(data)
+            except OSError:
+                return
+            if not data:
+                return
+
+    def cut(self) -> None:
+        with self.lock:
+            self.listener.close()
+            for sock in self.sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+
+def test_a_rabbitmq_connection_lost_mid_batch_costs_the_async_relay_no_attempt(
+    async_app: tuple[str, OutboxApp], channel: Any, amqp_url: str
+) -> None:
+    """AioPikaPublisher.publish_many: the connection drops while the batch's confirms are
+    awaited; the messages not confirmed (those cut off and those the closed channel no longer
+    took) are given back, none counts an attempt, and every row reaches the queue."""
+    url, app = async_app
+    queue = f"sa-inbox-outbox-{uuid.uuid4().hex[:12]}"
+    declare_queue(channel, queue)
+    try:
+        ids = record(app, queue, 1000)  # ~250 bytes per publish: cut about halfway
+        proxy = CuttingProxy(amqp_url, cut_after=100_000)
+
+        async def run() -> tuple[RelayBatch, RelayBatch]:
+            engine = create_async_engine(url)
+            cut, up = AioPikaPublisher(f"amqp://guest:guest@127.0.0.1:{proxy.port}/"), None
+            try:
+                settings = {**SETTINGS, "batch_size": 1000}
+                relay = AsyncOutboxRelay(engine, app.outbox, cut, **settings)
+                outage = await relay.run_once()
+                relay.publisher = up = AioPikaPublisher(amqp_url)
+                return outage, await relay.run(until_empty=True)
+            finally:
+                await cut.close()
+                if up is not None:
+                    await up.close()
+                await engine.dispose()
+
+        outage, total = asyncio.run(run())
+        assert proxy.sent > proxy.cut_after  # the connection was cut during the batch
+        assert (outage.claimed, outage.retried, outage.dead) == (1000, 0, 0)
+        assert outage.dispatched + outage.released == 1000 and outage.released > 0
+        assert (total.dispatched, total.retried, total.dead) == (outage.released, 0, 0)
+        assert statuses(app, ids) == [("dispatched", 1, None)] * 1000
+        got = [m for m, _, _ in take(channel, queue)]
+        assert set(got) == set(ids)  # a publish cut off may have reached the queue: twice
+    finally:
+        channel.queue_delete(queue)
+        channel.queue_delete(dead_letter_queue_name(queue))
