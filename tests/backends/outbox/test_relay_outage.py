@@ -395,3 +395,65 @@ def test_a_rabbitmq_connection_lost_mid_batch_costs_the_async_relay_no_attempt(
     finally:
         channel.queue_delete(queue)
         channel.queue_delete(dead_letter_queue_name(queue))
+
+
+@contextlib.contextmanager
+def core_subscriber(url: str, subject: str) -> Iterator[None]:
+    """A plain NATS subscription to ``subject`` (no stream), on a connection and event loop
+    of its own thread: a JetStream publish to the subject then gets neither a PubAck nor the
+    server's "no responders", only a timeout, from a server that is up."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    nc = asyncio.run_coroutine_threadsafe(nats.connect(url), loop).result(10)
+    try:
+        asyncio.run_coroutine_threadsafe(nc.subscribe(subject), loop).result(10)
+        yield
+    finally:
+        asyncio.run_coroutine_threadsafe(nc.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+
+def test_a_subject_without_a_stream_but_with_a_subscriber_counts_and_holds_up_no_row(
+    oapp: OutboxApp,
+) -> None:
+    """The server is up and JetStream answers, so a missing PubAck is the message's: its
+    attempts count (dead at ``max_attempts``) and the rows after it are published; were it
+    taken for an outage, the row would be given back forever and hold up every row behind
+    it (the one-by-one publish stops at an unreachable broker)."""
+    url = broker_url("nats")
+    name = f"rev{uuid.uuid4().hex[:8]}"
+    stray, captured = f"{name}.stray", f"{name}.stream"
+
+    async def stream(add: bool) -> None:
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        await (js.add_stream(name=name, subjects=[captured]) if add else js.delete_stream(name))
+        await nc.close()
+
+    asyncio.run(stream(add=True))
+    publisher = BlockingJetStreamPublisher(url, timeout=0.5)
+    try:
+        with core_subscriber(url, stray):
+            (lost,) = record(oapp, stray, 1)
+            kept = record(oapp, captured, 2)
+            settings = {**SETTINGS, "backoff": Backoff(0.05, 0.05)}
+            relay = OutboxRelay(oapp.engine, oapp.outbox, publisher, **settings)
+            waits: list[float] = []
+
+            def sleep(seconds: float) -> None:  # at most 0.1 s, and a bound on the rounds
+                waits.append(seconds)
+                time.sleep(min(seconds, 0.1))
+                if len(waits) == 10:
+                    relay.stop()
+
+            total = relay.run(until_empty=True, sleep=sleep)
+    finally:
+        publisher.close()
+        asyncio.run(stream(add=False))
+    assert (total.dispatched, total.dead, total.released) == (2, 1, 0)
+    assert statuses(oapp, kept) == [("dispatched", 1, None)] * 2
+    ((status, attempts, _),) = statuses(oapp, [lost])
+    assert (status, attempts) == ("dead", 2)
