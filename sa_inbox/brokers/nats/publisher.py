@@ -17,13 +17,26 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ...exc import InboxError
 from ...outbox.message import OutboxMessage
 from .delivery import DEFAULT_KEY_HEADER
 
-__all__ = ["DEFAULT_PUBLISH_TIMEOUT", "BlockingJetStreamPublisher", "JetStreamPublisher"]
+__all__ = [
+    "DEFAULT_PUBLISH_TIMEOUT",
+    "BlockingJetStreamPublisher",
+    "JetStreamPublisher",
+    "NoPubAckError",
+]
 
 #: Seconds to wait for a PubAck.
 DEFAULT_PUBLISH_TIMEOUT = 5.0
+
+
+class NoPubAckError(InboxError):
+    """No PubAck came for a message although JetStream answers (its account info, asked
+    right after): no stream stores the subject, yet a plain subscriber took the publish, so
+    the server sent no "no responders" either. The message's fault, not an outage: the
+    relay counts an attempt."""
 
 
 class JetStreamPublisher:
@@ -62,9 +75,31 @@ class JetStreamPublisher:
         """Publish and await the PubAck.
 
         :raises nats.js.errors.NoStreamResponseError: no stream captures the subject.
-        :raises nats.errors.TimeoutError: no PubAck within ``timeout``.
+        :raises nats.errors.TimeoutError: no PubAck within ``timeout``, and JetStream does not
+            answer either (the server cannot be reached).
+        :raises NoPubAckError: no PubAck within ``timeout``, JetStream answers (account
+            info), and the publish sent once more (same ``Nats-Msg-Id``) gets none either.
         :raises nats.js.errors.APIError: the stream refused it.
         """
+        import nats.errors
+
+        try:
+            await self._publish(message)
+        except nats.errors.TimeoutError:
+            if not await self._jetstream_answers():
+                raise  # the server cannot be reached (reconnecting, down)
+        else:
+            return
+        try:  # JetStream answers: once more (same Nats-Msg-Id) on the connection it answered
+            await self._publish(message)
+        except nats.errors.TimeoutError as error:
+            raise NoPubAckError(
+                f"no PubAck for {message.destination!r} within {self.timeout} s although"
+                " JetStream answers: no stream stores the subject (a plain subscriber took"
+                " the publish)"
+            ) from error
+
+    async def _publish(self, message: OutboxMessage) -> None:
         await self.js.publish(
             message.destination,
             message.payload,
@@ -72,12 +107,21 @@ class JetStreamPublisher:
             headers=self.headers(message),
         )
 
+    async def _jetstream_answers(self) -> bool:
+        """Whether JetStream answers an account info request within ``timeout``."""
+        try:
+            await asyncio.wait_for(self.js.account_info(), self.timeout)
+        except Exception:  # unreachable, or JetStream not answering: an outage
+            return False
+        return True
+
     def is_unavailable(self, error: BaseException) -> bool:
         """Whether ``error`` says the server could not be reached: no PubAck in time
         (``nats.errors.TimeoutError``, a socket error like every ``OSError``), or the
         connection closed, stale, reconnecting, draining, its buffer full, or no server.
-        ``NoStreamResponseError`` (no stream captures the subject) and ``APIError`` are the
-        message's. See :func:`sa_inbox.outbox.publisher.broker_unavailable`."""
+        ``NoStreamResponseError`` (no stream captures the subject), :class:`NoPubAckError`
+        (no PubAck although JetStream answers) and ``APIError`` are the message's. See
+        :func:`sa_inbox.outbox.publisher.broker_unavailable`."""
         import nats.errors
 
         unreachable = (
