@@ -15,6 +15,7 @@ the copy.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from ...exc import InboxError
@@ -145,14 +146,18 @@ class BlockingJetStreamPublisher:
     PubAck on that loop. nats-py has no synchronous client.
 
     :param url: a ``nats://`` URL.
+    :param connect_options: more keyword arguments of ``nats.connect`` (e.g.
+        ``max_reconnect_attempts``, ``reconnect_time_wait``); default none.
     :param settings: as :class:`JetStreamPublisher` (``key_header``, ``timeout``).
     """
 
-    def __init__(self, url: str, **settings: Any) -> None:
+    def __init__(
+        self, url: str, *, connect_options: Mapping[str, Any] | None = None, **settings: Any
+    ) -> None:
         import nats
 
         self._loop = asyncio.new_event_loop()
-        self._nc = self._loop.run_until_complete(nats.connect(url))
+        self._nc = self._loop.run_until_complete(nats.connect(url, **(connect_options or {})))
         self._publisher = JetStreamPublisher(self._nc.jetstream(), **settings)
 
     def publish(self, message: OutboxMessage) -> None:

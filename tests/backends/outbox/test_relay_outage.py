@@ -457,3 +457,46 @@ def test_a_subject_without_a_stream_but_with_a_subscriber_counts_and_holds_up_no
     assert statuses(oapp, kept) == [("dispatched", 1, None)] * 2
     ((status, attempts, _),) = statuses(oapp, [lost])
     assert (status, attempts) == ("dead", 2)
+
+
+def test_the_blocking_jetstream_publisher_comes_back_after_its_client_gave_up(
+    tmp_path: Path, own_nats: OwnServer
+) -> None:
+    """nats-py stops reconnecting after ``max_reconnect_attempts`` (60 by default, 2 s
+    apart, counted while its loop runs: during publishes) and closes the connection; an
+    outage longer than that must not leave the relay giving rows back forever once the
+    server is back. Here the client gives up after one attempt."""
+    app = OutboxApp(sa.create_engine(f"sqlite:///{tmp_path}/outbox.db"))
+    app.reset()
+    url = f"nats://127.0.0.1:{own_nats.port}"
+
+    async def add_stream() -> None:
+        nc = await nats.connect(url)
+        await nc.jetstream().add_stream(name="giveup", subjects=["giveup.>"])
+        await nc.close()
+
+    asyncio.run(add_stream())
+    options = {"max_reconnect_attempts": 1, "reconnect_time_wait": 0.1}
+    publisher = BlockingJetStreamPublisher(url, timeout=0.5, connect_options=options)
+    try:
+        relay = OutboxRelay(app.engine, app.outbox, publisher, **SETTINGS)
+        own_nats.kill()
+        ids = record(app, "giveup.x", 2)
+        outages = [relay.run_once() for _ in range(3)]  # the client gives up meanwhile
+        assert outages == [RelayBatch(claimed=2, released=2)] * 3
+        own_nats.start()
+        waits: list[float] = []
+
+        def sleep(seconds: float) -> None:  # at most 0.1 s, and a bound on the rounds
+            waits.append(seconds)
+            time.sleep(min(seconds, 0.1))
+            if len(waits) == 10:
+                relay.stop()
+
+        total = relay.run(until_empty=True, sleep=sleep)
+    finally:
+        publisher.close()
+    assert (total.dispatched, total.retried, total.dead) == (2, 0, 0)
+    assert statuses(app, ids) == [("dispatched", 1, None)] * 2
+    app.drop()
+    app.engine.dispose()
