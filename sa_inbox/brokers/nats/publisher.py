@@ -143,7 +143,9 @@ class JetStreamPublisher:
 class BlockingJetStreamPublisher:
     """:class:`JetStreamPublisher` for the synchronous :class:`~sa_inbox.outbox.OutboxRelay`
     (``sa-inbox relay``): its own connection on its own event loop, each publish run to its
-    PubAck on that loop. nats-py has no synchronous client.
+    PubAck on that loop. nats-py has no synchronous client. nats-py reconnects by itself
+    while the loop runs (during publishes), up to ``max_reconnect_attempts``; a connection it
+    then closed is opened again by the next publish.
 
     :param url: a ``nats://`` URL.
     :param connect_options: more keyword arguments of ``nats.connect`` (e.g.
@@ -154,14 +156,28 @@ class BlockingJetStreamPublisher:
     def __init__(
         self, url: str, *, connect_options: Mapping[str, Any] | None = None, **settings: Any
     ) -> None:
+        self.url = url
+        self._options = dict(connect_options or {})
+        self._settings = settings
+        self._loop = asyncio.new_event_loop()
+        self._nc: Any = None
+        self._connect()
+
+    def _connect(self) -> None:
         import nats
 
-        self._loop = asyncio.new_event_loop()
-        self._nc = self._loop.run_until_complete(nats.connect(url, **(connect_options or {})))
-        self._publisher = JetStreamPublisher(self._nc.jetstream(), **settings)
+        self._nc = self._loop.run_until_complete(nats.connect(self.url, **self._options))
+        self._publisher = JetStreamPublisher(self._nc.jetstream(), **self._settings)
 
     def publish(self, message: OutboxMessage) -> None:
-        """Publish and wait for the PubAck (see :meth:`JetStreamPublisher.publish`)."""
+        """Publish and wait for the PubAck (see :meth:`JetStreamPublisher.publish`). A
+        connection nats-py closed (it stops reconnecting after ``max_reconnect_attempts``)
+        is opened again first.
+
+        :raises nats.errors.NoServersError: the connection could not be opened again.
+        """
+        if self._nc.is_closed:
+            self._connect()
         self._loop.run_until_complete(self._publisher.publish(message))
 
     def is_unavailable(self, error: BaseException) -> bool:
