@@ -2,9 +2,10 @@
 rows back unpublished, waits its ``outage_backoff``, and publishes them once the broker is
 back, however long the outage, where a refused message still counts its attempts.
 
-The outages are real: a ``redis-server`` of the test's own, SIGKILLed and started again on
-its port, and for RabbitMQ and ``redis.asyncio`` a port where nothing listens (the client's
-connection is refused); the publishes that get through go to the live brokers."""
+The outages are real: a ``redis-server`` or ``nats-server`` of the test's own, SIGKILLed and
+started again on its port; for RabbitMQ and ``redis.asyncio`` a port where nothing listens
+(the client's connection is refused), and a TCP proxy to the live RabbitMQ that cuts the
+connection mid-batch; the publishes that get through go to the live brokers."""
 
 from __future__ import annotations
 
