@@ -49,6 +49,11 @@ class JetStreamPublisher:
     ``Nats-Msg-Id`` and ``key_header`` (the same header by default), both the outbox's
     ``message_id``, the key :func:`sa_inbox.brokers.nats.consume` deduplicates on.
 
+    The caller owns the connection, and nats-py closes it for good after
+    ``max_reconnect_attempts`` (60, 2 s apart, by default): connect with
+    ``max_reconnect_attempts=-1`` so that a longer outage ends once the server is back
+    (:class:`BlockingJetStreamPublisher` opens its own connection again by itself).
+
     :param js: a nats-py ``JetStreamContext`` (``nc.jetstream()``).
     :param key_header: the header the consumers read the key from (default ``Nats-Msg-Id``).
     :param timeout: seconds to wait for the PubAck.
