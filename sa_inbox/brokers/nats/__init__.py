@@ -46,6 +46,7 @@ from .delivery import to_delivery as to_delivery
 from .publisher import DEFAULT_PUBLISH_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
 from .publisher import BlockingJetStreamPublisher as BlockingJetStreamPublisher
 from .publisher import JetStreamPublisher as JetStreamPublisher
+from .publisher import NoPubAckError as NoPubAckError
 from .settler import DEFAULT_ACK_TIMEOUT as DEFAULT_ACK_TIMEOUT
 from .settler import JetStreamSettler as JetStreamSettler
 from .settler import RetryDelay as RetryDelay

@@ -15,15 +15,29 @@ the copy.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
+from ...exc import InboxError
 from ...outbox.message import OutboxMessage
 from .delivery import DEFAULT_KEY_HEADER
 
-__all__ = ["DEFAULT_PUBLISH_TIMEOUT", "BlockingJetStreamPublisher", "JetStreamPublisher"]
+__all__ = [
+    "DEFAULT_PUBLISH_TIMEOUT",
+    "BlockingJetStreamPublisher",
+    "JetStreamPublisher",
+    "NoPubAckError",
+]
 
 #: Seconds to wait for a PubAck.
 DEFAULT_PUBLISH_TIMEOUT = 5.0
+
+
+class NoPubAckError(InboxError):
+    """No PubAck came for a message although JetStream answers (its account info, asked
+    right after): no stream stores the subject, yet a plain subscriber took the publish, so
+    the server sent no "no responders" either. The message's fault, not an outage: the
+    relay counts an attempt."""
 
 
 class JetStreamPublisher:
@@ -34,6 +48,11 @@ class JetStreamPublisher:
     The subject is ``message.destination``; the headers are the outbox headers plus
     ``Nats-Msg-Id`` and ``key_header`` (the same header by default), both the outbox's
     ``message_id``, the key :func:`sa_inbox.brokers.nats.consume` deduplicates on.
+
+    The caller owns the connection, and nats-py closes it for good after
+    ``max_reconnect_attempts`` (60, 2 s apart, by default): connect with
+    ``max_reconnect_attempts=-1`` so that a longer outage ends once the server is back
+    (:class:`BlockingJetStreamPublisher` opens its own connection again by itself).
 
     :param js: a nats-py ``JetStreamContext`` (``nc.jetstream()``).
     :param key_header: the header the consumers read the key from (default ``Nats-Msg-Id``).
@@ -62,9 +81,31 @@ class JetStreamPublisher:
         """Publish and await the PubAck.
 
         :raises nats.js.errors.NoStreamResponseError: no stream captures the subject.
-        :raises nats.errors.TimeoutError: no PubAck within ``timeout``.
+        :raises nats.errors.TimeoutError: no PubAck within ``timeout``, and JetStream does not
+            answer either (the server cannot be reached).
+        :raises NoPubAckError: no PubAck within ``timeout``, JetStream answers (account
+            info), and the publish sent once more (same ``Nats-Msg-Id``) gets none either.
         :raises nats.js.errors.APIError: the stream refused it.
         """
+        import nats.errors
+
+        try:
+            await self._publish(message)
+        except nats.errors.TimeoutError:
+            if not await self._jetstream_answers():
+                raise  # the server cannot be reached (reconnecting, down)
+        else:
+            return
+        try:  # JetStream answers: once more (same Nats-Msg-Id) on the connection it answered
+            await self._publish(message)
+        except nats.errors.TimeoutError as error:
+            raise NoPubAckError(
+                f"no PubAck for {message.destination!r} within {self.timeout} s although"
+                " JetStream answers: no stream stores the subject (a plain subscriber took"
+                " the publish)"
+            ) from error
+
+    async def _publish(self, message: OutboxMessage) -> None:
         await self.js.publish(
             message.destination,
             message.payload,
@@ -72,12 +113,21 @@ class JetStreamPublisher:
             headers=self.headers(message),
         )
 
+    async def _jetstream_answers(self) -> bool:
+        """Whether JetStream answers an account info request within ``timeout``."""
+        try:
+            await asyncio.wait_for(self.js.account_info(), self.timeout)
+        except Exception:  # unreachable, or JetStream not answering: an outage
+            return False
+        return True
+
     def is_unavailable(self, error: BaseException) -> bool:
         """Whether ``error`` says the server could not be reached: no PubAck in time
         (``nats.errors.TimeoutError``, a socket error like every ``OSError``), or the
         connection closed, stale, reconnecting, draining, its buffer full, or no server.
-        ``NoStreamResponseError`` (no stream captures the subject) and ``APIError`` are the
-        message's. See :func:`sa_inbox.outbox.publisher.broker_unavailable`."""
+        ``NoStreamResponseError`` (no stream captures the subject), :class:`NoPubAckError`
+        (no PubAck although JetStream answers) and ``APIError`` are the message's. See
+        :func:`sa_inbox.outbox.publisher.broker_unavailable`."""
         import nats.errors
 
         unreachable = (
@@ -98,21 +148,41 @@ class JetStreamPublisher:
 class BlockingJetStreamPublisher:
     """:class:`JetStreamPublisher` for the synchronous :class:`~sa_inbox.outbox.OutboxRelay`
     (``sa-inbox relay``): its own connection on its own event loop, each publish run to its
-    PubAck on that loop. nats-py has no synchronous client.
+    PubAck on that loop. nats-py has no synchronous client. nats-py reconnects by itself
+    while the loop runs (during publishes), up to ``max_reconnect_attempts``; a connection it
+    then closed is opened again by the next publish.
 
     :param url: a ``nats://`` URL.
+    :param connect_options: more keyword arguments of ``nats.connect`` (e.g.
+        ``max_reconnect_attempts``, ``reconnect_time_wait``); default none.
     :param settings: as :class:`JetStreamPublisher` (``key_header``, ``timeout``).
     """
 
-    def __init__(self, url: str, **settings: Any) -> None:
+    def __init__(
+        self, url: str, *, connect_options: Mapping[str, Any] | None = None, **settings: Any
+    ) -> None:
+        self.url = url
+        self._options = dict(connect_options or {})
+        self._settings = settings
+        self._loop = asyncio.new_event_loop()
+        self._nc: Any = None
+        self._connect()
+
+    def _connect(self) -> None:
         import nats
 
-        self._loop = asyncio.new_event_loop()
-        self._nc = self._loop.run_until_complete(nats.connect(url))
-        self._publisher = JetStreamPublisher(self._nc.jetstream(), **settings)
+        self._nc = self._loop.run_until_complete(nats.connect(self.url, **self._options))
+        self._publisher = JetStreamPublisher(self._nc.jetstream(), **self._settings)
 
     def publish(self, message: OutboxMessage) -> None:
-        """Publish and wait for the PubAck (see :meth:`JetStreamPublisher.publish`)."""
+        """Publish and wait for the PubAck (see :meth:`JetStreamPublisher.publish`). A
+        connection nats-py closed (it stops reconnecting after ``max_reconnect_attempts``)
+        is opened again first.
+
+        :raises nats.errors.NoServersError: the connection could not be opened again.
+        """
+        if self._nc.is_closed:
+            self._connect()
         self._loop.run_until_complete(self._publisher.publish(message))
 
     def is_unavailable(self, error: BaseException) -> bool:

@@ -186,10 +186,16 @@ class AioPikaPublisher:
 
     def is_unavailable(self, error: BaseException) -> bool:
         """Whether ``error`` says the broker could not be reached: a socket error, which
-        includes aiormq's ``AMQPConnectionError`` (refused, lost, closed by the broker). A
-        ``DeliveryError`` (returned or nacked) is the message's. See
+        includes aiormq's ``AMQPConnectionError`` (refused, lost, closed by the broker), or
+        aiormq's ``ChannelInvalidStateError``: the channel was closed before this message
+        was sent, so the broker never saw it (a connection lost mid-batch: the messages
+        awaiting their confirm get the ``AMQPConnectionError``, those :meth:`publish_many`
+        had not sent yet this error). A ``DeliveryError`` (returned or nacked) and the
+        error that closed the channel are the message's. See
         :func:`sa_inbox.outbox.publisher.broker_unavailable`."""
-        return isinstance(error, OSError)
+        from aiormq.exceptions import ChannelInvalidStateError
+
+        return isinstance(error, (OSError, ChannelInvalidStateError))
 
     async def close(self) -> None:
         """Close the connection (if open)."""

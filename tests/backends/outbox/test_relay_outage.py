@@ -2,17 +2,20 @@
 rows back unpublished, waits its ``outage_backoff``, and publishes them once the broker is
 back, however long the outage, where a refused message still counts its attempts.
 
-The outages are real: a ``redis-server`` of the test's own, SIGKILLed and started again on
-its port, and for RabbitMQ and ``redis.asyncio`` a port where nothing listens (the client's
-connection is refused); the publishes that get through go to the live brokers."""
+The outages are real: a ``redis-server`` or ``nats-server`` of the test's own, SIGKILLed and
+started again on its port; for RabbitMQ and ``redis.asyncio`` a port where nothing listens
+(the client's connection is refused), and a TCP proxy to the live RabbitMQ that cuts the
+connection mid-batch; the publishes that get through go to the live brokers."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,12 +36,18 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sa_inbox import Backoff
 from sa_inbox.asyncio import AsyncOutboxRelay
 from sa_inbox.brokers.nats import BlockingJetStreamPublisher
-from sa_inbox.brokers.rabbitmq import RabbitMQPublisher, dead_letter_queue_name, declare_queue
+from sa_inbox.brokers.rabbitmq import (
+    AioPikaPublisher,
+    RabbitMQPublisher,
+    dead_letter_queue_name,
+    declare_queue,
+)
 from sa_inbox.brokers.redis import RedisStreamPublisher
 from sa_inbox.outbox import OutboxRelay, RelayBatch
 from sa_inbox.outbox.publisher import broker_unavailable
 from sa_inbox.outbox.relay import describe
 from tests.backends.brokers.test_rabbitmq import amqp_url, channel
+from tests.backends.outbox.test_relay_rabbitmq import take
 from tests.backends.outbox.test_relay_streams import async_app, oapp, read_stream, record
 from tests.conftest import broker_url
 from tests.support.outbox_app import OutboxApp
@@ -296,5 +305,203 @@ def test_a_killed_nats_server_costs_no_attempt_and_jetstream_stores_each_row_onc
         return [m.headers["Nats-Msg-Id"] for m in msgs if m.headers]
 
     assert asyncio.run(stored()) == ids
+    app.drop()
+    app.engine.dispose()
+
+
+class CuttingProxy:
+    """A TCP proxy to a live broker that drops its connections mid-stream: once ``cut_after``
+    bytes went from the client to the broker it closes both sockets of every connection and
+    stops listening (a connection lost mid-batch, then refused), as a broker that dies or a
+    network that fails does. Three threads: the listener and one pump per direction."""
+
+    def __init__(self, url: str, cut_after: int) -> None:
+        parsed = sa.make_url(url.replace("amqp://", "amqp+x://", 1))
+        self.upstream = (parsed.host or "127.0.0.1", int(parsed.port or 5672))
+        self.cut_after, self.sent = cut_after, 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            with self.lock:
+                self.sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+            self._pump(client, upstream, True)
+
+    def _pump(self, source: socket.socket, target: socket.socket, counted: bool) -> None:
+        while True:
+            try:
+                data = source.recv(65536)
+                if counted:
+                    self.sent += len(data)
+                    if self.sent > self.cut_after:
+                        self.cut()
+                        return
+                target.sendall(data)
+            except OSError:
+                return
+            if not data:
+                return
+
+    def cut(self) -> None:
+        with self.lock:
+            self.listener.close()
+            for sock in self.sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+
+def test_a_rabbitmq_connection_lost_mid_batch_costs_the_async_relay_no_attempt(
+    async_app: tuple[str, OutboxApp], channel: Any, amqp_url: str
+) -> None:
+    """AioPikaPublisher.publish_many: the connection drops while the batch's confirms are
+    awaited; the messages not confirmed (those cut off and those the closed channel no longer
+    took) are given back, none counts an attempt, and every row reaches the queue."""
+    url, app = async_app
+    queue = f"sa-inbox-outbox-{uuid.uuid4().hex[:12]}"
+    declare_queue(channel, queue)
+    try:
+        ids = record(app, queue, 1000)  # ~250 bytes per publish: cut about halfway
+        proxy = CuttingProxy(amqp_url, cut_after=100_000)
+
+        async def run() -> tuple[RelayBatch, RelayBatch]:
+            engine = create_async_engine(url)
+            cut, up = AioPikaPublisher(f"amqp://guest:guest@127.0.0.1:{proxy.port}/"), None
+            try:
+                settings = {**SETTINGS, "batch_size": 1000}
+                relay = AsyncOutboxRelay(engine, app.outbox, cut, **settings)
+                outage = await relay.run_once()
+                relay.publisher = up = AioPikaPublisher(amqp_url)
+                return outage, await relay.run(until_empty=True)
+            finally:
+                await cut.close()
+                if up is not None:
+                    await up.close()
+                await engine.dispose()
+
+        outage, total = asyncio.run(run())
+        assert proxy.sent > proxy.cut_after  # the connection was cut during the batch
+        assert (outage.claimed, outage.retried, outage.dead) == (1000, 0, 0)
+        assert outage.dispatched + outage.released == 1000 and outage.released > 0
+        assert (total.dispatched, total.retried, total.dead) == (outage.released, 0, 0)
+        assert statuses(app, ids) == [("dispatched", 1, None)] * 1000
+        got = [m for m, _, _ in take(channel, queue)]
+        assert set(got) == set(ids)  # a publish cut off may have reached the queue: twice
+    finally:
+        channel.queue_delete(queue)
+        channel.queue_delete(dead_letter_queue_name(queue))
+
+
+@contextlib.contextmanager
+def core_subscriber(url: str, subject: str) -> Iterator[None]:
+    """A plain NATS subscription to ``subject`` (no stream), on a connection and event loop
+    of its own thread: a JetStream publish to the subject then gets neither a PubAck nor the
+    server's "no responders", only a timeout, from a server that is up."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    nc = asyncio.run_coroutine_threadsafe(nats.connect(url), loop).result(10)
+    try:
+        asyncio.run_coroutine_threadsafe(nc.subscribe(subject), loop).result(10)
+        yield
+    finally:
+        asyncio.run_coroutine_threadsafe(nc.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+
+def test_a_subject_without_a_stream_but_with_a_subscriber_counts_and_holds_up_no_row(
+    oapp: OutboxApp,
+) -> None:
+    """The server is up and JetStream answers, so a missing PubAck is the message's: its
+    attempts count (dead at ``max_attempts``) and the rows after it are published; were it
+    taken for an outage, the row would be given back forever and hold up every row behind
+    it (the one-by-one publish stops at an unreachable broker)."""
+    url = broker_url("nats")
+    name = f"rev{uuid.uuid4().hex[:8]}"
+    stray, captured = f"{name}.stray", f"{name}.stream"
+
+    async def stream(add: bool) -> None:
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        await (js.add_stream(name=name, subjects=[captured]) if add else js.delete_stream(name))
+        await nc.close()
+
+    asyncio.run(stream(add=True))
+    publisher = BlockingJetStreamPublisher(url, timeout=0.5)
+    try:
+        with core_subscriber(url, stray):
+            (lost,) = record(oapp, stray, 1)
+            kept = record(oapp, captured, 2)
+            settings = {**SETTINGS, "backoff": Backoff(0.05, 0.05)}
+            relay = OutboxRelay(oapp.engine, oapp.outbox, publisher, **settings)
+            waits: list[float] = []
+
+            def sleep(seconds: float) -> None:  # at most 0.1 s, and a bound on the rounds
+                waits.append(seconds)
+                time.sleep(min(seconds, 0.1))
+                if len(waits) == 10:
+                    relay.stop()
+
+            total = relay.run(until_empty=True, sleep=sleep)
+    finally:
+        publisher.close()
+        asyncio.run(stream(add=False))
+    assert (total.dispatched, total.dead, total.released) == (2, 1, 0)
+    assert statuses(oapp, kept) == [("dispatched", 1, None)] * 2
+    ((status, attempts, _),) = statuses(oapp, [lost])
+    assert (status, attempts) == ("dead", 2)
+
+
+def test_the_blocking_jetstream_publisher_comes_back_after_its_client_gave_up(
+    tmp_path: Path, own_nats: OwnServer
+) -> None:
+    """nats-py stops reconnecting after ``max_reconnect_attempts`` (60 by default, 2 s
+    apart, counted while its loop runs: during publishes) and closes the connection; an
+    outage longer than that must not leave the relay giving rows back forever once the
+    server is back. Here the client gives up after one attempt."""
+    app = OutboxApp(sa.create_engine(f"sqlite:///{tmp_path}/outbox.db"))
+    app.reset()
+    url = f"nats://127.0.0.1:{own_nats.port}"
+
+    async def add_stream() -> None:
+        nc = await nats.connect(url)
+        await nc.jetstream().add_stream(name="giveup", subjects=["giveup.>"])
+        await nc.close()
+
+    asyncio.run(add_stream())
+    options = {"max_reconnect_attempts": 1, "reconnect_time_wait": 0.1}
+    publisher = BlockingJetStreamPublisher(url, timeout=0.5, connect_options=options)
+    try:
+        relay = OutboxRelay(app.engine, app.outbox, publisher, **SETTINGS)
+        own_nats.kill()
+        ids = record(app, "giveup.x", 2)
+        outages = [relay.run_once() for _ in range(3)]  # the client gives up meanwhile
+        assert outages == [RelayBatch(claimed=2, released=2)] * 3
+        own_nats.start()
+        waits: list[float] = []
+
+        def sleep(seconds: float) -> None:  # at most 0.1 s, and a bound on the rounds
+            waits.append(seconds)
+            time.sleep(min(seconds, 0.1))
+            if len(waits) == 10:
+                relay.stop()
+
+        total = relay.run(until_empty=True, sleep=sleep)
+    finally:
+        publisher.close()
+    assert (total.dispatched, total.retried, total.dead) == (2, 0, 0)
+    assert statuses(app, ids) == [("dispatched", 1, None)] * 2
     app.drop()
     app.engine.dispose()
