@@ -45,7 +45,12 @@ __all__ = ["relay_command"]
 @click.option("--backoff", default=1.0, show_default=True, type=click.FloatRange(min=0))
 @click.option("--max-backoff", default=60.0, show_default=True, type=click.FloatRange(min=0))
 @click.option("--ordered", is_flag=True, help="Keep each destination's messages in order.")
-@click.option("--until-empty", is_flag=True, help="Stop once nothing is pending or in flight.")
+@click.option(
+    "--until-empty",
+    is_flag=True,
+    help="Stop once nothing is pending or in flight (while the broker cannot be reached, "
+    "rows stay pending and the relay waits).",
+)
 def relay_command(
     url: str,
     broker: str,

@@ -21,7 +21,10 @@ import pika.exceptions
 
 from ...outbox.message import OutboxMessage
 
-__all__ = ["AioPikaPublisher", "RabbitMQPublisher"]
+__all__ = ["DEFAULT_TIMEOUT", "AioPikaPublisher", "RabbitMQPublisher"]
+
+#: Seconds :class:`AioPikaPublisher` waits for the connection, and for a batch's confirms.
+DEFAULT_TIMEOUT = 10.0
 
 
 class RabbitMQPublisher:
@@ -127,12 +130,25 @@ class AioPikaPublisher:
     :param url: an ``amqp://`` URL.
     :param exchange: the exchange's name; default the default exchange.
     :param key_header: as :class:`RabbitMQPublisher`.
+    :param timeout: seconds to wait for the connection to open, and for a batch's confirms
+        (aio-pika waits for ever by default): a broker that accepts the connection but does
+        not answer then counts as unreachable (``TimeoutError``, an ``OSError``) well
+        within the relay's ``visibility_timeout``, instead of holding the claimed rows until
+        another relay takes them over and counts an attempt.
     """
 
-    def __init__(self, url: str, *, exchange: str = "", key_header: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        exchange: str = "",
+        key_header: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
         self.url = url
         self.exchange_name = exchange
         self.key_header = key_header
+        self.timeout = timeout
         self._connection: Any = None
         self._exchange: Any = None
 
@@ -175,6 +191,7 @@ class AioPikaPublisher:
                 ),
                 routing_key=message.destination,
                 mandatory=True,
+                timeout=self.timeout,
             )
             for message in messages
         ]
@@ -215,13 +232,16 @@ class AioPikaPublisher:
 
         if self._exchange is None or self._connection is None or self._connection.is_closed:
             await self.close()
-            self._connection = await aio_pika.connect(self.url)
-            channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
-            self._exchange = (
-                channel.default_exchange
-                if not self.exchange_name
-                else await channel.get_exchange(self.exchange_name)
-            )
+            async with asyncio.timeout(self.timeout):  # TimeoutError: the broker is unreachable
+                self._connection = await aio_pika.connect(self.url, timeout=self.timeout)
+                channel = await self._connection.channel(
+                    publisher_confirms=True, on_return_raises=True
+                )
+                self._exchange = (
+                    channel.default_exchange
+                    if not self.exchange_name
+                    else await channel.get_exchange(self.exchange_name)
+                )
         return self._exchange
 
 

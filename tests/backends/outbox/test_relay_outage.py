@@ -505,3 +505,62 @@ def test_the_blocking_jetstream_publisher_comes_back_after_its_client_gave_up(
     assert statuses(app, ids) == [("dispatched", 1, None)] * 2
     app.drop()
     app.engine.dispose()
+
+
+@contextlib.contextmanager
+def silent_listener() -> Iterator[int]:
+    """A loopback port that accepts connections and never answers (a hung broker); yields
+    the port."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                accepted.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield int(server.getsockname()[1])
+    finally:
+        stop.set()
+        thread.join()
+        for conn in accepted:
+            conn.close()
+        server.close()
+
+
+def test_a_rabbitmq_that_accepts_but_never_answers_costs_the_async_relay_no_attempt(
+    oapp: OutboxApp,
+) -> None:
+    """AioPikaPublisher's ``timeout`` (aio-pika waits for ever by default): the connection
+    to a broker that accepts and never answers ends in ``TimeoutError`` after ``timeout``,
+    the rows are given back, none counts an attempt (a relay waiting for ever would hold
+    them until another relay takes them over after the visibility timeout, which counts)."""
+    if oapp.engine.dialect.name != "sqlite":
+        pytest.skip("the database side is the same on every backend; SQLite is enough")
+    ids = record(oapp, "payments", 3)
+    url = str(oapp.engine.url).replace("sqlite://", "sqlite+aiosqlite://")
+
+    async def run(port: int) -> tuple[RelayBatch, float]:
+        engine = create_async_engine(url)
+        publisher = AioPikaPublisher(f"amqp://guest:guest@127.0.0.1:{port}/", timeout=0.5)
+        try:
+            relay = AsyncOutboxRelay(engine, oapp.outbox, publisher, **SETTINGS)
+            started = time.monotonic()
+            batch = await asyncio.wait_for(relay.run_once(), 30)  # fails, not hangs, without it
+            return batch, time.monotonic() - started
+        finally:
+            await publisher.close()
+            await engine.dispose()
+
+    with silent_listener() as port:
+        batch, took = asyncio.run(run(port))
+    assert batch == RelayBatch(claimed=3, released=3)
+    assert took < 10  # the timeout, not the wait for ever (generous: a loaded machine)
+    assert statuses(oapp, ids) == [("pending", 0, None)] * 3
