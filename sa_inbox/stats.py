@@ -209,7 +209,8 @@ def collect(
     """Read one sample of the inbox's tables (see the module docstring).
 
     A table that does not exist is listed in :attr:`InboxStats.missing` and skipped, except
-    the collisions table and the outbox, which a service may not have.
+    the collisions table and an outbox under its default name, which a service may not
+    have.
 
     :param engine: the database.
     :param inbox_table: the processed-messages table's name (None: not read).
@@ -230,8 +231,14 @@ def collect(
         for role, name in names.items()
         if name is not None and inspector.has_table(name, schema=schema)
     }
-    missing = [name for role, name in names.items() if name and role not in present]
-    missing = [name for name in missing if name not in (COLLISIONS_TABLE, outbox_table)]
+    # optional: the collisions table, and the outbox under its default name (a service may
+    # have none); an outbox the caller named is reported missing
+    optional = {"collisions"} | ({"outbox"} if outbox_table == DEFAULT_OUTBOX_TABLE else set())
+    missing = [
+        name
+        for role, name in names.items()
+        if name and role not in present and role not in optional
+    ]
     with engine.connect() as conn:
         now = conn.execute(sa.select(sa.func.current_timestamp())).scalar_one()
         collisions = _collisions(conn, present.get("collisions"), schema)
@@ -490,7 +497,8 @@ def warnings(
     """The warnings of a sample.
 
     * ``no-tables`` (9): neither the processed-messages table nor the store's exists (a
-      probe pointed at the wrong database or table names would otherwise be healthy);
+      probe pointed at the wrong database or table names would otherwise be healthy; an
+      outbox or collisions table alone does not count);
     * ``purge-not-running`` (10): the oldest processed-messages row is older than
       ``retention + margin`` (checked only with a ``retention``);
     * ``dead-letters`` (11): the store has ``dead`` rows;
@@ -523,7 +531,8 @@ def warnings(
     def warn(kind: str, text: str) -> None:
         found.append(StatsWarning(WARNING_CODES[kind], kind, text))
 
-    if stats.missing and all(t.name == COLLISIONS_TABLE for t in stats.tables):
+    outbox = stats.outbox.table if stats.outbox is not None else None
+    if stats.missing and all(t.name in (COLLISIONS_TABLE, outbox) for t in stats.tables):
         warn(
             "no-tables",
             f"none of the tables to check exists ({', '.join(stats.missing)}): wrong database "

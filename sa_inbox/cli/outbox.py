@@ -85,18 +85,21 @@ def replay_command(
 
     Rows of every destination are chosen unless --destination names one. A relay then
     publishes them again with their message_id (a consumer's inbox drops a copy it has
-    processed). Replaying dispatched rows publishes their messages a second time, so
-    --status dispatched needs --yes (without it: the count is printed, nothing changes, exit
-    code 2). --dry-run prints {"would_replay": N} and changes nothing.
+    processed). Replaying dispatched rows publishes their messages a second time, so a
+    replay that would reset any (--status dispatched, or --id of a dispatched row) needs
+    --yes (without it: the count is printed, nothing changes, exit code 2). --id or --status
+    is required. --dry-run prints {"would_replay": N} and changes nothing.
     """
-    filters: dict[str, Any] = {"ids": ids or None, "status": status, "destination": destination}
+    filters: dict[str, Any] = {"ids": ids or None, "destination": destination}
     again = "dispatched rows would be reset to pending and their messages published again"
     with connected(url, "replay failed") as engine:
         core = bind_outbox(engine, table, schema)
         run_replay(
-            lambda: core.replayable(**filters),
-            lambda: core.replay(**filters),
-            again=again if status == "dispatched" else None,
+            lambda chosen: core.replayable(status=chosen, **filters),
+            lambda: core.replay(status=status, **filters),
+            status=status,
+            finished="dispatched",
+            again=again,
             dry_run=dry_run,
             yes=yes,
         )

@@ -42,8 +42,21 @@ __all__ = ["relay_command"]
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds after which a claimed, unmarked row is published again by another relay.",
 )
-@click.option("--backoff", default=1.0, show_default=True, type=click.FloatRange(min=0))
-@click.option("--max-backoff", default=60.0, show_default=True, type=click.FloatRange(min=0))
+@click.option(
+    "--backoff",
+    default=1.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds before a message the broker refused is retried, doubling per attempt.",
+)
+@click.option(
+    "--max-backoff",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="The longest of those waits. (A broker that cannot be reached costs no attempt: "
+    "the relay waits 1 s, doubling to 30 s, before its next claim.)",
+)
 @click.option("--ordered", is_flag=True, help="Keep each destination's messages in order.")
 @click.option(
     "--until-empty",

@@ -107,51 +107,58 @@ def replay_command(
 
     Rows of every consumer are chosen unless --consumer names one.
 
-    Replaying done rows processes their messages again, so --status done needs --yes
-    (without it: the count is printed, nothing changes, exit code 2). --dry-run prints
+    Replaying done rows processes their messages again, so a replay that would reset any
+    (--status done, or --id of a done row) needs --yes (without it: the count is printed,
+    nothing changes, exit code 2). --id or --status is required. --dry-run prints
     {"would_replay": N} and changes nothing.
     """
-    filters: dict[str, Any] = {"ids": ids or None, "status": status, "consumer_name": consumer}
-    again = "done rows would be reset to pending and their messages processed again"
+    filters: dict[str, Any] = {"ids": ids or None, "consumer_name": consumer}
     with connected(url, "replay failed") as engine:
         store = bind_store(engine, table, schema)
         run_replay(
-            lambda: store.replayable(engine, **filters),
-            lambda: store.replay(engine, **filters),
-            again=again if status == "done" else None,
+            lambda chosen: store.replayable(engine, status=chosen, **filters),
+            lambda: store.replay(engine, status=status, **filters),
+            status=status,
+            finished="done",
+            again="done rows would be reset to pending and their messages processed again",
             dry_run=dry_run,
             yes=yes,
         )
 
 
 def run_replay(
-    count: Callable[[], int],
+    count: Callable[[str | None], int],
     replay: Callable[[], int],
     *,
-    again: str | None,
+    status: str | None,
+    finished: str,
+    again: str,
     dry_run: bool,
     yes: bool,
 ) -> None:
     """A replay command's body: print ``{"would_replay": N}`` (``--dry-run``) or
     ``{"replayed": N}``.
 
-    :param count: counts the rows the replay would reset.
+    :param count: counts the rows the replay would reset, of the given status (``None``:
+        the command's ``--status``, as given).
     :param replay: resets them; returns how many.
-    :param again: for rows whose messages a replay sends a second time (``done``,
-        ``dispatched``), what the confirmation message says after the count; such a replay
-        needs ``yes``.
-    :raises ConfirmationNeeded: (exit 2) if ``again`` is set without ``yes``: nothing
-        changed.
+    :param status: the command's ``--status`` (``None``: every replayable status).
+    :param finished: the status of rows whose messages went through (``done``,
+        ``dispatched``): a replay that would reset any of them (chosen by ``--status`` or by
+        ``--id``) needs ``yes``, since their messages are handled a second time.
+    :param again: what the confirmation message says after the count of those rows.
+    :raises ConfirmationNeeded: (exit 2) if finished rows would be reset without ``yes``:
+        nothing changed.
     :raises click.UsageError: (exit 2) for filters the library refuses (a ``ValueError``).
     """
     try:
-        if dry_run or (again is not None and not yes):
-            counted = count()
-            if dry_run:
-                click.echo(json.dumps({"would_replay": counted}))
-                return
+        chosen = count(status)
+        if dry_run:
+            click.echo(json.dumps({"would_replay": chosen}))
+            return
+        if not yes and status in (None, finished) and (sent := count(finished)):
             raise ConfirmationNeeded(
-                f"{counted} {again}: pass --yes to replay them (or --dry-run to only count)"
+                f"{sent} {again}: pass --yes to replay them (or --dry-run to only count)"
             )
         replayed = replay()
     except ValueError as exc:  # InvalidStoreArgument, InvalidRelayArgument

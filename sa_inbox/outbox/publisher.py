@@ -82,7 +82,7 @@ def publisher_for(url: str) -> Publisher:
     ``amqp://``, ``amqps://``: :class:`~sa_inbox.brokers.rabbitmq.RabbitMQPublisher` on the
     default exchange; ``redis://``, ``rediss://``:
     :class:`~sa_inbox.brokers.redis.RedisStreamPublisher`; ``nats://``, ``tls://``:
-    :class:`~sa_inbox.brokers.nats.BlockingJetStreamPublisher` (connects now).
+    :class:`~sa_inbox.brokers.nats.BlockingJetStreamPublisher` (connects at its first publish).
 
     :raises UnsupportedBroker: for any other scheme (a :class:`ValueError`).
     :raises ImportError: if the broker's client library (the extra) is not installed.

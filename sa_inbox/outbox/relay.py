@@ -21,8 +21,8 @@ the same ``message_id``. The copy is dropped by the consumer's inbox (the claim 
 **Failures.** A message the broker refused (unroutable, nacked, ``WRONGTYPE``, no stream
 for the subject) is recorded against its row (``attempts``, ``last_error``, ``available_at``
 after the back-off); with the defaults (10 attempts, back-off 1 s doubling to 60 s) it goes
-``dead`` after about 5 minutes of refusals, and ``UPDATE … SET status = 'pending', attempts
-= 0 WHERE status = 'dead'`` sends dead rows again. **A broker that cannot be reached counts
+``dead`` after about 5 minutes of refusals, and :meth:`RelayCore.replay` (``sa-inbox outbox
+replay``) sends dead rows again once the cause is fixed. **A broker that cannot be reached counts
 no attempt** (:func:`~sa_inbox.outbox.publisher.broker_unavailable`: the publisher's
 ``is_unavailable``, else any ``OSError``): the relay stops publishing the batch, gives its
 unpublished rows back (``pending``, the claim's attempt taken back, ``available_at``

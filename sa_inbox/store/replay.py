@@ -89,7 +89,7 @@ class ReplayRules:
         c = table.c
         conditions: list[sa.ColumnElement[bool]] = []
         if chosen.ids is not None:
-            conditions.append(c.id.in_(sorted({int(i) for i in chosen.ids})))
+            conditions.append(c.id.in_(self._ids(chosen.ids)))
         if chosen.status is not None:
             if chosen.status not in self.statuses:
                 allowed = " or ".join(self.statuses)
@@ -105,6 +105,17 @@ class ReplayRules:
             conditions.append(c[self.group] == chosen.group)
         conditions.append(c.status.in_(self.statuses))
         return conditions
+
+    def _ids(self, ids: Iterable[int]) -> list[int]:
+        """The row ids, sorted; anything but an iterable of ints (a string: its characters
+        would be taken for ids) raises :attr:`error`."""
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+            raise self.error(f"replay ids must be an iterable of ints, not {ids!r}")
+        chosen = list(ids)
+        wrong = [i for i in chosen if not isinstance(i, int) or isinstance(i, bool)]
+        if wrong:
+            raise self.error(f"replay ids must be ints: {wrong[:5]!r}")
+        return sorted(set(chosen))
 
     def _utc(self, moment: datetime.datetime) -> datetime.datetime:
         """``moment`` in UTC; a naive or non-datetime value raises :attr:`error`."""

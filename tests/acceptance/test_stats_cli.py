@@ -302,5 +302,9 @@ def test_the_outbox_section_and_its_warnings(engine_: sa.Engine, url: str) -> No
         ]
         code, text = finish(stats(url, "--check", "--outbox-table", "", names=names))
         assert code == 0, text  # skipped: the outbox is not read
+        code, text = finish(stats(url, "--check", *outbox_args, names=("nosuch", "nosuch2")))
+        assert code == WARNING_CODES["no-tables"], text  # an outbox alone: wrong names
+        code, text = finish(stats(url, "--outbox-table", "nosuch_outbox", names=names))
+        assert code == 0 and "table nosuch_outbox does not exist" in text, text
     finally:
         tables.metadata.drop_all(engine_)

@@ -169,6 +169,10 @@ def test_replaying_done_rows_needs_yes_and_dry_run_only_counts(
     assert refused.returncode == 2, err
     assert "2 done rows would be reset to pending" in err and "--yes" in err
     assert store_app.store.counts(store_app.engine) == before, "nothing replayed"
+    by_id = cli("store", "replay", "--url", url, "--table", TABLE, "--id", "1", "--id", "3")
+    out, err = by_id.communicate(timeout=60)  # m-0 (id 1) is done: --yes needed as well
+    assert by_id.returncode == 2 and "1 done rows would be reset" in err, err
+    assert store_app.store.counts(store_app.engine) == before, "nothing replayed"
 
     dry = cli(*replay, "--dry-run")
     out, err = dry.communicate(timeout=60)

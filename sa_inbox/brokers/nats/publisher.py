@@ -15,6 +15,7 @@ the copy.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,8 @@ __all__ = [
     "JetStreamPublisher",
     "NoPubAckError",
 ]
+
+logger = logging.getLogger("sa_inbox.brokers.nats")
 
 #: Seconds to wait for a PubAck.
 DEFAULT_PUBLISH_TIMEOUT = 5.0
@@ -148,9 +151,14 @@ class JetStreamPublisher:
 class BlockingJetStreamPublisher:
     """:class:`JetStreamPublisher` for the synchronous :class:`~sa_inbox.outbox.OutboxRelay`
     (``sa-inbox relay``): its own connection on its own event loop, each publish run to its
-    PubAck on that loop. nats-py has no synchronous client. nats-py reconnects by itself
-    while the loop runs (during publishes), up to ``max_reconnect_attempts``; a connection it
-    then closed is opened again by the next publish.
+    PubAck on that loop. nats-py has no synchronous client. The connection is opened by the
+    first publish, within ``timeout`` (else ``TimeoutError``: the server is unreachable, the
+    relay gives the rows back and waits), so a relay starts while the server is down, as it
+    does with Redis and RabbitMQ. nats-py reconnects by itself while the loop runs (during
+    publishes), up to ``max_reconnect_attempts``; a connection it then closed is opened
+    again by the next publish. nats-py's errors are logged at ``DEBUG`` on
+    ``sa_inbox.brokers.nats`` (its default prints a traceback per reconnect attempt): the
+    relay logs the outage.
 
     :param url: a ``nats://`` URL.
     :param connect_options: more keyword arguments of ``nats.connect`` (e.g.
@@ -162,16 +170,18 @@ class BlockingJetStreamPublisher:
         self, url: str, *, connect_options: Mapping[str, Any] | None = None, **settings: Any
     ) -> None:
         self.url = url
-        self._options = dict(connect_options or {})
+        self._options = {"error_cb": _log_nats_error, **(connect_options or {})}
         self._settings = settings
         self._loop = asyncio.new_event_loop()
         self._nc: Any = None
-        self._connect()
+        self._publisher = JetStreamPublisher(None, **settings)  # connected by publish
 
     def _connect(self) -> None:
         import nats
 
-        self._nc = self._loop.run_until_complete(nats.connect(self.url, **self._options))
+        connecting = nats.connect(self.url, **self._options)
+        timeout = self._publisher.timeout
+        self._nc = self._loop.run_until_complete(asyncio.wait_for(connecting, timeout))
         self._publisher = JetStreamPublisher(self._nc.jetstream(), **self._settings)
 
     def publish(self, message: OutboxMessage) -> None:
@@ -179,9 +189,10 @@ class BlockingJetStreamPublisher:
         connection nats-py closed (it stops reconnecting after ``max_reconnect_attempts``)
         is opened again first.
 
-        :raises nats.errors.NoServersError: the connection could not be opened again.
+        :raises TimeoutError: the connection could not be opened within ``timeout``.
+        :raises nats.errors.NoServersError: the connection could not be opened.
         """
-        if self._nc.is_closed:
+        if self._nc is None or self._nc.is_closed:
             self._connect()
         self._loop.run_until_complete(self._publisher.publish(message))
 
@@ -190,7 +201,13 @@ class BlockingJetStreamPublisher:
         return self._publisher.is_unavailable(error)
 
     def close(self) -> None:
-        """Drain the connection and close the loop."""
+        """Drain the connection (if open) and close the loop."""
         if not self._loop.is_closed():
-            self._loop.run_until_complete(self._nc.close())
+            if self._nc is not None:
+                self._loop.run_until_complete(self._nc.close())
             self._loop.close()
+
+
+async def _log_nats_error(error: Exception) -> None:
+    """nats-py's ``error_cb``: one ``DEBUG`` line, no traceback."""
+    logger.debug("nats: %s: %s", type(error).__name__, error)

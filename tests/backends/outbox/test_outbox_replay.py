@@ -74,6 +74,9 @@ def test_dead_rows_replayed_once_the_cause_is_fixed_are_published(oapp: OutboxAp
         ({"destination": "d"}, "needs ids, a status or a time range"),
         ({"status": "pending"}, "must be dead or dispatched"),
         ({"created_from": datetime.datetime(2026, 1, 1)}, "time-zone aware"),
+        ({"ids": "12"}, "an iterable of ints"),  # not the rows 1 and 2
+        ({"ids": ["1"]}, "must be ints"),
+        ({"ids": 12}, "an iterable of ints"),
     ],
 )
 def test_a_replay_without_a_row_filter_is_refused_and_changes_nothing(
@@ -117,6 +120,9 @@ def test_the_outbox_command_counts_and_replays(oapp: OutboxApp) -> None:
     assert json.loads(dry.stdout) == {"would_replay": 3}
     unconfirmed = outbox_cli(oapp, "replay", "--status", "dispatched")
     assert unconfirmed.returncode == 2 and "1 dispatched rows would be reset" in unconfirmed.stderr
+    sent_id = str(oapp.outbox_rows("dispatched")[0]["id"])
+    by_id = outbox_cli(oapp, "replay", "--id", sent_id)  # a dispatched row: --yes as well
+    assert by_id.returncode == 2 and "1 dispatched rows would be reset" in by_id.stderr
     no_filter = outbox_cli(oapp, "replay", "--destination", "payments")
     assert no_filter.returncode == 2 and "needs ids, a status or a time range" in no_filter.stderr
     assert [r["status"] for r in oapp.outbox_rows()] == ["dead", "dead", "dispatched", "dead"]

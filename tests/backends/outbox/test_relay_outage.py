@@ -564,3 +564,40 @@ def test_a_rabbitmq_that_accepts_but_never_answers_costs_the_async_relay_no_atte
     assert batch == RelayBatch(claimed=3, released=3)
     assert took < 10  # the timeout, not the wait for ever (generous: a loaded machine)
     assert statuses(oapp, ids) == [("pending", 0, None)] * 3
+
+
+def test_the_blocking_jetstream_publisher_starts_while_the_server_is_down(
+    tmp_path: Path, own_nats: OwnServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``sa-inbox relay``'s NATS publisher connects at its first publish, within ``timeout``:
+    created while the server is down, it gives the rows back (no attempt) instead of
+    retrying its connection for minutes before the relay starts, and nats-py's reconnect
+    errors are one DEBUG line each, not a traceback each; once the server is back the rows
+    go out."""
+    app = OutboxApp(sa.create_engine(f"sqlite:///{tmp_path}/outbox.db"))
+    app.reset()
+    url = f"nats://127.0.0.1:{own_nats.port}"
+    own_nats.kill()
+    ids = record(app, "down.x", 2)
+    publisher = BlockingJetStreamPublisher(url, timeout=0.5)  # the server is down: no wait
+    try:
+        relay = OutboxRelay(app.engine, app.outbox, publisher, **SETTINGS)
+        started = time.monotonic()
+        assert relay.run_once() == RelayBatch(claimed=2, released=2)
+        assert time.monotonic() - started < 10
+        assert statuses(app, ids) == [("pending", 0, None)] * 2
+        assert not [r for r in caplog.records if r.levelno >= 40 and "nats" in r.name]
+        own_nats.start()
+
+        async def add_stream() -> None:
+            nc = await nats.connect(url)
+            await nc.jetstream().add_stream(name="down", subjects=["down.>"])
+            await nc.close()
+
+        asyncio.run(add_stream())
+        assert relay.run(until_empty=True, sleep=time.sleep).dispatched == 2
+    finally:
+        publisher.close()
+    assert statuses(app, ids) == [("dispatched", 1, None)] * 2
+    app.drop()
+    app.engine.dispose()
