@@ -130,6 +130,17 @@ def own_nats(tmp_path: Path) -> Iterator[OwnServer]:
     yield from own_server("nats-server", "nats", tmp_path)
 
 
+def add_stream(url: str, name: str) -> None:
+    """Create the JetStream stream ``name`` capturing the subjects ``<name>.>``."""
+
+    async def add() -> None:
+        nc = await nats.connect(url)
+        await nc.jetstream().add_stream(name=name, subjects=[f"{name}.>"])
+        await nc.close()
+
+    asyncio.run(add())
+
+
 def statuses(app: OutboxApp, ids: list[str]) -> list[tuple[str, int, str | None]]:
     """(status, attempts, last_error) of the rows of ``ids``, in their order."""
     rows = {r["message_id"]: r for r in app.outbox_rows()}
@@ -276,12 +287,7 @@ def test_a_killed_nats_server_costs_no_attempt_and_jetstream_stores_each_row_onc
     subject = f"outage.{uuid.uuid4().hex[:8]}"
     url = f"nats://127.0.0.1:{own_nats.port}"
 
-    async def add_stream() -> None:
-        nc = await nats.connect(url)
-        await nc.jetstream().add_stream(name="outage", subjects=["outage.>"])
-        await nc.close()
-
-    asyncio.run(add_stream())
+    add_stream(url, "outage")
     publisher = BlockingJetStreamPublisher(url, timeout=0.5)
     try:
         relay = OutboxRelay(app.engine, app.outbox, publisher, **SETTINGS)
@@ -475,12 +481,7 @@ def test_the_blocking_jetstream_publisher_comes_back_after_its_client_gave_up(
     app.reset()
     url = f"nats://127.0.0.1:{own_nats.port}"
 
-    async def add_stream() -> None:
-        nc = await nats.connect(url)
-        await nc.jetstream().add_stream(name="giveup", subjects=["giveup.>"])
-        await nc.close()
-
-    asyncio.run(add_stream())
+    add_stream(url, "giveup")
     options = {"max_reconnect_attempts": 1, "reconnect_time_wait": 0.1}
     publisher = BlockingJetStreamPublisher(url, timeout=0.5, connect_options=options)
     try:
@@ -589,12 +590,7 @@ def test_the_blocking_jetstream_publisher_starts_while_the_server_is_down(
         assert not [r for r in caplog.records if r.levelno >= 40 and "nats" in r.name]
         own_nats.start()
 
-        async def add_stream() -> None:
-            nc = await nats.connect(url)
-            await nc.jetstream().add_stream(name="down", subjects=["down.>"])
-            await nc.close()
-
-        asyncio.run(add_stream())
+        add_stream(url, "down")
         assert relay.run(until_empty=True, sleep=time.sleep).dispatched == 2
     finally:
         publisher.close()
