@@ -21,6 +21,7 @@ with their broker: :mod:`sa_inbox.brokers.rabbitmq`, :mod:`sa_inbox.brokers.redi
 
 from __future__ import annotations
 
+from .exc import AsyncPublisherInSyncRelay as AsyncPublisherInSyncRelay
 from .exc import InvalidOutboxMessage as InvalidOutboxMessage
 from .exc import InvalidRelayArgument as InvalidRelayArgument
 from .ids import uuid7 as uuid7
@@ -35,6 +36,7 @@ from .schema import outbox_table as outbox_table
 
 __all__ = [
     "DEFAULT_OUTBOX_TABLE",
+    "AsyncPublisherInSyncRelay",
     "InvalidOutboxMessage",
     "InvalidRelayArgument",
     "Outbox",

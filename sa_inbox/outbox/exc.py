@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..exc import InboxError
+from ..exc import ConfigurationError, InboxError
 
-__all__ = ["InvalidOutboxMessage", "InvalidRelayArgument"]
+__all__ = ["AsyncPublisherInSyncRelay", "InvalidOutboxMessage", "InvalidRelayArgument"]
 
 
 class InvalidOutboxMessage(InboxError, ValueError):
@@ -22,3 +22,12 @@ class InvalidOutboxMessage(InboxError, ValueError):
 class InvalidRelayArgument(InboxError, ValueError):
     """A relay setting (batch size, attempts, timeouts, back-off) is out of range, or a
     replay's filters choose no rows or a status that cannot be replayed."""
+
+
+class AsyncPublisherInSyncRelay(ConfigurationError, TypeError):
+    """The synchronous :class:`~sa_inbox.outbox.OutboxRelay` was given a publisher whose
+    ``publish`` (or ``publish_many``) returns an awaitable (an ``async def``, or
+    :class:`~sa_inbox.brokers.redis.RedisStreamPublisher` on a ``redis.asyncio`` client):
+    nothing was published, and no confirm can be awaited. Raised to the caller, the batch's
+    rows given back unpublished; use :class:`~sa_inbox.asyncio.AsyncOutboxRelay`, or a
+    plain publisher."""

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import inspect
 import logging
 import threading
 import uuid
@@ -63,7 +64,7 @@ from ..store.replay import ReplayFilter, ReplayRules
 from ..store.schema import utc_now
 from ..store.worker import Backoff
 from ..validation import positive_int, positive_seconds
-from .exc import InvalidRelayArgument
+from .exc import AsyncPublisherInSyncRelay, InvalidRelayArgument
 from .message import OutboxMessage
 from .outbox import Outbox
 from .publisher import Publisher, broker_unavailable
@@ -447,8 +448,11 @@ class OutboxRelay:
         module). A refused publish is recorded against its row; a broker that cannot be
         reached gives the unpublished rows back (:attr:`RelayBatch.released`); a database
         error propagates.
+
+        :raises AsyncPublisherInSyncRelay: if the publisher's ``publish`` returned an
+            awaitable (an async publisher): the batch's rows are given back unpublished.
         """
-        return relay_batch(self.core, self.publisher, lambda value: value)
+        return relay_batch(self.core, self.publisher, _plain)
 
     def run(
         self, *, until_empty: bool = False, sleep: Callable[[float], None] | None = None
@@ -490,7 +494,12 @@ def relay_batch(core: RelayCore, publisher: Publisher, resolve: Callable[[Any], 
     """
     dead = core.reap()
     messages = core.claim()
-    outcomes = list(zip(messages, publish_all(publisher, messages, resolve), strict=True))
+    try:
+        published = publish_all(publisher, messages, resolve)
+    except AsyncPublisherInSyncRelay:
+        core.release(messages)  # nothing was published: the rows keep their attempt
+        raise
+    outcomes = list(zip(messages, published, strict=True))
     unreachable: list[tuple[OutboxMessage, Exception]] = []
     refused: list[tuple[OutboxMessage, Exception]] = []
     for message, error in outcomes:
@@ -550,12 +559,16 @@ def publish_all(
     if many is not None:
         try:
             return list(resolve(many(list(messages))))
+        except AsyncPublisherInSyncRelay:
+            raise
         except Exception as exc:  # the whole batch failed (the broker is unreachable)
             return [exc] * len(messages)
     outcomes: list[Exception | None] = []
     for message in messages:
         try:
             resolve(publisher.publish(message))
+        except AsyncPublisherInSyncRelay:
+            raise
         except Exception as exc:  # the broker's error: recorded against the row
             outcomes.append(exc)
             if broker_unavailable(publisher, exc):  # the rest is not tried: the same outcome
@@ -600,6 +613,24 @@ def _message(row: Mapping[Any, Any]) -> OutboxMessage:
         created_at=row["created_at"],
         claimed_by=row["claimed_by"] or "",
     )
+
+
+def _plain(value: Any) -> Any:
+    """The synchronous relay's ``resolve``: a plain publisher's result as it is.
+
+    :raises AsyncPublisherInSyncRelay: for an awaitable (closed first, so that Python does
+        not warn of a coroutine never awaited): taking it for a confirm would mark the row
+        dispatched although nothing was published.
+    """
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()
+        raise AsyncPublisherInSyncRelay(
+            "OutboxRelay needs a publisher whose publish returns once the broker confirmed;"
+            " this one returned an awaitable (an async publisher or client): use"
+            " sa_inbox.asyncio.AsyncOutboxRelay, or a plain publisher"
+        )
+    return value
 
 
 def describe(error: BaseException) -> str:

@@ -43,7 +43,7 @@ from sa_inbox.brokers.rabbitmq import (
     declare_queue,
 )
 from sa_inbox.brokers.redis import RedisStreamPublisher
-from sa_inbox.outbox import OutboxRelay, RelayBatch
+from sa_inbox.outbox import AsyncPublisherInSyncRelay, OutboxMessage, OutboxRelay, RelayBatch
 from sa_inbox.outbox.publisher import broker_unavailable
 from sa_inbox.outbox.relay import describe
 from tests.backends.brokers.test_rabbitmq import amqp_url, channel
@@ -597,3 +597,32 @@ def test_the_blocking_jetstream_publisher_starts_while_the_server_is_down(
     assert statuses(app, ids) == [("dispatched", 1, None)] * 2
     app.drop()
     app.engine.dispose()
+
+
+class AsyncPublisher:
+    """A publisher written for the async relay (``async def publish``)."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def publish(self, message: OutboxMessage) -> None:
+        self.sent.append(message.message_id)
+
+
+@pytest.mark.parametrize("kind", ["async def", "redis.asyncio client"])
+def test_the_sync_relay_refuses_an_async_publisher_and_marks_nothing_dispatched(
+    oapp: OutboxApp, kind: str
+) -> None:
+    """Found by a misuse trial: the sync relay took the coroutine an async ``publish``
+    returns for a confirm and marked every row dispatched, nothing published. It now raises
+    a configuration error to the caller and gives the batch back (no attempt counted)."""
+    ids = record(oapp, "payments", 3)
+    if kind == "async def":
+        publisher: Any = AsyncPublisher()
+    else:  # RedisStreamPublisher is sync or async by its client; nothing listens here
+        publisher = RedisStreamPublisher(redis.asyncio.Redis(port=closed_port()))
+    relay = OutboxRelay(oapp.engine, oapp.outbox, publisher, **SETTINGS)
+    with pytest.raises(AsyncPublisherInSyncRelay, match="AsyncOutboxRelay"):
+        relay.run_once()
+    assert statuses(oapp, ids) == [("pending", 0, None)] * 3
+    assert getattr(publisher, "sent", []) == []
