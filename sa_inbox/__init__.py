@@ -19,6 +19,7 @@ from .exc import InboxError as InboxError
 from .exc import InvalidBind as InvalidBind
 from .exc import InvalidHandler as InvalidHandler
 from .exc import InvalidMessageId as InvalidMessageId
+from .exc import InvalidObject as InvalidObject
 from .exc import InvalidRetentionPolicy as InvalidRetentionPolicy
 from .exc import InvalidRetryArgument as InvalidRetryArgument
 from .exc import InvalidSessionFactory as InvalidSessionFactory
@@ -31,6 +32,7 @@ from .exc import MissingTable as MissingTable
 from .exc import PurgeLockTimeout as PurgeLockTimeout
 from .exc import RetentionWindowTooShort as RetentionWindowTooShort
 from .exc import SplitTransaction as SplitTransaction
+from .exc import SyncAsyncMismatch as SyncAsyncMismatch
 from .exc import TransientClaimError as TransientClaimError
 from .exc import UnsafePartitionKey as UnsafePartitionKey
 from .exc import UnsafeTransaction as UnsafeTransaction
@@ -73,6 +75,7 @@ __all__ = [
     "InvalidBind",
     "InvalidHandler",
     "InvalidMessageId",
+    "InvalidObject",
     "InvalidRetentionPolicy",
     "InvalidRetryArgument",
     "InvalidSessionFactory",
@@ -90,6 +93,7 @@ __all__ = [
     "SplitTransaction",
     "StorePurgeResult",
     "StoredMessage",
+    "SyncAsyncMismatch",
     "TransientClaimError",
     "UnsafePartitionKey",
     "UnsafeTransaction",

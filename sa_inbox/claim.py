@@ -6,7 +6,7 @@ import functools
 import logging
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -35,7 +35,7 @@ from .schema import (
 )
 from .validation import validate_key, validate_keys
 
-__all__ = ["Bind", "Inbox", "PreparedInsert", "connection_for", "message_id_of"]
+__all__ = ["Bind", "ClaimPath", "Inbox", "PreparedInsert", "connection_for", "message_id_of"]
 
 #: What a claim runs on: a Session (or scoped_session) or Connection, in the caller's
 #: transaction (never an AUTOCOMMIT one).
@@ -136,6 +136,7 @@ class Inbox:
             if "payload_hash" in table.c
             else None
         )
+        self._claims = ClaimPath(self._insert, self.collisions)
 
     @classmethod
     def for_table(
@@ -150,8 +151,14 @@ class Inbox:
         :class:`~sa_inbox.schema.InboxMessageMixin`.
 
         :raises InvalidTable: if ``table`` lacks a required column or its primary key is
-            not exactly ``(message_id, consumer_name)``.
+            not exactly ``(message_id, consumer_name)``; :class:`~sa_inbox.exc.InvalidTableType`
+            if it is not a Table.
         """
+        if not isinstance(table, sa.Table):
+            raise InvalidTableType(
+                f"Inbox.for_table() takes a Table, not {type(table).__name__} (an Inbox's table "
+                "is inbox.table)"
+            )
         missing = [name for name in REQUIRED_COLUMNS if name not in table.c]
         if missing:
             raise InvalidTable(f"table {table.name!r} lacks the columns {missing}")
@@ -216,58 +223,8 @@ class Inbox:
             correlation_id=correlation_id,
             payload_hash=payload_hash,
         )
-        start = time.perf_counter()
-        conn = self._connection(bind)
-        dialect, statement = self._prepared(conn)
-        consumer = row["consumer_name"]
-        if dialect.claim_one(conn, self.table, statement, row):
-            self.hooks.claimed(
-                consumer, new=1, duplicates=0, collisions=0, seconds=time.perf_counter() - start
-            )
-            return True
         digest = row.get("payload_hash")
-        digests = {} if digest is None else {row["message_id"]: digest}
-        self._skipped(conn, consumer, 0, [row["message_id"]], digests, start)
-        return False
-
-    def _skipped(
-        self,
-        conn: Connection,
-        consumer: str,
-        new: int,
-        skipped: list[str],
-        digests: Mapping[str, bytes],
-        start: float,
-    ) -> set[str]:
-        """The duplicate path: compare the ``skipped`` ids' digests, report, log.
-
-        :returns: the ids that collided (recorded).
-        :raises MessageIdCollision: in ``"raise"`` mode (reported first).
-        """
-        collided = judge_skipped(
-            self.collisions,
-            self.hooks,
-            conn,
-            consumer,
-            new=new,
-            skipped=skipped,
-            digests=digests,
-            start=start,
-        )
-        if logger.isEnabledFor(logging.DEBUG):
-            for message_id in skipped:
-                if message_id not in collided:
-                    logger.debug(
-                        "message %s (consumer %s): duplicate, already claimed",
-                        message_id,
-                        consumer,
-                        extra={
-                            "event": "inbox.claim.duplicate",
-                            "message_id": message_id,
-                            "consumer_name": consumer,
-                        },
-                    )
-        return collided
+        return self._claims.one(bind, row, digest, self.hooks)
 
     def claim_many(
         self,
@@ -306,14 +263,7 @@ class Inbox:
         if digests:
             for row in rows:
                 row["payload_hash"] = digests.get(row["message_id"])
-        start = time.perf_counter()
-        conn = self._connection(bind)
-        dialect, _ = self._prepared(conn)
-        claimed = dialect.claim_many(conn, self.table, rows)
-        skipped = [mid for mid in ids if mid not in claimed]
-        pending = {mid: digest for mid, digest in digests.items() if mid not in claimed}
-        self._skipped(conn, consumer, len(claimed), skipped, pending, start)
-        return claimed
+        return self._claims.many(bind, rows, digests, self.hooks)
 
     def _digests(
         self, ids: Iterable[str], payload_hashes: Mapping[str, bytes | None] | None
@@ -476,6 +426,38 @@ class Inbox:
         return {name: values[name] for name in self._columns}
 
     def _connection(self, bind: Bind) -> Connection:
+        return self._claims.connection(bind)
+
+    def _prepared(self, conn: Connection) -> tuple[ClaimDialect, Executable]:
+        """The claim dialect and cached single-row statement for ``conn``'s backend."""
+        return self._insert(conn)
+
+
+class ClaimPath:
+    """The claim itself, shared by :meth:`Inbox.claim` and
+    :meth:`~sa_inbox.InboxStore.receive`: the bind's connection (never an AUTOCOMMIT one),
+    the cached insert-or-skip, and the duplicate path (collisions, hooks, the debug log).
+
+    :param insert: the table's prepared statement and per-engine checks.
+    :param collisions: the duplicate path's digest comparison, or None.
+    :param single: the single-row statement as driver SQL where possible
+        (:meth:`PreparedInsert.single`); the store's receive.
+    """
+
+    def __init__(
+        self, insert: PreparedInsert, collisions: CollisionCheck | None, *, single: bool = False
+    ) -> None:
+        self.insert = insert
+        self.table = insert.table
+        self.collisions = collisions
+        self._single = insert.single if single else insert
+
+    def connection(self, bind: Bind) -> Connection:
+        """The Connection of ``bind``.
+
+        :raises InvalidBind: as :func:`connection_for`.
+        :raises AutocommitConnection: if it commits each statement on its own.
+        """
         conn = connection_for(bind, self.table)
         if is_autocommit(conn):
             raise AutocommitConnection(
@@ -484,9 +466,83 @@ class Inbox:
             )
         return conn
 
-    def _prepared(self, conn: Connection) -> tuple[ClaimDialect, Executable]:
-        """The claim dialect and cached single-row statement for ``conn``'s backend."""
-        return self._insert(conn)
+    def one(
+        self, bind: Bind, row: Mapping[str, Any], digest: bytes | None, hooks: InboxHooks
+    ) -> bool:
+        """Insert-or-skip one validated row; True if it was inserted.
+
+        :raises MessageIdCollision: on the duplicate path, for a ``digest`` that differs
+            from the stored one (``on_collision="raise"``).
+        """
+        start = time.perf_counter()
+        conn = self.connection(bind)
+        dialect, statement = self._single(conn)
+        consumer = row["consumer_name"]
+        if dialect.claim_one(conn, self.table, statement, row):
+            hooks.claimed(
+                consumer, new=1, duplicates=0, collisions=0, seconds=time.perf_counter() - start
+            )
+            return True
+        digests = {} if digest is None else {row["message_id"]: digest}
+        self.skipped(conn, consumer, 0, [row["message_id"]], digests, hooks, start)
+        return False
+
+    def many(
+        self,
+        bind: Bind,
+        rows: Sequence[Mapping[str, Any]],
+        digests: Mapping[str, bytes],
+        hooks: InboxHooks,
+    ) -> set[str]:
+        """Insert-or-skip validated rows of one consumer (in lock order); the new ids."""
+        start = time.perf_counter()
+        conn = self.connection(bind)
+        dialect, statement = self.insert(conn)
+        claimed = dialect.claim_many(conn, self.table, rows, statement)
+        skipped = [row["message_id"] for row in rows if row["message_id"] not in claimed]
+        pending = {mid: digest for mid, digest in digests.items() if mid not in claimed}
+        self.skipped(conn, rows[0]["consumer_name"], len(claimed), skipped, pending, hooks, start)
+        return claimed
+
+    def skipped(
+        self,
+        conn: Connection,
+        consumer: str,
+        new: int,
+        skipped: list[str],
+        digests: Mapping[str, bytes],
+        hooks: InboxHooks,
+        start: float,
+    ) -> set[str]:
+        """The duplicate path: compare the ``skipped`` ids' digests, report, log.
+
+        :returns: the ids that collided (recorded).
+        :raises MessageIdCollision: in ``"raise"`` mode (reported first).
+        """
+        collided = judge_skipped(
+            self.collisions,
+            hooks,
+            conn,
+            consumer,
+            new=new,
+            skipped=skipped,
+            digests=digests,
+            start=start,
+        )
+        if logger.isEnabledFor(logging.DEBUG):
+            for message_id in skipped:
+                if message_id not in collided:
+                    logger.debug(
+                        "message %s (consumer %s): duplicate, already claimed",
+                        message_id,
+                        consumer,
+                        extra={
+                            "event": "inbox.claim.duplicate",
+                            "message_id": message_id,
+                            "consumer_name": consumer,
+                        },
+                    )
+        return collided
 
 
 class PreparedInsert:

@@ -20,6 +20,7 @@ __all__ = [
     "InvalidBind",
     "InvalidHandler",
     "InvalidMessageId",
+    "InvalidObject",
     "InvalidRetentionPolicy",
     "InvalidRetryArgument",
     "InvalidSessionFactory",
@@ -32,6 +33,7 @@ __all__ = [
     "PurgeLockTimeout",
     "RetentionWindowTooShort",
     "SplitTransaction",
+    "SyncAsyncMismatch",
     "TransientClaimError",
     "UnsafePartitionKey",
     "UnsafeTransaction",
@@ -71,6 +73,26 @@ class InvalidBind(ConfigurationError, TypeError):
     A claim runs on a :class:`~sqlalchemy.orm.Session`, a
     :class:`~sqlalchemy.orm.scoped_session` or a :class:`~sqlalchemy.engine.Connection`; a
     purge on an :class:`~sqlalchemy.engine.Engine` or a Connection. Checked before any SQL.
+    """
+
+
+class InvalidObject(ConfigurationError, TypeError):
+    """An entry point was given an object of the wrong kind where an sa-inbox object is
+    expected: ``handle()`` given a Table instead of an :class:`~sa_inbox.Inbox`, a
+    :class:`~sa_inbox.Worker` given an unbound :class:`~sa_inbox.InboxStore`. Checked before
+    any SQL; the message says what to pass instead.
+    """
+
+
+class SyncAsyncMismatch(InvalidObject):
+    """An object of the asyncio half of the API was given to the synchronous half, or the
+    reverse: an :class:`~sa_inbox.asyncio.AsyncInbox` to :func:`sa_inbox.handle`, an
+    ``AsyncEngine`` to :meth:`~sa_inbox.InboxStore.bind`, a synchronous bound store to
+    :class:`~sa_inbox.asyncio.AsyncWorker`.
+
+    The synchronous code would call the async object's methods without awaiting them (the
+    claim would never be made, and every redelivery applied again), so it is refused
+    before any SQL, with neither ack nor nack; the message names the object to pass.
     """
 
 

@@ -32,6 +32,7 @@ from sqlalchemy.exc import DBAPIError, UnboundExecutionError
 from sqlalchemy.orm import Session
 from typing_extensions import deprecated
 
+from .checks import check_session_factory, require
 from .claim import Inbox
 from .dialects import classifier_for
 from .exc import (
@@ -190,6 +191,9 @@ def run_in_transaction(
     :raises InvalidRetryArgument: if ``max_attempts`` is not an int >= 1, before anything.
     """
     check_max_attempts(max_attempts)
+    check_session_factory(
+        session_factory, entry="sa_inbox.run_in_transaction()", asynchronous=False
+    )
     for attempt in range(1, max_attempts + 1):
         session = new_session(session_factory)
         try:
@@ -333,7 +337,8 @@ def handle(
         ``handler(session)``), :class:`~sa_inbox.exc.InvalidSessionFactory`,
         :class:`~sa_inbox.exc.MissingTable` (the inbox's or a business table or column),
         :class:`~sa_inbox.exc.AutocommitConnection` (SQLAlchemy's or the driver's
-        autocommit).
+        autocommit), :class:`~sa_inbox.exc.SyncAsyncMismatch` for an asyncio object (an
+        ``AsyncInbox``: use :func:`sa_inbox.asyncio.handle`).
 
     What is refused as a failed delivery (:attr:`Outcome.FAILED` and a nack, never an ack
     of a change that did not commit, nothing committed):
@@ -347,6 +352,14 @@ def handle(
       intercepted; writes through a second Session are outside the guarantee.
     """
 
+    inbox = require(
+        inbox,
+        Inbox,
+        "inbox",
+        entry="sa_inbox.handle()",
+        instead="for an AsyncInbox and an async_sessionmaker, await sa_inbox.asyncio.handle()",
+    )
+    check_session_factory(session_factory, entry="sa_inbox.handle()", asynchronous=False)
     hooks = inbox.hooks
     handler_seconds: list[float] = []
     #: Where the last attempt was: "claim", "handler" or "commit" (its failure's event).

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, oracle
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
 
+from .checks import check_metadata
 from .exc import InvalidTable
 from .validation import positive_int
 
@@ -126,6 +127,7 @@ def processed_messages_table(
         ``consumer_name``; longer values are refused before any SQL is sent.
     :raises InvalidTable: if ``message_id_length`` is not a positive int.
     """
+    check_metadata(metadata, entry="the inbox table")
     positive_int(message_id_length, "message_id_length", InvalidTable)
     return sa.Table(
         table_name,

@@ -39,8 +39,9 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.orm import ORMExecuteState, Session, SessionTransaction, sessionmaker
 
+from .checks import is_asyncio_object, require
 from .claim import Inbox
-from .exc import DuplicateMessage, InboxError
+from .exc import DuplicateMessage, InboxError, InvalidBind
 
 __all__ = ["install", "installed", "pending_claims", "register_claim", "uninstall"]
 
@@ -156,7 +157,15 @@ def install(target: SessionTarget) -> None:
 
     :param target: a :class:`~sqlalchemy.orm.sessionmaker`, a ``Session`` subclass (or
         ``Session`` itself, which affects every session in the process), or one session.
+    :raises InvalidBind: for an ``async_sessionmaker`` or AsyncSession (use
+        :func:`sa_inbox.asyncio.install`).
     """
+    if is_asyncio_object(target):
+        raise InvalidBind(
+            f"sa_inbox.install() takes a sessionmaker, Session class or Session, not "
+            f"{_kind(target)}: for an async_sessionmaker or AsyncSession use "
+            "sa_inbox.asyncio.install()"
+        )
     # Idempotence comes from our own mark, never from event.contains(): SQLAlchemy's event
     # registry is keyed by id(target), so a new sessionmaker allocated where a freed one
     # lived can look "already listened" and would silently get no listeners.
@@ -165,6 +174,10 @@ def install(target: SessionTarget) -> None:
     for name, listener in _LISTENERS:
         event.listen(target, name, listener)
     _mark(target, True)
+
+
+def _kind(target: object) -> str:
+    return target.__name__ if isinstance(target, type) else type(target).__name__
 
 
 def uninstall(target: SessionTarget) -> None:
@@ -240,9 +253,24 @@ def register_claim(
         claim belongs to one transaction: call it inside ``with Session.begin()``, so that a
         rollback discards it).
     :raises InvalidMessageId: for an invalid id or consumer name.
+    :raises InvalidBind: for an AsyncSession (use :func:`sa_inbox.asyncio.register_claim`).
+    :raises SyncAsyncMismatch: for an AsyncInbox; :class:`~sa_inbox.exc.InvalidObject` for
+        anything else that is not an :class:`~sa_inbox.Inbox`.
     :raises DuplicateMessage: later, from the flush, DML statement or commit that emits it,
         and from every later commit of the same transaction.
     """
+    if is_asyncio_object(session):
+        raise InvalidBind(
+            f"sa_inbox.register_claim() takes a Session, not {type(session).__name__}: for an "
+            "AsyncSession use sa_inbox.asyncio.register_claim()"
+        )
+    inbox = require(
+        inbox,
+        Inbox,
+        "inbox",
+        entry="sa_inbox.register_claim()",
+        instead="pass the Inbox behind it (AsyncInbox.sync_inbox)",
+    )
     if not installed(session):
         raise InboxError(
             "the sa-inbox session extension is not installed: call "

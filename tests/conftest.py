@@ -10,7 +10,9 @@ runs only when its URL is set.
 
 from __future__ import annotations
 
+import gc
 import os
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -121,3 +123,30 @@ def app(engine: sa.Engine) -> Iterator[App]:
     app.reset()
     yield app
     app.drop()
+
+
+#: Coroutines made by sa-inbox's own code and finalised without ever being awaited.
+_UNAWAITED: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Record every coroutine of sa-inbox's code that is never awaited (CPython reports each
+    through ``warnings._warn_unawaited_coroutine``); the session fails if there was one."""
+    report = getattr(warnings, "_warn_unawaited_coroutine", None)
+    if report is None:
+        return
+
+    def recording(coro: object) -> None:
+        code = getattr(coro, "cr_code", None)
+        if code is not None and f"{os.sep}sa_inbox{os.sep}" in code.co_filename:
+            _UNAWAITED.append(str(getattr(coro, "__qualname__", coro)))
+        report(coro)
+
+    warnings._warn_unawaited_coroutine = recording  # type: ignore[attr-defined]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    gc.collect()
+    if _UNAWAITED:
+        print(f"\nsa-inbox coroutines never awaited: {sorted(set(_UNAWAITED))}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
@@ -150,19 +150,30 @@ def loop_sleep(seconds: float) -> None:
     call_on_loop(asyncio.sleep(seconds))
 
 
-async def on_sync_bind(bind: AsyncBind, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """``fn(sync_bind, *args, **kwargs)`` on the Session or Connection behind ``bind``.
+def on_sync_bind(
+    bind: AsyncBind, fn: Callable[..., T], *args: Any, **kwargs: Any
+) -> Coroutine[Any, Any, T]:
+    """``fn(sync_bind, *args, **kwargs)`` on the Session or Connection behind ``bind``, as a
+    coroutine to await; ``bind`` is checked now, before the coroutine is made.
 
-    :raises InvalidBind: if ``bind`` is not an AsyncSession, async_scoped_session or
-        AsyncConnection (before anything is sent).
+    :raises InvalidBind: at the call, if ``bind`` is not an AsyncSession,
+        async_scoped_session or AsyncConnection (a synchronous Session among them).
     """
     if isinstance(bind, async_scoped_session):
         bind = bind()
     if not isinstance(bind, AsyncSession | AsyncConnection):
         raise InvalidBind(
             "bind must be an AsyncSession, async_scoped_session or AsyncConnection, not "
-            f"{type(bind).__name__} (use sa_inbox's synchronous API for a Session)"
+            f"{type(bind).__name__}: for a Session or Connection use sa-inbox's synchronous "
+            "API (the Inbox, InboxStore or Outbox itself, not its asyncio face)"
         )
+    return _run_on_sync_bind(bind, fn, *args, **kwargs)
+
+
+async def _run_on_sync_bind(
+    bind: AsyncSession | AsyncConnection, fn: Callable[..., T], *args: Any, **kwargs: Any
+) -> T:
+    # sa-inbox's own coroutine (not SQLAlchemy's run_sync): one left un-awaited is ours
     return await bind.run_sync(fn, *args, **kwargs)
 
 

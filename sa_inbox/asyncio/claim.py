@@ -7,10 +7,12 @@ sends anything) on the Session or Connection behind the async one, through
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
+from ..checks import unwrap
 from ..claim import Inbox, message_id_of
+from ..hooks import InboxHooks
 from ._bridge import AsyncBind, on_sync_bind
 
 __all__ = ["AsyncInbox"]
@@ -23,6 +25,12 @@ class AsyncInbox:
     ``AsyncSession`` around a ``Session``).
 
     :param inbox: the inbox (its table, strategy and per-engine checks are shared).
+    :raises InvalidObject: if ``inbox`` is not an :class:`~sa_inbox.Inbox` (an AsyncInbox
+        is unwrapped).
+
+    Each method checks its ``bind`` when called, before it returns the awaitable: a
+    synchronous Session raises :class:`~sa_inbox.exc.InvalidBind` at once (a coroutine
+    that is never awaited would make no claim, and ``if inbox.claim(...)`` would be true).
 
     Example::
 
@@ -33,12 +41,14 @@ class AsyncInbox:
         await message.ack()                              # only after the commit
     """
 
-    def __init__(self, inbox: Inbox) -> None:
-        #: The synchronous inbox this one runs.
-        self.sync_inbox = inbox
-        self.table = inbox.table
+    __sa_inbox_asyncio_face__ = "sync_inbox"
 
-    async def claim(
+    def __init__(self, inbox: Inbox | AsyncInbox) -> None:
+        #: The synchronous inbox this one runs.
+        self.sync_inbox = unwrap(inbox, Inbox, "inbox", entry="AsyncInbox()")
+        self.table = self.sync_inbox.table
+
+    def claim(
         self,
         bind: AsyncBind,
         message_id: str,
@@ -47,7 +57,7 @@ class AsyncInbox:
         message_type: str | None = None,
         correlation_id: str | None = None,
         payload_hash: bytes | None = None,
-    ) -> bool:
+    ) -> Coroutine[Any, Any, bool]:
         """Claim ``message_id`` for ``consumer_name`` in the caller's transaction.
 
         :param bind: an AsyncSession, async_scoped_session or AsyncConnection.
@@ -57,7 +67,7 @@ class AsyncInbox:
         """
         # Inbox.claim validates before it sends anything; validating here too cost a third
         # of the async claim's overhead over a hand-written insert-or-skip.
-        return await on_sync_bind(
+        return on_sync_bind(
             bind,
             self.sync_inbox.claim,
             message_id,
@@ -67,23 +77,23 @@ class AsyncInbox:
             payload_hash=payload_hash,
         )
 
-    async def claim_many(
+    def claim_many(
         self,
         bind: AsyncBind,
         message_ids: Iterable[str],
         consumer_name: str,
         *,
         payload_hashes: Mapping[str, bytes | None] | None = None,
-    ) -> set[str]:
+    ) -> Coroutine[Any, Any, set[str]]:
         """Claim a batch of ids; return exactly those newly claimed (see
         :meth:`sa_inbox.Inbox.claim_many`, which raises
         :class:`~sa_inbox.exc.MessageIdCollision` as it does)."""
         ids = list(message_ids) if not isinstance(message_ids, str | bytes) else message_ids
-        return await on_sync_bind(
+        return on_sync_bind(
             bind, self.sync_inbox.claim_many, ids, consumer_name, payload_hashes=payload_hashes
         )
 
-    async def claim_batch(
+    def claim_batch(
         self,
         bind: AsyncBind,
         messages: Iterable[M],
@@ -91,11 +101,11 @@ class AsyncInbox:
         *,
         key: Callable[[M], str] = message_id_of,
         payload_hash: Callable[[M], bytes | None] | None = None,
-    ) -> list[M]:
+    ) -> Coroutine[Any, Any, list[M]]:
         """Claim one poll; return the messages to apply, the first copy of each newly
         claimed id in poll order (see :meth:`sa_inbox.Inbox.claim_batch`)."""
         batch = list(messages) if not isinstance(messages, str | bytes) else messages
-        return await on_sync_bind(
+        return on_sync_bind(
             bind,
             self.sync_inbox.claim_batch,
             batch,
@@ -104,16 +114,22 @@ class AsyncInbox:
             payload_hash=payload_hash,
         )
 
-    async def is_processed(
+    def is_processed(
         self, bind: AsyncBind, message_id: str, consumer_name: str, *, causal: bool = False
-    ) -> bool:
+    ) -> Coroutine[Any, Any, bool]:
         """Whether a committed (or this transaction's) claim exists for the message; with
         ``causal``, read after every claim the cluster committed (see
         :meth:`sa_inbox.Inbox.is_processed`)."""
-        return await on_sync_bind(
+        return on_sync_bind(
             bind, self.sync_inbox.is_processed, message_id, consumer_name, causal=causal
         )
 
-    def __getattr__(self, name: str) -> Any:
-        # Everything that sends nothing (validate, table, strategy) is the sync inbox's.
-        return getattr(self.sync_inbox, name)
+    @property
+    def hooks(self) -> InboxHooks:
+        """The synchronous inbox's hooks (:attr:`sa_inbox.Inbox.hooks`)."""
+        return self.sync_inbox.hooks
+
+    def validate(self, message_id: str, consumer_name: str, **extra: Any) -> dict[str, Any]:
+        """Validate a claim's values without sending anything (see
+        :meth:`sa_inbox.Inbox.validate`)."""
+        return self.sync_inbox.validate(message_id, consumer_name, **extra)

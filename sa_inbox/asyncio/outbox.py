@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ..checks import require_asyncio, unwrap
 from ..outbox.exc import InvalidRelayArgument
 from ..outbox.outbox import Outbox
-from ..outbox.publisher import Publisher
+from ..outbox.publisher import Publisher, check_publisher
 from ..outbox.relay import (
     DEFAULT_POLL_INTERVAL,
     RelayBatch,
@@ -46,11 +47,14 @@ class AsyncOutbox:
             await outbox.publish(session, "payments.applied", {"id": delivery.message_id})
     """
 
-    def __init__(self, outbox: Outbox) -> None:
-        self.sync_outbox = outbox
-        self.table = outbox.table
+    __sa_inbox_asyncio_face__ = "sync_outbox"
 
-    async def publish(
+    def __init__(self, outbox: Outbox | AsyncOutbox) -> None:
+        #: The synchronous outbox this one runs.
+        self.sync_outbox = unwrap(outbox, Outbox, "outbox", entry="AsyncOutbox()")
+        self.table = self.sync_outbox.table
+
+    def publish(
         self,
         bind: AsyncBind,
         destination: str,
@@ -58,7 +62,7 @@ class AsyncOutbox:
         *,
         headers: Mapping[str, str] | None = None,
         message_id: str | None = None,
-    ) -> str:
+    ) -> Coroutine[Any, Any, str]:
         """Record a message in the caller's transaction (see
         :meth:`~sa_inbox.outbox.Outbox.publish`).
 
@@ -68,7 +72,7 @@ class AsyncOutbox:
             :class:`~sa_inbox.exc.InvalidBind` for any other ``bind``.
         """
         row = self.sync_outbox.row(destination, payload, headers=headers, message_id=message_id)
-        return await on_sync_bind(
+        return on_sync_bind(
             bind,
             self.sync_outbox.publish,
             destination,
@@ -92,14 +96,29 @@ class AsyncOutboxRelay:
         ``max_attempts``, ``visibility_timeout``, ``backoff``, ``ordered``,
         ``outage_backoff``, ``poll_interval``).
     :raises InvalidRelayArgument: for a bad setting.
+    :raises SyncAsyncMismatch: for a synchronous Engine.
+    :raises InvalidObject: for a publisher without ``publish``.
     """
 
     def __init__(
-        self, engine: AsyncEngine, outbox: Outbox, publisher: Publisher, **settings: Any
+        self,
+        engine: AsyncEngine,
+        outbox: Outbox | AsyncOutbox,
+        publisher: Publisher,
+        **settings: Any,
     ) -> None:
+        engine = require_asyncio(
+            engine,
+            AsyncEngine,
+            "engine",
+            entry="AsyncOutboxRelay()",
+            instead="for an Engine use sa_inbox.outbox.OutboxRelay",
+        )
+        sync_outbox = unwrap(outbox, Outbox, "outbox", entry="AsyncOutboxRelay()")
+        check_publisher(publisher, asynchronous=True)
         poll = settings.pop("poll_interval", DEFAULT_POLL_INTERVAL)
         self.poll_interval = positive_seconds(poll, "poll_interval", InvalidRelayArgument)
-        self.core = RelayCore(engine.sync_engine, outbox, **settings)
+        self.core = RelayCore(engine.sync_engine, sync_outbox, **settings)
         self.publisher = publisher
         self._stop = asyncio.Event()
 

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from .. import runner
+from ..checks import check_session_factory, unwrap
 from ..claim import Inbox
 from ..handlers import check_handler
 from ..runner import DEFAULT_MAX_ATTEMPTS, Result
@@ -28,6 +29,7 @@ from ._bridge import (
     maybe_await,
     sync_session_factory,
 )
+from .claim import AsyncInbox
 
 __all__ = ["handle", "run_in_transaction"]
 
@@ -39,7 +41,7 @@ MaybeAsync = Callable[[], Awaitable[Any] | Any]
 
 async def handle(
     session_factory: Callable[[], AsyncSession],
-    inbox: Inbox,
+    inbox: Inbox | AsyncInbox,
     message_id: str,
     consumer_name: str,
     handler: Callable[[AsyncSession], Awaitable[Any] | Any],
@@ -57,7 +59,8 @@ async def handle(
 
     :param session_factory: an :class:`~sqlalchemy.ext.asyncio.async_sessionmaker` (called
         with no arguments, returning a new AsyncSession); each attempt gets a new one.
-    :param inbox: the inbox to claim in.
+    :param inbox: the inbox to claim in, an :class:`~sa_inbox.Inbox` or its
+        :class:`~sa_inbox.asyncio.AsyncInbox`.
     :param message_id: the producer-assigned id.
     :param consumer_name: this consumer's name.
     :param handler: ``handler(session)``, the business change on the AsyncSession, an
@@ -73,10 +76,14 @@ async def handle(
     :raises InvalidMessageId, InvalidRetryArgument: before anything is sent.
     :raises ConfigurationError: with neither ack nor nack, as :func:`sa_inbox.handle`:
         :class:`~sa_inbox.exc.InvalidSessionFactory` for a factory that does not make
-        AsyncSessions, :class:`~sa_inbox.exc.InvalidHandler` for a handler that cannot be
-        called as ``handler(session)``, :class:`~sa_inbox.exc.MissingTable`,
+        AsyncSessions (a ``sessionmaker`` is refused before anything is sent),
+        :class:`~sa_inbox.exc.InvalidObject` for an ``inbox`` that is neither,
+        :class:`~sa_inbox.exc.InvalidHandler` for a handler that cannot be called as
+        ``handler(session)``, :class:`~sa_inbox.exc.MissingTable`,
         :class:`~sa_inbox.exc.AutocommitConnection`.
     """
+    sync_inbox = unwrap(inbox, Inbox, "inbox", entry="sa_inbox.asyncio.handle()")
+    check_session_factory(session_factory, entry="sa_inbox.asyncio.handle()", asynchronous=True)
     check_handler(handler, ("session",), asynchronous=True)
 
     @functools.wraps(handler)
@@ -86,7 +93,7 @@ async def handle(
     return await in_greenlet(
         runner.handle,
         sync_session_factory(session_factory),
-        inbox,
+        sync_inbox,
         message_id,
         consumer_name,
         sync_handler,
@@ -117,6 +124,10 @@ async def run_in_transaction(
         :class:`~sa_inbox.exc.AsyncHandlerError` (rolled back, not retried) if ``work``
         dropped a coroutine without awaiting it (``session.execute(...)`` without ``await``).
     """
+
+    check_session_factory(
+        session_factory, entry="sa_inbox.asyncio.run_in_transaction()", asynchronous=True
+    )
 
     def sync_work(session: Session) -> T:
         result: T = call_handler_awaiting(work, async_session_of(session))

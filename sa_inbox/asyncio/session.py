@@ -16,8 +16,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
 from .. import session as sync_extension
+from ..checks import unwrap
 from ..claim import Inbox
 from ..exc import InvalidBind
+from .claim import AsyncInbox
 
 __all__ = ["install", "register_claim"]
 
@@ -50,7 +52,11 @@ def install(target: async_sessionmaker[Any] | AsyncSession) -> None:
 
 
 def register_claim(
-    session: AsyncSession, inbox: Inbox, message_id: str, consumer_name: str, **extra: Any
+    session: AsyncSession,
+    inbox: Inbox | AsyncInbox,
+    message_id: str,
+    consumer_name: str,
+    **extra: Any,
 ) -> None:
     """Put a claim into the AsyncSession's unit of work (see :func:`sa_inbox.register_claim`).
 
@@ -58,9 +64,14 @@ def register_claim(
     DML statement or commit, which raises :class:`~sa_inbox.DuplicateMessage` for a
     duplicate.
 
+    :param inbox: an :class:`~sa_inbox.Inbox` or its :class:`~sa_inbox.asyncio.AsyncInbox`.
     :raises InvalidBind: if ``session`` is not an AsyncSession.
+    :raises InvalidObject: if ``inbox`` is neither.
     :raises InboxError, InvalidMessageId: as :func:`sa_inbox.register_claim`.
     """
     if not isinstance(session, AsyncSession):
         raise InvalidBind(f"register_claim() takes an AsyncSession, not {type(session).__name__}")
-    sync_extension.register_claim(session.sync_session, inbox, message_id, consumer_name, **extra)
+    sync_inbox = unwrap(inbox, Inbox, "inbox", entry="sa_inbox.asyncio.register_claim()")
+    sync_extension.register_claim(
+        session.sync_session, sync_inbox, message_id, consumer_name, **extra
+    )

@@ -16,12 +16,13 @@ import contextlib
 import functools
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
+from ..checks import check_session_factory, require_asyncio, unwrap
 from ..handlers import check_handler
 from ..store.protocol import Incoming, StoredMessage
 from ..store.schema import DEFAULT_CONSUMER
@@ -37,7 +38,7 @@ from ._bridge import (
     sync_session_factory,
 )
 
-__all__ = ["CANCEL_GRACE", "AsyncHandler", "AsyncInboxStore", "AsyncWorker"]
+__all__ = ["CANCEL_GRACE", "AsyncBoundStore", "AsyncHandler", "AsyncInboxStore", "AsyncWorker"]
 
 #: Seconds a cancelled handler gets to roll back before run() returns.
 CANCEL_GRACE = 10.0
@@ -62,12 +63,17 @@ class AsyncInboxStore:
         await AsyncWorker(store.bind(engine), handle_payment, consumer_name="billing").run()
     """
 
-    def __init__(self, store: InboxStore) -> None:
-        #: The synchronous store this one runs.
-        self.sync_store = store
-        self.table = store.table
+    __sa_inbox_asyncio_face__ = "sync_store"
+    __sa_inbox_needs_bind__ = True
 
-    async def receive(self, bind: AsyncBind, message_id: str, payload: Any, **kw: Any) -> bool:
+    def __init__(self, store: InboxStore | AsyncInboxStore) -> None:
+        #: The synchronous store this one runs.
+        self.sync_store = unwrap(store, InboxStore, "store", entry="AsyncInboxStore()")
+        self.table = self.sync_store.table
+
+    def receive(
+        self, bind: AsyncBind, message_id: str, payload: Any, **kw: Any
+    ) -> Coroutine[Any, Any, bool]:
         """Store one message in the caller's transaction; False if it was already stored.
 
         Keywords and errors as :meth:`sa_inbox.InboxStore.receive`, whose code runs here
@@ -75,40 +81,79 @@ class AsyncInboxStore:
         spawn too (measured the same; ``benchmarks/RESULTS.md``, "Receive throughput against
         pactix 0.2.0"), so the sync and async receives share one path.
         """
-        return await on_sync_bind(bind, self.sync_store.receive, message_id, payload, **kw)
+        return on_sync_bind(bind, self.sync_store.receive, message_id, payload, **kw)
 
-    async def receive_many(
+    def receive_many(
         self, bind: AsyncBind, messages: Iterable[Incoming], **kw: Any
-    ) -> set[str]:
+    ) -> Coroutine[Any, Any, set[str]]:
         """Store a batch in the caller's transaction; return the ids that were new
         (see :meth:`sa_inbox.InboxStore.receive_many`)."""
         batch = list(messages) if not isinstance(messages, Incoming) else messages
-        return await on_sync_bind(bind, self.sync_store.receive_many, batch, **kw)
+        return on_sync_bind(bind, self.sync_store.receive_many, batch, **kw)
 
     def bind(
         self,
         engine: AsyncEngine,
         session_factory: Callable[[], AsyncSession] | None = None,
-    ) -> BoundStore:
+    ) -> AsyncBoundStore:
         """This store on an AsyncEngine, as the store an :class:`AsyncWorker` runs on.
 
         :param session_factory: makes the AsyncSession handed to the handler (default
             ``async_sessionmaker(engine)``).
+        :raises SyncAsyncMismatch: for a synchronous Engine (use
+            :meth:`sa_inbox.InboxStore.bind` and the :class:`~sa_inbox.Worker`).
+        :raises InvalidSessionFactory: for a ``sessionmaker`` or ``async_sessionmaker.begin``.
         """
+        engine = _async_engine(engine, "AsyncInboxStore.bind()")
+        if session_factory is not None:
+            check_session_factory(
+                session_factory, entry="AsyncInboxStore.bind()", asynchronous=True
+            )
         factory = session_factory or async_sessionmaker(engine)
-        return BoundStore(self.sync_store, engine.sync_engine, sync_session_factory(factory))
+        return AsyncBoundStore(self.sync_store, engine.sync_engine, sync_session_factory(factory))
 
-    async def counts(self, engine: AsyncEngine, consumer_name: str | None = None) -> dict[str, int]:
-        """Rows per status (see :meth:`sa_inbox.InboxStore.counts`)."""
-        return await in_greenlet(self.sync_store.counts, engine.sync_engine, consumer_name)
+    def counts(
+        self, engine: AsyncEngine, consumer_name: str | None = None
+    ) -> Coroutine[Any, Any, dict[str, int]]:
+        """Rows per status (see :meth:`sa_inbox.InboxStore.counts`).
 
-    async def replay(self, engine: AsyncEngine, **filters: Any) -> int:
-        """Reset chosen dead or done rows to pending (see :meth:`sa_inbox.InboxStore.replay`)."""
-        return await in_greenlet(self.sync_store.replay, engine.sync_engine, **filters)
+        :raises SyncAsyncMismatch: for a synchronous Engine, at the call.
+        """
+        sync_engine = _async_engine(engine, "AsyncInboxStore.counts()").sync_engine
+        return in_greenlet(self.sync_store.counts, sync_engine, consumer_name)
+
+    def replay(self, engine: AsyncEngine, **filters: Any) -> Coroutine[Any, Any, int]:
+        """Reset chosen dead or done rows to pending (see :meth:`sa_inbox.InboxStore.replay`).
+
+        :raises SyncAsyncMismatch: for a synchronous Engine, at the call.
+        """
+        sync_engine = _async_engine(engine, "AsyncInboxStore.replay()").sync_engine
+        return in_greenlet(self.sync_store.replay, sync_engine, **filters)
+
+
+class AsyncBoundStore(BoundStore):
+    """An :class:`~sa_inbox.InboxStore` on an AsyncEngine: what :class:`AsyncWorker` runs
+    on (``AsyncInboxStore(store).bind(async_engine)``). The synchronous
+    :class:`~sa_inbox.Worker` refuses it: its sessions are the AsyncSessions' own, usable
+    only in the asyncio worker's greenlets."""
+
+    __sa_inbox_asyncio_face__ = ""
+
+
+def _async_engine(engine: object, entry: str) -> AsyncEngine:
+    return require_asyncio(
+        engine,
+        AsyncEngine,
+        "engine",
+        entry=entry,
+        instead="for an Engine, use the InboxStore itself (its synchronous API)",
+    )
 
 
 class _LoopWorker(Worker):
     """The worker with its waits on the event loop (its loops run in greenlets)."""
+
+    on_event_loop = True
 
     def _wait_for_stop(self, seconds: float) -> None:
         # Slices, so that a stop request or a halting limit ends the wait within 50 ms.
@@ -137,18 +182,28 @@ class AsyncWorker:
         (:mod:`sa_inbox.store.batch`) in the task's greenlet, savepoints included.
     :raises InvalidHandler: if ``handler`` cannot be called as ``handler(session,
         message)``.
+    :raises SyncAsyncMismatch: for a store bound to a synchronous Engine (or an unbound
+        store), before anything is sent.
     :raises InvalidStoreArgument: as :class:`~sa_inbox.Worker`.
     """
 
     def __init__(
         self,
-        store: BoundStore,
+        store: AsyncBoundStore,
         handler: AsyncHandler,
         *,
         consumer_name: str | None = DEFAULT_CONSUMER,
         concurrency: int = 1,
         **options: Any,
     ) -> None:
+        store = require_asyncio(
+            store,
+            AsyncBoundStore,
+            "store",
+            entry="AsyncWorker()",
+            instead="pass AsyncInboxStore(store).bind(async_engine); for a store bound to an "
+            "Engine, run the synchronous Worker",
+        )
         check_handler(handler, ("session", "message"), asynchronous=True)
 
         @functools.wraps(handler)

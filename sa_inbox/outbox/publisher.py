@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
-from ..exc import UnsupportedBroker
+from ..exc import InvalidObject, UnsupportedBroker
+from ..handlers import is_async_callable
+from .exc import AsyncPublisherInSyncRelay
 from .message import OutboxMessage
 
-__all__ = ["SCHEMES", "Publisher", "broker_unavailable", "publisher_for"]
+__all__ = ["SCHEMES", "Publisher", "broker_unavailable", "check_publisher", "publisher_for"]
 
 
 class Publisher(Protocol):
@@ -42,6 +44,29 @@ class Publisher(Protocol):
 
     def close(self) -> Awaitable[None] | None:
         """Close the publisher's connection."""
+
+
+def check_publisher(publisher: object, *, asynchronous: bool) -> None:
+    """Refuse, before any SQL, a publisher a relay cannot use.
+
+    :param asynchronous: True for :class:`~sa_inbox.asyncio.AsyncOutboxRelay` (which awaits
+        ``publish``, plain or ``async def``); False for the synchronous relay.
+    :raises InvalidObject: if ``publisher`` has no callable ``publish``.
+    :raises AsyncPublisherInSyncRelay: for the synchronous relay, if ``publish`` or
+        ``publish_many`` is ``async def`` (a publisher returning awaitables from plain
+        methods is refused at its first publish).
+    """
+    if not callable(getattr(publisher, "publish", None)):
+        raise InvalidObject(
+            f"a relay takes a publisher with a publish(message) method, not "
+            f"{type(publisher).__name__} (see sa_inbox.outbox.publisher_for(url))"
+        )
+    methods = [getattr(publisher, name, None) for name in ("publish", "publish_many")]
+    if not asynchronous and any(is_async_callable(method) for method in methods):
+        raise AsyncPublisherInSyncRelay(
+            f"the synchronous OutboxRelay was given {type(publisher).__name__}, whose publish "
+            "is async def: run it with sa_inbox.asyncio.AsyncOutboxRelay on an AsyncEngine"
+        )
 
 
 def broker_unavailable(publisher: Any, error: BaseException) -> bool:

@@ -58,6 +58,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..checks import require
 from ..dialects import backend_for
 from ..dialects.store_claim import CandidateQuery, StoreClaimDialect, update_claimed
 from ..store.replay import ReplayFilter, ReplayRules
@@ -67,7 +68,7 @@ from ..validation import positive_int, positive_seconds
 from .exc import AsyncPublisherInSyncRelay, InvalidRelayArgument
 from .message import OutboxMessage
 from .outbox import Outbox
-from .publisher import Publisher, broker_unavailable
+from .publisher import Publisher, broker_unavailable, check_publisher
 from .schema import DEAD, DISPATCHED, MAX_ERROR_LENGTH, PENDING, PROCESSING
 
 __all__ = [
@@ -155,7 +156,13 @@ class RelayCore:
         outage_backoff: Backoff = DEFAULT_OUTAGE_BACKOFF,
     ) -> None:
         self.engine = engine
-        self.outbox = outbox
+        self.outbox = require(
+            outbox,
+            Outbox,
+            "outbox",
+            entry="the outbox relay",
+            instead="pass the Outbox behind it (AsyncOutbox.sync_outbox)",
+        )
         self.table = outbox.table
         self.batch_size = positive_int(batch_size, "batch_size", InvalidRelayArgument)
         self.max_attempts = positive_int(max_attempts, "max_attempts", InvalidRelayArgument)
@@ -429,6 +436,15 @@ class OutboxRelay:
         outage_backoff: Backoff = DEFAULT_OUTAGE_BACKOFF,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
     ) -> None:
+        engine = require(
+            engine,
+            sa.Engine,
+            "engine",
+            entry="OutboxRelay()",
+            instead="for an AsyncEngine and an async publisher use "
+            "sa_inbox.asyncio.AsyncOutboxRelay",
+        )
+        check_publisher(publisher, asynchronous=False)
         self.core = RelayCore(
             engine,
             outbox,

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Dialect
 
+from ..checks import check_metadata
 from ..exc import InvalidTable
 from ..schema import key_type
 from ..store.schema import UTCDateTime
@@ -103,6 +104,7 @@ def outbox_table(
     :param message_id_length: length in characters of ``message_id`` (>= 36, a UUIDv7).
     :raises InvalidTable: if ``message_id_length`` is not an int >= 36.
     """
+    check_metadata(metadata, entry="the outbox table")
     positive_int(message_id_length, "message_id_length", InvalidTable)
     if message_id_length < 36:
         raise InvalidTable(

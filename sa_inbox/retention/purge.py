@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.expression import ColumnElement
 
+from ..checks import is_asyncio_object
 from ..claim import Inbox
 from ..dialects import PurgeDialect, backend_for, backend_of, classifier_for
 from ..exc import (
@@ -216,7 +217,10 @@ def purge_target_of(table: Inbox | InboxStore | sa.Table | None) -> PurgeTarget:
 
 def _check_bind(bind: object) -> sa.Engine | Connection:
     if not isinstance(bind, sa.Engine | Connection):
-        raise InvalidBind(f"bind must be an Engine or Connection, not {type(bind).__name__}")
+        hint = (
+            "; for an AsyncEngine use sa_inbox.asyncio.purge()" if is_asyncio_object(bind) else ""
+        )
+        raise InvalidBind(f"bind must be an Engine or Connection, not {type(bind).__name__}{hint}")
     return bind
 
 

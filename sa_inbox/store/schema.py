@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, oracle
 from sqlalchemy.engine import Dialect
 
+from ..checks import check_metadata
 from ..exc import InvalidStoreArgument, InvalidTable
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, INSERT_COLUMNS_INFO, key_type
 from ..validation import positive_int
@@ -166,6 +167,7 @@ def inbox_store_table(
     :param message_id_length: length in characters of ``message_id`` and ``consumer_name``.
     :raises InvalidTable: if ``message_id_length`` is not a positive int.
     """
+    check_metadata(metadata, entry="the inbox store table")
     positive_int(message_id_length, "message_id_length", InvalidTable)
     statuses = ", ".join(f"'{status}'" for status in STATUSES)
     return sa.Table(

@@ -24,12 +24,12 @@ by side is how their guards (status, claim token, attempts) are kept consistent.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
-import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
@@ -37,11 +37,11 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.expression import Executable
 
-from ..claim import Bind, PreparedInsert, connection_for
+from ..checks import check_session_factory, require
+from ..claim import Bind, ClaimPath, PreparedInsert
 from ..collision import (
     CollisionCheck,
     CollisionMode,
-    judge_skipped,
     payload_hash_of_row,
     store_digests,
 )
@@ -97,6 +97,9 @@ _MESSAGE_COLUMNS = (
     "claimed_by",
 )
 #: The statuses :meth:`InboxStore.replay` resets to pending.
+P = ParamSpec("P")
+R = TypeVar("R")
+
 #: A replay resets dead or done rows, chosen by ids, status, arrival time and consumer.
 _REPLAY = ReplayRules(
     group="consumer_name",
@@ -106,6 +109,30 @@ _REPLAY = ReplayRules(
     pending=PENDING,
     error=InvalidStoreArgument,
 )
+
+
+def _on_engine(
+    method: Callable[Concatenate[InboxStore, sa.Engine, P], R],
+) -> Callable[Concatenate[InboxStore, sa.Engine, P], R]:
+    """Refuse, before any SQL, an ``engine`` that is not a synchronous Engine.
+
+    :raises SyncAsyncMismatch: for an AsyncEngine (use :class:`~sa_inbox.asyncio.AsyncInboxStore`).
+    :raises InvalidObject: for anything else.
+    """
+    entry = f"InboxStore.{method.__name__}()"
+
+    @functools.wraps(method)
+    def checked(store: InboxStore, engine: sa.Engine, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        require(
+            engine,
+            sa.Engine,
+            "engine",
+            entry=entry,
+            instead="for an AsyncEngine use AsyncInboxStore(store) (or the Engine behind it)",
+        )
+        return method(store, engine, *args, **kwargs)
+
+    return checked
 
 
 class InboxStore:
@@ -132,6 +159,8 @@ class InboxStore:
     release, reap, replay) runs in its own short transaction on an engine.
     """
 
+    __sa_inbox_needs_bind__ = True
+
     def __init__(
         self,
         metadata: sa.MetaData,
@@ -155,6 +184,8 @@ class InboxStore:
         self.message_id_length = message_id_length
         # The receive statement per backend and its one-time checks, as Inbox.claim's.
         self._insert = PreparedInsert(self.table, build=receive_insert, row_keys=RECEIVE_COLUMNS)
+        #: The receive is a claim: Inbox.claim's path, with the store's statement.
+        self._receives = ClaimPath(self._insert, self.collisions, single=True)
         # Engines whose store-claim check passed. No lock guards them: a racing first call
         # runs the same read-only check again, and no lock is ever held across SQL.
         self._claim_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
@@ -170,7 +201,22 @@ class InboxStore:
 
         :param session_factory: makes the Session handed to the handler (default
             ``sessionmaker(engine)``); it must be bound to ``engine``'s database.
+        :raises SyncAsyncMismatch: for an ``AsyncEngine`` (use
+            ``AsyncInboxStore(store).bind(async_engine)`` and the
+            :class:`~sa_inbox.asyncio.AsyncWorker`).
+        :raises InvalidSessionFactory: for a factory the worker cannot use (an
+            ``async_sessionmaker``, ``sessionmaker.begin``).
         """
+        engine = require(
+            engine,
+            sa.Engine,
+            "engine",
+            entry="InboxStore.bind()",
+            instead="for an AsyncEngine, AsyncInboxStore(store).bind(async_engine) runs with the "
+            "AsyncWorker",
+        )
+        if session_factory is not None:
+            check_session_factory(session_factory, entry="InboxStore.bind()", asynchronous=False)
         return BoundStore(self, engine, session_factory or sessionmaker(engine))
 
     # -- receive ------------------------------------------------------------------------
@@ -223,26 +269,7 @@ class InboxStore:
         """
         row = self._row(message_id, payload, aggregate_id, message_type, consumer_name, now)
         digests = store_digests({row["message_id"]: payload}, {row["message_id"]: payload_hash})
-        start = time.perf_counter()
-        conn = connection_for(bind, self.table)
-        dialect, statement = self._insert.single(conn)
-        consumer = row["consumer_name"]
-        if dialect.claim_one(conn, self.table, statement, row):
-            self.hooks.claimed(
-                consumer, new=1, duplicates=0, collisions=0, seconds=time.perf_counter() - start
-            )
-            return True
-        judge_skipped(
-            self.collisions,
-            self.hooks,
-            conn,
-            consumer,
-            new=0,
-            skipped=[row["message_id"]],
-            digests=digests,
-            start=start,
-        )
-        return False
+        return self._receives.one(bind, row, digests.get(row["message_id"]), self.hooks)
 
     def receive_many(
         self,
@@ -290,24 +317,11 @@ class InboxStore:
         if not rows:
             return set()
         digests = store_digests(payloads, payload_hashes or {})
-        start = time.perf_counter()
-        conn = connection_for(bind, self.table)
-        dialect, statement = self._insert(conn)
-        new = dialect.claim_many(conn, self.table, list(rows.values()), statement)
-        judge_skipped(
-            self.collisions,
-            self.hooks,
-            conn,
-            rows[next(iter(rows))]["consumer_name"],
-            new=len(new),
-            skipped=[mid for mid in rows if mid not in new],
-            digests={mid: digest for mid, digest in digests.items() if mid not in new},
-            start=start,
-        )
-        return new
+        return self._receives.many(bind, list(rows.values()), digests, self.hooks)
 
     # -- claim and finish (each in its own transaction) ----------------------------------
 
+    @_on_engine
     def claim(
         self,
         engine: sa.Engine,
@@ -486,6 +500,7 @@ class InboxStore:
             self._claim_plan_cache[key] = plans
         return plans
 
+    @_on_engine
     def complete(
         self,
         engine: sa.Engine,
@@ -532,6 +547,7 @@ class InboxStore:
             return False
         return True
 
+    @_on_engine
     def complete_batch(
         self,
         engine: sa.Engine,
@@ -720,6 +736,7 @@ class InboxStore:
             )
         )
 
+    @_on_engine
     def fail(
         self,
         engine: sa.Engine,
@@ -745,6 +762,7 @@ class InboxStore:
         with self.transaction(engine) as (conn, _):
             return self._update_claimed(conn, message, values)
 
+    @_on_engine
     def release(self, engine: sa.Engine, messages: Sequence[StoredMessage]) -> int:
         """Give back claimed rows that were not processed (graceful shutdown).
 
@@ -766,6 +784,7 @@ class InboxStore:
 
     # -- maintenance ----------------------------------------------------------------------
 
+    @_on_engine
     def reap(
         self,
         engine: sa.Engine,
@@ -818,6 +837,7 @@ class InboxStore:
             )
         return ReapResult(released=len(released), dead=len(dead))
 
+    @_on_engine
     def replay(
         self,
         engine: sa.Engine,
@@ -849,6 +869,7 @@ class InboxStore:
         with self.transaction(engine) as (conn, _):
             return _rowcount(conn, statement)
 
+    @_on_engine
     def replayable(
         self,
         engine: sa.Engine,
@@ -868,6 +889,7 @@ class InboxStore:
         with engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 
+    @_on_engine
     def counts(self, engine: sa.Engine, consumer_name: str | None = None) -> dict[str, int]:
         """Rows per status (every status present, 0 when none)."""
         t = self.table
@@ -878,6 +900,7 @@ class InboxStore:
             found = {str(status): int(count) for status, count in conn.execute(query)}
         return {status: found.get(status, 0) for status in STATUSES}
 
+    @_on_engine
     def has_unfinished(self, engine: sa.Engine, *, consumer_name: str | None = None) -> bool:
         """Whether any row of the consumer is still ``pending`` or ``processing``.
 
@@ -902,6 +925,7 @@ class InboxStore:
     # -- helpers --------------------------------------------------------------------------
 
     @contextmanager
+    @_on_engine
     def transaction(self, engine: sa.Engine) -> Iterator[tuple[Connection, StoreClaimDialect]]:
         """A short store transaction on ``engine``: its isolation level, its write lock.
 

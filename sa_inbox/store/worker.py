@@ -48,7 +48,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from types import FrameType
 
-from ..exc import ConfigurationError, InvalidStoreArgument
+from ..checks import NEEDS_BIND, is_asyncio_object
+from ..exc import ConfigurationError, InvalidObject, InvalidStoreArgument, SyncAsyncMismatch
 from ..handlers import check_handler
 from ..hooks import NOOP, InboxHooks
 from ..validation import positive_int, positive_seconds
@@ -246,10 +247,17 @@ class Worker:
         ``"batch"`` on a store without ``complete_batch``.
     :raises InvalidHandler: if ``handler`` cannot be called as ``handler(session,
         message)`` (checked with :func:`inspect.signature`).
+    :raises SyncAsyncMismatch: for a store bound to an AsyncEngine (use
+        :class:`~sa_inbox.asyncio.AsyncWorker`); :class:`~sa_inbox.exc.InvalidObject` for an
+        unbound :class:`~sa_inbox.InboxStore`.
 
     The same ``visibility_timeout`` and ``max_attempts`` must be used by every worker of a
     consumer.
     """
+
+    #: Whether the worker's loops run in greenlets on an event loop (the asyncio worker's,
+    #: whose store is bound to an AsyncEngine).
+    on_event_loop = False
 
     def __init__(
         self,
@@ -273,6 +281,8 @@ class Worker:
         hooks: InboxHooks | None = None,
         transaction: str = MESSAGE,
     ) -> None:
+        if not self.on_event_loop:
+            _check_store(store)
         check_handler(handler, ("session", "message"))
         _check_transaction(transaction, store)
         for label, count in (
@@ -909,6 +919,25 @@ class _Run:
     deadline: float | None
     budget: int | None
     halted_by: str | None = None
+
+
+def _check_store(store: object) -> None:
+    """Refuse a store the worker cannot run on, before anything is sent.
+
+    :raises SyncAsyncMismatch: for a store of the asyncio API (bound to an AsyncEngine).
+    :raises InvalidObject: for an unbound :class:`~sa_inbox.InboxStore`.
+    """
+    if is_asyncio_object(store):
+        raise SyncAsyncMismatch(
+            f"Worker() was given {type(store).__name__}, a store of sa-inbox's asyncio API "
+            "(bound to an AsyncEngine): run it with sa_inbox.asyncio.AsyncWorker, or bind the "
+            "InboxStore to an Engine for this Worker: store.bind(engine)"
+        )
+    if getattr(type(store), NEEDS_BIND, False):
+        raise InvalidObject(
+            "Worker() takes the store bound to an engine, store.bind(engine), not the "
+            f"{type(store).__name__} itself"
+        )
 
 
 def _check_transaction(transaction: object, store: object) -> None:

@@ -613,16 +613,19 @@ class AsyncPublisher:
 def test_the_sync_relay_refuses_an_async_publisher_and_marks_nothing_dispatched(
     oapp: OutboxApp, kind: str
 ) -> None:
-    """Found by a misuse trial: the sync relay took the coroutine an async ``publish``
-    returns for a confirm and marked every row dispatched, nothing published. It now raises
-    a configuration error to the caller and gives the batch back (no attempt counted)."""
+    """The coroutine an async ``publish`` returns is no confirm: the sync relay refuses an
+    ``async def publish`` when it is made, and a publisher returning awaitables from a plain
+    method (RedisStreamPublisher on a redis.asyncio client) at its first publish, giving the
+    batch back (no attempt counted). Either way a configuration error, raised to the caller."""
     ids = record(oapp, "payments", 3)
     if kind == "async def":
         publisher: Any = AsyncPublisher()
+        with pytest.raises(AsyncPublisherInSyncRelay, match="AsyncOutboxRelay"):
+            OutboxRelay(oapp.engine, oapp.outbox, publisher, **SETTINGS)
     else:  # RedisStreamPublisher is sync or async by its client; nothing listens here
         publisher = RedisStreamPublisher(redis.asyncio.Redis(port=closed_port()))
-    relay = OutboxRelay(oapp.engine, oapp.outbox, publisher, **SETTINGS)
-    with pytest.raises(AsyncPublisherInSyncRelay, match="AsyncOutboxRelay"):
-        relay.run_once()
+        relay = OutboxRelay(oapp.engine, oapp.outbox, publisher, **SETTINGS)
+        with pytest.raises(AsyncPublisherInSyncRelay, match="AsyncOutboxRelay"):
+            relay.run_once()
     assert statuses(oapp, ids) == [("pending", 0, None)] * 3
     assert getattr(publisher, "sent", []) == []

@@ -1,0 +1,91 @@
+"""Every public entry point of sa-inbox is in the misuse matrix, or is listed here as taking
+no object that can be mixed up (only values, validated where they are used): a new entry
+point cannot be forgotten."""
+
+from __future__ import annotations
+
+import enum
+import inspect
+from collections.abc import Iterator
+from types import ModuleType
+
+import sa_inbox
+import sa_inbox.asyncio
+import sa_inbox.outbox
+from tests.backends.misuse.cases import ENTRY_POINTS
+
+#: The public modules whose ``__all__`` holds the entry points.
+MODULES: tuple[ModuleType, ...] = (sa_inbox, sa_inbox.asyncio, sa_inbox.outbox)
+
+#: Entry points that take no sa-inbox, SQLAlchemy or broker object: nothing to mix up.
+TAKES_NO_OBJECT = {
+    "Backoff()": "seconds",
+    "Backoff.delay": "an attempt count",
+    "Inbox.validate": "ids and strings; sends nothing",
+    "AsyncInbox.validate": "ids and strings; sends nothing",
+    "InboxMessageMixin()": "a declarative mixin: SQLAlchemy checks the mapping",
+    "InboxStore.candidates": "builds a query; sends nothing",
+    "Incoming()": "a message's values",
+    "StoredMessage()": "a row's values",
+    "Result()": "a runner's outcome",
+    "StorePurgeResult()": "a purge's counts",
+    "RetentionPolicy()": "durations, validated by RetentionPolicy",
+    "RetentionPolicy.check": "a duration",
+    "Worker.run_once": "the worker's store and handler were checked when it was made",
+    "Worker.process": "a StoredMessage the worker's store returned",
+    "Worker.reap": "the worker's own store",
+    "Worker.stop": "nothing",
+    "Worker.run": "limits and a signal switch",
+    "AsyncWorker.run": "limits and a signal switch",
+    "AsyncWorker.stop": "nothing",
+    "OutboxRelay.run_once": "the relay's own engine and publisher, checked when it was made",
+    "OutboxRelay.run": "limits",
+    "OutboxRelay.stop": "nothing",
+    "AsyncOutboxRelay.run_once": "the relay's own engine and publisher, checked when made",
+    "AsyncOutboxRelay.run": "limits",
+    "AsyncOutboxRelay.stop": "nothing",
+    "Outbox.row": "a message's values; sends nothing",
+    "OutboxMessage()": "a message's values",
+    "RelayBatch()": "a relay round's counts",
+    "Publisher()": "a Protocol: the relays check the publisher given to them",
+    "Publisher.publish": "a Protocol method",
+    "Publisher.close": "a Protocol method",
+    "sa_inbox.idempotency_key": "strings",
+    "sa_inbox.is_transient": "an exception and a dialect name",
+    "sa_inbox.payload_hash": "a payload",
+    "sa_inbox.outbox.uuid7": "a time",
+    "sa_inbox.asyncio.AsyncHandler": "a type alias",
+}
+
+
+def public_entry_points() -> Iterator[str]:
+    """``module.function``, ``Class()`` and ``Class.method`` for each public name."""
+    for module in MODULES:
+        for name in module.__all__:
+            value = getattr(module, name)
+            if isinstance(value, type):
+                if issubclass(value, BaseException | enum.Enum):
+                    continue
+                yield f"{value.__name__}()"
+                for attribute, member in vars(value).items():
+                    if attribute.startswith("_"):
+                        continue
+                    if inspect.isfunction(member) or isinstance(member, classmethod):
+                        yield f"{value.__name__}.{attribute}"
+            elif callable(value):
+                yield f"{module.__name__}.{name}"
+
+
+def test_every_public_entry_point_has_a_misuse_case() -> None:
+    missing = sorted(
+        entry
+        for entry in set(public_entry_points())
+        if entry not in ENTRY_POINTS and entry not in TAKES_NO_OBJECT
+    )
+    assert not missing, f"add a case to tests/backends/misuse/cases.py for {missing}"
+
+
+def test_the_exemptions_are_entry_points_without_a_case() -> None:
+    entries = set(public_entry_points())
+    assert not set(TAKES_NO_OBJECT) - entries, "an exemption names no public entry point"
+    assert not set(TAKES_NO_OBJECT) & ENTRY_POINTS, "an exempt entry point has a case"
