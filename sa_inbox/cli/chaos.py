@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ._common import EXIT_FAILED, EXIT_INTERRUPTED, CannotRun, check_url, sync_peer
+from ._common import EXIT_FAILED, EXIT_INTERRUPTED, CannotRun, check_url
 
 if TYPE_CHECKING:
     from ..chaos.run import ChaosConfig
@@ -56,12 +56,17 @@ def check_broker(ctx: click.Context, param: click.Parameter, url: str | None) ->
 
 
 def database_url(url: str) -> str:
-    """The ``--url`` checked, an async driver swapped for its sync peer, as a string with
-    its password (the consumer processes connect with it).
+    """The ``--url`` checked, as a string with its password (the consumer processes connect
+    with it).
 
-    :raises click.ClickException: as :func:`._common.check_url` (exit 2 or 3).
+    :raises click.ClickException: as :func:`._common.check_url` (exit 2 for an async
+        driver's URL: the consumers run on the synchronous core; 3).
     """
-    return sync_peer(check_url(url)).render_as_string(hide_password=False)
+    sync_only = (
+        "the chaos consumers run on the synchronous core (the NATS ones make their async "
+        "engine from its URL)"
+    )
+    return check_url(url, sync_only=sync_only).render_as_string(hide_password=False)
 
 
 @click.command("chaos")
