@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -56,6 +57,10 @@ BROKER_URL_VARIABLES = {
 #: separated), and the directory scripts/servers.sh started it in (to kill and restart a node).
 GALERA_URLS_VARIABLE = "SA_INBOX_TEST_GALERA_URLS"
 GALERA_DIR_VARIABLE = "SA_INBOX_TEST_GALERA_DIR"
+
+#: The directory scripts/test.sh started its servers in with scripts/servers.sh (to kill and
+#: restart one of them).
+SERVER_DIR_VARIABLE = "SA_INBOX_TEST_SERVER_DIR"
 
 
 def _in_ci() -> bool:
@@ -189,6 +194,14 @@ def galera_dir(galera_urls: list[str]) -> str:
     ``galera-kill``/``galera-restart``); skips locally (fails in CI) when
     ``SA_INBOX_TEST_GALERA_DIR`` is not set."""
     return _required(GALERA_DIR_VARIABLE, "killing and restarting Galera nodes")
+
+
+@pytest.fixture
+def server_dir() -> Path:
+    """The directory ``scripts/servers.sh`` started the suite's servers in (for ``kill`` and
+    ``restart``); skips locally (fails in CI) when ``SA_INBOX_TEST_SERVER_DIR`` is not set,
+    as when the servers were not started by ``scripts/test.sh``."""
+    return Path(_required(SERVER_DIR_VARIABLE, "killing and restarting the servers"))
 
 
 @pytest.fixture(params=BACKENDS)
