@@ -103,6 +103,14 @@ def database_url(url: str) -> str:
     help="Mean seconds between two SIGKILLs of a random consumer (exponential); 0: none.",
 )
 @click.option(
+    "--max-kills",
+    default=None,
+    type=click.IntRange(min=0),
+    help="Stop killing after this many SIGKILLs (default: no limit). A healthy message's "
+    "deliveries end by a kill at most this often (and by a --crash-* at most as often as "
+    "messages crash): a --max-deliveries above the two keeps every one from the dead letters.",
+)
+@click.option(
     "--duplicates",
     default=0.1,
     show_default=True,
@@ -172,6 +180,7 @@ def chaos(
     messages: int,
     consumers: int,
     kill_every: float,
+    max_kills: int | None,
     duplicates: float,
     poison: int,
     max_deliveries: int,
@@ -198,6 +207,7 @@ def chaos(
         messages=messages,
         consumers=consumers,
         kill_every=kill_every,
+        max_kills=max_kills,
         duplicates=duplicates,
         poison=poison,
         max_deliveries=max_deliveries,
