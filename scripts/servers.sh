@@ -3,7 +3,11 @@
 #
 #   scripts/servers.sh install [NAME...]    apt-get install what is missing
 #   scripts/servers.sh start DIR [NAME...]  start servers with all data in DIR
+#                                           (DIR is created if missing)
 #   scripts/servers.sh stop DIR             stop whatever runs from DIR
+#   scripts/servers.sh kill DIR NAME        SIGKILL every process of server NAME of DIR
+#   scripts/servers.sh restart DIR NAME     start server NAME of DIR again, after a kill
+#                                           or a stop: same port, same data, same URL
 #   scripts/servers.sh pg-freeze-primary DIR   SIGSTOP the pg-sync/pg-async primary
 #   scripts/servers.sh pg-kill-primary DIR     SIGKILL it (every server process)
 #   scripts/servers.sh pg-promote DIR          promote its standby
@@ -26,6 +30,14 @@
 #   and SA_INBOX_TEST_PG_REPLICATION (sync or async).
 # `stop` is idempotent and never fails. start/stop write nothing outside DIR;
 # as root, DIR is made traversable (o+x) for the postgres user.
+#
+# kill and restart take one of postgresql, mysql, rabbitmq, redis, nats (for a
+# Galera node or the pg-sync/pg-async primary, the galera-* and pg-* commands).
+# `kill` SIGKILLs the server's whole process group (PostgreSQL: the postmaster
+# and every backend; RabbitMQ: the Erlang VM and its helpers, its epmd kept)
+# and returns once they are gone; `restart` fails if the server still runs or
+# its port was taken meanwhile, and returns once it accepts connections (after
+# crash recovery, for a killed database). Both fail if DIR did not start NAME.
 #
 # Meant for Debian 12 (bookworm). As root, PostgreSQL runs as the `postgres`
 # user (initdb and pg_ctl refuse to run as root); MariaDB runs as root.
@@ -219,15 +231,22 @@ pg_initdb() {
     log "postgresql: initdb done in $(since "$t0")"
 }
 
+# Starts the server of DATA on 127.0.0.1:PORT, with its unix socket in SOCK.
+# Extra server options (-c name=value ...) follow.
+pg_start_on_port() {
+    local data=$1 sock=$2 logfile=$3 port=$4 extra=${5:-}
+    as_postgres "$PG_BIN/pg_ctl" -D "$data" -l "$logfile" -w -t 60 \
+        -o "-p $port -k '$sock' -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 $extra" \
+        start >/dev/null
+}
+
 # Starts the server of DATA on a free port of 127.0.0.1 (sets PG_PORT), with its
 # unix socket in SOCK. Extra server options (-c name=value ...) follow.
 pg_start_free_port() {
     local data=$1 sock=$2 logfile=$3 extra=${4:-} attempt
     for attempt in $(seq "$START_ATTEMPTS"); do
         PG_PORT=$(free_ports 1)
-        if as_postgres "$PG_BIN/pg_ctl" -D "$data" -l "$logfile" -w -t 60 \
-            -o "-p $PG_PORT -k '$sock' -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200 $extra" \
-            start >/dev/null; then
+        if pg_start_on_port "$data" "$sock" "$logfile" "$PG_PORT" "$extra"; then
             return 0
         fi
         log "postgresql: start on port $PG_PORT failed (attempt $attempt)"
@@ -242,6 +261,7 @@ start_postgresql() {
     t0=$(now_us)
     pg_start_free_port "$data" "$sock" "$logfile"
     as_postgres "$PG_BIN/createdb" -h "$sock" -p "$PG_PORT" -U postgres "$TEST_DB"
+    echo "$PG_PORT" >"$dir/pg.port"
     echo "export SA_INBOX_TEST_POSTGRESQL_URL='postgresql+psycopg://postgres@127.0.0.1:$PG_PORT/$TEST_DB'" >>"$dir/env.sh"
     log "postgresql: ready on 127.0.0.1:$PG_PORT (started in $(since "$t0"))"
 }
@@ -339,12 +359,15 @@ wait_for_streaming() {
     die "the standby is not streaming after ${PGHA_STREAM_WAIT_SECONDS} s"
 }
 
-# The primary postmaster's pid (first line of postmaster.pid) if it runs.
-pgha_primary_pid() {
+# The postmaster pid of DATA (first line of postmaster.pid) if it runs.
+pg_postmaster_pid() {
     local pid
-    pid=$(head -n 1 "$1/pgha/primary/postmaster.pid" 2>/dev/null) || return 1
+    pid=$(head -n 1 "$1/postmaster.pid" 2>/dev/null) || return 1
     [ -n "$pid" ] && process_alive "$pid" && echo "$pid"
 }
+
+# The primary postmaster's pid if it runs.
+pgha_primary_pid() { pg_postmaster_pid "$1/pgha/primary"; }
 
 # Sends SIGNAL to the primary's postmaster and all its server processes:
 # pg_ctl starts the postmaster in a session of its own (setsid), so its process
@@ -483,6 +506,7 @@ start_mariadb() {
     done
 
     create_test_database "$dir"
+    echo "$port" >"$dir/mariadb.port"
     echo "export SA_INBOX_TEST_MYSQL_URL='$(mysql_url "$port")'" >>"$dir/env.sh"
     log "mariadb: ready on 127.0.0.1:$port (started in $(since "$t0"))"
 }
@@ -761,8 +785,28 @@ rabbitmq_env() {
         "RABBITMQ_ADVANCED_CONFIG_FILE=$dir/advanced.config RABBITMQ_CONF_ENV_FILE=$dir/rabbitmq-env.conf"
 }
 
+# Starts the RabbitMQ node of DIR on the ports in DIR/rabbitmq/*.port (its epmd
+# first, unless it runs) and waits until the node has booted.
+spawn_rabbitmq() {
+    local dir=$1 rdir=$1/rabbitmq env
+    env=$(rabbitmq_env "$dir")
+    if ! { [ -f "$rdir/epmd.pid" ] && process_alive "$(cat "$rdir/epmd.pid")"; }; then
+        # epmd first, in the foreground of its own session, so its pid is known.
+        setsid env $env "$(find_program epmd)" -port "$(cat "$rdir/epmd.port")" -address 127.0.0.1 \
+            </dev/null >>"$rdir/epmd.log" 2>&1 &
+        echo $! >"$rdir/epmd.pid"
+    fi
+    rm -f "$rdir/rabbitmq.pid"
+    # The whole subshell's output goes to the log: nothing may keep the
+    # caller's stdout open (a pipe would never see its end).
+    (cd "$rdir" && exec setsid env $env "$RABBITMQ_BIN/rabbitmq-server") \
+        </dev/null >>"$rdir/server.log" 2>&1 &
+    env $env timeout 90 "$RABBITMQ_BIN/rabbitmqctl" wait --timeout 60 \
+        "$rdir/rabbitmq.pid" >>"$rdir/server.log" 2>&1
+}
+
 start_rabbitmq() {
-    local dir=$1 rdir=$1/rabbitmq ports attempt env
+    local dir=$1 rdir=$1/rabbitmq ports attempt
     have_rabbitmq || die "RabbitMQ not installed: run scripts/servers.sh install rabbitmq"
     mkdir -p "$rdir/log"
     echo "[]." >"$rdir/enabled_plugins"
@@ -773,17 +817,7 @@ start_rabbitmq() {
         echo "${ports[1]}" >"$rdir/dist.port"
         echo "${ports[2]}" >"$rdir/epmd.port"
         printf 'listeners.tcp.default = 127.0.0.1:%s\n' "${ports[0]}" >"$rdir/rabbitmq.conf"
-        env=$(rabbitmq_env "$dir")
-        # epmd first, in the foreground of its own session, so its pid is known.
-        setsid env $env "$(find_program epmd)" -port "${ports[2]}" -address 127.0.0.1 \
-            </dev/null >>"$rdir/epmd.log" 2>&1 &
-        echo $! >"$rdir/epmd.pid"
-        # The whole subshell's output goes to the log: nothing may keep the
-        # caller's stdout open (a pipe would never see its end).
-        (cd "$rdir" && exec setsid env $env "$RABBITMQ_BIN/rabbitmq-server") \
-            </dev/null >>"$rdir/server.log" 2>&1 &
-        if env $env timeout 90 "$RABBITMQ_BIN/rabbitmqctl" wait --timeout 60 \
-            "$rdir/rabbitmq.pid" >>"$rdir/server.log" 2>&1; then
+        if spawn_rabbitmq "$dir"; then
             break
         fi
         log "rabbitmq: start on port ${ports[0]} failed (attempt $attempt)"
@@ -806,6 +840,17 @@ stop_rabbitmq() {
     stop_pidfile "$rdir/epmd.pid"
 }
 
+# Starts redis-server of DIR on 127.0.0.1:PORT (own session) and waits for its PONG.
+spawn_redis() {
+    local dir=$1 port=$2
+    setsid "$(find_program redis-server)" --port "$port" --bind 127.0.0.1 --save '' \
+        --appendonly no --dir "$dir/redis" --daemonize no \
+        </dev/null >>"$dir/redis/server.log" 2>&1 &
+    echo $! >"$dir/redis/redis.pid"
+    wait_for_port "$port" "$dir/redis/redis.pid" 30 &&
+        "$(find_program redis-cli)" -p "$port" ping >/dev/null 2>&1
+}
+
 start_redis() {
     local dir=$1 port attempt
     have_redis || die "Redis not installed: run scripts/servers.sh install redis"
@@ -813,20 +858,26 @@ start_redis() {
     local t0; t0=$(now_us)
     for attempt in $(seq "$START_ATTEMPTS"); do
         port=$(free_ports 1)
-        setsid "$(find_program redis-server)" --port "$port" --bind 127.0.0.1 --save '' \
-            --appendonly no --dir "$dir/redis" --daemonize no \
-            </dev/null >>"$dir/redis/server.log" 2>&1 &
-        echo $! >"$dir/redis/redis.pid"
-        if wait_for_port "$port" "$dir/redis/redis.pid" 30 &&
-            "$(find_program redis-cli)" -p "$port" ping >/dev/null 2>&1; then
+        if spawn_redis "$dir" "$port"; then
             break
         fi
         log "redis: start on port $port failed (attempt $attempt)"
         stop_pidfile "$dir/redis/redis.pid"
         [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$dir/redis/server.log" >&2; die "Redis did not start"; }
     done
+    echo "$port" >"$dir/redis/redis.port"
     echo "export SA_INBOX_TEST_REDIS_URL='redis://127.0.0.1:$port/0'" >>"$dir/env.sh"
     log "redis: ready on 127.0.0.1:$port (started in $(since "$t0"))"
+}
+
+# Starts nats-server of DIR (JetStream, its store in DIR/nats/jetstream) on
+# 127.0.0.1:PORT and waits for the port.
+spawn_nats() {
+    local dir=$1 port=$2
+    setsid "$(find_program nats-server)" -js -a 127.0.0.1 -p "$port" -sd "$dir/nats/jetstream" \
+        </dev/null >>"$dir/nats/server.log" 2>&1 &
+    echo $! >"$dir/nats/nats.pid"
+    wait_for_port "$port" "$dir/nats/nats.pid" 30
 }
 
 start_nats() {
@@ -836,16 +887,14 @@ start_nats() {
     local t0; t0=$(now_us)
     for attempt in $(seq "$START_ATTEMPTS"); do
         port=$(free_ports 1)
-        setsid "$(find_program nats-server)" -js -a 127.0.0.1 -p "$port" -sd "$dir/nats/jetstream" \
-            </dev/null >>"$dir/nats/server.log" 2>&1 &
-        echo $! >"$dir/nats/nats.pid"
-        if wait_for_port "$port" "$dir/nats/nats.pid" 30; then
+        if spawn_nats "$dir" "$port"; then
             break
         fi
         log "nats: start on port $port failed (attempt $attempt)"
         stop_pidfile "$dir/nats/nats.pid"
         [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$dir/nats/server.log" >&2; die "NATS did not start"; }
     done
+    echo "$port" >"$dir/nats/nats.port"
     echo "export SA_INBOX_TEST_NATS_URL='nats://127.0.0.1:$port'" >>"$dir/env.sh"
     log "nats: ready on 127.0.0.1:$port (started in $(since "$t0"))"
 }
@@ -861,6 +910,7 @@ absolute_dir() {
 cmd_start() {
     [ $# -ge 1 ] || die "usage: servers.sh start DIR [NAME...]"
     local dir servers name
+    mkdir -p -- "$1" || die "cannot create the directory $1"
     dir=$(absolute_dir "$1")
     servers=$(servers_or_all "${@:2}")
     [ ! -e "$dir/env.sh" ] || die "$dir was used before (it has env.sh): start in a fresh directory"
@@ -907,6 +957,109 @@ cmd_stop() {
     stop_pidfile "$dir/nats/nats.pid"
 }
 
+# ---------------------------------------------------------------- kill, restart
+
+# The checked arguments of `kill/restart DIR NAME`: prints the absolute DIR.
+one_server_arg() {
+    [ $# -eq 3 ] || die "usage: servers.sh $1 DIR NAME (NAME: postgresql, mysql, rabbitmq, redis or nats)"
+    local dir
+    dir=$(absolute_dir "$2")
+    case "$3" in
+        postgresql) [ -f "$dir/pg.port" ] ;;
+        mysql) [ -f "$dir/mariadb.port" ] ;;
+        rabbitmq) [ -f "$dir/rabbitmq/amqp.port" ] ;;
+        redis) [ -f "$dir/redis/redis.port" ] ;;
+        nats) [ -f "$dir/nats/nats.port" ] ;;
+        *) die "$1 takes postgresql, mysql, rabbitmq, redis or nats, not '$3'" ;;
+    esac || die "$3 was not started in $dir (by scripts/servers.sh start)"
+    echo "$dir"
+}
+
+# The pid whose process group is the server NAME of DIR, if it runs (every
+# server is started in a session of its own: pg_ctl and setsid).
+server_leader_pid() {
+    local dir=$1 pid
+    case "$2" in
+        postgresql) pg_postmaster_pid "$dir/pg" ;;
+        mysql) mariadbd_pid "$dir" ;;
+        rabbitmq | redis | nats)
+            local pidfile
+            case "$2" in
+                rabbitmq) pidfile=$dir/rabbitmq/rabbitmq.pid ;;
+                redis) pidfile=$dir/redis/redis.pid ;;
+                nats) pidfile=$dir/nats/nats.pid ;;
+            esac
+            pid=$(cat "$pidfile" 2>/dev/null) || return 1
+            [ -n "$pid" ] && process_alive "$pid" || return 1
+            echo "$pid"
+            ;;
+    esac
+}
+
+# The live processes of process group PGID.
+group_pids() {
+    local pid pgid
+    while read -r pid pgid; do
+        [ "$pgid" = "$1" ] && process_alive "$pid" && echo "$pid"
+    done < <(ps -e -o pid=,pgid=)
+    return 0
+}
+
+cmd_kill() {
+    local dir pid pgid
+    dir=$(one_server_arg kill "$@")
+    pid=$(server_leader_pid "$dir" "$2") || die "$2 of $dir is not running"
+    pgid=$(ps -o pgid= -p "$pid" | tr -d ' ')
+    [ -n "$pgid" ] && [ "$pgid" -gt 1 ] || die "no process group for $2 (pid $pid)"
+    kill -KILL -- "-$pgid"
+    while [ -n "$(group_pids "$pgid")" ]; do sleep 0.05; done
+    log "$2: killed (process group $pgid)"
+}
+
+# Fails unless 127.0.0.1:PORT is free (a killed server's port taken meanwhile).
+port_free() {
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null || die "port $1 is taken: cannot restart there"
+}
+
+cmd_restart() {
+    local dir t0
+    dir=$(one_server_arg restart "$@")
+    ! server_leader_pid "$dir" "$2" >/dev/null || die "$2 of $dir is running"
+    t0=$(now_us)
+    case "$2" in
+        postgresql)
+            port_free "$(cat "$dir/pg.port")"
+            # A killed postmaster leaves its lock files (data directory, socket),
+            # naming a pid that may linger as a zombie (an init that does not reap it),
+            # which PostgreSQL takes for a live server: nothing of it runs (checked
+            # above), so they go.
+            rm -f "$dir/pg/postmaster.pid" "$dir/pgsock/.s.PGSQL.$(cat "$dir/pg.port").lock"
+            pg_start_on_port "$dir/pg" "$dir/pgsock" "$dir/pg.log" "$(cat "$dir/pg.port")" ||
+                { tail -n 30 "$dir/pg.log" >&2; die "PostgreSQL did not start"; }
+            ;;
+        mysql)
+            port_free "$(cat "$dir/mariadb.port")"
+            spawn_mariadbd "$dir" "$(cat "$dir/mariadb.port")" ""
+            wait_for_mariadb "$dir" || { tail -n 30 "$dir/mariadb.log" >&2; die "MariaDB did not start"; }
+            ;;
+        rabbitmq)
+            port_free "$(cat "$dir/rabbitmq/amqp.port")"
+            spawn_rabbitmq "$dir" || { tail -n 30 "$dir/rabbitmq/server.log" >&2; die "RabbitMQ did not start"; }
+            ;;
+        redis)
+            port_free "$(cat "$dir/redis/redis.port")"
+            spawn_redis "$dir" "$(cat "$dir/redis/redis.port")" ||
+                { tail -n 30 "$dir/redis/server.log" >&2; die "Redis did not start"; }
+            ;;
+        nats)
+            port_free "$(cat "$dir/nats/nats.port")"
+            spawn_nats "$dir" "$(cat "$dir/nats/nats.port")" ||
+                { tail -n 30 "$dir/nats/server.log" >&2; die "NATS did not start"; }
+            ;;
+    esac
+    log "$2: restarted on its port (in $(since "$t0"))"
+}
+
 main() {
     local command=${1:-}
     [ $# -gt 0 ] && shift
@@ -914,6 +1067,8 @@ main() {
         install) cmd_install "$@" ;;
         start) cmd_start "$@" ;;
         stop) cmd_stop "$@" || true ;;
+        kill) cmd_kill "$@" ;;
+        restart) cmd_restart "$@" ;;
         pg-freeze-primary) cmd_pg_freeze_primary "$@" ;;
         pg-kill-primary) cmd_pg_kill_primary "$@" ;;
         pg-promote) cmd_pg_promote "$@" ;;

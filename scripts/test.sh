@@ -17,6 +17,10 @@
 #       (a 3-node MariaDB Galera cluster for the last one; the tests that kill
 #       a node also need SA_INBOX_TEST_GALERA_DIR, the directory it was started
 #       in by scripts/servers.sh)
+#   SA_INBOX_TEST_SERVER_DIR
+#       set by this script to the directory of the servers it started, for the
+#       tests that kill and restart one (scripts/servers.sh kill/restart); they
+#       skip a server whose URL came from the environment
 #   SA_INBOX_SKIP_LINT=1
 #       skip ruff and mypy (any non-empty value)
 set -euo pipefail
@@ -143,6 +147,11 @@ for pair in "${SERVER_URLS[@]}"; do
     export "${pair#*:}"
 done
 export SA_INBOX_TEST_GALERA_DIR
+# The directory of the servers started here: the tests that kill and restart one of
+# them (scripts/servers.sh kill/restart) run only on those.
+if [ -n "$SERVER_DIR" ]; then
+    export SA_INBOX_TEST_SERVER_DIR=$SERVER_DIR
+fi
 
 run_check pytest .venv/bin/python -m pytest "$@"
 

@@ -6,14 +6,25 @@ from URLs in ``SA_INBOX_TEST_POSTGRESQL_URL``, ``SA_INBOX_TEST_MYSQL_URL`` and
 servers and sets the first two). A missing URL skips that backend locally; with ``CI=true``
 a missing PostgreSQL or MySQL URL is a failure, never a skip. Oracle has no server here and
 runs only when its URL is set.
+
+``pytest --db NAME`` (repeatable, or comma-separated: ``--db sqlite,postgresql``) runs the
+backend tests of those databases only: every test parametrised by backend (the ``url``
+fixture, a ``backend`` parameter, an async driver of :data:`ASYNC_DRIVERS`, a pair of
+backends) whose backends are not all chosen is deselected, and :func:`backend_url` skips a
+backend that is not chosen. Tests of an optional extra import its modules through
+:func:`importorskip`: a skip locally, a failure with ``CI=true``.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib
 import os
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -28,6 +39,14 @@ URL_VARIABLES = {
 }
 REQUIRED_IN_CI = ("postgresql", "mysql")
 
+#: Each async driver under test: (its backend, the driver name of its URL).
+ASYNC_DRIVERS = {
+    "aiosqlite": ("sqlite", "sqlite+aiosqlite"),
+    "asyncpg": ("postgresql", "postgresql+asyncpg"),
+    "psycopg_async": ("postgresql", "postgresql+psycopg"),
+    "aiomysql": ("mysql", "mysql+aiomysql"),
+}
+
 #: The live brokers scripts/test.sh starts (all required in CI).
 BROKER_URL_VARIABLES = {
     "rabbitmq": "SA_INBOX_TEST_AMQP_URL",
@@ -41,13 +60,94 @@ BROKER_URL_VARIABLES = {
 GALERA_URLS_VARIABLE = "SA_INBOX_TEST_GALERA_URLS"
 GALERA_DIR_VARIABLE = "SA_INBOX_TEST_GALERA_DIR"
 
+#: The directory scripts/test.sh started its servers in with scripts/servers.sh (to kill and
+#: restart one of them).
+SERVER_DIR_VARIABLE = "SA_INBOX_TEST_SERVER_DIR"
+
 
 def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("true", "1", "yes")
 
 
+#: The backends ``--db`` chose (all by default); set by :func:`pytest_configure`.
+CHOSEN: set[str] = set(BACKENDS)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--db",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"run the backend tests of these databases only ({', '.join(BACKENDS)}); "
+        "repeatable or comma-separated; default: all",
+    )
+
+
+def chosen_backends(values: list[str]) -> set[str]:
+    """The backends of ``--db`` values (every backend for none).
+
+    :raises pytest.UsageError: for a name that is not a backend.
+    """
+    names = {name.strip() for value in values for name in value.split(",") if name.strip()}
+    unknown = names - set(BACKENDS)
+    if unknown:
+        raise pytest.UsageError(
+            f"--db: unknown database {', '.join(sorted(unknown))} (one of {', '.join(BACKENDS)})"
+        )
+    return names or set(BACKENDS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    CHOSEN.clear()
+    CHOSEN.update(chosen_backends(config.getoption("db")))
+
+
+def backends_of(value: Any) -> set[str]:
+    """The backends a test parameter's value names: a backend, an async driver of
+    :data:`ASYNC_DRIVERS`, or a tuple of those; none for any other value."""
+    if isinstance(value, tuple):
+        return set().union(*(backends_of(v) for v in value))
+    if isinstance(value, str) and value in BACKENDS:
+        return {value}
+    if isinstance(value, str) and value in ASYNC_DRIVERS:
+        return {ASYNC_DRIVERS[value][0]}
+    return set()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the backend-parametrised tests of backends ``--db`` did not choose."""
+    if not set(BACKENDS) - CHOSEN:
+        return
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec is not None else ()
+        needed = set().union(*(backends_of(value) for value in params))
+        (dropped if needed - CHOSEN else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def importorskip(module: str, extra: str) -> ModuleType:
+    """``module``, imported, for the tests of the optional extra ``sa-inbox[extra]``: skips
+    the test (or the module, at its top) when it is not installed, and fails instead with
+    ``CI=true``, where every extra must be tested."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        message = f"{module} is not installed ({exc}): pip install -e '.[{extra},test]'"
+        if _in_ci():
+            pytest.fail(f"{message}: CI must test sa-inbox[{extra}]", pytrace=False)
+        pytest.skip(message, allow_module_level=True)
+
+
 def backend_url(name: str, tmp_path: object) -> str:
-    """The URL for backend ``name``; skips (or fails, in CI) when it is not configured."""
+    """The URL for backend ``name``; skips (or fails, in CI) when it is not configured, and
+    skips when ``--db`` did not choose it."""
+    if name not in CHOSEN:
+        pytest.skip(f"--db {','.join(sorted(CHOSEN))}: {name} not chosen")
     if name == "sqlite":
         return f"sqlite:///{tmp_path}/inbox.db"
     url = os.environ.get(URL_VARIABLES[name])
@@ -96,6 +196,14 @@ def galera_dir(galera_urls: list[str]) -> str:
     ``galera-kill``/``galera-restart``); skips locally (fails in CI) when
     ``SA_INBOX_TEST_GALERA_DIR`` is not set."""
     return _required(GALERA_DIR_VARIABLE, "killing and restarting Galera nodes")
+
+
+@pytest.fixture
+def server_dir() -> Path:
+    """The directory ``scripts/servers.sh`` started the suite's servers in (for ``kill`` and
+    ``restart``); skips locally (fails in CI) when ``SA_INBOX_TEST_SERVER_DIR`` is not set,
+    as when the servers were not started by ``scripts/test.sh``."""
+    return Path(_required(SERVER_DIR_VARIABLE, "killing and restarting the servers"))
 
 
 @pytest.fixture(params=BACKENDS)

@@ -91,6 +91,12 @@ class ChaosConfig:
     :param messages: unique payments, >= 1.
     :param consumers: consumer processes, >= 1.
     :param kill_every: mean seconds between two SIGKILLs of a consumer; 0 for no kills.
+    :param max_kills: SIGKILLs after which the killer stops; None for no limit. A healthy
+        message's deliveries end by a kill at most this often, and by a crash of the
+        consumer holding it at most as often as messages crash (``crash_after_commit``,
+        ``crash_in_handler``: each chosen message once, on its first delivery): a
+        ``max_deliveries`` above the two together keeps every healthy message out of the
+        dead letters.
     :param duplicates: share in [0, 1] of payments published twice with the same id.
     :param poison: poison messages (their handler always fails).
     :param max_deliveries: deliveries of a message before it is dead-lettered, >= 1.
@@ -111,6 +117,7 @@ class ChaosConfig:
     messages: int = 1000
     consumers: int = 3
     kill_every: float = 1.0
+    max_kills: int | None = None
     duplicates: float = 0.1
     poison: int = 0
     max_deliveries: int = 5
@@ -308,6 +315,7 @@ def run_chaos(config: ChaosConfig, *, console: Console | None = None) -> ChaosRe
                 kill_every=config.kill_every,
                 seed=config.seed,
                 log_dir=Path(logs),
+                max_kills=config.max_kills,
             )
             producer = Producer(config.broker, config.name, plan)
             follower = LogFollower(Path(logs))

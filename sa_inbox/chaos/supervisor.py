@@ -73,6 +73,9 @@ class Supervisor:
     :param configs: one :class:`ConsumerConfig` per consumer process (its ``log`` is
         replaced by a file of ``log_dir`` at each start).
     :param kill_every: mean seconds between kills (exponential intervals); 0 for none.
+    :param max_kills: kills after which the killer stops for good; None for no limit. A
+        kill ends at most one delivery of a given message, so a message's deliveries end
+        by a kill at most ``max_kills`` times.
     :param seed: seed of the intervals and the victims.
     :param log_dir: where each consumer's settlement logs (``consumer-<i>-<n>.jsonl``) and
         stderr (``consumer-<i>.err``) go.
@@ -85,16 +88,22 @@ class Supervisor:
         kill_every: float,
         seed: int,
         log_dir: Path,
+        max_kills: int | None = None,
     ) -> None:
         self.log_dir = log_dir
         self.slots = [_Slot(i, c, log_dir / f"consumer-{i}.err") for i, c in enumerate(configs)]
         self.kill_every = kill_every
+        self.max_kills = max_kills
         self.rng = random.Random(seed)
         self.env = _child_env()
         self.kills = 0
         self.crashes = 0
-        self.killing = kill_every > 0
+        self.killing = self._may_kill()
         self.next_kill = self._after(time.monotonic())
+
+    def _may_kill(self) -> bool:
+        """Kills are on and the limit, if any, is not reached."""
+        return self.kill_every > 0 and (self.max_kills is None or self.kills < self.max_kills)
 
     def _after(self, now: float) -> float:
         if not self.killing:
@@ -164,6 +173,8 @@ class Supervisor:
         slot.process.wait()
         self.kills += 1
         self._spawn(slot)
+        if not self._may_kill():
+            self.stop_killing()
         return True
 
     def stop_killing(self) -> None:
@@ -172,8 +183,9 @@ class Supervisor:
         self.next_kill = float("inf")
 
     def resume_killing(self) -> None:
-        """Kill again (if ``kill_every`` > 0), the next kill an interval from now."""
-        self.killing = self.kill_every > 0
+        """Kill again (if ``kill_every`` > 0 and ``max_kills`` is not reached), the next
+        kill an interval from now."""
+        self.killing = self._may_kill()
         self.next_kill = self._after(time.monotonic())
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> list[int | None]:

@@ -14,27 +14,39 @@ code   meaning
 130    interrupted (:data:`EXIT_INTERRUPTED`)
 =====  ===========================================================================
 
-:func:`open_engine` turns the ``--url`` of a command into an engine (:func:`check_url` only
-checks it, for ``demo`` and ``bench``, whose engines live in worker processes), or into a
-clean ``Error: ...`` line: exit 2 for a URL that is not a SQLAlchemy URL, 3 when the command
-cannot run (the backend's driver is not installed, the SQLite file does not exist).
+:func:`open_database` turns the ``--url`` of a command into a :class:`Database` on the driver
+the URL names: an Engine, or for an async driver's URL (``postgresql+asyncpg``,
+``postgresql+psycopg_async``, ``mysql+aiomysql``, ``sqlite+aiosqlite``) an AsyncEngine, on
+which a command runs the asyncio API, or the synchronous one in a greenlet. The URL is never
+swapped for another driver's. :func:`check_url` only checks it, for ``demo``, ``bench`` and
+``chaos``, whose engines live in worker processes on the synchronous core (an async
+driver's URL is refused there). Errors are one clean ``Error: ...`` line: exit 2 for a URL
+that is not a SQLAlchemy URL or a driver the command cannot use, 3 when the command cannot
+run (the driver is not installed, the SQLite file does not exist).
 :func:`require_table` reports a missing table the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import importlib.util
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import sqlalchemy as sa
 
+from .._compat import greenlet_spawn
 from ..exc import ConfigurationError
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
     from ..store import InboxStore
+
+T = TypeVar("T")
 
 __all__ = [
     "DRIVER_EXTRAS",
@@ -44,11 +56,14 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "CannotRun",
+    "Database",
     "bind_store",
     "check_url",
     "connected",
+    "is_async_url",
     "one_line",
-    "open_engine",
+    "open_database",
+    "parse_url",
     "require_table",
     "sqlite_file",
 ]
@@ -114,82 +129,193 @@ def sqlite_file(url: sa.URL) -> Path | None:
     return Path(database)
 
 
-def check_url(url: str) -> sa.URL:
-    """Parse a command's ``--url`` and import its driver, without connecting.
+def parse_url(url: str) -> sa.URL:
+    """A command's ``--url`` parsed, its dialect known (nothing imported but SQLAlchemy's
+    dialect module).
 
-    For commands that create their engines elsewhere (``demo``, ``bench``: in worker
-    processes, with their own pool settings).
-
-    :raises click.BadParameter: (exit 2) as :func:`open_engine`.
-    :raises CannotRun: (exit 3) if the backend's driver is not installed.
+    :raises click.BadParameter: (exit 2) if ``url`` is not a SQLAlchemy URL or names an
+        unknown backend or driver.
     """
     try:
         parsed = sa.make_url(url)
-        dialect = parsed.get_dialect()
+        parsed.get_dialect()
     except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
         raise click.BadParameter(str(exc), param_hint="--url") from exc
+    return parsed
+
+
+def is_async_url(url: sa.URL) -> bool:
+    """Whether ``url`` names an async driver (asyncpg, psycopg_async, aiomysql, aiosqlite):
+    its SQLAlchemy dialect is an asyncio one (``Dialect.is_async``)."""
+    return bool(url.get_dialect().is_async)
+
+
+def check_url(url: str, *, sync_only: str) -> sa.URL:
+    """Parse a command's ``--url`` and import its driver, without connecting.
+
+    For commands that create their engines elsewhere (``demo``, ``bench``, ``chaos``: in
+    worker processes, with their own pool settings), on the synchronous core.
+
+    :param sync_only: why the command needs a sync driver, for the refusal of an async one
+        (``"the demo's workers run on the synchronous core"``).
+    :raises click.BadParameter: (exit 2) as :func:`parse_url`, or if ``url`` names an async
+        driver.
+    :raises CannotRun: (exit 3) if the backend's driver is not installed.
+    """
+    parsed = parse_url(url)
+    if is_async_url(parsed):
+        raise click.BadParameter(
+            f"{parsed.drivername} is an async driver and {sync_only}: give the URL of a sync "
+            f"driver ({_sync_example(parsed)})",
+            param_hint="--url",
+        )
     try:
-        dialect.import_dbapi()
+        parsed.get_dialect().import_dbapi()
     except ImportError as exc:
         raise CannotRun(_missing_driver(parsed, exc)) from exc
     return parsed
 
 
-def open_engine(url: str, *, existing: bool = True) -> sa.Engine:
-    """An engine for a command's ``--url``.
+class Database:
+    """The database of a command's ``--url``, on the URL's own driver.
+
+    A sync driver's URL gets an Engine. An async driver's URL gets an AsyncEngine and the
+    event loop it runs on: a command runs the library's asyncio API there (:meth:`run`),
+    or its synchronous API on ``AsyncEngine.sync_engine`` in a greenlet (:meth:`call`),
+    where every database call is awaited on the async driver, as
+    ``AsyncConnection.run_sync`` does (SQLAlchemy docs, "Asynchronous I/O (asyncio)",
+    "Running Synchronous Methods and Functions under asyncio").
+
+    :param engine: the Engine, or the AsyncEngine's ``sync_engine``: what the synchronous
+        API takes.
+    :param async_engine: the AsyncEngine of an async driver's URL, else None.
+    """
+
+    def __init__(self, engine: sa.Engine, async_engine: AsyncEngine | None = None) -> None:
+        self.engine = engine
+        self.async_engine = async_engine
+        self._runner = None if async_engine is None else asyncio.Runner()
+
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)``: synchronous code on :attr:`engine` (in a greenlet on
+        the event loop for an async driver); its result or exception."""
+        if self._runner is None:
+            return fn(*args, **kwargs)
+        return self._runner.run(greenlet_spawn(fn, *args, **kwargs))
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` (the asyncio API on :attr:`async_engine`) on the event loop.
+
+        :raises RuntimeError: on a sync driver's database (it has no event loop).
+        """
+        if self._runner is None:
+            coroutine.close()
+            raise RuntimeError(f"{self.engine.url.drivername} is not an async driver")
+        return self._runner.run(coroutine)
+
+    def close(self) -> None:
+        """Dispose of the engine's connections (on its event loop) and close the loop."""
+        if self._runner is None or self.async_engine is None:
+            self.engine.dispose()
+            return
+        try:
+            self._runner.run(self.async_engine.dispose())
+        finally:
+            self._runner.close()
+
+
+def open_database(url: str, *, existing: bool = True, needs_async: str | None = None) -> Database:
+    """The :class:`Database` of a command's ``--url``, on the driver the URL names (an
+    Engine, or an AsyncEngine for an async driver); nothing is connected yet.
 
     :param url: a SQLAlchemy URL, as given on the command line.
     :param existing: the command needs tables that must already exist, so a SQLite URL
         naming a file that does not exist is refused instead of creating an empty file.
-    :raises click.BadParameter: (exit 2) if ``url`` is not a SQLAlchemy URL or names an
-        unknown backend.
-    :raises CannotRun: (exit 3) if the backend's driver is not installed (with the
-        ``pip install 'sa-inbox[...]'`` that installs one), or the SQLite file is missing.
+    :param needs_async: why the command needs an AsyncEngine even for a sync driver's URL
+        (``"an async def --handler runs on an AsyncSession"``): a driver without an
+        asyncio side (pysqlite, PyMySQL) is then refused; psycopg 3 has one
+        (``postgresql+psycopg``).
+    :raises click.BadParameter: (exit 2) as :func:`parse_url`, or for ``needs_async`` and a
+        driver without an asyncio side.
+    :raises CannotRun: (exit 3) if the driver (or, for an async one, greenlet) is not
+        installed, with the ``pip install 'sa-inbox[...]'`` that installs it, or the SQLite
+        file is missing.
     """
-    try:
-        parsed = sa.make_url(url)
-    except sa.exc.ArgumentError as exc:
-        raise click.BadParameter(str(exc), param_hint="--url") from exc
-    parsed = sync_peer(parsed)
+    parsed = parse_url(url)
     path = sqlite_file(parsed)
     if existing and path is not None and not path.is_file():
         raise CannotRun(
             f"the SQLite database file {str(path)!r} does not exist (nothing was created): "
             "check the --url path"
         )
+    if needs_async is None and not is_async_url(parsed):
+        try:
+            return Database(sa.create_engine(parsed))
+        except ImportError as exc:
+            raise CannotRun(_missing_driver(parsed, exc)) from exc
+    async_engine = _async_engine(parsed, needs_async)
+    return Database(async_engine.sync_engine, async_engine)
+
+
+def _async_engine(url: sa.URL, needs_async: str | None) -> AsyncEngine:
+    """``create_async_engine(url)``, its failures as a command's errors (see
+    :func:`open_database`)."""
+    if importlib.util.find_spec("greenlet") is None:
+        raise CannotRun(
+            f"the asyncio side of {url.drivername!r} needs greenlet, which is not installed: "
+            f"pip install 'sa-inbox[{_async_extra(url)}]'"
+        )
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     try:
-        return sa.create_engine(parsed)
-    except sa.exc.NoSuchModuleError as exc:
-        raise click.BadParameter(str(exc), param_hint="--url") from exc
+        return create_async_engine(url)
     except ImportError as exc:
-        raise CannotRun(_missing_driver(parsed, exc)) from exc
+        raise CannotRun(_missing_driver(url, exc)) from exc
+    except sa.exc.InvalidRequestError as exc:  # a sync-only driver ("... is not async")
+        examples = ASYNC_URL_EXAMPLES.get(url.get_backend_name(), "one with an asyncio side")
+        raise click.BadParameter(
+            f"{url.drivername} has no asyncio side and {needs_async}: give the URL of an "
+            f"async driver ({examples})",
+            param_hint="--url",
+        ) from exc
 
 
-#: The sync driver the commands use for a URL of each async driver (the same database).
-SYNC_DRIVERS = {
-    "postgresql+asyncpg": "postgresql+psycopg",
-    "postgresql+psycopg_async": "postgresql+psycopg",
-    "mysql+aiomysql": "mysql+pymysql",
-    "mysql+asyncmy": "mysql+pymysql",
-    "mariadb+aiomysql": "mariadb+pymysql",
-    "mariadb+asyncmy": "mariadb+pymysql",
-    "sqlite+aiosqlite": "sqlite",
+#: The extra that installs each async driver with greenlet (by ``URL.get_driver_name()``).
+ASYNC_DRIVER_EXTRAS = {
+    "asyncpg": "asyncpg",
+    "psycopg": "postgresql,asyncio",
+    "psycopg_async": "postgresql,asyncio",
+    "aiomysql": "aiomysql",
+    "aiosqlite": "aiosqlite",
+}
+
+#: Async drivers' URLs of each backend, for the message that asks for one.
+ASYNC_URL_EXAMPLES = {
+    "postgresql": "postgresql+asyncpg:// or postgresql+psycopg://",
+    "mysql": "mysql+aiomysql://",
+    "mariadb": "mariadb+aiomysql://",
+    "sqlite": "sqlite+aiosqlite:///",
 }
 
 
-def sync_peer(url: sa.URL) -> sa.URL:
-    """``url`` with an async driver swapped for its sync peer (``postgresql+asyncpg`` ->
-    ``postgresql+psycopg``, ``mysql+aiomysql`` -> ``mysql+pymysql``, ``sqlite+aiosqlite``
-    -> ``sqlite``), so that every command accepts the URL an asyncio application uses; any
-    other URL unchanged."""
-    driver = SYNC_DRIVERS.get(url.drivername)
-    return url if driver is None else url.set(drivername=driver)
+def _async_extra(url: sa.URL) -> str:
+    return ASYNC_DRIVER_EXTRAS.get(url.get_driver_name(), "asyncio")
+
+
+def _sync_example(url: sa.URL) -> str:
+    """A sync driver's URL scheme for ``url``'s backend, for a message."""
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        return "sqlite:///"
+    return f"{DRIVER_EXTRAS[backend][1]}://" if backend in DRIVER_EXTRAS else "its sync driver"
 
 
 def _missing_driver(url: sa.URL, exc: ImportError) -> str:
     """The message for a driver that cannot be imported, naming the extra to install."""
     backend = url.get_backend_name()
     found = f"the database driver for {url.drivername!r} is not installed ({exc})"
+    if is_async_url(url):
+        return f"{found}: pip install 'sa-inbox[{_async_extra(url)}]'"
     if backend not in DRIVER_EXTRAS:
         return f"{found}: install it"
     extra, supported = DRIVER_EXTRAS[backend]
@@ -227,22 +353,24 @@ def bind_store(engine: sa.Engine, table: str, schema: str | None) -> InboxStore:
 
 
 @contextmanager
-def connected(url: str, failure: str) -> Iterator[sa.Engine]:
-    """The engine of a command's ``--url`` for the ``with`` block, disposed at its end; a
-    database error inside the block ends the command as one ``Error: <failure>: ...`` line.
+def connected(url: str, failure: str, *, needs_async: str | None = None) -> Iterator[Database]:
+    """The :class:`Database` of a command's ``--url`` for the ``with`` block, closed at its
+    end; a database error inside the block ends the command as one ``Error: <failure>: ...``
+    line.
 
-    :param url: the ``--url``, as :func:`open_engine` takes it.
+    :param url: the ``--url``, as :func:`open_database` takes it.
     :param failure: what failed, for the message (``"purge failed"``).
-    :raises click.ClickException: as :func:`open_engine` (exit 2 or 3).
+    :param needs_async: as :func:`open_database`.
+    :raises click.ClickException: as :func:`open_database` (exit 2 or 3).
     :raises CannotRun: (exit 3) for a :class:`sqlalchemy.exc.SQLAlchemyError` or a
         :class:`~sa_inbox.exc.ConfigurationError` (a missing table or column) in the block.
     """
-    engine = open_engine(url)
+    database = open_database(url, needs_async=needs_async)
     try:
-        yield engine
+        yield database
     except sa.exc.SQLAlchemyError as exc:
         raise CannotRun(f"{failure}: {exc}") from exc
     except ConfigurationError as exc:
         raise CannotRun(f"{failure}: {type(exc).__name__}: {exc}") from exc
     finally:
-        engine.dispose()
+        database.close()

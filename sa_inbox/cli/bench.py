@@ -132,9 +132,16 @@ def bench(
         _calculate(rate, window, consumers, figures)
     else:
         if url is not None:
-            check_url(url)
+            check_url(url, sync_only=BENCH_SYNC_ONLY)
         options = {"broker": broker} if broker else {}
         _run(names or SCENARIOS, url, messages, workers, repeat, rows, out, options)
+
+
+#: Why ``sa-inbox bench`` takes a sync driver's URL.
+BENCH_SYNC_ONLY = (
+    "the scenarios run on the synchronous core (claim_overhead adds the async layer on each "
+    "installed async driver of the backend by itself)"
+)
 
 
 def _report(out: Path) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ._common import EXIT_FAILED, EXIT_INTERRUPTED, CannotRun, check_url, sync_peer
+from ._common import EXIT_FAILED, EXIT_INTERRUPTED, CannotRun, check_url
 
 if TYPE_CHECKING:
     from ..chaos.run import ChaosConfig
@@ -56,12 +56,17 @@ def check_broker(ctx: click.Context, param: click.Parameter, url: str | None) ->
 
 
 def database_url(url: str) -> str:
-    """The ``--url`` checked, an async driver swapped for its sync peer, as a string with
-    its password (the consumer processes connect with it).
+    """The ``--url`` checked, as a string with its password (the consumer processes connect
+    with it).
 
-    :raises click.ClickException: as :func:`._common.check_url` (exit 2 or 3).
+    :raises click.ClickException: as :func:`._common.check_url` (exit 2 for an async
+        driver's URL: the consumers run on the synchronous core; 3).
     """
-    return sync_peer(check_url(url)).render_as_string(hide_password=False)
+    sync_only = (
+        "the chaos consumers run on the synchronous core (the NATS ones make their async "
+        "engine from its URL)"
+    )
+    return check_url(url, sync_only=sync_only).render_as_string(hide_password=False)
 
 
 @click.command("chaos")
@@ -96,6 +101,14 @@ def database_url(url: str) -> str:
     show_default=True,
     type=click.FloatRange(min=0),
     help="Mean seconds between two SIGKILLs of a random consumer (exponential); 0: none.",
+)
+@click.option(
+    "--max-kills",
+    default=None,
+    type=click.IntRange(min=0),
+    help="Stop killing after this many SIGKILLs (default: no limit). A healthy message's "
+    "deliveries end by a kill at most this often (and by a --crash-* at most as often as "
+    "messages crash): a --max-deliveries above the two keeps every one from the dead letters.",
 )
 @click.option(
     "--duplicates",
@@ -167,6 +180,7 @@ def chaos(
     messages: int,
     consumers: int,
     kill_every: float,
+    max_kills: int | None,
     duplicates: float,
     poison: int,
     max_deliveries: int,
@@ -193,6 +207,7 @@ def chaos(
         messages=messages,
         consumers=consumers,
         kill_every=kill_every,
+        max_kills=max_kills,
         duplicates=duplicates,
         poison=poison,
         max_deliveries=max_deliveries,

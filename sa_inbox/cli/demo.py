@@ -125,7 +125,7 @@ def demo(
     if url is not None and db_file is not None:
         raise click.UsageError("--url and --db-file are exclusive")
     if url is not None:
-        check_url(url)
+        check_url(url, sync_only="the demo's workers run on the synchronous core")
     config = DemoConfig(
         messages=messages,
         workers=workers,

@@ -63,8 +63,8 @@ def outbox_group() -> None:
 def counts_command(url: str, table: str, schema: str | None, destination: str | None) -> None:
     """Print the number of rows per status as JSON (every destination's without
     --destination)."""
-    with connected(url, "cannot count the outbox's rows") as engine:
-        counts = bind_outbox(engine, table, schema).counts(destination)
+    with connected(url, "cannot count the outbox's rows") as db:
+        counts = db.call(lambda: bind_outbox(db.engine, table, schema).counts(destination))
     click.echo(json.dumps(counts))
 
 
@@ -92,11 +92,11 @@ def replay_command(
     """
     filters: dict[str, Any] = {"ids": ids or None, "destination": destination}
     again = "dispatched rows would be reset to pending and their messages published again"
-    with connected(url, "replay failed") as engine:
-        core = bind_outbox(engine, table, schema)
+    with connected(url, "replay failed") as db:
+        core = db.call(bind_outbox, db.engine, table, schema)
         run_replay(
-            lambda chosen: core.replayable(status=chosen, **filters),
-            lambda: core.replay(status=status, **filters),
+            lambda chosen: db.call(core.replayable, status=chosen, **filters),
+            lambda: db.call(core.replay, status=status, **filters),
             status=status,
             finished="dispatched",
             again=again,

@@ -10,16 +10,24 @@ missing).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import signal
-from typing import Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
 
 import click
 import sqlalchemy as sa
 
 from ..exc import UnsupportedBroker
-from ._common import CannotRun, connected, require_table
+from ._common import CannotRun, Database, connected, require_table
+
+if TYPE_CHECKING:
+    from ..asyncio import AsyncOutboxRelay
+    from ..outbox import OutboxRelay
+    from ..outbox.publisher import Publisher
+    from ..outbox.relay import RelayBatch
 
 __all__ = ["relay_command"]
 
@@ -72,27 +80,78 @@ def relay_command(
     until_empty: bool,
     **settings: Any,
 ) -> None:
-    """Publish committed outbox rows to the broker, each confirmed, then mark them."""
+    """Publish committed outbox rows to the broker, each confirmed, then mark them.
+
+    On an async driver's URL (postgresql+asyncpg, postgresql+psycopg_async,
+    mysql+aiomysql, sqlite+aiosqlite) the asyncio relay runs, on that driver, with the
+    broker's asyncio publisher (aio-pika, redis.asyncio, nats-py).
+    """
     from ..outbox import Outbox, OutboxRelay
-    from ..outbox.publisher import publisher_for
     from ..store.worker import Backoff
 
-    backoff = Backoff(settings.pop("backoff"), settings.pop("max_backoff"))
+    settings["backoff"] = Backoff(settings.pop("backoff"), settings.pop("max_backoff"))
+    with connected(url, "the relay failed") as db:
+        publisher = _publisher(broker, asynchronous=db.async_engine is not None)
+        try:
+            db.call(require_table, db.engine, table, schema, "outbox table")
+            outbox = Outbox(sa.MetaData(), table_name=table, schema=schema)
+            if db.async_engine is None:
+                total = _relay(OutboxRelay(db.engine, outbox, publisher, **settings), until_empty)
+            else:
+                from ..asyncio import AsyncOutboxRelay
+
+                relay = AsyncOutboxRelay(db.async_engine, outbox, publisher, **settings)
+                total = db.run(_relay_async(relay, until_empty))
+        finally:
+            _close(db, publisher)
+    click.echo(json.dumps(dataclasses.asdict(total)))
+
+
+def _publisher(broker: str, *, asynchronous: bool) -> Publisher:
+    """The publisher of ``--broker``: the asyncio one for an async driver's URL.
+
+    :raises click.BadParameter: (exit 2) for an unsupported scheme.
+    :raises CannotRun: (exit 3) if the broker's client refuses the URL.
+    """
+    from ..outbox.publisher import async_publisher_for, publisher_for
+
     try:
-        publisher = publisher_for(broker)
+        return (async_publisher_for if asynchronous else publisher_for)(broker)
     except UnsupportedBroker as exc:
         raise click.BadParameter(str(exc), param_hint="--broker") from exc
     except Exception as exc:  # the broker's client: unreachable, refused
         raise CannotRun(f"cannot connect to the broker: {type(exc).__name__}: {exc}") from exc
+
+
+def _close(db: Database, publisher: Publisher) -> None:
+    """Close the publisher's connection (on the event loop for an asyncio publisher)."""
+    closing = publisher.close()
+    if closing is not None:
+        db.run(_awaited(closing))
+
+
+async def _awaited(awaitable: Awaitable[None]) -> None:
+    await awaitable
+
+
+#: What the relay says on stderr once SIGTERM and SIGINT stop it.
+RUNNING = "relay running: SIGTERM or SIGINT stops it after its batch"
+
+
+def _relay(relay: OutboxRelay, until_empty: bool) -> RelayBatch:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: relay.stop())
+    click.echo(RUNNING, err=True)
+    return relay.run(until_empty=until_empty)
+
+
+async def _relay_async(relay: AsyncOutboxRelay, until_empty: bool) -> RelayBatch:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, relay.stop)
+    click.echo(RUNNING, err=True)
     try:
-        with connected(url, "the relay failed") as engine:
-            require_table(engine, table, schema, "outbox table")
-            outbox = Outbox(sa.MetaData(), table_name=table, schema=schema)
-            relay = OutboxRelay(engine, outbox, publisher, backoff=backoff, **settings)
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: relay.stop())
-            click.echo("relay running: SIGTERM or SIGINT stops it after its batch", err=True)
-            total = relay.run(until_empty=until_empty)
+        return await relay.run(until_empty=until_empty)
     finally:
-        publisher.close()
-    click.echo(json.dumps(dataclasses.asdict(total)))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

@@ -32,6 +32,7 @@ from ._common import bind_store, connected, require_table
 
 if TYPE_CHECKING:
     from ..retention import Batch, PurgeTarget, RetentionPolicy
+    from ..retention.partitions import MaintenanceResult, Partition
 
 __all__ = ["Duration", "partitions_group", "purge_command"]
 
@@ -194,7 +195,8 @@ def purge_command(
     console = Console(stderr=True)
     batches: list[retention.Batch] = []
     started = time.perf_counter()
-    with connected(url, "purge failed") as engine:
+
+    def purge_with_progress(engine: sa.Engine) -> int:
         plan = _purge_plan(engine, table, schema, store, policy, window, dead_window, batch_size)
         expected = sum(
             retention.count_expired(engine, target, older) for target, older in plan.counted
@@ -212,7 +214,10 @@ def purge_command(
                 batches.append(batch)
                 progress.update(task, advance=batch.rows)
 
-            deleted = plan.run(on_batch)
+            return plan.run(on_batch)
+
+    with connected(url, "purge failed") as db:
+        deleted = db.call(purge_with_progress, db.engine)
     elapsed = time.perf_counter() - started
     figures = _figures(deleted, batches, elapsed, window)
     click.echo(
@@ -372,15 +377,14 @@ def maintain_command(
         policy = RetentionPolicy(max_redelivery, max_replay=max_replay, margin=margin)
     except InboxError as exc:
         raise click.UsageError(str(exc)) from exc
-    with connected(url, "partition maintenance failed") as engine:
+
+    def maintain(engine: sa.Engine) -> MaintenanceResult:
+        parent = _partitioned_table(engine, table, schema)
+        return maintain_partitions(engine, parent, policy=policy, interval=interval, ahead=ahead)
+
+    with connected(url, "partition maintenance failed") as db:
         try:
-            result = maintain_partitions(
-                engine,
-                _partitioned_table(engine, table, schema),
-                policy=policy,
-                interval=interval,
-                ahead=ahead,
-            )
+            result = db.call(maintain, db.engine)
         except UnsafePartitionKey as exc:
             raise click.UsageError(str(exc)) from exc
     click.echo(f"created {len(result.created)}: {', '.join(result.created) or '-'}")
@@ -394,10 +398,13 @@ def list_command(url: str, table: str | None, schema: str | None) -> None:
 
     from ..retention.partitions import list_partitions
 
-    with connected(url, "could not list partitions") as engine:
+    def listed(engine: sa.Engine) -> list[Partition]:
         parent = _partitioned_table(engine, table, schema)
         with engine.connect() as conn:
-            partitions = list_partitions(conn, parent)
+            return list_partitions(conn, parent)
+
+    with connected(url, "could not list partitions") as db:
+        partitions = db.call(listed, db.engine)
     for partition in partitions:
         click.echo(
             f"{partition.name}\t{partition.lower.isoformat()}\t{partition.upper.isoformat()}"

@@ -35,6 +35,7 @@ from ._common import connected
 from .retention import DURATION
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
     from rich.console import RenderableType
 
     from ..replication import ReplicationState
@@ -108,7 +109,7 @@ def stats_command(
     """
     from ..stats import collect, warnings
 
-    def sample() -> tuple[InboxStats, list[StatsWarning]]:
+    def sample(engine: sa.Engine) -> tuple[InboxStats, list[StatsWarning]]:
         stats = collect(
             engine,
             inbox_table=table or None,
@@ -121,11 +122,11 @@ def stats_command(
         )
         return stats, found
 
-    with connected(url, "cannot read the inbox's tables") as engine:
+    with connected(url, "cannot read the inbox's tables") as db:
         if watch and not as_json:
-            stats, found = _watch(sample, interval)
+            stats, found = _watch(lambda: db.call(sample, db.engine), interval)
         else:
-            stats, found = sample()
+            stats, found = db.call(sample, db.engine)
             _print(stats, found, as_json)
     if check and found:
         click.get_current_context().exit(min(w.code for w in found))

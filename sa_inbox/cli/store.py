@@ -49,8 +49,8 @@ def store_group() -> None:
 @store_options
 def counts_command(url: str, table: str, schema: str | None, consumer: str | None) -> None:
     """Print the number of rows per status as JSON (every consumer's without --consumer)."""
-    with connected(url, "cannot count the store's rows") as engine:
-        counts = bind_store(engine, table, schema).counts(engine, consumer)
+    with connected(url, "cannot count the store's rows") as db:
+        counts = db.call(lambda: bind_store(db.engine, table, schema).counts(db.engine, consumer))
     click.echo(json.dumps(counts))
 
 
@@ -113,11 +113,11 @@ def replay_command(
     {"would_replay": N} and changes nothing.
     """
     filters: dict[str, Any] = {"ids": ids or None, "consumer_name": consumer}
-    with connected(url, "replay failed") as engine:
-        store = bind_store(engine, table, schema)
+    with connected(url, "replay failed") as db:
+        store = db.call(bind_store, db.engine, table, schema)
         run_replay(
-            lambda chosen: store.replayable(engine, status=chosen, **filters),
-            lambda: store.replay(engine, status=status, **filters),
+            lambda chosen: db.call(store.replayable, db.engine, status=chosen, **filters),
+            lambda: db.call(store.replay, db.engine, status=status, **filters),
             status=status,
             finished="done",
             again="done rows would be reset to pending and their messages processed again",

@@ -7,22 +7,27 @@ store table missing, a :class:`~sa_inbox.exc.ConfigurationError` that stopped th
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import importlib
 import json
 import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import sqlalchemy as sa
 
 from ..exc import InvalidHandler
 from ..handlers import check_handler, is_async_callable
-from ._common import SYNC_DRIVERS, CannotRun, bind_store, connected
+from ._common import CannotRun, Database, bind_store, connected
 from .store import store_options
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from ..asyncio import AsyncWorker
+    from ..store import InboxStore, StoredMessage, Worker
 
 __all__ = ["resolve_handler", "worker_command"]
 
@@ -159,8 +164,13 @@ def worker_command(
 ) -> None:
     """Process the inbox store's messages with HANDLER until SIGTERM/SIGINT.
 
-    An ``async def`` HANDLER(session, message) runs on the asyncio worker with an
-    AsyncSession, through the URL's async driver (aiosqlite, asyncpg, psycopg 3, aiomysql).
+    The worker runs on the URL's own driver. On an async driver's URL
+    (postgresql+asyncpg, postgresql+psycopg_async, mysql+aiomysql, sqlite+aiosqlite) it
+    is the asyncio worker: an ``async def`` HANDLER gets an AsyncSession, a plain one the
+    sync Session on that driver, run in the worker task's greenlet (a handler that blocks
+    on anything but the database holds every --concurrency task). An ``async def``
+    HANDLER needs such a URL (or postgresql+psycopg, psycopg 3 being async too): a sync
+    driver's URL is refused (exit 2).
 
     HANDLER is called as handler(session, message) in the transaction that marks the
     message done. On SIGTERM or SIGINT the worker finishes the message in hand, releases
@@ -187,6 +197,7 @@ def worker_command(
         )
     _put_first_on_path(app_dir)
     handler = resolve_handler(handler_spec)
+    asynchronous = is_async_callable(handler)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     options: dict[str, Any] = {
         "consumer_name": consumer,
@@ -204,23 +215,15 @@ def worker_command(
         "max_messages": max_messages,
         "max_seconds": max_seconds,
     }
-    with connected(url, "the worker failed") as engine:
-        store = bind_store(engine, table, schema)
-        worker: Any
-        if is_async_callable(handler):
-            # An async def handler: the asyncio worker, on the URL's async driver (imported
-            # here: sqlalchemy.ext.asyncio needs greenlet, the sync worker does not).
-            from ..asyncio import AsyncInboxStore, AsyncWorker
-
-            async_engine = _async_engine(sa.make_url(url), engine.url)
-            worker = AsyncWorker(AsyncInboxStore(store).bind(async_engine), handler, **options)
-        else:
-            async_engine, worker = None, Worker(store.bind(engine), handler, **options)
+    needs_async = "an async def --handler runs on an AsyncSession" if asynchronous else None
+    with connected(url, "the worker failed", needs_async=needs_async) as db:
+        store = db.call(bind_store, db.engine, table, schema)
+        worker = _worker(db, store, handler, options)
         try:
-            if async_engine is None:
+            if isinstance(worker, Worker):
                 worker.run(**limits)
             else:
-                asyncio.run(_run_async(worker, async_engine, limits))
+                db.run(worker.run(**limits))
         except ConfigurationError as exc:
             click.echo(json.dumps(worker.summary.as_dict()))
             first_line = (str(exc).strip().splitlines() or [""])[0]
@@ -228,43 +231,34 @@ def worker_command(
     click.echo(json.dumps(worker.summary.as_dict()))
 
 
-#: The async driver the asyncio worker uses for a URL of each sync driver.
-ASYNC_DRIVERS = {
-    "sqlite": "sqlite+aiosqlite",
-    "sqlite+pysqlite": "sqlite+aiosqlite",
-    "postgresql": "postgresql+asyncpg",
-    "postgresql+psycopg2": "postgresql+asyncpg",
-    "postgresql+psycopg": "postgresql+psycopg",  # psycopg 3 is sync and async
-    "mysql": "mysql+aiomysql",
-    "mysql+pymysql": "mysql+aiomysql",
-    "mariadb+pymysql": "mariadb+aiomysql",
-}
+def _worker(
+    db: Database, store: InboxStore, handler: Callable[..., Any], options: dict[str, Any]
+) -> Worker | AsyncWorker:
+    """The worker for the URL's driver: the sync :class:`~sa_inbox.Worker` on a sync
+    driver, the :class:`~sa_inbox.asyncio.AsyncWorker` on an async one (imported only
+    then: it needs greenlet). A plain ``def`` handler on an async driver is given the
+    AsyncSession's sync Session, on which it runs in the task's greenlet, as
+    ``AsyncSession.run_sync`` runs a function."""
+    from ..store import Worker
+
+    if db.async_engine is None:
+        return Worker(store.bind(db.engine), handler, **options)
+    from ..asyncio import AsyncInboxStore, AsyncWorker
+
+    bound = AsyncInboxStore(store).bind(db.async_engine)
+    return AsyncWorker(
+        bound, handler if is_async_callable(handler) else _on_sync_session(handler), **options
+    )
 
 
-def _async_engine(given: sa.URL, url: sa.URL) -> Any:
-    """An AsyncEngine on the same database: the ``--url`` itself if it names an async
-    driver, else ``url``'s driver's async peer.
+def _on_sync_session(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """``handler(session, message)`` called with the sync Session behind the AsyncSession."""
 
-    :raises CannotRun: (exit 3) for a driver with no async peer here.
-    """
-    from sqlalchemy.ext.asyncio import create_async_engine
+    @functools.wraps(handler)
+    def on_sync_session(session: AsyncSession, message: StoredMessage) -> Any:
+        return handler(session.sync_session, message)
 
-    if given.drivername in SYNC_DRIVERS:
-        return create_async_engine(given)
-    driver = ASYNC_DRIVERS.get(url.drivername)
-    if driver is None:
-        raise CannotRun(
-            f"an async def handler needs an async driver, and {url.drivername} has no async "
-            f"peer here (known: {', '.join(sorted(set(ASYNC_DRIVERS.values())))})"
-        )
-    return create_async_engine(url.set(drivername=driver))
-
-
-async def _run_async(worker: Any, engine: Any, limits: dict[str, Any]) -> None:
-    try:
-        await worker.run(**limits)
-    finally:
-        await engine.dispose()
+    return on_sync_session
 
 
 def _put_first_on_path(app_dir: str) -> None:

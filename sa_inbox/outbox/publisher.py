@@ -15,7 +15,14 @@ from ..handlers import is_async_callable
 from .exc import AsyncPublisherInSyncRelay
 from .message import OutboxMessage
 
-__all__ = ["SCHEMES", "Publisher", "broker_unavailable", "check_publisher", "publisher_for"]
+__all__ = [
+    "SCHEMES",
+    "Publisher",
+    "async_publisher_for",
+    "broker_unavailable",
+    "check_publisher",
+    "publisher_for",
+]
 
 
 class Publisher(Protocol):
@@ -100,9 +107,23 @@ SCHEMES = {
 }
 
 
+def _broker(url: str) -> str:
+    """The broker of ``url``'s scheme (see :data:`SCHEMES`).
+
+    :raises UnsupportedBroker: for any other scheme.
+    """
+    scheme = url.partition("://")[0].lower()
+    broker = SCHEMES.get(scheme)
+    if broker is None:
+        raise UnsupportedBroker(
+            f"no outbox publisher for {scheme!r}:// URLs; use one of {', '.join(sorted(SCHEMES))}"
+        )
+    return broker
+
+
 def publisher_for(url: str) -> Publisher:
     """A synchronous publisher for a broker URL, for :class:`~sa_inbox.outbox.OutboxRelay`
-    and ``sa-inbox relay``.
+    and ``sa-inbox relay`` on a sync driver's URL.
 
     ``amqp://``, ``amqps://``: :class:`~sa_inbox.brokers.rabbitmq.RabbitMQPublisher` on the
     default exchange; ``redis://``, ``rediss://``:
@@ -112,12 +133,7 @@ def publisher_for(url: str) -> Publisher:
     :raises UnsupportedBroker: for any other scheme (a :class:`ValueError`).
     :raises ImportError: if the broker's client library (the extra) is not installed.
     """
-    scheme = url.partition("://")[0].lower()
-    broker = SCHEMES.get(scheme)
-    if broker is None:
-        raise UnsupportedBroker(
-            f"no outbox publisher for {scheme!r}:// URLs; use one of {', '.join(sorted(SCHEMES))}"
-        )
+    broker = _broker(url)
     if broker == "rabbitmq":
         from ..brokers.rabbitmq import RabbitMQPublisher
 
@@ -131,3 +147,31 @@ def publisher_for(url: str) -> Publisher:
     from ..brokers.nats import BlockingJetStreamPublisher
 
     return BlockingJetStreamPublisher(url)
+
+
+def async_publisher_for(url: str) -> Publisher:
+    """An asyncio publisher for a broker URL, for :class:`~sa_inbox.asyncio.AsyncOutboxRelay`
+    and ``sa-inbox relay`` on an async driver's URL; each connects at its first publish.
+
+    ``amqp://``, ``amqps://``: :class:`~sa_inbox.brokers.rabbitmq.AioPikaPublisher` on the
+    default exchange; ``redis://``, ``rediss://``:
+    :class:`~sa_inbox.brokers.redis.RedisStreamPublisher` on a ``redis.asyncio`` client;
+    ``nats://``, ``tls://``: :class:`~sa_inbox.brokers.nats.ConnectingJetStreamPublisher`.
+
+    :raises UnsupportedBroker: for any other scheme (a :class:`ValueError`).
+    :raises ImportError: if the broker's client library (the extra) is not installed.
+    """
+    broker = _broker(url)
+    if broker == "rabbitmq":
+        from ..brokers.rabbitmq import AioPikaPublisher
+
+        return AioPikaPublisher(url)
+    if broker == "redis":
+        import redis.asyncio
+
+        from ..brokers.redis import RedisStreamPublisher
+
+        return RedisStreamPublisher(redis.asyncio.Redis.from_url(url))
+    from ..brokers.nats import ConnectingJetStreamPublisher
+
+    return ConnectingJetStreamPublisher(url)

@@ -70,3 +70,31 @@ async def record_async_but_3(session: Any, message: StoredMessage) -> None:
     await record_async(session, message)
     if message.payload.get("seq") == 3:
         raise RuntimeError(f"{message.message_id} fails")
+
+
+def driver_of(session: Any) -> str:
+    """The driver ``session`` runs on and its kind: ``"asyncpg async"``, ``"pymysql sync"``."""
+    dialect = session.get_bind().dialect
+    return f"{dialect.driver} {'async' if dialect.is_async else 'sync'}"
+
+
+def record_driver(session: Session, message: StoredMessage) -> None:
+    """``record``, with the session's driver in ``aggregate_id`` (a plain ``def``)."""
+    session.execute(
+        EFFECTS.insert().values(
+            message_id=message.message_id,
+            aggregate_id=driver_of(session),
+            claimed_by=message.claimed_by,
+        )
+    )
+
+
+async def record_driver_async(session: Any, message: StoredMessage) -> None:
+    """``record_driver`` as an ``async def`` on an AsyncSession."""
+    await session.execute(
+        EFFECTS.insert().values(
+            message_id=message.message_id,
+            aggregate_id=driver_of(session.sync_session),
+            claimed_by=message.claimed_by,
+        )
+    )

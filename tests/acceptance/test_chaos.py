@@ -1,12 +1,15 @@
 """``sa-inbox chaos`` and ``sa-inbox demo --broker`` end to end: the real CLI in a subprocess,
 real consumer processes SIGKILLed at random, a live broker, a real database.
 
-Each run is small (300 payments, 3 consumers, a kill every ~0.5 s, 3 poison messages, 1% of the
-payments SIGKILLing their consumer after the commit, before the ack, 1% in the handler before
-the commit, 4 deliveries before a dead letter: with 3, a healthy payment held by consumers
-killed three times running is now and then dead-lettered, as the rules say, and the run
-fails its dead-letters check). The tests assert the run's verification, then check the
-database's business state and the broker's state themselves.
+Each run is small (300 payments, 3 consumers, a kill every ~0.5 s up to :data:`MAX_KILLS`
+kills, 3 poison messages, 1% of the payments SIGKILLing their consumer after the commit,
+before the ack, 1% in the handler before the commit). A healthy payment's delivery is ended
+by a kill at most MAX_KILLS times and by a crash of the consumer holding it at most as often
+as payments crash (each once, on its first delivery), so :data:`MAX_DELIVERIES`, one more
+than both, is never reached by a healthy payment: the dead letters are the poison ones
+whatever the timing (an unbounded killer once dead-lettered a payment killed 4 times
+running). The tests assert the run's verification, then check the database's business
+state and the broker's state themselves.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import sqlalchemy as sa
 import sa_inbox
 from sa_inbox.chaos.consumer import AFTER_COMMIT, IN_HANDLER, crash_chosen
 from sa_inbox.chaos.drivers import ChaosDriver, driver_for
+from sa_inbox.chaos.drivers.nats import CHAOS_ACK_WAIT
+from sa_inbox.chaos.drivers.redis import VISIBILITY_TIMEOUT as REDIS_VISIBILITY_TIMEOUT
 from sa_inbox.chaos.workload import PREFIX, make_plan
 from sa_inbox.demo.app import DemoSchema
 from sa_inbox.demo.stream import generate_stream
@@ -39,8 +44,23 @@ SEED, MESSAGES, POISON, DUPLICATES = 7, 300, 3, 0.1
 #: Share of messages crashing their consumer on their first delivery, after the commit and
 #: (another share) in the handler: with this seed, 3 and 4 of the 300 payments.
 CRASHES = 0.01
-#: Seconds a run may take before the CLI fails it; the test's own limit is a bit longer.
-RUN_TIMEOUT = 60
+#: Payments that SIGKILL their consumer on their first delivery (after the commit, in the
+#: handler), at most one crash each.
+PLAN = make_plan(MESSAGES, seed=SEED, duplicates=DUPLICATES, poison=POISON)
+CHOSEN = {
+    kind: sum(crash_chosen(SEED, i, kind, CRASHES) for i in PLAN.payments)
+    for kind in (AFTER_COMMIT, IN_HANDLER)
+}
+#: Kills after which the run's killer stops.
+MAX_KILLS = 5
+#: Deliveries before a dead letter: above every delivery a kill or a crash can end.
+MAX_DELIVERIES = MAX_KILLS + sum(CHOSEN.values()) + 1
+#: Seconds between two deliveries of a message whose consumer failed it or died, at most:
+#: the chaos drivers' Redis visibility timeout and JetStream AckWait (RabbitMQ: at once).
+REDELIVERY_WAIT = max(REDIS_VISIBILITY_TIMEOUT, CHAOS_ACK_WAIT)
+#: Seconds a run may take before the CLI fails it (the poison's deliveries are spaced by
+#: REDELIVERY_WAIT); the test's own limit is a bit longer.
+RUN_TIMEOUT = 60 + MAX_DELIVERIES * REDELIVERY_WAIT
 BROKERS = {"rabbitmq": "amqp", "redis": "redis", "nats": "nats"}
 
 
@@ -167,21 +187,18 @@ def test_chaos_run_applies_every_payment_once_through_kills(
         "chaos",
         *("--broker", broker_url(broker), "--url", url, "--name", name),
         *("--messages", str(MESSAGES), "--consumers", "3", "--kill-every", "0.5"),
-        *("--poison", str(POISON), "--max-deliveries", "4", "--duplicates", str(DUPLICATES)),
+        *("--max-kills", str(MAX_KILLS), "--max-deliveries", str(MAX_DELIVERIES)),
+        *("--poison", str(POISON), "--duplicates", str(DUPLICATES)),
         *("--crash-after-commit", str(CRASHES), "--crash-in-handler", str(CRASHES)),
         *("--seed", str(SEED), "--timeout", str(RUN_TIMEOUT)),
     )
-    plan = make_plan(MESSAGES, seed=SEED, duplicates=DUPLICATES, poison=POISON)
-    chosen = {
-        kind: sum(crash_chosen(SEED, i, kind, CRASHES) for i in plan.payments)
-        for kind in (AFTER_COMMIT, IN_HANDLER)
-    }
+    plan, chosen = PLAN, CHOSEN
 
     assert code == 0, output
     assert result["ok"] is True and all(result["checks"].values()), output
     # The chaos happened: random kills, crashes between commit and ack, redeliveries,
     # producer retries, poison retried then dead-lettered.
-    assert result["kills"] > 0, output
+    assert 0 < result["kills"] <= MAX_KILLS, output
     # Killed after the commit, before the ack: redelivered, acked as a duplicate. Killed in
     # the handler, before the commit: rolled back, redelivered, applied once.
     # (A chosen payment does not crash if its first delivery died with a killed consumer.)

@@ -223,3 +223,23 @@ def test_bench_help_names_every_scenario_it_accepts() -> None:
     text = " ".join(done.stdout.split())  # click wraps the help
     for name in accepted:
         assert name in text, f"bench accepts {name!r} but its help does not name it"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["demo"], ["bench", "claim_overhead"], ["chaos", "--broker", "amqp://127.0.0.1:1/"]],
+    ids=["demo", "bench", "chaos"],
+)
+def test_commands_on_the_sync_core_refuse_an_async_drivers_url(
+    command: list[str], tmp_path: Path
+) -> None:
+    """demo, bench and chaos run their workers on the synchronous core: an async driver's
+    URL is refused with one line naming the sync URL (exit 2), no file created, instead of
+    being swapped for another driver or failing with "greenlet_spawn has not been called"."""
+    path = tmp_path / "async.db"
+    done = run_cli(*command, "--url", f"sqlite+aiosqlite:///{path}")
+    assert done.returncode == 2, done.stderr
+    error = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1 and "sqlite+aiosqlite is an async driver and" in error[0]
+    assert error[0].endswith("give the URL of a sync driver (sqlite:///)")
+    assert not path.exists()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from sa_inbox.cli._common import ASYNC_URL_EXAMPLES
 from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming
 from tests.support.store_app import TABLE, StoreApp, make_engine
 
@@ -62,6 +63,21 @@ NOTHING = {
 }  # fmt: skip
 
 
+#: The async driver an ``async def`` handler runs on, per backend (oracledb is both).
+ASYNC_URL_DRIVERS = {
+    "sqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "mysql": "mysql+aiomysql",
+}
+
+
+def async_url_of(url: str) -> str:
+    """``url`` on its backend's async driver (see :data:`ASYNC_URL_DRIVERS`)."""
+    parsed = sa.make_url(url)
+    driver = ASYNC_URL_DRIVERS.get(parsed.get_backend_name(), parsed.drivername)
+    return parsed.set(drivername=driver).render_as_string(hide_password=False)
+
+
 def summary(out: str) -> dict[str, object]:
     """The JSON summary on the last line of ``sa-inbox worker``'s output."""
     printed: dict[str, object] = json.loads(out.strip().splitlines()[-1])
@@ -88,6 +104,8 @@ def test_worker_command_in_batch_mode_fails_one_message_alone(
     url: str, store_app: StoreApp, handler: str
 ) -> None:
     receive(store_app, 10)
+    if handler.startswith("record_async"):
+        url = async_url_of(url)
     child = cli(
         "worker", "--url", url, "--table", TABLE, "--consumer", "default",
         "--handler", f"tests.acceptance.cli_handler:{handler}", "--transaction", "batch",
@@ -351,11 +369,10 @@ def test_worker_command_runs_an_async_handler_on_the_asyncio_worker(
     url: str, store_app: StoreApp
 ) -> None:
     """An ``async def`` handler is detected at start and run by the AsyncWorker through the
-    URL's async driver (aiosqlite, psycopg 3 async, aiomysql): the same summary, each
-    message applied once."""
+    URL's async driver: the same summary, each message applied once."""
     receive(store_app, 12)
     child = cli(
-        "worker", "--url", url, "--table", TABLE, "--consumer", "default",
+        "worker", "--url", async_url_of(url), "--table", TABLE, "--consumer", "default",
         "--handler", "tests.acceptance.cli_handler:record_async", "--concurrency", "3",
         "--until-empty",
     )  # fmt: skip
@@ -365,27 +382,26 @@ def test_worker_command_runs_an_async_handler_on_the_asyncio_worker(
     assert sorted(store_app.effect_ids()) == sorted(f"m-{i}" for i in range(12))
 
 
-def test_commands_accept_the_url_of_an_async_driver(url: str, store_app: StoreApp) -> None:
-    """The URL an asyncio application uses (asyncpg, aiomysql, aiosqlite) works for every
-    command: ``store counts`` reads through its sync peer, the worker runs an async handler
-    on that very driver (before: "greenlet_spawn has not been called", exit 3)."""
-    drivers = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg",
-               "mysql": "mysql+aiomysql"}  # fmt: skip
-    parsed = sa.make_url(url)
-    if parsed.get_backend_name() not in drivers:
-        pytest.skip("no async driver for this backend here")
-    async_url = parsed.set(drivername=drivers[parsed.get_backend_name()]).render_as_string(
-        hide_password=False
-    )
-    receive(store_app, 5)
-    worker = cli(
-        "worker", "--url", async_url, "--table", TABLE, "--consumer", "default",
+def test_an_async_handler_on_a_sync_only_driver_is_refused(url: str, store_app: StoreApp) -> None:
+    """The CLI keeps the URL's driver: an ``async def`` handler on a driver without an
+    asyncio side (pysqlite, PyMySQL) is refused with one line naming the async driver's URL
+    (exit 2), nothing processed; psycopg 3 (``postgresql+psycopg``) has one and runs it."""
+    receive(store_app, 3)
+    child = cli(
+        "worker", "--url", url, "--table", TABLE, "--consumer", "default",
         "--handler", "tests.acceptance.cli_handler:record_async", "--until-empty",
     )  # fmt: skip
-    out, err = worker.communicate(timeout=120)
-    assert worker.returncode == 0, err
-    assert summary(out)["processed"] == 5 and len(store_app.effect_ids()) == 5
-    counts = cli("store", "counts", "--url", async_url, "--table", TABLE)
-    out, err = counts.communicate(timeout=60)
-    assert counts.returncode == 0, err
-    assert json.loads(out)[DONE] == 5
+    _, err = child.communicate(timeout=120)
+    counts = store_app.store.counts(store_app.engine)
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() in ("postgresql", "oracle"):  # psycopg 3, oracledb: both
+        assert child.returncode == 0 and counts[DONE] == 3, err
+        return
+    assert child.returncode == 2, err
+    error = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert error == [
+        f"Error: Invalid value for --url: {parsed.drivername} has no asyncio side and an "
+        "async def --handler runs on an AsyncSession: give the URL of an async driver "
+        f"({ASYNC_URL_EXAMPLES[parsed.get_backend_name()]})"
+    ]
+    assert counts[PENDING] == 3 and store_app.effect_ids() == []

@@ -45,6 +45,7 @@ from .delivery import dead_letter_headers as dead_letter_headers
 from .delivery import to_delivery as to_delivery
 from .publisher import DEFAULT_PUBLISH_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
 from .publisher import BlockingJetStreamPublisher as BlockingJetStreamPublisher
+from .publisher import ConnectingJetStreamPublisher as ConnectingJetStreamPublisher
 from .publisher import JetStreamPublisher as JetStreamPublisher
 from .publisher import NoPubAckError as NoPubAckError
 from .settler import DEFAULT_ACK_TIMEOUT as DEFAULT_ACK_TIMEOUT
@@ -66,6 +67,7 @@ __all__ = [
     "DEFAULT_KEY_HEADER",
     "DEFAULT_PUBLISH_TIMEOUT",
     "BlockingJetStreamPublisher",
+    "ConnectingJetStreamPublisher",
     "JetStreamPublisher",
     "JetStreamSettler",
     "RetryDelay",

@@ -26,6 +26,7 @@ from .delivery import DEFAULT_KEY_HEADER
 __all__ = [
     "DEFAULT_PUBLISH_TIMEOUT",
     "BlockingJetStreamPublisher",
+    "ConnectingJetStreamPublisher",
     "JetStreamPublisher",
     "NoPubAckError",
 ]
@@ -148,17 +149,18 @@ class JetStreamPublisher:
         """Nothing: the caller owns the connection."""
 
 
-class BlockingJetStreamPublisher:
-    """:class:`JetStreamPublisher` for the synchronous :class:`~sa_inbox.outbox.OutboxRelay`
-    (``sa-inbox relay``): its own connection on its own event loop, each publish run to its
-    PubAck on that loop. nats-py has no synchronous client. The connection is opened by the
-    first publish, within ``timeout`` (else ``TimeoutError``: the server is unreachable, the
-    relay gives the rows back and waits), so a relay starts while the server is down, as it
-    does with Redis and RabbitMQ. nats-py reconnects by itself while the loop runs (during
-    publishes), up to ``max_reconnect_attempts``; a connection it then closed is opened
-    again by the next publish. nats-py's errors are logged at ``DEBUG`` on
-    ``sa_inbox.brokers.nats`` (its default prints a traceback per reconnect attempt): the
-    relay logs the outage.
+class ConnectingJetStreamPublisher:
+    """:class:`JetStreamPublisher` on a connection of its own to ``url``: for
+    :class:`~sa_inbox.asyncio.AsyncOutboxRelay` (``sa-inbox relay`` on an async driver's
+    URL), and run on a loop of its own by :class:`BlockingJetStreamPublisher`.
+
+    The connection is opened by the first publish, within ``timeout`` (else
+    ``TimeoutError``: the server is unreachable, the relay gives the rows back and waits),
+    so a relay starts while the server is down, as it does with Redis and RabbitMQ. nats-py
+    reconnects by itself while the loop runs, up to ``max_reconnect_attempts``; a
+    connection it then closed is opened again by the next publish. nats-py's errors are
+    logged at ``DEBUG`` on ``sa_inbox.brokers.nats`` (its default prints a traceback per
+    reconnect attempt): the relay logs the outage.
 
     :param url: a ``nats://`` URL.
     :param connect_options: more keyword arguments of ``nats.connect`` (e.g.
@@ -172,28 +174,65 @@ class BlockingJetStreamPublisher:
         self.url = url
         self._options = {"error_cb": _log_nats_error, **(connect_options or {})}
         self._settings = settings
-        self._loop = asyncio.new_event_loop()
         self._nc: Any = None
         self._publisher = JetStreamPublisher(None, **settings)  # connected by publish
 
-    def _connect(self) -> None:
+    async def _connect(self) -> None:
         import nats
 
         connecting = nats.connect(self.url, **self._options)
-        timeout = self._publisher.timeout
-        self._nc = self._loop.run_until_complete(asyncio.wait_for(connecting, timeout))
+        self._nc = await asyncio.wait_for(connecting, self._publisher.timeout)
         self._publisher = JetStreamPublisher(self._nc.jetstream(), **self._settings)
 
-    def publish(self, message: OutboxMessage) -> None:
-        """Publish and wait for the PubAck (see :meth:`JetStreamPublisher.publish`). A
-        connection nats-py closed (it stops reconnecting after ``max_reconnect_attempts``)
-        is opened again first.
+    async def publish(self, message: OutboxMessage) -> None:
+        """Publish and await the PubAck (see :meth:`JetStreamPublisher.publish`), opening
+        the connection first if it is not open (or nats-py closed it).
 
         :raises TimeoutError: the connection could not be opened within ``timeout``.
         :raises nats.errors.NoServersError: the connection could not be opened.
         """
         if self._nc is None or self._nc.is_closed:
-            self._connect()
+            await self._connect()
+        await self._publisher.publish(message)
+
+    def is_unavailable(self, error: BaseException) -> bool:
+        """As :meth:`JetStreamPublisher.is_unavailable`."""
+        return self._publisher.is_unavailable(error)
+
+    async def close(self) -> None:
+        """Drain the connection (if open)."""
+        connection, self._nc = self._nc, None
+        if connection is not None:
+            await connection.close()
+
+
+class BlockingJetStreamPublisher:
+    """:class:`ConnectingJetStreamPublisher` for the synchronous
+    :class:`~sa_inbox.outbox.OutboxRelay` (``sa-inbox relay`` on a sync driver's URL): run
+    on an event loop of its own, each publish to its PubAck. nats-py has no synchronous
+    client. The connection is opened by the first publish within ``timeout``, and again
+    after nats-py closed it, as there.
+
+    :param url: a ``nats://`` URL.
+    :param connect_options: more keyword arguments of ``nats.connect``; default none.
+    :param settings: as :class:`JetStreamPublisher` (``key_header``, ``timeout``).
+    """
+
+    def __init__(
+        self, url: str, *, connect_options: Mapping[str, Any] | None = None, **settings: Any
+    ) -> None:
+        self.url = url
+        self._loop = asyncio.new_event_loop()
+        self._publisher = ConnectingJetStreamPublisher(
+            url, connect_options=connect_options, **settings
+        )
+
+    def publish(self, message: OutboxMessage) -> None:
+        """Publish and wait for the PubAck (see :meth:`ConnectingJetStreamPublisher.publish`).
+
+        :raises TimeoutError: the connection could not be opened within ``timeout``.
+        :raises nats.errors.NoServersError: the connection could not be opened.
+        """
         self._loop.run_until_complete(self._publisher.publish(message))
 
     def is_unavailable(self, error: BaseException) -> bool:
@@ -203,8 +242,7 @@ class BlockingJetStreamPublisher:
     def close(self) -> None:
         """Drain the connection (if open) and close the loop."""
         if not self._loop.is_closed():
-            if self._nc is not None:
-                self._loop.run_until_complete(self._nc.close())
+            self._loop.run_until_complete(self._publisher.close())
             self._loop.close()
 
 

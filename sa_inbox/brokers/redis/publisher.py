@@ -72,5 +72,6 @@ class RedisStreamPublisher:
         return isinstance(error, unreachable)
 
     def close(self) -> Any:
-        """Close the client's connections (an awaitable for an asyncio client)."""
-        return self.client.close()
+        """Close the client's connections (an awaitable for an asyncio client: its
+        ``aclose()``, redis-py 5.0.1 having deprecated ``close()`` there)."""
+        return getattr(self.client, "aclose", self.client.close)()

@@ -9,16 +9,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from tests.conftest import ASYNC_DRIVERS as DRIVERS
 from tests.conftest import backend_url
 from tests.support.app import App
-
-#: (backend, async driver): the sync URL's driver is swapped for the async one.
-DRIVERS = {
-    "aiosqlite": ("sqlite", "sqlite+aiosqlite"),
-    "asyncpg": ("postgresql", "postgresql+asyncpg"),
-    "psycopg_async": ("postgresql", "postgresql+psycopg"),
-    "aiomysql": ("mysql", "mysql+aiomysql"),
-}
 
 
 @pytest.fixture(params=list(DRIVERS))

@@ -18,9 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from sa_inbox import ClaimWarning, Inbox, InvalidMessageId, UnsupportedBackend
 from sa_inbox.asyncio import AsyncInbox
-from tests.backends.asyncio.conftest import DRIVERS
 from tests.backends.asyncio.test_async import run
 from tests.backends.claim.test_claim import BAD_IDS
+from tests.conftest import ASYNC_DRIVERS as DRIVERS
 from tests.conftest import backend_url
 from tests.support.app import CONSUMER, App
 

@@ -39,7 +39,7 @@ from sa_inbox.brokers.redis import (
 from sa_inbox.brokers.redis.core import Entry, RedisSettler, run_call
 from sa_inbox.chaos.drivers import driver_for
 from sa_inbox.chaos.drivers.redis import GROUP
-from tests.backends.asyncio.conftest import DRIVERS
+from tests.conftest import ASYNC_DRIVERS as DRIVERS
 from tests.conftest import backend_url, broker_url
 from tests.support.app import CONSUMER, App
 

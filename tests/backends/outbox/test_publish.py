@@ -27,7 +27,7 @@ from sa_inbox import (
 from sa_inbox.asyncio import AsyncOutbox
 from sa_inbox.asyncio import handle as handle_async
 from sa_inbox.outbox import InvalidOutboxMessage
-from tests.backends.asyncio.conftest import DRIVERS
+from tests.conftest import ASYNC_DRIVERS as DRIVERS
 from tests.conftest import backend_url
 from tests.support.app import CONSUMER
 from tests.support.outbox_app import OutboxApp

@@ -24,7 +24,7 @@ from sa_inbox.brokers.nats import BlockingJetStreamPublisher, JetStreamPublisher
 from sa_inbox.brokers.redis import RedisStreamPublisher, StreamSettings, to_delivery
 from sa_inbox.brokers.redis.core import Entry
 from sa_inbox.outbox import OutboxRelay
-from tests.backends.asyncio.conftest import DRIVERS
+from tests.conftest import ASYNC_DRIVERS as DRIVERS
 from tests.conftest import backend_url, broker_url
 from tests.support.outbox_app import OutboxApp
 

@@ -11,8 +11,6 @@ test suite; required in CI).
 from __future__ import annotations
 
 import datetime
-import importlib.util
-import os
 from types import SimpleNamespace
 from typing import Any
 
@@ -34,6 +32,7 @@ from sa_inbox.dialects.yugabytedb import YugabyteDBPurge, is_yugabytedb, yugabyt
 from sa_inbox.exc import UnsupportedBackend
 from sa_inbox.retention import PurgeTarget
 from sa_inbox.store import PROCESSING, InboxStore
+from tests.conftest import importorskip
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 T = "inbox_processed_messages"
@@ -49,10 +48,7 @@ CRDB_VERSION = (
 @pytest.fixture(scope="module")
 def crdb() -> sa.Dialect:
     """sqlalchemy-cockroachdb's psycopg 3 dialect (no connection is made)."""
-    if importlib.util.find_spec("sqlalchemy_cockroachdb") is None:
-        if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
-            pytest.fail("sqlalchemy-cockroachdb is not installed: scripts/venv.sh installs it")
-        pytest.skip("sqlalchemy-cockroachdb is not installed")
+    importorskip("sqlalchemy_cockroachdb", "cockroachdb")  # scripts/venv.sh installs it
     return sa.create_engine("cockroachdb+psycopg://root@127.0.0.1:26257/app").dialect
 
 
