@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from ..exc import InboxError
+from ..exc import ConfigurationError, InboxError
 
-__all__ = ["AlembicSetupError", "InvalidTableOptions"]
+__all__ = [
+    "AlembicSetupError",
+    "InboxTableDropRefused",
+    "InvalidTableOptions",
+]
 
 
 class InvalidTableOptions(InboxError, ValueError):
@@ -15,9 +19,19 @@ class InvalidTableOptions(InboxError, ValueError):
     """
 
 
-class AlembicSetupError(InboxError):
+class AlembicSetupError(ConfigurationError):
     """The Alembic environment could not be set up as asked.
 
     For example a ``[sa_inbox] target_metadata`` option in ``alembic.ini`` that names no
     importable :class:`~sqlalchemy.MetaData`.
+    """
+
+
+class InboxTableDropRefused(AlembicSetupError):
+    """A revision would drop an sa-inbox table whose rows autogenerate could not keep.
+
+    Raised when the upgrade reaches ``op.refuse_inbox_table_drop(...)``, the line that
+    autogenerate writes where a table left the models and could not be paired with exactly
+    one compatible new table to rename it to. Nothing of the revision has run before it (it
+    is the first operation). The message says how to edit the revision.
     """

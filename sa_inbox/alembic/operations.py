@@ -78,6 +78,8 @@ class _InboxTableOp(MigrateOperation):
         self.table_name = table_name
         self.schema = schema
         self.options = dict(options)
+        #: Comment lines autogenerate writes above the operation; not part of the op.
+        self.notes: list[str] = []
         build_table(self.kind, table_name, schema, self.options)  # validate now, not in DDL
 
     def to_table(self, metadata: sa.MetaData | None = None) -> sa.Table:

@@ -159,6 +159,7 @@ def test_removing_an_inbox_table_renders_its_drop_operation(project: Project, ki
     text = project.autogenerate("remove inbox")
     upgrade, downgrade = text.split("def downgrade()")
     assert f"op.drop_{op_name}('{table}', message_id_length=200)" in upgrade
+    assert f"# sa-inbox: Drops {table} and the " in upgrade  # what the drop loses
     assert f"op.create_{op_name}('{table}', message_id_length=200)" in downgrade
     assert "op.drop_table(" not in upgrade and "op.drop_index(" not in upgrade
     assert "op.create_table(" not in downgrade and "op.create_index(" not in downgrade
