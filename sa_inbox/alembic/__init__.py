@@ -30,6 +30,7 @@ from .config import Config as Config
 from .config import target_metadata as target_metadata
 from .config import template_directory as template_directory
 from .exc import AlembicSetupError as AlembicSetupError
+from .exc import InboxSettingsConflict as InboxSettingsConflict
 from .exc import InboxTableDropRefused as InboxTableDropRefused
 from .exc import InvalidTableOptions as InvalidTableOptions
 from .operations import CreateInboxStoreTableOp as CreateInboxStoreTableOp
@@ -74,6 +75,7 @@ __all__ = [
     "DropOutboxTableOp",
     "DropPartitionedInboxTableOp",
     "DropProcessedMessagesTableOp",
+    "InboxSettingsConflict",
     "InboxTableDropRefused",
     "InvalidTableOptions",
     "RefuseInboxTableDropOp",

@@ -6,6 +6,7 @@ from ..exc import ConfigurationError, InboxError
 
 __all__ = [
     "AlembicSetupError",
+    "InboxSettingsConflict",
     "InboxTableDropRefused",
     "InvalidTableOptions",
 ]
@@ -24,6 +25,16 @@ class AlembicSetupError(ConfigurationError):
 
     For example a ``[sa_inbox] target_metadata`` option in ``alembic.ini`` that names no
     importable :class:`~sqlalchemy.MetaData`.
+    """
+
+
+class InboxSettingsConflict(AlembicSetupError):
+    """``[sa_inbox]`` in ``alembic.ini`` says one thing about a table the models define.
+
+    The models' table (``Inbox(metadata, table_name=..., message_id_length=...)``) is the one
+    the application claims through, so it is the one migrated; an ``alembic.ini`` option that
+    disagrees with it (``table_name``, ``store_table_name``, ``schema``,
+    ``message_id_length``) is refused instead of being ignored. Remove the option.
     """
 
 
