@@ -11,7 +11,8 @@ revision files that use them start with ``import sa_inbox.alembic``.
 Renames keep the rows: ``op.rename_inbox_table(old, new)`` (and ``rename_inbox_store_table``,
 ``rename_outbox_table``), which autogenerate writes for a table renamed in the models instead
 of a drop + create (:mod:`.pairing`; a drop it cannot pair is refused with
-``op.refuse_inbox_table_drop``).
+``op.refuse_inbox_table_drop``), and ``op.rename_inbox_consumer(table, old, new)``, which
+copies a renamed consumer's claims under its new name (:mod:`.consumer`).
 
 - ``sa-inbox alembic init DIR``: a new Alembic environment pre-wired for sa-inbox
   (:class:`Config`, template ``sa_inbox``).
@@ -29,6 +30,8 @@ from . import autogenerate as autogenerate
 from .config import Config as Config
 from .config import target_metadata as target_metadata
 from .config import template_directory as template_directory
+from .consumer import RenameInboxConsumerOp as RenameInboxConsumerOp
+from .consumer import rename_inbox_consumer as rename_inbox_consumer
 from .exc import AlembicSetupError as AlembicSetupError
 from .exc import InboxSettingsConflict as InboxSettingsConflict
 from .exc import InboxTableDropRefused as InboxTableDropRefused
@@ -79,6 +82,7 @@ __all__ = [
     "InboxTableDropRefused",
     "InvalidTableOptions",
     "RefuseInboxTableDropOp",
+    "RenameInboxConsumerOp",
     "RenameInboxStoreTableOp",
     "RenameInboxTableOp",
     "RenameOutboxTableOp",
@@ -93,6 +97,7 @@ __all__ = [
     "drop_outbox_table",
     "drop_partitioned_inbox_table",
     "inbox_operations",
+    "rename_inbox_consumer",
     "rename_inbox_store_table",
     "rename_inbox_table",
     "rename_outbox_table",
