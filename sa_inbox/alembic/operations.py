@@ -115,6 +115,11 @@ class CreateInboxTableOp(_InboxTableOp):
     def reverse(self) -> DropInboxTableOp:
         return self.drop_class(self.table_name, schema=self.schema, **self.options)
 
+    def to_diff_tuple(self) -> tuple[str, sa.Table]:
+        """``("add_table", table)``, as Alembic's create_table: what ``alembic check``
+        and :func:`alembic.autogenerate.compare_metadata` report."""
+        return ("add_table", self.to_table())
+
 
 class DropInboxTableOp(_InboxTableOp):
     """Drop an sa-inbox table (its indexes go with it); reverse: :class:`CreateInboxTableOp`.
@@ -126,6 +131,10 @@ class DropInboxTableOp(_InboxTableOp):
 
     def reverse(self) -> CreateInboxTableOp:
         return self.create_class(self.table_name, schema=self.schema, **self.options)
+
+    def to_diff_tuple(self) -> tuple[str, sa.Table]:
+        """``("remove_table", table)``, as Alembic's drop_table."""
+        return ("remove_table", self.to_table())
 
 
 def _check_dialect(operations: Operations, operation: _InboxTableOp) -> None:

@@ -212,6 +212,8 @@ def _lone_drop(went: _Went) -> None:
     operation = went.operation
     if not isinstance(operation, DropInboxTableOp):
         return  # not an sa-inbox table: Alembic's drop_table, as for any other table
+    if operation.notes:
+        return  # seen by an earlier run (the global hook and the plugin both enabled)
     operation.notes = [
         f"Drops {_name(operation)} and {ROWS[went.family]}: the models no longer have it "
         f"(if they do, they are missing from env.py's target_metadata)."

@@ -60,6 +60,10 @@ class RefuseInboxTableDropOp(MigrateOperation):
             f"is edited, write its reverse here, in place of this line.",
         )
 
+    def to_diff_tuple(self) -> tuple[str, str | None, str, str]:
+        """``("refuse_inbox_table_drop", schema, table_name, reason)``, for ``alembic check``."""
+        return ("refuse_inbox_table_drop", self.schema, self.table_name, self.reason)
+
     def __repr__(self) -> str:
         return f"RefuseInboxTableDropOp({self.table_name!r}, schema={self.schema!r})"
 

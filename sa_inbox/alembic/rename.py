@@ -112,6 +112,10 @@ class RenameInboxTableOp(MigrateOperation):
             self.new_table_name, self.old_table_name, schema=self.schema, **self.options
         )
 
+    def to_diff_tuple(self) -> tuple[str, str | None, str, str]:
+        """``("rename_table", schema, old name, new name)``, for ``alembic check``."""
+        return ("rename_table", self.schema, self.old_table_name, self.new_table_name)
+
     def __repr__(self) -> str:
         options = "".join(f", {key}={value!r}" for key, value in sorted(self.options.items()))
         return (

@@ -269,6 +269,8 @@ def test_a_lone_drop_stays_with_a_comment_and_a_warning(caplog: pytest.LogCaptur
     drop = _drop("a")
     with caplog.at_level(logging.WARNING, "sa_inbox.alembic"):
         assert resolve_drops([drop]) == [drop]
+        assert resolve_drops([drop]) == [drop]  # a second run warns no more
+    assert len(caplog.records) == 1
     assert drop.notes == [
         "Drops a and the message ids claimed in it (every redelivery of them within the "
         "retention window would be applied again): the models no longer have it (if they "
@@ -304,3 +306,22 @@ def test_a_lookalike_table_dropped_for_a_new_inbox_is_refused() -> None:
         "RefuseInboxTableDropOp",
         "CreateProcessedMessagesTableOp",
     ]  # neither its drop_table nor the drop_index of its index
+
+
+def test_every_operation_reports_its_diff_for_alembic_check() -> None:
+    """``alembic check`` lists ``upgrade_ops.as_diffs()``: each op must give a diff tuple."""
+    create, drop = _create("b", schema="s"), _drop("a", schema="s")
+    rename = RenameProcessedMessagesTableOp("a", "b", schema="s")
+    refusal = RefuseInboxTableDropOp("a", schema="s", reason="why")
+    diffs = ops.UpgradeOps([create, drop, rename, refusal]).as_diffs()
+    assert [diff[0] for diff in diffs] == [
+        "add_table",
+        "remove_table",
+        "rename_table",
+        "refuse_inbox_table_drop",
+    ]
+    assert (diffs[0][1].fullname, diffs[1][1].fullname) == ("s.b", "s.a")
+    assert diffs[2:] == [
+        ("rename_table", "s", "a", "b"),
+        ("refuse_inbox_table_drop", "s", "a", "why"),
+    ]
