@@ -155,7 +155,7 @@ def _mismatch(went: _Went, came: _Came) -> str | None:
 
 def _reason(went: _Went, why: str, news: list[_Came]) -> str:
     old = _name(went.operation)
-    if isinstance(went.operation, DropInboxTableOp) and went.kind in _renamable(news):
+    if isinstance(went.operation, DropInboxTableOp) and _renamable(went, news):
         rename = RENAME_OPERATIONS[went.operation.kind.name]
         call = _call(
             rename.op_name,
@@ -176,9 +176,15 @@ def _reason(went: _Went, why: str, news: list[_Came]) -> str:
     )
 
 
-def _renamable(news: list[_Came]) -> set[InboxTableKind]:
-    """The kinds of the exact new tables that a table of the same kind can be renamed to."""
-    return {c.kind for c in news if c.exact and c.kind.name in RENAME_OPERATIONS}
+def _renamable(went: _Went, news: list[_Came]) -> bool:
+    """Whether one of ``news`` is a table ``went`` could be renamed to, were it told which."""
+    return any(
+        c.exact
+        and c.kind is went.kind
+        and c.kind.name in RENAME_OPERATIONS
+        and c.operation.schema == went.operation.schema
+        for c in news
+    )
 
 
 def _refusal(went: _Went, why: str, news: list[_Came]) -> RefuseInboxTableDropOp:
