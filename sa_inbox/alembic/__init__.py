@@ -8,6 +8,12 @@ partitions) and ``op.create_outbox_table()`` / ``op.drop_outbox_table()`` (the o
 the autogenerate comparator and renderers that write them into revisions;
 revision files that use them start with ``import sa_inbox.alembic``.
 
+Renames keep the rows: ``op.rename_inbox_table(old, new)`` (and ``rename_inbox_store_table``,
+``rename_outbox_table``), which autogenerate writes for a table renamed in the models instead
+of a drop + create (:mod:`.pairing`; a drop it cannot pair is refused with
+``op.refuse_inbox_table_drop``), and ``op.rename_inbox_consumer(table, old, new)``, which
+copies a renamed consumer's claims under its new name (:mod:`.consumer`).
+
 - ``sa-inbox alembic init DIR``: a new Alembic environment pre-wired for sa-inbox
   (:class:`Config`, template ``sa_inbox``).
 - ``sa-inbox alembic revision -m "add inbox"``: a ready revision for an existing project
@@ -24,7 +30,11 @@ from . import autogenerate as autogenerate
 from .config import Config as Config
 from .config import target_metadata as target_metadata
 from .config import template_directory as template_directory
+from .consumer import RenameInboxConsumerOp as RenameInboxConsumerOp
+from .consumer import rename_inbox_consumer as rename_inbox_consumer
 from .exc import AlembicSetupError as AlembicSetupError
+from .exc import InboxSettingsConflict as InboxSettingsConflict
+from .exc import InboxTableDropRefused as InboxTableDropRefused
 from .exc import InvalidTableOptions as InvalidTableOptions
 from .operations import CreateInboxStoreTableOp as CreateInboxStoreTableOp
 from .operations import CreateInboxTableOp as CreateInboxTableOp
@@ -44,6 +54,14 @@ from .operations import drop_inbox_store_table as drop_inbox_store_table
 from .operations import drop_inbox_table as drop_inbox_table
 from .operations import drop_outbox_table as drop_outbox_table
 from .operations import drop_partitioned_inbox_table as drop_partitioned_inbox_table
+from .refusal import RefuseInboxTableDropOp as RefuseInboxTableDropOp
+from .rename import RenameInboxStoreTableOp as RenameInboxStoreTableOp
+from .rename import RenameInboxTableOp as RenameInboxTableOp
+from .rename import RenameOutboxTableOp as RenameOutboxTableOp
+from .rename import RenameProcessedMessagesTableOp as RenameProcessedMessagesTableOp
+from .rename import rename_inbox_store_table as rename_inbox_store_table
+from .rename import rename_inbox_table as rename_inbox_table
+from .rename import rename_outbox_table as rename_outbox_table
 from .revision import inbox_operations as inbox_operations
 from .revision import write_inbox_revision as write_inbox_revision
 
@@ -60,7 +78,15 @@ __all__ = [
     "DropOutboxTableOp",
     "DropPartitionedInboxTableOp",
     "DropProcessedMessagesTableOp",
+    "InboxSettingsConflict",
+    "InboxTableDropRefused",
     "InvalidTableOptions",
+    "RefuseInboxTableDropOp",
+    "RenameInboxConsumerOp",
+    "RenameInboxStoreTableOp",
+    "RenameInboxTableOp",
+    "RenameOutboxTableOp",
+    "RenameProcessedMessagesTableOp",
     "autogenerate",
     "create_inbox_store_table",
     "create_inbox_table",
@@ -71,6 +97,10 @@ __all__ = [
     "drop_outbox_table",
     "drop_partitioned_inbox_table",
     "inbox_operations",
+    "rename_inbox_consumer",
+    "rename_inbox_store_table",
+    "rename_inbox_table",
+    "rename_outbox_table",
     "target_metadata",
     "template_directory",
     "write_inbox_revision",

@@ -9,7 +9,10 @@ the ``import sa_inbox.alembic`` line that makes ``op.create_inbox_table`` exist 
 revision runs. Tables the database already has are compared by Alembic as usual, so a
 second autogenerate after the upgrade is empty. A table removed from the MetaData that is
 recognisably an sa-inbox one renders ``op.drop_inbox_table(...)`` (downgrade: the create
-op), and the run-time partitions of a partitioned table are never offered for dropping.
+op), unless :mod:`sa_inbox.alembic.pairing` renames it to the table that came in its place
+(``op.rename_inbox_table(old, new)``) or refuses to drop it (``op.refuse_inbox_table_drop``);
+each of these carries a comment in the revision. The run-time partitions of a partitioned
+table are never offered for dropping.
 
 The comparator is registered in Alembic's global comparator registry when this module is
 imported (the template's ``env.py`` imports it), and is also published as the Alembic plugin
@@ -18,6 +21,7 @@ imported (the template's ``env.py`` imports it), and is also published as the Al
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,6 +37,9 @@ from .operations import (
     CreateInboxTableOp,
     DropInboxTableOp,
 )
+from .pairing import resolve_drops
+from .refusal import RefuseInboxTableDropOp
+from .rename import RenameInboxTableOp
 from .tables import build_table, marker, matches_factory
 
 __all__ = [
@@ -40,6 +47,8 @@ __all__ = [
     "dropped_inbox_operation",
     "inbox_operation_for",
     "render_inbox_op",
+    "render_refusal",
+    "render_rename",
     "rewrite_inbox_tables",
 ]
 
@@ -78,7 +87,9 @@ def rewrite_inbox_tables(
     A new marked table becomes ``create_<kind>``, its ``create_index`` ops dropped; a
     removed table recognised by :func:`dropped_inbox_operation` becomes ``drop_<kind>``,
     its ``drop_index`` ops dropped (so the downgrade re-creates it with the sa-inbox op).
-    Idempotent: run twice (global hook and plugin both enabled), it changes nothing more.
+    Then :func:`~sa_inbox.alembic.pairing.resolve_drops` turns a drop + create into a
+    rename, or refuses the drop. Idempotent: run twice (global hook and plugin both
+    enabled), it changes nothing more.
     """
     dialect = autogen_context.dialect
     assert dialect is not None
@@ -100,11 +111,13 @@ def rewrite_inbox_tables(
             continue
         rewritten.append(operation)
     partitions = _partitions(autogen_context)
-    upgrade_ops.ops[:] = [
-        op
-        for op in rewritten
-        if not _drop_covered(op, covered) and not _is_partition(op, partitions)
-    ]
+    upgrade_ops.ops[:] = resolve_drops(
+        [
+            op
+            for op in rewritten
+            if not _drop_covered(op, covered) and not _is_partition(op, partitions)
+        ]
+    )
     return PriorityDispatchResult.CONTINUE
 
 
@@ -225,22 +238,72 @@ def _drop_covered(
     return operation.is_empty()
 
 
+#: Width of the comment lines written into a revision.
+COMMENT_WIDTH = 88
+
+
+def _comments(lines: list[str]) -> list[str]:
+    """``lines`` as ``# sa-inbox: ...`` comment lines, wrapped; none for no lines.
+
+    No line ends with ``:``, which Mako's printer would take for a block opener.
+    """
+    wrapped = textwrap.wrap(
+        "sa-inbox: " + " ".join(lines), COMMENT_WIDTH - 2, break_on_hyphens=False
+    )
+    return [f"# {line}".rstrip(":") for line in wrapped] if lines else []
+
+
+def _render_call(
+    autogen_context: AutogenContext, name: str, arguments: list[str], options: dict[str, Any]
+) -> str:
+    """``op.<name>(arguments..., key=value...)``; adds the sa-inbox import to the revision."""
+    autogen_context.imports.add(IMPORT_LINE)
+    arguments = arguments + [f"{key}={value!r}" for key, value in sorted(options.items())]
+    prefix = autogen_context.opts.get("alembic_module_prefix") or "op."
+    return f"{prefix}{name}({', '.join(arguments)})"
+
+
+def _schema(schema: str | None) -> list[str]:
+    return [] if schema is None else [f"schema={schema!r}"]
+
+
 def render_inbox_op(
     autogen_context: AutogenContext, operation: CreateInboxTableOp | DropInboxTableOp
-) -> str:
-    """``op.create_inbox_table('name', schema='s', message_id_length=255)``, imports added."""
-    autogen_context.imports.add(IMPORT_LINE)
+) -> list[str]:
+    """``op.create_inbox_table('name', schema='s', message_id_length=255)``, after any notes."""
     name = (
         operation.kind.create_op
         if isinstance(operation, CreateInboxTableOp)
         else operation.kind.drop_op
     )
-    arguments = [repr(operation.table_name)]
-    if operation.schema is not None:
-        arguments.append(f"schema={operation.schema!r}")
-    arguments.extend(f"{key}={value!r}" for key, value in sorted(operation.options.items()))
-    prefix = autogen_context.opts.get("alembic_module_prefix") or "op."
-    return f"{prefix}{name}({', '.join(arguments)})"
+    arguments = [repr(operation.table_name), *_schema(operation.schema)]
+    call = _render_call(autogen_context, name, arguments, operation.options)
+    return [*_comments(operation.notes), call]
+
+
+def render_rename(autogen_context: AutogenContext, operation: RenameInboxTableOp) -> list[str]:
+    """A comment saying what was renamed and why, then ``op.rename_inbox_table(old, new)``."""
+    old, new = operation.old_table_name, operation.new_table_name
+    said = (
+        f"{old} renamed to {new}, in place of a drop + create, which would lose {operation.rows}."
+    )
+    arguments = [repr(old), repr(new), *_schema(operation.schema)]
+    call = _render_call(autogen_context, operation.op_name, arguments, operation.options)
+    return [*_comments([said, *operation.notes]), call]
+
+
+def render_refusal(autogen_context: AutogenContext, operation: RefuseInboxTableDropOp) -> list[str]:
+    """The reason as a comment, then ``op.refuse_inbox_table_drop(name, reason=...)``.
+
+    The reason is written as adjacent string literals, one per line, so no line of the
+    revision is much longer than the comment's.
+    """
+    pieces = textwrap.wrap(operation.reason, COMMENT_WIDTH - 12, break_on_hyphens=False)
+    pieces = [f"{piece} " for piece in pieces[:-1]] + pieces[-1:]
+    reason = "\n".join(f"        {piece!r}" for piece in pieces)
+    arguments = [repr(operation.table_name), *_schema(operation.schema)]
+    call = _render_call(autogen_context, "refuse_inbox_table_drop", arguments, {})
+    return [*_comments([operation.reason]), f"{call[:-1]},\n    reason=(\n{reason}\n    ),\n)"]
 
 
 # Global registries: every autogenerate run in this process uses them once this module is
@@ -248,3 +311,5 @@ def render_inbox_op(
 comparators.dispatch_for("schema", priority=DispatchPriority.LAST)(rewrite_inbox_tables)
 renderers.dispatch_for(CreateInboxTableOp)(render_inbox_op)
 renderers.dispatch_for(DropInboxTableOp)(render_inbox_op)
+renderers.dispatch_for(RenameInboxTableOp)(render_rename)
+renderers.dispatch_for(RefuseInboxTableDropOp)(render_refusal)

@@ -8,10 +8,14 @@ which reads the ``[sa_inbox]`` section of ``alembic.ini``::
     [sa_inbox]
     target_metadata = myapp.models:Base.metadata   # module:attribute; empty for none
     tables = processed_messages                     # and/or: store
-    table_name = inbox_processed_messages
-    store_table_name = inbox_store
-    schema =
-    message_id_length = 255
+
+One source of truth for a table's settings: the models. The application claims through the
+table its ``Inbox(metadata, table_name=..., message_id_length=...)`` defines, so when that
+MetaData is the target, its table is what is migrated. ``table_name``, ``store_table_name``,
+``schema`` and ``message_id_length`` in ``[sa_inbox]`` are read only for a kind of table the
+MetaData lacks (a project without models: the table is added from them); set while the
+models define the table, they must agree with it, or :class:`InboxSettingsConflict` is
+raised: a disagreement is never settled silently.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import sqlalchemy as sa
 
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME
 from ..store import DEFAULT_STORE_TABLE
-from .exc import AlembicSetupError
+from .exc import AlembicSetupError, InboxSettingsConflict
 from .operations import PROCESSED_MESSAGES, STORE
 from .tables import InboxTableKind, build_table, marker
 
@@ -84,15 +88,52 @@ TABLE_OPTIONS: dict[str, tuple[InboxTableKind, str, str]] = {
 }
 
 
-def _has_table(
-    metadata: sa.MetaData, kind: InboxTableKind, table_name: str, schema: str | None
-) -> bool:
-    key = table_name if schema is None else f"{schema}.{table_name}"
-    if key in metadata.tables:
-        return True
-    return any(
-        (found := marker(table.info)) is not None and found[0] is kind
+def _model_tables(metadata: sa.MetaData, kind: InboxTableKind) -> list[sa.Table]:
+    """The tables of ``kind`` that the models define (``Inbox(metadata)`` and the like)."""
+    return [
+        table
         for table in metadata.tables.values()
+        if (found := marker(table.info)) is not None and found[0] is kind
+    ]
+
+
+def _settings(table: sa.Table, name_option: str) -> dict[str, str]:
+    """What the ini options would be for the models' ``table``."""
+    found = marker(table.info)
+    length = (found[1] if found else {}).get("message_id_length")
+    return {
+        name_option: table.name,
+        "schema": table.schema or "",
+        "message_id_length": str(length),
+    }
+
+
+def _check_agrees(
+    section: dict[str, str], name_option: str, kind: InboxTableKind, models: list[sa.Table]
+) -> None:
+    """Raise :class:`InboxSettingsConflict` unless a table of ``models`` has every setting
+    that ``section`` gives (a setting absent or empty is not given)."""
+    given = {
+        key: value.strip()
+        for key in (name_option, "schema", "message_id_length")
+        if (value := section.get(key) or "").strip()
+    }
+    if "message_id_length" in given:  # already checked to be an integer
+        given["message_id_length"] = str(int(given["message_id_length"]))
+    for table in models:
+        settings = _settings(table, name_option)
+        if all(settings[key] == value for key, value in given.items()):
+            return
+    said = ", ".join(f"{key} = {value}" for key, value in given.items())
+    found = "; ".join(
+        ", ".join(f"{key} = {value or '(none)'}" for key, value in settings.items())
+        for settings in (_settings(table, name_option) for table in models)
+    )
+    raise InboxSettingsConflict(
+        f"[{SECTION}] {said} disagrees with the {kind.name} table the models define "
+        f"({found}). The application claims through the models' table, so that is the one "
+        f"migrated: remove these options from [{SECTION}] (they are read only when "
+        f"target_metadata has no {kind.name} table), or change the models."
     )
 
 
@@ -105,11 +146,14 @@ def target_metadata(config: alembic.config.Config) -> sa.MetaData:
     (comma-separated: ``processed_messages`` (default), ``store``; empty: none), ``table_name``,
     ``store_table_name``, ``schema``, ``message_id_length`` (characters). Each table is
     added unless the MetaData already holds a table of that name or an sa-inbox table of
-    that kind (built by ``Inbox(metadata)`` / ``InboxStore(metadata)``).
+    that kind (built by ``Inbox(metadata)`` / ``InboxStore(metadata)``); in that case the
+    models' table is the one source of its settings, and the ini options must agree with it.
 
     :raises AlembicSetupError: if ``target_metadata`` cannot be imported or is not a
         MetaData, ``tables`` names an unknown table, or ``message_id_length`` is not an
         integer.
+    :raises InboxSettingsConflict: if ``table_name`` / ``store_table_name``, ``schema`` or
+        ``message_id_length`` is set and no table of that kind in the models has it.
     :raises sa_inbox.alembic.InvalidTableOptions: if the table options are invalid.
     """
 
@@ -139,7 +183,12 @@ def target_metadata(config: alembic.config.Config) -> sa.MetaData:
         ) from exc
     for name in filter(None, names):
         kind, name_option, default_name = TABLE_OPTIONS[name]
+        models = _model_tables(metadata, kind)
+        if models:
+            _check_agrees(section, name_option, kind, models)
+            continue
         table_name = option(name_option, default_name)
-        if not _has_table(metadata, kind, table_name, schema):
+        key = table_name if schema is None else f"{schema}.{table_name}"
+        if key not in metadata.tables:  # a table of the application's own by that name
             build_table(kind, table_name, schema, {"message_id_length": length}, metadata)
     return metadata

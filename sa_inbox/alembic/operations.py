@@ -78,6 +78,8 @@ class _InboxTableOp(MigrateOperation):
         self.table_name = table_name
         self.schema = schema
         self.options = dict(options)
+        #: Comment lines autogenerate writes above the operation; not part of the op.
+        self.notes: list[str] = []
         build_table(self.kind, table_name, schema, self.options)  # validate now, not in DDL
 
     def to_table(self, metadata: sa.MetaData | None = None) -> sa.Table:
@@ -113,6 +115,11 @@ class CreateInboxTableOp(_InboxTableOp):
     def reverse(self) -> DropInboxTableOp:
         return self.drop_class(self.table_name, schema=self.schema, **self.options)
 
+    def to_diff_tuple(self) -> tuple[str, sa.Table]:
+        """``("add_table", table)``, as Alembic's create_table: what ``alembic check``
+        and :func:`alembic.autogenerate.compare_metadata` report."""
+        return ("add_table", self.to_table())
+
 
 class DropInboxTableOp(_InboxTableOp):
     """Drop an sa-inbox table (its indexes go with it); reverse: :class:`CreateInboxTableOp`.
@@ -124,6 +131,10 @@ class DropInboxTableOp(_InboxTableOp):
 
     def reverse(self) -> CreateInboxTableOp:
         return self.create_class(self.table_name, schema=self.schema, **self.options)
+
+    def to_diff_tuple(self) -> tuple[str, sa.Table]:
+        """``("remove_table", table)``, as Alembic's drop_table."""
+        return ("remove_table", self.to_table())
 
 
 def _check_dialect(operations: Operations, operation: _InboxTableOp) -> None:

@@ -98,10 +98,15 @@ target_metadata =
 # sa-inbox tables added unless the MetaData already has them (Inbox(metadata),
 # InboxStore(metadata)), comma-separated: processed_messages, store
 tables = processed_messages
-table_name = inbox_processed_messages
-store_table_name = inbox_store
-schema =
-message_id_length = 255
+# A table's name, schema and message_id_length come from the models that define it
+# (Inbox(metadata, table_name=..., message_id_length=...)): the application claims through
+# that table. Only for a table target_metadata lacks are they read from here, e.g.
+#   table_name = inbox_processed_messages
+#   store_table_name = inbox_store
+#   schema =
+#   message_id_length = 255
+# Set here while the models define the table, they must agree with it (else env.py stops
+# with InboxSettingsConflict).
 
 
 [post_write_hooks]

@@ -4,6 +4,10 @@ The target MetaData is the application's (``[sa_inbox] target_metadata`` in alem
 plus the sa-inbox processed-messages table; ``import sa_inbox.alembic`` registers the
 ``op.create_inbox_table()`` operations and the autogenerate hooks that render them.
 
+On SQLite, autogenerate renders table changes in batch mode (``render_as_batch``): SQLite's
+ALTER TABLE cannot change a column, so Alembic re-creates the table with its rows (Alembic
+docs, "Running 'Batch' Migrations for SQLite and Other Databases").
+
 An async driver's URL (``postgresql+asyncpg://``, ``sqlite+aiosqlite://``) needs greenlet
 (``pip install 'sqlalchemy[asyncio]'``); sync URLs do not.
 """
@@ -35,11 +39,18 @@ def database_url() -> sa.URL:
     return sa.make_url(url)
 
 
+def render_as_batch(dialect_name: str) -> bool:
+    """Batch mode where ALTER TABLE cannot alter a column: SQLite."""
+    return dialect_name == "sqlite"
+
+
 def run_migrations_offline() -> None:
     """Offline mode (``--sql``): print the SQL for the URL's dialect, connect to nothing."""
+    url = database_url()
     context.configure(
-        url=database_url(),
+        url=url,
         target_metadata=target_metadata,
+        render_as_batch=render_as_batch(url.get_backend_name()),
         literal_binds=True,
         dialect_opts={"paramstyle": "named"},
     )
@@ -48,7 +59,11 @@ def run_migrations_offline() -> None:
 
 
 def do_run_migrations(connection: sa.Connection) -> None:
-    context.configure(connection=connection, target_metadata=target_metadata)
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=render_as_batch(connection.dialect.name),
+    )
     with context.begin_transaction():
         context.run_migrations()
 

@@ -71,18 +71,11 @@ def test_partitioned_table_refuses_an_arrival_time_key() -> None:
     assert buffer.getvalue() == ""
 
 
-def _autogenerate(project: Project, message: str) -> str:
-    before = set(project.revision_files())
-    command.revision(project.config(), message=message, autogenerate=True)
-    (new,) = set(project.revision_files()) - before
-    return new.read_text()
-
-
 @pytest.mark.backend
 def test_store_round_trip(project: Project) -> None:
     project.init()
     project.write_models("from sa_inbox.store import InboxStore\nstore = InboxStore(metadata)\n")
-    text = _autogenerate(project, "add store")
+    text = project.autogenerate("add store")
     assert "op.create_inbox_store_table('inbox_store', message_id_length=255)" in text
     assert "op.drop_inbox_store_table('inbox_store', message_id_length=255)" in text
     assert "op.create_table(" not in text and "op.create_index(" not in text
@@ -126,7 +119,7 @@ def test_partitioned_round_trip_ignores_runtime_partitions(project: Project) -> 
         "from sa_inbox.retention.partitions import partitioned_processed_messages_table\n"
         "table = partitioned_processed_messages_table(metadata)\n"
     )
-    text = _autogenerate(project, "add partitioned inbox")
+    text = project.autogenerate("add partitioned inbox")
     assert (
         "op.create_partitioned_inbox_table('inbox_processed_messages', "
         "message_id_length=255, partition_key='event_time')"

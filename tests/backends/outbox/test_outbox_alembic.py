@@ -10,7 +10,6 @@ from alembic import command
 
 from sa_inbox.alembic import InvalidTableOptions
 from sa_inbox.outbox import Outbox
-from tests.backends.alembic.test_store_tables import _autogenerate
 from tests.support.alembic.inspection import count_rows
 from tests.support.alembic.project import Project
 from tests.unit.alembic.test_operations import _metadata_ddl, _offline, _statements, assert_same_ddl
@@ -43,7 +42,7 @@ def test_a_message_id_shorter_than_a_uuid_is_refused() -> None:
 def test_outbox_round_trip(project: Project) -> None:
     project.init()
     project.write_models("from sa_inbox.outbox import Outbox\noutbox = Outbox(metadata)\n")
-    text = _autogenerate(project, "add outbox")
+    text = project.autogenerate("add outbox")
     assert "op.create_outbox_table('outbox_messages', message_id_length=255)" in text
     assert "op.drop_outbox_table('outbox_messages', message_id_length=255)" in text
     assert "op.create_table(" not in text and "op.create_index(" not in text

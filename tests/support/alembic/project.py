@@ -56,6 +56,15 @@ class Project:
         with self.ini.open("w") as f:
             parser.write(f)
 
+    def set_options(self, section: str = "sa_inbox", **options: str) -> None:
+        """Set ``options`` in ``section`` of the ini (an empty value: the option unset)."""
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read(self.ini)
+        for key, value in options.items():
+            parser[section][key] = value
+        with self.ini.open("w") as f:
+            parser.write(f)
+
     def write_models(self, body: str) -> None:
         """(Re)write the models module; ``body`` defines ``metadata``."""
         header = "import sqlalchemy as sa\nfrom sa_inbox import Inbox\n\nmetadata = sa.MetaData()\n"
@@ -76,6 +85,13 @@ class Project:
 
     def config(self, output_buffer: io.StringIO | None = None) -> Config:
         return Config(str(self.ini), output_buffer=output_buffer, stdout=io.StringIO())
+
+    def autogenerate(self, message: str) -> str:
+        """``alembic revision --autogenerate -m message``; the new revision's text."""
+        before = set(self.revision_files())
+        command.revision(self.config(), message=message, autogenerate=True)
+        (new,) = set(self.revision_files()) - before
+        return new.read_text()
 
     # -- reading ------------------------------------------------------------------------
 

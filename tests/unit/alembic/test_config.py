@@ -1,7 +1,12 @@
-"""``[sa_inbox]`` in alembic.ini: which tables env.py's target MetaData gets; bad settings."""
+"""``[sa_inbox]`` in alembic.ini: which tables env.py's target MetaData gets; bad settings.
+
+The models' table is the one source of its settings: an ini option that disagrees with it
+is refused (:class:`~sa_inbox.alembic.InboxSettingsConflict`), one that agrees is harmless.
+"""
 
 from __future__ import annotations
 
+import configparser
 import re
 from pathlib import Path
 
@@ -9,8 +14,8 @@ import alembic.config
 import pytest
 from click.testing import CliRunner
 
-from sa_inbox import InboxError
-from sa_inbox.alembic import AlembicSetupError, target_metadata
+from sa_inbox import ConfigurationError, InboxError
+from sa_inbox.alembic import AlembicSetupError, InboxSettingsConflict, target_metadata
 from sa_inbox.alembic.tables import marker
 from sa_inbox.cli import main
 
@@ -85,3 +90,76 @@ def test_revision_with_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert upgrade.index("op.create_inbox_table(") < upgrade.index("op.create_inbox_store_table(")
     assert "op.create_inbox_store_table('inbox_store', message_id_length=255)" in upgrade
     assert downgrade.index("op.drop_inbox_store_table(") < downgrade.index("op.drop_inbox_table(")
+
+
+# -- one source of truth: the models' table -------------------------------------------------
+
+
+def _models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str) -> str:
+    """A models module on sys.path defining ``metadata`` with ``body``; its spec."""
+    name = f"cfg_models_{abs(hash((str(tmp_path), body)))}"
+    (tmp_path / f"{name}.py").write_text(
+        "import sqlalchemy as sa\nfrom sa_inbox import Inbox\nfrom sa_inbox.store import "
+        f"InboxStore\nmetadata = sa.MetaData()\n{body}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return f"target_metadata = {name}:metadata"
+
+
+MY_INBOX = "Inbox(metadata, table_name='my_inbox', message_id_length=64)"
+#: models, the [sa_inbox] options, and how the error quotes them
+CONFLICTS = {
+    "table_name": (MY_INBOX, "table_name = inbox_processed_messages", None),
+    "message_id_length": (
+        MY_INBOX,
+        "table_name = my_inbox\nmessage_id_length = 255",
+        "table_name = my_inbox, message_id_length = 255",
+    ),
+    "schema": (MY_INBOX, "schema = audit", None),
+    "store_table_name": (
+        "InboxStore(metadata, table_name='jobs')",
+        "tables = store\nstore_table_name = inbox_store",
+        "store_table_name = inbox_store",
+    ),
+}
+
+
+@pytest.mark.parametrize("option", list(CONFLICTS))
+def test_an_ini_option_that_disagrees_with_the_models_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str
+) -> None:
+    body, section, said = CONFLICTS[option]
+    spec = _models(tmp_path, monkeypatch, body)
+    with pytest.raises(InboxSettingsConflict) as info:
+        target_metadata(_config(tmp_path, f"{spec}\n{section}"))
+    message = str(info.value)
+    assert message.startswith(f"[sa_inbox] {said or section} disagrees with the ")
+    assert "remove these options from [sa_inbox]" in message
+    assert isinstance(info.value, ConfigurationError) and isinstance(info.value, AlembicSetupError)
+
+
+def test_conflict_message_names_both_sides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = _models(tmp_path, monkeypatch, MY_INBOX)
+    with pytest.raises(InboxSettingsConflict) as info:
+        target_metadata(_config(tmp_path, f"{spec}\nmessage_id_length = 255"))
+    assert str(info.value).startswith(
+        "[sa_inbox] message_id_length = 255 disagrees with the processed_messages table the "
+        "models define (table_name = my_inbox, schema = (none), message_id_length = 64)."
+    )
+
+
+def test_ini_options_that_agree_with_the_models_change_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = _models(tmp_path, monkeypatch, MY_INBOX)
+    config = _config(tmp_path, f"{spec}\ntable_name = my_inbox\nschema =\nmessage_id_length = 064")
+    assert _kinds(config) == {"my_inbox": "processed_messages"}
+
+
+def test_the_template_sets_no_table_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The models are the source: a new project's alembic.ini gives only what they cannot."""
+    monkeypatch.chdir(tmp_path)
+    assert CliRunner().invoke(main, ["alembic", "init", "migrations"]).exit_code == 0
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(tmp_path / "alembic.ini")
+    assert parser.options("sa_inbox") == ["target_metadata", "tables"]

@@ -161,8 +161,11 @@ def test_unknown_option_is_a_type_error() -> None:
     assert buffer.getvalue() == ""
 
 
-def _autogenerate(metadata: sa.MetaData) -> tuple[AutogenContext, ops.UpgradeOps]:
-    engine = sa.create_engine("sqlite://")
+def _autogenerate(
+    metadata: sa.MetaData, engine: sa.Engine | None = None
+) -> tuple[AutogenContext, ops.UpgradeOps]:
+    """Autogenerate against ``engine`` (default: an empty in-memory SQLite database)."""
+    engine = engine or sa.create_engine("sqlite://")
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"target_metadata": metadata})
         script = produce_migrations(context, metadata)
