@@ -99,6 +99,7 @@ def chosen_backends(values: list[str]) -> set[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _record_unawaited_coroutines()
     CHOSEN.clear()
     CHOSEN.update(chosen_backends(config.getoption("db")))
 
@@ -237,7 +238,7 @@ def app(engine: sa.Engine) -> Iterator[App]:
 _UNAWAITED: list[str] = []
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def _record_unawaited_coroutines() -> None:
     """Record every coroutine of sa-inbox's code that is never awaited (CPython reports each
     through ``warnings._warn_unawaited_coroutine``); the session fails if there was one."""
     report = getattr(warnings, "_warn_unawaited_coroutine", None)
