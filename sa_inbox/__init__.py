@@ -27,6 +27,7 @@ from .exc import InvalidStrategy as InvalidStrategy
 from .exc import InvalidTable as InvalidTable
 from .exc import InvalidTableType as InvalidTableType
 from .exc import MessageIdCollision as MessageIdCollision
+from .exc import MissingExtra as MissingExtra
 from .exc import MissingTable as MissingTable
 from .exc import PurgeLockTimeout as PurgeLockTimeout
 from .exc import RetentionWindowTooShort as RetentionWindowTooShort
@@ -81,6 +82,7 @@ __all__ = [
     "InvalidTable",
     "InvalidTableType",
     "MessageIdCollision",
+    "MissingExtra",
     "MissingTable",
     "Outcome",
     "PurgeLockTimeout",

@@ -18,7 +18,7 @@ from typing import Any
 import click
 import sqlalchemy as sa
 
-from ..exc import UnsupportedBroker
+from ..exc import MissingExtra, UnsupportedBroker
 from ._common import CannotRun, connected, require_table
 
 __all__ = ["relay_command"]
@@ -82,6 +82,8 @@ def relay_command(
         publisher = publisher_for(broker)
     except UnsupportedBroker as exc:
         raise click.BadParameter(str(exc), param_hint="--broker") from exc
+    except MissingExtra:
+        raise  # exit 2 (._common.Group): the broker's extra is not installed
     except Exception as exc:  # the broker's client: unreachable, refused
         raise CannotRun(f"cannot connect to the broker: {type(exc).__name__}: {exc}") from exc
     try:

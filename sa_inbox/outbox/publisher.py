@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
+from .._optional import optional_dependencies
 from ..exc import UnsupportedBroker
 from .message import OutboxMessage
 
@@ -85,7 +86,7 @@ def publisher_for(url: str) -> Publisher:
     :class:`~sa_inbox.brokers.nats.BlockingJetStreamPublisher` (connects at its first publish).
 
     :raises UnsupportedBroker: for any other scheme (a :class:`ValueError`).
-    :raises ImportError: if the broker's client library (the extra) is not installed.
+    :raises sa_inbox.exc.MissingExtra: (an ImportError) if the broker's extra is not installed.
     """
     scheme = url.partition("://")[0].lower()
     broker = SCHEMES.get(scheme)
@@ -98,9 +99,10 @@ def publisher_for(url: str) -> Publisher:
 
         return RabbitMQPublisher(url)
     if broker == "redis":
-        import redis
-
         from ..brokers.redis import RedisStreamPublisher
+
+        with optional_dependencies(__name__, "redis", "redis"):
+            import redis
 
         return RedisStreamPublisher(redis.Redis.from_url(url))
     from ..brokers.nats import BlockingJetStreamPublisher
