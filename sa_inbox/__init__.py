@@ -6,6 +6,8 @@ database's primary key rejects every redelivery. See :class:`Inbox`.
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
+
 from .claim import Inbox as Inbox
 from .collision import payload_hash as payload_hash
 from .exc import AsyncHandlerError as AsyncHandlerError
@@ -110,4 +112,5 @@ __all__ = [
     "run_in_transaction",
 ]
 
-__version__ = "0.1.0"
+#: The installed distribution's version (``pyproject.toml`` holds the only copy).
+__version__ = _metadata.version("sa-inbox")
