@@ -351,8 +351,7 @@ async def _redis_dead_letter(
     entry = Entry(entry_id.decode(), raw["data"], await _delivery_count(msg))
     client: Any = msg.consumer  # type: ignore[attr-defined]  # the Redis client
     stream = raw["channel"]
+    group = msg.group  # type: ignore[attr-defined]  # the Redis subscriber's consumer group
     await client.eval(
-        *dead_letter_script_arguments(
-            stream, msg.group, stream + suffix, entry, reason, detail  # type: ignore[attr-defined]
-        )
+        *dead_letter_script_arguments(stream, group, stream + suffix, entry, reason, detail)
     )
