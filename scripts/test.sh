@@ -6,7 +6,8 @@
 #      (scripts/servers.sh install)
 #   2. makes the virtualenv .venv with the project and its test extras
 #   3. starts throwaway servers in a temporary directory, removed at exit
-#   4. runs pytest (arguments passed through), then ruff and mypy
+#   4. runs pytest (arguments passed through), then ruff check, ruff format --check and
+#      mypy (the versions the test extra pins)
 # The exit status is non-zero if any step failed (pytest's "no tests
 # collected", exit 5, counts as a failure).
 #
@@ -18,7 +19,7 @@
 #       a node also need SA_INBOX_TEST_GALERA_DIR, the directory it was started
 #       in by scripts/servers.sh)
 #   SA_INBOX_SKIP_LINT=1
-#       skip ruff and mypy (any non-empty value)
+#       skip ruff, ruff format and mypy (any non-empty value)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -147,11 +148,12 @@ export SA_INBOX_TEST_GALERA_DIR
 run_check pytest .venv/bin/python -m pytest "$@"
 
 if [ -z "${SA_INBOX_SKIP_LINT:-}" ]; then
-    mapfile -t LINT_DIRS < <(existing_dirs sa_inbox tests benchmarks)
+    mapfile -t LINT_DIRS < <(existing_dirs sa_inbox tests benchmarks scripts)
     run_check "ruff" .venv/bin/ruff check "${LINT_DIRS[@]}"
+    run_check "ruff format" .venv/bin/ruff format --check "${LINT_DIRS[@]}"
     run_check "mypy" .venv/bin/mypy
 else
-    section "ruff, mypy: skipped (SA_INBOX_SKIP_LINT is set)"
+    section "ruff, ruff format, mypy: skipped (SA_INBOX_SKIP_LINT is set)"
 fi
 
 section "Summary"

@@ -29,3 +29,16 @@ def test_the_mit_licence_is_shipped() -> None:
     text = (ROOT / "LICENSE").read_text()
     assert text.startswith("MIT License\n\nCopyright (c) the sa-inbox authors\n")
     assert metadata("sa-inbox")["License-Expression"] == "MIT"
+
+
+def test_pre_commit_pins_the_test_extras_versions() -> None:
+    """.pre-commit-config.yaml runs ruff and mypy at the versions the test extra pins."""
+    pins = {}
+    for requirement in PROJECT["optional-dependencies"]["test"]:
+        name, _, pin = requirement.partition("==")
+        if name in ("ruff", "mypy"):
+            pins[name] = pin
+    config = (ROOT / ".pre-commit-config.yaml").read_text()
+    hooks = re.findall(r'"(ruff|mypy)==([^"]+)"', config)
+    assert sorted(set(hooks)) == sorted(pins.items()) and len(pins) == 2
+    assert re.findall(r"entry: (ruff \w+|mypy)", config) == ["ruff check", "ruff format", "mypy"]
