@@ -2,7 +2,7 @@
 """Every module of sa_inbox imports, or fails with the one-line extra message; every
 ``sa-inbox`` command answers ``--help``.
 
-    python scripts/import_matrix.py [--hide-extras] modules [--installed EXTRA]
+    python scripts/import_matrix.py [--hide-extras] modules [--installed EXTRA] [--require M]
     python scripts/import_matrix.py [--hide-extras] cli        # every command's --help
     python scripts/import_matrix.py [--hide-extras] run ARGS   # sa-inbox ARGS
 
@@ -118,7 +118,7 @@ def check_module(name: str) -> tuple[str, str]:
     return "ok", ""
 
 
-def modules(installed: str | None) -> int:
+def modules(installed: str | None, required: Sequence[str]) -> int:
     failed, tally = 0, Counter[str]()
     for name in module_names():
         status, detail = check_module(name)
@@ -127,7 +127,18 @@ def modules(installed: str | None) -> int:
         tally[status if status != "extra" else f"needs [{detail}]"] += 1
         failed += status == "FAIL"
         print(f"{status:5} {name}" + (f": {detail}" if detail else ""))
-    print("import matrix:", ", ".join(f"{n} {what}" for what, n in sorted(tally.items())))
+    for name in required:  # what the extra itself installs (a driver, greenlet)
+        try:
+            importlib.import_module(name)
+            print(f"ok    {name} (required)")
+        except Exception as exc:
+            failed += 1
+            print(f"FAIL  {name} (required): {type(exc).__name__}: {exc}")
+    import sa_inbox
+
+    where = Path(sa_inbox.__file__).parent
+    summary = ", ".join(f"{n} {what}" for what, n in sorted(tally.items()))
+    print(f"import matrix ({where}): {summary}")
     return 1 if failed else 0
 
 
@@ -209,12 +220,14 @@ def main(argv: list[str]) -> int:
         sa_inbox.main(argv[1:], prog_name="sa-inbox")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
-    sub.add_parser("modules").add_argument("--installed", metavar="EXTRA")
+    modules_parser = sub.add_parser("modules")
+    modules_parser.add_argument("--installed", metavar="EXTRA", help="no module may ask for it")
+    modules_parser.add_argument("--require", metavar="MODULE", action="append", default=[])
     sub.add_parser("cli")
     options = parser.parse_args(argv)
     hide(hide_extras)
     if options.what == "modules":
-        return modules(options.installed)
+        return modules(options.installed, options.require)
     return cli(hide_extras)
 
 

@@ -8,6 +8,9 @@
 #   3. starts throwaway servers in a temporary directory, removed at exit
 #   4. runs pytest (arguments passed through), then ruff check, ruff format --check and
 #      mypy (the versions the test extra pins)
+#   5. checks the built artifacts (scripts/check_dist.sh): the sdist and the wheel, the
+#      wheel alone and with each extra in fresh virtualenvs, ./scripts/demo.sh in a fresh
+#      clone of HEAD (commit first: the clone does not see uncommitted changes)
 # The exit status is non-zero if any step failed (pytest's "no tests
 # collected", exit 5, counts as a failure).
 #
@@ -20,6 +23,8 @@
 #       in by scripts/servers.sh)
 #   SA_INBOX_SKIP_LINT=1
 #       skip ruff, ruff format and mypy (any non-empty value)
+#   SA_INBOX_SKIP_DIST=1
+#       skip the artifact check (any non-empty value; never in CI)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -154,6 +159,12 @@ if [ -z "${SA_INBOX_SKIP_LINT:-}" ]; then
     run_check "mypy" .venv/bin/mypy
 else
     section "ruff, ruff format, mypy: skipped (SA_INBOX_SKIP_LINT is set)"
+fi
+
+if [ -z "${SA_INBOX_SKIP_DIST:-}" ] || [ "${CI:-}" = true ]; then
+    run_check "artifacts" scripts/check_dist.sh
+else
+    section "artifacts: skipped (SA_INBOX_SKIP_DIST is set)"
 fi
 
 section "Summary"
