@@ -7,7 +7,8 @@
 #      the sa_inbox package with its templates and data, the licence, nothing else
 #   2. installs the wheel alone into a fresh virtualenv: every module imports or fails with
 #      the one-line extra message, every command answers --help, a command whose extra is
-#      missing exits 2 with one line, and sa-inbox demo passes on embedded SQLite
+#      missing exits 2 with one line, sa-inbox demo passes on embedded SQLite and
+#      sa-inbox demo --no-inbox shows its double-applied money (exit 1)
 #   3. each extra alone (a virtualenv with the wheel and that one extra, a few at a time):
 #      no module asks for it any more, and what it installs (a driver, greenlet) imports
 #   4. ./scripts/demo.sh from a fresh git clone of HEAD (no .venv: it makes its own)
@@ -111,6 +112,13 @@ echo "sa-inbox alembic init without [alembic]: exit 2, $expected"
 (cd "$WORK" && "$BARE/bin/sa-inbox" demo) >"$WORK/demo.txt" 2>&1 ||
     { cat "$WORK/demo.txt"; die "sa-inbox demo from the wheel alone"; }
 grep '^PASS' "$WORK/demo.txt"
+code=0
+(cd "$WORK" && "$BARE/bin/sa-inbox" demo --no-inbox --messages 200) >"$WORK/naive.txt" 2>&1 || code=$?
+if [ "$code" -ne 1 ] || grep -q Traceback "$WORK/naive.txt"; then
+    cat "$WORK/naive.txt"
+    die "sa-inbox demo --no-inbox: exit $code (1 expected: the naive consumer double-applies)"
+fi
+echo "sa-inbox demo --no-inbox: exit 1, $(grep '^FAIL' "$WORK/naive.txt")"
 
 # ------------------------------------------------------------------ 3. each extra alone
 step "each extra alone"

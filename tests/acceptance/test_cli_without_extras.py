@@ -61,6 +61,11 @@ def test_every_command_answers_help_without_the_extras() -> None:
             "sa_inbox.brokers.redis",
             "redis",
         ),
+        (
+            ["bench", "outbox", "--broker", "amqp://x", "--url", "sqlite:///{tmp}/b.db"],
+            "sa_inbox.bench.outbox",
+            "rabbitmq",
+        ),
     ],
     ids=lambda value: value[0] if isinstance(value, list) else None,
 )
@@ -74,3 +79,4 @@ def test_a_command_whose_extra_is_missing_exits_2_with_one_line(
         == f"Error: {module} needs the {extra!r} extra: pip install 'sa-inbox[{extra}]'\n"
     )
     assert list(tmp_path.iterdir()) == [], "nothing created"
+    assert "Traceback" not in done.stdout
