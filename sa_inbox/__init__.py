@@ -6,6 +6,8 @@ database's primary key rejects every redelivery. See :class:`Inbox`.
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
+
 from .claim import Inbox as Inbox
 from .collision import payload_hash as payload_hash
 from .exc import AsyncHandlerError as AsyncHandlerError
@@ -28,6 +30,7 @@ from .exc import InvalidStrategy as InvalidStrategy
 from .exc import InvalidTable as InvalidTable
 from .exc import InvalidTableType as InvalidTableType
 from .exc import MessageIdCollision as MessageIdCollision
+from .exc import MissingExtra as MissingExtra
 from .exc import MissingTable as MissingTable
 from .exc import PurgeLockTimeout as PurgeLockTimeout
 from .exc import RetentionWindowTooShort as RetentionWindowTooShort
@@ -84,6 +87,7 @@ __all__ = [
     "InvalidTable",
     "InvalidTableType",
     "MessageIdCollision",
+    "MissingExtra",
     "MissingTable",
     "Outcome",
     "PurgeLockTimeout",
@@ -112,4 +116,5 @@ __all__ = [
     "run_in_transaction",
 ]
 
-__version__ = "0.1.0"
+#: The installed distribution's version (``pyproject.toml`` holds the only copy).
+__version__ = _metadata.version("sa-inbox")

@@ -29,6 +29,7 @@ __all__ = [
     "InvalidTable",
     "InvalidTableType",
     "MessageIdCollision",
+    "MissingExtra",
     "MissingTable",
     "PurgeLockTimeout",
     "RetentionWindowTooShort",
@@ -250,6 +251,32 @@ class UnsupportedBackend(InboxError):
     For example SQLite older than 3.24.0 has no ``ON CONFLICT DO NOTHING`` (SQLite manual,
     "UPSERT").
     """
+
+
+class MissingExtra(ConfigurationError, ImportError):
+    """A module of sa-inbox needs an optional dependency that is not installed.
+
+    The message is one line naming the extra that installs it: ``sa_inbox.brokers.rabbitmq
+    needs the 'rabbitmq' extra: pip install 'sa-inbox[rabbitmq]'``; the import error of the
+    dependency is chained as ``__cause__``. Raised by :mod:`sa_inbox._optional` when the
+    module is imported.
+
+    :ivar module: the sa-inbox module that needs it (``"sa_inbox.brokers.rabbitmq"``).
+    :ivar extra: the extra that installs it (``"rabbitmq"``).
+    """
+
+    def __init__(self, module: str, extra: str, dependency: str) -> None:
+        super().__init__(
+            f"{module} needs the {extra!r} extra: pip install 'sa-inbox[{extra}]'",
+            name=dependency,
+        )
+        self.module = module
+        self.extra = extra
+
+    def __reduce__(self) -> tuple[type[MissingExtra], tuple[str, str, str]]:
+        # Rebuilt from its fields, not from ``args`` (the message), when pickled across
+        # processes.
+        return type(self), (self.module, self.extra, self.name or "")
 
 
 class UnsupportedBroker(ConfigurationError, ValueError):

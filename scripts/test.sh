@@ -6,7 +6,11 @@
 #      (scripts/servers.sh install)
 #   2. makes the virtualenv .venv with the project and its test extras
 #   3. starts throwaway servers in a temporary directory, removed at exit
-#   4. runs pytest (arguments passed through), then ruff and mypy
+#   4. runs pytest (arguments passed through), then ruff check, ruff format --check and
+#      mypy (the versions the test extra pins)
+#   5. checks the built artifacts (scripts/check_dist.sh): the sdist and the wheel, the
+#      wheel alone and with each extra in fresh virtualenvs, ./scripts/demo.sh in a fresh
+#      clone of HEAD (commit first: the clone does not see uncommitted changes)
 # The exit status is non-zero if any step failed (pytest's "no tests
 # collected", exit 5, counts as a failure).
 #
@@ -22,7 +26,9 @@
 #       tests that kill and restart one (scripts/servers.sh kill/restart); they
 #       skip a server whose URL came from the environment
 #   SA_INBOX_SKIP_LINT=1
-#       skip ruff and mypy (any non-empty value)
+#       skip ruff, ruff format and mypy (any non-empty value)
+#   SA_INBOX_SKIP_DIST=1
+#       skip the artifact check (any non-empty value; never in CI)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -156,11 +162,18 @@ fi
 run_check pytest .venv/bin/python -m pytest "$@"
 
 if [ -z "${SA_INBOX_SKIP_LINT:-}" ]; then
-    mapfile -t LINT_DIRS < <(existing_dirs sa_inbox tests benchmarks)
+    mapfile -t LINT_DIRS < <(existing_dirs sa_inbox tests benchmarks scripts)
     run_check "ruff" .venv/bin/ruff check "${LINT_DIRS[@]}"
+    run_check "ruff format" .venv/bin/ruff format --check "${LINT_DIRS[@]}"
     run_check "mypy" .venv/bin/mypy
 else
-    section "ruff, mypy: skipped (SA_INBOX_SKIP_LINT is set)"
+    section "ruff, ruff format, mypy: skipped (SA_INBOX_SKIP_LINT is set)"
+fi
+
+if [ -z "${SA_INBOX_SKIP_DIST:-}" ] || [ "${CI:-}" = true ]; then
+    run_check "artifacts" scripts/check_dist.sh
+else
+    section "artifacts: skipped (SA_INBOX_SKIP_DIST is set)"
 fi
 
 section "Summary"

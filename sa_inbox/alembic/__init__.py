@@ -26,44 +26,48 @@ Requires Alembic 1.18 or later (``pip install 'sa-inbox[alembic]'``).
 
 from __future__ import annotations
 
-from . import autogenerate as autogenerate
-from .config import Config as Config
-from .config import target_metadata as target_metadata
-from .config import template_directory as template_directory
-from .consumer import RenameInboxConsumerOp as RenameInboxConsumerOp
-from .consumer import rename_inbox_consumer as rename_inbox_consumer
-from .exc import AlembicSetupError as AlembicSetupError
-from .exc import InboxSettingsConflict as InboxSettingsConflict
-from .exc import InboxTableDropRefused as InboxTableDropRefused
-from .exc import InvalidTableOptions as InvalidTableOptions
-from .operations import CreateInboxStoreTableOp as CreateInboxStoreTableOp
-from .operations import CreateInboxTableOp as CreateInboxTableOp
-from .operations import CreateOutboxTableOp as CreateOutboxTableOp
-from .operations import CreatePartitionedInboxTableOp as CreatePartitionedInboxTableOp
-from .operations import CreateProcessedMessagesTableOp as CreateProcessedMessagesTableOp
-from .operations import DropInboxStoreTableOp as DropInboxStoreTableOp
-from .operations import DropInboxTableOp as DropInboxTableOp
-from .operations import DropOutboxTableOp as DropOutboxTableOp
-from .operations import DropPartitionedInboxTableOp as DropPartitionedInboxTableOp
-from .operations import DropProcessedMessagesTableOp as DropProcessedMessagesTableOp
-from .operations import create_inbox_store_table as create_inbox_store_table
-from .operations import create_inbox_table as create_inbox_table
-from .operations import create_outbox_table as create_outbox_table
-from .operations import create_partitioned_inbox_table as create_partitioned_inbox_table
-from .operations import drop_inbox_store_table as drop_inbox_store_table
-from .operations import drop_inbox_table as drop_inbox_table
-from .operations import drop_outbox_table as drop_outbox_table
-from .operations import drop_partitioned_inbox_table as drop_partitioned_inbox_table
-from .refusal import RefuseInboxTableDropOp as RefuseInboxTableDropOp
-from .rename import RenameInboxStoreTableOp as RenameInboxStoreTableOp
-from .rename import RenameInboxTableOp as RenameInboxTableOp
-from .rename import RenameOutboxTableOp as RenameOutboxTableOp
-from .rename import RenameProcessedMessagesTableOp as RenameProcessedMessagesTableOp
-from .rename import rename_inbox_store_table as rename_inbox_store_table
-from .rename import rename_inbox_table as rename_inbox_table
-from .rename import rename_outbox_table as rename_outbox_table
-from .revision import inbox_operations as inbox_operations
-from .revision import write_inbox_revision as write_inbox_revision
+from .._optional import optional_dependencies
+
+with optional_dependencies(__name__, "alembic", "alembic"):
+    from . import autogenerate as autogenerate
+    from .config import Config as Config
+    from .config import target_metadata as target_metadata
+    from .config import template_directory as template_directory
+    from .consumer import RenameInboxConsumerOp as RenameInboxConsumerOp
+    from .consumer import rename_inbox_consumer as rename_inbox_consumer
+    from .exc import AlembicSetupError as AlembicSetupError
+    from .exc import InboxSettingsConflict as InboxSettingsConflict
+    from .exc import InboxTableDropRefused as InboxTableDropRefused
+    from .exc import InvalidTableOptions as InvalidTableOptions
+    from .operations import CreateInboxStoreTableOp as CreateInboxStoreTableOp
+    from .operations import CreateInboxTableOp as CreateInboxTableOp
+    from .operations import CreateOutboxTableOp as CreateOutboxTableOp
+    from .operations import CreatePartitionedInboxTableOp as CreatePartitionedInboxTableOp
+    from .operations import CreateProcessedMessagesTableOp as CreateProcessedMessagesTableOp
+    from .operations import DropInboxStoreTableOp as DropInboxStoreTableOp
+    from .operations import DropInboxTableOp as DropInboxTableOp
+    from .operations import DropOutboxTableOp as DropOutboxTableOp
+    from .operations import DropPartitionedInboxTableOp as DropPartitionedInboxTableOp
+    from .operations import DropProcessedMessagesTableOp as DropProcessedMessagesTableOp
+    from .operations import create_inbox_store_table as create_inbox_store_table
+    from .operations import create_inbox_table as create_inbox_table
+    from .operations import create_outbox_table as create_outbox_table
+    from .operations import create_partitioned_inbox_table as create_partitioned_inbox_table
+    from .operations import drop_inbox_store_table as drop_inbox_store_table
+    from .operations import drop_inbox_table as drop_inbox_table
+    from .operations import drop_outbox_table as drop_outbox_table
+    from .operations import drop_partitioned_inbox_table as drop_partitioned_inbox_table
+    from .refusal import RefuseInboxTableDropOp as RefuseInboxTableDropOp
+    from .rename import RenameInboxStoreTableOp as RenameInboxStoreTableOp
+    from .rename import RenameInboxTableOp as RenameInboxTableOp
+    from .rename import RenameOutboxTableOp as RenameOutboxTableOp
+    from .rename import RenameProcessedMessagesTableOp as RenameProcessedMessagesTableOp
+    from .rename import rename_inbox_store_table as rename_inbox_store_table
+    from .rename import rename_inbox_table as rename_inbox_table
+    from .rename import rename_outbox_table as rename_outbox_table
+    from .revision import inbox_operations as inbox_operations
+    from .revision import write_inbox_revision as write_inbox_revision
+
 
 __all__ = [
     "AlembicSetupError",

@@ -27,18 +27,22 @@ async (the handler, ack/nack, sleeps, the session factory). Needs ``greenlet`` (
 
 from __future__ import annotations
 
-from .claim import AsyncInbox as AsyncInbox
-from .outbox import AsyncOutbox as AsyncOutbox
-from .outbox import AsyncOutboxRelay as AsyncOutboxRelay
-from .retention import purge as purge
-from .retention import purge_store as purge_store
-from .runner import handle as handle
-from .runner import run_in_transaction as run_in_transaction
-from .session import install as install
-from .session import register_claim as register_claim
-from .store import AsyncHandler as AsyncHandler
-from .store import AsyncInboxStore as AsyncInboxStore
-from .store import AsyncWorker as AsyncWorker
+from .._optional import optional_dependencies
+
+with optional_dependencies(__name__, "asyncio", "greenlet"):
+    from .claim import AsyncInbox as AsyncInbox
+    from .outbox import AsyncOutbox as AsyncOutbox
+    from .outbox import AsyncOutboxRelay as AsyncOutboxRelay
+    from .retention import purge as purge
+    from .retention import purge_store as purge_store
+    from .runner import handle as handle
+    from .runner import run_in_transaction as run_in_transaction
+    from .session import install as install
+    from .session import register_claim as register_claim
+    from .store import AsyncHandler as AsyncHandler
+    from .store import AsyncInboxStore as AsyncInboxStore
+    from .store import AsyncWorker as AsyncWorker
+
 
 __all__ = [
     "AsyncHandler",

@@ -24,14 +24,15 @@ import importlib.util
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from ..asyncio import AsyncInbox
 from .db import ACCOUNT, AMOUNT, LEDGER, SQLITE_TIMEOUT, BenchSchema, sqlite_wal
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 __all__ = [
     "ASYNC_DRIVERS",
@@ -96,6 +97,9 @@ def async_url(url: str, layer: str) -> str:
 
 def make_async_engine(url: str) -> AsyncEngine:
     """An async engine for one benchmark process (SQLite: WAL, as :func:`.db.make_engine`)."""
+    # Imported here: this module is imported (to list the layers) without greenlet too.
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     if sa.make_url(url).get_backend_name() == "sqlite":
         engine = create_async_engine(url, connect_args={"timeout": SQLITE_TIMEOUT})
         sqlite_wal(engine.sync_engine)
@@ -122,6 +126,8 @@ class AsyncContext:
     """
 
     def __init__(self, engine: AsyncEngine, conn: AsyncConnection, account: int) -> None:
+        from ..asyncio import AsyncInbox
+
         self.engine = engine
         self.conn = conn
         self.account = account

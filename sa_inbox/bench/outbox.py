@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from rich.progress import Progress
 from rich.table import Table
 
+from .._optional import import_optional_dependency
 from ..outbox import Outbox, OutboxRelay
 from .claim_overhead import (
     CLAIM_SESSIONS,
@@ -228,7 +229,7 @@ def _write_cells(config: BenchConfig, pool: WorkerPool, progress: Progress) -> l
 def _relay_cells(
     config: BenchConfig, broker: str, pool: WorkerPool, progress: Progress
 ) -> list[dict[str, Any]]:
-    import pika
+    import pika  # run() checked the extra
 
     messages = config.messages or DEFAULT_MESSAGES
     engine = make_engine(config.url)
@@ -307,8 +308,14 @@ def _count(engine: sa.Engine, status: str | None = None) -> int:
 
 
 def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
-    """The write-cost cells, then (with a broker URL) the relay cells."""
+    """The write-cost cells, then (with a broker URL) the relay cells.
+
+    :raises sa_inbox.exc.MissingExtra: with a broker URL, before any cell, if the
+        ``rabbitmq`` extra is not installed.
+    """
     broker = config.options.get("broker") or os.environ.get(BROKER_VARIABLE)
+    if broker:
+        import_optional_dependency("pika", extra="rabbitmq", module=__name__)
     with WorkerPool(max(config.workers, max(RELAY_LEVELS) if broker else 1)) as pool:
         write = _write_cells(config, pool, progress)
         relay = _relay_cells(config, broker, pool, progress) if broker else []

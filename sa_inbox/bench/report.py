@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._optional import optional_dependencies
+
 __all__ = ["load_results", "markdown", "write_report"]
 
 BACKEND_ORDER = ("sqlite", "postgresql", "mariadb", "mysql", "oracle")
@@ -24,6 +26,7 @@ def load_results(directory: Path) -> dict[str, list[Document]]:
     """scenario -> its JSON documents (one per backend), in :data:`BACKEND_ORDER`.
 
     :raises FileNotFoundError: if ``directory`` holds no benchmark JSON.
+    :raises sa_inbox.exc.MissingExtra: without matplotlib (the ``bench`` extra).
     """
     found: dict[str, list[Document]] = defaultdict(list)
     for path in sorted(directory.glob("*.json")):
@@ -361,7 +364,8 @@ def _store_drain_plot(documents: Sequence[Document], ax: Any) -> None:
 
 
 def _plot(scenario: str, documents: Sequence[Document], path: Path) -> None:
-    import matplotlib
+    with optional_dependencies(__name__, "bench", "matplotlib"):
+        import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot

@@ -57,14 +57,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from celery import Celery, Task
-from celery.exceptions import Reject
 from sqlalchemy.orm import Session
 
+from .._optional import optional_dependencies
 from ..claim import Inbox
 from ..exc import ConfigurationError, InvalidRetryArgument
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement
 from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process
+
+with optional_dependencies(__name__, "celery", "celery"):
+    from celery import Celery, Task
+    from celery.exceptions import Reject
 
 __all__ = [
     "DEFAULT_KEY_KWARG",

@@ -81,16 +81,20 @@ from __future__ import annotations
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from faststream import BaseMiddleware, ContextRepo, StreamMessage
-from faststream.exceptions import SkipMessage
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from .._optional import optional_dependencies
 from ..claim import Inbox
 from ..exc import ConfigurationError
 from .delivery import DeadLetterReason, Delivery, Disposition
 from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
+
+with optional_dependencies(__name__, "faststream", "faststream"):
+    from faststream import BaseMiddleware, ContextRepo, StreamMessage
+    from faststream.exceptions import SkipMessage
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 __all__ = [
     "DEFAULT_DEAD_LETTER_SUFFIX",
@@ -347,8 +351,7 @@ async def _redis_dead_letter(
     entry = Entry(entry_id.decode(), raw["data"], await _delivery_count(msg))
     client: Any = msg.consumer  # type: ignore[attr-defined]  # the Redis client
     stream = raw["channel"]
+    group = msg.group  # type: ignore[attr-defined]  # the Redis subscriber's consumer group
     await client.eval(
-        *dead_letter_script_arguments(
-            stream, msg.group, stream + suffix, entry, reason, detail  # type: ignore[attr-defined]
-        )
+        *dead_letter_script_arguments(stream, group, stream + suffix, entry, reason, detail)
     )

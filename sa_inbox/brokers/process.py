@@ -21,9 +21,8 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from ..claim import Inbox
@@ -32,6 +31,9 @@ from ..handlers import check_handler
 from ..runner import Outcome, Result, handle
 from ..validation import positive_int
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement, Settler
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 __all__ = ["DEFAULT_MAX_DELIVERIES", "DeliveryLimitExceeded", "process", "process_async"]
 

@@ -22,14 +22,16 @@ Sub-commands stay thin: they parse options and call the library (``demo`` calls
 ``sa-inbox --help`` stays fast.
 
 Exit codes (:mod:`._common`): 0 success; 1 the run finished but its verification failed;
-2 usage error; 3 the command could not run (database unreachable, a worker died);
-9-15 ``stats --check`` warnings (:data:`sa_inbox.stats.WARNING_CODES`); 130 interrupted.
+2 usage error (or an extra the command needs is not installed); 3 the command could not run
+(database unreachable, a worker died); 9-15 ``stats --check`` warnings
+(:data:`sa_inbox.stats.WARNING_CODES`); 130 interrupted.
 """
 
 from __future__ import annotations
 
 import click
 
+from ._common import Group
 from .alembic import alembic_group
 from .bench import bench
 from .chaos import chaos
@@ -44,7 +46,7 @@ from .worker import worker_command
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="sa-inbox")
 def main() -> None:
     """sa-inbox: exactly-once message processing for SQLAlchemy (the inbox pattern)."""

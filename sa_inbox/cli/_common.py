@@ -8,7 +8,8 @@ code   meaning
 =====  ===========================================================================
 0      success (:data:`EXIT_OK`)
 1      the run finished but its verification failed (``demo``; :data:`EXIT_FAILED`)
-2      usage error: bad options, a window the policy refuses (:data:`EXIT_USAGE`)
+2      usage error: bad options, a window the policy refuses, an extra the command needs
+       is not installed (:data:`EXIT_USAGE`, :class:`Group`)
 3      the command could not run: database unreachable, driver not installed, table
        missing, a worker died (:data:`EXIT_ERROR`, raised as :class:`CannotRun`)
 130    interrupted (:data:`EXIT_INTERRUPTED`)
@@ -39,7 +40,7 @@ import click
 import sqlalchemy as sa
 
 from .._compat import greenlet_spawn
-from ..exc import ConfigurationError
+from ..exc import ConfigurationError, MissingExtra
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -57,6 +58,7 @@ __all__ = [
     "EXIT_USAGE",
     "CannotRun",
     "Database",
+    "Group",
     "bind_store",
     "check_url",
     "connected",
@@ -100,6 +102,28 @@ class CannotRun(click.ClickException):
 
     def __init__(self, message: str) -> None:
         super().__init__(one_line(message))
+
+
+class _ExtraNotInstalled(click.ClickException):
+    """A :class:`~sa_inbox.exc.MissingExtra` as one ``Error: ...`` line, exit code
+    :data:`EXIT_USAGE` (nothing ran; ``pip install`` the extra and run it again)."""
+
+    exit_code = EXIT_USAGE
+
+
+class Group(click.Group):
+    """The ``sa-inbox`` group: a command (or an option's callback) whose module needs an
+    extra that is not installed ends as one ``Error: <module> needs the '<extra>' extra:
+    pip install 'sa-inbox[<extra>]'`` line, exit :data:`EXIT_USAGE`, not a traceback.
+
+    Nested groups run inside its :meth:`invoke`, so they need no class of their own.
+    """
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except MissingExtra as exc:
+            raise _ExtraNotInstalled(str(exc)) from exc
 
 
 #: Where the parts of SQLAlchemy's error text that a user of the command does not need
@@ -363,13 +387,16 @@ def connected(url: str, failure: str, *, needs_async: str | None = None) -> Iter
     :param needs_async: as :func:`open_database`.
     :raises click.ClickException: as :func:`open_database` (exit 2 or 3).
     :raises CannotRun: (exit 3) for a :class:`sqlalchemy.exc.SQLAlchemyError` or a
-        :class:`~sa_inbox.exc.ConfigurationError` (a missing table or column) in the block.
+        :class:`~sa_inbox.exc.ConfigurationError` (a missing table or column) in the block;
+        a :class:`~sa_inbox.exc.MissingExtra` is raised as it is (exit 2).
     """
     database = open_database(url, needs_async=needs_async)
     try:
         yield database
     except sa.exc.SQLAlchemyError as exc:
         raise CannotRun(f"{failure}: {exc}") from exc
+    except MissingExtra:
+        raise  # exit 2 (:class:`Group`): nothing ran
     except ConfigurationError as exc:
         raise CannotRun(f"{failure}: {type(exc).__name__}: {exc}") from exc
     finally:

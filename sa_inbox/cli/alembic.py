@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from .._optional import optional_dependencies
 from ._common import CannotRun
 
 __all__ = ["alembic_group"]
@@ -47,11 +48,12 @@ def init(directory: Path, config_file: Path) -> None:
     versions/. Then set sqlalchemy.url and [sa_inbox] target_metadata in the config file,
     and run: alembic revision --autogenerate -m "add inbox".
     """
-    from alembic import command
-    from alembic.util import CommandError
+    with optional_dependencies(__name__, "alembic", "alembic"):
+        from alembic import command
+        from alembic.util import CommandError
 
-    from ..alembic import Config
-    from ..alembic.config import TEMPLATE
+        from ..alembic import Config
+        from ..alembic.config import TEMPLATE
 
     try:
         command.init(Config(str(config_file)), str(directory), template=TEMPLATE)
@@ -120,9 +122,10 @@ def revision(
     has the processed-messages table, use --store-only (--store would create that table
     a second time and the upgrade would fail).
     """
-    from alembic.util import CommandError
+    with optional_dependencies(__name__, "alembic", "alembic"):
+        from alembic.util import CommandError
 
-    from ..alembic import Config, InvalidTableOptions, inbox_operations, write_inbox_revision
+        from ..alembic import Config, InvalidTableOptions, inbox_operations, write_inbox_revision
 
     if not config_file.is_file():
         raise click.UsageError(f"no Alembic config file {str(config_file)!r} (see -c)")

@@ -151,10 +151,6 @@ def _report(out: Path) -> None:
         written = write_report(out)
     except FileNotFoundError as exc:
         raise CannotRun(str(exc)) from exc
-    except ImportError as exc:
-        raise CannotRun(
-            f"the report needs matplotlib: pip install 'sa-inbox[bench]' ({exc})"
-        ) from exc
     for path in written:
         click.echo(f"wrote {path}")
 

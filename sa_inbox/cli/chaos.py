@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..exc import MissingExtra
 from ._common import EXIT_FAILED, EXIT_INTERRUPTED, CannotRun, check_url
 
 if TYPE_CHECKING:
@@ -231,6 +232,7 @@ def run_and_report(
     :param json_path: where to write :meth:`ChaosResult.to_json`, or None.
     :raises CannotRun: (exit 3) if the run could not finish: no driver for the broker's
         scheme, the broker or the database unreachable, a consumer failed, the timeout.
+    :raises MissingExtra: (exit 2) if the broker's extra is not installed.
     :raises SystemExit: 1 if the verification failed, 130 on Ctrl-C.
     """
     from rich.console import Console
@@ -248,6 +250,8 @@ def run_and_report(
     except KeyboardInterrupt:
         console.print("interrupted: consumers stopped, nothing verified")
         raise SystemExit(EXIT_INTERRUPTED) from None
+    except MissingExtra:
+        raise  # exit 2 (._common.Group): the broker's extra is not installed
     except ImportError as exc:
         raise CannotRun(_missing_client(config.broker, exc)) from exc
     except Exception as exc:  # the broker's, the database's, a consumer's: one line, exit 3

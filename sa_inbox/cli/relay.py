@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import sqlalchemy as sa
 
-from ..exc import UnsupportedBroker
+from ..exc import MissingExtra, UnsupportedBroker
 from ._common import CannotRun, Database, connected, require_table
 
 if TYPE_CHECKING:
@@ -90,6 +90,7 @@ def relay_command(
     from ..store.worker import Backoff
 
     settings["backoff"] = Backoff(settings.pop("backoff"), settings.pop("max_backoff"))
+    _check_broker(broker)
     with connected(url, "the relay failed") as db:
         publisher = _publisher(broker, asynchronous=db.async_engine is not None)
         try:
@@ -107,6 +108,20 @@ def relay_command(
     click.echo(json.dumps(dataclasses.asdict(total)))
 
 
+def _check_broker(broker: str) -> None:
+    """Refuse ``--broker`` before the database is opened.
+
+    :raises click.BadParameter: (exit 2) for an unsupported scheme.
+    :raises MissingExtra: (exit 2) if the broker's extra is not installed.
+    """
+    from ..outbox.publisher import check_broker
+
+    try:
+        check_broker(broker)
+    except UnsupportedBroker as exc:
+        raise click.BadParameter(str(exc), param_hint="--broker") from exc
+
+
 def _publisher(broker: str, *, asynchronous: bool) -> Publisher:
     """The publisher of ``--broker``: the asyncio one for an async driver's URL.
 
@@ -119,6 +134,8 @@ def _publisher(broker: str, *, asynchronous: bool) -> Publisher:
         return (async_publisher_for if asynchronous else publisher_for)(broker)
     except UnsupportedBroker as exc:
         raise click.BadParameter(str(exc), param_hint="--broker") from exc
+    except MissingExtra:
+        raise  # exit 2 (._common.Group): the broker's extra is not installed
     except Exception as exc:  # the broker's client: unreachable, refused
         raise CannotRun(f"cannot connect to the broker: {type(exc).__name__}: {exc}") from exc
 

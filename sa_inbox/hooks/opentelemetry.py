@@ -25,11 +25,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 
-from opentelemetry import metrics, trace
-from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
+from .._optional import optional_dependencies
 from ..stats import Sampler
+
+with optional_dependencies(__name__, "opentelemetry", "opentelemetry.trace"):
+    from opentelemetry import metrics, trace
+    from opentelemetry.metrics import CallbackOptions, Observation
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = ["CONSUMER_ATTRIBUTE", "MESSAGE_ID_ATTRIBUTE", "OpenTelemetryHooks"]
 

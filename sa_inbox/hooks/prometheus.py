@@ -36,11 +36,14 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 
 import sqlalchemy as sa
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import REGISTRY, Collector
 
+from .._optional import optional_dependencies
 from ..stats import InboxStats, Sampler
+
+with optional_dependencies(__name__, "prometheus", "prometheus_client"):
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.registry import REGISTRY, Collector
 
 __all__ = ["InboxCollector", "PrometheusHooks"]
 

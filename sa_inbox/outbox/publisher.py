@@ -7,9 +7,11 @@ reply), :class:`sa_inbox.brokers.nats.JetStreamPublisher` (the JetStream ``PubAc
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
+from .._optional import optional_dependencies
 from ..exc import InvalidObject, UnsupportedBroker
 from ..handlers import is_async_callable
 from .exc import AsyncPublisherInSyncRelay
@@ -20,6 +22,7 @@ __all__ = [
     "Publisher",
     "async_publisher_for",
     "broker_unavailable",
+    "check_broker",
     "check_publisher",
     "publisher_for",
 ]
@@ -121,6 +124,18 @@ def _broker(url: str) -> str:
     return broker
 
 
+def check_broker(url: str) -> str:
+    """The broker of ``url``, once its adapter imports: a URL is refused before anything
+    connects.
+
+    :raises UnsupportedBroker: for an unknown scheme.
+    :raises sa_inbox.exc.MissingExtra: if the broker's extra is not installed.
+    """
+    broker = _broker(url)
+    importlib.import_module(f"sa_inbox.brokers.{broker}")
+    return broker
+
+
 def publisher_for(url: str) -> Publisher:
     """A synchronous publisher for a broker URL, for :class:`~sa_inbox.outbox.OutboxRelay`
     and ``sa-inbox relay`` on a sync driver's URL.
@@ -131,7 +146,7 @@ def publisher_for(url: str) -> Publisher:
     :class:`~sa_inbox.brokers.nats.BlockingJetStreamPublisher` (connects at its first publish).
 
     :raises UnsupportedBroker: for any other scheme (a :class:`ValueError`).
-    :raises ImportError: if the broker's client library (the extra) is not installed.
+    :raises sa_inbox.exc.MissingExtra: (an ImportError) if the broker's extra is not installed.
     """
     broker = _broker(url)
     if broker == "rabbitmq":
@@ -139,9 +154,10 @@ def publisher_for(url: str) -> Publisher:
 
         return RabbitMQPublisher(url)
     if broker == "redis":
-        import redis
-
         from ..brokers.redis import RedisStreamPublisher
+
+        with optional_dependencies(__name__, "redis", "redis"):
+            import redis
 
         return RedisStreamPublisher(redis.Redis.from_url(url))
     from ..brokers.nats import BlockingJetStreamPublisher

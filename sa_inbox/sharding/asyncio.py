@@ -12,15 +12,19 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from ..asyncio import runner as async_runner
-from ..asyncio._bridge import AsyncBind, in_greenlet, on_sync_bind
+from .._optional import optional_dependencies
 from ..claim import Inbox
 from ..runner import DEFAULT_MAX_ATTEMPTS, Result
 from .exc import InvalidShardMap
 from .inbox import ShardedInbox
 from .keys import claim_digest
+
+with optional_dependencies(__name__, "asyncio", "greenlet"):
+    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+    from ..asyncio import runner as async_runner
+    from ..asyncio._bridge import AsyncBind, in_greenlet, on_sync_bind
 
 __all__ = ["AsyncShardedInbox"]
 

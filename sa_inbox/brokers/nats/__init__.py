@@ -27,31 +27,35 @@ nats-py has no synchronous client, so there is no sync facade; a sync handler ca
 
 from __future__ import annotations
 
-from .consumer import DEFAULT_ACK_WAIT as DEFAULT_ACK_WAIT
-from .consumer import DEFAULT_BATCH as DEFAULT_BATCH
-from .consumer import DEFAULT_FETCH_TIMEOUT as DEFAULT_FETCH_TIMEOUT
-from .consumer import StopFlag as StopFlag
-from .consumer import consume as consume
-from .consumer import consumer_config as consumer_config
-from .consumer import ensure_consumer as ensure_consumer
-from .delivery import DEAD_LETTER_DETAIL as DEAD_LETTER_DETAIL
-from .delivery import DEAD_LETTER_MESSAGE_ID as DEAD_LETTER_MESSAGE_ID
-from .delivery import DEAD_LETTER_REASON as DEAD_LETTER_REASON
-from .delivery import DEAD_LETTER_SEQUENCE as DEAD_LETTER_SEQUENCE
-from .delivery import DEAD_LETTER_STREAM as DEAD_LETTER_STREAM
-from .delivery import DEAD_LETTER_SUBJECT as DEAD_LETTER_SUBJECT
-from .delivery import DEFAULT_KEY_HEADER as DEFAULT_KEY_HEADER
-from .delivery import dead_letter_headers as dead_letter_headers
-from .delivery import to_delivery as to_delivery
-from .publisher import DEFAULT_PUBLISH_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
-from .publisher import BlockingJetStreamPublisher as BlockingJetStreamPublisher
-from .publisher import ConnectingJetStreamPublisher as ConnectingJetStreamPublisher
-from .publisher import JetStreamPublisher as JetStreamPublisher
-from .publisher import NoPubAckError as NoPubAckError
-from .settler import DEFAULT_ACK_TIMEOUT as DEFAULT_ACK_TIMEOUT
-from .settler import JetStreamSettler as JetStreamSettler
-from .settler import RetryDelay as RetryDelay
-from .settler import backoff as backoff
+from ..._optional import optional_dependencies
+
+with optional_dependencies(__name__, "nats", "nats"):
+    from .consumer import DEFAULT_ACK_WAIT as DEFAULT_ACK_WAIT
+    from .consumer import DEFAULT_BATCH as DEFAULT_BATCH
+    from .consumer import DEFAULT_FETCH_TIMEOUT as DEFAULT_FETCH_TIMEOUT
+    from .consumer import StopFlag as StopFlag
+    from .consumer import consume as consume
+    from .consumer import consumer_config as consumer_config
+    from .consumer import ensure_consumer as ensure_consumer
+    from .delivery import DEAD_LETTER_DETAIL as DEAD_LETTER_DETAIL
+    from .delivery import DEAD_LETTER_MESSAGE_ID as DEAD_LETTER_MESSAGE_ID
+    from .delivery import DEAD_LETTER_REASON as DEAD_LETTER_REASON
+    from .delivery import DEAD_LETTER_SEQUENCE as DEAD_LETTER_SEQUENCE
+    from .delivery import DEAD_LETTER_STREAM as DEAD_LETTER_STREAM
+    from .delivery import DEAD_LETTER_SUBJECT as DEAD_LETTER_SUBJECT
+    from .delivery import DEFAULT_KEY_HEADER as DEFAULT_KEY_HEADER
+    from .delivery import dead_letter_headers as dead_letter_headers
+    from .delivery import to_delivery as to_delivery
+    from .publisher import DEFAULT_PUBLISH_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
+    from .publisher import BlockingJetStreamPublisher as BlockingJetStreamPublisher
+    from .publisher import ConnectingJetStreamPublisher as ConnectingJetStreamPublisher
+    from .publisher import JetStreamPublisher as JetStreamPublisher
+    from .publisher import NoPubAckError as NoPubAckError
+    from .settler import DEFAULT_ACK_TIMEOUT as DEFAULT_ACK_TIMEOUT
+    from .settler import JetStreamSettler as JetStreamSettler
+    from .settler import RetryDelay as RetryDelay
+    from .settler import backoff as backoff
+
 
 __all__ = [
     "DEAD_LETTER_DETAIL",

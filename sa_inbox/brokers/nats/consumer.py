@@ -9,14 +9,13 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import NotFoundError
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from ...claim import Inbox
 from ...exc import ConfigurationError
@@ -24,6 +23,9 @@ from ..delivery import Delivery, Settlement
 from ..process import DEFAULT_MAX_DELIVERIES, process_async
 from .delivery import DEFAULT_KEY_HEADER, to_delivery
 from .settler import DEFAULT_ACK_TIMEOUT, JetStreamSettler, RetryDelay, backoff
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 __all__ = [
     "DEFAULT_ACK_WAIT",

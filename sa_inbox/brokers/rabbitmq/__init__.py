@@ -16,27 +16,31 @@ producer, the same on every retry of a publish (aio-pika fills in a random one o
 
 from __future__ import annotations
 
-from .aio import AioPikaSettler as AioPikaSettler
-from .aio import AsyncConsumer as AsyncConsumer
-from .aio import aio_pika_delivery as aio_pika_delivery
-from .blocking import BlockingConsumer as BlockingConsumer
-from .blocking import PikaSettler as PikaSettler
-from .blocking import pika_delivery as pika_delivery
-from .message import DEAD_LETTER_SUFFIX as DEAD_LETTER_SUFFIX
-from .message import DEFAULT_PREFETCH as DEFAULT_PREFETCH
-from .message import DETAIL_HEADER as DETAIL_HEADER
-from .message import QUEUE_HEADER as QUEUE_HEADER
-from .message import REASON_HEADER as REASON_HEADER
-from .message import InvalidConsumerArgument as InvalidConsumerArgument
-from .message import dead_letter_queue_name as dead_letter_queue_name
-from .message import delivery_count as delivery_count
-from .message import producer_key as producer_key
-from .message import to_delivery as to_delivery
-from .publisher import AioPikaPublisher as AioPikaPublisher
-from .publisher import RabbitMQPublisher as RabbitMQPublisher
-from .queues import declare_queue as declare_queue
-from .queues import declare_queue_async as declare_queue_async
-from .queues import queue_arguments as queue_arguments
+from ..._optional import optional_dependencies
+
+with optional_dependencies(__name__, "rabbitmq", "pika", "aio_pika"):
+    from .aio import AioPikaSettler as AioPikaSettler
+    from .aio import AsyncConsumer as AsyncConsumer
+    from .aio import aio_pika_delivery as aio_pika_delivery
+    from .blocking import BlockingConsumer as BlockingConsumer
+    from .blocking import PikaSettler as PikaSettler
+    from .blocking import pika_delivery as pika_delivery
+    from .message import DEAD_LETTER_SUFFIX as DEAD_LETTER_SUFFIX
+    from .message import DEFAULT_PREFETCH as DEFAULT_PREFETCH
+    from .message import DETAIL_HEADER as DETAIL_HEADER
+    from .message import QUEUE_HEADER as QUEUE_HEADER
+    from .message import REASON_HEADER as REASON_HEADER
+    from .message import InvalidConsumerArgument as InvalidConsumerArgument
+    from .message import dead_letter_queue_name as dead_letter_queue_name
+    from .message import delivery_count as delivery_count
+    from .message import producer_key as producer_key
+    from .message import to_delivery as to_delivery
+    from .publisher import AioPikaPublisher as AioPikaPublisher
+    from .publisher import RabbitMQPublisher as RabbitMQPublisher
+    from .queues import declare_queue as declare_queue
+    from .queues import declare_queue_async as declare_queue_async
+    from .queues import queue_arguments as queue_arguments
+
 
 __all__ = [
     "DEAD_LETTER_SUFFIX",

@@ -30,11 +30,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueueIterator
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from ...claim import Inbox
 from ..delivery import DeadLetterReason, Delivery
@@ -46,6 +45,9 @@ from .message import (
     dead_letter_properties,
     to_delivery,
 )
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 __all__ = ["AioPikaSettler", "AsyncConsumer", "aio_pika_delivery"]
 

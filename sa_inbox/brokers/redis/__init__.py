@@ -17,18 +17,22 @@ Needs the ``redis`` extra (``pip install sa-inbox[redis]``).
 
 from __future__ import annotations
 
-from .aio import AsyncRedisStreamConsumer as AsyncRedisStreamConsumer
-from .consumer import RedisStreamConsumer as RedisStreamConsumer
-from .core import DEAD_LETTER_FIELDS as DEAD_LETTER_FIELDS
-from .core import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE
-from .core import DEFAULT_BLOCK_TIMEOUT as DEFAULT_BLOCK_TIMEOUT
-from .core import DEFAULT_BODY_FIELD as DEFAULT_BODY_FIELD
-from .core import DEFAULT_KEY_FIELD as DEFAULT_KEY_FIELD
-from .core import DEFAULT_VISIBILITY_TIMEOUT as DEFAULT_VISIBILITY_TIMEOUT
-from .core import InvalidStreamSettings as InvalidStreamSettings
-from .core import StreamSettings as StreamSettings
-from .core import to_delivery as to_delivery
-from .publisher import RedisStreamPublisher as RedisStreamPublisher
+from ..._optional import optional_dependencies
+
+with optional_dependencies(__name__, "redis", "redis"):
+    from .aio import AsyncRedisStreamConsumer as AsyncRedisStreamConsumer
+    from .consumer import RedisStreamConsumer as RedisStreamConsumer
+    from .core import DEAD_LETTER_FIELDS as DEAD_LETTER_FIELDS
+    from .core import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE
+    from .core import DEFAULT_BLOCK_TIMEOUT as DEFAULT_BLOCK_TIMEOUT
+    from .core import DEFAULT_BODY_FIELD as DEFAULT_BODY_FIELD
+    from .core import DEFAULT_KEY_FIELD as DEFAULT_KEY_FIELD
+    from .core import DEFAULT_VISIBILITY_TIMEOUT as DEFAULT_VISIBILITY_TIMEOUT
+    from .core import InvalidStreamSettings as InvalidStreamSettings
+    from .core import StreamSettings as StreamSettings
+    from .core import to_delivery as to_delivery
+    from .publisher import RedisStreamPublisher as RedisStreamPublisher
+
 
 __all__ = [
     "DEAD_LETTER_FIELDS",

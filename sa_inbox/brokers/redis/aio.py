@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
 from redis.exceptions import ResponseError
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from ..delivery import Settlement
 from ..process import process_async
 from .core import Batch, Call, ConsumerBase, Entry, Step, T
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession  # noqa: F401 (in the base class, quoted)
+
 __all__ = ["AsyncRedisStreamConsumer", "drive_async", "run_call_async"]
 
 
-class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, AsyncSession]):
+class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, "AsyncSession"]):
     """The Redis Streams consumer on ``redis.asyncio.Redis``, through
     :func:`sa_inbox.brokers.process_async` (``async def`` handler, ``async_sessionmaker``);
     its parameters and rules are :class:`~sa_inbox.brokers.redis.core.ConsumerBase`'s.

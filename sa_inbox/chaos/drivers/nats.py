@@ -23,28 +23,32 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
-import nats
-from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
-from sqlalchemy.ext.asyncio import (
-    AsyncEngine,
-    AsyncSession,
-    async_sessionmaker,
-    create_async_engine,
-)
 from sqlalchemy.orm import Session
 
+from ..._optional import optional_dependencies
 from ...brokers import Delivery, Settlement
-from ...brokers.nats import (
-    DEAD_LETTER_MESSAGE_ID,
-    DEFAULT_KEY_HEADER,
-    backoff,
-    consume,
-    consumer_config,
-    ensure_consumer,
-)
 from ...claim import Inbox
 from ...exc import UnsupportedBackend
+
+with optional_dependencies(__name__, "nats", "nats", "greenlet"):
+    import nats
+    from nats.js import JetStreamContext
+    from nats.js.errors import NotFoundError
+    from sqlalchemy.ext.asyncio import (
+        AsyncEngine,
+        AsyncSession,
+        async_sessionmaker,
+        create_async_engine,
+    )
+
+    from ...brokers.nats import (
+        DEAD_LETTER_MESSAGE_ID,
+        DEFAULT_KEY_HEADER,
+        backoff,
+        consume,
+        consumer_config,
+        ensure_consumer,
+    )
 
 __all__ = ["ASYNC_PEERS", "CHAOS_ACK_WAIT", "Driver", "async_engine_for"]
 

@@ -17,13 +17,17 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-import pika
-import pika.exceptions
 from sqlalchemy.orm import Session
 
+from ..._optional import optional_dependencies
 from ...brokers import Delivery, Settlement
-from ...brokers.rabbitmq import BlockingConsumer, dead_letter_queue_name, declare_queue
 from ...claim import Inbox
+
+with optional_dependencies(__name__, "rabbitmq", "pika", "aio_pika"):
+    import pika
+    import pika.exceptions
+
+    from ...brokers.rabbitmq import BlockingConsumer, dead_letter_queue_name, declare_queue
 
 __all__ = ["CONSUMERS_GONE_TIMEOUT", "PREFETCH", "Driver"]
 

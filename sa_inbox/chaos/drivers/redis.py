@@ -12,12 +12,16 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any
 
-import redis
 from sqlalchemy.orm import Session
 
+from ..._optional import optional_dependencies
 from ...brokers import Delivery, Settlement
-from ...brokers.redis import DEFAULT_KEY_FIELD, RedisStreamConsumer
 from ...claim import Inbox
+
+with optional_dependencies(__name__, "redis", "redis"):
+    import redis
+
+    from ...brokers.redis import DEFAULT_KEY_FIELD, RedisStreamConsumer
 
 __all__ = ["GROUP", "VISIBILITY_TIMEOUT", "Driver"]
 
