@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.sql.expression import Executable
 
 from .collision import CollisionCheck, CollisionMode, check_mode, judge_skipped
+from .consumers import Consumers, consumers_table
 from .dialects import ClaimDialect, Strategy, claim_dialect_for, is_autocommit
 from .dialects.driver_sql import DriverSQL
 from .exc import (
@@ -89,6 +90,10 @@ class Inbox:
     :param hooks: told of every claim (new, duplicate, collision, seconds) and used by
         :func:`sa_inbox.handle` for its spans and handler times (see
         :mod:`sa_inbox.hooks`); default the no-op hooks.
+    :param consumers: record which handler owns each consumer name in the consumers table
+        (``inbox_consumers``, defined on the same MetaData; :mod:`sa_inbox.consumers`):
+        :func:`sa_inbox.handle` refuses a handler that is not the name's owner before it
+        claims anything. ``False``: no such check (the caller keeps one handler per name).
     :raises InvalidStrategy: for an unknown ``strategy`` or ``on_collision``.
 
     Example::
@@ -111,6 +116,7 @@ class Inbox:
         table: sa.Table | None = None,
         on_collision: CollisionMode = "raise",
         hooks: InboxHooks | None = None,
+        consumers: bool = True,
     ) -> None:
         #: The hooks every claim reports to (:mod:`sa_inbox.hooks`).
         self.hooks: InboxHooks = NOOP if hooks is None else hooks
@@ -137,6 +143,19 @@ class Inbox:
             else None
         )
         self._claims = ClaimPath(self._insert, self.collisions)
+        #: The owner of each consumer name (:mod:`sa_inbox.consumers`), or None.
+        self.consumers: Consumers | None = (
+            Consumers(
+                consumers_table(
+                    table.metadata,
+                    schema=table.schema,
+                    message_id_length=self._max_lengths["consumer_name"],
+                ),
+                table.name,
+            )
+            if consumers
+            else None
+        )
 
     @classmethod
     def for_table(
@@ -146,6 +165,7 @@ class Inbox:
         strategy: Strategy = "native",
         on_collision: CollisionMode = "raise",
         hooks: InboxHooks | None = None,
+        consumers: bool = True,
     ) -> Inbox:
         """An Inbox over an existing table, such as one mapped with
         :class:`~sa_inbox.schema.InboxMessageMixin`.
@@ -168,7 +188,13 @@ class Inbox:
                 f"table {table.name!r} must have the primary key (message_id, consumer_name), "
                 f"not {key}"
             )
-        return cls(table=table, strategy=strategy, on_collision=on_collision, hooks=hooks)
+        return cls(
+            table=table,
+            strategy=strategy,
+            on_collision=on_collision,
+            hooks=hooks,
+            consumers=consumers,
+        )
 
     # -- claims -------------------------------------------------------------------------
 

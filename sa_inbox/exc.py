@@ -14,6 +14,7 @@ __all__ = [
     "ClaimLost",
     "ClaimWarning",
     "ConfigurationError",
+    "ConsumerNameTaken",
     "DuplicateMessage",
     "HandlerEndedTransaction",
     "InboxError",
@@ -95,6 +96,33 @@ class SyncAsyncMismatch(InvalidObject):
     claim would never be made, and every redelivery applied again), so it is refused
     before any SQL, with neither ack nor nack; the message names the object to pass.
     """
+
+
+class ConsumerNameTaken(ConfigurationError):
+    """A handler claimed under a ``consumer_name`` that another handler owns.
+
+    Claims are unique per ``(message_id, consumer_name)``: two handlers sharing a name share
+    its claims, and each id is applied by whichever handler claims it first, the other one
+    skipping it as a duplicate (acked, never run). The first handler to claim under a name
+    owns it (:mod:`sa_inbox.consumers`); nothing was claimed. Give each handler its own
+    consumer name, or hand the name over with ``inbox.consumers.hand_over(engine, name,
+    handler)``.
+
+    :param consumer_name: the name.
+    :param owner: the qualified name of the handler that owns it.
+    :param handler: the qualified name of the handler refused.
+    """
+
+    def __init__(self, consumer_name: str, owner: str, handler: str) -> None:
+        super().__init__(
+            f"consumer name {consumer_name!r} belongs to the handler {owner}; {handler} may not "
+            "claim under it (its messages would be split between the two, each skipped by the "
+            "other as a duplicate): give it its own consumer_name, or hand the name over with "
+            f"inbox.consumers.hand_over(engine, {consumer_name!r}, handler)"
+        )
+        self.consumer_name = consumer_name
+        self.owner = owner
+        self.handler = handler
 
 
 class InvalidTable(ConfigurationError, ValueError):

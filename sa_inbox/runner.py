@@ -28,6 +28,7 @@ from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, UnboundExecutionError
 from sqlalchemy.orm import Session
 from typing_extensions import deprecated
@@ -38,6 +39,7 @@ from .dialects import classifier_for
 from .exc import (
     ConfigurationError,
     HandlerEndedTransaction,
+    InvalidBind,
     InvalidRetryArgument,
     InvalidSessionFactory,
     TransientClaimError,
@@ -92,6 +94,21 @@ def _dialect_name(session: Session) -> str | None:
         return session.get_bind().dialect.name
     except UnboundExecutionError:
         return None
+
+
+def engine_of(session: Session, table: sa.Table) -> sa.Engine:
+    """The Engine ``session`` runs ``table``'s statements on (no SQL is sent).
+
+    :raises InvalidBind: for a Session bound to no engine.
+    """
+    try:
+        bind = session.get_bind(clause=table)
+    except UnboundExecutionError as exc:
+        raise InvalidBind(
+            f"the Session is bound to no engine, so {table.name!r} has nowhere to be claimed: "
+            "create it from a sessionmaker(engine)"
+        ) from exc
+    return bind if isinstance(bind, sa.Engine) else bind.engine
 
 
 def new_session(session_factory: Callable[[], Session]) -> Session:
@@ -338,7 +355,9 @@ def handle(
         :class:`~sa_inbox.exc.MissingTable` (the inbox's or a business table or column),
         :class:`~sa_inbox.exc.AutocommitConnection` (SQLAlchemy's or the driver's
         autocommit), :class:`~sa_inbox.exc.SyncAsyncMismatch` for an asyncio object (an
-        ``AsyncInbox``: use :func:`sa_inbox.asyncio.handle`).
+        ``AsyncInbox``: use :func:`sa_inbox.asyncio.handle`),
+        :class:`~sa_inbox.exc.ConsumerNameTaken` when another handler owns
+        ``consumer_name`` (:mod:`sa_inbox.consumers`), before anything is claimed.
 
     What is refused as a failed delivery (:attr:`Outcome.FAILED` and a nack, never an ack
     of a change that did not commit, nothing committed):
@@ -368,6 +387,8 @@ def handle(
     def unit_of_work(session: Session) -> Outcome:
         handler_seconds.clear()
         phase[0] = "claim"
+        if inbox.consumers is not None:
+            inbox.consumers.ensure(engine_of(session, inbox.table), consumer_name, handler)
         with hooks.span("inbox.claim", consumer_name, message_id):
             claimed = inbox.claim(session, message_id, consumer_name, **claim_extra)
         if not claimed:

@@ -39,11 +39,13 @@ with optional_dependencies(__name__, "alembic", "alembic"):
     from .exc import InboxSettingsConflict as InboxSettingsConflict
     from .exc import InboxTableDropRefused as InboxTableDropRefused
     from .exc import InvalidTableOptions as InvalidTableOptions
+    from .operations import CreateInboxConsumersTableOp as CreateInboxConsumersTableOp
     from .operations import CreateInboxStoreTableOp as CreateInboxStoreTableOp
     from .operations import CreateInboxTableOp as CreateInboxTableOp
     from .operations import CreateOutboxTableOp as CreateOutboxTableOp
     from .operations import CreatePartitionedInboxTableOp as CreatePartitionedInboxTableOp
     from .operations import CreateProcessedMessagesTableOp as CreateProcessedMessagesTableOp
+    from .operations import DropInboxConsumersTableOp as DropInboxConsumersTableOp
     from .operations import DropInboxStoreTableOp as DropInboxStoreTableOp
     from .operations import DropInboxTableOp as DropInboxTableOp
     from .operations import DropOutboxTableOp as DropOutboxTableOp
@@ -72,11 +74,13 @@ with optional_dependencies(__name__, "alembic", "alembic"):
 __all__ = [
     "AlembicSetupError",
     "Config",
+    "CreateInboxConsumersTableOp",
     "CreateInboxStoreTableOp",
     "CreateInboxTableOp",
     "CreateOutboxTableOp",
     "CreatePartitionedInboxTableOp",
     "CreateProcessedMessagesTableOp",
+    "DropInboxConsumersTableOp",
     "DropInboxStoreTableOp",
     "DropInboxTableOp",
     "DropOutboxTableOp",

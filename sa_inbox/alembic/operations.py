@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from alembic.operations import MigrateOperation, Operations
 
 from .._compat import sort_indexes
+from ..consumers import DEFAULT_CONSUMERS_TABLE, consumers_table
 from ..exc import UnsupportedBackend
 from ..outbox.schema import DEFAULT_MESSAGE_ID_LENGTH as OUTBOX_MESSAGE_ID_LENGTH
 from ..outbox.schema import DEFAULT_OUTBOX_TABLE, outbox_table
@@ -40,11 +41,13 @@ __all__ = [
     "PARTITIONED_PROCESSED_MESSAGES",
     "PROCESSED_MESSAGES",
     "STORE",
+    "CreateInboxConsumersTableOp",
     "CreateInboxStoreTableOp",
     "CreateInboxTableOp",
     "CreateOutboxTableOp",
     "CreatePartitionedInboxTableOp",
     "CreateProcessedMessagesTableOp",
+    "DropInboxConsumersTableOp",
     "DropInboxStoreTableOp",
     "DropInboxTableOp",
     "DropOutboxTableOp",
@@ -369,6 +372,69 @@ class DropOutboxTableOp(DropInboxTableOp):
 
 
 _pair(CreateOutboxTableOp, DropOutboxTableOp)
+
+
+# -- the consumers table (sa_inbox.consumers) -----------------------------------------------
+
+CONSUMERS = register_kind(
+    InboxTableKind(
+        name="consumers",
+        factory=consumers_table,
+        create_op="create_inbox_consumers_table",
+        drop_op="drop_inbox_consumers_table",
+    )
+)
+
+
+@Operations.register_operation("create_inbox_consumers_table")
+class CreateInboxConsumersTableOp(CreateInboxTableOp):
+    """``op.create_inbox_consumers_table()``: the table recording which handler owns each
+    consumer name (:mod:`sa_inbox.consumers`), shared by the inboxes and stores of a
+    MetaData."""
+
+    kind = CONSUMERS
+
+    @classmethod
+    def create_inbox_consumers_table(
+        cls,
+        operations: Operations,
+        table_name: str = DEFAULT_CONSUMERS_TABLE,
+        *,
+        schema: str | None = None,
+        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+    ) -> None:
+        """Create the consumers table (the DDL of :func:`sa_inbox.consumers.consumers_table`).
+
+        :param message_id_length: the inbox's ``message_id_length`` (the length of
+            ``consumer_name``).
+        :raises sa_inbox.alembic.InvalidTableOptions: for a bad name or length, before SQL.
+        """
+        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
+
+
+@Operations.register_operation("drop_inbox_consumers_table")
+class DropInboxConsumersTableOp(DropInboxTableOp):
+    """``op.drop_inbox_consumers_table()``: drop the consumers table."""
+
+    kind = CONSUMERS
+
+    @classmethod
+    def drop_inbox_consumers_table(
+        cls,
+        operations: Operations,
+        table_name: str = DEFAULT_CONSUMERS_TABLE,
+        *,
+        schema: str | None = None,
+        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+    ) -> None:
+        """Drop the consumers table (the owners it records are forgotten).
+
+        :param message_id_length: kept for the reverse operation (the re-created table).
+        """
+        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
+
+
+_pair(CreateInboxConsumersTableOp, DropInboxConsumersTableOp)
 
 
 # -- the PostgreSQL partitioned processed-messages table (sa_inbox.retention.partitions) ----

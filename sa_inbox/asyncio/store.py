@@ -254,6 +254,8 @@ class AsyncWorker:
         """
         worker = self.sync_worker
         before = worker._start(until_empty, max_messages, max_seconds)
+        if not await in_greenlet(worker._owns_consumer_name):
+            return worker._finish(before)
         with self._signals(handle_signals):
             tasks = [
                 asyncio.create_task(in_greenlet(worker._loop, i)) for i in range(worker.concurrency)

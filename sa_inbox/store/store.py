@@ -45,6 +45,7 @@ from ..collision import (
     payload_hash_of_row,
     store_digests,
 )
+from ..consumers import Consumers, consumers_table
 from ..dialects import ClaimDialect, backend_for
 from ..dialects.store_claim import CandidateQuery, ClaimPlan, StoreClaimDialect, update_claimed
 from ..exc import ClaimLost, ConfigurationError, InvalidStoreArgument
@@ -145,6 +146,9 @@ class InboxStore:
     :param on_collision: what a receive given a ``payload_hash`` does when the id is already
         stored with a different payload (see :class:`~sa_inbox.Inbox`): ``"raise"``
         (default) or ``"record"``.
+    :param consumers: record which handler owns each consumer name in the consumers table
+        (``inbox_consumers``, on the same MetaData; :mod:`sa_inbox.consumers`): a worker
+        whose handler is not the owner is refused before it claims anything.
 
     Example::
 
@@ -170,12 +174,22 @@ class InboxStore:
         message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
         on_collision: CollisionMode = "raise",
         hooks: InboxHooks | None = None,
+        consumers: bool = True,
     ) -> None:
         #: Told of every receive as of a claim (new, duplicates, collisions, seconds:
         #: :mod:`sa_inbox.hooks`); default the no-op hooks.
         self.hooks: InboxHooks = NOOP if hooks is None else hooks
         self.table = inbox_store_table(
             metadata, table_name=table_name, schema=schema, message_id_length=message_id_length
+        )
+        #: The owner of each consumer name (:mod:`sa_inbox.consumers`), or None.
+        self.consumers: Consumers | None = (
+            Consumers(
+                consumers_table(metadata, schema=schema, message_id_length=message_id_length),
+                table_name,
+            )
+            if consumers
+            else None
         )
         #: The duplicate path's payload comparison (:mod:`sa_inbox.collision`).
         self.collisions = CollisionCheck(
@@ -1124,6 +1138,14 @@ class BoundStore:
         """Whether a row of the consumer is pending or processing (see
         :meth:`InboxStore.has_unfinished`)."""
         return self.store.has_unfinished(self.engine, consumer_name=consumer_name)
+
+    def ensure_owner(self, consumer_name: str, handler: object) -> None:
+        """Make ``handler`` the owner of ``consumer_name`` (:mod:`sa_inbox.consumers`).
+
+        :raises ConsumerNameTaken: if another handler owns it.
+        """
+        if self.store.consumers is not None:
+            self.store.consumers.ensure(self.engine, consumer_name, handler)
 
     def is_transient(self, exc: BaseException) -> bool:
         """Whether ``exc`` is a deadlock, serialization failure or busy database."""

@@ -570,14 +570,37 @@ class Worker:
             is never counted as a failed attempt. Every thread stops, the batches in hand
             are released (if the store allows it), one error is logged, and it is raised
             here.
+        :raises ConsumerNameTaken: before anything is claimed, if another handler owns
+            ``consumer_name`` (see :mod:`sa_inbox.consumers`).
         """
         before = self._start(until_empty, max_messages, max_seconds)
-        with self._signals(handle_signals):
-            if self.concurrency == 1:
-                self._loop(0)
-            else:
-                self._run_threads(shutdown_timeout)
+        if self._owns_consumer_name():
+            with self._signals(handle_signals):
+                if self.concurrency == 1:
+                    self._loop(0)
+                else:
+                    self._run_threads(shutdown_timeout)
         return self._finish(before)
+
+    def own_consumer_name(self) -> None:
+        """Make this worker's handler the owner of its ``consumer_name``, or check that it is
+        (:mod:`sa_inbox.consumers`), on stores that record owners; :meth:`run` does it first.
+
+        :raises ConsumerNameTaken: if another handler owns the name.
+        """
+        ensure = getattr(self.store, "ensure_owner", None)
+        if ensure is not None and self.consumer_name is not None:
+            ensure(self.consumer_name, self.handler)
+
+    def _owns_consumer_name(self) -> bool:
+        """:meth:`own_consumer_name` at the start of a run; False (the run stops, and
+        :meth:`run` raises) on a configuration error."""
+        try:
+            self.own_consumer_name()
+        except ConfigurationError as exc:
+            self._configuration_error(exc)
+            return False
+        return True
 
     def _start(
         self, until_empty: bool, max_messages: int | None, max_seconds: float | None

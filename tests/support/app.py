@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -11,6 +12,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from sa_inbox import Inbox
 
 CONSUMER = "billing"
+
+
+def hand_over(owner: Any, engine: sa.Engine, handler: object, consumer: str = CONSUMER) -> None:
+    """Give ``consumer`` to ``handler`` (the redelivery goes to another handler: a fixed
+    release, a worker of another module): what a user does with ``consumers.hand_over``."""
+    assert owner.consumers is not None
+    owner.consumers.hand_over(engine, consumer, handler)
 
 
 class App:

@@ -21,7 +21,7 @@ from sa_inbox import HandlerEndedTransaction, Outcome, Result
 from sa_inbox.asyncio import handle
 from tests.backends.asyncio.test_async import run
 from tests.backends.runner.test_guarantee import Broker
-from tests.support.app import CONSUMER, App
+from tests.support.app import CONSUMER, App, hand_over
 
 pytestmark = pytest.mark.backend
 
@@ -107,6 +107,7 @@ def test_handler_ending_the_transaction_fails_and_loses_nothing(
             )
         assert app.inbox_rows() == 0 and app.ledger_rows() == 0
         # The broker redelivers: a correct handler applies the payment exactly once.
+        hand_over(app.inbox, app.engine, correct)
         result, broker = await deliver(Session, app, correct)
         assert result.outcome is Outcome.PROCESSED and (broker.acks, broker.nacks) == (1, 0)
         result, broker = await deliver(Session, app, correct)

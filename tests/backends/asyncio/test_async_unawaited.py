@@ -26,7 +26,7 @@ from sa_inbox import AsyncHandlerError, InboxStore, Incoming, Outcome, Result, S
 from sa_inbox.asyncio import AsyncInboxStore, AsyncWorker, handle, run_in_transaction
 from tests.backends.asyncio.test_async import run
 from tests.backends.runner.test_guarantee import Broker
-from tests.support.app import CONSUMER, App
+from tests.support.app import CONSUMER, App, hand_over
 
 pytestmark = pytest.mark.backend
 
@@ -253,6 +253,7 @@ def test_a_missing_await_in_an_async_def_handler_is_refused(
         # Nothing of the attempt committed: not the claim, not the half that was awaited.
         assert app.inbox_rows() == 0 and app.ledger_rows() == 0 and app.balance(1) == 0
         # The redelivery, to the corrected handler, applies the payment once.
+        hand_over(app.inbox, app.engine, correct)
         broker = Broker()
         result = await handle(
             Session, app.inbox, "m1", CONSUMER, correct, ack=broker.ack, nack=broker.nack

@@ -22,7 +22,15 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from sa_inbox.asyncio import AsyncInboxStore, AsyncWorker
-from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming, StoredMessage
+from sa_inbox.store import (
+    DEAD,
+    DEFAULT_CONSUMER,
+    DONE,
+    PENDING,
+    PROCESSING,
+    Incoming,
+    StoredMessage,
+)
 from tests.backends.store.test_store_backends import (
     VISIBILITY,
     finish,
@@ -37,6 +45,7 @@ from tests.backends.store.test_store_backends import (
     stream_with_duplicates,
     wait_until,
 )
+from tests.support.app import hand_over
 from tests.support.store_app import StoreApp, make_async_engine, make_engine
 
 pytestmark = pytest.mark.backend
@@ -112,6 +121,8 @@ def test_sigkilled_worker_mid_batch_loses_nothing_and_applies_nothing_twice(
     async def handler(session: AsyncSession, message: StoredMessage) -> None:
         seen.append(message)
         await store_app.apply_async(session, message)
+
+    hand_over(store_app.store, store_app.engine, handler, DEFAULT_CONSUMER)
 
     async def drain() -> None:
         engine = make_async_engine(async_url)

@@ -66,10 +66,15 @@ def deliver(app: App, handler: Callable[[Session], object], message_id: str = "m
 
 
 def assert_redelivery_applies(app: App, message_id: str = "m1") -> None:
-    """The broker redelivers: a correct handler now applies the payment exactly once."""
-    result, broker = deliver(
-        app, lambda session: app.apply_payment(session, message_id, 1, Decimal(3)), message_id
-    )
+    """The broker redelivers to a fixed handler (a new release, handed the consumer name):
+    it now applies the payment exactly once."""
+
+    def fixed(session: Session) -> None:
+        app.apply_payment(session, message_id, 1, Decimal(3))
+
+    assert app.inbox.consumers is not None
+    app.inbox.consumers.hand_over(app.engine, CONSUMER, fixed)
+    result, broker = deliver(app, fixed, message_id)
     assert result.outcome is Outcome.PROCESSED and (broker.acks, broker.nacks) == (1, 0)
     assert app.ledger_rows(message_id) == 1 and app.balance(1) == Decimal(3)
     assert app.inbox_rows() == 1

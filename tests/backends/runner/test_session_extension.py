@@ -11,7 +11,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from sa_inbox import DuplicateMessage, InboxError, Outcome, handle, install, register_claim
 from sa_inbox.exc import AutocommitConnection, UnsafeTransaction
 from sa_inbox.session import pending_claims, uninstall
-from tests.support.app import CONSUMER, App
+from tests.support.app import CONSUMER, App, hand_over
 
 pytestmark = pytest.mark.backend
 
@@ -170,6 +170,7 @@ def test_handle_failure_nacks_and_records_nothing(app: App) -> None:
     def working(session: Session) -> None:
         app.apply_payment(session, "m1", 1, Decimal(3))
 
+    hand_over(app.inbox, app.engine, working)
     result = handle(
         app.Session, app.inbox, "m1", CONSUMER, working, ack=broker.ack, nack=broker.nack
     )

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from sa_inbox.exc import InvalidMessageId, InvalidStoreArgument, MissingTable
 from sa_inbox.store import (
     DEAD,
+    DEFAULT_CONSUMER,
     DONE,
     PENDING,
     PROCESSING,
@@ -36,6 +37,7 @@ from sa_inbox.store import (
     utc_now,
 )
 from sa_inbox.store.worker import ERROR, Backoff, Worker, WorkerSummary
+from tests.support.app import hand_over
 from tests.support.store_app import StoreApp, make_engine
 
 pytestmark = pytest.mark.backend
@@ -287,6 +289,7 @@ def test_sigkilled_worker_rows_come_back_after_the_visibility_timeout(
         seen.append(message)
         store_app.apply(session, message)
 
+    hand_over(store_app.store, store_app.engine, handler, DEFAULT_CONSUMER)
     worker = Worker(
         store_app.store.bind(store_app.engine),
         handler,

@@ -23,7 +23,16 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from sa_inbox.exc import MissingTable
-from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming, StoredMessage, utc_now
+from sa_inbox.store import (
+    DEAD,
+    DEFAULT_CONSUMER,
+    DONE,
+    PENDING,
+    PROCESSING,
+    Incoming,
+    StoredMessage,
+    utc_now,
+)
 from sa_inbox.store import batch as batch_module
 from sa_inbox.store.worker import Backoff, Worker
 from tests.backends.store.test_store_backends import (
@@ -40,6 +49,7 @@ from tests.backends.store.test_store_backends import (
     stream_with_duplicates,
     wait_until,
 )
+from tests.support.app import hand_over
 from tests.support.store_app import StoreApp, make_engine
 
 pytestmark = pytest.mark.backend
@@ -295,6 +305,7 @@ def kill_mid_batch(url: str, app: StoreApp, tmp_path: Path, child: str) -> None:
         app.apply(session, message)
         session.execute(app.credit(message.payload["seq"] * 7 % ACCOUNTS))
 
+    hand_over(app.store, app.engine, handler, DEFAULT_CONSUMER)
     worker = batch_worker(app, handler, batch_size=5, visibility_timeout=VISIBILITY)
     summary = worker.run(until_empty=True, handle_signals=False, max_seconds=30)
     assert summary.processed == 5
