@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.sql.expression import Executable
 
 from .collision import CollisionCheck, CollisionMode, check_mode, judge_skipped
-from .consumers import Consumers, consumers_table
+from .consumers import Consumers, consumers_flag, consumers_for
 from .dialects import ClaimDialect, Strategy, claim_dialect_for, is_autocommit
 from .dialects.driver_sql import DriverSQL
 from .exc import (
@@ -95,6 +95,8 @@ class Inbox:
         :func:`sa_inbox.handle` refuses a handler that is not the name's owner before it
         claims anything. ``False``: no such check (the caller keeps one handler per name).
     :raises InvalidStrategy: for an unknown ``strategy`` or ``on_collision``.
+    :raises InvalidTable: for a ``consumers`` that is not a bool, or a table of the
+        consumers table's name on the MetaData that is not one.
 
     Example::
 
@@ -118,6 +120,7 @@ class Inbox:
         hooks: InboxHooks | None = None,
         consumers: bool = True,
     ) -> None:
+        consumers = consumers_flag(consumers)
         #: The hooks every claim reports to (:mod:`sa_inbox.hooks`).
         self.hooks: InboxHooks = NOOP if hooks is None else hooks
         if table is None:
@@ -144,17 +147,8 @@ class Inbox:
         )
         self._claims = ClaimPath(self._insert, self.collisions)
         #: The owner of each consumer name (:mod:`sa_inbox.consumers`), or None.
-        self.consumers: Consumers | None = (
-            Consumers(
-                consumers_table(
-                    table.metadata,
-                    schema=table.schema,
-                    message_id_length=self._max_lengths["consumer_name"],
-                ),
-                table.name,
-            )
-            if consumers
-            else None
+        self.consumers: Consumers | None = consumers_for(
+            table, self._max_lengths["consumer_name"], consumers
         )
 
     @classmethod
@@ -170,6 +164,7 @@ class Inbox:
         """An Inbox over an existing table, such as one mapped with
         :class:`~sa_inbox.schema.InboxMessageMixin`.
 
+        :param consumers: as :class:`Inbox`: the consumers table joins ``table``'s MetaData.
         :raises InvalidTable: if ``table`` lacks a required column or its primary key is
             not exactly ``(message_id, consumer_name)``; :class:`~sa_inbox.exc.InvalidTableType`
             if it is not a Table.

@@ -8,10 +8,11 @@ once per process and name); another handler claiming under that name is refused 
 :class:`~sa_inbox.exc.ConsumerNameTaken` before anything is claimed. A name changes hands
 only through :meth:`Consumers.hand_over`.
 
-A handler is known by its qualified name (``module.qualname``; a module run as a script
-by the name it would be imported under): the same function in a new release keeps its
-name; ``functools.partial`` is known by its function, a callable object by its class. A
-handler renamed in a new release takes the name over with :meth:`Consumers.hand_over`.
+A handler is known by its qualified name (:func:`handler_name`: ``module.qualname``; a
+module run as a script by the name it would be imported under): the same function in a new
+release keeps its name; ``functools.partial`` is known by its function, a callable object by
+its class. A handler renamed in a new release takes the name over with
+:meth:`Consumers.hand_over`.
 """
 
 from __future__ import annotations
@@ -19,22 +20,46 @@ from __future__ import annotations
 import functools
 import sys
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from .checks import check_metadata
+from .checks import check_metadata, is_asyncio_object
 from .dialects import classifier_for
-from .exc import ConsumerNameTaken, InvalidTable
+from .exc import (
+    ConsumerNameTaken,
+    InvalidBind,
+    InvalidHandler,
+    InvalidTable,
+    MissingTable,
+    SyncAsyncMismatch,
+)
 from .schema import DEFAULT_MESSAGE_ID_LENGTH, NOW, TIMESTAMP_TZ, key_type
-from .validation import positive_int
+from .validation import positive_int, validate_key
 
-__all__ = ["DEFAULT_CONSUMERS_TABLE", "Consumers", "consumers_table", "handler_name"]
+__all__ = [
+    "DEFAULT_CONSUMERS_TABLE",
+    "TABLE_NAME_LENGTH",
+    "Consumers",
+    "consumer_name_length_for",
+    "consumers_flag",
+    "consumers_for",
+    "consumers_table",
+    "handler_name",
+    "shared_consumers_table",
+]
 
 DEFAULT_CONSUMERS_TABLE = "inbox_consumers"
 #: Length of the handler column: a module path and a qualified name.
 HANDLER_LENGTH = 512
+#: Length of the ``inbox_table`` column: any table name (identifiers hold at most 128
+#: bytes on Oracle, 64 characters on MySQL/MariaDB, 63 bytes on PostgreSQL).
+TABLE_NAME_LENGTH = 128
+#: The mark's kind (``table.info["sa_inbox"]["kind"]``), read by the Alembic layer.
+KIND = "consumers"
 
 
 def consumers_table(
@@ -42,39 +67,89 @@ def consumers_table(
     *,
     table_name: str = DEFAULT_CONSUMERS_TABLE,
     schema: str | None = None,
-    message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+    consumer_name_length: int = DEFAULT_MESSAGE_ID_LENGTH,
 ) -> sa.Table:
-    """The consumers table on ``metadata`` (defined once per MetaData and schema; every
-    inbox and store table of it shares it): ``(inbox_table, consumer_name)`` -> ``handler``.
-    Alembic creates it with ``op.create_inbox_consumers_table()``.
+    """The consumers table on ``metadata``: ``(inbox_table, consumer_name)`` -> ``handler``.
 
-    :param message_id_length: the length of ``inbox_table`` and ``consumer_name`` (the
-        inbox's ``message_id_length``).
-    :raises InvalidTable: if ``message_id_length`` is not a positive int.
+    Defined once per MetaData and schema, and shared by every inbox and store table of it;
+    a later call asking for a longer ``consumer_name`` widens the column of the table
+    already defined. Alembic creates it with ``op.create_inbox_consumers_table()``.
+
+    :param consumer_name_length: the length in characters of ``consumer_name``: at least
+        the ``message_id_length`` of every table that shares it.
+    :raises InvalidTable: if ``consumer_name_length`` is not a positive int, or the
+        MetaData holds a table of that name that is not a consumers table.
     """
     check_metadata(metadata, entry="the consumers table")
-    length = positive_int(message_id_length, "message_id_length", InvalidTable)
+    length = positive_int(consumer_name_length, "consumer_name_length", InvalidTable)
     key = table_name if schema is None else f"{schema}.{table_name}"
     existing = metadata.tables.get(key)
     if existing is not None:
-        return existing
+        return _widened(existing, length)
     return sa.Table(
         table_name,
         metadata,
-        sa.Column("inbox_table", key_type(length), nullable=False),
+        sa.Column("inbox_table", key_type(TABLE_NAME_LENGTH), nullable=False),
         sa.Column("consumer_name", key_type(length), nullable=False),
         sa.Column("handler", sa.String(HANDLER_LENGTH), nullable=False),
         sa.Column("registered_at", TIMESTAMP_TZ, nullable=False, server_default=NOW),
         sa.PrimaryKeyConstraint("inbox_table", "consumer_name", name=f"pk_{table_name}"),
         schema=schema,
         comment="sa-inbox: the handler that owns each consumer name",
-        info={"sa_inbox": {"kind": "consumers", "options": {"message_id_length": length}}},
+        info={"sa_inbox": {"kind": KIND, "options": {"consumer_name_length": length}}},
     )
+
+
+def shared_consumers_table(table: sa.Table, message_id_length: int) -> sa.Table:
+    """The consumers table serving ``table`` (an inbox or store table of
+    ``message_id_length``): the one of its MetaData and schema, defined there if it is not
+    yet. Its ``consumer_name`` holds at least
+    :data:`~sa_inbox.schema.DEFAULT_MESSAGE_ID_LENGTH` characters, so that a
+    ``message_id_length`` changed within that leaves the shared table as it is.
+
+    :raises InvalidTable: as :func:`consumers_table`.
+    """
+    return consumers_table(
+        table.metadata,
+        schema=table.schema,
+        consumer_name_length=consumer_name_length_for(message_id_length),
+    )
+
+
+def consumer_name_length_for(message_id_length: int) -> int:
+    """The ``consumer_name`` length of the consumers table serving tables of
+    ``message_id_length``: that, and at least
+    :data:`~sa_inbox.schema.DEFAULT_MESSAGE_ID_LENGTH`. A value that is not a positive int
+    is returned as it is, for :func:`consumers_table` to refuse."""
+    valid = isinstance(message_id_length, int) and not isinstance(message_id_length, bool)
+    if not valid or message_id_length <= 0:
+        return message_id_length
+    return max(DEFAULT_MESSAGE_ID_LENGTH, message_id_length)
+
+
+def _widened(table: sa.Table, length: int) -> sa.Table:
+    """``table`` (a consumers table), its ``consumer_name`` at least ``length`` long."""
+    mark = table.info.get("sa_inbox")
+    if not isinstance(mark, dict) or mark.get("kind") != KIND:
+        raise InvalidTable(
+            f"the MetaData already has a table {table.fullname!r} that is not sa-inbox's "
+            "consumers table: pass consumers=False, or rename that table"
+        )
+    options = mark["options"]
+    if options["consumer_name_length"] < length:
+        table.c.consumer_name.type = key_type(length)
+        options["consumer_name_length"] = length
+    return table
 
 
 def handler_name(handler: object) -> str:
     """The name a handler is known by: ``module.qualname`` of the function (through
-    ``functools.partial`` and :func:`functools.wraps`), or of a callable object's class."""
+    ``functools.partial`` and :func:`functools.wraps`), or of a callable object's class.
+
+    A function defined in the module run as ``__main__`` is named after the module it
+    would be imported as (``python -m pkg.mod``: ``pkg.mod``; ``python path/to/mod.py``:
+    ``mod``), so a handler keeps its name however its module is started.
+    """
     while isinstance(handler, functools.partial):
         handler = handler.func
     target = handler if hasattr(handler, "__qualname__") else type(handler)
@@ -85,9 +160,8 @@ def handler_name(handler: object) -> str:
 
 
 def _main_module_name() -> str:
-    """The name of the ``__main__`` module as the one it would have when imported: a
-    handler keeps its name whether its module runs as a script, with ``python -m``, or is
-    imported."""
+    """The name the ``__main__`` module would have when imported: its spec's name
+    (``python -m``), else its file's stem (a script)."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if spec is not None and spec.name:
@@ -96,25 +170,74 @@ def _main_module_name() -> str:
     return Path(path).stem if path else "__main__"
 
 
+def consumers_for(table: sa.Table, message_id_length: int, enabled: object) -> Consumers | None:
+    """The owners of ``table``'s consumer names (:meth:`Consumers.of`) if ``enabled`` is
+    True; None if it is False (the ``consumers=`` argument of an Inbox or InboxStore).
+
+    :raises InvalidTable: for an ``enabled`` that is not a bool, or as
+        :func:`consumers_table`.
+    """
+    return Consumers.of(table, message_id_length) if consumers_flag(enabled) else None
+
+
+def consumers_flag(enabled: object) -> bool:
+    """``enabled`` (the ``consumers=`` argument), if it is a bool: checked before the Inbox
+    or InboxStore defines any table.
+
+    :raises InvalidTable: otherwise.
+    """
+    if not isinstance(enabled, bool):
+        raise InvalidTable(f"consumers must be True or False, not {enabled!r}")
+    return enabled
+
+
+def _check_engine(engine: object, entry: str) -> sa.Engine:
+    """``engine``, if it is a synchronous :class:`~sqlalchemy.engine.Engine`.
+
+    :raises SyncAsyncMismatch: for an ``AsyncEngine``.
+    :raises InvalidBind: for anything else.
+    """
+    if isinstance(engine, sa.Engine):
+        return engine
+    if is_asyncio_object(engine):
+        raise SyncAsyncMismatch(
+            f"{entry} takes an Engine, not an AsyncEngine: await the AsyncInbox's or "
+            "AsyncInboxStore's hand_over()"
+        )
+    raise InvalidBind(f"{entry} takes an Engine, not {type(engine).__name__}")
+
+
 class Consumers:
     """The owners of the consumer names of one inbox (or store) table.
 
     :param table: the consumers table (:func:`consumers_table`).
     :param inbox_table: the name of the table whose claims the names own.
+    :param max_length: the longest consumer name the inbox accepts (its
+        ``message_id_length``).
     """
 
-    def __init__(self, table: sa.Table, inbox_table: str) -> None:
+    def __init__(self, table: sa.Table, inbox_table: str, max_length: int) -> None:
         self.table = table
         self.inbox_table = inbox_table
-        # Per engine: the names whose owner this process has seen in the database.
+        self.max_length = max_length
+        # Per engine: the owner of each name this process has read or written.
         self._owners: weakref.WeakKeyDictionary[sa.Engine, dict[str, str]] = (
             weakref.WeakKeyDictionary()
         )
 
+    @classmethod
+    def of(cls, table: sa.Table, message_id_length: int) -> Consumers:
+        """The owners of ``table``'s consumer names, in :func:`shared_consumers_table`.
+
+        :raises InvalidTable: as :func:`consumers_table`.
+        """
+        return cls(shared_consumers_table(table, message_id_length), table.name, message_id_length)
+
     def ensure(self, engine: sa.Engine, consumer_name: str, handler: object) -> None:
         """Make ``handler`` the owner of ``consumer_name`` if the name has none; else check
         that it is the owner. One short transaction of its own the first time per process
-        and name; a dictionary lookup after that.
+        and name; a dictionary lookup after that (a refused handler reads the owner again
+        each time, so a hand-over made elsewhere reaches it).
 
         :raises ConsumerNameTaken: if another handler owns the name.
         :raises MissingTable: if the consumers table does not exist.
@@ -123,7 +246,7 @@ class Consumers:
         known = self._owners.setdefault(engine, {})
         if known.get(consumer_name) == name:
             return
-        with classifier_for(engine.dialect.name).translate_configuration_errors():
+        with self._translated(engine):
             owner = self._owner(engine, consumer_name) or self._register(
                 engine, consumer_name, name
             )
@@ -136,25 +259,53 @@ class Consumers:
         claims). Processes that checked the name before keep their own view until they
         restart: stop the old handler's consumers first.
 
+        :param engine: the database of the consumers table (a synchronous Engine).
         :returns: the previous owner's name, or None if the name had none.
+        :raises InvalidMessageId: for a consumer name a claim would refuse, before SQL.
+        :raises InvalidHandler: for a handler that is not callable, before SQL.
+        :raises SyncAsyncMismatch: for an AsyncEngine; :class:`~sa_inbox.exc.InvalidBind`
+            for anything else that is not an Engine.
+        :raises MissingTable: if the consumers table does not exist.
         """
-        name = handler_name(handler)
-        previous = self._owner(engine, consumer_name)
-        with engine.begin() as conn:
-            if previous is None:
-                conn.execute(self.table.insert().values(self._row(consumer_name, name)))
-            else:
-                conn.execute(
-                    self.table.update().where(*self._key(consumer_name)).values(handler=name)
-                )
+        engine = _check_engine(engine, "hand_over()")
+        consumer_name = validate_key(consumer_name, "consumer_name", self.max_length)
+        name = handler_name(_callable(handler))
+        with self._translated(engine):
+            previous = self._owner(engine, consumer_name)
+            try:
+                self._write(engine, consumer_name, name, previous)
+            except IntegrityError:
+                # Another process registered the name between the read and the insert.
+                previous = self._owner(engine, consumer_name)
+                if previous is None:
+                    raise
+                self._write(engine, consumer_name, name, previous)
         self._owners.setdefault(engine, {})[consumer_name] = name
         return previous
 
     def owner(self, engine: sa.Engine, consumer_name: str) -> str | None:
-        """The handler that owns ``consumer_name``, or None."""
-        return self._owner(engine, consumer_name)
+        """The handler that owns ``consumer_name``, or None (read from the database).
+
+        :raises MissingTable: if the consumers table does not exist.
+        """
+        engine = _check_engine(engine, "owner()")
+        with self._translated(engine):
+            return self._owner(engine, consumer_name)
 
     # -- helpers ------------------------------------------------------------------------
+
+    @contextmanager
+    def _translated(self, engine: sa.Engine) -> Iterator[None]:
+        """A missing consumers table as :class:`MissingTable`, saying how to create it."""
+        try:
+            with classifier_for(engine.dialect.name).translate_configuration_errors():
+                yield
+        except MissingTable as exc:
+            raise MissingTable(
+                f"the consumers table {self.table.fullname!r} does not exist ({exc}): create "
+                "it (metadata.create_all, or op.create_inbox_consumers_table() in a "
+                "migration), or build the inbox with consumers=False"
+            ) from exc.__cause__
 
     def _key(self, consumer_name: str) -> tuple[sa.ColumnElement[bool], ...]:
         t = self.table
@@ -169,14 +320,34 @@ class Consumers:
             owner = conn.execute(query).scalar_one_or_none()
         return None if owner is None else str(owner)
 
+    def _write(
+        self, engine: sa.Engine, consumer_name: str, name: str, previous: str | None
+    ) -> None:
+        """Insert the owner row (no ``previous``) or point it at ``name``."""
+        with engine.begin() as conn:
+            if previous is None:
+                conn.execute(self.table.insert().values(self._row(consumer_name, name)))
+            else:
+                update = self.table.update().where(*self._key(consumer_name))
+                conn.execute(update.values(handler=name))
+
     def _register(self, engine: sa.Engine, consumer_name: str, name: str) -> str:
         """Insert the owner row; the winner's name if another process inserted first."""
         try:
-            with engine.begin() as conn:
-                conn.execute(self.table.insert().values(self._row(consumer_name, name)))
+            self._write(engine, consumer_name, name, None)
         except IntegrityError:
             owner = self._owner(engine, consumer_name)
             if owner is None:  # not a duplicate key: the row is not there
                 raise
             return owner
         return name
+
+
+def _callable(handler: object) -> object:
+    """``handler``, if it is callable.
+
+    :raises InvalidHandler: otherwise.
+    """
+    if not callable(handler):
+        raise InvalidHandler(f"the handler must be callable, not {type(handler).__name__}")
+    return handler

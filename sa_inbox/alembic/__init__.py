@@ -4,9 +4,11 @@ Importing this module registers on Alembic's :class:`~alembic.operations.Operati
 ``op.create_inbox_table()`` / ``op.drop_inbox_table()`` (processed messages, :class:`Inbox`),
 ``op.create_inbox_store_table()`` / ``op.drop_inbox_store_table()`` (the inbox store) and
 ``op.create_partitioned_inbox_table()`` / ``op.drop_partitioned_inbox_table()`` (PostgreSQL
-partitions) and ``op.create_outbox_table()`` / ``op.drop_outbox_table()`` (the outbox), with
-the autogenerate comparator and renderers that write them into revisions;
-revision files that use them start with ``import sa_inbox.alembic``.
+partitions), ``op.create_outbox_table()`` / ``op.drop_outbox_table()`` (the outbox) and
+``op.create_inbox_consumers_table()`` / ``op.drop_inbox_consumers_table()`` (the owner of
+each consumer name, :mod:`sa_inbox.consumers`), with the autogenerate comparator and
+renderers that write them into revisions; revision files that use them start with
+``import sa_inbox.alembic``.
 
 Renames keep the rows: ``op.rename_inbox_table(old, new)`` (and ``rename_inbox_store_table``,
 ``rename_outbox_table``), which autogenerate writes for a table renamed in the models instead
@@ -18,8 +20,8 @@ copies a renamed consumer's claims under its new name (:mod:`.consumer`).
   (:class:`Config`, template ``sa_inbox``).
 - ``sa-inbox alembic revision -m "add inbox"``: a ready revision for an existing project
   (:func:`write_inbox_revision`).
-- ``alembic revision --autogenerate``: renders ``op.create_inbox_table(...)`` for the
-  tables ``Inbox(metadata)`` defines.
+- ``alembic revision --autogenerate``: renders ``op.create_inbox_table(...)`` and
+  ``op.create_inbox_consumers_table(...)`` for the tables ``Inbox(metadata)`` defines.
 
 Requires Alembic 1.18 or later (``pip install 'sa-inbox[alembic]'``).
 """
@@ -51,10 +53,12 @@ with optional_dependencies(__name__, "alembic", "alembic"):
     from .operations import DropOutboxTableOp as DropOutboxTableOp
     from .operations import DropPartitionedInboxTableOp as DropPartitionedInboxTableOp
     from .operations import DropProcessedMessagesTableOp as DropProcessedMessagesTableOp
+    from .operations import create_inbox_consumers_table as create_inbox_consumers_table
     from .operations import create_inbox_store_table as create_inbox_store_table
     from .operations import create_inbox_table as create_inbox_table
     from .operations import create_outbox_table as create_outbox_table
     from .operations import create_partitioned_inbox_table as create_partitioned_inbox_table
+    from .operations import drop_inbox_consumers_table as drop_inbox_consumers_table
     from .operations import drop_inbox_store_table as drop_inbox_store_table
     from .operations import drop_inbox_table as drop_inbox_table
     from .operations import drop_outbox_table as drop_outbox_table
@@ -96,10 +100,12 @@ __all__ = [
     "RenameOutboxTableOp",
     "RenameProcessedMessagesTableOp",
     "autogenerate",
+    "create_inbox_consumers_table",
     "create_inbox_store_table",
     "create_inbox_table",
     "create_outbox_table",
     "create_partitioned_inbox_table",
+    "drop_inbox_consumers_table",
     "drop_inbox_store_table",
     "drop_inbox_table",
     "drop_outbox_table",

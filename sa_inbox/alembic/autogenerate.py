@@ -154,27 +154,26 @@ def dropped_inbox_operation(
 
     A reflected table is recognised as a kind's table when its columns are exactly the
     factory's (same names, same order) and the indexes Alembic drops with it are exactly
-    the factory's (MySQL lists a unique constraint among them). ``message_id_length`` is
-    read from the reflected ``message_id`` column. Anything else keeps Alembic's
-    ``drop_table``.
+    the factory's (MySQL lists a unique constraint among them; the consumers table has
+    none). The length option is read from the reflected key column (``message_id``; the
+    consumers table's ``consumer_name``). Anything else keeps Alembic's ``drop_table``.
     """
-    if dropped_indexes is None:
-        return None
     table = operation.to_table()
-    if "message_id" not in table.c:
-        return None
-    length = getattr(table.c.message_id.type, "length", None)
+    dropped = dropped_indexes or set()
     for create_class in CREATE_OPERATIONS.values():
         kind = create_class.kind
         if kind.dialects is not None and dialect.name not in kind.dialects:
             continue
+        if kind.length_column not in table.c:
+            continue
+        length = getattr(table.c[kind.length_column].type, "length", None)
         try:
-            fresh = build_table(kind, table.name, table.schema, {"message_id_length": length})
+            fresh = build_table(kind, table.name, table.schema, {kind.length_option: length})
         except InvalidTableOptions:
             continue
         indexes = {str(index.name) for index in fresh.indexes}
         same_columns = [c.name for c in table.columns] == [c.name for c in fresh.columns]
-        if same_columns and indexes <= dropped_indexes <= indexes | _unique_names(fresh):
+        if same_columns and indexes <= dropped <= indexes | _unique_names(fresh):
             return create_class.drop_class(table.name, schema=table.schema, **_options(fresh))
     return None
 

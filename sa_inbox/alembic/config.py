@@ -13,9 +13,10 @@ One source of truth for a table's settings: the models. The application claims t
 table its ``Inbox(metadata, table_name=..., message_id_length=...)`` defines, so when that
 MetaData is the target, its table is what is migrated. ``table_name``, ``store_table_name``,
 ``schema`` and ``message_id_length`` in ``[sa_inbox]`` are read only for a kind of table the
-MetaData lacks (a project without models: the table is added from them); set while the
-models define the table, they must agree with it, or :class:`InboxSettingsConflict` is
-raised: a disagreement is never settled silently.
+MetaData lacks (a project without models: the table is added from them, with the consumers
+table that the Inbox claims through); set while the models define the table, they must agree
+with it, or :class:`InboxSettingsConflict` is raised: a disagreement is never settled
+silently.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from typing import Any
 import alembic.config
 import sqlalchemy as sa
 
+from ..consumers import shared_consumers_table
+from ..exc import InvalidTable
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME
 from ..store import DEFAULT_STORE_TABLE
-from .exc import AlembicSetupError, InboxSettingsConflict
+from .exc import AlembicSetupError, InboxSettingsConflict, InvalidTableOptions
 from .operations import PROCESSED_MESSAGES, STORE
 from .tables import InboxTableKind, build_table, marker
 
@@ -148,13 +151,17 @@ def target_metadata(config: alembic.config.Config) -> sa.MetaData:
     added unless the MetaData already holds a table of that name or an sa-inbox table of
     that kind (built by ``Inbox(metadata)`` / ``InboxStore(metadata)``); in that case the
     models' table is the one source of its settings, and the ini options must agree with it.
+    A table added here brings the consumers table of its schema (:mod:`sa_inbox.consumers`)
+    with it, which an ``Inbox`` or ``InboxStore`` built with the default ``consumers=True``
+    claims through; the models' tables bring their own (or none, with ``consumers=False``).
 
     :raises AlembicSetupError: if ``target_metadata`` cannot be imported or is not a
         MetaData, ``tables`` names an unknown table, or ``message_id_length`` is not an
         integer.
     :raises InboxSettingsConflict: if ``table_name`` / ``store_table_name``, ``schema`` or
         ``message_id_length`` is set and no table of that kind in the models has it.
-    :raises sa_inbox.alembic.InvalidTableOptions: if the table options are invalid.
+    :raises sa_inbox.alembic.InvalidTableOptions: if the table options are invalid, or the
+        MetaData has a table named as the consumers table that is not one.
     """
 
     section = config.get_section(SECTION, {})
@@ -190,5 +197,19 @@ def target_metadata(config: alembic.config.Config) -> sa.MetaData:
         table_name = option(name_option, default_name)
         key = table_name if schema is None else f"{schema}.{table_name}"
         if key not in metadata.tables:  # a table of the application's own by that name
-            build_table(kind, table_name, schema, {"message_id_length": length}, metadata)
+            table = build_table(kind, table_name, schema, {"message_id_length": length}, metadata)
+            _add_consumers_table(table, length)
     return metadata
+
+
+def _add_consumers_table(table: sa.Table, length: int) -> None:
+    """The consumers table that an ``Inbox`` / ``InboxStore`` on ``table`` claims with
+    (``consumers=True``, the default), added next to it.
+
+    :raises sa_inbox.alembic.InvalidTableOptions: if the MetaData has a table of that
+        name that is not a consumers table.
+    """
+    try:
+        shared_consumers_table(table, length)
+    except InvalidTable as exc:
+        raise InvalidTableOptions(f"[{SECTION}]: {exc}") from exc

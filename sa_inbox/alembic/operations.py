@@ -36,6 +36,7 @@ from ..store import DEFAULT_STORE_TABLE, inbox_store_table
 from .tables import InboxTableKind, build_table, register_kind
 
 __all__ = [
+    "CONSUMERS",
     "CREATE_OPERATIONS",
     "OUTBOX",
     "PARTITIONED_PROCESSED_MESSAGES",
@@ -54,10 +55,12 @@ __all__ = [
     "DropPartitionedInboxTableOp",
     "DropProcessedMessagesTableOp",
     "Invoker",
+    "create_inbox_consumers_table",
     "create_inbox_store_table",
     "create_inbox_table",
     "create_outbox_table",
     "create_partitioned_inbox_table",
+    "drop_inbox_consumers_table",
     "drop_inbox_store_table",
     "drop_inbox_table",
     "drop_outbox_table",
@@ -382,6 +385,8 @@ CONSUMERS = register_kind(
         factory=consumers_table,
         create_op="create_inbox_consumers_table",
         drop_op="drop_inbox_consumers_table",
+        length_column="consumer_name",
+        length_option="consumer_name_length",
     )
 )
 
@@ -390,7 +395,7 @@ CONSUMERS = register_kind(
 class CreateInboxConsumersTableOp(CreateInboxTableOp):
     """``op.create_inbox_consumers_table()``: the table recording which handler owns each
     consumer name (:mod:`sa_inbox.consumers`), shared by the inboxes and stores of a
-    MetaData."""
+    MetaData and schema."""
 
     kind = CONSUMERS
 
@@ -401,15 +406,20 @@ class CreateInboxConsumersTableOp(CreateInboxTableOp):
         table_name: str = DEFAULT_CONSUMERS_TABLE,
         *,
         schema: str | None = None,
-        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+        consumer_name_length: int = DEFAULT_MESSAGE_ID_LENGTH,
     ) -> None:
-        """Create the consumers table (the DDL of :func:`sa_inbox.consumers.consumers_table`).
+        """Create the consumers table and its primary key ``pk_<table_name>`` on
+        ``(inbox_table, consumer_name)`` (the DDL of
+        :func:`sa_inbox.consumers.consumers_table`).
 
-        :param message_id_length: the inbox's ``message_id_length`` (the length of
-            ``consumer_name``).
+        :param table_name: the table's name.
+        :param schema: the schema of the inbox tables it serves, or ``None``.
+        :param consumer_name_length: length in characters of ``consumer_name``: at least the
+            ``message_id_length`` of each inbox and store of the schema (``Inbox(metadata)``
+            defines it with ``max(255, message_id_length)``).
         :raises sa_inbox.alembic.InvalidTableOptions: for a bad name or length, before SQL.
         """
-        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
+        operations.invoke(cls(table_name, schema=schema, consumer_name_length=consumer_name_length))
 
 
 @Operations.register_operation("drop_inbox_consumers_table")
@@ -425,13 +435,15 @@ class DropInboxConsumersTableOp(DropInboxTableOp):
         table_name: str = DEFAULT_CONSUMERS_TABLE,
         *,
         schema: str | None = None,
-        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+        consumer_name_length: int = DEFAULT_MESSAGE_ID_LENGTH,
     ) -> None:
-        """Drop the consumers table (the owners it records are forgotten).
+        """Drop the consumers table: the owners it records are forgotten (the next handler
+        to claim under a name becomes its owner).
 
-        :param message_id_length: kept for the reverse operation (the re-created table).
+        :param consumer_name_length: kept for the reverse operation (the re-created table).
+        :raises sa_inbox.alembic.InvalidTableOptions: for a bad name or length, before SQL.
         """
-        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
+        operations.invoke(cls(table_name, schema=schema, consumer_name_length=consumer_name_length))
 
 
 _pair(CreateInboxConsumersTableOp, DropInboxConsumersTableOp)
@@ -583,6 +595,36 @@ def drop_inbox_store_table(
 ) -> None:
     """Typed spelling of ``op.drop_inbox_store_table(...)``; ``op`` is ``alembic.op``."""
     op.invoke(DropInboxStoreTableOp(table_name, schema=schema, message_id_length=message_id_length))
+
+
+def create_inbox_consumers_table(
+    op: Invoker,
+    table_name: str = DEFAULT_CONSUMERS_TABLE,
+    *,
+    schema: str | None = None,
+    consumer_name_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+) -> None:
+    """Typed spelling of ``op.create_inbox_consumers_table(...)``; ``op`` is ``alembic.op``."""
+    op.invoke(
+        CreateInboxConsumersTableOp(
+            table_name, schema=schema, consumer_name_length=consumer_name_length
+        )
+    )
+
+
+def drop_inbox_consumers_table(
+    op: Invoker,
+    table_name: str = DEFAULT_CONSUMERS_TABLE,
+    *,
+    schema: str | None = None,
+    consumer_name_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+) -> None:
+    """Typed spelling of ``op.drop_inbox_consumers_table(...)``; ``op`` is ``alembic.op``."""
+    op.invoke(
+        DropInboxConsumersTableOp(
+            table_name, schema=schema, consumer_name_length=consumer_name_length
+        )
+    )
 
 
 def create_partitioned_inbox_table(

@@ -7,7 +7,8 @@ processed-messages table, every claimed message id, so each redelivery within th
 retention window would be applied twice). :func:`resolve_drops` runs on the operations of
 one autogenerate run, after the sa-inbox create/drop operations replaced Alembic's, and
 pairs, per family of tables (processed messages, plain or partitioned; the inbox store; the
-outbox), the tables that came with those that went:
+outbox; the consumers table, its own family, never paired with an inbox table), the tables
+that came with those that went:
 
 - one went and one came, of the same kind, in the same schema, the new one exactly what the
   sa-inbox operation makes: ``op.rename_<kind>(old, new)`` in place of both (its own
@@ -48,6 +49,7 @@ FAMILIES = {
     PARTITIONED_PROCESSED_MESSAGES.name: "processed messages",
     "store": "inbox store",
     "outbox": "outbox",
+    "consumers": "consumer owners",
 }
 #: What the rows of a family's table are, for messages about losing them.
 ROWS = {
@@ -55,6 +57,8 @@ ROWS = {
     "the retention window would be applied again)",
     "inbox store": "the messages stored in it and their dedup keys",
     "outbox": "the messages in it not yet sent",
+    "consumer owners": "the handler that owns each consumer name (the next handler to claim "
+    "under a name would become its owner)",
 }
 #: Columns that make a table that is not exactly an sa-inbox one look like one.
 LOOKALIKE_COLUMNS = frozenset({"message_id", "consumer_name"})

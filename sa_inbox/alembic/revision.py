@@ -16,11 +16,17 @@ from alembic.operations import ops
 from alembic.script import Script, ScriptDirectory
 from alembic.util import rev_id as new_rev_id
 
+from ..consumers import DEFAULT_CONSUMERS_TABLE, consumer_name_length_for
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME
 from ..store import DEFAULT_STORE_TABLE
 from .autogenerate import IMPORT_LINE
 from .exc import InvalidTableOptions
-from .operations import CreateInboxStoreTableOp, CreateInboxTableOp, CreateProcessedMessagesTableOp
+from .operations import (
+    CreateInboxConsumersTableOp,
+    CreateInboxStoreTableOp,
+    CreateInboxTableOp,
+    CreateProcessedMessagesTableOp,
+)
 
 __all__ = ["inbox_operations", "write_inbox_revision"]
 
@@ -33,13 +39,18 @@ def inbox_operations(
     processed_messages: bool = True,
     store: bool = False,
     store_table_name: str = DEFAULT_STORE_TABLE,
+    consumers: bool = True,
 ) -> list[CreateInboxTableOp]:
     """The operations that create the sa-inbox tables, for :func:`write_inbox_revision`.
 
     :param processed_messages: create the processed-messages table ``table_name``.
     :param store: create the inbox store table ``store_table_name``.
+    :param consumers: create the consumers table (:mod:`sa_inbox.consumers`), which an
+        ``Inbox`` or ``InboxStore`` built with the default ``consumers=True`` claims
+        through (``consumer_name`` of
+        :func:`~sa_inbox.consumers.consumer_name_length_for` ``message_id_length``).
     :raises sa_inbox.alembic.InvalidTableOptions: for a bad name, schema or length.
-    :raises sa_inbox.alembic.InvalidTableOptions: if neither table is asked for.
+    :raises sa_inbox.alembic.InvalidTableOptions: if no table is asked for.
     """
     operations: list[CreateInboxTableOp] = []
     if processed_messages:
@@ -52,6 +63,14 @@ def inbox_operations(
         operations.append(
             CreateInboxStoreTableOp(
                 store_table_name, schema=schema, message_id_length=message_id_length
+            )
+        )
+    if consumers:
+        operations.append(
+            CreateInboxConsumersTableOp(
+                DEFAULT_CONSUMERS_TABLE,
+                schema=schema,
+                consumer_name_length=consumer_name_length_for(message_id_length),
             )
         )
     if not operations:

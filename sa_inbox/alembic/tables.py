@@ -43,6 +43,9 @@ class InboxTableKind:
     :param create_op: name of the Alembic operation that creates the table.
     :param drop_op: name of the Alembic operation that drops it.
     :param dialects: the dialect names the table exists on, or ``None`` for all.
+    :param length_column: the key column whose length the factory option
+        ``length_option`` sets (read back from a reflected table).
+    :param length_option: the factory's option for that length.
     """
 
     name: str
@@ -50,6 +53,8 @@ class InboxTableKind:
     create_op: str
     drop_op: str
     dialects: frozenset[str] | None = None
+    length_column: str = "message_id"
+    length_option: str = "message_id_length"
 
 
 _KINDS: dict[str, InboxTableKind] = {}

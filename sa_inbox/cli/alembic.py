@@ -4,8 +4,11 @@
   (``alembic.ini`` is written next to the current directory unless ``-c`` says otherwise).
 - ``sa-inbox alembic revision -m "add inbox"``: in an existing Alembic project, a ready
   revision creating the inbox tables (and dropping them on downgrade): the processed-messages
-  table, plus the inbox store table with ``--store``, or only the store table with
-  ``--store-only`` (when an earlier revision already created the processed-messages table).
+  table and the consumers table (:mod:`sa_inbox.consumers`), plus the inbox store table with
+  ``--store``; or only the store table with ``--store-only`` (when an earlier revision
+  already created the others), only the consumers table with ``--consumers-only`` (a
+  history whose inbox tables were created without it); ``--no-consumers`` leaves the
+  consumers table out (an application whose Inbox is built with ``consumers=False``).
 
 Alembic is imported only when a sub-command runs (it is the optional ``alembic`` extra).
 Exit codes (:mod:`._common`): 0 done, 2 usage error, 3 Alembic refused the command.
@@ -87,6 +90,18 @@ def init(directory: Path, config_file: Path) -> None:
     "creates the processed-messages table.",
 )
 @click.option(
+    "--consumers-only",
+    is_flag=True,
+    help="Create only the consumers table (the handler owning each consumer name): for a "
+    "history whose inbox tables were created without it.",
+)
+@click.option(
+    "--no-consumers",
+    is_flag=True,
+    help="Leave the consumers table out: for an application whose Inbox and InboxStore are "
+    "built with consumers=False.",
+)
+@click.option(
     "--store-table-name",
     default="inbox_store",
     show_default=True,
@@ -108,6 +123,8 @@ def revision(
     table_name: str,
     store: bool,
     store_only: bool,
+    consumers_only: bool,
+    no_consumers: bool,
     store_table_name: str,
     schema: str | None,
     message_id_length: int,
@@ -116,11 +133,12 @@ def revision(
 ) -> None:
     """Write a revision that creates the sa-inbox tables in an existing Alembic project.
 
-    No database connection is needed; the revision uses op.create_inbox_table() (and
-    op.create_inbox_store_table() with --store), its downgrade the drop operations.
-    Each revision creates its tables anew: to add the store to a history that already
-    has the processed-messages table, use --store-only (--store would create that table
-    a second time and the upgrade would fail).
+    No database connection is needed; the revision uses op.create_inbox_table() and
+    op.create_inbox_consumers_table() (and op.create_inbox_store_table() with --store), its
+    downgrade the drop operations. Each revision creates its tables anew: to add the store
+    to a history that already has the other tables, use --store-only; to add the consumers
+    table to a history that has the inbox tables without it, --consumers-only (otherwise
+    the upgrade would create a table a second time, and fail).
     """
     with optional_dependencies(__name__, "alembic", "alembic"):
         from alembic.util import CommandError
@@ -129,14 +147,19 @@ def revision(
 
     if not config_file.is_file():
         raise click.UsageError(f"no Alembic config file {str(config_file)!r} (see -c)")
+    _check_selection(
+        store=store, store_only=store_only, consumers_only=consumers_only, no_consumers=no_consumers
+    )
+    only = store_only or consumers_only
     try:
         operations = inbox_operations(
             table_name=table_name,
             schema=schema,
             message_id_length=message_id_length,
-            processed_messages=not store_only,
-            store=store or store_only,
+            processed_messages=not only,
+            store=(store and not consumers_only) or store_only,
             store_table_name=store_table_name,
+            consumers=not (no_consumers or store_only),
         )
     except InvalidTableOptions as exc:
         raise click.UsageError(str(exc)) from exc
@@ -147,3 +170,23 @@ def revision(
     except CommandError as exc:
         raise CannotRun(str(exc)) from exc
     click.echo(f"Generated {script.path}")
+
+
+def _check_selection(**flags: bool) -> None:
+    """Refuse flags that ask for contradictory tables (a usage error, exit 2).
+
+    :raises click.UsageError: for two ``--*-only`` flags, or one with a flag it excludes.
+    """
+    given = {name for name, value in flags.items() if value}
+    clashes = [
+        pair
+        for pair in (
+            ("store_only", "consumers_only"),
+            ("consumers_only", "no_consumers"),
+            ("consumers_only", "store"),
+        )
+        if set(pair) <= given
+    ]
+    if clashes:
+        first, second = (f"--{name.replace('_', '-')}" for name in clashes[0])
+        raise click.UsageError(f"{first} and {second} ask for different tables: give one")

@@ -45,7 +45,7 @@ from ..collision import (
     payload_hash_of_row,
     store_digests,
 )
-from ..consumers import Consumers, consumers_table
+from ..consumers import Consumers, consumers_flag, consumers_for
 from ..dialects import ClaimDialect, backend_for
 from ..dialects.store_claim import CandidateQuery, ClaimPlan, StoreClaimDialect, update_claimed
 from ..exc import ClaimLost, ConfigurationError, InvalidStoreArgument
@@ -148,7 +148,10 @@ class InboxStore:
         (default) or ``"record"``.
     :param consumers: record which handler owns each consumer name in the consumers table
         (``inbox_consumers``, on the same MetaData; :mod:`sa_inbox.consumers`): a worker
-        whose handler is not the owner is refused before it claims anything.
+        whose handler is not the owner is refused before it claims anything. ``False``: no
+        such check.
+    :raises InvalidTable: for a ``consumers`` that is not a bool (as for
+        :class:`~sa_inbox.Inbox`).
 
     Example::
 
@@ -176,6 +179,7 @@ class InboxStore:
         hooks: InboxHooks | None = None,
         consumers: bool = True,
     ) -> None:
+        consumers = consumers_flag(consumers)
         #: Told of every receive as of a claim (new, duplicates, collisions, seconds:
         #: :mod:`sa_inbox.hooks`); default the no-op hooks.
         self.hooks: InboxHooks = NOOP if hooks is None else hooks
@@ -183,14 +187,7 @@ class InboxStore:
             metadata, table_name=table_name, schema=schema, message_id_length=message_id_length
         )
         #: The owner of each consumer name (:mod:`sa_inbox.consumers`), or None.
-        self.consumers: Consumers | None = (
-            Consumers(
-                consumers_table(metadata, schema=schema, message_id_length=message_id_length),
-                table_name,
-            )
-            if consumers
-            else None
-        )
+        self.consumers: Consumers | None = consumers_for(self.table, message_id_length, consumers)
         #: The duplicate path's payload comparison (:mod:`sa_inbox.collision`).
         self.collisions = CollisionCheck(
             self.table, ("payload",), payload_hash_of_row, on_collision

@@ -96,7 +96,8 @@ sqlalchemy.url = driver://user:pass@localhost/dbname
 # with prepend_sys_path in effect. Empty: the inbox tables alone.
 target_metadata =
 # sa-inbox tables added unless the MetaData already has them (Inbox(metadata),
-# InboxStore(metadata)), comma-separated: processed_messages, store
+# InboxStore(metadata)), comma-separated: processed_messages, store. Each comes with the
+# consumers table (inbox_consumers, the handler that owns each consumer name).
 tables = processed_messages
 # A table's name, schema and message_id_length come from the models that define it
 # (Inbox(metadata, table_name=..., message_id_length=...)): the application claims through

@@ -1,8 +1,10 @@
 """Alembic environment pre-wired for sa-inbox: online and offline, sync and async engines.
 
 The target MetaData is the application's (``[sa_inbox] target_metadata`` in alembic.ini)
-plus the sa-inbox processed-messages table; ``import sa_inbox.alembic`` registers the
-``op.create_inbox_table()`` operations and the autogenerate hooks that render them.
+plus the sa-inbox processed-messages table and the consumers table (which handler owns each
+consumer name, ``sa_inbox.consumers``); ``import sa_inbox.alembic`` registers the
+``op.create_inbox_table()`` and ``op.create_inbox_consumers_table()`` operations and the
+autogenerate hooks that render them.
 
 On SQLite, autogenerate renders table changes in batch mode (``render_as_batch``): SQLite's
 ALTER TABLE cannot change a column, so Alembic re-creates the table with its rows (Alembic
@@ -26,7 +28,8 @@ config = context.config
 if config.config_file_name is not None:
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
-# The application's MetaData plus the inbox tables (see the [sa_inbox] section of alembic.ini).
+# The application's MetaData plus the inbox tables and the consumers table they claim through
+# (see the [sa_inbox] section of alembic.ini).
 target_metadata = sa_inbox.alembic.target_metadata(config)
 
 

@@ -70,6 +70,8 @@ def test_existing_history_gains_the_inbox_with_the_cli(project: Project) -> None
     assert "import sa_inbox.alembic\n" in text
     assert "op.create_inbox_table('inbox_processed_messages', message_id_length=255)" in text
     assert "op.drop_inbox_table('inbox_processed_messages', message_id_length=255)" in text
+    assert "op.create_inbox_consumers_table('inbox_consumers', consumer_name_length=255)" in text
+    assert "op.drop_inbox_consumers_table('inbox_consumers', consumer_name_length=255)" in text
 
     project.run_ok("alembic", "upgrade", "head")
     engine = project.engine()

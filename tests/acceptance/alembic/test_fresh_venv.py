@@ -78,6 +78,7 @@ def test_sync_project_migrates_without_greenlet(tmp_path: Path) -> None:
             "alembic_version",
             "inbox_processed_messages",
             "inbox_store",
+            "inbox_consumers",
         }
         with engine.connect() as conn:
             versions = conn.execute(sa.text("SELECT version_num FROM alembic_version")).all()

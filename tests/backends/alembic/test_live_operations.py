@@ -16,7 +16,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
 
-from sa_inbox import Inbox
+from sa_inbox import ConsumerNameTaken, Inbox
+from sa_inbox.consumers import Consumers, consumers_table
 from sa_inbox.store import InboxStore
 from tests.support.alembic.inspection import assert_inbox_table, count_rows
 
@@ -38,7 +39,7 @@ def _differences(conn: sa.Connection, metadata: sa.MetaData, names: set[str]) ->
 
 def test_processed_messages_table_online(engine: sa.Engine, name: str) -> None:
     metadata = sa.MetaData()
-    inbox = Inbox(metadata, table_name=name, message_id_length=120)
+    inbox = Inbox(metadata, table_name=name, message_id_length=120, consumers=False)
     with engine.begin() as conn:
         Operations(MigrationContext.configure(conn)).create_inbox_table(  # type: ignore[attr-defined]
             name, message_id_length=120
@@ -59,7 +60,7 @@ def test_processed_messages_table_online(engine: sa.Engine, name: str) -> None:
 
 def test_store_table_online(engine: sa.Engine, name: str) -> None:
     metadata = sa.MetaData()
-    store = InboxStore(metadata, table_name=name)
+    store = InboxStore(metadata, table_name=name, consumers=False)
     with engine.begin() as conn:
         Operations(MigrationContext.configure(conn)).create_inbox_store_table(name)  # type: ignore[attr-defined]
     try:
@@ -73,3 +74,36 @@ def test_store_table_online(engine: sa.Engine, name: str) -> None:
         with engine.begin() as conn:
             Operations(MigrationContext.configure(conn)).drop_inbox_store_table(name)  # type: ignore[attr-defined]
     assert name not in sa.inspect(engine).get_table_names()
+
+
+def _create_order(session: object) -> None:
+    """The owner of the name in the test below."""
+
+
+def _send_invoice(session: object) -> None:
+    """Another handler, refused the name."""
+
+
+def test_consumers_table_online(engine: sa.Engine, name: str) -> None:
+    """The table op.create_inbox_consumers_table makes records owners and refuses others."""
+    table_name = f"{name}_consumers"
+    metadata = sa.MetaData()
+    table = consumers_table(metadata, table_name=table_name, consumer_name_length=300)
+    with engine.begin() as conn:
+        Operations(MigrationContext.configure(conn)).create_inbox_consumers_table(  # type: ignore[attr-defined]
+            table_name, consumer_name_length=300
+        )
+    try:
+        consumers = Consumers(table, "orders_inbox", 300)
+        consumers.ensure(engine, "c" * 300, _create_order)
+        with pytest.raises(ConsumerNameTaken):
+            Consumers(table, "orders_inbox", 300).ensure(engine, "c" * 300, _send_invoice)
+        assert count_rows(engine, table_name) == 1
+        with engine.connect() as conn:
+            assert _differences(conn, metadata, {table_name}) == []
+    finally:
+        with engine.begin() as conn:
+            Operations(MigrationContext.configure(conn)).drop_inbox_consumers_table(  # type: ignore[attr-defined]
+                table_name, consumer_name_length=300
+            )
+    assert table_name not in sa.inspect(engine).get_table_names()

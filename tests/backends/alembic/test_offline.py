@@ -66,7 +66,9 @@ def test_offline_sql_matches_golden_file(tmp_path: Path, dialect: str) -> None:
     upgrade = _offline_sql(project, OFFLINE_URLS[dialect])
     downgrade = _offline_sql(project, OFFLINE_URLS[dialect], downgrade=True)
     assert f"CREATE TABLE {TABLE}" in upgrade
+    assert "CREATE TABLE inbox_consumers" in upgrade
     assert f"DROP TABLE {TABLE}" in downgrade
+    assert "DROP TABLE inbox_consumers" in downgrade
     _check_golden({f"{dialect}_upgrade.sql": upgrade, f"{dialect}_downgrade.sql": downgrade})
 
 
@@ -78,6 +80,7 @@ def test_oracle_golden_has_the_oracle_types() -> None:
     assert "payload_hash BLOB" in text
     assert "CONSTRAINT pk_inbox_processed_messages PRIMARY KEY (message_id, consumer_name)" in text
     assert "CREATE INDEX ix_inbox_processed_messages_received_at" in text
+    assert "CONSTRAINT pk_inbox_consumers PRIMARY KEY (inbox_table, consumer_name)" in text
     assert "\n/\n" in text  # SQL*Plus statement separator
 
 

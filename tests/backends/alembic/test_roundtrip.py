@@ -16,6 +16,7 @@ from tests.support.alembic.project import Project
 pytestmark = pytest.mark.backend
 
 MODELS = "inbox = Inbox(metadata, message_id_length=200)\n"
+CONSUMERS = "inbox_consumers"
 
 
 def _claim_twice(project: Project) -> None:
@@ -99,6 +100,8 @@ def test_target_metadata_from_ini_alone_adds_the_inbox(project: Project) -> None
     project.set_options(target_metadata="", message_id_length="64")
     text = project.autogenerate("add inbox")
     assert "op.create_inbox_table('inbox_processed_messages', message_id_length=64)" in text
+    # with the consumers table an Inbox claims through (at least the default length)
+    assert f"op.create_inbox_consumers_table('{CONSUMERS}', consumer_name_length=255)" in text
     command.upgrade(project.config(), "head")
     engine = project.engine()
     try:
@@ -121,8 +124,9 @@ def test_models_and_inbox_together(project: Project) -> None:
     text = project.autogenerate("initial")
     assert "op.create_table('accounts'" in text
     assert "op.create_inbox_table('inbox_processed_messages', message_id_length=255)" in text
+    assert f"op.create_inbox_consumers_table('{CONSUMERS}', consumer_name_length=255)" in text
     command.upgrade(project.config(), "head")
-    assert project.table_names() == {"alembic_version", "accounts", TABLE}
+    assert project.table_names() == {"alembic_version", "accounts", TABLE, CONSUMERS}
     command.check(project.config())
     command.downgrade(project.config(), "base")
     assert project.table_names() == {"alembic_version"}
@@ -161,6 +165,11 @@ def test_removing_an_inbox_table_renders_its_drop_operation(project: Project, ki
     assert f"op.drop_{op_name}('{table}', message_id_length=200)" in upgrade
     assert f"# sa-inbox: Drops {table} and the " in upgrade  # what the drop loses
     assert f"op.create_{op_name}('{table}', message_id_length=200)" in downgrade
+    # the consumers table left with it: its own drop, never Alembic's drop_table
+    assert f"op.drop_inbox_consumers_table('{CONSUMERS}', consumer_name_length=255)" in upgrade
+    assert f"op.create_inbox_consumers_table('{CONSUMERS}', consumer_name_length=255)" in (
+        downgrade
+    )
     assert "op.drop_table(" not in upgrade and "op.drop_index(" not in upgrade
     assert "op.create_table(" not in downgrade and "op.create_index(" not in downgrade
 

@@ -33,7 +33,11 @@ def _kinds(config: alembic.config.Config) -> dict[str, str]:
 
 
 def test_default_is_the_processed_messages_table(tmp_path: Path) -> None:
-    assert _kinds(_config(tmp_path, "")) == {"inbox_processed_messages": "processed_messages"}
+    """With the consumers table its Inbox claims through."""
+    assert _kinds(_config(tmp_path, "")) == {
+        "inbox_processed_messages": "processed_messages",
+        "inbox_consumers": "consumers",
+    }
 
 
 def test_empty_tables_adds_none(tmp_path: Path) -> None:
@@ -47,8 +51,15 @@ def test_store_and_names_and_schema(tmp_path: Path) -> None:
         "schema = audit\nmessage_id_length = 64",
     )
     metadata = target_metadata(config)
-    assert _kinds(config) == {"audit.seen": "processed_messages", "audit.queue": "store"}
+    assert _kinds(config) == {
+        "audit.seen": "processed_messages",
+        "audit.queue": "store",
+        "audit.inbox_consumers": "consumers",
+    }
     assert metadata.tables["audit.queue"].c.message_id.type.length == 64  # type: ignore[attr-defined]
+    # the shared consumers table holds at least the default 255 characters
+    consumers = metadata.tables["audit.inbox_consumers"]
+    assert consumers.c.consumer_name.type.length == 255  # type: ignore[attr-defined]
 
 
 def test_application_metadata_keeps_its_own_inbox(
@@ -61,7 +72,7 @@ def test_application_metadata_keeps_its_own_inbox(
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     config = _config(tmp_path, "target_metadata = cfg_app_models:metadata")
-    assert _kinds(config) == {"my_inbox": "processed_messages"}
+    assert _kinds(config) == {"my_inbox": "processed_messages", "inbox_consumers": "consumers"}
 
 
 @pytest.mark.parametrize(
@@ -153,7 +164,7 @@ def test_ini_options_that_agree_with_the_models_change_nothing(
 ) -> None:
     spec = _models(tmp_path, monkeypatch, MY_INBOX)
     config = _config(tmp_path, f"{spec}\ntable_name = my_inbox\nschema =\nmessage_id_length = 064")
-    assert _kinds(config) == {"my_inbox": "processed_messages"}
+    assert _kinds(config) == {"my_inbox": "processed_messages", "inbox_consumers": "consumers"}
 
 
 def test_the_template_sets_no_table_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

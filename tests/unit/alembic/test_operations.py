@@ -19,6 +19,7 @@ from alembic.operations import Operations, ops
 import sa_inbox.alembic
 from sa_inbox import Inbox, InboxError
 from sa_inbox.alembic import (
+    CreateInboxConsumersTableOp,
     CreateProcessedMessagesTableOp,
     DropProcessedMessagesTableOp,
     InvalidTableOptions,
@@ -75,7 +76,8 @@ def test_create_emits_the_ddl_of_create_all(dialect: str) -> None:
     operations, buffer = _offline(dialect)
     operations.create_inbox_table("billing_inbox", message_id_length=100)  # type: ignore[attr-defined]
     expected = _metadata_ddl(
-        dialect, lambda m: Inbox(m, table_name="billing_inbox", message_id_length=100)
+        dialect,
+        lambda m: Inbox(m, table_name="billing_inbox", message_id_length=100, consumers=False),
     )
     assert_same_ddl(_statements(buffer.getvalue()), expected)
     assert expected[0].startswith("CREATE TABLE billing_inbox")
@@ -86,7 +88,7 @@ def test_create_emits_the_ddl_of_create_all(dialect: str) -> None:
 def test_create_in_a_schema(dialect: str) -> None:
     operations, buffer = _offline(dialect)
     operations.create_inbox_table(schema="audit")  # type: ignore[attr-defined]
-    expected = _metadata_ddl(dialect, lambda m: Inbox(m, schema="audit"))
+    expected = _metadata_ddl(dialect, lambda m: Inbox(m, schema="audit", consumers=False))
     assert_same_ddl(_statements(buffer.getvalue()), expected)
     assert expected[0].startswith("CREATE TABLE audit.inbox_processed_messages")
 
@@ -95,7 +97,8 @@ def test_create_in_a_schema(dialect: str) -> None:
 def test_drop_emits_the_ddl_of_drop_all(dialect: str) -> None:
     operations, buffer = _offline(dialect)
     operations.drop_inbox_table()  # type: ignore[attr-defined]
-    assert _statements(buffer.getvalue()) == _metadata_ddl(dialect, Inbox, drop=True)
+    expected = _metadata_ddl(dialect, lambda m: Inbox(m, consumers=False), drop=True)
+    assert _statements(buffer.getvalue()) == expected
     assert _statements(buffer.getvalue()) == ["DROP TABLE inbox_processed_messages"]
 
 
@@ -182,11 +185,18 @@ def test_comparator_replaces_create_table_and_its_index_and_is_idempotent() -> N
     )
     autogen, upgrade_ops = _autogenerate(metadata)
     kinds = [type(op).__name__ for op in upgrade_ops.ops]
-    assert sorted(kinds) == ["CreateProcessedMessagesTableOp", "CreateTableOp", "ModifyTableOps"]
+    assert sorted(kinds) == [
+        "CreateInboxConsumersTableOp",
+        "CreateProcessedMessagesTableOp",
+        "CreateTableOp",
+        "ModifyTableOps",
+    ]
     (inbox_op,) = [op for op in upgrade_ops.ops if isinstance(op, CreateProcessedMessagesTableOp)]
     assert inbox_op == CreateProcessedMessagesTableOp(
         "inbox_processed_messages", message_id_length=120
     )
+    (consumers_op,) = [op for op in upgrade_ops.ops if isinstance(op, CreateInboxConsumersTableOp)]
+    assert consumers_op == CreateInboxConsumersTableOp("inbox_consumers", consumer_name_length=255)
     (modify,) = [op for op in upgrade_ops.ops if isinstance(op, ops.ModifyTableOps)]
     assert modify.table_name == "accounts"  # the business table keeps its CreateIndexOp
     before = list(upgrade_ops.ops)

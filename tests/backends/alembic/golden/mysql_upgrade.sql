@@ -17,5 +17,13 @@ CREATE TABLE inbox_processed_messages (
 
 CREATE INDEX ix_inbox_processed_messages_received_at ON inbox_processed_messages (received_at);
 
+CREATE TABLE inbox_consumers (
+    inbox_table VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, 
+    consumer_name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, 
+    handler VARCHAR(512) NOT NULL, 
+    registered_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP, 
+    CONSTRAINT pk_inbox_consumers PRIMARY KEY (inbox_table, consumer_name)
+)COMMENT='sa-inbox: the handler that owns each consumer name';
+
 INSERT INTO alembic_version (version_num) VALUES ('5a1f0c0ffee5');
 

@@ -1,5 +1,9 @@
 -- Running downgrade 5a1f0c0ffee5 -> 
 
+DROP TABLE inbox_consumers
+
+/
+
 DROP TABLE inbox_processed_messages
 
 /

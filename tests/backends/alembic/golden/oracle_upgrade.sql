@@ -27,6 +27,20 @@ COMMENT ON TABLE inbox_processed_messages IS 'sa-inbox: messages already process
 
 /
 
+CREATE TABLE inbox_consumers (
+    inbox_table VARCHAR2(128 CHAR) NOT NULL, 
+    consumer_name VARCHAR2(255 CHAR) NOT NULL, 
+    handler VARCHAR2(512 CHAR) NOT NULL, 
+    registered_at TIMESTAMP WITH TIME ZONE DEFAULT CURRENT_TIMESTAMP NOT NULL, 
+    CONSTRAINT pk_inbox_consumers PRIMARY KEY (inbox_table, consumer_name)
+)
+
+/
+
+COMMENT ON TABLE inbox_consumers IS 'sa-inbox: the handler that owns each consumer name'
+
+/
+
 INSERT INTO alembic_version (version_num) VALUES ('5a1f0c0ffee5') RETURNING alembic_version.version_num INTO :ret_0
 
 /

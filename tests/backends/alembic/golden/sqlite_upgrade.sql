@@ -17,5 +17,13 @@ CREATE TABLE inbox_processed_messages (
 
 CREATE INDEX ix_inbox_processed_messages_received_at ON inbox_processed_messages (received_at);
 
+CREATE TABLE inbox_consumers (
+    inbox_table VARCHAR(128) NOT NULL, 
+    consumer_name VARCHAR(255) NOT NULL, 
+    handler VARCHAR(512) NOT NULL, 
+    registered_at DATETIME DEFAULT CURRENT_TIMESTAMP NOT NULL, 
+    CONSTRAINT pk_inbox_consumers PRIMARY KEY (inbox_table, consumer_name)
+);
+
 INSERT INTO alembic_version (version_num) VALUES ('5a1f0c0ffee5') RETURNING version_num;
 
