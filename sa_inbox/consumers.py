@@ -143,31 +143,62 @@ def _widened(table: sa.Table, length: int) -> sa.Table:
 
 
 def handler_name(handler: object) -> str:
-    """The name a handler is known by: ``module.qualname`` of the function (through
-    ``functools.partial`` and :func:`functools.wraps`), or of a callable object's class.
+    """The name a handler is known by: ``module.qualname`` of the function, seen through
+    ``functools.partial`` and :func:`functools.wraps` wrappers (``__wrapped__``), or of a
+    callable object's class.
 
     A function defined in the module run as ``__main__`` is named after the module it
-    would be imported as (``python -m pkg.mod``: ``pkg.mod``; ``python path/to/mod.py``:
-    ``mod``), so a handler keeps its name however its module is started.
+    would be imported as (``python -m pkg.mod`` and ``python pkg/mod.py``: ``pkg.mod``), so
+    a handler keeps its name however its module is started. A module of a namespace package
+    (no ``__init__.py``) run as a script is known by its file's stem only: run it with
+    ``python -m``.
     """
-    while isinstance(handler, functools.partial):
-        handler = handler.func
-    target = handler if hasattr(handler, "__qualname__") else type(handler)
+    target = _unwrapped(handler)
+    if not hasattr(target, "__qualname__"):
+        target = type(target)
     module = getattr(target, "__module__", None) or "?"
     if module == "__main__":
         module = _main_module_name()
     return f"{module}.{getattr(target, '__qualname__', type(target).__name__)}"
 
 
+#: How many wrappers :func:`_unwrapped` looks through (as :func:`inspect.unwrap` guards).
+MAX_WRAPPERS = 100
+
+
+def _unwrapped(handler: object) -> object:
+    """``handler`` without its ``functools.partial`` and ``__wrapped__`` layers: the sync
+    wrapper :func:`sa_inbox.asyncio.handle` puts around an async handler is known by it."""
+    for _ in range(MAX_WRAPPERS):
+        if isinstance(handler, functools.partial):
+            handler = handler.func
+            continue
+        wrapped = getattr(handler, "__wrapped__", None)
+        if wrapped is None or wrapped is handler:
+            return handler
+        handler = wrapped
+    return handler
+
+
 def _main_module_name() -> str:
     """The name the ``__main__`` module would have when imported: its spec's name
-    (``python -m``), else its file's stem (a script)."""
+    (``python -m pkg.mod``), else the dotted path of its file through the packages that hold
+    it (``python pkg/mod.py``: ``pkg.mod``, each directory up to the first without an
+    ``__init__.py`` being a package; a lone script: its file's stem)."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if spec is not None and spec.name:
         return str(spec.name)
     path = getattr(main, "__file__", None)
-    return Path(path).stem if path else "__main__"
+    if not path:
+        return "__main__"
+    file = Path(path).resolve()
+    parts = [file.stem]
+    package = file.parent
+    while (package / "__init__.py").is_file() and package.name:
+        parts.append(package.name)
+        package = package.parent
+    return ".".join(reversed(parts))
 
 
 def consumers_for(table: sa.Table, message_id_length: int, enabled: object) -> Consumers | None:

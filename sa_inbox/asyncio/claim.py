@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from ..checks import unwrap
 from ..claim import Inbox, message_id_of
 from ..hooks import InboxHooks
+from . import consumers
 from ._bridge import AsyncBind, on_sync_bind
 
 __all__ = ["AsyncInbox"]
@@ -122,6 +125,26 @@ class AsyncInbox:
         :meth:`sa_inbox.Inbox.is_processed`)."""
         return on_sync_bind(
             bind, self.sync_inbox.is_processed, message_id, consumer_name, causal=causal
+        )
+
+    def hand_over(
+        self, engine: AsyncEngine, consumer_name: str, handler: object
+    ) -> Coroutine[Any, Any, str | None]:
+        """Give ``consumer_name`` to ``handler``: the asyncio spelling of
+        ``inbox.consumers.hand_over(engine, consumer_name, handler)``
+        (:meth:`sa_inbox.consumers.Consumers.hand_over`).
+
+        :param engine: the AsyncEngine of the consumers table.
+        :returns: (awaited) the previous owner's name, or None.
+        :raises SyncAsyncMismatch: for a synchronous Engine, at the call.
+        :raises InvalidTable: for an inbox built with ``consumers=False``, at the call.
+        """
+        return consumers.hand_over(
+            self.sync_inbox.consumers,
+            engine,
+            consumer_name,
+            handler,
+            entry="AsyncInbox.hand_over()",
         )
 
     @property

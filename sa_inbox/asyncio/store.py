@@ -28,6 +28,7 @@ from ..store.protocol import Incoming, StoredMessage
 from ..store.schema import DEFAULT_CONSUMER
 from ..store.store import BoundStore, InboxStore
 from ..store.worker import DEFAULT_SHUTDOWN_TIMEOUT, Worker, WorkerSummary, logger
+from . import consumers
 from ._bridge import (
     AsyncBind,
     async_session_of,
@@ -121,6 +122,25 @@ class AsyncInboxStore:
         """
         sync_engine = _async_engine(engine, "AsyncInboxStore.counts()").sync_engine
         return in_greenlet(self.sync_store.counts, sync_engine, consumer_name)
+
+    def hand_over(
+        self, engine: AsyncEngine, consumer_name: str, handler: object
+    ) -> Coroutine[Any, Any, str | None]:
+        """Give ``consumer_name`` to ``handler`` (an AsyncWorker's handler taking the name
+        over): the asyncio spelling of ``store.consumers.hand_over(engine, ...)``
+        (:meth:`sa_inbox.consumers.Consumers.hand_over`).
+
+        :returns: (awaited) the previous owner's name, or None.
+        :raises SyncAsyncMismatch: for a synchronous Engine, at the call.
+        :raises InvalidTable: for a store built with ``consumers=False``, at the call.
+        """
+        return consumers.hand_over(
+            self.sync_store.consumers,
+            engine,
+            consumer_name,
+            handler,
+            entry="AsyncInboxStore.hand_over()",
+        )
 
     def replay(self, engine: AsyncEngine, **filters: Any) -> Coroutine[Any, Any, int]:
         """Reset chosen dead or done rows to pending (see :meth:`sa_inbox.InboxStore.replay`).

@@ -155,7 +155,7 @@ CASES: list[tuple[str, Callable[[], object], type[InboxError], type[Exception]]]
     ("table kind registered twice", _registered_twice, InvalidTableOptions, ValueError),
     (
         "revision with no table",
-        lambda: inbox_operations(processed_messages=False, store=False),
+        lambda: inbox_operations(processed_messages=False, store=False, consumers=False),
         InvalidTableOptions,
         ValueError,
     ),

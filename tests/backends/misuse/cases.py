@@ -385,6 +385,40 @@ for _method in ("counts", "replay"):
         getattr(store, method)(env.app.engine, **kw)
 
 
+# -- the hand-over of a consumer name (sa_inbox.consumers) ------------------------------------
+
+
+@case("Consumers.hand_over", "AsyncEngine")
+def _(env: Env, mid: str) -> None:
+    handler = _pay(env, mid)
+    assert env.app.inbox.consumers is not None
+    env.app.inbox.consumers.hand_over(env.wrong("AsyncEngine"), CONSUMER, handler)
+    sa_inbox.handle(env.app.Session, env.app.inbox, mid, CONSUMER, handler, **_acks())
+
+
+@case("AsyncInbox.hand_over", "Engine")
+async def _(env: Env, mid: str) -> None:
+    async def handler(session: AsyncSession) -> None:
+        await _apay(env, mid, session)
+
+    inbox = AsyncInbox(env.app.inbox)
+    await inbox.hand_over(env.wrong("Engine"), CONSUMER, handler)
+    await sa_inbox.asyncio.handle(env.ASession, inbox, mid, CONSUMER, handler, **_acks())
+
+
+@case("AsyncInboxStore.hand_over", "Engine", state=_worked)
+async def _(env: Env, mid: str) -> None:
+    async def handler(session: AsyncSession, message: StoredMessage) -> None:
+        await _apay(env, message.message_id, session)
+
+    await _in_thread(_receive_then, env, mid)
+    store = AsyncInboxStore(env.store)
+    await store.hand_over(env.wrong("Engine"), CONSUMER, handler)
+    await AsyncWorker(store.bind(env.aengine), handler, consumer_name=CONSUMER).run(
+        until_empty=True
+    )
+
+
 # -- the outbox -----------------------------------------------------------------------------
 
 
