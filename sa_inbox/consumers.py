@@ -20,9 +20,10 @@ from __future__ import annotations
 import functools
 import sys
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -50,6 +51,7 @@ __all__ = [
     "consumers_table",
     "handler_name",
     "shared_consumers_table",
+    "stands_for",
 ]
 
 DEFAULT_CONSUMERS_TABLE = "inbox_consumers"
@@ -164,16 +166,31 @@ def handler_name(handler: object) -> str:
 
 #: How many wrappers :func:`_unwrapped` looks through (as :func:`inspect.unwrap` guards).
 MAX_WRAPPERS = 100
+#: The attribute of a wrapper that calls a handler with other arguments (so it cannot be a
+#: :func:`functools.wraps` wrapper, whose signature would be the handler's): the handler it
+#: stands for, by which :func:`handler_name` names it (see :func:`stands_for`).
+HANDLER_ATTRIBUTE = "__sa_inbox_handler__"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def stands_for(wrapper: F, handler: object) -> F:
+    """``wrapper``, known by ``handler``'s name (:func:`handler_name`): for sa-inbox's own
+    wrappers that call the user's handler with other arguments (a broker adapter's
+    ``handler(session, delivery)`` behind ``handle()``'s ``handler(session)``)."""
+    setattr(wrapper, HANDLER_ATTRIBUTE, handler)
+    return wrapper
 
 
 def _unwrapped(handler: object) -> object:
-    """``handler`` without its ``functools.partial`` and ``__wrapped__`` layers: the sync
-    wrapper :func:`sa_inbox.asyncio.handle` puts around an async handler is known by it."""
+    """``handler`` without its ``functools.partial``, :func:`stands_for` and ``__wrapped__``
+    layers: the sync wrapper :func:`sa_inbox.asyncio.handle` puts around an async handler,
+    and a broker adapter's around a delivery handler, are known by it."""
     for _ in range(MAX_WRAPPERS):
         if isinstance(handler, functools.partial):
             handler = handler.func
             continue
-        wrapped = getattr(handler, "__wrapped__", None)
+        wrapped = getattr(handler, HANDLER_ATTRIBUTE, None) or getattr(handler, "__wrapped__", None)
         if wrapped is None or wrapped is handler:
             return handler
         handler = wrapped

@@ -34,6 +34,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .collision import COLLISIONS_TABLE
+from .exc import InvalidTable
 from .outbox.schema import DEFAULT_OUTBOX_TABLE
 from .outbox.schema import STATUSES as OUTBOX_STATUSES
 from .replication import (
@@ -217,6 +218,8 @@ def collect(
     :param store_table: the inbox store's table name (None: not read).
     :param schema: the tables' schema.
     :param outbox_table: the outbox table's name (None: not read).
+    :raises InvalidTable: if the table named as the inbox's or the store's has no
+        ``message_id`` column (the consumers table ``inbox_consumers``, say), before it is read.
     :raises sqlalchemy.exc.DBAPIError: if the database cannot be read (not wrapped).
     """
     inspector = sa.inspect(engine)
@@ -231,6 +234,7 @@ def collect(
         for role, name in names.items()
         if name is not None and inspector.has_table(name, schema=schema)
     }
+    _check_claim_tables(inspector, present, schema)
     # optional: the collisions table, and the outbox under its default name (a service may
     # have none); an outbox the caller named is reported missing
     optional = {"collisions"} | ({"outbox"} if outbox_table == DEFAULT_OUTBOX_TABLE else set())
@@ -258,6 +262,30 @@ def collect(
         replication=replication,
         outbox=outbox,
     )
+
+
+#: What each claim table of :func:`collect` is, for the message of a wrong one.
+CLAIM_TABLES = {"inbox": "a processed-messages table", "store": "an inbox store table"}
+
+
+def _check_claim_tables(inspector: Any, present: dict[str, str], schema: str | None) -> None:
+    """Refuse an inbox or store table that is not one: every claim table has ``message_id``
+    (the consumers table, :mod:`sa_inbox.consumers`, has ``inbox_table`` and
+    ``consumer_name`` instead, and would be read as an inbox without that check).
+
+    :raises InvalidTable: for such a table.
+    """
+    for role, what in CLAIM_TABLES.items():
+        name = present.get(role)
+        if name is None:
+            continue
+        columns = {column["name"] for column in inspector.get_columns(name, schema=schema)}
+        if "message_id" not in columns:
+            known = " (sa-inbox's consumers table)" if {"inbox_table", "handler"} <= columns else ""
+            raise InvalidTable(
+                f"{name!r}{known} has no message_id column: it is not {what}; name the "
+                f"{role} table sa-inbox claims in"
+            )
 
 
 class Sampler:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.orm import Session
 
 from ..claim import Inbox
+from ..consumers import stands_for
 from ..exc import InboxError, InvalidMessageId, InvalidRetryArgument
 from ..handlers import check_handler
 from ..runner import Outcome, Result, handle
@@ -163,7 +164,9 @@ def _guarded(handler: Callable[..., Any], delivery: Delivery, max_deliveries: in
     """Rule 2: the handler as ``handle()`` calls it, refusing a delivery past the limit.
 
     ``handle()`` claims before it calls this, so a committed message never gets here (it is
-    a duplicate), and the refusal rolls the claim back.
+    a duplicate), and the refusal rolls the claim back. It owns the consumer name as
+    ``handler`` does (:func:`~sa_inbox.consumers.stands_for`): every consumer of the name
+    has its own ``call``.
     """
 
     def call(session: Any) -> Any:
@@ -174,7 +177,7 @@ def _guarded(handler: Callable[..., Any], delivery: Delivery, max_deliveries: in
             )
         return handler(session, delivery)
 
-    return call
+    return stands_for(call, handler)
 
 
 def _after(result: Result, delivery: Delivery, max_deliveries: int) -> Settlement:

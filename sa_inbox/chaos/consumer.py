@@ -20,6 +20,7 @@ line.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import logging
@@ -170,6 +171,7 @@ def _crashing_handler(
     if config.crash_after_commit <= 0 and config.crash_in_handler <= 0:
         return handler
 
+    @functools.wraps(handler)  # one handler name with or without crashes (sa_inbox.consumers)
     def handle_or_crash(session: Session, delivery: Delivery) -> object:
         result = handler(session, delivery)
         if delivery.delivery_count != 1:

@@ -64,10 +64,20 @@ class DemoSchema:
         )
 
     def reset(self, engine: sa.Engine, accounts: list[str]) -> None:
-        """Drop the demo's tables if they exist, create them, open ``accounts`` at 0."""
-        self.metadata.drop_all(engine, checkfirst=True)
+        """Drop the demo's tables if they exist, create them, open ``accounts`` at 0.
+
+        The consumers table (:mod:`sa_inbox.consumers`) is shared with every other inbox of
+        the database (another prefix's): it is created if missing, never dropped, and only
+        the owners of this inbox's consumer names are forgotten.
+        """
+        consumers = self.inbox.consumers
+        shared = consumers.table if consumers is not None else None
+        own = [table for table in self.metadata.sorted_tables if table is not shared]
+        self.metadata.drop_all(engine, tables=own, checkfirst=True)
         self.metadata.create_all(engine)
         with engine.begin() as conn:
+            if shared is not None:
+                conn.execute(shared.delete().where(shared.c.inbox_table == self.inbox.table.name))
             conn.execute(
                 self.accounts.insert(),
                 [{"account_id": account, "balance_cents": 0} for account in accounts],

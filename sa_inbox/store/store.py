@@ -1137,9 +1137,11 @@ class BoundStore:
         return self.store.has_unfinished(self.engine, consumer_name=consumer_name)
 
     def ensure_owner(self, consumer_name: str, handler: object) -> None:
-        """Make ``handler`` the owner of ``consumer_name`` (:mod:`sa_inbox.consumers`).
+        """Make ``handler`` the owner of ``consumer_name`` (:mod:`sa_inbox.consumers`), or
+        check that it is; nothing for a store built with ``consumers=False``.
 
         :raises ConsumerNameTaken: if another handler owns it.
+        :raises MissingTable: if the consumers table does not exist.
         """
         if self.store.consumers is not None:
             self.store.consumers.ensure(self.engine, consumer_name, handler)

@@ -585,6 +585,7 @@ class Worker:
     def own_consumer_name(self) -> None:
         """Make this worker's handler the owner of its ``consumer_name``, or check that it is
         (:mod:`sa_inbox.consumers`), on stores that record owners; :meth:`run` does it first.
+        A worker of every consumer (``consumer_name=None``) claims no name and is not checked.
 
         :raises ConsumerNameTaken: if another handler owns the name.
         """

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox import Inbox, InboxStore, Incoming
+from sa_inbox import Inbox, InboxStore, Incoming, InvalidTable
 from sa_inbox.collision import collisions_table, payload_hash
 from sa_inbox.outbox import Outbox
 from sa_inbox.stats import WARNING_CODES, collect, warnings
@@ -225,6 +225,23 @@ def test_check_fails_when_none_of_the_tables_exists(tmp_path: Path) -> None:
     code, text = finish(stats(url, "--check", names=(f"{INBOX}_only_inbox", "nope_store")))
     engine.dispose()
     assert code == 0, text
+
+
+def test_the_consumers_table_is_not_read_as_an_inbox(tables: Tables, url: str) -> None:
+    """``inbox_consumers`` (the owner of each consumer name) named as the inbox or the store
+    is refused before it is read, and the tables that are one report as before."""
+    consumers = tables.inbox.consumers
+    assert consumers is not None
+    name = consumers.table.name
+    for wrong in ((name, STORE), (INBOX, name)):
+        with pytest.raises(InvalidTable, match="sa-inbox's consumers table"):
+            collect(tables.engine, inbox_table=wrong[0], store_table=wrong[1])
+        code, text = finish(stats(url, names=wrong))
+        assert code == 3, text
+        assert "InvalidTable" in text and "has no message_id column" in text
+    stats_ = collect(tables.engine, inbox_table=INBOX, store_table=STORE)
+    assert {t.name for t in stats_.tables} == {INBOX, STORE}  # the consumers table unlisted
+    assert {c.consumer_name for c in stats_.consumers} == {"billing", "audit"}
 
 
 def test_unreachable_database_exits_3(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sa_inbox.consumers import handler_name
+from sa_inbox.consumers import handler_name, stands_for
 
 MODULE = __name__
 
@@ -94,3 +94,13 @@ def test_a_wrapper_that_names_itself_is_not_followed_forever() -> None:
 
     loop.__wrapped__ = loop  # type: ignore[attr-defined]
     assert handler_name(loop).endswith("loop")
+
+
+def test_a_wrapper_that_calls_a_handler_with_other_arguments_stands_for_it() -> None:
+    """A broker adapter's ``call(session)`` around ``handler(session, delivery)``."""
+
+    def call(session: Any) -> None:
+        pass
+
+    assert handler_name(stands_for(call, create_order)) == f"{MODULE}.create_order"
+    assert handler_name(logged(stands_for(call, send_invoice))) == f"{MODULE}.send_invoice"

@@ -10,7 +10,8 @@ MODE ``crash-after-commit``: the handler's change commits, then the settler's ``
 handler applies and flushes, prints ``APPLIED`` and SIGKILLs the process before the commit.
 MODE ``deliver``: settles the first entry it gets (a pending one taken over by XAUTOCLAIM
 once idle for the visibility timeout) and exits. MODE ``chaos``: consumes through the chaos
-driver (:mod:`sa_inbox.chaos.drivers.redis`) until killed.
+driver (:mod:`sa_inbox.chaos.drivers.redis`) with the tests' handler
+(:func:`tests.backends.brokers.payments.pay`) until killed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from sa_inbox.brokers import Delivery, Settlement
 from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer
 from sa_inbox.brokers.redis.core import RedisSettler
 from sa_inbox.chaos.drivers import driver_for
+from tests.backends.brokers.payments import pay
 from tests.support.app import CONSUMER, App
 
 VISIBILITY_TIMEOUT = 0.5
@@ -114,16 +116,12 @@ async def main_async(db_url: str, redis_url: str, stream: str, mode: str) -> Non
 
 def main_chaos(db_url: str, redis_url: str, stream: str) -> None:
     app = App(sa.create_engine(db_url))
-
-    def handler(session: Session, delivery: Delivery) -> None:
-        app.apply_payment(session, delivery.message_id or "", 1, Decimal(delivery.body.decode()))
-
     driver_for(redis_url).consume(
         stream,
         session_factory=app.Session,
         inbox=app.inbox,
         consumer_name=CONSUMER,
-        handler=handler,
+        handler=pay(app),  # the test's own consumer takes over with this handler
         max_deliveries=5,
         on_settled=report,
         stop=threading.Event(),

@@ -25,11 +25,10 @@ import pytest
 import redis
 import redis.asyncio
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
-from sqlalchemy.orm import Session
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from sa_inbox import ConfigurationError
-from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, Settlement
+from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
 from sa_inbox.brokers.redis import (
     AsyncRedisStreamConsumer,
     InvalidStreamSettings,
@@ -39,6 +38,7 @@ from sa_inbox.brokers.redis import (
 from sa_inbox.brokers.redis.core import Entry, RedisSettler, run_call
 from sa_inbox.chaos.drivers import driver_for
 from sa_inbox.chaos.drivers.redis import GROUP
+from tests.backends.brokers.payments import pay, pay_async
 from tests.conftest import ASYNC_DRIVERS as DRIVERS
 from tests.conftest import backend_url, broker_url
 from tests.support.app import CONSUMER, App
@@ -101,25 +101,6 @@ def publish(client: redis.Redis, stream: str, payments: list[tuple[str | None, s
     for message_id, amount in payments:
         fields = {"body": amount} if message_id is None else {"message_id": message_id}
         client.xadd(stream, {**fields, "body": amount})
-
-
-def pay(app: App, poison: str = "") -> Callable[[Session, Delivery], None]:
-    def handler(session: Session, delivery: Delivery) -> None:
-        app.apply_payment(session, delivery.message_id or "", 1, Decimal(delivery.body.decode()))
-        if delivery.message_id == poison:
-            raise RuntimeError(f"poison, delivery {delivery.delivery_count}")
-
-    return handler
-
-
-def pay_async(app: App, poison: str = "") -> Callable[[AsyncSession, Delivery], Any]:
-    async def handler(session: AsyncSession, delivery: Delivery) -> None:
-        amount = Decimal(delivery.body.decode())
-        await app.apply_payment_async(session, delivery.message_id or "", 1, amount)
-        if delivery.message_id == poison:
-            raise RuntimeError(f"poison, delivery {delivery.delivery_count}")
-
-    return handler
 
 
 def consumer(

@@ -8,7 +8,8 @@ the second handler is refused with :class:`~sa_inbox.ConsumerNameTaken` before a
 claimed, neither acked nor nacked, and runs under its own name; two real processes with
 different handlers under one name leave every message to the first (the second is refused
 at its first message); two processes racing to be first leave exactly one owner;
-``hand_over`` gives the name (and its claims) to a new handler; a handler keeps its name
+``hand_over`` gives the name (and its claims) to a new handler; a broker adapter's handler is
+checked as itself; a handler keeps its name
 run as ``python -m``, as a script and imported; the store's Worker and AsyncWorker are
 refused before they claim (rows pending, no attempt counted); ``consumers=False`` skips the
 check; a missing consumers table is :class:`~sa_inbox.exc.MissingTable`. Business state
@@ -33,8 +34,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import sa_inbox
 import sa_inbox.asyncio
-from sa_inbox import ConfigurationError, ConsumerNameTaken, Outcome
+from sa_inbox import ConfigurationError, ConsumerNameTaken, Outcome, brokers
 from sa_inbox.asyncio import AsyncInbox, AsyncInboxStore, AsyncWorker
+from sa_inbox.brokers import Delivery
 from sa_inbox.consumers import handler_name
 from sa_inbox.exc import MissingTable
 from sa_inbox.store import PENDING, InboxStore, StoredMessage, Worker
@@ -201,6 +203,64 @@ def test_a_missing_consumers_table_is_missing_table(engine: sa.Engine, service: 
     assert "inbox_consumers" in str(info.value)
     assert (broker.acks, broker.nacks) == (0, 0)
     assert service.claims(engine) == 0 and service.effects_by_handler(engine) == {}
+
+
+class Settler:
+    """A broker adapter's settler, recording what it would send."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def ack(self) -> None:
+        self.calls.append("ack")
+
+    def retry(self) -> None:
+        self.calls.append("retry")
+
+    def dead_letter(self, reason: object, detail: str) -> None:
+        self.calls.append("dead_letter")
+
+
+def deliver_order(session: Session, delivery: Delivery) -> None:
+    """A broker adapter's handler of the order service."""
+    create_order(session, delivery.message_id or "")
+
+
+def deliver_invoice(session: Session, delivery: Delivery) -> None:
+    """Another delivery handler under the same consumer name."""
+    send_invoice(session, delivery.message_id or "")
+
+
+def test_a_broker_adapter_checks_its_own_handler(engine: sa.Engine, service: Orders) -> None:
+    """Every adapter calls handle() through one wrapper of its own (the delivery limit):
+    the owner is the adapter's handler, not that wrapper, so two adapters' handlers under
+    one name are told apart."""
+    Session = sessionmaker(engine)
+
+    def process(handler: Any, message_id: str) -> list[str]:
+        settler = Settler()
+        brokers.process(
+            Delivery(message_id, b"{}"),
+            settler,
+            session_factory=Session,
+            inbox=service.inbox,
+            consumer_name=CONSUMER,
+            handler=handler,
+        )
+        return settler.calls
+
+    assert process(deliver_order, "evt-42") == ["ack"]
+    with pytest.raises(ConsumerNameTaken) as info:
+        process(deliver_invoice, "evt-42")
+    assert (info.value.owner, info.value.handler) == (
+        handler_name(deliver_order),
+        handler_name(deliver_invoice),
+    )
+    with pytest.raises(ConsumerNameTaken):
+        process(deliver_invoice, "evt-43")  # unsettled: neither acked, retried nor dead
+    assert process(deliver_order, "evt-43") == ["ack"]
+    assert service.effects_by_handler(engine) == {"create_order": 2}
+    assert service.claims(engine) == 2
 
 
 # -- the store's workers -------------------------------------------------------------------
