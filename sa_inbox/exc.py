@@ -124,6 +124,10 @@ class ConsumerNameTaken(ConfigurationError):
         self.owner = owner
         self.handler = handler
 
+    def __reduce__(self) -> tuple[type[ConsumerNameTaken], tuple[str, str, str]]:
+        """Pickled with its three values (a worker process reporting it to its parent)."""
+        return type(self), (self.consumer_name, self.owner, self.handler)
+
 
 class InvalidTable(ConfigurationError, ValueError):
     """A table given to sa-inbox, or the definition asked for, cannot serve the inbox.

@@ -61,7 +61,7 @@ from .exc import (
     SplitTransaction,
 )
 
-__all__ = ["owned_transaction"]
+__all__ = ["JOINED", "owned_transaction"]
 
 #: ``Session.info`` key of the guard of the session's owned transaction.
 _GUARD = "sa_inbox.guard"
@@ -172,12 +172,7 @@ class _Guard:
         """
         for connection, _ in self.connections:
             if not connection.closed and connection.in_transaction():
-                raise InvalidSessionFactory(
-                    "the session's commit did not commit: it joined a transaction already "
-                    "begun on the Connection it is bound to, which the caller still holds; "
-                    "bind the session factory to an Engine (or to a Connection with no "
-                    "transaction in progress)"
-                )
+                raise InvalidSessionFactory(f"the session's commit did not commit: {JOINED}")
 
     @contextmanager
     def installed(self) -> Iterator[None]:
@@ -188,6 +183,14 @@ class _Guard:
             self.session.info.pop(_GUARD, None)
             for connection, _ in self.connections:
                 _connection_guards.pop(connection, None)
+
+
+#: Why a Session bound to a Connection already in a transaction is refused.
+JOINED = (
+    "it joined a transaction already begun on the Connection it is bound to, which the "
+    "caller still holds; bind the session factory to an Engine (or to a Connection with no "
+    "transaction in progress)"
+)
 
 
 # -- the listeners, installed once per Session class and per Engine ---------------------------

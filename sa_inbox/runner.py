@@ -44,7 +44,7 @@ from .exc import (
     InvalidSessionFactory,
     TransientClaimError,
 )
-from .guard import owned_transaction
+from .guard import JOINED, owned_transaction
 from .handlers import call_handler, check_handler
 from .hooks import NOOP, InboxHooks
 from .validation import positive_int
@@ -97,9 +97,15 @@ def _dialect_name(session: Session) -> str | None:
 
 
 def engine_of(session: Session, table: sa.Table) -> sa.Engine:
-    """The Engine ``session`` runs ``table``'s statements on (no SQL is sent).
+    """The Engine ``session`` runs ``table``'s statements on (no SQL is sent), for the
+    owner check's transaction of its own (:mod:`sa_inbox.consumers`).
 
     :raises InvalidBind: for a Session bound to no engine.
+    :raises InvalidSessionFactory: for a Session bound to a Connection already in a
+        transaction: its commit would commit nothing (refused at the commit, see
+        :mod:`sa_inbox.guard`), and a pool of one connection per thread (SQLite's
+        in-memory databases) would give the owner check that very connection, whose
+        commit would commit the caller's work. Refused here first, before any SQL.
     """
     try:
         bind = session.get_bind(clause=table)
@@ -108,7 +114,11 @@ def engine_of(session: Session, table: sa.Table) -> sa.Engine:
             f"the Session is bound to no engine, so {table.name!r} has nowhere to be claimed: "
             "create it from a sessionmaker(engine)"
         ) from exc
-    return bind if isinstance(bind, sa.Engine) else bind.engine
+    if isinstance(bind, sa.Engine):
+        return bind
+    if bind.in_transaction():
+        raise InvalidSessionFactory(f"the session cannot commit its claim: {JOINED}")
+    return bind.engine
 
 
 def new_session(session_factory: Callable[[], Session]) -> Session:

@@ -80,7 +80,10 @@ async def handle(
         :class:`~sa_inbox.exc.InvalidObject` for an ``inbox`` that is neither,
         :class:`~sa_inbox.exc.InvalidHandler` for a handler that cannot be called as
         ``handler(session)``, :class:`~sa_inbox.exc.MissingTable`,
-        :class:`~sa_inbox.exc.AutocommitConnection`.
+        :class:`~sa_inbox.exc.AutocommitConnection`,
+        :class:`~sa_inbox.exc.ConsumerNameTaken` when another handler owns
+        ``consumer_name`` (:mod:`sa_inbox.consumers`; the handler is known by its own name,
+        not by the runner's wrapper), before anything is claimed.
     """
     sync_inbox = unwrap(inbox, Inbox, "inbox", entry="sa_inbox.asyncio.handle()")
     check_session_factory(session_factory, entry="sa_inbox.asyncio.handle()", asynchronous=True)

@@ -92,3 +92,18 @@ def test_the_async_hand_overs_refuse_a_sync_engine_and_a_store_without_owners(
             made.hand_over(aengine, "orders", handler)
         assert isinstance(info.value, ConfigurationError)
     asyncio.run(aengine.dispose())
+
+
+def test_the_refusal_keeps_its_values_through_pickle() -> None:
+    """A worker process reports it to its parent (multiprocessing, a task queue)."""
+    import pickle
+
+    from sa_inbox import ConsumerNameTaken
+
+    refused = pickle.loads(pickle.dumps(ConsumerNameTaken("orders", "app.create", "app.bill")))
+    assert (refused.consumer_name, refused.owner, refused.handler) == (
+        "orders",
+        "app.create",
+        "app.bill",
+    )
+    assert "hand_over(engine, 'orders', handler)" in str(refused)

@@ -53,13 +53,43 @@ def test_a_session_joined_to_a_callers_transaction_is_refused(app: App) -> None:
     broker = Broker()
     with app.engine.connect() as conn:
         conn.execute(sa.select(1))  # the caller's transaction has begun
-        with pytest.raises(InvalidSessionFactory, match="did not commit"):
+        # refused before any SQL (the owner check's transaction of its own included)
+        with pytest.raises(InvalidSessionFactory, match="joined a transaction already begun"):
             handle(
                 sessionmaker(bind=conn), app.inbox, "m1", CONSUMER, pay(app),
                 ack=broker.ack, nack=broker.nack,
             )  # fmt: skip
     assert (broker.acks, broker.nacks) == (0, 0)
     assert app.inbox_rows() == 0 and app.ledger_rows() == 0
+    assert app.inbox.consumers is not None
+    assert app.inbox.consumers.owner(app.engine, CONSUMER) is None
+
+
+def test_a_joined_session_on_a_one_connection_pool_commits_nothing_of_the_callers() -> None:
+    """SQLite's in-memory database: one DBAPI connection per thread (SingletonThreadPool),
+    so the owner check's own transaction would run on the caller's connection and commit
+    the caller's work with it; it is refused before, and the caller's rollback holds."""
+    engine = sa.create_engine("sqlite://")
+    app = App(engine)
+    app.reset()
+    broker = Broker()
+    try:
+        with engine.connect() as conn:
+            outer = conn.begin()
+            conn.execute(app.accounts.insert().values(id=9, balance=Decimal(0)))
+            with pytest.raises(InvalidSessionFactory):
+                handle(
+                    sessionmaker(bind=conn, join_transaction_mode="create_savepoint"),
+                    app.inbox, "m1", CONSUMER, pay(app), ack=broker.ack, nack=broker.nack,
+                )  # fmt: skip
+            outer.rollback()
+        with engine.connect() as conn:
+            accounts = conn.scalar(sa.select(sa.func.count()).select_from(app.accounts))
+        assert accounts == 3  # the caller's row rolled back with its transaction
+        assert app.inbox_rows() == 0 and app.ledger_rows() == 0
+        assert (broker.acks, broker.nacks) == (0, 0)
+    finally:
+        engine.dispose()
 
 
 def test_a_session_on_a_connection_without_a_transaction_commits(app: App) -> None:
