@@ -10,9 +10,9 @@ only through :meth:`Consumers.hand_over`.
 
 A handler is known by its qualified name (:func:`handler_name`: ``module.qualname``; a
 module run as a script by the name it would be imported under): the same function in a new
-release keeps its name; ``functools.partial`` is known by its function, a callable object by
-its class. A handler renamed in a new release takes the name over with
-:meth:`Consumers.hand_over`.
+release keeps its name; a ``functools.partial`` or :func:`functools.wraps` wrapper is known
+by its function, a callable object by its class. A handler renamed in a new release takes
+the name over with :meth:`Consumers.hand_over`.
 """
 
 from __future__ import annotations
