@@ -48,6 +48,7 @@ from .store.schema import DEAD, DEFAULT_STORE_TABLE, PENDING, STATUSES, UTCDateT
 __all__ = [
     "DEAD_LETTERS_SHOWN",
     "WARNING_CODES",
+    "ConsumerRename",
     "ConsumerStats",
     "DeadLetter",
     "InboxStats",
@@ -94,6 +95,17 @@ class ConsumerStats:
     oldest: datetime.datetime | None
     newest: datetime.datetime | None
     collisions: int = 0
+
+
+@dataclass(frozen=True)
+class ConsumerRename:
+    """A consumer that looks renamed: ``old`` stopped claiming (its newest claim is older
+    than ``new``'s oldest) and ``new`` claimed ``shared`` ids that ``old`` had claimed: each
+    of them applied a second time."""
+
+    old: str
+    new: str
+    shared: int
 
 
 @dataclass(frozen=True)
@@ -174,6 +186,7 @@ class InboxStats:
     missing: list[str] = field(default_factory=list)
     replication: ReplicationState | None = None
     outbox: OutboxStats | None = None
+    renames: list[ConsumerRename] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes as ISO 8601 strings, bytes per table included."""
@@ -243,6 +256,7 @@ def collect(
         now = conn.execute(sa.select(sa.func.current_timestamp())).scalar_one()
         collisions = _collisions(conn, present.get("collisions"), schema)
         consumers = _consumers(conn, present.get("inbox"), schema, collisions)
+        renames = _renames(conn, present.get("inbox"), schema, consumers)
         store = _store(conn, present.get("store"), schema)
         outbox = _outbox(conn, present.get("outbox"), schema)
         tables = [_table(conn, name, schema) for name in present.values()]
@@ -257,6 +271,7 @@ def collect(
         missing=missing,
         replication=replication,
         outbox=outbox,
+        renames=renames,
     )
 
 
@@ -334,6 +349,36 @@ def _consumers(
             base.consumer_name, base.rows, base.oldest, base.newest, count
         )
     return [found[key] for key in sorted(found)]
+
+
+def _renames(
+    conn: Connection, name: str | None, schema: str | None, consumers: list[ConsumerStats]
+) -> list[ConsumerRename]:
+    """The consumers that look renamed (see :class:`ConsumerRename`): for each pair where
+    one stopped before the other started, the ids both claimed (one query per such pair)."""
+    if name is None:
+        return []
+    t = sa.table(
+        name,
+        sa.column("message_id", sa.String()),
+        sa.column("consumer_name", sa.String()),
+        schema=schema,
+    )
+    earlier = t.alias("earlier")
+    found = []
+    for old in consumers:
+        for new in consumers:
+            if old.newest is None or new.oldest is None or not old.newest < new.oldest:
+                continue
+            shared = sa.exists().where(
+                earlier.c.message_id == t.c.message_id,
+                earlier.c.consumer_name == old.consumer_name,
+            )
+            count = sa.select(sa.func.count()).where(t.c.consumer_name == new.consumer_name, shared)
+            claimed = int(conn.execute(count).scalar_one())
+            if claimed:
+                found.append(ConsumerRename(old.consumer_name, new.consumer_name, claimed))
+    return found
 
 
 def _collisions(conn: Connection, name: str | None, schema: str | None) -> dict[str, int]:
@@ -484,6 +529,7 @@ WARNING_CODES = {
     "replication-unchecked": 16,
     "outbox-dead": 17,
     "relay-stuck": 18,
+    "renamed-consumer": 19,
 }
 
 
@@ -519,7 +565,11 @@ def warnings(
     * ``outbox-dead`` (17): the outbox has ``dead`` rows (messages the broker refused
       ``max_attempts`` times: replay them once the cause is fixed);
     * ``relay-stuck`` (18): the outbox's oldest pending row is older than
-      ``pending_threshold`` (no relay running, or its broker unreachable).
+      ``pending_threshold`` (no relay running, or its broker unreachable);
+    * ``renamed-consumer`` (19): a consumer name stopped claiming and another one started
+      claiming ids the first had claimed (:class:`ConsumerRename`): every such redelivery
+      was applied again. Rename a consumer by copying its claims
+      (``op.rename_inbox_consumer``), never by changing the name alone.
 
     :param stats: a sample of :func:`collect`.
     :param retention: the retention window the purge runs with, or None.
@@ -565,6 +615,13 @@ def warnings(
             )
     if stats.collisions:
         warn("collisions", f"{stats.collisions} message-id collision(s) recorded")
+    for rename in stats.renames:
+        warn(
+            "renamed-consumer",
+            f"consumer {rename.new!r} started after {rename.old!r} stopped and claimed "
+            f"{rename.shared} id(s) {rename.old!r} had claimed (applied again): a renamed "
+            f"consumer? copy the claims with op.rename_inbox_consumer",
+        )
     if stats.outbox is not None:
         for kind, text in _outbox_warnings(stats.outbox, pending_threshold):
             warn(kind, text)

@@ -18,8 +18,10 @@ synchronous (a failover can lose acked messages), 16 the standby check could not
 completed (the standbys' ``sync_state`` is hidden from a role without ``pg_read_all_stats``:
 :func:`sa_inbox.replication.replication_unchecked`; never taken for healthy); the outbox,
 when its table exists: 17 dead outbox rows, 18 its oldest pending row is older than
-``--pending-threshold`` (no relay running, or its broker unreachable). With several, the
-lowest code. 3: the database cannot be read (as every command).
+``--pending-threshold`` (no relay running, or its broker unreachable); 19 a consumer looks
+renamed (it stopped claiming and another name started claiming ids it had claimed: those
+were applied again). With several, the lowest code. 3: the database cannot be read (as
+every command).
 """
 
 from __future__ import annotations
@@ -104,8 +106,9 @@ def stats_command(
     letters, 12 worker stuck, 13 collisions, 14 a synchronous standby is missing (commits
     hang), 15 standbys but none synchronous, 16 whether a standby is synchronous cannot be
     told (the role lacks pg_read_all_stats) (14-16 PostgreSQL), 17 dead outbox rows, 18
-    relay stuck (the oldest pending outbox row is older than --pending-threshold); the
-    lowest when several; 3 the database cannot be read.
+    relay stuck (the oldest pending outbox row is older than --pending-threshold), 19 a
+    renamed consumer (a new name claiming ids an old one had claimed); the lowest when
+    several; 3 the database cannot be read.
     """
     from ..stats import collect, warnings
 
