@@ -28,9 +28,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from sa_inbox import Outcome, Result, pool_guard
+from sa_inbox import InboxStore, Incoming, Outcome, Result, StoredMessage, pool_guard
 from sa_inbox._compat import await_only
-from sa_inbox.asyncio import handle
+from sa_inbox.asyncio import AsyncInboxStore, AsyncWorker, handle
 from sa_inbox.guard import enlisted_connections
 from tests.backends.asyncio.test_async import run
 from tests.support.app import CONSUMER, App
@@ -59,11 +59,43 @@ def one_connection(async_url: str) -> dict[str, Any]:
     return extra
 
 
+async def boom() -> None:
+    raise LookupError("the lookup failed")
+
+
 async def statement_sent(session: AsyncSession) -> None:
     """Return once the driver of the session's connection reports a statement running."""
     connections = enlisted_connections(session.sync_session)
     while not pool_guard.statement_running(connections):
         await asyncio.sleep(0.005)
+
+
+async def boom_once_sent(session: AsyncSession) -> None:
+    await asyncio.wait_for(statement_sent(session), HUNG_AFTER)
+    await boom()
+
+
+#: How the gather's statement is left: ``write``, a ledger row sent with ``boom()`` (the
+#: race of the report: whether the row is still on the wire when boom raises depends on
+#: the driver); ``in_flight``, a statement that runs :data:`STATEMENT_SECONDS`, and boom
+#: raises once the driver reports it running.
+GATHERS = ["write", "in_flight"]
+
+
+def gather_half_done(app: App, engine: AsyncEngine, kind: str) -> AsyncHandler:
+    """``gather(session.execute(...), boom())``: gather raises boom's error and leaves the
+    execute running (asyncio docs, "Running Tasks Concurrently")."""
+    bad_row, _ = app.payment("bad", 1, Decimal(1))
+    slow = sa.text(sleep_sql(engine, STATEMENT_SECONDS))
+
+    async def handler(session: AsyncSession) -> None:
+        if kind == "write":
+            await asyncio.gather(session.execute(bad_row), boom())
+        else:
+            await session.execute(bad_row)
+            await asyncio.gather(session.execute(slow), boom_once_sent(session))
+
+    return handler
 
 
 async def deliver(Session: Any, app: App, message_id: str, handler: AsyncHandler) -> Result:
@@ -102,6 +134,73 @@ def assert_only_the_good_messages(app: App, *tables: sa.Table) -> None:
 def invalidations(caplog: pytest.LogCaptureFixture) -> list[str]:
     """The driver states of the connections :mod:`sa_inbox.pool_guard` invalidated."""
     return [r.state for r in caplog.records if r.name == pool_guard.__name__]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kind", GATHERS)
+def test_a_gather_left_half_done_leaves_a_clean_connection(
+    app: App, async_url: str, kind: str
+) -> None:
+    """A statement of the gather still running is let finish (it is rolled back with the
+    rest), then the connection is rolled back and kept: with ``in_flight`` the pool never
+    opens a second one. (With ``write``, boom may raise while the execute's task is between
+    two awaits, not yet running its statement: it is cancelled there, and SQLAlchemy
+    invalidates a connection whose operation was cancelled.)"""
+
+    async def scenario(engine: AsyncEngine) -> tuple[Result, Counter[Outcome], int]:
+        opened = count_connects(engine)
+        Session = async_sessionmaker(engine)
+        failed = await deliver(Session, app, "bad", gather_half_done(app, engine, kind))
+        return failed, await deliver_good(Session, app), len(opened)
+
+    failed, outcomes, connects = run(async_url, scenario, **one_connection(async_url))
+    assert failed.outcome is Outcome.FAILED
+    assert isinstance(failed.error, LookupError), failed.error  # the handler's own error
+    assert outcomes == Counter({Outcome.PROCESSED: GOOD})
+    assert connects == 1 or kind == "write", connects
+    assert app.inbox_rows() == GOOD
+    assert_only_the_good_messages(app, app.inbox.table)
+
+
+@pytest.mark.parametrize("kind", GATHERS)
+@pytest.mark.parametrize("transaction", ["message", "batch"])
+def test_the_async_worker_after_a_gather_left_half_done(
+    app: App, async_url: str, transaction: str, kind: str
+) -> None:
+    store = InboxStore(app.metadata)
+    store.table.create(app.engine)
+    astore = AsyncInboxStore(store)
+
+    async def scenario(engine: AsyncEngine) -> tuple[Any, dict[str, int]]:
+        half_done = gather_half_done(app, engine, kind)
+
+        async def handler(session: AsyncSession, message: StoredMessage) -> None:
+            if message.message_id == "bad":
+                await half_done(session)
+            else:
+                await app.apply_payment_async(session, message.message_id, 1, Decimal(1))
+
+        async with async_sessionmaker(engine).begin() as session:
+            incoming = [Incoming("bad", {})] + [Incoming(f"m{i}", {}) for i in range(GOOD)]
+            await astore.receive_many(session, incoming, consumer_name=CONSUMER)
+        worker = AsyncWorker(
+            astore.bind(engine),
+            handler,
+            consumer_name=CONSUMER,
+            transaction=transaction,
+            batch_size=10,
+            max_attempts=1,
+            poll_interval=0.05,
+        )
+        summary = await asyncio.wait_for(
+            worker.run(until_empty=True, handle_signals=False), HUNG_AFTER
+        )
+        return summary, await astore.counts(engine, CONSUMER)
+
+    summary, counts = run(async_url, scenario, **one_connection(async_url))
+    assert counts["done"] == GOOD and counts["dead"] == 1, counts
+    assert summary.processed == GOOD and summary.reason == "empty", summary
+    assert_only_the_good_messages(app, store.table)
+    store.table.drop(app.engine)
 
 
 class Executor:
