@@ -103,10 +103,14 @@ class KeylessStreak:
     :param key: the header (field, argument) the key is read from, for the error.
     :param limit: consecutive keyless deliveries that stop the consumer; None: never (each is
         dead-lettered at once).
+    :param stop_deliveries: called (awaited if it returns an awaitable) before the held
+        deliveries are given back, so the broker does not deliver them to this consumer
+        again (RabbitMQ: cancel the consumer; its undelivered prefetch goes back with it).
     """
 
     key: str
     limit: int | None
+    stop_deliveries: Callable[[], Any] | None = None
     held: list[tuple[Delivery, Any]] = field(default_factory=list)
 
     def joins(self, delivery: Delivery) -> bool:
@@ -172,6 +176,8 @@ def flush(streak: KeylessStreak, settle: Settle) -> list[Any]:
 def give_back(streak: KeylessStreak) -> None:
     """Give the held deliveries back to the broker (the run reached the limit, or the
     consumer stops holding some: a stop decides nothing about them)."""
+    if streak.stop_deliveries is not None:
+        streak.stop_deliveries()
     for _, settler in streak.release():
         settler.give_back()
 
@@ -197,6 +203,8 @@ async def flush_async(streak: KeylessStreak, settle: Settle) -> list[Any]:
 
 async def give_back_async(streak: KeylessStreak) -> None:
     """:func:`give_back` with ``async`` settlers."""
+    if streak.stop_deliveries is not None:
+        await _maybe_await(streak.stop_deliveries())
     for _, settler in streak.release():
         await _maybe_await(settler.give_back())
 

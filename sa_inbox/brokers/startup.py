@@ -25,10 +25,14 @@ from ..handlers import check_handler
 from ..readiness import check_ready, check_ready_async, inbox_tables
 from ..validation import positive_int
 
-__all__ = ["HANDLER_ARGUMENTS", "Readiness", "check_consumer"]
+__all__ = ["HANDLER_ARGUMENTS", "NO_HANDLER", "Readiness", "check_consumer"]
 
 #: How every adapter calls the handler.
 HANDLER_ARGUMENTS = ("session", "delivery")
+
+#: ``handler`` of the adapters that call no handler of the user's with
+#: ``(session, delivery)`` (FastStream's middleware, Celery's task body).
+NO_HANDLER: object = object()
 
 
 def check_consumer(
@@ -44,6 +48,7 @@ def check_consumer(
     """Refuse what the consumer ``entry`` cannot use; its :class:`Readiness` otherwise.
 
     :param entry: the consumer as messages name it (``"BlockingConsumer()"``).
+    :param handler: the handler, or :data:`NO_HANDLER`.
     :param consumer_name: the inbox's consumer name, or None when the adapter defaults it
         (checked where it is chosen).
     :param asynchronous: True for the asyncio adapters.
@@ -67,11 +72,13 @@ def check_consumer(
             instead="pass the Inbox itself (the asyncio adapters take either)",
         )
     )
-    check_handler(handler, HANDLER_ARGUMENTS, asynchronous=asynchronous)
+    if handler is not NO_HANDLER:
+        check_handler(handler, HANDLER_ARGUMENTS, asynchronous=asynchronous)
     if consumer_name is not None:
         checked.validate("x", consumer_name)
     positive_int(max_deliveries, "max_deliveries", InvalidRetryArgument)
-    return Readiness(entry, session_factory, checked, handler, asynchronous)  # type: ignore[arg-type]
+    shown = None if handler is NO_HANDLER else handler
+    return Readiness(entry, session_factory, checked, shown, asynchronous)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -85,7 +92,8 @@ class Readiness:
     asynchronous: bool
 
     def check(self) -> None:
-        """The synchronous adapters' check: returns None or raises.
+        """The synchronous adapters' check: returns None or raises (the handler is checked
+        again, at no cost: a consumer made otherwise than through :func:`check_consumer`).
 
         :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready`.
         """

@@ -222,6 +222,8 @@ class AsyncConsumer(QueueConsumer):
             await channel.set_qos(prefetch_count=self.consumer_prefetch)
             queue = await channel.get_queue(self.queue, ensure=True)
             async with queue.iterator() as messages:
+                # requeue a run of keyless deliveries once cancelled (see BlockingConsumer)
+                self._streak.stop_deliveries = messages.close
                 while (message := await self._next(messages, stop)) is not None:
                     if message is _IDLE:
                         await flush_async(self._streak, self._process)

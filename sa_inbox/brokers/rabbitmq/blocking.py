@@ -270,7 +270,10 @@ class BlockingConsumer(QueueConsumer):
             channel = self._channel = self._connection.channel()
             channel.confirm_delivery()
             channel.basic_qos(prefetch_count=self.consumer_prefetch)
-            channel.basic_consume(self.queue, self._on_message)
+            tag = channel.basic_consume(self.queue, self._on_message)
+            # a run of keyless deliveries is requeued only once the consumer is cancelled
+            # (pika nacks what it holds undelivered), or RabbitMQ would deliver it again
+            self._streak.stop_deliveries = lambda: channel.basic_cancel(tag)
             if not self._stop.is_set():
                 channel.start_consuming()
         finally:
