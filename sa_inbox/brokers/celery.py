@@ -19,11 +19,15 @@ running the body::
     pay.apply_async(kwargs={"account": 1, "amount": "10.00", "idempotency_key": payment_id})
 
 **The key is a keyword argument the producer sets** (``key_kwarg``, ``"idempotency_key"`` by
-default), passed on to the body with the others. Celery's task id is never the key: a task
-sent again (the producer retrying ``apply_async`` after a timeout) gets a new id. A message
-without the key is rejected with ``Reject(reason, requeue=False)`` (Celery docs, "Tasks" →
-"Reject"), which RabbitMQ routes to the queue's dead-letter exchange when the queue has one
-(``x-dead-letter-exchange``, RabbitMQ docs "Dead Letter Exchanges"); nothing is processed.
+default), passed on to the body with the others; a body without that parameter (a misspelled
+``key_kwarg``) is refused when it is decorated. Each task is settled before the worker hands
+the pool process the next, so a run of keyless tasks cannot be held as the other adapters do
+(:mod:`sa_inbox.brokers.keys`): each is rejected at once. Celery's task id is never the key:
+a task sent again (the producer retrying ``apply_async`` after a timeout) gets a new id. A
+message without the key is rejected with ``Reject(reason, requeue=False)`` (Celery docs,
+"Tasks" → "Reject"), which RabbitMQ routes to the queue's dead-letter exchange when the
+queue has one (``x-dead-letter-exchange``, RabbitMQ docs "Dead Letter Exchanges"); nothing
+is processed.
 
 The task is always ``acks_late=True`` (the message is acked after the task returns, so after
 the commit; Celery docs, "Tasks" → ``Task.acks_late``, and the FAQ "Should I use retry or

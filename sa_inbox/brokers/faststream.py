@@ -12,7 +12,7 @@ handler: the way FastStream hands per-message objects such as ``message`` to han
 FastStream docs, "Context" → "Existing Fields" and "Custom Context"), and must not commit
 it::
 
-    from faststream import AckPolicy, Context
+    from faststream import AckPolicy, Context, FastStream
     from faststream.rabbit import RabbitBroker
     from sa_inbox.brokers.faststream import InboxMiddleware
 
@@ -29,6 +29,14 @@ it::
 
     # the producer sets the key: retries of one payment publish the same key
     await broker.publish(payment, "payments", headers={"idempotency-key": payment_id})
+
+    app = FastStream(broker)
+    app.on_startup(inbox_mw.check)  # fails the start if the table or the engine is wrong
+
+The middleware checks its objects when made and, in ``check()``, the database (see
+:meth:`InboxMiddleware.check`). It settles each message before FastStream delivers the
+next, so it cannot hold a run of keyless messages as the other adapters do
+(:mod:`sa_inbox.brokers.keys`): each is dead-lettered at once.
 
 **The key is a header the producer sets** (``key_header``, ``"idempotency-key"`` by
 default), the same on all three brokers. FastStream's own ``message_id`` cannot be the key:
