@@ -105,7 +105,7 @@ class KeylessStreak:
         dead-lettered at once).
     :param stop_deliveries: called (awaited if it returns an awaitable) before the held
         deliveries are given back, so the broker does not deliver them to this consumer
-        again (RabbitMQ: cancel the consumer; its undelivered prefetch goes back with it).
+        again (RabbitMQ: close the channel, which requeues all its unacked deliveries).
     """
 
     key: str

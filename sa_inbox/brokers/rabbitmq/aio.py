@@ -109,7 +109,8 @@ class AioPikaSettler:
 
     async def give_back(self) -> None:
         """Requeue it unprocessed: as :meth:`.blocking.PikaSettler.give_back`."""
-        await self.retry()
+        if not self.channel.is_closed:
+            await self.retry()
 
     async def dead_letter(self, reason: DeadLetterReason, detail: str) -> None:
         """Publish to the dead-letter queue with the reason headers, confirmed, then ack.
@@ -219,21 +220,32 @@ class AsyncConsumer(QueueConsumer):
         connection = await aio_pika.connect(self.url)
         async with connection:
             channel = await connection.channel(on_return_raises=True)
-            await channel.set_qos(prefetch_count=self.consumer_prefetch)
+            await channel.set_qos(prefetch_count=self.prefetch)
             queue = await channel.get_queue(self.queue, ensure=True)
             async with queue.iterator() as messages:
-                # requeue a run of keyless deliveries once cancelled (see BlockingConsumer)
-                self._streak.stop_deliveries = messages.close
+                # a run of keyless deliveries goes back with the channel (see BlockingConsumer)
+                self._streak.stop_deliveries = channel.close
                 while (message := await self._next(messages, stop)) is not None:
                     if message is _IDLE:
                         await flush_async(self._streak, self._process)
                         continue
                     assert isinstance(message, AbstractIncomingMessage)
-                    settler = AioPikaSettler(
-                        message, channel, queue=self.queue, dead_letter_queue=self.dead_letter_queue
-                    )
-                    delivery = aio_pika_delivery(message, self.key_header)
-                    await offer_async(self._streak, delivery, settler, self._process)
+                    await self._offer(message, channel)
+                    while self.holds_every_slot:  # read on past the prefetch count
+                        got = await queue.get(no_ack=False, fail=False)
+                        if got is None:  # the queue is empty: the run is short
+                            await flush_async(self._streak, self._process)
+                            break
+                        await self._offer(got, channel)
+
+    async def _offer(
+        self, message: AbstractIncomingMessage, channel: aio_pika.abc.AbstractChannel
+    ) -> None:
+        settler = AioPikaSettler(
+            message, channel, queue=self.queue, dead_letter_queue=self.dead_letter_queue
+        )
+        delivery = aio_pika_delivery(message, self.key_header)
+        await offer_async(self._streak, delivery, settler, self._process)
 
     async def _process(self, delivery: Delivery, settler: AioPikaSettler) -> None:
         await process_async(delivery, settler, **self.process_options)

@@ -111,10 +111,14 @@ class PikaSettler:
         self.channel.basic_nack(self.method.delivery_tag, requeue=True)
 
     def give_back(self) -> None:
-        """Requeue it unprocessed (a run of keyless deliveries): ``basic.nack(requeue=True)``.
-        RabbitMQ 3.10's quorum queues count this return in ``x-delivery-count`` like any
-        other ("Quorum Queues", "Poison Message Handling"): AMQP has no uncounted return."""
-        self.retry()
+        """Requeue it unprocessed (a run of keyless deliveries): ``basic.nack(requeue=True)``,
+        or nothing once the channel is closed (RabbitMQ requeued every unacked delivery of
+        the channel then: "Consumer Acknowledgements and Publisher Confirms", "Automatic
+        Requeueing"). RabbitMQ 3.10's quorum queues count the return in
+        ``x-delivery-count`` like any other ("Quorum Queues", "Poison Message Handling"):
+        AMQP has no uncounted return."""
+        if self.channel.is_open:
+            self.retry()
 
     def dead_letter(self, reason: DeadLetterReason, detail: str) -> None:
         """Publish to the dead-letter queue with the reason headers, confirmed, then ack.
@@ -177,8 +181,8 @@ class BlockingConsumer(QueueConsumer):
     :param handler: ``handler(session, delivery)``, the business change; must not commit.
     :param max_deliveries: deliveries allowed before a failing message is dead-lettered.
     :param prefetch: ``basic.qos`` prefetch count: at most this many unacked deliveries in
-        this consumer at once (RabbitMQ docs, "Consumer Prefetch"), >= 1; raised to
-        ``max_keyless`` when that is larger.
+        this consumer at once (RabbitMQ docs, "Consumer Prefetch"), >= 1; while a run of
+        keyless deliveries fills it, the consumer reads on with ``basic.get``.
     :param key_header: the header holding the producer's key (a string or UTF-8 bytes; a
         value of another type is dead-lettered ``invalid_message_id``); None (default): the
         AMQP ``message_id`` property. An empty name is refused.
@@ -186,9 +190,9 @@ class BlockingConsumer(QueueConsumer):
         text) after which :meth:`run` gives them all back (``basic.nack(requeue=True)``,
         nothing dead-lettered) and raises :class:`~sa_inbox.MissingKeyHeader`: a misspelled
         ``key_header``. Fewer, followed by a keyed delivery or by ``keyless_wait`` seconds
-        without one, are the producer's: dead-lettered ``missing_message_id``. The prefetch
-        count asked for is at least this (the run is held unacked). None: each keyless
-        delivery is dead-lettered at once.
+        without one (or by an empty ``basic.get``), are the producer's: dead-lettered
+        ``missing_message_id``. The run is held unacked. None: each keyless delivery is
+        dead-lettered at once.
     :param keyless_wait: seconds, > 0 (see ``max_keyless``).
     :param dead_letter_queue: default :func:`~.message.dead_letter_queue_name`.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
@@ -269,11 +273,14 @@ class BlockingConsumer(QueueConsumer):
         try:
             channel = self._channel = self._connection.channel()
             channel.confirm_delivery()
-            channel.basic_qos(prefetch_count=self.consumer_prefetch)
-            tag = channel.basic_consume(self.queue, self._on_message)
-            # a run of keyless deliveries is requeued only once the consumer is cancelled
-            # (pika nacks what it holds undelivered), or RabbitMQ would deliver it again
-            self._streak.stop_deliveries = lambda: channel.basic_cancel(tag)
+            channel.basic_qos(prefetch_count=self.prefetch)
+            channel.basic_consume(self.queue, self._on_message)
+            # a run of keyless deliveries goes back with the channel: closing it requeues
+            # every unacked delivery once (a nack first would let RabbitMQ deliver them to
+            # this consumer again: counted twice). What pika received and had not
+            # dispatched yet goes back through its basic.cancel, which rejects it before
+            # the cancel completes: RabbitMQ may deliver it once more in between.
+            self._streak.stop_deliveries = channel.close
             if not self._stop.is_set():
                 channel.start_consuming()
         finally:
@@ -293,6 +300,18 @@ class BlockingConsumer(QueueConsumer):
             connection.add_callback_threadsafe(channel.stop_consuming)  # closed: returning
 
     def _on_message(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        self._cancel_keyless_timer()
+        self._offer(channel, method, properties, body)
+        while self.holds_every_slot:  # read on past the prefetch count
+            method, properties, body = channel.basic_get(self.queue)
+            if method is None:  # the queue is empty: the run is short
+                flush(self._streak, self._process)
+                break
+            self._offer(channel, method, properties, body)
+        if self._streak.held:
+            self._keyless_timer = self._connection.call_later(self.keyless_wait, self._flush)
+
+    def _offer(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
         delivery = pika_delivery(method, properties, body, self.key_header)
         settler = PikaSettler(
             channel,
@@ -302,10 +321,7 @@ class BlockingConsumer(QueueConsumer):
             queue=self.queue,
             dead_letter_queue=self.dead_letter_queue,
         )
-        self._cancel_keyless_timer()
         offer(self._streak, delivery, settler, self._process)
-        if self._streak.held:
-            self._keyless_timer = self._connection.call_later(self.keyless_wait, self._flush)
 
     def _process(self, delivery: Delivery, settler: PikaSettler) -> None:
         process(delivery, settler, **self.process_options)

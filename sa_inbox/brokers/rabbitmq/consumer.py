@@ -71,9 +71,10 @@ class QueueConsumer:
         self._streak = KeylessStreak(key_header or "message_id", self.max_keyless)
 
     @property
-    def consumer_prefetch(self) -> int:
-        """The ``basic.qos`` prefetch count asked for: ``prefetch``, raised to
-        ``max_keyless``. RabbitMQ sends a consumer no delivery past its prefetch count of
-        unacked ones ("Consumer Prefetch"), and the consumer holds a run of keyless
-        deliveries unacked until it knows whether the run is long enough to stop it."""
-        return max(self.prefetch, self.max_keyless or 0)
+    def holds_every_slot(self) -> bool:
+        """Whether the held keyless deliveries fill the prefetch count: RabbitMQ sends this
+        consumer nothing more until one is settled ("Consumer Prefetch"), so the consumer
+        reads on with ``basic.get``, which the prefetch count does not limit (AMQP 0-9-1:
+        ``basic.qos`` limits the deliveries of ``basic.consume``)."""
+        held = len(self._streak.held)
+        return held > 0 and held >= self.prefetch and not self._streak.full

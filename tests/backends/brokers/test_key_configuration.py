@@ -67,34 +67,41 @@ def rabbit_run(app: App, queue: str, client: str, count: int, **kw: Any) -> list
     return rmq.consume(broker_url("rabbitmq"), app, queue, count, client, **options)
 
 
+@pytest.mark.parametrize("prefetch", [10, 2])
 @pytest.mark.parametrize("client", rmq.CLIENTS)
 def test_rabbitmq_a_misspelled_key_header_stops_the_consumer_and_loses_nothing(
-    channel: Any, queue: str, app: App, client: str
+    channel: Any, queue: str, app: App, client: str, prefetch: int
 ) -> None:
+    """With a prefetch count below max_keyless the consumer reads on with basic.get."""
     rabbit_publish(channel, queue, [f"pay-{n}" for n in range(MESSAGES)])
     with pytest.raises(MissingKeyHeader) as info:
-        rabbit_run(app, queue, client, MESSAGES, key_header=MISSPELLED)
+        rabbit_run(app, queue, client, MESSAGES, key_header=MISSPELLED, prefetch=prefetch)
     assert info.value.key == MISSPELLED and info.value.deliveries == MAX_KEYLESS
-    assert info.value.carried == {HEADER: MAX_KEYLESS}
+    # basic.get adds x-delivery-count (0) to what it takes from a quorum queue
+    assert info.value.carried[HEADER] == MAX_KEYLESS
     assert f"carried {HEADER!r} ({MAX_KEYLESS})" in str(info.value)
     assert (app.ledger_rows(), app.inbox_rows()) == (0, 0)
     assert rmq.dead_letters(channel, queue) == [], "nothing dead-lettered"
     rmq.eventually(lambda: rmq.ready(channel, queue) == MESSAGES)  # all given back
     settled = rabbit_run(app, queue, client, MESSAGES, key_header=HEADER)
     assert [s.disposition for s in settled] == [Disposition.PROCESSED] * MESSAGES
-    counts = [s.delivery.delivery_count for s in settled]
-    assert counts == [2] * MESSAGES, "each returned once (the quorum queue counts it)"
+    counts = sorted(s.delivery.delivery_count for s in settled)
+    assert counts.count(2) >= MAX_KEYLESS, "the run returned once (counted); the rest never read"
+    # what pika had received and not dispatched goes back through its basic.cancel, which
+    # rejects it before the cancel completes: RabbitMQ may deliver it once more in between
+    assert max(counts) <= (3 if client == "pika" else 2), counts
     assert app.ledger_rows() == MESSAGES and app.balance(1) == amounts()
     assert rmq.ready(channel, queue) == 0 and rmq.dead_letters(channel, queue) == []
 
 
+@pytest.mark.parametrize("prefetch", [10, 1])
 @pytest.mark.parametrize("client", rmq.CLIENTS)
 def test_rabbitmq_a_short_run_of_keyless_messages_is_dead_lettered(
-    channel: Any, queue: str, app: App, client: str
+    channel: Any, queue: str, app: App, client: str, prefetch: int
 ) -> None:
     """Two keyless, a keyed one, then a keyless one at the end (the queue then idle)."""
     rabbit_publish(channel, queue, [None, None, "pay-1", None])
-    settled = rabbit_run(app, queue, client, 4, key_header=HEADER)
+    settled = rabbit_run(app, queue, client, 4, key_header=HEADER, prefetch=prefetch)
     assert [(s.disposition, s.reason) for s in settled] == [
         (Disposition.DEAD_LETTERED, DeadLetterReason.MISSING_MESSAGE_ID),
         (Disposition.DEAD_LETTERED, DeadLetterReason.MISSING_MESSAGE_ID),
@@ -307,6 +314,12 @@ async def nats_run(
             ),
             20,
         )
+        # +TERM is not confirmed (nats-py sends it without a reply): wait for the server
+        for _ in range(100):
+            info = await js.consumer_info(names.stream, names.durable)
+            if info.num_ack_pending == 0:
+                break
+            await asyncio.sleep(0.05)
     finally:
         info = await js.consumer_info(names.stream, names.durable)
         state = {

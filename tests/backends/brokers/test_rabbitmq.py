@@ -296,9 +296,9 @@ def test_prefetch_bounds_the_unacked_deliveries_and_stop_works_from_another_thre
         assert release.wait(10)
         pay(app)(session, delivery)
 
-    # max_keyless=None: the prefetch count is not raised to hold a run of keyless deliveries
-    kw = {**options(app, slow, settlements.append), "prefetch": 2, "max_keyless": None}
-    consumer = BlockingConsumer(amqp_url, queue, **kw)
+    consumer = BlockingConsumer(
+        amqp_url, queue, **{**options(app, slow, settlements.append), "prefetch": 2}
+    )
     worker = threading.Thread(target=consumer.run)
     worker.start()
     try:
@@ -539,7 +539,7 @@ def test_aio_pika_respects_prefetch_and_stops_on_request(
             await pay_async(app)(session, delivery)
 
         kw = options(app, slow, settled.append) | {"session_factory": async_sessionmaker(engine)}
-        consumer = AsyncConsumer(amqp_url, queue, **{**kw, "prefetch": 2, "max_keyless": None})
+        consumer = AsyncConsumer(amqp_url, queue, **{**kw, "prefetch": 2})
         task = asyncio.create_task(consumer.run())
         deadline = time.monotonic() + 10
         while ready(channel, queue) > 3 and time.monotonic() < deadline:
