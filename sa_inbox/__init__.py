@@ -20,6 +20,7 @@ from .exc import HandlerEndedTransaction as HandlerEndedTransaction
 from .exc import InboxError as InboxError
 from .exc import InvalidBind as InvalidBind
 from .exc import InvalidHandler as InvalidHandler
+from .exc import InvalidKeySetting as InvalidKeySetting
 from .exc import InvalidMessageId as InvalidMessageId
 from .exc import InvalidObject as InvalidObject
 from .exc import InvalidRetentionPolicy as InvalidRetentionPolicy
@@ -31,6 +32,7 @@ from .exc import InvalidTable as InvalidTable
 from .exc import InvalidTableType as InvalidTableType
 from .exc import MessageIdCollision as MessageIdCollision
 from .exc import MissingExtra as MissingExtra
+from .exc import MissingKeyHeader as MissingKeyHeader
 from .exc import MissingTable as MissingTable
 from .exc import PurgeLockTimeout as PurgeLockTimeout
 from .exc import RetentionWindowTooShort as RetentionWindowTooShort
@@ -77,6 +79,7 @@ __all__ = [
     "Incoming",
     "InvalidBind",
     "InvalidHandler",
+    "InvalidKeySetting",
     "InvalidMessageId",
     "InvalidObject",
     "InvalidRetentionPolicy",
@@ -88,6 +91,7 @@ __all__ = [
     "InvalidTableType",
     "MessageIdCollision",
     "MissingExtra",
+    "MissingKeyHeader",
     "MissingTable",
     "Outcome",
     "PurgeLockTimeout",

@@ -19,6 +19,7 @@ __all__ = [
     "InboxError",
     "InvalidBind",
     "InvalidHandler",
+    "InvalidKeySetting",
     "InvalidMessageId",
     "InvalidObject",
     "InvalidRetentionPolicy",
@@ -30,6 +31,7 @@ __all__ = [
     "InvalidTableType",
     "MessageIdCollision",
     "MissingExtra",
+    "MissingKeyHeader",
     "MissingTable",
     "PurgeLockTimeout",
     "RetentionWindowTooShort",
@@ -137,6 +139,51 @@ class InvalidHandler(ConfigurationError, TypeError):
     ``handler(session, message)``. Checked with :func:`inspect.signature` before anything
     is sent.
     """
+
+
+class InvalidKeySetting(ConfigurationError, ValueError):
+    """A broker adapter's key setting cannot be used: a ``key_header`` (``key_field``,
+    ``key_kwarg``) that is not a non-empty string without surrounding whitespace, or a
+    ``max_keyless`` that is neither None nor an int >= 1. Raised when the consumer is made,
+    before it connects."""
+
+
+class MissingKeyHeader(ConfigurationError):
+    """The key header was missing (or not text) on ``deliveries`` consecutive deliveries.
+
+    One delivery without the key is the producer's bug and is dead-lettered; a run of them
+    is the consumer's: a misspelled ``key_header`` would dead-letter the whole queue. The
+    consumer gives those deliveries back to the broker unprocessed (nothing is
+    dead-lettered) and ``run()`` / ``consume()`` raises this.
+
+    :param key: the header (stream field, keyword argument) the consumer reads the key from.
+    :param deliveries: how many consecutive deliveries lacked it.
+    :param carried: the header names those deliveries carried, with how many carried each.
+    :param wrong_types: the types of the values found under ``key`` that are not text
+        (``int``...), with their counts.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        deliveries: int,
+        carried: dict[str, int],
+        wrong_types: dict[str, int] | None = None,
+    ) -> None:
+        wrong_types = wrong_types or {}
+        seen = ", ".join(f"{name!r} ({count})" for name, count in list(carried.items())[:10])
+        typed = ", ".join(f"{kind} ({count})" for kind, count in wrong_types.items())
+        super().__init__(
+            f"{key!r} was missing on {deliveries} consecutive deliveries"
+            + (f" (present but not text: {typed})" if typed else "")
+            + f"; they carried {seen or 'no headers'}. Check the consumer's key setting "
+            "(names are matched exactly) and the producers; the deliveries were given back "
+            "to the broker unprocessed, nothing was dead-lettered"
+        )
+        self.key = key
+        self.deliveries = deliveries
+        self.carried = carried
+        self.wrong_types = wrong_types
 
 
 class AsyncHandlerError(InboxError, TypeError):

@@ -34,6 +34,7 @@ with optional_dependencies(__name__, "nats", "nats"):
     from .consumer import DEFAULT_BATCH as DEFAULT_BATCH
     from .consumer import DEFAULT_FETCH_TIMEOUT as DEFAULT_FETCH_TIMEOUT
     from .consumer import StopFlag as StopFlag
+    from .consumer import check as check
     from .consumer import consume as consume
     from .consumer import consumer_config as consumer_config
     from .consumer import ensure_consumer as ensure_consumer
@@ -77,6 +78,7 @@ __all__ = [
     "RetryDelay",
     "StopFlag",
     "backoff",
+    "check",
     "consume",
     "consumer_config",
     "dead_letter_headers",

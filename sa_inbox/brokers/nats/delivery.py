@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from nats.aio.msg import Msg
 
 from ..delivery import DeadLetterReason, Delivery
+from ..keys import read_key
 
 __all__ = [
     "DEAD_LETTER_DETAIL",
@@ -56,8 +57,10 @@ def to_delivery(msg: Msg, *, key_header: str = DEFAULT_KEY_HEADER) -> Delivery:
     """
     headers: Mapping[str, str] = msg.headers or {}
     metadata = msg.metadata
+    key, key_error = read_key(headers.get(key_header))
     return Delivery(
-        message_id=headers.get(key_header),
+        message_id=key,
+        key_error=key_error,
         body=msg.data,
         delivery_count=max(1, metadata.num_delivered),
         headers=dict(headers),
