@@ -3,7 +3,8 @@
 (OpenTelemetry, the SDK's in-memory reader) and the ``inbox.delivery.dead_lettered`` log
 event, from :func:`sa_inbox.brokers.process` (every adapter settles through it), then from
 each adapter's real consumer on the live RabbitMQ, Redis and NATS brokers, and FastStream's
-middleware, on SQLite and PostgreSQL."""
+middleware, on SQLite and PostgreSQL. What the counter says is checked against what the
+dead-letter queue holds."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.orm import Session
 
 from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, process
+from sa_inbox.brokers import dead_letters as dl
 from sa_inbox.hooks import MultiHooks
 from sa_inbox.hooks.opentelemetry import (
     CONSUMER_ATTRIBUTE,
@@ -174,12 +176,14 @@ def test_each_reason_on_each_broker_is_counted_as_the_dead_letter_queue_holds_it
         settlements = side.consume(
             counted.app, counted.app.inbox, Payments(counted.app, {"bad-1"}), 6
         )
+        held = dl.peek(side.url, side.dead)
     finally:
         side.delete()
     dead = [s.reason.value for s in settlements if s.reason is not None]
     assert sorted(dead) == sorted(REASONS)
     assert counted.prometheus() == {reason: 1.0 for reason in REASONS}
     assert counted.opentelemetry() == {reason: 1.0 for reason in REASONS}
+    assert sorted(letter.reason or "" for letter in held) == sorted(REASONS)
     assert counted.app.ledger_rows() == 1 and counted.app.balance(1) == Decimal("4.00")
 
 
