@@ -14,6 +14,8 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from decimal import Decimal
 from typing import Any
 
@@ -345,3 +347,167 @@ class Nats(Side):
 
 
 SIDES: dict[str, type[Side]] = {"rabbitmq": Rabbit, "redis": Redis, "nats": Nats}
+
+
+# -- FastStream's middleware, in this process --------------------------------------------
+
+
+class FastStreamRun:
+    """A FastStream broker with :class:`~sa_inbox.brokers.faststream.InboxMiddleware`
+    running in this process on ``name`` (a RabbitMQ quorum queue the test declared, a Redis
+    stream with a reading and an ``XAUTOCLAIM`` subscriber, a NATS stream it declares), its
+    handler :class:`Payments` keyed on the ``idempotency-key`` header."""
+
+    KEY = "idempotency-key"
+
+    def __init__(
+        self, kind: str, url: str, name: str, app: App, inbox: Inbox, handler: Payments
+    ) -> None:
+        self.kind, self.url, self.name = kind, url, name
+        self.app, self.inbox, self.handler = app, inbox, handler
+        self.seen: list[Settlement] = []
+        self._changed = asyncio.Event()
+
+    async def __aenter__(self) -> FastStreamRun:
+        from typing import Annotated
+
+        from faststream import AckPolicy, Context
+
+        from sa_inbox.brokers.faststream import InboxMiddleware
+
+        self.engine = create_async_engine(async_url(self.app.engine))
+
+        def settled(settlement: Settlement) -> None:
+            self.seen.append(settlement)
+            self._changed.set()
+
+        middleware = InboxMiddleware(
+            session_factory=async_sessionmaker(self.engine),
+            inbox=self.inbox,
+            consumer_name=CONSUMER,
+            key_header=self.KEY,
+            max_deliveries=MAX_DELIVERIES,
+            on_settled=settled,
+        )
+        handler = self.handler
+
+        async def pay(
+            body: Any,
+            session: Annotated[AsyncSession, Context("inbox_session")],
+            message: Annotated[Any, Context("message")],
+        ) -> None:
+            delivery = Delivery(message.headers.get(self.KEY), str(body["amount"]).encode())
+            await handler.asynchronous(session, delivery)
+
+        self.broker = self._broker(middleware)
+        self._subscribe(pay, AckPolicy.MANUAL)
+        await self.broker.connect()
+        await self.broker.start()
+        return self
+
+    def _broker(self, middleware: Any) -> Any:
+        if self.kind == "rabbit":
+            from faststream.rabbit import RabbitBroker
+
+            return RabbitBroker(self.url, middlewares=[middleware], logger=None)
+        if self.kind == "redis":
+            from faststream.redis import RedisBroker
+
+            return RedisBroker(self.url, middlewares=[middleware], logger=None)
+        from faststream.nats import NatsBroker
+
+        return NatsBroker(self.url, middlewares=[middleware], logger=None)
+
+    def _subscribe(self, pay: Any, manual: Any) -> None:
+        if self.kind == "rabbit":
+            from faststream.rabbit import QueueType, RabbitQueue
+
+            queue = RabbitQueue(self.name, queue_type=QueueType.QUORUM, declare=False)
+            self.broker.subscriber(queue, ack_policy=manual)(pay)
+        elif self.kind == "redis":
+            from faststream.redis import StreamSub
+
+            self.broker.subscriber(stream=StreamSub(self.name, group="g", consumer="c"))(pay)
+            reclaim = StreamSub(
+                self.name, group="g", consumer="c", min_idle_time=300, polling_interval=100
+            )
+            self.broker.subscriber(stream=reclaim)(pay)
+        else:
+            from faststream.nats import JStream, PullSub
+
+            self.broker.subscriber(
+                self.name,
+                stream=JStream(self.name, subjects=[self.name]),
+                durable="d",
+                pull_sub=PullSub(batch_size=1, timeout=0.2),
+                ack_policy=manual,
+            )(pay)
+
+    async def publish(self, messages: list[Message]) -> None:
+        for key, amount in messages:
+            headers = {} if key is None else {self.KEY: key}
+            if self.kind == "redis":
+                await self.broker.publish({"amount": amount}, stream=self.name, headers=headers)
+            else:
+                await self.broker.publish({"amount": amount}, self.name, headers=headers)
+
+    async def settled(self, count: int) -> list[Settlement]:
+        """Waits until ``count`` deliveries were settled in all."""
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while len(self.seen) < count:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{len(self.seen)} of {count} settled"
+            self._changed.clear()
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
+        return self.seen
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self.broker.stop()
+        finally:
+            await self.engine.dispose()
+
+
+@contextmanager
+def faststream_queue(kind: str, url: str) -> Iterator[tuple[str, str]]:
+    """A fresh queue / stream for :class:`FastStreamRun` and its dead-letter queue / stream
+    (RabbitMQ: :func:`declare_queue`'s; Redis: the middleware's ``<name>:dead``; NATS: the
+    stream FastStream declares, no dead-letter stream: ``""``), deleted after."""
+    name = unique("fs")
+    if kind == "rabbit":
+        import pika
+
+        from sa_inbox.brokers.rabbitmq import declare_queue
+
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        channel = connection.channel()
+        dead = declare_queue(channel, name)
+        try:
+            yield name, dead
+        finally:
+            channel.queue_delete(name)
+            channel.queue_delete(dead)
+            connection.close()
+    elif kind == "redis":
+        import redis
+
+        client = redis.Redis.from_url(url)
+        try:
+            yield name, f"{name}:dead"
+        finally:
+            client.delete(name, f"{name}:dead")
+            client.close()
+    else:
+        try:
+            yield name, ""
+        finally:
+
+            async def delete() -> None:
+                import nats
+
+                nc = await nats.connect(url)
+                await nc.jetstream().delete_stream(name)
+                await nc.close()
+
+            asyncio.run(delete())

@@ -30,7 +30,12 @@ from sa_inbox.hooks.opentelemetry import (
     OpenTelemetryHooks,
 )
 from sa_inbox.hooks.prometheus import PrometheusHooks
-from tests.backends.brokers.dead_letter_sides import SIDES, Payments, unique
+from tests.backends.brokers.dead_letter_sides import (
+    SIDES,
+    FastStreamRun,
+    Payments,
+    faststream_queue,
+)
 from tests.conftest import backend_url, broker_url
 from tests.support.app import CONSUMER, App
 
@@ -190,119 +195,21 @@ def test_each_reason_on_each_broker_is_counted_as_the_dead_letter_queue_holds_it
 # -- FastStream's middleware (it settles through process_async too) -----------------------
 
 
-FASTSTREAM_BROKERS = ["rabbit", "redis", "nats"]
+FASTSTREAM = {"rabbit": "rabbitmq", "redis": "redis", "nats": "nats"}
 
 
-async def _faststream_run(kind: str, counted: Counted, name: str, url: str) -> list[str]:
-    """A FastStream broker with the middleware in this process: publish a keyless message
-    and one with an invalid key, return the reasons they were dead-lettered with."""
-    from faststream import AckPolicy
-    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
-
-    from sa_inbox.brokers.faststream import InboxMiddleware
-    from tests.backends.brokers.dead_letter_sides import async_url
-
-    engine = create_async_engine(async_url(counted.app.engine))
-    reasons: list[str] = []
-    done = asyncio.Event()
-
-    def settled(settlement: Any) -> None:
-        reasons.append(settlement.reason.value if settlement.reason else "-")
-        if len(reasons) == 2:
-            done.set()
-
-    middleware = InboxMiddleware(
-        session_factory=async_sessionmaker(engine),
-        inbox=counted.app.inbox,
-        consumer_name=CONSUMER,
-        on_settled=settled,
-    )
-
-    async def handler(body: Any) -> None:
-        raise AssertionError("a dead letter never reaches the handler")
-
-    broker: Any
-    if kind == "rabbit":
-        from faststream.rabbit import QueueType, RabbitBroker, RabbitQueue
-
-        broker = RabbitBroker(url, middlewares=[middleware], logger=None)
-        queue = RabbitQueue(name, queue_type=QueueType.QUORUM, declare=False)
-        broker.subscriber(queue, ack_policy=AckPolicy.MANUAL)(handler)
-    elif kind == "redis":
-        from faststream.redis import RedisBroker, StreamSub
-
-        broker = RedisBroker(url, middlewares=[middleware], logger=None)
-        broker.subscriber(stream=StreamSub(name, group="g", consumer="c"))(handler)
-    else:
-        from faststream.nats import JStream, NatsBroker, PullSub
-
-        broker = NatsBroker(url, middlewares=[middleware], logger=None)
-        broker.subscriber(
-            name,
-            stream=JStream(name, subjects=[name]),
-            durable="d",
-            pull_sub=PullSub(batch_size=1, timeout=0.2),
-            ack_policy=AckPolicy.MANUAL,
-        )(handler)
-    try:
-        async with broker:
-            await broker.start()
-            for headers in ({}, {"idempotency-key": "x" * 300}):
-                if kind == "redis":
-                    await broker.publish({"amount": "1"}, stream=name, headers=headers)
-                else:
-                    await broker.publish({"amount": "1"}, name, headers=headers)
-            await asyncio.wait_for(done.wait(), 20)
-    finally:
-        await engine.dispose()
-    return reasons
-
-
-@pytest.mark.parametrize("kind", FASTSTREAM_BROKERS)
+@pytest.mark.parametrize("kind", list(FASTSTREAM))
 def test_faststream_dead_letters_are_counted_with_their_reason(kind: str, counted: Counted) -> None:
     pytest.importorskip("faststream")
-    broker = {"rabbit": "rabbitmq", "redis": "redis", "nats": "nats"}[kind]
-    url = broker_url(broker)
-    name = unique("fs")
-    cleanup: Any = None
-    if kind == "rabbit":
-        import pika
+    url = broker_url(FASTSTREAM[kind])
+    app = counted.app
 
-        from sa_inbox.brokers.rabbitmq import declare_queue
+    async def main(name: str) -> list[str]:
+        async with FastStreamRun(kind, url, name, app, app.inbox, Payments(app)) as run:
+            await run.publish([(None, "1"), ("x" * 300, "1")])
+            return [s.reason.value for s in await run.settled(2) if s.reason is not None]
 
-        connection = pika.BlockingConnection(pika.URLParameters(url))
-        channel = connection.channel()
-        dead = declare_queue(channel, name)
-
-        def cleanup() -> None:
-            channel.queue_delete(name)
-            channel.queue_delete(dead)
-            connection.close()
-
-    elif kind == "redis":
-        import redis
-
-        client = redis.Redis.from_url(url)
-
-        def cleanup() -> None:
-            client.delete(name, name + ":dead")
-            client.close()
-
-    else:
-
-        def cleanup() -> None:
-            async def main() -> None:
-                import nats
-
-                nc = await nats.connect(url)
-                await nc.jetstream().delete_stream(name)
-                await nc.close()
-
-            asyncio.run(main())
-
-    try:
-        reasons = asyncio.run(_faststream_run(kind, counted, name, url))
-    finally:
-        cleanup()
+    with faststream_queue(kind, url) as (name, _):
+        reasons = asyncio.run(main(name))
     assert sorted(reasons) == ["invalid_message_id", "missing_message_id"]
     assert counted.prometheus() == {"invalid_message_id": 1.0, "missing_message_id": 1.0}

@@ -13,6 +13,7 @@ queue's count, the source's) are read after each step.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from collections import Counter
@@ -25,7 +26,15 @@ import sqlalchemy as sa
 from sa_inbox import DeadLetterQueueUnavailable
 from sa_inbox.brokers import Disposition, Settlement
 from sa_inbox.brokers import dead_letters as dl
-from tests.backends.brokers.dead_letter_sides import SIDES, Nats, Payments, Rabbit, Side
+from tests.backends.brokers.dead_letter_sides import (
+    SIDES,
+    FastStreamRun,
+    Nats,
+    Payments,
+    Rabbit,
+    Side,
+    faststream_queue,
+)
 from tests.backends.brokers.workers import Worker
 from tests.conftest import backend_url, broker_url
 from tests.support.app import App
@@ -277,3 +286,38 @@ def test_a_missing_queue_or_stream_or_a_key_of_another_type_is_an_error() -> Non
     finally:
         client.delete("sa-inbox-test:not-a-stream")
         client.close()
+
+
+# -- FastStream: the same broker queues -----------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["rabbit", "redis"])
+def test_a_faststream_dead_letter_replayed_after_the_fix_is_applied_once(
+    kind: str, app: App
+) -> None:
+    """FastStream's middleware dead-letters a poison message (RabbitMQ: rejected through the
+    queue's dead-letter exchange, no sa-inbox reason, ``x-death``; Redis: the adapter's
+    dead letter); the same replay puts it back on the queue FastStream consumes."""
+    pytest.importorskip("faststream")
+    url = broker_url({"rabbit": "rabbitmq", "redis": "redis"}[kind])
+    handler = Payments(app, poison={"bad-1"})
+
+    async def main(name: str, dead: str) -> tuple[list[dl.DeadLetter], dl.ReplayResult]:
+        async with FastStreamRun(kind, url, name, app, app.inbox, handler) as run:
+            await run.publish([("pay-1", "1.00"), ("bad-1", "2.00")])
+            await run.settled(1 + 3)
+            letters = await asyncio.to_thread(dl.peek, url, dead)
+            handler.fixed = True
+            result = await asyncio.to_thread(dl.replay, url, dead, dry_run=False)
+            settled = await run.settled(1 + 3 + 1)
+            assert settled[-1].disposition is Disposition.PROCESSED
+            return letters, result
+
+    with faststream_queue(kind, url) as (name, dead):
+        letters, result = asyncio.run(main(name, dead))
+        assert dl.count(url, dead) == 0
+    (letter,) = letters
+    assert letter.source == name
+    assert letter.reason == (None if kind == "rabbit" else "delivery_limit")
+    assert result.moved == 1
+    assert app.ledger_rows("bad-1") == 1 and app.balance(1) == Decimal("3.00")
