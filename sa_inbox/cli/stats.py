@@ -140,14 +140,15 @@ def stats_command(
     from ..stats import collect, warnings
 
     def sample(engine: sa.Engine) -> tuple[InboxStats, list[StatsWarning]]:
-        stats = collect(
+        stats = db.call(
+            collect,
             engine,
             inbox_table=table or None,
             store_table=store_table or None,
             schema=schema,
             outbox_table=outbox_table or None,
         )
-        if dead_letter_targets:
+        if dead_letter_targets:  # outside db.call: not on an async driver's event loop
             stats = replace(stats, dead_letter_queues=_count(dead_letter_targets, broker_timeout))
         found = warnings(
             stats, retention=retention, margin=margin, pending_threshold=pending_threshold
@@ -156,9 +157,9 @@ def stats_command(
 
     with connected(url, "cannot read the inbox's tables") as db:
         if watch and not as_json:
-            stats, found = _watch(lambda: db.call(sample, db.engine), interval)
+            stats, found = _watch(lambda: sample(db.engine), interval)
         else:
-            stats, found = db.call(sample, db.engine)
+            stats, found = sample(db.engine)
             _print(stats, found, as_json)
     if check and found:
         click.get_current_context().exit(min(w.code for w in found))

@@ -168,3 +168,21 @@ def test_a_replay_that_left_dead_letters_in_place_exits_1(app: App) -> None:
         assert result["replayed"] == 0 and "no queue named" in result["refused"][0]
     finally:
         side.delete()
+
+
+def test_the_check_counts_the_dead_letters_with_an_async_drivers_url(tmp_path: Path) -> None:
+    """The database is read on an event loop (aiosqlite); the brokers are counted outside
+    it (NATS runs a loop of its own)."""
+    from tests.backends.brokers.dead_letter_sides import Nats
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path}/inbox.db")
+    App(engine).reset()
+    engine.dispose()
+    side = Nats(broker_url("nats"))
+    try:
+        url = f"sqlite+aiosqlite:///{tmp_path}/inbox.db"
+        done = cli("stats", "--url", url, "--check", "--json", "--dead-letters", side.target())
+        assert done.returncode == 0, done.stderr
+        assert [q["dead_letters"] for q in json.loads(done.stdout)["dead_letter_queues"]] == [0]
+    finally:
+        side.delete()

@@ -91,8 +91,9 @@ class DeadLetterQueue(Protocol):
         ...
 
     def scan(self) -> Iterator[DeadLetter]:
-        """The dead letters it held when called, oldest first, read without removing them
-        (the ones added meanwhile, e.g. replayed messages dead-lettered again, are not)."""
+        """The dead letters it holds, oldest first, read without removing them; never the
+        ones this reader moved and that were dead-lettered again (Redis and NATS: only
+        those held when called; RabbitMQ: until the queue is empty)."""
         ...
 
     def move(self, letter: DeadLetter) -> bool:

@@ -12,8 +12,9 @@ JetStream drops a publish whose ``Nats-Msg-Id`` it saw inside the stream's
 ``duplicate_window`` (default 2 minutes; "JetStream Model Deep Dive", "Message
 Deduplication"): such a dead letter is refused (left in place) until the window passed.
 
-nats-py has only an asyncio client: the reader runs it on an event loop of its own, so it
-must be called outside a running event loop (from asyncio code: ``asyncio.to_thread``).
+nats-py has only an asyncio client: the reader runs it on an event loop of its own, in a
+thread of its own, so the calls work from any thread, an event loop's included (where they
+block that loop while they wait: ``await asyncio.to_thread(replay, ...)`` there).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ..._optional import optional_dependencies
@@ -87,12 +89,13 @@ class NatsDeadLetters:
     def __init__(self, target: DeadLetterTarget, timeout: float) -> None:
         self.target = target
         self._timeout = timeout
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sa-inbox-nats")
         self._loop = asyncio.new_event_loop()
         self._nc: Any = None
         try:
             self._nc = self._run(self._connect())
         except BaseException:
-            self._loop.close()
+            self._close_loop()
             raise
         self._js = self._nc.jetstream(timeout=timeout)
 
@@ -113,7 +116,7 @@ class NatsDeadLetters:
         """Run ``coroutine`` on the reader's loop; nats-py's errors as
         :class:`~sa_inbox.DeadLetterQueueUnavailable`."""
         try:
-            return self._loop.run_until_complete(coroutine)
+            return self._thread.submit(self._loop.run_until_complete, coroutine).result()
         except nats.js.errors.NotFoundError as exc:
             why = f"the stream {self.target.queue!r} does not exist ({exc.description})"
             raise DeadLetterQueueUnavailable(self.target.display, why) from exc
@@ -177,13 +180,17 @@ class NatsDeadLetters:
             return False  # deleted by another replay meanwhile
 
     def close(self) -> None:
-        """Close the connection and the loop."""
+        """Close the connection, the loop and its thread."""
         if self._loop.is_closed():
             return
         with contextlib.suppress(nats.errors.Error, OSError):
             if self._nc is not None and not self._nc.is_closed:
-                self._loop.run_until_complete(self._nc.close())
-        self._loop.close()
+                self._thread.submit(self._loop.run_until_complete, self._nc.close()).result()
+        self._close_loop()
+
+    def _close_loop(self) -> None:
+        self._thread.submit(self._loop.close).result()
+        self._thread.shutdown()
 
 
 def _letter(message: Any) -> DeadLetter:

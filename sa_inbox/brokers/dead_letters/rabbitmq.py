@@ -1,6 +1,7 @@
 """RabbitMQ's dead-letter queues, read and replayed with pika.
 
-A dead letter is read with ``basic.get`` and held unacked; a move publishes it to the
+A dead letter is read with ``basic.get`` and held unacked, until the queue answers
+``get-empty``; a move publishes it to the
 default exchange with its source queue as the routing key (``mandatory``, on a channel in
 confirm mode, so a missing queue is an ``UnroutableError`` and the broker's ``basic.ack``
 of the publish is awaited: RabbitMQ docs, "Consumer Acknowledgements and Publisher
@@ -13,12 +14,18 @@ or an ``x-delivery-limit``), the queue of its latest ``x-death`` entry ("Dead Le
 Exchanges", section "Dead-Lettered Messages"). The republished message keeps the
 dead letter's properties (``message_id`` and the key header among them) and headers, minus
 the adapter's reason headers, ``x-delivery-count`` (a quorum queue would take it for the
-message's own count) and the ``x-death`` family.
+message's own count) and the ``x-death`` family, plus :data:`REPLAY_HEADER`: a replayed
+message that fails again comes back to the dead-letter queue with it (the adapters copy the
+headers), and the replay that moved it does not read it again, so it ends.
+
+A queue's message count leaves out the messages other channels hold unacked, or are giving
+back: those are not read (a later replay takes them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -38,7 +45,13 @@ with optional_dependencies(__name__, "rabbitmq", "pika"):
         REASON_HEADER,
     )
 
-__all__ = ["REPLAYED_PROPERTIES", "RabbitMQDeadLetters", "open_queue", "replay_headers"]
+__all__ = [
+    "REPLAYED_PROPERTIES",
+    "REPLAY_HEADER",
+    "RabbitMQDeadLetters",
+    "open_queue",
+    "replay_headers",
+]
 
 #: The properties a replayed message keeps (``user_id`` is left out: RabbitMQ refuses a
 #: publish whose ``user_id`` is not the connection's user, "Validated User-ID").
@@ -53,8 +66,17 @@ REPLAYED_PROPERTIES = (
     "type",
     "app_id",
 )
-#: Headers the adapter or the broker added, dropped on replay.
-_DROPPED = {REASON_HEADER, DETAIL_HEADER, QUEUE_HEADER, DELIVERY_COUNT_HEADER, "x-death"}
+#: The header a replay marks the messages it moves with (its own random id).
+REPLAY_HEADER = "x-sa-inbox-replay"
+#: Headers the adapter, the broker or an earlier replay added, dropped on replay.
+_DROPPED = {
+    REASON_HEADER,
+    DETAIL_HEADER,
+    QUEUE_HEADER,
+    DELIVERY_COUNT_HEADER,
+    REPLAY_HEADER,
+    "x-death",
+}
 _DROPPED_PREFIXES = ("x-first-death-", "x-last-death-")
 
 
@@ -86,6 +108,7 @@ class RabbitMQDeadLetters:
 
     def __init__(self, target: DeadLetterTarget, timeout: float) -> None:
         self.target = target
+        self._replay_id = uuid.uuid4().hex
         parameters = pika.URLParameters(target.url)
         parameters.connection_attempts = 1
         parameters.socket_timeout = timeout
@@ -117,13 +140,19 @@ class RabbitMQDeadLetters:
         return int(declared.method.message_count)
 
     def scan(self) -> Iterator[DeadLetter]:
-        """``basic.get`` as many messages as were ready at the start, each held unacked."""
-        for _ in range(self.count()):
+        """``basic.get`` until the queue is empty, each message held unacked; those this
+        reader moved and that came back (:data:`REPLAY_HEADER`) are held, not read.
+
+        :raises DeadLetterQueueUnavailable: (before the first get) if the queue is missing.
+        """
+        self.count()
+        while True:
             with self._boundary():
                 method, properties, body = self._channel.basic_get(self.target.queue)
             if method is None:
                 return
-            yield _letter(method, properties, body)
+            if (properties.headers or {}).get(REPLAY_HEADER) != self._replay_id:
+                yield _letter(method, properties, body)
 
     def move(self, letter: DeadLetter) -> bool:
         """Publish to the source queue, confirmed, then ``basic.ack`` the dead letter.
@@ -135,7 +164,7 @@ class RabbitMQDeadLetters:
         method, properties, body = letter.handle
         replayed = {name: getattr(properties, name) for name in REPLAYED_PROPERTIES}
         replayed = {name: value for name, value in replayed.items() if value is not None}
-        replayed["headers"] = replay_headers(properties.headers)
+        replayed["headers"] = {**replay_headers(properties.headers), REPLAY_HEADER: self._replay_id}
         replayed["delivery_mode"] = 2
         with self._boundary():
             try:

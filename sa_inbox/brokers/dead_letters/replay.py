@@ -129,8 +129,10 @@ def replay(
 ) -> ReplayResult:
     """Move dead letters back to the queue / stream / subject each came from, with its key.
 
-    Each dead letter the dead-letter queue held when the replay started, of ``reason`` (all
-    for None), up to ``limit``, oldest first, is published to its source with its original
+    Each dead letter of the queue / stream (Redis and NATS: those it held when the replay
+    started; RabbitMQ: until it answers empty, never one this replay moved that failed
+    again, so a replay ends), of ``reason`` (all for None), up to ``limit``, oldest first,
+    is published to its source with its original
     properties, headers (or fields) and body, minus what the adapter or the broker added
     (the reason headers, ``x-delivery-count``, ``x-death``), and **removed only once the
     broker confirmed that publish**: RabbitMQ publisher confirms then ``basic.ack``; Redis

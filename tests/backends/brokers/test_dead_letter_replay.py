@@ -17,7 +17,7 @@ import asyncio
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 
 import pytest
@@ -76,6 +76,13 @@ def dead_letter(side: Side, app: App, handler: Payments, keys: list[str | None])
     assert len(dead) == len(poison) + keys.count(None)
     assert dl.count(side.url, side.dead) == len(dead)
     assert side.source_count() == 0
+
+
+def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
 
 
 def replay_after_the_window(side: Side, **kw: object) -> dl.ReplayResult:
@@ -140,6 +147,7 @@ def test_the_reason_filter_and_the_limit_choose_what_moves(side: Side, app: App)
 
     first = replay_after_the_window(side, dry_run=False, reason="delivery_limit", limit=1)
     assert (first.chosen, first.moved, first.reasons) == (1, 1, {"delivery_limit": 1})
+    eventually(lambda: dl.count(side.url, side.dead) == 2)  # RabbitMQ: what it read is back
     rest = dl.replay(side.url, side.dead, dry_run=False, reason="delivery_limit")
     assert (rest.moved, rest.passed_over) == (1, 1)
     (left,) = dl.peek(side.url, side.dead)
@@ -321,3 +329,55 @@ def test_a_faststream_dead_letter_replayed_after_the_fix_is_applied_once(
     assert letter.reason == (None if kind == "rabbit" else "delivery_limit")
     assert result.moved == 1
     assert app.ledger_rows("bad-1") == 1 and app.balance(1) == Decimal("3.00")
+
+
+def test_the_nats_reader_works_from_inside_an_event_loop(app: App) -> None:
+    """nats-py is asyncio only: the reader runs its own loop in its own thread, so the sync
+    calls work from asyncio code too."""
+    side = Nats(broker_url("nats"))
+    try:
+        dead_letter(side, app, Payments(app, poison={"bad-1"}), ["bad-1"])
+
+        async def main() -> tuple[int, int]:
+            counted = dl.count(side.url, side.dead)
+            moved = (await asyncio.to_thread(dl.replay, side.url, side.dead, dry_run=True)).chosen
+            return counted, moved
+
+        assert asyncio.run(main()) == (1, 1)
+    finally:
+        side.delete()
+
+
+def test_a_rabbitmq_replay_does_not_read_again_what_it_moved(app: App) -> None:
+    """A moved message that fails again comes back to the dead-letter queue with the
+    replay's mark (the adapter copies the headers): the replay holds it and ends, as it
+    would have looped on it otherwise (the queue never answers empty while it returns)."""
+    import pika
+
+    from sa_inbox.brokers.dead_letters.rabbitmq import REPLAY_HEADER, RabbitMQDeadLetters
+    from sa_inbox.brokers.dead_letters.target import DeadLetterTarget
+
+    side = Rabbit(broker_url("rabbitmq"))
+    try:
+        dead_letter(side, app, Payments(app, poison={"bad-1", "bad-2"}), ["bad-1", "bad-2"])
+        reader = RabbitMQDeadLetters(DeadLetterTarget.of(side.url, side.dead), 10)
+        try:
+            seen = []
+            for letter in reader.scan():
+                seen.append(letter.message_id)
+                assert reader.move(letter)
+                _, properties, body = side.channel.basic_get(side.queue, auto_ack=True)
+                mark = properties.headers[REPLAY_HEADER]
+                back = pika.BasicProperties(message_id=properties.message_id, headers={
+                    **properties.headers, "x-sa-inbox-reason": "delivery_limit",
+                    "x-sa-inbox-queue": side.queue,
+                })  # fmt: skip
+                side.channel.basic_publish("", side.dead, body, back, mandatory=True)
+            assert sorted(seen) == ["bad-1", "bad-2"] and mark
+        finally:
+            reader.close()
+        eventually(lambda: dl.count(side.url, side.dead) == 2)  # both back, for a fix
+        again = dl.replay(side.url, side.dead, dry_run=False)  # another replay takes them
+        assert again.moved == 2
+    finally:
+        side.delete()
