@@ -16,11 +16,14 @@ from .exc import ClaimLost as ClaimLost
 from .exc import ClaimWarning as ClaimWarning
 from .exc import ConfigurationError as ConfigurationError
 from .exc import ConsumerNameTaken as ConsumerNameTaken
+from .exc import DeadLetterQueueUnavailable as DeadLetterQueueUnavailable
 from .exc import DuplicateMessage as DuplicateMessage
 from .exc import HandlerEndedTransaction as HandlerEndedTransaction
 from .exc import InboxError as InboxError
 from .exc import InvalidBind as InvalidBind
+from .exc import InvalidDeadLetterArgument as InvalidDeadLetterArgument
 from .exc import InvalidHandler as InvalidHandler
+from .exc import InvalidKeySetting as InvalidKeySetting
 from .exc import InvalidMessageId as InvalidMessageId
 from .exc import InvalidObject as InvalidObject
 from .exc import InvalidRetentionPolicy as InvalidRetentionPolicy
@@ -32,6 +35,7 @@ from .exc import InvalidTable as InvalidTable
 from .exc import InvalidTableType as InvalidTableType
 from .exc import MessageIdCollision as MessageIdCollision
 from .exc import MissingExtra as MissingExtra
+from .exc import MissingKeyHeader as MissingKeyHeader
 from .exc import MissingTable as MissingTable
 from .exc import PurgeLockTimeout as PurgeLockTimeout
 from .exc import RetentionWindowTooShort as RetentionWindowTooShort
@@ -70,6 +74,7 @@ __all__ = [
     "ClaimWarning",
     "ConfigurationError",
     "ConsumerNameTaken",
+    "DeadLetterQueueUnavailable",
     "DuplicateMessage",
     "HandlerEndedTransaction",
     "Inbox",
@@ -78,7 +83,9 @@ __all__ = [
     "InboxStore",
     "Incoming",
     "InvalidBind",
+    "InvalidDeadLetterArgument",
     "InvalidHandler",
+    "InvalidKeySetting",
     "InvalidMessageId",
     "InvalidObject",
     "InvalidRetentionPolicy",
@@ -90,6 +97,7 @@ __all__ = [
     "InvalidTableType",
     "MessageIdCollision",
     "MissingExtra",
+    "MissingKeyHeader",
     "MissingTable",
     "Outcome",
     "PurgeLockTimeout",

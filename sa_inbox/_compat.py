@@ -26,6 +26,7 @@ from sqlalchemy.sql.expression import ClauseElement
 __all__ = [
     "TraversalKind",
     "adapted_warning_count",
+    "adapter_executing",
     "autocommit_isolation",
     "await_only",
     "cache_key",
@@ -175,6 +176,25 @@ def adapted_warning_count(cursor: Any) -> int | None:
     driver_result = getattr(getattr(cursor, "_cursor", None), "_result", None)
     count = getattr(driver_result, "warning_count", None)
     return count if isinstance(count, int) else None
+
+
+# -- AsyncAdapt_dbapi_connection._execute_mutex ------------------------------------------
+
+
+def adapter_executing(dbapi_connection: Any) -> bool:
+    """Whether a statement is running on an async driver's connection right now (from
+    another task: the caller itself is not executing one).
+
+    SQLAlchemy's asyncio dialects run every statement of an adapted connection
+    (``AsyncAdapt_*_connection``, asyncpg, psycopg, aiomysql, asyncmy, aiosqlite) under
+    its private ``_execute_mutex``, an :class:`asyncio.Lock` held from the statement's
+    send to its last row (SQLAlchemy 2.0 and 2.1). A plain DBAPI connection has none:
+    False. Without the name: False, and the caller trusts the driver's own state.
+
+    :param dbapi_connection: the pool's DBAPI connection, adapted or not.
+    """
+    mutex = getattr(dbapi_connection, "_execute_mutex", None)
+    return isinstance(mutex, asyncio.Lock) and mutex.locked()
 
 
 # -- Table.indexes as an ordered set -------------------------------------------------------

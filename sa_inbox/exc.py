@@ -15,11 +15,14 @@ __all__ = [
     "ClaimWarning",
     "ConfigurationError",
     "ConsumerNameTaken",
+    "DeadLetterQueueUnavailable",
     "DuplicateMessage",
     "HandlerEndedTransaction",
     "InboxError",
     "InvalidBind",
+    "InvalidDeadLetterArgument",
     "InvalidHandler",
+    "InvalidKeySetting",
     "InvalidMessageId",
     "InvalidObject",
     "InvalidRetentionPolicy",
@@ -31,6 +34,7 @@ __all__ = [
     "InvalidTableType",
     "MessageIdCollision",
     "MissingExtra",
+    "MissingKeyHeader",
     "MissingTable",
     "PurgeLockTimeout",
     "RetentionWindowTooShort",
@@ -169,6 +173,51 @@ class InvalidHandler(ConfigurationError, TypeError):
     ``handler(session, message)``. Checked with :func:`inspect.signature` before anything
     is sent.
     """
+
+
+class InvalidKeySetting(ConfigurationError, ValueError):
+    """A broker adapter's key setting cannot be used: a ``key_header`` (``key_field``,
+    ``key_kwarg``) that is not a non-empty string without surrounding whitespace, or a
+    ``max_keyless`` that is neither None nor an int >= 1. Raised when the consumer is made,
+    before it connects."""
+
+
+class MissingKeyHeader(ConfigurationError):
+    """The key header was missing (or not text) on ``deliveries`` consecutive deliveries.
+
+    One delivery without the key is the producer's bug and is dead-lettered; a run of them
+    is the consumer's: a misspelled ``key_header`` would dead-letter the whole queue. The
+    consumer gives those deliveries back to the broker unprocessed (nothing is
+    dead-lettered) and ``run()`` / ``consume()`` raises this.
+
+    :param key: the header (stream field, keyword argument) the consumer reads the key from.
+    :param deliveries: how many consecutive deliveries lacked it.
+    :param carried: the header names those deliveries carried, with how many carried each.
+    :param wrong_types: the types of the values found under ``key`` that are not text
+        (``int``...), with their counts.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        deliveries: int,
+        carried: dict[str, int],
+        wrong_types: dict[str, int] | None = None,
+    ) -> None:
+        wrong_types = wrong_types or {}
+        seen = ", ".join(f"{name!r} ({count})" for name, count in list(carried.items())[:10])
+        typed = ", ".join(f"{kind} ({count})" for kind, count in wrong_types.items())
+        super().__init__(
+            f"{key!r} was missing on {deliveries} consecutive deliveries"
+            + (f" (present but not text: {typed})" if typed else "")
+            + f"; they carried {seen or 'no headers'}. Check the consumer's key setting "
+            "(names are matched exactly) and the producers; the deliveries were given back "
+            "to the broker unprocessed, nothing was dead-lettered"
+        )
+        self.key = key
+        self.deliveries = deliveries
+        self.carried = carried
+        self.wrong_types = wrong_types
 
 
 class AsyncHandlerError(InboxError, TypeError):
@@ -314,6 +363,39 @@ class MissingExtra(ConfigurationError, ImportError):
 class UnsupportedBroker(ConfigurationError, ValueError):
     """No adapter or chaos driver for this broker URL's scheme (``amqp://``, ``redis://`` and
     ``nats://`` have one)."""
+
+
+class InvalidDeadLetterArgument(InboxError, ValueError):
+    """An argument of a dead-letter count, list or replay
+    (:mod:`sa_inbox.brokers.dead_letters`) was rejected before connecting to the broker.
+
+    Raised for a broker URL that is not a string, a dead-letter target that names no queue /
+    stream, a queue / stream name the broker cannot hold, a ``reason`` that is no
+    :class:`~sa_inbox.brokers.DeadLetterReason`, a ``limit`` that is not an int >= 1, a
+    ``timeout`` that is not a number of seconds > 0, a ``dry_run`` that is not a bool.
+    Nothing was read or moved.
+    """
+
+
+class DeadLetterQueueUnavailable(InboxError):
+    """A dead-letter queue / stream could not be read or written: the broker is unreachable,
+    the queue (RabbitMQ) or stream (NATS) does not exist, the Redis key is no stream, or the
+    connection broke in the middle of a replay.
+
+    What a replay had moved before is moved (each move is confirmed before the dead letter
+    is removed); the rest is still in the dead-letter queue: run the replay again.
+
+    :param target: the queue as ``scheme://host/queue``, its password hidden.
+    :param why: the broker client's error, on one line.
+    """
+
+    def __init__(self, target: str, why: str) -> None:
+        super().__init__(f"cannot read the dead letters of {target}: {why}")
+        self.target = target
+        self.why = why
+
+    def __reduce__(self) -> tuple[type[DeadLetterQueueUnavailable], tuple[str, str]]:
+        return type(self), (self.target, self.why)
 
 
 class InvalidRetentionPolicy(InboxError, ValueError):

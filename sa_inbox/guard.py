@@ -60,8 +60,9 @@ from .exc import (
     InvalidSessionFactory,
     SplitTransaction,
 )
+from .pool_guard import released_clean
 
-__all__ = ["JOINED", "owned_transaction"]
+__all__ = ["JOINED", "enlisted_connections", "owned_transaction"]
 
 #: ``Session.info`` key of the guard of the session's owned transaction.
 _GUARD = "sa_inbox.guard"
@@ -141,6 +142,10 @@ class _Guard:
             )
 
     # -- helpers ------------------------------------------------------------------------
+
+    def enlisted(self) -> list[Connection]:
+        """The connections the transaction enlisted so far."""
+        return [connection for connection, _ in self.connections]
 
     def refuse(self, reason: str) -> None:
         self.refused = self.refused or reason
@@ -238,7 +243,8 @@ def owned_transaction(session: Session) -> Iterator[SessionTransaction]:
     such a rollback is refused (see the module's table). Each refusal raises
     :class:`~sa_inbox.exc.HandlerEndedTransaction`, and the block's end raises it again if
     the block caught it, so nothing of the attempt commits. The block's exit commits; an
-    exception rolls back.
+    exception rolls back. Either way the connections go back to their pool clean or
+    invalidated (:func:`sa_inbox.pool_guard.released_clean`).
 
     :param session: a new Session with no transaction in progress.
     :raises HandlerEndedTransaction: as described; the caller treats it as a failed attempt.
@@ -249,8 +255,15 @@ def owned_transaction(session: Session) -> Iterator[SessionTransaction]:
     with guard.installed():
         transaction = session.begin()
         guard.transaction = transaction
-        with transaction:
+        with transaction, released_clean(guard.enlisted):
             yield transaction
             guard.check(transaction)
             guard.committing = True
         guard.check_committed()
+
+
+def enlisted_connections(session: Session) -> list[Connection]:
+    """The connections the transaction :func:`owned_transaction` holds on ``session`` has
+    enlisted so far; empty outside one."""
+    guard = session.info.get(_GUARD)
+    return guard.enlisted() if isinstance(guard, _Guard) else []

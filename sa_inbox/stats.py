@@ -18,6 +18,10 @@ path):
 * on PostgreSQL, the server's replication (:func:`sa_inbox.replication.read_replication`):
   connected standbys and whether a COMMIT waits for one.
 
+The broker's dead-letter queues / streams are not in the database: ``sa-inbox stats
+--dead-letters URL/QUEUE`` counts them with :func:`sa_inbox.brokers.dead_letters.sample`
+into :attr:`InboxStats.dead_letter_queues`, which :func:`warnings` reads.
+
 :func:`warnings` turns a sample into the operator's warnings, each with its own code (the
 exit status of ``sa-inbox stats --check``).
 """
@@ -49,8 +53,10 @@ from .store.schema import DEAD, DEFAULT_STORE_TABLE, PENDING, STATUSES, UTCDateT
 __all__ = [
     "DEAD_LETTERS_SHOWN",
     "WARNING_CODES",
+    "ConsumerRename",
     "ConsumerStats",
     "DeadLetter",
+    "DeadLetterQueueStats",
     "InboxStats",
     "OutboxDestinationStats",
     "OutboxStats",
@@ -98,6 +104,17 @@ class ConsumerStats:
 
 
 @dataclass(frozen=True)
+class ConsumerRename:
+    """A consumer that looks renamed: ``old`` stopped claiming (its newest claim is older
+    than ``new``'s oldest) and ``new`` claimed ``shared`` ids that ``old`` had claimed: each
+    of them applied a second time."""
+
+    old: str
+    new: str
+    shared: int
+
+
+@dataclass(frozen=True)
 class StoreConsumerStats:
     """One consumer's store rows: ``counts`` per status, the oldest pending row's age in
     seconds (None if none is pending)."""
@@ -132,6 +149,19 @@ class StoreStats:
     def total(self, status: str) -> int:
         """Rows of ``status`` over every consumer."""
         return sum(c.counts.get(status, 0) for c in self.consumers)
+
+
+@dataclass(frozen=True)
+class DeadLetterQueueStats:
+    """A broker's dead-letter queue / stream: the dead letters it holds, or why it could not
+    be read (then ``dead_letters`` is None).
+
+    :param queue: ``<broker URL>/<queue>``, the password hidden.
+    """
+
+    queue: str
+    dead_letters: int | None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -175,6 +205,9 @@ class InboxStats:
     missing: list[str] = field(default_factory=list)
     replication: ReplicationState | None = None
     outbox: OutboxStats | None = None
+    renames: list[ConsumerRename] = field(default_factory=list)
+    #: The broker's dead-letter queues / streams that were counted (``stats --dead-letters``).
+    dead_letter_queues: list[DeadLetterQueueStats] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes as ISO 8601 strings, bytes per table included."""
@@ -247,6 +280,7 @@ def collect(
         now = conn.execute(sa.select(sa.func.current_timestamp())).scalar_one()
         collisions = _collisions(conn, present.get("collisions"), schema)
         consumers = _consumers(conn, present.get("inbox"), schema, collisions)
+        renames = _renames(conn, present.get("inbox"), schema, consumers)
         store = _store(conn, present.get("store"), schema)
         outbox = _outbox(conn, present.get("outbox"), schema)
         tables = [_table(conn, name, schema) for name in present.values()]
@@ -261,6 +295,7 @@ def collect(
         missing=missing,
         replication=replication,
         outbox=outbox,
+        renames=renames,
     )
 
 
@@ -362,6 +397,36 @@ def _consumers(
             base.consumer_name, base.rows, base.oldest, base.newest, count
         )
     return [found[key] for key in sorted(found)]
+
+
+def _renames(
+    conn: Connection, name: str | None, schema: str | None, consumers: list[ConsumerStats]
+) -> list[ConsumerRename]:
+    """The consumers that look renamed (see :class:`ConsumerRename`): for each pair where
+    one stopped before the other started, the ids both claimed (one query per such pair)."""
+    if name is None:
+        return []
+    t = sa.table(
+        name,
+        sa.column("message_id", sa.String()),
+        sa.column("consumer_name", sa.String()),
+        schema=schema,
+    )
+    earlier = t.alias("earlier")
+    found = []
+    for old in consumers:
+        for new in consumers:
+            if old.newest is None or new.oldest is None or not old.newest < new.oldest:
+                continue
+            shared = sa.exists().where(
+                earlier.c.message_id == t.c.message_id,
+                earlier.c.consumer_name == old.consumer_name,
+            )
+            count = sa.select(sa.func.count()).where(t.c.consumer_name == new.consumer_name, shared)
+            claimed = int(conn.execute(count).scalar_one())
+            if claimed:
+                found.append(ConsumerRename(old.consumer_name, new.consumer_name, claimed))
+    return found
 
 
 def _collisions(conn: Connection, name: str | None, schema: str | None) -> dict[str, int]:
@@ -512,6 +577,9 @@ WARNING_CODES = {
     "replication-unchecked": 16,
     "outbox-dead": 17,
     "relay-stuck": 18,
+    "renamed-consumer": 19,
+    "broker-dead-letters": 20,
+    "broker-dead-letters-unread": 21,
 }
 
 
@@ -547,7 +615,17 @@ def warnings(
     * ``outbox-dead`` (17): the outbox has ``dead`` rows (messages the broker refused
       ``max_attempts`` times: replay them once the cause is fixed);
     * ``relay-stuck`` (18): the outbox's oldest pending row is older than
-      ``pending_threshold`` (no relay running, or its broker unreachable).
+      ``pending_threshold`` (no relay running, or its broker unreachable);
+    * ``renamed-consumer`` (19): a consumer name stopped claiming and another one started
+      claiming ids the first had claimed (:class:`ConsumerRename`): every such redelivery
+      was applied again. Rename a consumer by copying its claims
+      (``op.rename_inbox_consumer``), never by changing the name alone;
+    * ``broker-dead-letters`` (20): a broker's dead-letter queue / stream of
+      :attr:`InboxStats.dead_letter_queues` is not empty (list them with ``sa-inbox
+      dead-letters list``, replay them once the cause is fixed);
+    * ``broker-dead-letters-unread`` (21): one of them could not be read (broker
+      unreachable, queue or stream missing, the broker's extra not installed): unknown,
+      which a probe must not take for healthy.
 
     :param stats: a sample of :func:`collect`.
     :param retention: the retention window the purge runs with, or None.
@@ -593,9 +671,25 @@ def warnings(
             )
     if stats.collisions:
         warn("collisions", f"{stats.collisions} message-id collision(s) recorded")
+    for rename in stats.renames:
+        warn(
+            "renamed-consumer",
+            f"consumer {rename.new!r} started after {rename.old!r} stopped and claimed "
+            f"{rename.shared} id(s) {rename.old!r} had claimed (applied again): a renamed "
+            f"consumer? copy the claims with op.rename_inbox_consumer",
+        )
     if stats.outbox is not None:
         for kind, text in _outbox_warnings(stats.outbox, pending_threshold):
             warn(kind, text)
+    for queue in stats.dead_letter_queues:
+        if queue.dead_letters is None:
+            warn("broker-dead-letters-unread", f"{queue.queue}: {queue.error}")
+        elif queue.dead_letters:
+            warn(
+                "broker-dead-letters",
+                f"{queue.dead_letters} dead letter(s) in {queue.queue}: list them with "
+                "sa-inbox dead-letters list, replay them once the cause is fixed",
+            )
     if stats.replication is not None:
         for kind, text in replication_warnings(stats.replication):
             warn(kind, text)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -21,6 +22,8 @@ from sqlalchemy.orm import Session
 
 from .._compat import await_only, greenlet_spawn
 from ..exc import AsyncHandlerError, InvalidBind, InvalidSessionFactory
+from ..guard import enlisted_connections
+from ..pool_guard import BUSY_POLL_SECONDS, BUSY_WAIT_SECONDS, statement_running
 from . import _unawaited
 
 __all__ = [
@@ -66,9 +69,9 @@ def maybe_await(value: object) -> Any:
     return value
 
 
-def call_handler_awaiting(handler: Callable[..., Any], *args: Any) -> Any:
-    """``handler(*args)``, awaited if it returns an awaitable (from :func:`in_greenlet`),
-    refusing a handler that returned with part of its work unfinished.
+def call_handler_awaiting(handler: Callable[..., Any], session: AsyncSession, *args: Any) -> Any:
+    """``handler(session, *args)``, awaited if it returns an awaitable (from
+    :func:`in_greenlet`), refusing a handler that returned with part of its work unfinished.
 
     On an AsyncSession, ``session.execute(stmt)`` (``scalar``, ``get``, ``flush``,
     ``delete``, ``merge``, ``refresh``, ...) without ``await`` only makes a coroutine, which
@@ -82,45 +85,106 @@ def call_handler_awaiting(handler: Callable[..., Any], *args: Any) -> Any:
     (:mod:`sa_inbox.asyncio._unawaited`: only what this handler's own code started, not
     what other tasks do meanwhile).
 
+    The tasks a handler leaves running, whether it returns or raises, are stopped before
+    the runner goes on (:func:`_stop_left_tasks`): no statement of theirs is still running
+    on the session's connection when the transaction is rolled back.
+
+    :param session: the AsyncSession of the owned transaction, passed to the handler first.
     :raises AsyncHandlerError: if the handler dropped an un-awaited coroutine, or returned
         with a task it created still running or failed with an exception it never
-        retrieved (those tasks are cancelled and waited for, up to
-        :data:`TASK_CANCEL_SECONDS`, before the error is raised: nothing of theirs commits;
-        the runner rolls back and fails the delivery; the worker records a failed
-        attempt). A dropped coroutine's warning is not emitted: the error names it.
+        retrieved (those tasks are stopped first: nothing of theirs commits; the runner
+        rolls back and fails the delivery; the worker records a failed attempt). A dropped
+        coroutine's warning is not emitted: the error names it.
+    :raises BaseException: what the handler raised, once the tasks it left are stopped (a
+        note on the error names them).
     """
     with _unawaited.tracking() as started:
-        result = handler(*args)
+        try:
+            result = handler(session, *args)
+        except BaseException as exc:
+            if started.left_behind():
+                call_on_loop(_stopped_after_failure(started, session, exc))
+            raise
     if started.dropped or started.left_behind():
         if inspect.iscoroutine(result):
             result.close()
-        call_on_loop(_refuse_unfinished(started))
+        call_on_loop(_refuse_unfinished(started, session))
     if inspect.isawaitable(result):
-        return call_on_loop(_awaited_refusing_unfinished(result))
+        return call_on_loop(_awaited_refusing_unfinished(result, session))
     return result
 
 
-#: Seconds a refused handler's leftover tasks get to finish cancelling.
+#: Seconds the tasks a handler left get to finish cancelling.
 TASK_CANCEL_SECONDS = 10.0
 
 
-async def _awaited_refusing_unfinished(awaitable: Awaitable[T]) -> T:
+async def _awaited_refusing_unfinished(awaitable: Awaitable[T], session: AsyncSession) -> T:
     with _unawaited.tracking() as started:
-        result = await awaitable
-    await _refuse_unfinished(started)
+        try:
+            result = await awaitable
+        except BaseException as exc:
+            await _stopped_after_failure(started, session, exc)
+            raise
+    await _refuse_unfinished(started, session)
     return result
 
 
-async def _refuse_unfinished(started: _unawaited.Unfinished) -> None:
-    """Raise :class:`AsyncHandlerError` if the handler left anything unfinished, once the
-    tasks it left are cancelled and done."""
+async def _stop_left_tasks(
+    started: _unawaited.Unfinished, session: AsyncSession
+) -> list[asyncio.Task[Any]]:
+    """Stop the tasks the handler left running; returns every task it left behind.
+
+    While one of them is running a statement on the session's connection (its driver
+    reports it: :func:`sa_inbox.pool_guard.statement_running`), it is let finish, up to
+    :data:`~sa_inbox.pool_guard.BUSY_WAIT_SECONDS`: the statement is rolled back with the
+    transaction. Cancelling it mid-flight would cost the connection (SQLAlchemy invalidates
+    a connection whose statement was cancelled: its state is unknown) and, on SQLite, leave
+    its write lock held until the statement's cursor is garbage-collected (a closed
+    connection with a statement left unfinalized stays open). Then each task still running
+    is cancelled and waited for, up to :data:`TASK_CANCEL_SECONDS`. Left running, a task's
+    statement would meet the runner's rollback: asyncpg refuses a ``ROLLBACK`` while
+    another operation is in progress, and SQLAlchemy's adapter then forgets a transaction
+    the server keeps open (``asyncio.gather`` leaves its other awaitables running when one
+    of them raises: asyncio docs, "Running Tasks Concurrently").
+    """
     left = started.left_behind()
-    if not started.dropped and not left:
-        return
-    for task in left:
+    running = [task for task in left if not task.done()]
+    if not running:
+        return left
+    connections = enlisted_connections(session.sync_session)
+    deadline = time.monotonic() + BUSY_WAIT_SECONDS
+    while (
+        statement_running(connections)
+        and not all(task.done() for task in running)
+        and time.monotonic() < deadline
+    ):
+        await asyncio.sleep(BUSY_POLL_SECONDS)
+    for task in running:
         task.cancel()
+    await asyncio.wait(running, timeout=TASK_CANCEL_SECONDS)
+    return left
+
+
+async def _stopped_after_failure(
+    started: _unawaited.Unfinished, session: AsyncSession, error: BaseException
+) -> None:
+    """Stop the tasks a failed handler left (:func:`_stop_left_tasks`); the handler's own
+    error stays the attempt's failure, with a note naming them."""
+    left = await _stop_left_tasks(started, session)
+    for task in left:
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: the handler's error is the one reported
     if left:
-        await asyncio.wait(left, timeout=TASK_CANCEL_SECONDS)
+        names = ", ".join(_task_name(task) for task in left)
+        error.add_note(f"sa-inbox stopped {len(left)} task(s) the handler left behind: {names}")
+
+
+async def _refuse_unfinished(started: _unawaited.Unfinished, session: AsyncSession) -> None:
+    """Raise :class:`AsyncHandlerError` if the handler left anything unfinished, once the
+    tasks it left are stopped (:func:`_stop_left_tasks`)."""
+    if not started.dropped and not started.left_behind():
+        return
+    left = await _stop_left_tasks(started, session)
     failures = [t.exception() for t in left if t.done() and not t.cancelled()]
     problems = []
     if started.dropped:

@@ -19,11 +19,15 @@ running the body::
     pay.apply_async(kwargs={"account": 1, "amount": "10.00", "idempotency_key": payment_id})
 
 **The key is a keyword argument the producer sets** (``key_kwarg``, ``"idempotency_key"`` by
-default), passed on to the body with the others. Celery's task id is never the key: a task
-sent again (the producer retrying ``apply_async`` after a timeout) gets a new id. A message
-without the key is rejected with ``Reject(reason, requeue=False)`` (Celery docs, "Tasks" →
-"Reject"), which RabbitMQ routes to the queue's dead-letter exchange when the queue has one
-(``x-dead-letter-exchange``, RabbitMQ docs "Dead Letter Exchanges"); nothing is processed.
+default), passed on to the body with the others; a body without that parameter (a misspelled
+``key_kwarg``) is refused when it is decorated. Each task is settled before the worker hands
+the pool process the next, so a run of keyless tasks cannot be held as the other adapters do
+(:mod:`sa_inbox.brokers.keys`): each is rejected at once. Celery's task id is never the key:
+a task sent again (the producer retrying ``apply_async`` after a timeout) gets a new id. A
+message without the key is rejected with ``Reject(reason, requeue=False)`` (Celery docs,
+"Tasks" → "Reject"), which RabbitMQ routes to the queue's dead-letter exchange when the
+queue has one (``x-dead-letter-exchange``, RabbitMQ docs "Dead Letter Exchanges"); nothing
+is processed.
 
 The task is always ``acks_late=True`` (the message is acked after the task returns, so after
 the commit; Celery docs, "Tasks" → ``Task.acks_late``, and the FAQ "Should I use retry or
@@ -53,6 +57,7 @@ Celery keeps no other count).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,9 +66,12 @@ from sqlalchemy.orm import Session
 
 from .._optional import optional_dependencies
 from ..claim import Inbox
-from ..exc import ConfigurationError, InvalidRetryArgument
+from ..exc import ConfigurationError, InvalidHandler, InvalidKeySetting, InvalidRetryArgument
+from ..handlers import check_handler, is_async_callable
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement
+from .keys import check_key_name, read_key
 from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process
+from .startup import NO_HANDLER, check_consumer
 
 with optional_dependencies(__name__, "celery", "celery"):
     from celery import Celery, Task
@@ -123,7 +131,17 @@ def inbox_task(
         arguments (the key included); it must not commit. The task returns the body's result
         (None for a duplicate).
     :raises ConfigurationError: at once, if ``task_options`` turn ``acks_late`` or
-        ``reject_on_worker_lost`` off.
+        ``reject_on_worker_lost`` off; for a session factory of the asyncio half or
+        ``Session.begin`` (:class:`~sa_inbox.InvalidSessionFactory`), an AsyncInbox
+        (:class:`~sa_inbox.SyncAsyncMismatch`), an empty ``key_kwarg``
+        (:class:`~sa_inbox.InvalidKeySetting`); when the body is decorated, for a body
+        without a ``key_kwarg`` parameter (and no ``**kwargs``: a misspelled key_kwarg) or
+        an ``async def`` one.
+
+    The registered task has ``task.check()``: the readiness check (the inbox table exists,
+    the session factory makes Sessions, the engine is not autocommit; returns None or
+    raises :class:`~sa_inbox.ConfigurationError`), for the worker's start-up (e.g. a
+    ``celery.signals.worker_init`` handler) or a health endpoint.
 
     When the task runs it raises :class:`celery.exceptions.Reject` (``requeue=False``) for a
     message without a valid key or past ``max_deliveries``, :class:`celery.exceptions.Retry`
@@ -139,11 +157,21 @@ def inbox_task(
     for name, value in (("retry_backoff", retry_backoff), ("retry_backoff_max", retry_backoff_max)):
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
             raise InvalidRetryArgument(f"{name} must be a number of seconds >= 0, not {value!r}")
+    entry = "inbox_task()"
+    readiness = check_consumer(
+        entry,
+        session_factory=session_factory,
+        inbox=inbox,
+        handler=NO_HANDLER,
+        consumer_name=consumer_name,
+        max_deliveries=max_deliveries,
+        asynchronous=False,
+    )
     config = _Config(
         session_factory,
-        inbox,
+        readiness.inbox,
         consumer_name,
-        key_kwarg,
+        check_key_name(key_kwarg, "key_kwarg", entry=entry),
         max_deliveries,
         on_settled,
         float(retry_backoff),
@@ -151,15 +179,51 @@ def inbox_task(
     )
 
     def decorator(body: Callable[..., Any]) -> Task:
+        _check_body(body, config.key_kwarg)
+
         def run(task: Task, *args: Any, **kwargs: Any) -> Any:
             return _run(task, config, body, args, kwargs)
 
         run.__name__, run.__qualname__ = body.__name__, body.__qualname__
         run.__module__, run.__doc__ = body.__module__, body.__doc__
         registered: Task = app.task(bind=True, **{**task_options, **REQUIRED_OPTIONS})(run)
+        registered.check = readiness.check
         return registered
 
     return decorator
+
+
+def _check_body(body: Callable[..., Any], key_kwarg: str) -> None:
+    """Refuse a body that cannot take ``(session, ...)`` or the key keyword argument: a
+    misspelled ``key_kwarg`` is found when the task is registered, not at every message.
+
+    :raises InvalidHandler: if ``body`` is not callable or cannot take a session first.
+    :raises AsyncHandlerError: if it is ``async def``.
+    :raises InvalidKeySetting: if it has no parameter ``key_kwarg`` and no ``**kwargs``.
+    """
+    if not callable(body) or is_async_callable(body):
+        check_handler(body, ("session",))  # raises: not callable, or async def
+    try:
+        signature = inspect.signature(body)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind_partial(None)  # the session, first
+    except TypeError as exc:
+        raise InvalidHandler(
+            f"inbox_task(): the task body {body.__qualname__}{signature} cannot take the "
+            f"session as its first argument ({exc})"
+        ) from exc
+    parameters = signature.parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return
+    names = [p.name for p in parameters if p.kind is not p.POSITIONAL_ONLY]
+    if key_kwarg not in names:
+        raise InvalidKeySetting(
+            f"inbox_task(): the task body {body.__qualname__} takes no keyword argument "
+            f"{key_kwarg!r} (key_kwarg), only {', '.join(map(repr, names))}: every task "
+            "would be rejected for a missing key; name the body's key parameter in key_kwarg"
+        )
 
 
 @dataclass(frozen=True)
@@ -181,15 +245,18 @@ def delivery_of(task: Task, kwargs: dict[str, Any], key_kwarg: str) -> Delivery:
     :param kwargs: the task's keyword arguments.
     :param key_kwarg: the one holding the producer's key; absent or None gives a Delivery
         without a key (dead-lettered by :func:`~sa_inbox.brokers.process`).
-    :returns: the key (``str()`` of the argument), the delivery count (``request.retries``
+    :returns: the key (a ``str`` argument, or ``bytes`` decoded as UTF-8; another type,
+        an ``int`` from JSON, is no key: a :attr:`~sa_inbox.brokers.Delivery.key_error`),
+        the delivery count (``request.retries``
         + 1, + 1 if the broker flagged the message ``redelivered``), the kwargs as headers,
         the task id as ``broker_ref`` (for logs only). Raises nothing.
     """
     request = task.request
-    key = kwargs.get(key_kwarg)
+    key, key_error = read_key(kwargs.get(key_kwarg))
     redelivered = bool((request.delivery_info or {}).get("redelivered"))
     return Delivery(
-        message_id=None if key is None else str(key),
+        message_id=key,
+        key_error=key_error,
         body=b"",
         delivery_count=int(request.retries or 0) + 1 + int(redelivered),
         headers=dict(kwargs),

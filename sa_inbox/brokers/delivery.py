@@ -42,6 +42,9 @@ class Delivery:
         client library returns them.
     :param broker_ref: the broker's own reference of this delivery (delivery tag, stream entry
         id, stream sequence): for logs and metrics only, never a dedup key.
+    :param key_error: why the value the message carries as its key is no key (an ``int``,
+        bytes that are not UTF-8: :func:`sa_inbox.brokers.keys.read_key`); ``message_id`` is
+        then None and the delivery is dead-lettered ``INVALID_MESSAGE_ID`` with this reason.
     """
 
     message_id: str | None
@@ -49,6 +52,7 @@ class Delivery:
     delivery_count: int = 1
     headers: Mapping[str, Any] = field(default_factory=dict)
     broker_ref: str = ""
+    key_error: str | None = None
 
 
 class DeadLetterReason(enum.StrEnum):
@@ -57,7 +61,7 @@ class DeadLetterReason(enum.StrEnum):
     #: The message carries no producer key (no ``message_id`` property / header / field).
     MISSING_MESSAGE_ID = "missing_message_id"
     #: The key is not a valid ``message_id`` (empty, too long, NUL, surrounding spaces: see
-    #: :class:`~sa_inbox.InvalidMessageId`).
+    #: :class:`~sa_inbox.InvalidMessageId`), or not text (:attr:`Delivery.key_error`).
     INVALID_MESSAGE_ID = "invalid_message_id"
     #: The handler failed on the last delivery allowed (``max_deliveries``), or the broker
     #: delivered it more often than that (consumers died while handling it).

@@ -12,7 +12,7 @@ handler: the way FastStream hands per-message objects such as ``message`` to han
 FastStream docs, "Context" → "Existing Fields" and "Custom Context"), and must not commit
 it::
 
-    from faststream import AckPolicy, Context
+    from faststream import AckPolicy, Context, FastStream
     from faststream.rabbit import RabbitBroker
     from sa_inbox.brokers.faststream import InboxMiddleware
 
@@ -29,6 +29,14 @@ it::
 
     # the producer sets the key: retries of one payment publish the same key
     await broker.publish(payment, "payments", headers={"idempotency-key": payment_id})
+
+    app = FastStream(broker)
+    app.on_startup(inbox_mw.check)  # fails the start if the table or the engine is wrong
+
+The middleware checks its objects when made and, in ``check()``, the database (see
+:meth:`InboxMiddleware.check`). It settles each message before FastStream delivers the
+next, so it cannot hold a run of keyless messages as the other adapters do
+(:mod:`sa_inbox.brokers.keys`): each is dead-lettered at once.
 
 **The key is a header the producer sets** (``key_header``, ``"idempotency-key"`` by
 default), the same on all three brokers. FastStream's own ``message_id`` cannot be the key:
@@ -87,7 +95,9 @@ from .._optional import optional_dependencies
 from ..claim import Inbox
 from ..exc import ConfigurationError
 from .delivery import DeadLetterReason, Delivery, Disposition
+from .keys import check_key_name, read_key
 from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
+from .startup import NO_HANDLER, check_consumer
 
 with optional_dependencies(__name__, "faststream", "faststream"):
     from faststream import BaseMiddleware, ContextRepo, StreamMessage
@@ -129,6 +139,10 @@ class InboxMiddleware:
     :param dead_letter_suffix: Redis Streams only: the dead-letter stream is the stream's
         name plus this.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
+    :raises ConfigurationError: when it is made, for a session factory of the sync half or
+        ``async_sessionmaker.begin`` (:class:`~sa_inbox.InvalidSessionFactory`), an inbox
+        that is neither an Inbox nor an AsyncInbox (:class:`~sa_inbox.InvalidObject`), an
+        empty ``key_header`` (:class:`~sa_inbox.InvalidKeySetting`).
 
     On a message it raises :class:`~sa_inbox.ConfigurationError` (to FastStream, which logs
     it and applies the subscriber's ``ack_policy``: with ``AckPolicy.MANUAL`` the message is
@@ -151,16 +165,36 @@ class InboxMiddleware:
         dead_letter_suffix: str = DEFAULT_DEAD_LETTER_SUFFIX,
         on_settled: OnSettled | None = None,
     ) -> None:
+        entry = "InboxMiddleware()"
+        self.readiness = check_consumer(
+            entry,
+            session_factory=session_factory,
+            inbox=inbox,
+            handler=NO_HANDLER,
+            consumer_name=consumer_name,
+            max_deliveries=max_deliveries,
+            asynchronous=True,
+        )
         self.config = _Config(
             session_factory,
-            inbox,
+            self.readiness.inbox,
             consumer_name,
-            key_header,
+            check_key_name(key_header, "key_header", entry=entry),
             max_deliveries,
             context_key,
             dead_letter_suffix,
             on_settled,
         )
+
+    async def check(self) -> None:
+        """Check the middleware can process messages: the inbox table exists, the session
+        factory makes AsyncSessions, the engine is not autocommit. Returns None or raises.
+        Await it in the application's start-up hook (FastStream's ``@app.on_startup``)
+        so a wrong setup fails before the broker consumes, and from a health endpoint.
+
+        :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`.
+        """
+        await self.readiness.check_async()
 
     def __call__(self, msg: Any, /, *, context: ContextRepo) -> BaseMiddleware[Any, Any]:
         """FastStream's middleware protocol: a middleware for one incoming message."""
@@ -248,14 +282,17 @@ async def delivery_of(msg: StreamMessage[Any], key_header: str) -> Delivery:
         ``NatsMessage``; others get a delivery count of 1).
     :param key_header: the header holding the producer's key; absent gives a Delivery
         without a key (dead-lettered by :func:`~sa_inbox.brokers.process_async`).
-    :returns: the key (``str()`` of the header), the raw body bytes, the delivery count as the
-        module's docstring says per broker (Redis: one ``XPENDING`` round trip), the headers,
-        and the broker's reference of this delivery (for logs only).
+    :returns: the key (a ``str`` header, or ``bytes`` decoded as UTF-8; a value of another
+        type gives no key and a :attr:`~sa_inbox.brokers.Delivery.key_error`), the raw body
+        bytes, the delivery count as the module's docstring says per broker (Redis: one
+        ``XPENDING`` round trip), the headers, and the broker's reference of this delivery
+        (for logs only).
     :raises redis.RedisError: if the Redis ``XPENDING`` fails (the message stays pending).
     """
-    key = msg.headers.get(key_header)
+    key, key_error = read_key(msg.headers.get(key_header))
     return Delivery(
-        message_id=None if key is None else str(key),
+        message_id=key,
+        key_error=key_error,
         body=msg.body if isinstance(msg.body, bytes) else bytes(msg.body),
         delivery_count=max(1, await _delivery_count(msg)),
         headers=dict(msg.headers),

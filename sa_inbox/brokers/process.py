@@ -5,8 +5,9 @@ through :func:`sa_inbox.handle` / :func:`sa_inbox.asyncio.handle` (claim, handle
 ack) and settle it with the adapter's :class:`Settler`. They differ only in their edges; the
 rules are the functions below them:
 
-1. no producer key → dead letter ``MISSING_MESSAGE_ID``; an invalid one → ``INVALID_MESSAGE_ID``
-   (nothing claimed, nothing processed);
+1. no producer key → dead letter ``MISSING_MESSAGE_ID``; an invalid one (or a value that is
+   no text: :attr:`Delivery.key_error`) → ``INVALID_MESSAGE_ID`` (nothing claimed, nothing
+   processed);
 2. a delivery past ``max_deliveries`` (consumers died while handling it) still claims first:
    a committed message is acked as a duplicate; otherwise the claim is rolled back and the
    delivery dead-lettered (``DELIVERY_LIMIT``) without running the handler;
@@ -28,10 +29,10 @@ from sqlalchemy.orm import Session
 from ..claim import Inbox
 from ..consumers import stands_for
 from ..exc import InboxError, InvalidMessageId, InvalidRetryArgument
-from ..handlers import check_handler
 from ..runner import Outcome, Result, handle
 from ..validation import positive_int
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement, Settler
+from .startup import check_consumer
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -78,8 +79,19 @@ def process(
     :raises ConfigurationError: unsettled (see :func:`sa_inbox.handle`).
     :raises InvalidMessageId: if ``consumer_name`` is invalid (a configuration error).
     :raises InvalidRetryArgument: if ``max_deliveries`` is not an int >= 1.
+    :raises InvalidObject: (a ConfigurationError) for objects of the wrong kind or half,
+        before anything: see :func:`sa_inbox.brokers.startup.check_consumer`.
     """
-    check_handler(handler, ("session", "delivery"))
+    inbox = check_consumer(
+        "sa_inbox.brokers.process()",
+        session_factory=session_factory,
+        inbox=inbox,
+        handler=handler,
+        consumer_name=None,
+        max_deliveries=max_deliveries,
+        asynchronous=False,
+    ).inbox
+    on_settled = _reporting(inbox, consumer_name, on_settled)
     rejected = _refuse_unkeyed(delivery, inbox, consumer_name, max_deliveries)
     if rejected is not None:
         _settle_failure(rejected, settler)
@@ -104,7 +116,7 @@ async def process_async(
     settler: Settler,
     *,
     session_factory: Callable[[], AsyncSession],
-    inbox: Inbox,
+    inbox: Inbox | Any,
     consumer_name: str,
     handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
     max_deliveries: int = DEFAULT_MAX_DELIVERIES,
@@ -115,12 +127,22 @@ async def process_async(
     :param settler: ack / retry / dead-letter, ``async def`` or plain methods (awaited when
         they return an awaitable).
     :param session_factory: an ``async_sessionmaker``.
+    :param inbox: the Inbox, or its AsyncInbox face.
     :param handler: ``async def handler(session, delivery)`` (or a plain function).
     :raises: as :func:`process`.
     """
     from ..asyncio.runner import handle as handle_async
 
-    check_handler(handler, ("session", "delivery"), asynchronous=True)
+    inbox = check_consumer(
+        "sa_inbox.brokers.process_async()",
+        session_factory=session_factory,
+        inbox=inbox,
+        handler=handler,
+        consumer_name=None,
+        max_deliveries=max_deliveries,
+        asynchronous=True,
+    ).inbox
+    on_settled = _reporting(inbox, consumer_name, on_settled)
     rejected = _refuse_unkeyed(delivery, inbox, consumer_name, max_deliveries)
     if rejected is not None:
         await _maybe_await(_settle_failure(rejected, settler))
@@ -149,6 +171,13 @@ def _refuse_unkeyed(
     """Rule 1: a dead-letter settlement for a delivery without a valid key, else None."""
     positive_int(max_deliveries, "max_deliveries", InvalidRetryArgument)
     inbox.validate("x", consumer_name)  # an invalid consumer_name is the caller's error
+    if delivery.message_id is None and delivery.key_error is not None:
+        return Settlement(
+            Disposition.DEAD_LETTERED,
+            delivery,
+            DeadLetterReason.INVALID_MESSAGE_ID,
+            InvalidMessageId(delivery.key_error),
+        )
     if delivery.message_id is None:
         return Settlement(Disposition.DEAD_LETTERED, delivery, DeadLetterReason.MISSING_MESSAGE_ID)
     try:
@@ -214,6 +243,19 @@ def _detail(settlement: Settlement) -> str:
     return text.replace("\n", " ")[:1000]
 
 
+def _reporting(inbox: Inbox, consumer_name: str, on_settled: OnSettled | None) -> OnSettled:
+    """``on_settled``, after the inbox's hooks are told of a dead letter
+    (:meth:`~sa_inbox.hooks.InboxHooks.dead_lettered`): every adapter's dead letters pass
+    here once their settler published them, so each is counted once, with its reason."""
+
+    def settled(settlement: Settlement) -> Any:
+        if settlement.disposition is Disposition.DEAD_LETTERED and settlement.reason is not None:
+            inbox.hooks.dead_lettered(consumer_name, settlement.reason.value)
+        return None if on_settled is None else on_settled(settlement)
+
+    return settled
+
+
 def _settled(settlement: Settlement, on_settled: OnSettled | None) -> Settlement:
     delivery = settlement.delivery
     logger.log(
@@ -230,11 +272,19 @@ def _settled(settlement: Settlement, on_settled: OnSettled | None) -> Settlement
             "action": settlement.disposition.value,
             "message_id": delivery.message_id,
             "delivery_count": delivery.delivery_count,
+            **_dead_letter_event(settlement),
         },
     )
     if on_settled is not None:
         on_settled(settlement)
     return settlement
+
+
+def _dead_letter_event(settlement: Settlement) -> dict[str, str]:
+    """The log record's event name and reason for a dead letter (:data:`sa_inbox.hooks.EVENTS`)."""
+    if settlement.reason is None:
+        return {}
+    return {"event": "inbox.delivery.dead_lettered", "reason": settlement.reason.value}
 
 
 def _nothing() -> None:

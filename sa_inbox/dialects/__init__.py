@@ -37,6 +37,7 @@ from ..exc import InvalidStrategy
 from . import cockroachdb, mysql, oracle, postgresql, sqlite, yugabytedb
 from .backend import Backend as Backend
 from .base import ClaimDialect as ClaimDialect
+from .base import DriverState as DriverState
 from .generic import SavepointClaim as SavepointClaim
 from .mysql import MySQLClaim as MySQLClaim
 from .mysql import MySQLPurge as MySQLPurge
@@ -52,6 +53,7 @@ from .sqlite import SQLitePurge as SQLitePurge
 __all__ = [
     "Backend",
     "ClaimDialect",
+    "DriverState",
     "MergeInsertOrSkip",
     "MySQLClaim",
     "MySQLPurge",

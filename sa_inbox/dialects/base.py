@@ -8,6 +8,7 @@ driver error codes mean "duplicate key" and "retry the transaction".
 from __future__ import annotations
 
 import abc
+import enum
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, Protocol
@@ -17,13 +18,14 @@ from sqlalchemy.engine import Connection, CursorResult
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.sql.expression import Executable
 
-from .._compat import autocommit_isolation
+from .._compat import adapter_executing, autocommit_isolation
 from ..exc import MissingTable, TransientClaimError
 from .driver_sql import DriverSQL
 
 __all__ = [
     "EXECUTION_OPTIONS",
     "ClaimDialect",
+    "DriverState",
     "OnConflictDoNothingClaim",
     "Row",
     "driver_error",
@@ -63,6 +65,21 @@ def sqlstate_of(exc: DBAPIError) -> str | None:
         if isinstance(value, str):
             return value
     return None
+
+
+class DriverState(enum.Enum):
+    """What a driver's connection reports of itself, read without a round trip (see
+    :meth:`ClaimDialect.driver_state`)."""
+
+    #: No transaction open, no statement running: fit for the next user of the pool.
+    IDLE = "idle"
+    #: A transaction is open (or failed and not yet rolled back).
+    IN_TRANSACTION = "in a transaction"
+    #: A statement is still running, or its results are still being read (a COPY, a
+    #: streamed result, another task's statement).
+    BUSY = "busy"
+    #: The connection is closed or its state cannot be read.
+    BROKEN = "broken"
 
 
 class ClaimDialect(abc.ABC):
@@ -154,6 +171,36 @@ class ClaimDialect(abc.ABC):
         :param dbapi_connection: the DBAPI connection (``conn.connection.dbapi_connection``).
         """
         return getattr(dbapi_connection, "autocommit", False) is True
+
+    def driver_state(self, dbapi_connection: Any) -> DriverState | None:
+        """What the driver's connection reports of itself, without a round trip.
+
+        :mod:`sa_inbox.pool_guard` asks it before a failed transaction is rolled back
+        (a busy connection is not rolled back but invalidated) and when the connection
+        returns to its pool (anything but idle is invalidated). An async driver's
+        connection is :attr:`DriverState.BUSY` while another task runs a statement on it
+        (:func:`~sa_inbox._compat.adapter_executing`); otherwise the backend reads its
+        driver (:meth:`read_driver_state`).
+
+        :param dbapi_connection: the pool's DBAPI connection
+            (``conn.connection.dbapi_connection``), adapted or not.
+        :returns: the state, or ``None`` if the driver does not tell (the rollback is
+            then trusted, as SQLAlchemy's pool does).
+        """
+        if adapter_executing(dbapi_connection):
+            return DriverState.BUSY
+        return self.read_driver_state(
+            getattr(dbapi_connection, "driver_connection", dbapi_connection)
+        )
+
+    def read_driver_state(self, driver_connection: Any) -> DriverState | None:
+        """The state the driver's own connection reports (see :meth:`driver_state`); the
+        default knows no driver: ``None``.
+
+        :param driver_connection: the driver's connection (an async driver's, behind
+            SQLAlchemy's adapter: ``AdaptedConnection.driver_connection``).
+        """
+        return None
 
     def json_text(
         self, text: sa.BindParameter[str], column: sa.Column[Any]

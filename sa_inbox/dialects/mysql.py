@@ -37,7 +37,7 @@ from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
 from .._compat import adapted_warning_count, cache_key, result_cursor
 from ..exc import ClaimWarning, InvalidRetentionPolicy, PurgeLockTimeout, UnsupportedBackend
 from .backend import Backend
-from .base import ClaimDialect, Row, driver_error
+from .base import ClaimDialect, DriverState, Row, driver_error
 from .driver_sql import DriverSQL
 from .purge import RowLockingPurge
 from .store_claim import ByPrimaryKey, StoreClaimDialect, require_version
@@ -306,6 +306,26 @@ class MySQLClaim(ClaimDialect):
             return bool(probe())
         return super().driver_autocommit(dbapi_connection)
 
+    def read_driver_state(self, driver_connection: Any) -> DriverState | None:
+        """PyMySQL and aiomysql: the ``SERVER_STATUS_IN_TRANS`` flag of the server's last
+        reply, in ``server_status`` (MySQL manual, "Client/Server Protocol",
+        "SERVER_STATUS_flags_enum"), and whether the socket is open (PyMySQL's ``open``,
+        aiomysql's ``closed``). An unbuffered result left unread is not reported: PyMySQL
+        and aiomysql read it to its end before their next command (with a warning)."""
+        status = getattr(driver_connection, "server_status", None)
+        if not isinstance(status, int):
+            return None
+        if (
+            getattr(driver_connection, "open", True) is False
+            or getattr(driver_connection, "closed", False) is True
+        ):
+            return DriverState.BROKEN
+        return DriverState.IN_TRANSACTION if status & SERVER_STATUS_IN_TRANS else DriverState.IDLE
+
+
+#: The server status flag of an open transaction (MySQL manual, "Client/Server Protocol",
+#: "SERVER_STATUS_flags_enum": ``SERVER_STATUS_IN_TRANS``).
+SERVER_STATUS_IN_TRANS = 1
 
 #: "Transaction characteristics can't be changed while a transaction is in progress"
 #: (MySQL/MariaDB error 1568, ER_CANT_CHANGE_TX_CHARACTERISTICS).

@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.expression import ColumnElement, Executable
 
 from .backend import Backend
-from .base import OnConflictDoNothingClaim, driver_error, sqlstate_of
+from .base import DriverState, OnConflictDoNothingClaim, driver_error, sqlstate_of
 from .purge import RowLockingPurge, primary_key_batch
 from .store_claim import CandidateQuery, Limit, StoreClaimDialect, require_version
 
@@ -70,6 +70,35 @@ class PostgreSQLClaim(OnConflictDoNothingClaim):
 
     def is_missing_table(self, exc: DBAPIError) -> bool:
         return sqlstate_of(exc) in MISSING_TABLE_SQLSTATES
+
+    def read_driver_state(self, driver_connection: Any) -> DriverState | None:
+        """psycopg 3 and psycopg2: ``info.transaction_status``, libpq's
+        ``PQtransactionStatus`` (PostgreSQL manual, "libpq", "Connection Status
+        Functions": ``PQTRANS_ACTIVE`` while a command is in progress, ``INTRANS`` /
+        ``INERROR`` in a transaction block, ``UNKNOWN`` for a bad connection). asyncpg:
+        ``is_closed()`` and ``is_in_transaction()`` (the status of the server's last
+        ReadyForQuery)."""
+        info = getattr(driver_connection, "info", None)
+        status = getattr(info, "transaction_status", None)
+        if isinstance(status, int):
+            return _LIBPQ_TRANSACTION_STATUS.get(int(status), DriverState.BROKEN)
+        in_transaction = getattr(driver_connection, "is_in_transaction", None)
+        is_closed = getattr(driver_connection, "is_closed", None)
+        if callable(in_transaction) and callable(is_closed):
+            if is_closed():
+                return DriverState.BROKEN
+            return DriverState.IN_TRANSACTION if in_transaction() else DriverState.IDLE
+        return None
+
+
+#: libpq's ``PGTransactionStatusType`` values (``libpq-fe.h``) as driver states.
+_LIBPQ_TRANSACTION_STATUS = {
+    0: DriverState.IDLE,  # PQTRANS_IDLE
+    1: DriverState.BUSY,  # PQTRANS_ACTIVE
+    2: DriverState.IN_TRANSACTION,  # PQTRANS_INTRANS
+    3: DriverState.IN_TRANSACTION,  # PQTRANS_INERROR
+    4: DriverState.BROKEN,  # PQTRANS_UNKNOWN
+}
 
 
 class PostgreSQLPurge(RowLockingPurge):

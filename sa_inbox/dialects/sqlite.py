@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ..exc import UnsupportedBackend
 from .backend import Backend
-from .base import OnConflictDoNothingClaim, driver_error
+from .base import DriverState, OnConflictDoNothingClaim, driver_error
 from .purge import PurgeDialect
 from .store_claim import Limit, StoreClaimDialect
 
@@ -69,6 +69,18 @@ class SQLiteClaim(OnConflictDoNothingClaim):
         :param dbapi_connection: the DBAPI connection (``conn.connection.dbapi_connection``).
         """
         return bool(getattr(_driver(dbapi_connection), "in_transaction", False))
+
+    def read_driver_state(self, driver_connection: Any) -> DriverState | None:
+        """:mod:`sqlite3` and aiosqlite: ``in_transaction`` (Python docs, "sqlite3 —
+        Connection.in_transaction"). Neither tells whether a statement is running (an
+        aiosqlite statement of another task is seen by :meth:`driver_state`)."""
+        try:
+            in_transaction = getattr(driver_connection, "in_transaction", None)
+        except (sqlite3.ProgrammingError, ValueError):  # closed (aiosqlite: ValueError)
+            return DriverState.BROKEN
+        if not isinstance(in_transaction, bool):
+            return None
+        return DriverState.IN_TRANSACTION if in_transaction else DriverState.IDLE
 
     def supports_returning(self, conn: sa.Connection) -> bool:
         dbapi = conn.dialect.dbapi

@@ -8,6 +8,10 @@ time, and the latter traces. Pass one as ``Inbox(..., hooks=...)`` (the claim, t
 extension and :func:`sa_inbox.handle` use the inbox's), ``Worker(..., hooks=...)`` and
 ``purge(..., hooks=...)``; combine several with :class:`MultiHooks`.
 
+The broker adapters report each dead letter (:meth:`InboxHooks.dead_lettered`), from the
+one place every adapter settles through (:func:`sa_inbox.brokers.process`), with the inbox's
+hooks.
+
 A hook must not raise: it runs inside the caller's transaction (an exception would roll the
 business change back). The implementations here never do.
 
@@ -44,6 +48,10 @@ EVENTS = {
     "inbox.configuration.error": "a configuration error: neither acked nor nacked",
     "inbox.purge.done": "a purge finished (rows deleted, seconds)",
     "inbox.purge.retry": "a purge batch rolled back by a transient error (e.g. Galera 1213) reruns",
+    "inbox.delivery.dead_lettered": (
+        "a broker delivery went to the dead-letter queue / stream, unprocessed (reason in "
+        'extra["reason"]: a DeadLetterReason value)'
+    ),
 }
 
 #: Span names of :meth:`InboxHooks.span`: ``inbox.process`` (one delivery, the parent),
@@ -79,6 +87,15 @@ class InboxHooks(Protocol):
     def purged(self, table: str, *, rows: int, seconds: float) -> None:
         """A purge of ``table`` deleted ``rows`` rows in ``seconds`` seconds."""
 
+    def dead_lettered(self, consumer_name: str, reason: str) -> None:
+        """A broker delivery was dead-lettered: the adapter published it to the dead-letter
+        queue / stream (or rejected it to the broker's) and settled it, unprocessed.
+
+        :param consumer_name: the consumer.
+        :param reason: why, a :class:`~sa_inbox.brokers.DeadLetterReason` value
+            (``missing_message_id``, ``invalid_message_id``, ``delivery_limit``).
+        """
+
     def span(
         self,
         name: SpanName,
@@ -112,6 +129,9 @@ class NoopHooks:
         return None
 
     def purged(self, table: str, *, rows: int, seconds: float) -> None:
+        return None
+
+    def dead_lettered(self, consumer_name: str, reason: str) -> None:
         return None
 
     def span(
@@ -160,6 +180,10 @@ class MultiHooks:
     def purged(self, table: str, *, rows: int, seconds: float) -> None:
         for hook in self.hooks:
             hook.purged(table, rows=rows, seconds=seconds)
+
+    def dead_lettered(self, consumer_name: str, reason: str) -> None:
+        for hook in self.hooks:
+            hook.dead_lettered(consumer_name, reason)
 
     def span(
         self,

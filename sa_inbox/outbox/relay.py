@@ -61,6 +61,7 @@ from sqlalchemy.engine import Connection
 from ..checks import require
 from ..dialects import backend_for
 from ..dialects.store_claim import CandidateQuery, StoreClaimDialect, update_claimed
+from ..pool_guard import released_clean
 from ..store.replay import ReplayFilter, ReplayRules
 from ..store.schema import utc_now
 from ..store.worker import Backoff
@@ -393,7 +394,7 @@ class RelayCore:
             if not self._checked:
                 dialect.check_backend(conn)
                 self._checked = True
-            with dialect.begin(conn):
+            with dialect.begin(conn), released_clean(lambda: (conn,)):
                 yield conn, dialect
 
 

@@ -52,6 +52,7 @@ from ..exc import ClaimLost, ConfigurationError, InvalidStoreArgument
 from ..guard import owned_transaction
 from ..handlers import call_handler
 from ..hooks import NOOP, InboxHooks
+from ..pool_guard import released_clean
 from ..runner import is_transient, new_session
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
 from ..validation import positive_int, positive_seconds, validate_key
@@ -947,6 +948,7 @@ class InboxStore:
             backend_for(engine.dialect.name).claim.translate_configuration_errors(),
             engine.connect() as conn,
             dialect.begin(conn),
+            released_clean(lambda: (conn,)),
         ):
             yield conn, dialect
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sa_inbox import Inbox, InboxStore, Incoming, InvalidTable
 from sa_inbox.collision import collisions_table, payload_hash
 from sa_inbox.outbox import Outbox
-from sa_inbox.stats import WARNING_CODES, collect, warnings
+from sa_inbox.stats import WARNING_CODES, ConsumerRename, collect, warnings
 
 pytestmark = pytest.mark.backend
 
@@ -325,3 +325,31 @@ def test_the_outbox_section_and_its_warnings(engine_: sa.Engine, url: str) -> No
         assert code == 0 and "table nosuch_outbox does not exist" in text, text
     finally:
         tables.metadata.drop_all(engine_)
+
+
+def test_a_renamed_consumer_is_reported(engine_: sa.Engine, url: str) -> None:
+    """``billing`` stopped claiming and ``billing-v2`` started claiming ids ``billing`` had
+    claimed (redeliveries applied a second time): warning 19, in-process and from the CLI. A
+    fan-out consumer claiming the same ids alongside (``audit``, still active when
+    ``billing`` stopped) is not one."""
+    case = Tables(engine_, "_renamed")
+    case.reset()
+    t = case.inbox.table
+    now = datetime.datetime.now(datetime.UTC)
+    before, after = now - datetime.timedelta(hours=3), now - datetime.timedelta(hours=1)
+    with engine_.begin() as conn:
+        conn.execute(t.update().values(received_at=before))  # billing and audit, side by side
+        conn.execute(t.insert(), [
+            {"message_id": mid, "consumer_name": "billing-v2", "received_at": after}
+            for mid in ("m-1", "m-2", "m-9")
+        ])  # fmt: skip
+    try:
+        sample = collect(engine_, inbox_table=case.names[0], store_table=case.names[1])
+        assert sample.renames == [ConsumerRename("billing", "billing-v2", 2)]
+        found = warnings(sample, retention=None)
+        assert [w.code for w in found] == [WARNING_CODES["renamed-consumer"]]
+        assert "billing-v2" in found[0].text and "op.rename_inbox_consumer" in found[0].text
+        code, text = finish(stats(url, "--check", names=case.names))
+        assert code == WARNING_CODES["renamed-consumer"] == 19, text
+    finally:
+        case.metadata.drop_all(engine_)

@@ -11,11 +11,29 @@ from types import ModuleType
 
 import sa_inbox
 import sa_inbox.asyncio
+import sa_inbox.brokers
+import sa_inbox.brokers.celery
+import sa_inbox.brokers.dead_letters
+import sa_inbox.brokers.faststream
+import sa_inbox.brokers.nats
+import sa_inbox.brokers.rabbitmq
+import sa_inbox.brokers.redis
 import sa_inbox.outbox
 from tests.backends.misuse.cases import ENTRY_POINTS
 
 #: The public modules whose ``__all__`` holds the entry points.
-MODULES: tuple[ModuleType, ...] = (sa_inbox, sa_inbox.asyncio, sa_inbox.outbox)
+MODULES: tuple[ModuleType, ...] = (
+    sa_inbox,
+    sa_inbox.asyncio,
+    sa_inbox.outbox,
+    sa_inbox.brokers,
+    sa_inbox.brokers.rabbitmq,
+    sa_inbox.brokers.redis,
+    sa_inbox.brokers.nats,
+    sa_inbox.brokers.faststream,
+    sa_inbox.brokers.celery,
+    sa_inbox.brokers.dead_letters,
+)
 
 #: Entry points that take no sa-inbox, SQLAlchemy or broker object: nothing to mix up.
 TAKES_NO_OBJECT = {
@@ -56,6 +74,84 @@ TAKES_NO_OBJECT = {
     "sa_inbox.payload_hash": "a payload",
     "sa_inbox.outbox.uuid7": "a time",
     "sa_inbox.asyncio.AsyncHandler": "a type alias",
+    # the broker adapters: what is not a consumer takes a broker's message, channel or
+    # client, or values; the consumers' objects are checked when they are made
+    "Delivery()": "a delivery's values",
+    "Settlement()": "a settlement's values",
+    "Settler()": "a Protocol: process() is given the adapter's settler",
+    "Settler.ack": "a Protocol method",
+    "Settler.retry": "a Protocol method",
+    "Settler.dead_letter": "a Protocol method",
+    "StopFlag()": "a Protocol",
+    "StopFlag.is_set": "a Protocol method",
+    "StreamSettings()": "values, validated by StreamSettings",
+    "BlockingConsumer.stop": "nothing",
+    "AsyncConsumer.stop": "nothing",
+    "RedisStreamConsumer.poll": "a flag; the consumer's objects were checked when it was made",
+    "RedisStreamConsumer.ensure_group": "the consumer's own client",
+    "AsyncRedisStreamConsumer.poll": "a flag; the consumer's objects were checked when made",
+    "AsyncRedisStreamConsumer.ensure_group": "the consumer's own client",
+    **{
+        f"{settler}{member}": "a broker message and channel, settled as the consumer decides"
+        for settler in ("PikaSettler", "AioPikaSettler", "JetStreamSettler")
+        for member in ("()", ".ack", ".retry", ".give_back", ".dead_letter")
+    },
+    **{
+        f"{publisher}{member}": "a broker URL or client; the relays check the publisher"
+        for publisher, members in (
+            ("RabbitMQPublisher", ("()", ".connect", ".publish", ".close", ".is_unavailable")),
+            (
+                "AioPikaPublisher",
+                ("()", ".connect", ".publish", ".publish_many", ".close", ".is_unavailable"),
+            ),
+            ("RedisStreamPublisher", ("()", ".fields", ".publish", ".close", ".is_unavailable")),
+            ("JetStreamPublisher", ("()", ".headers", ".publish", ".close", ".is_unavailable")),
+            ("BlockingJetStreamPublisher", ("()", ".publish", ".close", ".is_unavailable")),
+            ("ConnectingJetStreamPublisher", ("()", ".publish", ".close", ".is_unavailable")),
+        )
+        for member in members
+    },
+    # the dead letters: a broker URL, a name and values, each checked before connecting
+    # (tests/unit/test_dead_letter_arguments.py)
+    **{
+        name: "a broker URL and values, checked before connecting"
+        for name in (
+            "sa_inbox.brokers.dead_letters.count",
+            "sa_inbox.brokers.dead_letters.peek",
+            "sa_inbox.brokers.dead_letters.replay",
+            "sa_inbox.brokers.dead_letters.sample",
+            "DeadLetterTarget()",
+            "DeadLetterTarget.of",
+            "DeadLetterTarget.parse",
+        )
+    },
+    "DeadLetter()": "a dead letter's values, as a reader found them",
+    "DeadLetter.as_dict": "nothing",
+    "ReplayResult()": "a replay's counts",
+    "ReplayResult.as_dict": "nothing",
+    **{
+        f"sa_inbox.brokers.{name}": "a broker message's, channel's or consumer's values"
+        for name in (
+            "rabbitmq.aio_pika_delivery",
+            "rabbitmq.pika_delivery",
+            "rabbitmq.to_delivery",
+            "rabbitmq.producer_key",
+            "rabbitmq.delivery_count",
+            "rabbitmq.dead_letter_queue_name",
+            "rabbitmq.queue_arguments",
+            "rabbitmq.declare_queue",
+            "rabbitmq.declare_queue_async",
+            "redis.to_delivery",
+            "nats.to_delivery",
+            "nats.dead_letter_headers",
+            "nats.consumer_config",
+            "nats.ensure_consumer",
+            "nats.backoff",
+            "nats.RetryDelay",
+            "faststream.delivery_of",
+            "celery.delivery_of",
+        )
+    },
 }
 
 

@@ -34,11 +34,13 @@ with optional_dependencies(__name__, "nats", "nats"):
     from .consumer import DEFAULT_BATCH as DEFAULT_BATCH
     from .consumer import DEFAULT_FETCH_TIMEOUT as DEFAULT_FETCH_TIMEOUT
     from .consumer import StopFlag as StopFlag
+    from .consumer import check as check
     from .consumer import consume as consume
     from .consumer import consumer_config as consumer_config
     from .consumer import ensure_consumer as ensure_consumer
     from .delivery import DEAD_LETTER_DETAIL as DEAD_LETTER_DETAIL
     from .delivery import DEAD_LETTER_MESSAGE_ID as DEAD_LETTER_MESSAGE_ID
+    from .delivery import DEAD_LETTER_NATS_MSG_ID as DEAD_LETTER_NATS_MSG_ID
     from .delivery import DEAD_LETTER_REASON as DEAD_LETTER_REASON
     from .delivery import DEAD_LETTER_SEQUENCE as DEAD_LETTER_SEQUENCE
     from .delivery import DEAD_LETTER_STREAM as DEAD_LETTER_STREAM
@@ -60,6 +62,7 @@ with optional_dependencies(__name__, "nats", "nats"):
 __all__ = [
     "DEAD_LETTER_DETAIL",
     "DEAD_LETTER_MESSAGE_ID",
+    "DEAD_LETTER_NATS_MSG_ID",
     "DEAD_LETTER_REASON",
     "DEAD_LETTER_SEQUENCE",
     "DEAD_LETTER_STREAM",
@@ -77,6 +80,7 @@ __all__ = [
     "RetryDelay",
     "StopFlag",
     "backoff",
+    "check",
     "consume",
     "consumer_config",
     "dead_letter_headers",

@@ -18,9 +18,19 @@ from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from ...claim import Inbox
-from ...exc import ConfigurationError
+from ...exc import ConfigurationError, MissingKeyHeader
 from ..delivery import Delivery, Settlement
+from ..keys import (
+    DEFAULT_MAX_KEYLESS,
+    KeylessStreak,
+    check_key_name,
+    check_max_keyless,
+    flush_async,
+    give_back_async,
+    offer_async,
+)
 from ..process import DEFAULT_MAX_DELIVERIES, process_async
+from ..startup import check_consumer
 from .delivery import DEFAULT_KEY_HEADER, to_delivery
 from .settler import DEFAULT_ACK_TIMEOUT, JetStreamSettler, RetryDelay, backoff
 
@@ -32,6 +42,7 @@ __all__ = [
     "DEFAULT_BATCH",
     "DEFAULT_FETCH_TIMEOUT",
     "StopFlag",
+    "check",
     "consume",
     "consumer_config",
     "ensure_consumer",
@@ -124,13 +135,14 @@ async def consume(
     durable: str,
     *,
     session_factory: Callable[[], AsyncSession],
-    inbox: Inbox,
+    inbox: Inbox | Any,
     handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
     dead_letter_subject: str,
     consumer_name: str | None = None,
     filter_subject: str | None = None,
     key_header: str = DEFAULT_KEY_HEADER,
     max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+    max_keyless: int | None = DEFAULT_MAX_KEYLESS,
     ack_wait: float = DEFAULT_ACK_WAIT,
     retry_delay: RetryDelay | None = None,
     batch: int = DEFAULT_BATCH,
@@ -141,6 +153,9 @@ async def consume(
 ) -> int:
     """Consume ``stream`` through the durable pull consumer ``durable`` until ``stop`` is set.
 
+    First the objects are checked (before any request or SQL) and :func:`check` is awaited
+    (the inbox table exists, the session factory makes AsyncSessions, the engine is not
+    autocommit, the handler fits), so a consumer set up wrongly fails before it consumes.
     Each message is fetched (``fetch(batch, timeout=fetch_timeout)``), mapped by
     :func:`~sa_inbox.brokers.nats.delivery.to_delivery` (the key from ``key_header``), and
     run through :func:`~sa_inbox.brokers.process_async` with a
@@ -167,7 +182,7 @@ async def consume(
     :param durable: the durable pull consumer's name: made by :func:`ensure_consumer` with
         :func:`consumer_config` if missing; every process of this consumer uses the same one.
     :param session_factory: an ``async_sessionmaker``.
-    :param inbox: the inbox to claim in.
+    :param inbox: the :class:`~sa_inbox.Inbox` (or its AsyncInbox) to claim in.
     :param handler: ``async def handler(session, delivery)``, the business change; must not
         commit.
     :param dead_letter_subject: where dead letters are published: a subject of another
@@ -176,8 +191,13 @@ async def consume(
         to ``durable``.
     :param filter_subject: the consumer's filter subject when it is created.
     :param key_header: the header holding the producer's dedup key (default
-        ``Nats-Msg-Id``).
+        ``Nats-Msg-Id``); an empty name is refused.
     :param max_deliveries: deliveries allowed per message (``num_delivered``), >= 1.
+    :param max_keyless: consecutive messages without ``key_header`` after which they are all
+        given back (``-NAK`` without delay, nothing dead-lettered; JetStream counts each in
+        ``num_delivered``) and :class:`~sa_inbox.MissingKeyHeader` is raised: a misspelled
+        ``key_header``. Fewer, followed by a keyed message or by an empty fetch, are the
+        producer's: dead-lettered ``missing_message_id``. None: each at once.
     :param ack_wait: seconds, the visibility timeout, when the consumer is created.
     :param retry_delay: seconds before a failed delivery comes back, from its delivery
         count; default :func:`~sa_inbox.brokers.nats.settler.backoff` ``()`` (1 s doubling
@@ -189,20 +209,37 @@ async def consume(
         cancelled.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
     :returns: the number of messages settled.
-    :raises ConfigurationError: from :func:`ensure_consumer`, or the first message whose
-        handling raised one (that message is left unsettled; see
-        :func:`~sa_inbox.brokers.process_async`).
+    :raises ConfigurationError: before any request, for objects of the wrong kind or half
+        (:func:`sa_inbox.brokers.startup.check_consumer`), an empty ``key_header``
+        (:class:`~sa_inbox.InvalidKeySetting`) and :func:`check`'s findings; from
+        :func:`ensure_consumer`; the first message whose handling raised one (that message
+        is left unsettled; see :func:`~sa_inbox.brokers.process_async`);
+        :class:`~sa_inbox.MissingKeyHeader` (see ``max_keyless``).
     :raises nats.js.errors.NotFoundError: if ``stream`` does not exist.
     :raises nats.errors.ConnectionClosedError: if the connection closes.
     """
+    entry = "sa_inbox.brokers.nats.consume()"
+    readiness = check_consumer(
+        entry,
+        session_factory=session_factory,
+        inbox=inbox,
+        handler=handler,
+        consumer_name=consumer_name or durable,
+        max_deliveries=max_deliveries,
+        asynchronous=True,
+    )
+    streak = KeylessStreak(
+        check_key_name(key_header, "key_header", entry=entry),
+        check_max_keyless(max_keyless, entry=entry),
+    )
+    await readiness.check_async()
     config = consumer_config(durable, filter_subject=filter_subject, ack_wait=ack_wait)
     await ensure_consumer(js, stream, config)
     subscription = await js.pull_subscribe_bind(durable=durable, stream=stream)
     delay = retry_delay or backoff()
 
-    async def settle(msg: Msg) -> None:
-        delivery = to_delivery(msg, key_header=key_header)
-        settler = JetStreamSettler(
+    def settler_of(msg: Msg, delivery: Delivery) -> JetStreamSettler:
+        return JetStreamSettler(
             msg,
             delivery,
             js=js,
@@ -210,26 +247,76 @@ async def consume(
             retry_delay=delay,
             ack_timeout=ack_timeout,
         )
-        await process_async(
-            delivery,
-            settler,
-            session_factory=session_factory,
-            inbox=inbox,
-            consumer_name=consumer_name or durable,
-            handler=handler,
-            max_deliveries=max_deliveries,
-            on_settled=on_settled,
-        )
+
+    async def settle(delivery: Delivery, settler: JetStreamSettler) -> int:
+        """1 if settled; 0 if the broker refused a settlement (it comes back after
+        ``ack_wait``: a committed message as a duplicate). Configuration errors propagate."""
+        try:
+            await process_async(
+                delivery,
+                settler,
+                session_factory=session_factory,
+                inbox=readiness.inbox,
+                consumer_name=consumer_name or durable,
+                handler=handler,
+                max_deliveries=max_deliveries,
+                on_settled=on_settled,
+            )
+        except nats.errors.Error as exc:
+            logger.warning(
+                "JetStream message %s left unsettled (%s); redelivered after ack_wait",
+                settler.msg.reply,
+                exc,
+                extra={"action": "unsettled"},
+            )
+            return 0
+        return 1
 
     settled = 0
     try:
         while stop is None or not stop.is_set():
-            for msg in await _fetch(subscription, batch, fetch_timeout):
-                settled += await _settle_one(settle, msg)
+            msgs = await _fetch(subscription, batch, fetch_timeout)
+            if not msgs:
+                settled += sum(await flush_async(streak, settle))
+            for n, msg in enumerate(msgs):
+                delivery = to_delivery(msg, key_header=key_header)
+                try:
+                    settled += sum(
+                        await offer_async(streak, delivery, settler_of(msg, delivery), settle)
+                    )
+                except MissingKeyHeader:
+                    for rest in msgs[n + 1 :]:
+                        await rest.nak()
+                    raise
+        await give_back_async(streak)  # a stop decides nothing about them
     finally:
         with contextlib.suppress(nats.errors.Error):  # a closed connection: nothing to undo
             await subscription.unsubscribe()
     return settled
+
+
+async def check(
+    *,
+    session_factory: Callable[[], AsyncSession],
+    inbox: Inbox | Any,
+    handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
+) -> None:
+    """The readiness check :func:`consume` runs before it fetches, for a health endpoint:
+    the objects (as :func:`consume` checks them), the inbox table exists, the session
+    factory makes AsyncSessions, the engine is not autocommit. Returns None or raises.
+
+    :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`.
+    """
+    readiness = check_consumer(
+        "sa_inbox.brokers.nats.check()",
+        session_factory=session_factory,
+        inbox=inbox,
+        handler=handler,
+        consumer_name=None,
+        max_deliveries=DEFAULT_MAX_DELIVERIES,
+        asynchronous=True,
+    )
+    await readiness.check_async()
 
 
 async def _fetch(
@@ -244,19 +331,3 @@ async def _fetch(
         return await subscription.fetch(batch, timeout=timeout)
     except TimeoutError:
         return []
-
-
-async def _settle_one(settle: Callable[[Msg], Awaitable[None]], msg: Msg) -> int:
-    """1 if ``msg`` was settled; 0 if the broker refused a settlement (it comes back after
-    ``ack_wait``: a committed message as a duplicate). Configuration errors propagate."""
-    try:
-        await settle(msg)
-    except nats.errors.Error as exc:
-        logger.warning(
-            "JetStream message %s left unsettled (%s); redelivered after ack_wait",
-            msg.reply,
-            exc,
-            extra={"action": "unsettled"},
-        )
-        return 0
-    return 1

@@ -98,6 +98,13 @@ class JetStreamSettler:
         """``-NAK`` with ``retry_delay(delivery_count)`` seconds of delay."""
         await self.msg.nak(delay=self._retry_delay(self.delivery.delivery_count))
 
+    async def give_back(self) -> None:
+        """``-NAK`` without delay: redelivered unprocessed (a run of keyless messages).
+        JetStream counts the redelivery in ``num_delivered`` like any other (it has no
+        uncounted return: "Consumers", "MaxDeliver"), so it costs one of the message's
+        ``max_deliveries``."""
+        await self.msg.nak()
+
     async def dead_letter(self, reason: DeadLetterReason, detail: str) -> None:
         """Publish the dead letter (awaiting its PubAck), then ``+TERM`` the original.
 

@@ -29,6 +29,7 @@ from other clients).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +38,9 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractQueueIterator
 
 from ...claim import Inbox
 from ..delivery import DeadLetterReason, Delivery
+from ..keys import DEFAULT_MAX_KEYLESS, flush_async, offer_async
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
-from .consumer import QueueConsumer
+from .consumer import DEFAULT_KEYLESS_WAIT, QueueConsumer
 from .message import (
     COPIED_PROPERTIES,
     DEFAULT_PREFETCH,
@@ -50,6 +52,9 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
 __all__ = ["AioPikaSettler", "AsyncConsumer", "aio_pika_delivery"]
+
+#: What :meth:`AsyncConsumer._next` returns when no message came in ``keyless_wait``.
+_IDLE = object()
 
 
 def aio_pika_delivery(message: AbstractIncomingMessage, key_header: str | None = None) -> Delivery:
@@ -102,6 +107,11 @@ class AioPikaSettler:
         """``basic.nack(requeue=True)``: redelivered, its ``x-delivery-count`` one more."""
         await self.message.nack(requeue=True)
 
+    async def give_back(self) -> None:
+        """Requeue it unprocessed: as :meth:`.blocking.PikaSettler.give_back`."""
+        if not self.channel.is_closed:
+            await self.retry()
+
     async def dead_letter(self, reason: DeadLetterReason, detail: str) -> None:
         """Publish to the dead-letter queue with the reason headers, confirmed, then ack.
 
@@ -138,9 +148,16 @@ class AsyncConsumer(QueueConsumer):
     :param session_factory: an ``async_sessionmaker``.
     :param handler: ``async def handler(session, delivery)`` (or a plain function); the
         business change, it must not commit.
-    :param max_deliveries, prefetch, key_header, dead_letter_queue, on_settled, inbox,
-        consumer_name: as for :class:`~.blocking.BlockingConsumer`.
+    :param inbox: the :class:`~sa_inbox.Inbox`, or its :class:`~sa_inbox.asyncio.AsyncInbox`.
+    :param max_deliveries, prefetch, key_header, max_keyless, keyless_wait,
+        dead_letter_queue, on_settled, consumer_name: as for
+        :class:`~.blocking.BlockingConsumer`.
     :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1.
+    :raises ConfigurationError: when it is made, as :class:`~.blocking.BlockingConsumer`
+        (here a ``sessionmaker`` is the other half's factory).
+
+    **Readiness.** :meth:`run` first awaits :meth:`check`; await it from a health endpoint
+    too.
     """
 
     def __init__(
@@ -149,12 +166,14 @@ class AsyncConsumer(QueueConsumer):
         queue: str,
         *,
         session_factory: Callable[[], AsyncSession],
-        inbox: Inbox,
+        inbox: Inbox | Any,
         consumer_name: str,
         handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
         max_deliveries: int = DEFAULT_MAX_DELIVERIES,
         prefetch: int = DEFAULT_PREFETCH,
         key_header: str | None = None,
+        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
+        keyless_wait: float = DEFAULT_KEYLESS_WAIT,
         dead_letter_queue: str | None = None,
         on_settled: OnSettled | None = None,
     ) -> None:
@@ -162,7 +181,10 @@ class AsyncConsumer(QueueConsumer):
             queue,
             prefetch=prefetch,
             key_header=key_header,
+            max_keyless=max_keyless,
+            keyless_wait=keyless_wait,
             dead_letter_queue=dead_letter_queue,
+            asynchronous=True,
             session_factory=session_factory,
             inbox=inbox,
             consumer_name=consumer_name,
@@ -173,30 +195,60 @@ class AsyncConsumer(QueueConsumer):
         self.url = url
         self._stop = asyncio.Event()
 
+    async def check(self) -> None:
+        """Check the consumer can process messages (the inbox table exists, the session
+        factory makes AsyncSessions, the engine is not autocommit, the handler fits);
+        returns None or raises.
+
+        :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`.
+        """
+        await self.readiness.check_async()
+
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Connect and consume until :meth:`stop` or ``stop`` is set (or the task is
-        cancelled); the delivery in hand is finished first, then the connection closes and
-        RabbitMQ requeues what was prefetched and not acked.
+        """Await :meth:`check`, then connect and consume until :meth:`stop` or ``stop`` is
+        set (or the task is cancelled); the delivery in hand is finished first, then the
+        connection closes and RabbitMQ requeues what was prefetched and not acked.
 
         :param stop: an extra event that stops the consumer when set.
-        :raises ConfigurationError: from :func:`~sa_inbox.brokers.process_async`, the
-            delivery left unacked.
+        :raises ConfigurationError: from :meth:`check`, before connecting; from
+            :func:`~sa_inbox.brokers.process_async`, the delivery left unacked;
+            :class:`~sa_inbox.MissingKeyHeader` (see ``max_keyless``).
         :raises aio_pika.exceptions.AMQPException: on connection / channel errors (e.g. the
             queue does not exist: ``ChannelNotFoundEntity``).
         """
+        await self.check()
         connection = await aio_pika.connect(self.url)
         async with connection:
             channel = await connection.channel(on_return_raises=True)
             await channel.set_qos(prefetch_count=self.prefetch)
             queue = await channel.get_queue(self.queue, ensure=True)
             async with queue.iterator() as messages:
+                # a run of keyless deliveries goes back with the channel (see BlockingConsumer)
+                self._streak.stop_deliveries = channel.close
                 while (message := await self._next(messages, stop)) is not None:
-                    settler = AioPikaSettler(
-                        message, channel, queue=self.queue, dead_letter_queue=self.dead_letter_queue
-                    )
-                    await process_async(
-                        aio_pika_delivery(message, self.key_header), settler, **self.process_options
-                    )
+                    if message is _IDLE:
+                        await flush_async(self._streak, self._process)
+                        continue
+                    assert isinstance(message, AbstractIncomingMessage)
+                    await self._offer(message, channel)
+                    while self.holds_every_slot:  # read on past the prefetch count
+                        got = await queue.get(no_ack=False, fail=False)
+                        if got is None:  # the queue is empty: the run is short
+                            await flush_async(self._streak, self._process)
+                            break
+                        await self._offer(got, channel)
+
+    async def _offer(
+        self, message: AbstractIncomingMessage, channel: aio_pika.abc.AbstractChannel
+    ) -> None:
+        settler = AioPikaSettler(
+            message, channel, queue=self.queue, dead_letter_queue=self.dead_letter_queue
+        )
+        delivery = aio_pika_delivery(message, self.key_header)
+        await offer_async(self._streak, delivery, settler, self._process)
+
+    async def _process(self, delivery: Delivery, settler: AioPikaSettler) -> None:
+        await process_async(delivery, settler, **self.process_options)
 
     def stop(self) -> None:
         """Stop after the current delivery (call on the consumer's event loop). A stopped
@@ -205,13 +257,15 @@ class AsyncConsumer(QueueConsumer):
 
     async def _next(
         self, messages: AbstractQueueIterator, stop: asyncio.Event | None
-    ) -> AbstractIncomingMessage | None:
-        """The next message, or None once a stop event is set."""
+    ) -> AbstractIncomingMessage | object | None:
+        """The next message, None once a stop event is set, or :data:`_IDLE` when keyless
+        deliveries are held and none came for ``keyless_wait`` seconds."""
         events = [self._stop, *([stop] if stop is not None else [])]
         waits = [asyncio.ensure_future(event.wait()) for event in events]
         get = asyncio.ensure_future(messages.__anext__())
+        timeout = self.keyless_wait if self._streak.held else None
         try:
-            await asyncio.wait([get, *waits], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([get, *waits], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
             get.cancel()
             raise
@@ -221,6 +275,12 @@ class AsyncConsumer(QueueConsumer):
         if any(event.is_set() for event in events):
             get.cancel()  # a message got meanwhile stays unacked: requeued on close
             return None
+        if not get.done():  # keyless_wait passed
+            get.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await get
+            if get.cancelled():
+                return _IDLE
         try:
             return get.result()
         except StopAsyncIteration:  # the iterator was closed

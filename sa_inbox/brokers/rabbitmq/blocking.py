@@ -30,8 +30,9 @@ from sqlalchemy.orm import Session
 
 from ...claim import Inbox
 from ..delivery import DeadLetterReason, Delivery
+from ..keys import DEFAULT_MAX_KEYLESS, flush, offer
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, process
-from .consumer import QueueConsumer
+from .consumer import DEFAULT_KEYLESS_WAIT, QueueConsumer
 from .message import DEFAULT_PREFETCH, dead_letter_properties, to_delivery
 
 __all__ = ["BlockingConsumer", "PikaSettler", "pika_delivery"]
@@ -109,6 +110,16 @@ class PikaSettler:
         """``basic.nack(requeue=True)``: redelivered, its ``x-delivery-count`` one more."""
         self.channel.basic_nack(self.method.delivery_tag, requeue=True)
 
+    def give_back(self) -> None:
+        """Requeue it unprocessed (a run of keyless deliveries): ``basic.nack(requeue=True)``,
+        or nothing once the channel is closed (RabbitMQ requeued every unacked delivery of
+        the channel then: "Consumer Acknowledgements and Publisher Confirms", "Automatic
+        Requeueing"). RabbitMQ 3.10's quorum queues count the return in
+        ``x-delivery-count`` like any other ("Quorum Queues", "Poison Message Handling"):
+        AMQP has no uncounted return."""
+        if self.channel.is_open:
+            self.retry()
+
     def dead_letter(self, reason: DeadLetterReason, detail: str) -> None:
         """Publish to the dead-letter queue with the reason headers, confirmed, then ack.
 
@@ -170,13 +181,33 @@ class BlockingConsumer(QueueConsumer):
     :param handler: ``handler(session, delivery)``, the business change; must not commit.
     :param max_deliveries: deliveries allowed before a failing message is dead-lettered.
     :param prefetch: ``basic.qos`` prefetch count: at most this many unacked deliveries in
-        this consumer at once (RabbitMQ docs, "Consumer Prefetch"), >= 1.
-    :param key_header: the header holding the producer's key (a string, UTF-8 bytes or an
-        int; a header of another type counts as no key); None (default): the AMQP
-        ``message_id`` property.
+        this consumer at once (RabbitMQ docs, "Consumer Prefetch"), >= 1; while a run of
+        keyless deliveries fills it, the consumer reads on with ``basic.get``.
+    :param key_header: the header holding the producer's key (a string or UTF-8 bytes; a
+        value of another type is dead-lettered ``invalid_message_id``); None (default): the
+        AMQP ``message_id`` property. An empty name is refused.
+    :param max_keyless: consecutive deliveries without the key (or with one that is no
+        text) after which :meth:`run` gives them all back (``basic.nack(requeue=True)``,
+        nothing dead-lettered) and raises :class:`~sa_inbox.MissingKeyHeader`: a misspelled
+        ``key_header``. Fewer, followed by a keyed delivery or by ``keyless_wait`` seconds
+        without one (or by an empty ``basic.get``), are the producer's: dead-lettered
+        ``missing_message_id``. The run is held unacked. None: each keyless delivery is
+        dead-lettered at once.
+    :param keyless_wait: seconds, > 0 (see ``max_keyless``).
     :param dead_letter_queue: default :func:`~.message.dead_letter_queue_name`.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
     :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1.
+    :raises ConfigurationError: when it is made, for what it cannot use, before connecting:
+        a session factory of the asyncio half or ``Session.begin``
+        (:class:`~sa_inbox.InvalidSessionFactory`), an :class:`~sa_inbox.asyncio.AsyncInbox`
+        (:class:`~sa_inbox.SyncAsyncMismatch`), a handler that cannot take
+        ``(session, delivery)`` (:class:`~sa_inbox.InvalidHandler`), an empty
+        ``key_header`` (:class:`~sa_inbox.InvalidKeySetting`).
+
+    **Readiness.** :meth:`run` first runs :meth:`check` (the inbox table exists, the
+    session factory makes Sessions, the engine is not autocommit, the handler fits), so a
+    consumer set up wrongly fails before it consumes; call :meth:`check` from a health
+    endpoint too.
     """
 
     def __init__(
@@ -191,6 +222,8 @@ class BlockingConsumer(QueueConsumer):
         max_deliveries: int = DEFAULT_MAX_DELIVERIES,
         prefetch: int = DEFAULT_PREFETCH,
         key_header: str | None = None,
+        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
+        keyless_wait: float = DEFAULT_KEYLESS_WAIT,
         dead_letter_queue: str | None = None,
         on_settled: OnSettled | None = None,
     ) -> None:
@@ -198,7 +231,10 @@ class BlockingConsumer(QueueConsumer):
             queue,
             prefetch=prefetch,
             key_header=key_header,
+            max_keyless=max_keyless,
+            keyless_wait=keyless_wait,
             dead_letter_queue=dead_letter_queue,
+            asynchronous=False,
             session_factory=session_factory,
             inbox=inbox,
             consumer_name=consumer_name,
@@ -212,21 +248,39 @@ class BlockingConsumer(QueueConsumer):
         self._stop = threading.Event()
         self._connection: Any = None
         self._channel: Any = None
+        self._keyless_timer: Any = None
+
+    def check(self) -> None:
+        """Check the consumer can process messages (see the class's docstring); returns
+        None or raises. Sends one query per table through the session factory.
+
+        :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready`.
+        """
+        self.readiness.check()
 
     def run(self) -> None:
-        """Connect and consume until :meth:`stop`; then close (unacked deliveries return).
+        """:meth:`check`, then connect and consume until :meth:`stop`; then close (unacked
+        deliveries return).
 
-        :raises ConfigurationError: from :func:`~sa_inbox.brokers.process` (e.g. the inbox
-            table is missing): the delivery is left unacked and the connection closed.
+        :raises ConfigurationError: from :meth:`check`, before connecting; from
+            :func:`~sa_inbox.brokers.process` (the delivery is left unacked and the
+            connection closed); :class:`~sa_inbox.MissingKeyHeader` (see ``max_keyless``).
         :raises pika.exceptions.AMQPError: on connection / channel errors (e.g. the queue
             does not exist: ``ChannelClosedByBroker`` 404).
         """
+        self.check()
         self._connection = pika.BlockingConnection(self.parameters)
         try:
             channel = self._channel = self._connection.channel()
             channel.confirm_delivery()
             channel.basic_qos(prefetch_count=self.prefetch)
             channel.basic_consume(self.queue, self._on_message)
+            # a run of keyless deliveries goes back with the channel: closing it requeues
+            # every unacked delivery once (a nack first would let RabbitMQ deliver them to
+            # this consumer again: counted twice). What pika received and had not
+            # dispatched yet goes back through its basic.cancel, which rejects it before
+            # the cancel completes: RabbitMQ may deliver it once more in between.
+            self._streak.stop_deliveries = channel.close
             if not self._stop.is_set():
                 channel.start_consuming()
         finally:
@@ -246,6 +300,18 @@ class BlockingConsumer(QueueConsumer):
             connection.add_callback_threadsafe(channel.stop_consuming)  # closed: returning
 
     def _on_message(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        self._cancel_keyless_timer()
+        self._offer(channel, method, properties, body)
+        while self.holds_every_slot:  # read on past the prefetch count
+            method, properties, body = channel.basic_get(self.queue)
+            if method is None:  # the queue is empty: the run is short
+                flush(self._streak, self._process)
+                break
+            self._offer(channel, method, properties, body)
+        if self._streak.held:
+            self._keyless_timer = self._connection.call_later(self.keyless_wait, self._flush)
+
+    def _offer(self, channel: Any, method: Any, properties: Any, body: bytes) -> None:
         delivery = pika_delivery(method, properties, body, self.key_header)
         settler = PikaSettler(
             channel,
@@ -255,4 +321,17 @@ class BlockingConsumer(QueueConsumer):
             queue=self.queue,
             dead_letter_queue=self.dead_letter_queue,
         )
+        offer(self._streak, delivery, settler, self._process)
+
+    def _process(self, delivery: Delivery, settler: PikaSettler) -> None:
         process(delivery, settler, **self.process_options)
+
+    def _flush(self) -> None:
+        """No delivery for ``keyless_wait``: the held keyless ones are a short run."""
+        self._keyless_timer = None
+        flush(self._streak, self._process)
+
+    def _cancel_keyless_timer(self) -> None:
+        if self._keyless_timer is not None:
+            self._connection.remove_timeout(self._keyless_timer)
+            self._keyless_timer = None

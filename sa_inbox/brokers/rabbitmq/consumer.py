@@ -1,13 +1,21 @@
-"""What the pika and aio-pika consumers share: their queue settings, checked once, and the
-arguments they pass to :func:`~sa_inbox.brokers.process` / ``process_async``."""
+"""What the pika and aio-pika consumers share: their settings, checked once when the
+consumer is made, the arguments they pass to :func:`~sa_inbox.brokers.process` /
+``process_async``, and the run of keyless deliveries they hold."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .message import check_prefetch, dead_letter_queue_name
+from ...validation import positive_seconds
+from ..keys import KeylessStreak, check_key_name, check_max_keyless
+from ..startup import check_consumer
+from .message import InvalidConsumerArgument, check_prefetch, dead_letter_queue_name
 
-__all__ = ["QueueConsumer"]
+__all__ = ["DEFAULT_KEYLESS_WAIT", "QueueConsumer"]
+
+#: Seconds a consumer holding keyless deliveries waits for the next delivery before it
+#: dead-letters them as a short run (see :mod:`sa_inbox.brokers.keys`).
+DEFAULT_KEYLESS_WAIT = 1.0
 
 
 class QueueConsumer:
@@ -16,9 +24,17 @@ class QueueConsumer:
     :param queue: the queue to consume.
     :param prefetch: ``basic.qos`` prefetch count, >= 1.
     :param key_header: the header with the producer's key, or None for ``message_id``.
+    :param max_keyless: consecutive keyless deliveries that stop the consumer, or None.
+    :param keyless_wait: seconds without a delivery after which held keyless deliveries are
+        dead-lettered.
     :param dead_letter_queue: the dead-letter queue, or None for the default name.
+    :param asynchronous: True for the aio-pika consumer.
     :param process: the keyword arguments of ``process()`` besides the delivery and settler.
-    :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1.
+    :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1, or
+        ``keyless_wait`` not a number of seconds > 0.
+    :raises InvalidKeySetting: for an empty ``key_header`` or a bad ``max_keyless``.
+    :raises ConfigurationError: for objects the consumer cannot use
+        (:func:`~sa_inbox.brokers.startup.check_consumer`).
     """
 
     def __init__(
@@ -27,11 +43,38 @@ class QueueConsumer:
         *,
         prefetch: int,
         key_header: str | None,
+        max_keyless: int | None,
+        keyless_wait: float,
         dead_letter_queue: str | None,
+        asynchronous: bool,
         **process: Any,
     ) -> None:
+        entry = f"{type(self).__name__}()"
+        self.readiness = check_consumer(
+            entry,
+            session_factory=process["session_factory"],
+            inbox=process["inbox"],
+            handler=process["handler"],
+            consumer_name=process["consumer_name"],
+            max_deliveries=process["max_deliveries"],
+            asynchronous=asynchronous,
+        )
         self.queue = queue
         self.prefetch = check_prefetch(prefetch)
-        self.key_header = key_header
+        self.key_header = (
+            None if key_header is None else check_key_name(key_header, "key_header", entry=entry)
+        )
+        self.max_keyless = check_max_keyless(max_keyless, entry=entry)
+        self.keyless_wait = positive_seconds(keyless_wait, "keyless_wait", InvalidConsumerArgument)
         self.dead_letter_queue = dead_letter_queue or dead_letter_queue_name(queue)
-        self.process_options = process
+        self.process_options = {**process, "inbox": self.readiness.inbox}
+        self._streak = KeylessStreak(key_header or "message_id", self.max_keyless)
+
+    @property
+    def holds_every_slot(self) -> bool:
+        """Whether the held keyless deliveries fill the prefetch count: RabbitMQ sends this
+        consumer nothing more until one is settled ("Consumer Prefetch"), so the consumer
+        reads on with ``basic.get``, which the prefetch count does not limit (AMQP 0-9-1:
+        ``basic.qos`` limits the deliveries of ``basic.consume``)."""
+        held = len(self._streak.held)
+        return held > 0 and held >= self.prefetch and not self._streak.full

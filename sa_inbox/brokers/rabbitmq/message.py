@@ -35,6 +35,7 @@ from typing import Any
 from ...exc import InboxError
 from ...validation import positive_int
 from ..delivery import DeadLetterReason, Delivery
+from ..keys import read_key
 
 __all__ = [
     "COPIED_PROPERTIES",
@@ -105,19 +106,21 @@ def producer_key(
     :param message_id: the AMQP ``message_id`` property (None or ``""`` when unset).
     :param headers: the message's headers.
     :param key_header: the header holding the key, or None for the ``message_id`` property.
-    :returns: the key as ``str`` (a ``bytes`` header decoded as UTF-8, an ``int`` header in
-        decimal), or None when the message carries none (it is then dead-lettered with
-        ``MISSING_MESSAGE_ID``). An unset ``message_id`` and an empty one are both "none":
-        AMQP short strings cannot tell them apart.
+    :returns: the key as ``str`` (a ``bytes`` header decoded as UTF-8), or None when the
+        message carries none, or a value that is no text (an ``int``, a ``float``...: see
+        :func:`sa_inbox.brokers.keys.read_key`; :func:`to_delivery` says why). An unset
+        ``message_id`` and an empty one are both "none": AMQP short strings cannot tell
+        them apart.
     """
+    return _read_key(message_id, headers, key_header)[0]
+
+
+def _read_key(
+    message_id: str | None, headers: Mapping[str, Any] | None, key_header: str | None
+) -> tuple[str | None, str | None]:
     if key_header is None:
-        return message_id or None
-    value = (headers or {}).get(key_header)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return value if isinstance(value, str) else None
+        return message_id or None, None
+    return read_key((headers or {}).get(key_header))
 
 
 def to_delivery(
@@ -136,14 +139,17 @@ def to_delivery(
     :param body: the body.
     :param redelivered: the ``redelivered`` flag.
     :param delivery_tag: the channel's delivery tag (``broker_ref`` only).
-    :param key_header: see :func:`producer_key`.
+    :param key_header: see :func:`producer_key`; a header value that is no text gives a
+        delivery without a key and with its :attr:`~sa_inbox.brokers.Delivery.key_error`.
     """
+    key, key_error = _read_key(message_id, headers, key_header)
     return Delivery(
-        message_id=producer_key(message_id, headers, key_header),
+        message_id=key,
         body=body,
         delivery_count=delivery_count(headers, redelivered),
         headers=dict(headers or {}),
         broker_ref=f"delivery tag {delivery_tag}",
+        key_error=key_error,
     )
 
 
@@ -173,7 +179,8 @@ def dead_letter_properties(
 
 
 class InvalidConsumerArgument(InboxError, ValueError):
-    """A RabbitMQ consumer's setting was rejected before connecting (``prefetch``)."""
+    """A RabbitMQ consumer's setting was rejected before connecting (``prefetch``,
+    ``keyless_wait``)."""
 
 
 def check_prefetch(prefetch: int) -> int:

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio
 from redis.exceptions import ResponseError
 
-from ..delivery import Settlement
+from ...exc import MissingKeyHeader
+from ..delivery import Delivery, Settlement
+from ..keys import flush_async, give_back_async, offer_async
 from ..process import process_async
-from .core import Batch, Call, ConsumerBase, Entry, Step, T
+from .core import Batch, Call, ConsumerBase, RedisSettler, Step, T
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession  # noqa: F401 (in the base class, quoted)
@@ -27,6 +29,8 @@ class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, "AsyncSession"]
     Entries of a batch are settled one after another.
     """
 
+    asynchronous = True
+
     def _stop_event(self) -> asyncio.Event:
         return asyncio.Event()
 
@@ -38,6 +42,14 @@ class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, "AsyncSession"]
         await drive_async(self._core.ensure_group(), self.client)
         self._group_ready = True
 
+    async def check(self) -> None:
+        """Check the consumer can process entries (as the sync consumer's ``check()``, on
+        AsyncSessions); returns None or raises.
+
+        :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`.
+        """
+        await self.readiness.check_async()
+
     async def poll(self, *, block: bool = True) -> list[Settlement]:
         """Read one batch and settle each entry: as the sync consumer's ``poll()``.
 
@@ -46,22 +58,37 @@ class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, "AsyncSession"]
         if not self._group_ready:
             await self.ensure_group()
         entries = await drive_async(self._core.next_batch(block=block), self.client)
-        return [await self._settle(entry) for entry in entries]
+        if not entries:
+            return await flush_async(self._streak, self._process)
+        run = partial(run_call_async, self.client)
+        settled: list[Settlement] = []
+        for n, entry in enumerate(entries):
+            try:
+                settled += await offer_async(
+                    self._streak, *self._delivery(entry, run), self._process
+                )
+            except MissingKeyHeader:
+                if entries[n + 1 :]:
+                    await run(self._give_back_calls(entries[n + 1 :]))
+                raise
+        return settled
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Poll until ``stop`` or :meth:`stop` is set, seen within ``block_timeout``; the
-        batch in hand is settled first, then the member leaves the group if nothing is
-        pending to it (see the sync consumer's ``run()``).
+        """Await :meth:`check`, then poll until ``stop`` or :meth:`stop` is set, seen within
+        ``block_timeout``; the batch in hand is settled first, then the member leaves the
+        group if nothing is pending to it (see the sync consumer's ``run()``).
 
         :param stop: an event to stop on, besides :meth:`stop`.
-        :raises: as :meth:`poll`.
+        :raises: as :meth:`poll`, and :meth:`check`'s errors before any command.
         """
+        await self.check()
         while not self._stop.is_set() and not (stop is not None and stop.is_set()):
             await self.poll()
+        await give_back_async(self._streak)  # a stop decides nothing about them
         await drive_async(self._core.leave_group(), self.client)
 
-    async def _settle(self, entry: Entry) -> Settlement:
-        return await process_async(**self._delivery(entry, partial(run_call_async, self.client)))
+    async def _process(self, delivery: Delivery, settler: RedisSettler) -> Settlement:
+        return await process_async(delivery, settler, **self._process_kw)
 
 
 async def run_call_async(client: Any, call: Call | Batch) -> Any:

@@ -8,9 +8,11 @@ from functools import partial
 import redis
 from sqlalchemy.orm import Session
 
-from ..delivery import Settlement
+from ...exc import MissingKeyHeader
+from ..delivery import Delivery, Settlement
+from ..keys import flush, give_back, offer
 from ..process import process
-from .core import ConsumerBase, Entry, drive, run_call
+from .core import ConsumerBase, RedisSettler, drive, run_call
 
 __all__ = ["RedisStreamConsumer"]
 
@@ -40,33 +42,59 @@ class RedisStreamConsumer(ConsumerBase[redis.Redis, Session]):
         drive(self._core.ensure_group(), self.client)
         self._group_ready = True
 
+    def check(self) -> None:
+        """Check the consumer can process entries (see
+        :class:`~sa_inbox.brokers.redis.core.ConsumerBase`); returns None or raises.
+
+        :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready`.
+        """
+        self.readiness.check()
+
     def poll(self, *, block: bool = True) -> list[Settlement]:
-        """Read one batch (taken-over entries first, then new ones) and settle each entry.
+        """Read one batch (taken-over entries first, then new ones) and settle each entry;
+        keyless entries are held until a keyed one or an empty read settles them.
 
         :param block: wait up to ``block_timeout`` for new entries when none are ready.
         :returns: the settlements, in order (empty if nothing came).
         :raises ConfigurationError: from :func:`~sa_inbox.brokers.process`; this entry and
             the rest of the batch stay pending, taken over after the visibility timeout.
+        :raises MissingKeyHeader: at ``max_keyless`` keyless entries in a row; they and the
+            rest of the batch are given back.
         :raises redis.RedisError: on a connection or server error (entries not acked stay
             pending, and come back).
         """
         if not self._group_ready:
             self.ensure_group()
         entries = drive(self._core.next_batch(block=block), self.client)
-        return [self._settle(entry) for entry in entries]
+        if not entries:
+            return flush(self._streak, self._process)
+        run = partial(run_call, self.client)
+        settled: list[Settlement] = []
+        for n, entry in enumerate(entries):
+            try:
+                settled += offer(self._streak, *self._delivery(entry, run), self._process)
+            except MissingKeyHeader:
+                if entries[n + 1 :]:
+                    run(self._give_back_calls(entries[n + 1 :]))
+                raise
+        return settled
 
     def run(self, stop: threading.Event | None = None) -> None:
-        """Poll until ``stop`` or :meth:`stop` is set, seen within ``block_timeout``; the
-        batch in hand is settled first, so a graceful stop leaves none of it pending. Then
-        the member leaves the group (``XGROUP DELCONSUMER``) if nothing is pending to it;
-        failed entries waiting for their retry keep it, to be taken over.
+        """:meth:`check`, then poll until ``stop`` or :meth:`stop` is set, seen within
+        ``block_timeout``; the batch in hand is settled first, so a graceful stop leaves
+        none of it pending. Then the member leaves the group (``XGROUP DELCONSUMER``) if
+        nothing is pending to it; failed entries waiting for their retry keep it, to be
+        taken over.
 
         :param stop: an event to stop on, besides :meth:`stop`.
+        :raises ConfigurationError: from :meth:`check`, before any command; as :meth:`poll`.
         :raises: as :meth:`poll`.
         """
+        self.check()
         while not self._stop.is_set() and not (stop is not None and stop.is_set()):
             self.poll()
+        give_back(self._streak)  # a stop decides nothing about them
         drive(self._core.leave_group(), self.client)
 
-    def _settle(self, entry: Entry) -> Settlement:
-        return process(**self._delivery(entry, partial(run_call, self.client)))
+    def _process(self, delivery: Delivery, settler: RedisSettler) -> Settlement:
+        return process(delivery, settler, **self._process_kw)

@@ -47,7 +47,9 @@ from ...claim import Inbox
 from ...exc import ConfigurationError
 from ...validation import positive_int, positive_seconds
 from ..delivery import DeadLetterReason, Delivery
+from ..keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless, read_key
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
+from ..startup import check_consumer
 
 __all__ = [
     "DEAD_LETTER_FIELDS",
@@ -82,12 +84,15 @@ DEFAULT_BLOCK_TIMEOUT = 1.0
 #: Entries fetched per read (``COUNT``).
 DEFAULT_BATCH_SIZE = 10
 
-#: The fields a dead letter carries besides the original entry's fields.
+#: The fields a dead letter carries besides the original entry's fields: why, the one-line
+#: detail, the entry's id and delivery count, and the stream it came from (where
+#: :func:`sa_inbox.brokers.dead_letters.replay` puts it back).
 DEAD_LETTER_FIELDS = (
     "dead_letter_reason",
     "dead_letter_detail",
     "dead_letter_original_id",
     "dead_letter_delivery_count",
+    "dead_letter_source",
 )
 
 #: The dead letter, atomically. KEYS: dead-letter stream, stream. ARGV: group, entry id, then
@@ -213,35 +218,28 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _key(value: Any) -> str:
-    """The producer's key as text; a key that is not UTF-8 becomes ``""`` (invalid)."""
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError:
-            return ""
-    return str(value)
-
-
 def to_delivery(entry: Entry, settings: StreamSettings) -> Delivery:
     """The :class:`~sa_inbox.brokers.Delivery` for one stream entry.
 
     :param entry: the entry and its times-delivered counter.
     :param settings: which field holds the key (``key_field``) and which the body.
-    :returns: ``message_id`` from the key field (None when absent; ``""``, so invalid and
-        dead-lettered, when not UTF-8), ``body`` from the body field as bytes (``b""`` when
+    :returns: ``message_id`` from the key field (None when absent; None with a
+        :attr:`~sa_inbox.brokers.Delivery.key_error`, so dead-lettered
+        ``invalid_message_id``, when not UTF-8), ``body`` from the body field as bytes (``b""`` when
         absent), ``delivery_count`` from the counter, ``headers`` every field decoded as
         UTF-8 text, ``broker_ref`` ``stream/entry-id`` (for logs; never the key).
     """
     fields = {_text(name): value for name, value in entry.fields.items()}
     key = fields.get(settings.key_field)
     body = fields.get(settings.body_field, b"")
+    message_id, key_error = read_key(key)
     return Delivery(
-        message_id=None if key is None else _key(key),
+        message_id=message_id,
         body=body if isinstance(body, bytes) else str(body).encode(),
         delivery_count=max(1, entry.times_delivered),
         headers={name: _text(value) for name, value in fields.items()},
         broker_ref=f"{settings.stream}/{entry.entry_id}",
+        key_error=key_error,
     )
 
 
@@ -251,6 +249,20 @@ def to_delivery(entry: Entry, settings: StreamSettings) -> Delivery:
 def ack_call(settings: StreamSettings, entry: Entry) -> Call:
     """``XACK stream group id``: the group forgets the entry."""
     return Call("xack", (settings.stream, settings.group, entry.entry_id))
+
+
+def give_back_call(settings: StreamSettings, entry: Entry) -> Call:
+    """``XCLAIM`` the entry to this member, idle for the visibility timeout, its delivery
+    counter set back by one (see :meth:`RedisSettler.give_back`)."""
+    return Call(
+        "xclaim",
+        (settings.stream, settings.group, settings.member, 0, [entry.entry_id]),
+        {
+            "idle": settings.min_idle_ms,
+            "retrycount": max(0, entry.times_delivered - 1),
+            "justid": True,
+        },
+    )
 
 
 def dead_letter_call(
@@ -293,6 +305,7 @@ def dead_letter_script_arguments(
         dead_letter_detail=detail,
         dead_letter_original_id=entry.entry_id,
         dead_letter_delivery_count=str(entry.times_delivered),
+        dead_letter_source=stream,
     )
     flat = [item for pair in fields.items() for item in pair]
     return (DEAD_LETTER_SCRIPT, 2, dead_letter_stream, stream, group, entry.entry_id, *flat)
@@ -322,6 +335,13 @@ class RedisSettler:
     def retry(self) -> None:
         """Nothing: the entry stays pending, and ``XAUTOCLAIM`` hands it out again once it
         has been idle for the visibility timeout (with its delivery counter incremented)."""
+
+    def give_back(self) -> Any:
+        """Leave it pending, uncounted and free to take at once (a run of keyless entries):
+        ``XCLAIM ... IDLE <visibility timeout> RETRYCOUNT <times delivered - 1>`` sets the
+        entry's idle time and delivery counter (XCLAIM command page), so the next
+        ``XAUTOCLAIM`` of the group hands it out now with the counter it had."""
+        return self._run(give_back_call(self._settings, self._entry))
 
     def dead_letter(self, reason: DeadLetterReason, detail: str) -> Any:
         """``XADD`` to the dead-letter stream and ``XACK``, in one Lua script."""
@@ -470,8 +490,30 @@ class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
     :param start_id: where a newly created group starts (``"0"``: the whole stream; ``"$"``:
         only entries added later).
+    :param max_keyless: consecutive entries without the key field (or with one that is not
+        UTF-8) after which ``run()`` / ``poll()`` gives them all back (left pending, their
+        delivery counters as they were, free to take at once: see
+        :meth:`RedisSettler.give_back`; nothing dead-lettered) and raises
+        :class:`~sa_inbox.MissingKeyHeader`: a misspelled ``key_field``. Fewer, followed by a
+        keyed entry or by a read that brings nothing, are the producer's: dead-lettered
+        ``missing_message_id``. None: each keyless entry is dead-lettered at once.
     :raises InvalidStreamSettings: for invalid settings (see :class:`StreamSettings`).
+    :raises ConfigurationError: when it is made, before any command or SQL, for objects it
+        cannot use: a session factory of the other half or ``Session.begin``
+        (:class:`~sa_inbox.InvalidSessionFactory`), an asyncio inbox given to the sync
+        consumer (:class:`~sa_inbox.SyncAsyncMismatch`; the asyncio consumer takes an
+        Inbox or its AsyncInbox), a handler that cannot take ``(session, delivery)``
+        (:class:`~sa_inbox.InvalidHandler`), a ``key_field`` with surrounding spaces
+        (:class:`~sa_inbox.InvalidKeySetting`).
+
+    **Readiness.** ``run()`` first runs ``check()`` (the inbox table exists, the session
+    factory makes sessions of the consumer's half, the engine is not autocommit, the handler
+    fits): a consumer set up wrongly fails before it reads an entry. Call ``check()``
+    (``await`` it on the asyncio consumer) from a health endpoint too.
     """
+
+    #: True for the asyncio consumer (its session factory, inbox and handler).
+    asynchronous = False
 
     def __init__(
         self,
@@ -493,6 +535,7 @@ class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
         max_deliveries: int = DEFAULT_MAX_DELIVERIES,
         on_settled: OnSettled | None = None,
         start_id: str = "0",
+        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
     ) -> None:
         self.settings = StreamSettings(
             stream,
@@ -507,11 +550,23 @@ class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
             max_deliveries,
             start_id,
         )
+        entry = f"{type(self).__name__}()"
+        self.readiness = check_consumer(
+            entry,
+            session_factory=session_factory,
+            inbox=inbox,
+            handler=handler,
+            consumer_name=consumer_name or group,
+            max_deliveries=max_deliveries,
+            asynchronous=self.asynchronous,
+        )
+        check_key_name(key_field, "key_field", entry=entry)
         self.client = client
         self._core = StreamCore(self.settings)
+        self._streak = KeylessStreak(key_field, check_max_keyless(max_keyless, entry=entry))
         self._process_kw: dict[str, Any] = {
             "session_factory": session_factory,
-            "inbox": inbox,
+            "inbox": self.readiness.inbox,
             "consumer_name": consumer_name or group,
             "handler": handler,
             "max_deliveries": max_deliveries,
@@ -530,13 +585,14 @@ class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
         event loop; for the sync consumer, from any thread)."""
         self._stop.set()
 
-    def _delivery(self, entry: Entry, run: Callable[[Call | Batch], Any]) -> dict[str, Any]:
-        """``process()``'s arguments for one entry, its settler running calls with ``run``."""
-        return {
-            "delivery": to_delivery(entry, self.settings),
-            "settler": RedisSettler(self.settings, entry, run),
-            **self._process_kw,
-        }
+    def _delivery(self, entry: Entry, run: Callable[[Call | Batch], Any]) -> tuple[Delivery, Any]:
+        """One entry's delivery and its settler, running calls with ``run``."""
+        return to_delivery(entry, self.settings), RedisSettler(self.settings, entry, run)
+
+    def _give_back_calls(self, entries: Sequence[Entry]) -> Batch:
+        """Give back ``entries`` (the rest of a batch when a keyless run stopped the
+        consumer): see :meth:`RedisSettler.give_back`."""
+        return Batch(tuple(give_back_call(self.settings, entry) for entry in entries))
 
 
 # -- the sync I/O edge -------------------------------------------------------------------

@@ -376,17 +376,18 @@ def test_a_dead_letter_the_broker_refuses_is_left_unsettled_and_comes_back(
     assert app.ledger_rows() == 1
 
 
-def test_a_configuration_error_stops_the_consumer_and_leaves_the_message(
+def test_a_missing_table_stops_the_consumer_before_it_fetches(
     nats_url: str, async_url: str, app: App
 ) -> None:
     async def test() -> None:
         async with streams(nats_url) as (js, names):
             await publish(js, names, [keyed("p-1", "1.00")])
-            app.drop()  # no inbox table: every message would fail, so none is settled
+            app.drop()  # no inbox table: every message would fail, so none is fetched
             with pytest.raises(MissingTable):
                 await run_consumer(js, names, async_url, app, settlements=1)
-            info = await consumer_info(js, names)
-            assert (info.num_pending, info.num_ack_pending) == (0, 1)
+            with pytest.raises(nats.js.errors.NotFoundError):  # not even made
+                await consumer_info(js, names)
+            assert (await js.stream_info(names.stream)).state.messages == 1
             assert await dead_letters(js, names) == []
 
     run(test)

@@ -44,6 +44,8 @@ from sa_inbox.chaos.drivers import driver_for
 from tests.backends.brokers.rabbitmq_child import AMOUNT
 from tests.conftest import broker_url
 from tests.support.app import CONSUMER, App
+from tests.support.locks import assert_no_lock_held
+from tests.support.pool import ONE_CONNECTION
 
 pytestmark = pytest.mark.backend
 
@@ -133,10 +135,19 @@ def async_url(app: App) -> str:
 
 
 def consume(
-    amqp_url: str, app: App, queue: str, count: int, client: str = "pika", **kw: Any
+    amqp_url: str,
+    app: App,
+    queue: str,
+    count: int,
+    client: str = "pika",
+    handler_async: Callable[[AsyncSession, Delivery], Any] | None = None,
+    engine_kw: dict[str, Any] | None = None,
+    **kw: Any,
 ) -> list[Settlement]:
-    """Run a consumer (pika, or aio-pika on the database's async driver) in this process
-    until it settled ``count`` deliveries (or 20 s passed), then stop it gracefully."""
+    """Run a consumer (pika, or aio-pika on the database's async driver, with
+    ``handler_async`` instead of :func:`pay_async` and ``engine_kw`` for its engine) in this
+    process until it settled ``count`` deliveries (or 20 s passed), then stop it
+    gracefully."""
     settlements: list[Settlement] = []
     if client == "pika":
         consumer: BlockingConsumer | None = None
@@ -156,7 +167,7 @@ def consume(
         return settlements
 
     async def main() -> None:
-        engine = create_async_engine(async_url(app))
+        engine = create_async_engine(async_url(app), **(engine_kw or {}))
         stop = asyncio.Event()
 
         def settled(settlement: Settlement) -> None:
@@ -164,7 +175,7 @@ def consume(
             if len(settlements) >= count:
                 stop.set()
 
-        kw_async = options(app, pay_async(app), settled) | {
+        kw_async = options(app, handler_async or pay_async(app), settled) | {
             "session_factory": async_sessionmaker(engine)
         }
         consumer = AsyncConsumer(amqp_url, queue, **{**kw_async, **kw})
@@ -277,6 +288,49 @@ def test_a_poison_message_is_dead_lettered_at_the_limit_without_blocking_the_res
     ((message_id, headers, body),) = dead_letters(channel, queue)
     assert (message_id, body, headers[REASON_HEADER]) == ("bad-1", b"poison", "delivery_limit")
     assert "RuntimeError: cannot parse the payment (delivery 3" in headers[DETAIL_HEADER]
+    assert ready(channel, queue) == 0
+
+
+def test_a_handler_leaving_a_gather_half_done_does_not_poison_the_pool(
+    amqp_url: str, channel: Any, queue: str, app: App
+) -> None:
+    """``gather(session.execute(...), boom())`` in an aio-pika consumer on a pool of one
+    connection. Before, on asyncpg the connection went back to the pool inside the failed
+    transaction and every later message failed until dead-lettered ("cannot use
+    Connection.transaction() in a manually started transaction")."""
+    good = 100
+    publish(channel, queue, "bad-1", b"gather")
+    for n in range(good):
+        publish(channel, queue, f"pay-{n}", b"1.00")
+    paying = pay_async(app)
+
+    async def boom() -> None:
+        raise LookupError("the rate lookup failed")
+
+    async def handler(session: AsyncSession, delivery: Delivery) -> None:
+        if delivery.body == b"gather":
+            bad_row, _ = app.payment("bad-1", 1, Decimal(1))
+            await asyncio.gather(session.execute(bad_row), boom())
+        await paying(session, delivery)
+
+    settlements = consume(
+        amqp_url,
+        app,
+        queue,
+        good + 3,
+        "aio-pika",
+        handler_async=handler,
+        engine_kw=ONE_CONNECTION,
+        prefetch=1,
+    )
+    outcomes = dispositions(settlements)
+    assert outcomes.pop("bad-1") == ["retry", "retry", "dead_lettered"]
+    assert outcomes == {f"pay-{n}": ["processed"] for n in range(good)}
+    assert app.ledger_rows() == good and app.ledger_rows("bad-1") == 0
+    assert app.inbox_rows() == good and app.balance(1) == Decimal(good)
+    assert_no_lock_held(app.engine, app.ledger, app.inbox.table)
+    ((message_id, headers, _),) = dead_letters(channel, queue)
+    assert message_id == "bad-1" and "LookupError" in headers[DETAIL_HEADER]
     assert ready(channel, queue) == 0
 
 

@@ -434,7 +434,7 @@ def test_a_dead_letter_that_cannot_be_written_leaves_the_entry_pending_not_lost(
     ends it before the XACK, so the entry stays pending and is dead-lettered once fixed."""
     publish(client, stream, [(None, "1.00")])
     client.set(f"{stream}:dead", "not a stream")
-    reader = consumer(client, stream, app)
+    reader = consumer(client, stream, app, max_keyless=None)  # dead-lettered in the first poll
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         reader.poll()
     assert pending_entry(client, stream)["times_delivered"] == 1, "not acked"

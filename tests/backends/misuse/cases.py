@@ -616,6 +616,8 @@ def _(env: Env, mid: str) -> None:
     purge_dispatched(env.wrong("AsyncEngine"), env.outbox, older_than=_policy().max_replay)
 
 
+from . import broker_cases as broker_cases  # noqa: E402  (registers the adapters' cases)
+
 #: Every entry point a case covers.
 ENTRY_POINTS = frozenset(c.entry for c in CASES)
 

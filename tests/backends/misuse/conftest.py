@@ -25,6 +25,8 @@ def env(sync_url: str, async_url: str) -> Iterator[Env]:
     world = Env(App(engine), aengine)
     world.app.reset()
     yield world
+    for cleanup in reversed(world.cleanups):
+        cleanup()
     world.app.drop()
     engine.dispose()
     aengine.sync_engine.dispose()

@@ -38,6 +38,10 @@ class Env:
     aengine: AsyncEngine
     store: InboxStore = field(init=False)
     outbox: Outbox = field(init=False)
+    #: Run after the case (the broker cases' queues, streams and clients).
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+    #: What a case keeps between its deliveries (its queue's name...).
+    kept: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.store = InboxStore(self.app.metadata, table_name="misuse_store")

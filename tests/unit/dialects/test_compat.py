@@ -204,6 +204,40 @@ def test_adapted_warning_count() -> None:
     assert _compat.adapted_warning_count(None) is None
 
 
+def test_adapter_executing_while_another_task_runs_a_statement() -> None:
+    """SQLAlchemy's aiosqlite adapter, while a task's statement runs on it and after."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from tests.support.sleep import sleep_sql
+
+    async def main() -> list[bool]:
+        engine = create_async_engine("sqlite+aiosqlite://")
+        statement = sa.text(sleep_sql(engine, 0.2))
+        try:
+            async with engine.connect() as conn:
+                adapted = (await conn.get_raw_connection()).dbapi_connection
+                seen = [_compat.adapter_executing(adapted)]
+                running = asyncio.create_task(conn.execute(statement))
+                while not running.done() and not _compat.adapter_executing(adapted):
+                    await asyncio.sleep(0.005)
+                seen.append(_compat.adapter_executing(adapted))
+                await running
+                seen.append(_compat.adapter_executing(adapted))
+        finally:
+            await engine.dispose()
+        return seen
+
+    assert asyncio.run(main()) == [False, True, False]
+
+
+def test_adapter_executing_without_the_adapter_lock() -> None:
+    """A plain DBAPI connection, or an adapter without the name: never executing."""
+    from types import SimpleNamespace
+
+    assert _compat.adapter_executing(sqlite3.connect(":memory:")) is False
+    assert _compat.adapter_executing(SimpleNamespace(_execute_mutex=object())) is False
+
+
 # -- CPython: warnings._warn_unawaited_coroutine, Task._log_traceback ------------------------
 
 

@@ -184,6 +184,7 @@ SQLALCHEMY_PRIVATE = (
     "_is_autocommit_isolation",
     "_on_connect_isolation_level",
     "_execution_options",
+    "_execute_mutex",
 )
 #: Undocumented SQLAlchemy API without an underscore: ``sqlalchemy.util`` (its
 #: ``OrderedSet``) and the execution context of a result.

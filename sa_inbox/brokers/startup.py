@@ -1,0 +1,119 @@
+"""What every broker adapter checks when it is made and when it starts.
+
+**When it is made** (:func:`check_consumer`, before connecting, before any SQL): the
+session factory is of the adapter's half (:func:`sa_inbox.checks.check_session_factory`),
+the inbox is an :class:`~sa_inbox.Inbox` (the asyncio adapters also take its
+:class:`~sa_inbox.asyncio.AsyncInbox` face), the handler can be called as
+``handler(session, delivery)``, the consumer name and ``max_deliveries`` are valid. A
+refusal is raised to the caller: no message is nacked or dead-lettered for it.
+
+**When it starts** (:class:`Readiness`, from ``run()`` / ``consume()`` before the first
+message, and the adapters' ``check()``): :func:`sa_inbox.readiness.check_ready` on the
+inbox's tables through the session factory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..checks import check_session_factory, require, unwrap
+from ..claim import Inbox
+from ..exc import InvalidRetryArgument
+from ..handlers import check_handler
+from ..readiness import check_ready, check_ready_async, inbox_tables
+from ..validation import positive_int
+
+__all__ = ["HANDLER_ARGUMENTS", "NO_HANDLER", "Readiness", "check_consumer"]
+
+#: How every adapter calls the handler.
+HANDLER_ARGUMENTS = ("session", "delivery")
+
+#: ``handler`` of the adapters that call no handler of the user's with
+#: ``(session, delivery)`` (FastStream's middleware, Celery's task body).
+NO_HANDLER: object = object()
+
+
+def check_consumer(
+    entry: str,
+    *,
+    session_factory: object,
+    inbox: object,
+    handler: object,
+    consumer_name: str | None,
+    max_deliveries: int,
+    asynchronous: bool,
+) -> Readiness:
+    """Refuse what the consumer ``entry`` cannot use; its :class:`Readiness` otherwise.
+
+    :param entry: the consumer as messages name it (``"BlockingConsumer()"``).
+    :param handler: the handler, or :data:`NO_HANDLER`.
+    :param consumer_name: the inbox's consumer name, or None when the adapter defaults it
+        (checked where it is chosen).
+    :param asynchronous: True for the asyncio adapters.
+    :raises InvalidSessionFactory: see :func:`~sa_inbox.checks.check_session_factory`.
+    :raises SyncAsyncMismatch: for an asyncio inbox given to a synchronous adapter.
+    :raises InvalidObject: for an inbox that is no Inbox.
+    :raises InvalidHandler: for a handler that cannot take ``(session, delivery)``.
+    :raises AsyncHandlerError: for an ``async def`` handler given to a synchronous adapter.
+    :raises InvalidMessageId: for an invalid ``consumer_name``.
+    :raises InvalidRetryArgument: if ``max_deliveries`` is not an int >= 1.
+    """
+    check_session_factory(session_factory, entry=entry, asynchronous=asynchronous)
+    checked = (
+        unwrap(inbox, Inbox, "inbox", entry=entry)
+        if asynchronous
+        else require(
+            inbox,
+            Inbox,
+            "inbox",
+            entry=entry,
+            instead="pass the Inbox itself (the asyncio adapters take either)",
+        )
+    )
+    if handler is not NO_HANDLER:
+        check_handler(handler, HANDLER_ARGUMENTS, asynchronous=asynchronous)
+    if consumer_name is not None:
+        checked.validate("x", consumer_name)
+    positive_int(max_deliveries, "max_deliveries", InvalidRetryArgument)
+    shown = None if handler is NO_HANDLER else handler
+    return Readiness(entry, session_factory, checked, shown, asynchronous)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """A consumer's start-up check (see the module's docstring)."""
+
+    entry: str
+    session_factory: Callable[[], Any]
+    inbox: Inbox
+    handler: object
+    asynchronous: bool
+
+    def check(self) -> None:
+        """The synchronous adapters' check: returns None or raises (the handler is checked
+        again, at no cost: a consumer made otherwise than through :func:`check_consumer`).
+
+        :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready`.
+        """
+        check_ready(
+            self.session_factory,
+            inbox_tables(self.inbox),
+            entry=self.entry,
+            handler=self.handler,
+            handler_arguments=HANDLER_ARGUMENTS,
+        )
+
+    async def check_async(self) -> None:
+        """The asyncio adapters' check: returns None or raises.
+
+        :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`.
+        """
+        await check_ready_async(
+            self.session_factory,
+            inbox_tables(self.inbox),
+            entry=self.entry,
+            handler=self.handler,
+            handler_arguments=HANDLER_ARGUMENTS,
+        )

@@ -1,0 +1,393 @@
+"""A consumer whose key setting is wrong stops instead of dead-lettering the queue, against
+the live RabbitMQ, Redis and NATS, on each database (the async consumers on the database's
+async driver).
+
+A misspelled key header leaves every delivery keyless: after ``max_keyless`` of them in a
+row the consumer gives them back and raises :class:`MissingKeyHeader`; nothing is
+dead-lettered or committed, every message is still on the queue / stream, and a consumer
+set up right then applies each exactly once. A shorter run of keyless deliveries (followed
+by a keyed one, or by nothing) is the producer's and is dead-lettered as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import nats
+import pytest
+import redis
+import redis.asyncio
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+from sa_inbox import MissingKeyHeader
+from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
+from sa_inbox.brokers.nats import consume
+from sa_inbox.brokers.rabbitmq import AsyncConsumer, BlockingConsumer
+from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer
+from tests.backends.brokers import test_rabbitmq as rmq
+from tests.backends.brokers import test_redis as rds
+from tests.backends.brokers.nats_support import Names, declare, delete
+from tests.backends.brokers.nats_support import pay as nats_pay
+from tests.conftest import broker_url
+from tests.support.app import CONSUMER, App
+
+pytestmark = pytest.mark.backend
+
+#: Messages published; the misconfigured consumer stops after MAX_KEYLESS of them.
+MESSAGES = 8
+MAX_KEYLESS = 5
+HEADER = "payment-id"
+MISSPELLED = "payment_id"
+
+
+def amounts() -> Decimal:
+    return Decimal("1.00") * MESSAGES
+
+
+# -- RabbitMQ ----------------------------------------------------------------------------
+
+amqp_url = rmq.amqp_url
+channel = rmq.channel
+queue = rmq.queue
+
+
+def rabbit_publish(channel: Any, queue: str, keys: list[Any]) -> None:
+    """One message per key, the key in header HEADER (None: no header), 1.00 each."""
+    for key in keys:
+        headers = {} if key is None else {HEADER: key}
+        rmq.publish(channel, queue, None, b"1.00", headers=headers)
+
+
+def rabbit_run(app: App, queue: str, client: str, count: int, **kw: Any) -> list[Settlement]:
+    """Run the pika or aio-pika consumer until ``count`` settlements (or it raises)."""
+    options = {"max_keyless": MAX_KEYLESS, "keyless_wait": 0.2, **kw}
+    return rmq.consume(broker_url("rabbitmq"), app, queue, count, client, **options)
+
+
+@pytest.mark.parametrize("prefetch", [10, 2])
+@pytest.mark.parametrize("client", rmq.CLIENTS)
+def test_rabbitmq_a_misspelled_key_header_stops_the_consumer_and_loses_nothing(
+    channel: Any, queue: str, app: App, client: str, prefetch: int
+) -> None:
+    """With a prefetch count below max_keyless the consumer reads on with basic.get."""
+    rabbit_publish(channel, queue, [f"pay-{n}" for n in range(MESSAGES)])
+    with pytest.raises(MissingKeyHeader) as info:
+        rabbit_run(app, queue, client, MESSAGES, key_header=MISSPELLED, prefetch=prefetch)
+    assert info.value.key == MISSPELLED and info.value.deliveries == MAX_KEYLESS
+    # basic.get adds x-delivery-count (0) to what it takes from a quorum queue
+    assert info.value.carried[HEADER] == MAX_KEYLESS
+    assert f"carried {HEADER!r} ({MAX_KEYLESS})" in str(info.value)
+    assert (app.ledger_rows(), app.inbox_rows()) == (0, 0)
+    assert rmq.dead_letters(channel, queue) == [], "nothing dead-lettered"
+    rmq.eventually(lambda: rmq.ready(channel, queue) == MESSAGES)  # all given back
+    settled = rabbit_run(app, queue, client, MESSAGES, key_header=HEADER)
+    assert [s.disposition for s in settled] == [Disposition.PROCESSED] * MESSAGES
+    counts = sorted(s.delivery.delivery_count for s in settled)
+    assert counts.count(2) >= MAX_KEYLESS, "the run returned once (counted); the rest never read"
+    # what pika had received and not dispatched goes back through its basic.cancel, which
+    # rejects it before the cancel completes: RabbitMQ may deliver it once more in between
+    assert max(counts) <= (3 if client == "pika" else 2), counts
+    assert app.ledger_rows() == MESSAGES and app.balance(1) == amounts()
+    assert rmq.ready(channel, queue) == 0 and rmq.dead_letters(channel, queue) == []
+
+
+@pytest.mark.parametrize("prefetch", [10, 1])
+@pytest.mark.parametrize("client", rmq.CLIENTS)
+def test_rabbitmq_a_short_run_of_keyless_messages_is_dead_lettered(
+    channel: Any, queue: str, app: App, client: str, prefetch: int
+) -> None:
+    """Two keyless, a keyed one, then a keyless one at the end (the queue then idle)."""
+    rabbit_publish(channel, queue, [None, None, "pay-1", None])
+    settled = rabbit_run(app, queue, client, 4, key_header=HEADER, prefetch=prefetch)
+    assert [(s.disposition, s.reason) for s in settled] == [
+        (Disposition.DEAD_LETTERED, DeadLetterReason.MISSING_MESSAGE_ID),
+        (Disposition.DEAD_LETTERED, DeadLetterReason.MISSING_MESSAGE_ID),
+        (Disposition.PROCESSED, None),
+        (Disposition.DEAD_LETTERED, DeadLetterReason.MISSING_MESSAGE_ID),
+    ]
+    assert app.ledger_rows() == 1 and len(rmq.dead_letters(channel, queue)) == 3
+
+
+@pytest.mark.parametrize("client", rmq.CLIENTS)
+def test_rabbitmq_key_header_values_bytes_are_keys_other_types_invalid(
+    channel: Any, queue: str, app: App, client: str
+) -> None:
+    """pika sends a ``bytes`` value as a byte array ('x'), a Python int as a long ('l')."""
+    rabbit_publish(channel, queue, [b"pay-1", 7, "pay-1"])
+    settled = rabbit_run(app, queue, client, 3, key_header=HEADER)
+    assert [(s.delivery.message_id, s.disposition, s.reason) for s in settled] == [
+        ("pay-1", Disposition.PROCESSED, None),
+        (None, Disposition.DEAD_LETTERED, DeadLetterReason.INVALID_MESSAGE_ID),
+        ("pay-1", Disposition.DUPLICATE, None),
+    ]
+    assert "the key is int 7, not a string" in str(settled[1].error)
+    ((_, headers, _),) = rmq.dead_letters(channel, queue)
+    assert headers[rmq.REASON_HEADER] == "invalid_message_id"
+    assert "the key is int 7" in headers[rmq.DETAIL_HEADER]
+    assert app.ledger_rows() == 1 and app.inbox_rows() == 1
+
+
+def test_rabbitmq_a_wrong_setup_fails_before_consuming(channel: Any, queue: str, app: App) -> None:
+    """The readiness check at run(): the table missing fails at once, on an empty queue."""
+    app.drop()
+    kw = rmq.options(app, rmq.pay(app), None)
+    consumer = BlockingConsumer(broker_url("rabbitmq"), queue, **kw)
+    with pytest.raises(Exception, match="does not exist") as info:
+        consumer.run()
+    assert type(info.value).__name__ == "MissingTable"
+    app.reset()
+    assert consumer.check() is None  # the health endpoint's call, once the table is back
+
+
+# -- Redis Streams -----------------------------------------------------------------------
+
+redis_url = rds.redis_url
+client = rds.client
+stream = rds.stream
+aio_url = rds.aio_url
+aio_app = rds.aio_app
+
+
+def redis_publish(client: redis.Redis, stream: str, keys: list[str | None]) -> None:
+    for key in keys:
+        client.xadd(stream, {"body": "1.00", **({} if key is None else {HEADER: key})})
+
+
+def redis_run(
+    client: redis.Redis, stream: str, app: App, url: str | None, key_field: str, count: int
+) -> list[Settlement]:
+    """Poll the sync consumer (``url`` None) or the asyncio one on ``url``'s driver until
+    ``count`` settlements (or it raises)."""
+    kw = {**rds.FAST, "max_keyless": MAX_KEYLESS, "key_field": key_field, "group": CONSUMER}
+    if url is None:
+        consumer = RedisStreamConsumer(
+            client, stream, session_factory=app.Session, inbox=app.inbox, handler=rds.pay(app), **kw
+        )
+        return rds.drain(consumer.poll, count)
+
+    async def main() -> list[Settlement]:
+        aclient = redis.asyncio.Redis.from_url(broker_url("redis"))
+        engine = create_async_engine(url)
+        consumer = AsyncRedisStreamConsumer(
+            aclient,
+            stream,
+            session_factory=async_sessionmaker(engine),
+            inbox=app.inbox,
+            handler=rds.pay_async(app),
+            **kw,
+        )
+        settled: list[Settlement] = []
+        try:
+            for _ in range(200):
+                settled += await consumer.poll()
+                if len(settled) >= count:
+                    break
+        finally:
+            await engine.dispose()
+            await aclient.aclose()
+        return settled
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def sync_case(app: App) -> tuple[App, None]:
+    """The sync consumer on each database's sync driver."""
+    return app, None
+
+
+@pytest.fixture
+def async_case(aio_app: App, aio_url: str) -> tuple[App, str]:
+    """The asyncio consumer on each async driver."""
+    return aio_app, aio_url
+
+
+def check_misspelled_key_field(client: redis.Redis, stream: str, app: App, url: Any) -> None:
+    redis_publish(client, stream, [f"pay-{n}" for n in range(MESSAGES)])
+    with pytest.raises(MissingKeyHeader) as info:
+        redis_run(client, stream, app, url, MISSPELLED, MESSAGES)
+    assert info.value.deliveries == MAX_KEYLESS and info.value.carried[HEADER] == MAX_KEYLESS
+    assert (app.ledger_rows(), app.inbox_rows()) == (0, 0)
+    assert rds.pending(client, stream) == MESSAGES and rds.dead_letters(client, stream) == []
+    counters = [e["times_delivered"] for e in client.xpending_range(stream, CONSUMER, "-", "+", 99)]
+    assert counters == [0] * MESSAGES, "given back with the counter it had before"
+    settled = redis_run(client, stream, app, url, HEADER, MESSAGES)
+    assert [s.disposition for s in settled] == [Disposition.PROCESSED] * MESSAGES
+    assert [s.delivery.delivery_count for s in settled] == [1] * MESSAGES, "not counted"
+    assert app.ledger_rows() == MESSAGES and app.balance(1) == amounts()
+    assert rds.pending(client, stream) == 0 and rds.dead_letters(client, stream) == []
+
+
+def check_short_run(client: redis.Redis, stream: str, app: App, url: Any) -> None:
+    redis_publish(client, stream, [None, None, "pay-1", None])
+    settled = redis_run(client, stream, app, url, HEADER, 4)
+    assert [s.delivery.message_id for s in settled] == [None, None, "pay-1", None]
+    reasons = [d["dead_letter_reason"] for d in rds.dead_letters(client, stream)]
+    assert reasons == ["missing_message_id"] * 3
+    assert app.ledger_rows() == 1 and rds.pending(client, stream) == 0
+
+
+def test_redis_a_misspelled_key_field_stops_the_consumer_uncounted(
+    client: redis.Redis, stream: str, sync_case: tuple[App, None]
+) -> None:
+    check_misspelled_key_field(client, stream, *sync_case)
+
+
+def test_redis_asyncio_a_misspelled_key_field_stops_the_consumer_uncounted(
+    client: redis.Redis, stream: str, async_case: tuple[App, str]
+) -> None:
+    check_misspelled_key_field(client, stream, *async_case)
+
+
+def test_redis_a_short_run_of_keyless_entries_is_dead_lettered(
+    client: redis.Redis, stream: str, sync_case: tuple[App, None]
+) -> None:
+    check_short_run(client, stream, *sync_case)
+
+
+def test_redis_asyncio_a_short_run_of_keyless_entries_is_dead_lettered(
+    client: redis.Redis, stream: str, async_case: tuple[App, str]
+) -> None:
+    check_short_run(client, stream, *async_case)
+
+
+# -- NATS JetStream ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def names() -> Iterator[Names]:
+    names = Names.fresh()
+
+    async def setup() -> None:
+        nc = await nats.connect(broker_url("nats"))
+        await declare(nc.jetstream(), names)
+        await nc.close()
+
+    asyncio.run(setup())
+    yield names
+
+    async def teardown() -> None:
+        nc = await nats.connect(broker_url("nats"))
+        await delete(nc.jetstream(), names)
+        await nc.close()
+
+    asyncio.run(teardown())
+
+
+async def nats_run(
+    names: Names, app: App, url: str, keys: list[str | None], key_header: str, count: int
+) -> tuple[list[Settlement], dict[str, int]]:
+    """Publish ``keys`` (if any), consume until ``count`` settled; the settlements and the
+    streams' state (messages, consumer pending + ack-pending, dead letters)."""
+    nc = await nats.connect(broker_url("nats"))
+    js = nc.jetstream()
+    for key in keys:
+        await js.publish(names.subject, b"1.00", headers=None if key is None else {HEADER: key})
+    engine = create_async_engine(url)
+    settled: list[Settlement] = []
+    stop = asyncio.Event()
+
+    def on_settled(settlement: Settlement) -> None:
+        settled.append(settlement)
+        if len(settled) >= count:
+            stop.set()
+
+    try:
+        await asyncio.wait_for(
+            consume(
+                js,
+                names.stream,
+                names.durable,
+                session_factory=async_sessionmaker(engine),
+                inbox=app.inbox,
+                handler=nats_pay(app),
+                dead_letter_subject=names.dead_subject,
+                consumer_name=CONSUMER,
+                key_header=key_header,
+                max_keyless=MAX_KEYLESS,
+                fetch_timeout=0.3,
+                stop=stop,
+                on_settled=on_settled,
+            ),
+            20,
+        )
+        # +TERM is not confirmed (nats-py sends it without a reply): wait for the server
+        for _ in range(100):
+            info = await js.consumer_info(names.stream, names.durable)
+            if info.num_ack_pending == 0:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        info = await js.consumer_info(names.stream, names.durable)
+        state = {
+            "messages": (await js.stream_info(names.stream)).state.messages,
+            "unsettled": info.num_pending + info.num_ack_pending + info.num_redelivered,
+            "dead": (await js.stream_info(names.dead_stream)).state.messages,
+        }
+        await engine.dispose()
+        await nc.close()
+    return settled, state
+
+
+def test_nats_a_misspelled_key_header_stops_the_consumer_and_loses_nothing(
+    names: Names, aio_app: App, aio_url: str
+) -> None:
+    app = aio_app
+    keys: list[str | None] = [f"pay-{n}" for n in range(MESSAGES)]
+    with pytest.raises(MissingKeyHeader) as info:
+        asyncio.run(nats_run(names, app, aio_url, keys, MISSPELLED, MESSAGES))
+    assert info.value.deliveries == MAX_KEYLESS and info.value.carried == {HEADER: MAX_KEYLESS}
+    assert (app.ledger_rows(), app.inbox_rows()) == (0, 0)
+    settled, state = asyncio.run(nats_run(names, app, aio_url, [], HEADER, MESSAGES))
+    assert [s.disposition for s in settled] == [Disposition.PROCESSED] * MESSAGES
+    assert [s.delivery.delivery_count for s in settled] == [2] * MESSAGES, "nak'd once"
+    assert app.ledger_rows() == MESSAGES and app.balance(1) == amounts()
+    assert state == {"messages": MESSAGES, "unsettled": 0, "dead": 0}
+
+
+def test_nats_a_short_run_of_keyless_messages_is_dead_lettered(
+    names: Names, aio_app: App, aio_url: str
+) -> None:
+    keys = [None, None, "pay-1", None]
+    settled, state = asyncio.run(nats_run(names, aio_app, aio_url, keys, HEADER, 4))
+    assert [s.delivery.message_id for s in settled] == [None, None, "pay-1", None]
+    assert [s.disposition for s in settled].count(Disposition.DEAD_LETTERED) == 3
+    assert aio_app.ledger_rows() == 1 and state["dead"] == 3 and state["unsettled"] == 0
+
+
+# -- construction ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", ["pika", "aio-pika", "redis", "redis-asyncio"])
+def test_an_empty_key_header_is_refused_when_the_consumer_is_made(app: App, make: str) -> None:
+    from sa_inbox import InvalidKeySetting
+
+    kw: dict[str, Any] = {"inbox": app.inbox, "handler": rmq.pay(app)}
+    with pytest.raises(InvalidKeySetting, match="key_"):
+        if make == "pika":
+            BlockingConsumer(
+                "amqp://x/", "q", **rmq.options(app, rmq.pay(app), None), key_header=""
+            )
+        elif make == "aio-pika":
+            AsyncConsumer(
+                "amqp://x/",
+                "q",
+                **{**rmq.options(app, rmq.pay(app), None), "session_factory": _async_factory()},
+                key_header=" ",
+            )
+        elif make == "redis":
+            RedisStreamConsumer(
+                redis.Redis(), "s", group="g", session_factory=app.Session, key_field=" k", **kw
+            )
+        else:
+            AsyncRedisStreamConsumer(
+                redis.asyncio.Redis(), "s", group="g", session_factory=_async_factory(),
+                key_field="k ", **kw,
+            )  # fmt: skip
+
+
+def _async_factory() -> Any:
+    return async_sessionmaker(create_async_engine("sqlite+aiosqlite://"))

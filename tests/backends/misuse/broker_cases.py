@@ -1,0 +1,479 @@
+"""The misuse matrix's cases for the broker adapters, each delivering through the live broker
+(RabbitMQ, Redis, NATS started by ``scripts/servers.sh``; skipped where its URL is unset).
+
+Each delivery publishes the message (the same id every time) to the case's own queue or
+stream, then makes and runs the consumer the way a new user would with the wrong object in
+one place: refused when made or at start, before any SQL, with the message left on the
+broker; or, where the intent is unambiguous (an AsyncInbox for an asyncio consumer),
+processed once and acked as a duplicate after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
+
+from sa_inbox import ConfigurationError
+from sa_inbox.brokers import Delivery, Settlement
+from tests.conftest import broker_url
+
+from .cases import case
+from .env import AMOUNT, CONSUMER, Env
+
+#: Seconds a consumer of a "once" case may take to settle its one delivery.
+DEADLINE = 20.0
+
+
+def _pay(env: Env) -> Callable[[Session, Delivery], None]:
+    return lambda session, delivery: env.app.apply_payment(
+        session, delivery.message_id or "", 1, AMOUNT
+    )
+
+
+def _apay(env: Env) -> Callable[[AsyncSession, Delivery], Any]:
+    async def handler(session: AsyncSession, delivery: Delivery) -> None:
+        await env.app.apply_payment_async(session, delivery.message_id or "", 1, AMOUNT)
+
+    return handler
+
+
+def _autocommit(env: Env, asynchronous: bool) -> Any:
+    """A session factory on an AUTOCOMMIT engine: a claim would commit on its own."""
+    if asynchronous:
+        return async_sessionmaker(env.aengine.execution_options(isolation_level="AUTOCOMMIT"))
+    return sessionmaker(env.app.engine.execution_options(isolation_level="AUTOCOMMIT"))
+
+
+def _objects(env: Env, wrong: str, *, asynchronous: bool) -> dict[str, Any]:
+    """The consumer's objects, the one named ``wrong`` put in its place."""
+    objects: dict[str, Any] = {
+        "session_factory": env.ASession if asynchronous else env.app.Session,
+        "inbox": env.app.inbox,
+        "handler": _apay(env) if asynchronous else _pay(env),
+    }
+    if wrong.startswith("AUTOCOMMIT"):
+        objects["session_factory"] = _autocommit(env, asynchronous)
+    elif "sessionmaker" in wrong:
+        objects["session_factory"] = env.wrong(wrong)
+    elif wrong in ("AsyncInbox", "Inbox"):
+        objects["inbox"] = env.wrong(wrong)
+    return objects
+
+
+# -- RabbitMQ ----------------------------------------------------------------------------
+
+
+def _rabbit_queue(env: Env, mid: str) -> str:
+    """The case's quorum queue (made once), with ``mid`` published to it once more."""
+    import pika
+
+    from sa_inbox.brokers.rabbitmq import dead_letter_queue_name, declare_queue
+
+    connection = pika.BlockingConnection(pika.URLParameters(broker_url("rabbitmq")))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    if "queue" not in env.kept:
+        env.kept["queue"] = name = f"sa-inbox-misuse-{uuid.uuid4().hex[:10]}"
+        declare_queue(channel, name)
+        env.cleanups.append(lambda: _delete_queues(name, dead_letter_queue_name(name)))
+    properties = pika.BasicProperties(message_id=mid, delivery_mode=2)
+    channel.basic_publish("", env.kept["queue"], b"10.00", properties, mandatory=True)
+    connection.close()
+    return str(env.kept["queue"])
+
+
+def _delete_queues(*names: str) -> None:
+    import pika
+
+    connection = pika.BlockingConnection(pika.URLParameters(broker_url("rabbitmq")))
+    channel = connection.channel()
+    for name in names:
+        channel.queue_delete(name)
+    connection.close()
+
+
+def _run_blocking(env: Env, mid: str, wrong: str, **kw: Any) -> None:
+    from sa_inbox.brokers.rabbitmq import BlockingConsumer
+
+    queue = _rabbit_queue(env, mid)
+    consumer: Any = None
+
+    def settled(_: Settlement) -> None:
+        consumer.stop()
+
+    consumer = BlockingConsumer(
+        broker_url("rabbitmq"),
+        queue,
+        consumer_name=CONSUMER,
+        on_settled=settled,
+        **_objects(env, wrong, asynchronous=False),
+        **kw,
+    )
+    timer = threading.Timer(DEADLINE, consumer.stop)
+    timer.start()
+    try:
+        consumer.run()
+    finally:
+        timer.cancel()
+
+
+async def _run_aio_pika(env: Env, mid: str, wrong: str, **kw: Any) -> None:
+    from sa_inbox.brokers.rabbitmq import AsyncConsumer
+
+    queue = await asyncio.to_thread(_rabbit_queue, env, mid)
+    stop = asyncio.Event()
+    consumer = AsyncConsumer(
+        broker_url("rabbitmq"),
+        queue,
+        consumer_name=CONSUMER,
+        on_settled=lambda _: stop.set(),
+        **_objects(env, wrong, asynchronous=True),
+        **kw,
+    )
+    await asyncio.wait_for(consumer.run(stop), DEADLINE)
+
+
+for _wrong in (
+    "AsyncInbox",
+    "async_sessionmaker",
+    "async_sessionmaker.begin",
+    "sessionmaker.begin",
+):
+
+    @case("BlockingConsumer()", _wrong)
+    def _(env: Env, mid: str, wrong: str = _wrong) -> None:
+        _run_blocking(env, mid, wrong)
+
+
+@case("BlockingConsumer()", "key_header ''", kind=ConfigurationError)
+def _(env: Env, mid: str) -> None:
+    _run_blocking(env, mid, "-", key_header="")
+
+
+for _entry in ("BlockingConsumer.run", "BlockingConsumer.check"):
+
+    @case(_entry, "AUTOCOMMIT sessionmaker", kind=ConfigurationError)
+    def _(env: Env, mid: str, entry: str = _entry) -> None:
+        if entry.endswith("run"):
+            _run_blocking(env, mid, "AUTOCOMMIT")
+        else:
+            from sa_inbox.brokers.rabbitmq import BlockingConsumer
+
+            _rabbit_queue(env, mid)
+            objects = _objects(env, "AUTOCOMMIT", asynchronous=False)
+            BlockingConsumer("amqp://unused/", "q", consumer_name=CONSUMER, **objects).check()
+
+
+for _wrong in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin"):
+
+    @case("AsyncConsumer()", _wrong)
+    async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
+        await _run_aio_pika(env, mid, wrong)
+
+
+for _inbox in ("Inbox", "AsyncInbox"):
+
+    @case("AsyncConsumer()", _inbox, expect="once")
+    async def _(env: Env, mid: str, inbox: str = _inbox) -> None:
+        await _run_aio_pika(env, mid, inbox)
+
+
+for _entry in ("AsyncConsumer.run", "AsyncConsumer.check"):
+
+    @case(_entry, "AUTOCOMMIT async_sessionmaker", kind=ConfigurationError)
+    async def _(env: Env, mid: str, entry: str = _entry) -> None:
+        if entry.endswith("run"):
+            await _run_aio_pika(env, mid, "AUTOCOMMIT")
+        else:
+            from sa_inbox.brokers.rabbitmq import AsyncConsumer
+
+            await asyncio.to_thread(_rabbit_queue, env, mid)
+            objects = _objects(env, "AUTOCOMMIT", asynchronous=True)
+            await AsyncConsumer("amqp://unused/", "q", consumer_name=CONSUMER, **objects).check()
+
+
+# -- Redis Streams -----------------------------------------------------------------------
+
+_FAST = {"visibility_timeout": 0.3, "block_timeout": 0.05}
+
+
+def _redis_stream(env: Env, mid: str) -> str:
+    """The case's stream, with ``mid`` added to it once more."""
+    import redis
+
+    client = redis.Redis.from_url(broker_url("redis"))
+    if "stream" not in env.kept:
+        env.kept["stream"] = name = f"sa-inbox-misuse:{uuid.uuid4().hex}"
+        env.cleanups.append(lambda: _delete_stream(name))
+    client.xadd(env.kept["stream"], {"message_id": mid, "body": "10.00"})
+    client.close()
+    return str(env.kept["stream"])
+
+
+def _delete_stream(name: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(broker_url("redis"))
+    client.delete(name, f"{name}:dead")
+    client.close()
+
+
+def _run_redis(env: Env, mid: str, wrong: str, *, check_only: bool = False) -> None:
+    import redis
+
+    from sa_inbox.brokers.redis import RedisStreamConsumer
+
+    stream = _redis_stream(env, mid)
+    client = redis.Redis.from_url(broker_url("redis"))
+    try:
+        consumer = RedisStreamConsumer(
+            client, stream, group=CONSUMER, **_objects(env, wrong, asynchronous=False), **_FAST
+        )
+        if check_only:
+            consumer.check()
+            return
+        stop = threading.Event()
+        consumer.run(stop) if wrong.startswith("AUTOCOMMIT") else _poll_once(consumer)
+    finally:
+        client.close()
+
+
+def _poll_once(consumer: Any) -> None:
+    """Poll until the consumer settled one entry."""
+    for _ in range(400):
+        if consumer.poll():
+            return
+    raise AssertionError("nothing settled")
+
+
+async def _run_redis_async(env: Env, mid: str, wrong: str, *, check_only: bool = False) -> None:
+    import redis.asyncio
+
+    from sa_inbox.brokers.redis import AsyncRedisStreamConsumer
+
+    stream = await asyncio.to_thread(_redis_stream, env, mid)
+    client = redis.asyncio.Redis.from_url(broker_url("redis"))
+    try:
+        consumer = AsyncRedisStreamConsumer(
+            client, stream, group=CONSUMER, **_objects(env, wrong, asynchronous=True), **_FAST
+        )
+        if check_only:
+            await consumer.check()
+        elif wrong.startswith("AUTOCOMMIT"):
+            await consumer.run()
+        else:
+            for _ in range(400):
+                if await consumer.poll():
+                    return
+            raise AssertionError("nothing settled")
+    finally:
+        await client.aclose()
+
+
+for _wrong in ("AsyncInbox", "async_sessionmaker", "sessionmaker.begin"):
+
+    @case("RedisStreamConsumer()", _wrong)
+    def _(env: Env, mid: str, wrong: str = _wrong) -> None:
+        _run_redis(env, mid, wrong)
+
+
+for _entry in ("RedisStreamConsumer.run", "RedisStreamConsumer.check"):
+
+    @case(_entry, "AUTOCOMMIT sessionmaker", kind=ConfigurationError)
+    def _(env: Env, mid: str, entry: str = _entry) -> None:
+        _run_redis(env, mid, "AUTOCOMMIT", check_only=entry.endswith("check"))
+
+
+for _wrong in ("sessionmaker", "async_sessionmaker.begin"):
+
+    @case("AsyncRedisStreamConsumer()", _wrong)
+    async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
+        await _run_redis_async(env, mid, wrong)
+
+
+for _inbox in ("Inbox", "AsyncInbox"):
+
+    @case("AsyncRedisStreamConsumer()", _inbox, expect="once")
+    async def _(env: Env, mid: str, inbox: str = _inbox) -> None:
+        await _run_redis_async(env, mid, inbox)
+
+
+for _entry in ("AsyncRedisStreamConsumer.run", "AsyncRedisStreamConsumer.check"):
+
+    @case(_entry, "AUTOCOMMIT async_sessionmaker", kind=ConfigurationError)
+    async def _(env: Env, mid: str, entry: str = _entry) -> None:
+        await _run_redis_async(env, mid, "AUTOCOMMIT", check_only=entry.endswith("check"))
+
+
+# -- NATS JetStream ----------------------------------------------------------------------
+
+
+async def _nats_consume(env: Env, mid: str, wrong: str, *, check_only: bool = False) -> None:
+    """Publish ``mid`` (its own Nats-Msg-Id header: the stream's duplicate window is off) to
+    the case's stream and consume until one message is settled."""
+    import nats
+
+    from sa_inbox.brokers.nats import check, consume
+
+    nc = await nats.connect(broker_url("nats"))
+    js = nc.jetstream()
+    try:
+        if "nats" not in env.kept:
+            token = uuid.uuid4().hex[:10]
+            env.kept["nats"] = token
+            await js.add_stream(name=f"misuse_{token}", subjects=[f"misuse.{token}"])
+            await js.add_stream(name=f"misuse_{token}_dead", subjects=[f"misuse.{token}.dead"])
+            env.cleanups.append(lambda: asyncio.run(_delete_streams(token)))
+        token = env.kept["nats"]
+        headers = {"Idempotency-Key": mid}
+        await js.publish(f"misuse.{token}", b"10.00", headers=headers)
+        objects = _objects(env, wrong, asynchronous=True)
+        if check_only:
+            await check(**objects)
+            return
+        stop = asyncio.Event()
+        await asyncio.wait_for(
+            consume(
+                js,
+                f"misuse_{token}",
+                "billing",
+                dead_letter_subject=f"misuse.{token}.dead",
+                consumer_name=CONSUMER,
+                key_header="Idempotency-Key",
+                fetch_timeout=0.1,
+                stop=stop,
+                on_settled=lambda _: stop.set(),
+                **objects,
+            ),
+            DEADLINE,
+        )
+    finally:
+        await nc.close()
+
+
+async def _delete_streams(token: str) -> None:
+    import nats
+
+    nc = await nats.connect(broker_url("nats"))
+    js = nc.jetstream()
+    for name in (f"misuse_{token}", f"misuse_{token}_dead"):
+        await js.delete_stream(name)
+    await nc.close()
+
+
+for _wrong in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin"):
+
+    @case("sa_inbox.brokers.nats.consume", _wrong)
+    async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
+        await _nats_consume(env, mid, wrong)
+
+
+for _inbox in ("Inbox", "AsyncInbox"):
+
+    @case("sa_inbox.brokers.nats.consume", _inbox, expect="once")
+    async def _(env: Env, mid: str, inbox: str = _inbox) -> None:
+        await _nats_consume(env, mid, inbox)
+
+
+@case("sa_inbox.brokers.nats.consume", "AUTOCOMMIT async_sessionmaker", kind=ConfigurationError)
+async def _(env: Env, mid: str) -> None:
+    await _nats_consume(env, mid, "AUTOCOMMIT")
+
+
+for _wrong in ("sessionmaker", "AUTOCOMMIT async_sessionmaker"):
+
+    @case("sa_inbox.brokers.nats.check", _wrong, kind=ConfigurationError)
+    async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
+        await _nats_consume(env, mid, wrong, check_only=True)
+
+
+# -- FastStream and Celery: refused when made, the message left on RabbitMQ ---------------
+
+
+for _wrong in ("sessionmaker", "sessionmaker.begin", "a Table"):
+
+    @case("InboxMiddleware()", _wrong)
+    async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
+        from sa_inbox.brokers.faststream import InboxMiddleware
+
+        await asyncio.to_thread(_rabbit_queue, env, mid)
+        objects = _objects(env, wrong, asynchronous=True)
+        if wrong == "a Table":
+            objects["inbox"] = env.wrong(wrong)
+        del objects["handler"]
+        InboxMiddleware(consumer_name=CONSUMER, **objects)
+
+
+@case("InboxMiddleware.check", "AUTOCOMMIT async_sessionmaker", kind=ConfigurationError)
+async def _(env: Env, mid: str) -> None:
+    from sa_inbox.brokers.faststream import InboxMiddleware
+
+    await asyncio.to_thread(_rabbit_queue, env, mid)
+    objects = _objects(env, "AUTOCOMMIT", asynchronous=True)
+    del objects["handler"]
+    await InboxMiddleware(consumer_name=CONSUMER, **objects).check()
+
+
+for _wrong in ("AsyncInbox", "async_sessionmaker", "sessionmaker.begin"):
+
+    @case("sa_inbox.brokers.celery.inbox_task", _wrong)
+    def _(env: Env, mid: str, wrong: str = _wrong) -> None:
+        from celery import Celery
+
+        from sa_inbox.brokers.celery import inbox_task
+
+        _rabbit_queue(env, mid)
+        objects = _objects(env, wrong, asynchronous=False)
+        del objects["handler"]
+        app = Celery("misuse", broker=broker_url("rabbitmq"))
+
+        @inbox_task(app, consumer_name=CONSUMER, **objects)
+        def pay(session: Session, idempotency_key: str) -> None:
+            env.app.apply_payment(session, idempotency_key, 1, AMOUNT)
+
+        pay.apply(kwargs={"idempotency_key": mid})  # what the worker would run
+
+
+# -- the shared flow: process() / process_async() with an in-memory settler ----------------
+
+
+class _Settler:
+    def ack(self) -> None: ...
+
+    def retry(self) -> None: ...
+
+    def dead_letter(self, reason: object, detail: str) -> None: ...
+
+
+for _wrong in ("AsyncInbox", "async_sessionmaker", "sessionmaker.begin"):
+
+    @case("sa_inbox.brokers.process", _wrong)
+    def _(env: Env, mid: str, wrong: str = _wrong) -> None:
+        from sa_inbox.brokers import process
+
+        objects = _objects(env, wrong, asynchronous=False)
+        process(Delivery(mid, b"10.00"), _Settler(), consumer_name=CONSUMER, **objects)
+
+
+for _wrong in ("sessionmaker", "async_sessionmaker.begin"):
+
+    @case("sa_inbox.brokers.process_async", _wrong)
+    async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
+        from sa_inbox.brokers import process_async
+
+        objects = _objects(env, wrong, asynchronous=True)
+        await process_async(Delivery(mid, b"10.00"), _Settler(), consumer_name=CONSUMER, **objects)
+
+
+@case("sa_inbox.brokers.process_async", "AsyncInbox", expect="once")
+async def _(env: Env, mid: str) -> None:
+    from sa_inbox.brokers import process_async
+
+    objects = _objects(env, "AsyncInbox", asynchronous=True)
+    await process_async(Delivery(mid, b"10.00"), _Settler(), consumer_name=CONSUMER, **objects)
