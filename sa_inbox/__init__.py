@@ -15,6 +15,7 @@ from .exc import AutocommitConnection as AutocommitConnection
 from .exc import ClaimLost as ClaimLost
 from .exc import ClaimWarning as ClaimWarning
 from .exc import ConfigurationError as ConfigurationError
+from .exc import DatabaseUnavailable as DatabaseUnavailable
 from .exc import DuplicateMessage as DuplicateMessage
 from .exc import HandlerEndedTransaction as HandlerEndedTransaction
 from .exc import InboxError as InboxError
@@ -70,6 +71,7 @@ __all__ = [
     "ClaimLost",
     "ClaimWarning",
     "ConfigurationError",
+    "DatabaseUnavailable",
     "DuplicateMessage",
     "HandlerEndedTransaction",
     "Inbox",

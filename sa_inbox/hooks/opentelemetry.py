@@ -4,7 +4,8 @@
 :class:`~sa_inbox.hooks.prometheus.PrometheusHooks` through the OpenTelemetry metrics API
 (names ``sa_inbox.claims``, ``sa_inbox.duplicates``, ``sa_inbox.collisions``,
 ``sa_inbox.transient_retries``, ``sa_inbox.handler_failures``, ``sa_inbox.claim.duration``,
-``sa_inbox.handler.duration``, ``sa_inbox.purge.rows``, ``sa_inbox.purge.duration``;
+``sa_inbox.handler.duration``, ``sa_inbox.purge.rows``, ``sa_inbox.purge.duration``,
+``sa_inbox.database.outages``, ``sa_inbox.database.outage.duration``;
 attribute ``messaging.consumer.group.name`` or ``db.collection.name``), and traces each
 delivery of :func:`sa_inbox.handle`::
 
@@ -64,6 +65,8 @@ class OpenTelemetryHooks:
         self.handler_duration = meter.create_histogram("sa_inbox.handler.duration", unit="s")
         self.purge_rows = meter.create_counter("sa_inbox.purge.rows")
         self.purge_duration = meter.create_histogram("sa_inbox.purge.duration", unit="s")
+        self.outages = meter.create_counter("sa_inbox.database.outages")
+        self.outage_duration = meter.create_histogram("sa_inbox.database.outage.duration", unit="s")
 
     def observe(self, sampler: Sampler) -> None:
         """Register observable gauges read from ``sampler`` at each collection (never on
@@ -141,6 +144,11 @@ class OpenTelemetryHooks:
     def purged(self, table: str, *, rows: int, seconds: float) -> None:
         self.purge_rows.add(rows, {TABLE_ATTRIBUTE: table})
         self.purge_duration.record(seconds, {TABLE_ATTRIBUTE: table})
+
+    def database_outage(self, consumer_name: str, *, seconds: float) -> None:
+        attributes = {CONSUMER_ATTRIBUTE: consumer_name}
+        self.outages.add(1, attributes)
+        self.outage_duration.record(seconds, attributes)
 
     def span(
         self,
