@@ -208,6 +208,11 @@ class OutageGate:
         self.outage_seconds = 0.0
 
     @property
+    def ended_at(self) -> float:
+        """:attr:`clock` time the last outage ended (``-inf``: none yet)."""
+        return self._ended
+
+    @property
     def in_outage(self) -> bool:
         """Whether an outage is in progress (a probe failed and none got through since)."""
         return self._started is not None

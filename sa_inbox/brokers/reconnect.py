@@ -7,7 +7,9 @@ jitter between attempts (each failed attempt logged at DEBUG only), and logs one
 the loss's duration once it consumes again. The deliveries in hand when the connection
 died are the broker's again: it redelivers what was unsettled (RabbitMQ requeues a dead
 channel's unacked deliveries, a Redis entry stays pending, a JetStream message comes back
-after ``ack_wait``); a committed one comes back as a duplicate.
+after ``ack_wait``); a committed one comes back as a duplicate. Only a connection that was
+made once is made again: a consumer whose first connection fails (a wrong URL, nothing
+listening) raises at once, as a configuration error would.
 """
 
 from __future__ import annotations
@@ -46,8 +48,11 @@ class Reconnects:
         self.clock = clock
         self._lost_at: float | None = None
         self._attempts = 0
-        #: Losses seen, and reconnections made.
+        #: Losses seen.
         self.losses = 0
+        #: Whether a connection was ever made: a consumer that never connected is set up
+        #: wrongly (a wrong URL, a port nothing listens on) and fails at once instead.
+        self.ever_connected = False
 
     @property
     def lost(self) -> bool:
@@ -76,6 +81,7 @@ class Reconnects:
         """Record a connection made (or a broker that answers again); logs the end of a
         loss once."""
         lost_at, self._lost_at, self._attempts = self._lost_at, None, 0
+        self.ever_connected = True
         if lost_at is not None:
             logger.info(
                 "%s: reconnected after %.1f s",

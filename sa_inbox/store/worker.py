@@ -397,7 +397,10 @@ class Worker:
     def _abandoned_due(self, now: datetime.datetime) -> bool:
         """Whether the claim at ``now`` looks for abandoned claims too (see
         ``poll_interval``); if so, that search is recorded. A clock that went back counts
-        as due."""
+        as due. Never while this worker's claims may look abandoned after an outage
+        (:meth:`_after_outage`)."""
+        if self._after_outage():
+            return False
         last = self._abandoned_searched
         if last is not None and datetime.timedelta(0) <= now - last < self._abandoned_every:
             return False
@@ -503,6 +506,16 @@ class Worker:
             raise DatabaseUnavailable("stopped while the database could not be reached") from exc
         return verdict
 
+    def _after_outage(self) -> bool:
+        """Whether a database outage is in progress or ended less than ``visibility_timeout``
+        ago: the unstarted rest of the batches this worker's threads hold then looks
+        abandoned (their claims' time ran out while the database could not be reached),
+        and taking them over or reaping them would count a second attempt for messages that
+        never ran. Another worker process may still take them over, counted (the store's
+        rule for an abandoned claim)."""
+        gate = self.outage
+        return gate.in_outage or time.monotonic() - gate.ended_at < self.visibility_timeout
+
     def _outage_sleep(self, seconds: float) -> bool:
         """The outage gate's wait: :meth:`_wait`; whether the worker stops."""
         self._wait(seconds)
@@ -515,8 +528,11 @@ class Worker:
         next one comes ``reap_interval`` seconds later: on a MariaDB Galera cluster the
         reap's locking read is aborted with error 1213 when a write-set from another node
         touches the same rows (MariaDB KB, "MariaDB Galera Cluster - Known Limitations"),
-        which is no error of the worker.
+        which is no error of the worker. Skipped while this worker's own claims may look
+        abandoned after an outage (:meth:`_after_outage`).
         """
+        if self._after_outage():
+            return
         try:
             result = self.store.reap(
                 consumer_name=self.consumer_name,

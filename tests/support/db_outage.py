@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -887,11 +887,14 @@ class Outage:
         return DEFAULT_OUTAGE_BACKOFF.maximum + 2 * LEASE + 10.0 + messages * PER_MESSAGE
 
 
-def run_outage(settings: Outage) -> list[LaneFigures]:
-    """One outage under every lane of ``settings`` (see the module); the figures per lane."""
+def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -> list[LaneFigures]:
+    """One outage under every lane of ``settings`` (see the module); the figures per lane.
+
+    :param types: the lane of each name (a test's own lanes).
+    """
     urls = Urls.from_environment(settings.database)
     ledger = Ledger(urls.sync_db)
-    lanes = [LANE_TYPES[name](urls, ledger) for name in settings.lanes]
+    lanes = [types[name](urls, ledger) for name in settings.lanes]
     directory = str(settings.server_dir)
     published: dict[str, list[str]] = {lane.name: [] for lane in lanes}
     attempted: Counter[str] = Counter()

@@ -233,7 +233,8 @@ class AsyncConsumer(QueueConsumer):
             :func:`~sa_inbox.brokers.process_async`, the delivery left unacked;
             :class:`~sa_inbox.MissingKeyHeader` (see ``max_keyless``).
         :raises aio_pika.exceptions.AMQPException: for what no reconnect can mend: the
-            queue does not exist (``ChannelNotFoundEntity``), access refused, a failed login.
+            queue does not exist (``ChannelNotFoundEntity``), access refused, a failed
+            login; and when the first connection fails (a wrong URL, nothing listening).
         """
         await self.check()
         self._extra_stop = stop
@@ -249,7 +250,7 @@ class AsyncConsumer(QueueConsumer):
                 aio_pika.exceptions.AMQPException,
                 OSError,
             ) as exc:
-                if _fatal(exc) or self._stopping():
+                if _fatal(exc) or self._stopping() or not self.reconnects.ever_connected:
                     raise
                 self._streak.release()  # died with the channel: RabbitMQ requeued them
                 await self._stopped_within(self.reconnects.failed(exc))

@@ -283,7 +283,8 @@ class BlockingConsumer(QueueConsumer):
             connection closed); :class:`~sa_inbox.MissingKeyHeader` (see ``max_keyless``).
         :raises pika.exceptions.AMQPError: for what no reconnect can mend: the queue does
             not exist (``ChannelClosedByBroker`` 404), access refused (403), a failed
-            login (``ProbableAuthenticationError``).
+            login (``ProbableAuthenticationError``); and when the first connection fails
+            (``AMQPConnectionError``: a wrong URL, nothing listening).
         """
         self.check()
         while not self._stop.is_set():
@@ -293,7 +294,7 @@ class BlockingConsumer(QueueConsumer):
                 if not self._stop.is_set():
                     raise
             except (pika.exceptions.AMQPError, OSError) as exc:
-                if _fatal(exc) or self._stop.is_set():
+                if _fatal(exc) or self._stop.is_set() or not self.reconnects.ever_connected:
                     raise
                 self._forget_held()
                 self._stop.wait(self.reconnects.failed(exc))

@@ -105,6 +105,8 @@ class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, "AsyncSession"]
             except redis.RedisError as exc:
                 if not is_connection_error(exc) or self._stopping():
                     raise
+                if not self.reconnects.ever_connected:
+                    raise
                 self._streak.release()  # still pending: they come back by XAUTOCLAIM
                 await self._outage_sleep(self._lost(exc))
         if self.reconnects.lost:

@@ -105,6 +105,8 @@ class RedisStreamConsumer(ConsumerBase[redis.Redis, Session]):
             except redis.RedisError as exc:
                 if not is_connection_error(exc) or self._stopping():
                     raise
+                if not self.reconnects.ever_connected:
+                    raise
                 self._streak.release()  # still pending: they come back by XAUTOCLAIM
                 self._outage_sleep(self._lost(exc))
         if self.reconnects.lost:

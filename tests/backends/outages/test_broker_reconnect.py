@@ -8,16 +8,31 @@ publish rate. Each lane then has every published id in its ledger exactly once, 
 letter, no retry, no settlement past the second delivery (what the dead connection held
 unsettled comes back once, counted by the broker), and, for sa-inbox's own consumers, one
 WARNING when the connection was lost and one INFO when it was made again. FastStream and
-Celery reconnect by their frameworks' own means (aio-pika's ``connect_robust``, kombu).
+Celery reconnect by their frameworks' own means (aio-pika's ``connect_robust``, kombu). And
+a pika or aio-pika consumer whose handler blocks past the heartbeat gets its connection
+closed by RabbitMQ, and reconnects.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
-from tests.support.db_outage import LaneFigures, Outage, rabbitmqctl, run_outage
+from sa_inbox.brokers import Delivery
+from tests.support.db_outage import (
+    AioPikaLane,
+    Lane,
+    LaneFigures,
+    Outage,
+    PikaLane,
+    rabbitmqctl,
+    run_outage,
+)
 
 pytestmark = [
     pytest.mark.backend,
@@ -76,3 +91,58 @@ def test_a_broker_killed_and_restarted_stops_no_consumer(
 ) -> None:
     settings = Outage("postgresql", server_dir, lanes=lanes, rate=RATE, outage=DOWN, server=server)
     check_reconnected(run_outage(settings), losses=1)
+
+
+#: The heartbeat the blocked consumers negotiate (seconds; the URL's ``heartbeat``), and how
+#: long one handler blocks its thread or loop: past two missed heartbeats, RabbitMQ closes
+#: the connection ("Detecting Dead TCP Connections with Heartbeats": after two missed).
+HEARTBEAT = 1
+BLOCKED = 3 * HEARTBEAT + 1
+
+
+def blocking(lane_type: type[Lane]) -> type[Lane]:
+    """``lane_type`` on a connection with a :data:`HEARTBEAT` s heartbeat, whose handler
+    blocks for :data:`BLOCKED` seconds (``time.sleep``: no heartbeat is sent) on the fifth
+    message, the first time."""
+
+    class Blocking(lane_type):  # type: ignore[valid-type,misc]
+        blocked = False
+
+        def setup(self) -> None:
+            self.urls = dataclasses.replace(
+                self.urls, amqp=f"{self.urls.amqp}?heartbeat={HEARTBEAT}"
+            )
+            super().setup()
+
+        def block(self, delivery: Delivery) -> None:
+            if delivery.message_id == f"{self.token}-5" and not self.blocked:
+                type(self).blocked = True
+                time.sleep(BLOCKED)
+
+        def handler(self, session: Session, delivery: Delivery) -> None:
+            self.block(delivery)
+            super().handler(session, delivery)
+
+        async def handler_async(self, session: AsyncSession, delivery: Delivery) -> None:
+            self.block(delivery)  # blocks the event loop
+            await super().handler_async(session, delivery)
+
+    return Blocking
+
+
+def test_a_consumer_blocked_past_its_heartbeat_reconnects(server_dir: Path, brokers: None) -> None:
+    """The connection RabbitMQ closes for missed heartbeats is made again: the blocked
+    message committed, its ack was lost with the connection, so it comes back once and is
+    acked as a duplicate."""
+    types = {"pika": blocking(PikaLane), "aio-pika": blocking(AioPikaLane)}
+    settings = Outage(
+        "postgresql",
+        server_dir,
+        lanes=tuple(types),
+        rate=RATE,
+        outage=BLOCKED,
+        disrupt=lambda: None,
+    )
+    figures = run_outage(settings, types)
+    check_reconnected(figures, losses=1)
+    assert all((f.connection_losses, f.duplicates) == (1, 1) for f in figures), figures
