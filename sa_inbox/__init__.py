@@ -16,10 +16,12 @@ from .exc import ClaimLost as ClaimLost
 from .exc import ClaimWarning as ClaimWarning
 from .exc import ConfigurationError as ConfigurationError
 from .exc import DatabaseUnavailable as DatabaseUnavailable
+from .exc import DeadLetterQueueUnavailable as DeadLetterQueueUnavailable
 from .exc import DuplicateMessage as DuplicateMessage
 from .exc import HandlerEndedTransaction as HandlerEndedTransaction
 from .exc import InboxError as InboxError
 from .exc import InvalidBind as InvalidBind
+from .exc import InvalidDeadLetterArgument as InvalidDeadLetterArgument
 from .exc import InvalidHandler as InvalidHandler
 from .exc import InvalidKeySetting as InvalidKeySetting
 from .exc import InvalidMessageId as InvalidMessageId
@@ -72,6 +74,7 @@ __all__ = [
     "ClaimWarning",
     "ConfigurationError",
     "DatabaseUnavailable",
+    "DeadLetterQueueUnavailable",
     "DuplicateMessage",
     "HandlerEndedTransaction",
     "Inbox",
@@ -80,6 +83,7 @@ __all__ = [
     "InboxStore",
     "Incoming",
     "InvalidBind",
+    "InvalidDeadLetterArgument",
     "InvalidHandler",
     "InvalidKeySetting",
     "InvalidMessageId",

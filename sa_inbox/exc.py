@@ -15,10 +15,12 @@ __all__ = [
     "ClaimWarning",
     "ConfigurationError",
     "DatabaseUnavailable",
+    "DeadLetterQueueUnavailable",
     "DuplicateMessage",
     "HandlerEndedTransaction",
     "InboxError",
     "InvalidBind",
+    "InvalidDeadLetterArgument",
     "InvalidHandler",
     "InvalidKeySetting",
     "InvalidMessageId",
@@ -337,6 +339,39 @@ class MissingExtra(ConfigurationError, ImportError):
 class UnsupportedBroker(ConfigurationError, ValueError):
     """No adapter or chaos driver for this broker URL's scheme (``amqp://``, ``redis://`` and
     ``nats://`` have one)."""
+
+
+class InvalidDeadLetterArgument(InboxError, ValueError):
+    """An argument of a dead-letter count, list or replay
+    (:mod:`sa_inbox.brokers.dead_letters`) was rejected before connecting to the broker.
+
+    Raised for a broker URL that is not a string, a dead-letter target that names no queue /
+    stream, a queue / stream name the broker cannot hold, a ``reason`` that is no
+    :class:`~sa_inbox.brokers.DeadLetterReason`, a ``limit`` that is not an int >= 1, a
+    ``timeout`` that is not a number of seconds > 0, a ``dry_run`` that is not a bool.
+    Nothing was read or moved.
+    """
+
+
+class DeadLetterQueueUnavailable(InboxError):
+    """A dead-letter queue / stream could not be read or written: the broker is unreachable,
+    the queue (RabbitMQ) or stream (NATS) does not exist, the Redis key is no stream, or the
+    connection broke in the middle of a replay.
+
+    What a replay had moved before is moved (each move is confirmed before the dead letter
+    is removed); the rest is still in the dead-letter queue: run the replay again.
+
+    :param target: the queue as ``scheme://host/queue``, its password hidden.
+    :param why: the broker client's error, on one line.
+    """
+
+    def __init__(self, target: str, why: str) -> None:
+        super().__init__(f"cannot read the dead letters of {target}: {why}")
+        self.target = target
+        self.why = why
+
+    def __reduce__(self) -> tuple[type[DeadLetterQueueUnavailable], tuple[str, str]]:
+        return type(self), (self.target, self.why)
 
 
 class InvalidRetentionPolicy(InboxError, ValueError):

@@ -18,6 +18,10 @@ path):
 * on PostgreSQL, the server's replication (:func:`sa_inbox.replication.read_replication`):
   connected standbys and whether a COMMIT waits for one.
 
+The broker's dead-letter queues / streams are not in the database: ``sa-inbox stats
+--dead-letters URL/QUEUE`` counts them with :func:`sa_inbox.brokers.dead_letters.sample`
+into :attr:`InboxStats.dead_letter_queues`, which :func:`warnings` reads.
+
 :func:`warnings` turns a sample into the operator's warnings, each with its own code (the
 exit status of ``sa-inbox stats --check``).
 """
@@ -51,6 +55,7 @@ __all__ = [
     "ConsumerRename",
     "ConsumerStats",
     "DeadLetter",
+    "DeadLetterQueueStats",
     "InboxStats",
     "OutboxDestinationStats",
     "OutboxStats",
@@ -146,6 +151,19 @@ class StoreStats:
 
 
 @dataclass(frozen=True)
+class DeadLetterQueueStats:
+    """A broker's dead-letter queue / stream: the dead letters it holds, or why it could not
+    be read (then ``dead_letters`` is None).
+
+    :param queue: ``<broker URL>/<queue>``, the password hidden.
+    """
+
+    queue: str
+    dead_letters: int | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class OutboxDestinationStats:
     """One destination's outbox rows: ``counts`` per status, the oldest pending row's age in
     seconds (None if none is pending)."""
@@ -187,6 +205,8 @@ class InboxStats:
     replication: ReplicationState | None = None
     outbox: OutboxStats | None = None
     renames: list[ConsumerRename] = field(default_factory=list)
+    #: The broker's dead-letter queues / streams that were counted (``stats --dead-letters``).
+    dead_letter_queues: list[DeadLetterQueueStats] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes as ISO 8601 strings, bytes per table included."""
@@ -530,6 +550,8 @@ WARNING_CODES = {
     "outbox-dead": 17,
     "relay-stuck": 18,
     "renamed-consumer": 19,
+    "broker-dead-letters": 20,
+    "broker-dead-letters-unread": 21,
 }
 
 
@@ -569,7 +591,13 @@ def warnings(
     * ``renamed-consumer`` (19): a consumer name stopped claiming and another one started
       claiming ids the first had claimed (:class:`ConsumerRename`): every such redelivery
       was applied again. Rename a consumer by copying its claims
-      (``op.rename_inbox_consumer``), never by changing the name alone.
+      (``op.rename_inbox_consumer``), never by changing the name alone;
+    * ``broker-dead-letters`` (20): a broker's dead-letter queue / stream of
+      :attr:`InboxStats.dead_letter_queues` is not empty (list them with ``sa-inbox
+      dead-letters list``, replay them once the cause is fixed);
+    * ``broker-dead-letters-unread`` (21): one of them could not be read (broker
+      unreachable, queue or stream missing, the broker's extra not installed): unknown,
+      which a probe must not take for healthy.
 
     :param stats: a sample of :func:`collect`.
     :param retention: the retention window the purge runs with, or None.
@@ -625,6 +653,15 @@ def warnings(
     if stats.outbox is not None:
         for kind, text in _outbox_warnings(stats.outbox, pending_threshold):
             warn(kind, text)
+    for queue in stats.dead_letter_queues:
+        if queue.dead_letters is None:
+            warn("broker-dead-letters-unread", f"{queue.queue}: {queue.error}")
+        elif queue.dead_letters:
+            warn(
+                "broker-dead-letters",
+                f"{queue.dead_letters} dead letter(s) in {queue.queue}: list them with "
+                "sa-inbox dead-letters list, replay them once the cause is fixed",
+            )
     if stats.replication is not None:
         for kind, text in replication_warnings(stats.replication):
             warn(kind, text)

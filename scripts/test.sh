@@ -21,10 +21,12 @@
 #       (a 3-node MariaDB Galera cluster for the last one; the tests that kill
 #       a node also need SA_INBOX_TEST_GALERA_DIR, the directory it was started
 #       in by scripts/servers.sh)
-#   SA_INBOX_TEST_SERVER_DIR
-#       set by this script to the directory of the servers it started, for the
-#       tests that kill and restart one (scripts/servers.sh kill/restart); they
-#       skip a server whose URL came from the environment
+#   SA_INBOX_TEST_WORKERS
+#       pytest-xdist workers (default 3: most tests wait on servers and child
+#       processes more than they compute); pytest runs with
+#       `-n $SA_INBOX_TEST_WORKERS --dist loadgroup` unless its arguments choose
+#       otherwise (-n/--numprocesses, --dist, -p no:xdist, --pdb, --trace); 0 runs
+#       it in one process
 #   SA_INBOX_SKIP_LINT=1
 #       skip ruff, ruff format and mypy (any non-empty value)
 #   SA_INBOX_SKIP_DIST=1
@@ -132,6 +134,22 @@ existing_dirs() {
     return 0
 }
 
+# The pytest-xdist arguments, one a line: `-n N --dist loadgroup` (each worker has
+# databases of its own, tests.support.parallel), none if the pytest arguments
+# given choose the workers or the distribution themselves, turn xdist off, or
+# debug (--pdb and --trace need one process).
+xdist_arguments() {
+    local arg workers=${SA_INBOX_TEST_WORKERS:-3}
+    for arg in "$@"; do
+        case "$arg" in
+            -n | -n* | --numprocesses | --numprocesses=* | --dist | --dist=* | --pdb | --trace) return 0 ;;
+            no:xdist | -pno:xdist | -p=no:xdist) return 0 ;;
+        esac
+    done
+    [ "$workers" != 0 ] || return 0
+    printf '%s\n' -n "$workers" --dist loadgroup
+}
+
 # ---------------------------------------------------------------- main
 
 mapfile -t SERVERS < <(servers_needed)
@@ -153,13 +171,9 @@ for pair in "${SERVER_URLS[@]}"; do
     export "${pair#*:}"
 done
 export SA_INBOX_TEST_GALERA_DIR
-# The directory of the servers started here: the tests that kill and restart one of
-# them (scripts/servers.sh kill/restart) run only on those.
-if [ -n "$SERVER_DIR" ]; then
-    export SA_INBOX_TEST_SERVER_DIR=$SERVER_DIR
-fi
 
-run_check pytest .venv/bin/python -m pytest "$@"
+mapfile -t XDIST < <(xdist_arguments "$@")
+run_check pytest .venv/bin/python -m pytest "${XDIST[@]}" "$@"
 
 if [ -z "${SA_INBOX_SKIP_LINT:-}" ]; then
     mapfile -t LINT_DIRS < <(existing_dirs sa_inbox tests benchmarks scripts)

@@ -13,6 +13,10 @@ fixture, a ``backend`` parameter, an async driver of :data:`ASYNC_DRIVERS`, a pa
 backends) whose backends are not all chosen is deselected, and :func:`backend_url` skips a
 backend that is not chosen. Tests of an optional extra import its modules through
 :func:`importorskip`: a skip locally, a failure with ``CI=true``.
+
+Under pytest-xdist (``pytest -n N --dist loadgroup``, as ``scripts/test.sh`` runs it) each
+worker gets PostgreSQL and MariaDB databases of its own, and the tests that share something
+else run in one xdist group (:mod:`tests.support.parallel`).
 """
 
 from __future__ import annotations
@@ -22,13 +26,13 @@ import importlib
 import os
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
+from tests.support import parallel
 from tests.support.app import App
 
 BACKENDS = ("sqlite", "postgresql", "mysql", "oracle")
@@ -59,10 +63,6 @@ BROKER_URL_VARIABLES = {
 #: separated), and the directory scripts/servers.sh started it in (to kill and restart a node).
 GALERA_URLS_VARIABLE = "SA_INBOX_TEST_GALERA_URLS"
 GALERA_DIR_VARIABLE = "SA_INBOX_TEST_GALERA_DIR"
-
-#: The directory scripts/test.sh started its servers in with scripts/servers.sh (to kill and
-#: restart one of them).
-SERVER_DIR_VARIABLE = "SA_INBOX_TEST_SERVER_DIR"
 
 
 def _in_ci() -> bool:
@@ -102,6 +102,15 @@ def pytest_configure(config: pytest.Config) -> None:
     _record_unawaited_coroutines()
     CHOSEN.clear()
     CHOSEN.update(chosen_backends(config.getoption("db")))
+    parallel.start_worker(
+        config, [URL_VARIABLES[name] for name in REQUIRED_IN_CI if name in CHOSEN]
+    )
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(parallel.scheduler_plugin(), "sa-inbox-xdist-groups")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    parallel.end_worker(config)
 
 
 def backends_of(value: Any) -> set[str]:
@@ -117,7 +126,9 @@ def backends_of(value: Any) -> set[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect the backend-parametrised tests of backends ``--db`` did not choose."""
+    """Deselect the backend-parametrised tests of backends ``--db`` did not choose; check
+    the xdist groups (:func:`parallel.check_groups`)."""
+    parallel.check_groups(items)
     if not set(BACKENDS) - CHOSEN:
         return
     kept, dropped = [], []
@@ -199,14 +210,6 @@ def galera_dir(galera_urls: list[str]) -> str:
     return _required(GALERA_DIR_VARIABLE, "killing and restarting Galera nodes")
 
 
-@pytest.fixture
-def server_dir() -> Path:
-    """The directory ``scripts/servers.sh`` started the suite's servers in (for ``kill`` and
-    ``restart``); skips locally (fails in CI) when ``SA_INBOX_TEST_SERVER_DIR`` is not set,
-    as when the servers were not started by ``scripts/test.sh``."""
-    return Path(_required(SERVER_DIR_VARIABLE, "killing and restarting the servers"))
-
-
 @pytest.fixture(params=BACKENDS)
 def url(request: pytest.FixtureRequest, tmp_path: object) -> str:
     """The database URL of the backend under test (one test run per backend)."""
@@ -252,6 +255,15 @@ def _record_unawaited_coroutines() -> None:
         report(coro)
 
     warnings._warn_unawaited_coroutine = recording  # type: ignore[attr-defined]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move everything alive after the collection (modules, test items, parametrisations)
+    out of the collector's reach (:func:`gc.freeze`): it lives until the session ends, and
+    each full collection the tests cause would otherwise walk all of it again. Objects the
+    tests make are collected as before."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -3,7 +3,9 @@
 Each adapter (an optional extra on the broker's own client library) turns the broker's
 message into a :class:`Delivery` and settles it through :func:`process` /
 :func:`process_async`, which hold the rules every broker shares (see
-:mod:`sa_inbox.brokers.process`).
+:mod:`sa_inbox.brokers.process`) and report each dead letter to the inbox's hooks.
+:mod:`sa_inbox.brokers.dead_letters` counts, lists and replays the dead letters on each
+broker.
 """
 
 from __future__ import annotations

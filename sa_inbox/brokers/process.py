@@ -107,6 +107,7 @@ def process(
         max_deliveries=max_deliveries,
         asynchronous=False,
     ).inbox
+    on_settled = _reporting(inbox, consumer_name, on_settled)
     rejected = _refuse_unkeyed(delivery, inbox, consumer_name, max_deliveries)
     if rejected is not None:
         _settle_failure(rejected, settler)
@@ -171,6 +172,7 @@ async def process_async(
         max_deliveries=max_deliveries,
         asynchronous=True,
     ).inbox
+    on_settled = _reporting(inbox, consumer_name, on_settled)
     rejected = _refuse_unkeyed(delivery, inbox, consumer_name, max_deliveries)
     if rejected is not None:
         await _maybe_await(_settle_failure(rejected, settler))
@@ -300,6 +302,19 @@ def _detail(settlement: Settlement) -> str:
     return text.replace("\n", " ")[:1000]
 
 
+def _reporting(inbox: Inbox, consumer_name: str, on_settled: OnSettled | None) -> OnSettled:
+    """``on_settled``, after the inbox's hooks are told of a dead letter
+    (:meth:`~sa_inbox.hooks.InboxHooks.dead_lettered`): every adapter's dead letters pass
+    here once their settler published them, so each is counted once, with its reason."""
+
+    def settled(settlement: Settlement) -> Any:
+        if settlement.disposition is Disposition.DEAD_LETTERED and settlement.reason is not None:
+            inbox.hooks.dead_lettered(consumer_name, settlement.reason.value)
+        return None if on_settled is None else on_settled(settlement)
+
+    return settled
+
+
 def _settled(settlement: Settlement, on_settled: OnSettled | None) -> Settlement:
     delivery = settlement.delivery
     logger.log(
@@ -316,11 +331,19 @@ def _settled(settlement: Settlement, on_settled: OnSettled | None) -> Settlement
             "action": settlement.disposition.value,
             "message_id": delivery.message_id,
             "delivery_count": delivery.delivery_count,
+            **_dead_letter_event(settlement),
         },
     )
     if on_settled is not None:
         on_settled(settlement)
     return settlement
+
+
+def _dead_letter_event(settlement: Settlement) -> dict[str, str]:
+    """The log record's event name and reason for a dead letter (:data:`sa_inbox.hooks.EVENTS`)."""
+    if settlement.reason is None:
+        return {}
+    return {"event": "inbox.delivery.dead_lettered", "reason": settlement.reason.value}
 
 
 def _nothing() -> None:

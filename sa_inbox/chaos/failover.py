@@ -14,7 +14,10 @@ as the victim:
    over: the primary is frozen (SIGSTOP of all its processes: from then on nothing commits
    on it and no WAL leaves it), then SIGKILLed, then the standby promoted. Every delivery
    whose transaction had not returned is redelivered by the broker (its consumer nacked it,
-   the database being unreachable, or the broker requeued it);
+   the database being unreachable, or the broker requeued it). Half of the publishes after
+   that share are held back until the primary is frozen (:func:`held_back`): the failover
+   meets the stream in its middle however fast the consumers run, and however late the
+   failover's own thread is scheduled on a loaded machine;
 4. the run ends as a chaos run does (nothing unsettled on the broker), and the promoted
    server's business state is read and checked (:mod:`.verify`), plus one check of its own:
    ``no_acked_message_lost``: every message a consumer acked (its settlement log says so)
@@ -63,6 +66,7 @@ __all__ = [
     "Cluster",
     "FailoverConfig",
     "FailoverResult",
+    "held_back",
     "run_failover",
 ]
 
@@ -279,8 +283,16 @@ class _Ballast:
         self.engine.dispose()
 
 
+def held_back(publishes: int, at: int) -> int:
+    """The publishes held back until the primary is frozen: half of those after the first
+    ``at`` (at least one, when there is one after them), so that some are still in flight
+    at the freeze and some can only be settled after the promotion."""
+    return max(1, (publishes - at) // 2) if publishes > at else 0
+
+
 class _Failover(threading.Thread):
-    """Waits until ``at`` publishes are settled, then freezes, kills and promotes."""
+    """Waits until ``at`` publishes are settled, then freezes, kills and promotes;
+    ``frozen`` is set once the primary is frozen (or the failover ended without it)."""
 
     def __init__(self, cluster: Cluster, logs: Path, at: int, frozen_s: float) -> None:
         super().__init__(name="sa-inbox-failover", daemon=True)
@@ -292,6 +304,7 @@ class _Failover(threading.Thread):
         self.error: BaseException | None = None
         self.done = threading.Event()
         self.cancel = threading.Event()
+        self.frozen = threading.Event()
 
     def run(self) -> None:
         try:
@@ -302,6 +315,7 @@ class _Failover(threading.Thread):
             started = time.monotonic()
             self.frozen_at = time.time()
             self.cluster.freeze()
+            self.frozen.set()
             time.sleep(self.frozen_s)
             self.cluster.kill()
             self.cluster.promote()
@@ -310,6 +324,7 @@ class _Failover(threading.Thread):
         except BaseException as exc:  # reported by the main thread
             self.error = exc
         finally:
+            self.frozen.set()  # the held publishes never wait for a failover that ended
             self.done.set()
 
 
@@ -339,9 +354,15 @@ def run_failover(config: FailoverConfig, cluster: Cluster) -> FailoverResult:
             supervisor = Supervisor(
                 consumer_configs(chaos), kill_every=0.0, seed=config.seed, log_dir=Path(logs)
             )
-            producer = Producer(config.broker, config.name, plan)
             at = max(1, int(len(plan.publishes) * config.failover_at))
             failover = _Failover(cluster, Path(logs), at, config.frozen_s)
+            producer = Producer(
+                config.broker,
+                config.name,
+                plan,
+                held=held_back(len(plan.publishes), at),
+                release=failover.frozen,
+            )
             try:
                 failover.start()  # watching before anything is published: a late start on
                 # a loaded machine let the whole stream settle before the failover

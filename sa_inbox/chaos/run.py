@@ -139,11 +139,26 @@ class ChaosConfig:
 
 
 class Producer(threading.Thread):
-    """Publishes the plan through its own driver (a driver's connection is one thread's)."""
+    """Publishes the plan through its own driver (a driver's connection is one thread's).
 
-    def __init__(self, broker: str, name: str, plan: ChaosPlan) -> None:
+    :param held: publishes at the end of the plan held back until ``release`` is set (0:
+        none, all published at once).
+    :param release: the event the held publishes wait for.
+    """
+
+    def __init__(
+        self,
+        broker: str,
+        name: str,
+        plan: ChaosPlan,
+        *,
+        held: int = 0,
+        release: threading.Event | None = None,
+    ) -> None:
         super().__init__(name="sa-inbox-chaos-producer", daemon=True)
         self.broker, self.queue, self.plan = broker, name, plan
+        self.split = len(plan.publishes) - (held if release is not None else 0)
+        self.release = release
         self.error: BaseException | None = None
         self.done = threading.Event()
 
@@ -151,7 +166,10 @@ class Producer(threading.Thread):
         try:
             driver = driver_for(self.broker)
             try:
-                driver.publish(self.queue, self.plan.publishes)
+                driver.publish(self.queue, self.plan.publishes[: self.split])
+                if self.release is not None and self.split < len(self.plan.publishes):
+                    self.release.wait()
+                    driver.publish(self.queue, self.plan.publishes[self.split :])
             finally:
                 driver.close()
         except BaseException as exc:  # reported by the main thread

@@ -15,6 +15,7 @@ module                   commands
 :mod:`.chaos`            ``chaos``
 :mod:`.relay`            ``relay``
 :mod:`.outbox`           ``outbox counts``, ``outbox replay``
+:mod:`.dead_letters`     ``dead-letters count``, ``dead-letters list``, ``dead-letters replay``
 =======================  ===============================================================
 
 Sub-commands stay thin: they parse options and call the library (``demo`` calls
@@ -23,7 +24,7 @@ Sub-commands stay thin: they parse options and call the library (``demo`` calls
 
 Exit codes (:mod:`._common`): 0 success; 1 the run finished but its verification failed;
 2 usage error (or an extra the command needs is not installed); 3 the command could not run
-(database unreachable, a worker died); 9-15 ``stats --check`` warnings
+(database unreachable, a worker died; a broker unreachable); 9-21 ``stats --check`` warnings
 (:data:`sa_inbox.stats.WARNING_CODES`); 130 interrupted.
 """
 
@@ -35,6 +36,7 @@ from ._common import Group
 from .alembic import alembic_group
 from .bench import bench
 from .chaos import chaos
+from .dead_letters import dead_letters_group
 from .demo import demo
 from .outbox import outbox_group
 from .relay import relay_command
@@ -63,3 +65,4 @@ main.add_command(bench)
 main.add_command(chaos)
 main.add_command(relay_command)
 main.add_command(outbox_group)
+main.add_command(dead_letters_group)

@@ -20,8 +20,12 @@ completed (the standbys' ``sync_state`` is hidden from a role without ``pg_read_
 when its table exists: 17 dead outbox rows, 18 its oldest pending row is older than
 ``--pending-threshold`` (no relay running, or its broker unreachable); 19 a consumer looks
 renamed (it stopped claiming and another name started claiming ids it had claimed: those
-were applied again). With several, the lowest code. 3: the database cannot be read (as
-every command).
+were applied again); with ``--dead-letters URL/QUEUE`` (repeatable: a RabbitMQ queue, a Redis
+stream, a NATS JetStream stream, the name as the URL's last path segment, see
+:mod:`sa_inbox.brokers.dead_letters.target`): 20 one of them holds dead letters (the count
+per queue is in the report and the JSON), 21 one of them cannot be read (broker unreachable,
+queue or stream missing, the broker's extra not installed; never taken for healthy). With
+several, the lowest code. 3: the database cannot be read (as every command).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -40,8 +45,9 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
     from rich.console import RenderableType
 
+    from ..brokers.dead_letters import DeadLetterTarget
     from ..replication import ReplicationState
-    from ..stats import InboxStats, OutboxStats, StatsWarning
+    from ..stats import DeadLetterQueueStats, InboxStats, OutboxStats, StatsWarning
 
 __all__ = ["render", "stats_command"]
 
@@ -86,6 +92,23 @@ __all__ = ["render", "stats_command"]
     show_default=True,
     help="Warn when the oldest pending store (or outbox) row is older.",
 )
+@click.option(
+    "--dead-letters",
+    "dead_letter_targets",
+    multiple=True,
+    callback=lambda ctx, param, values: _targets(values),
+    metavar="URL/QUEUE",
+    help="A broker dead-letter queue / stream to count, the name as the URL's last path "
+    "segment (amqp://host/%2F/payments.dead-letter, redis://host/0/payments:dead, "
+    "nats://host/PAYMENTS_DEAD); repeatable.",
+)
+@click.option(
+    "--broker-timeout",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Seconds to connect to each --dead-letters broker and for each reply.",
+)
 def stats_command(
     url: str,
     table: str,
@@ -99,27 +122,34 @@ def stats_command(
     retention: datetime.timedelta | None,
     margin: datetime.timedelta,
     pending_threshold: datetime.timedelta,
+    dead_letter_targets: tuple[DeadLetterTarget, ...],
+    broker_timeout: float,
 ) -> None:
-    """Report the inbox's tables: consumers, store backlog, dead letters, collisions, sizes.
+    """Report the inbox's tables: consumers, store backlog, dead letters, collisions, sizes;
+    and the broker dead-letter queues of --dead-letters.
 
     Exit codes with --check: 0 healthy, 9 no table found, 10 purge not running, 11 dead
     letters, 12 worker stuck, 13 collisions, 14 a synchronous standby is missing (commits
     hang), 15 standbys but none synchronous, 16 whether a standby is synchronous cannot be
     told (the role lacks pg_read_all_stats) (14-16 PostgreSQL), 17 dead outbox rows, 18
     relay stuck (the oldest pending outbox row is older than --pending-threshold), 19 a
-    renamed consumer (a new name claiming ids an old one had claimed); the lowest when
-    several; 3 the database cannot be read.
+    renamed consumer (a new name claiming ids an old one had claimed), 20 a --dead-letters
+    queue / stream holds dead letters, 21 one cannot be read (broker unreachable, queue
+    missing); the lowest when several; 3 the database cannot be read.
     """
     from ..stats import collect, warnings
 
     def sample(engine: sa.Engine) -> tuple[InboxStats, list[StatsWarning]]:
-        stats = collect(
+        stats = db.call(
+            collect,
             engine,
             inbox_table=table or None,
             store_table=store_table or None,
             schema=schema,
             outbox_table=outbox_table or None,
         )
+        if dead_letter_targets:  # outside db.call: not on an async driver's event loop
+            stats = replace(stats, dead_letter_queues=_count(dead_letter_targets, broker_timeout))
         found = warnings(
             stats, retention=retention, margin=margin, pending_threshold=pending_threshold
         )
@@ -127,12 +157,36 @@ def stats_command(
 
     with connected(url, "cannot read the inbox's tables") as db:
         if watch and not as_json:
-            stats, found = _watch(lambda: db.call(sample, db.engine), interval)
+            stats, found = _watch(lambda: sample(db.engine), interval)
         else:
-            stats, found = db.call(sample, db.engine)
+            stats, found = sample(db.engine)
             _print(stats, found, as_json)
     if check and found:
         click.get_current_context().exit(min(w.code for w in found))
+
+
+def _targets(values: tuple[str, ...]) -> tuple[DeadLetterTarget, ...]:
+    """The ``--dead-letters`` values parsed (exit 2 for one that names no queue / stream or
+    no supported broker)."""
+    if not values:
+        return ()
+    from ..brokers.dead_letters import DeadLetterTarget
+    from ..exc import InvalidDeadLetterArgument, UnsupportedBroker
+
+    try:
+        return tuple(DeadLetterTarget.parse(value) for value in values)
+    except (InvalidDeadLetterArgument, UnsupportedBroker) as exc:
+        raise click.BadParameter(str(exc), param_hint="--dead-letters") from exc
+
+
+def _count(targets: tuple[DeadLetterTarget, ...], timeout: float) -> list[DeadLetterQueueStats]:
+    from ..brokers.dead_letters import sample
+    from ..exc import InvalidDeadLetterArgument
+
+    try:
+        return sample(targets, timeout=timeout)
+    except InvalidDeadLetterArgument as exc:
+        raise click.BadParameter(str(exc), param_hint="--broker-timeout") from exc
 
 
 def _print(stats: InboxStats, found: list[StatsWarning], as_json: bool) -> None:
@@ -223,6 +277,8 @@ def render(stats: InboxStats, found: list[StatsWarning]) -> RenderableType:
         parts.append(_outbox(stats.outbox))
     if stats.replication is not None:
         parts.append(_replication(stats.replication))
+    if stats.dead_letter_queues:
+        parts.append(_dead_letter_queues(stats.dead_letter_queues))
     sizes = Table("table", "rows", "data bytes", "index bytes", title="Tables")
     for t in stats.tables:
         sizes.add_row(t.name, str(t.rows), _or_dash(t.data_bytes), _or_dash(t.index_bytes))
@@ -245,6 +301,18 @@ def _outbox(outbox: OutboxStats) -> RenderableType:
     for d in outbox.destinations:
         age = "-" if d.oldest_pending_seconds is None else f"{d.oldest_pending_seconds:.1f}"
         table.add_row(d.destination, *(str(d.counts.get(k, 0)) for k in statuses), age)
+    return table
+
+
+def _dead_letter_queues(queues: list[DeadLetterQueueStats]) -> RenderableType:
+    """The broker dead letters table: one row per ``--dead-letters`` queue / stream."""
+    from rich.table import Table
+
+    table = Table("queue", "dead letters", title="Broker dead letters")
+    for q in queues:
+        table.add_row(
+            q.queue, f"cannot read: {q.error}" if q.dead_letters is None else str(q.dead_letters)
+        )
     return table
 
 

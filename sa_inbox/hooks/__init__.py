@@ -8,6 +8,10 @@ time, and the latter traces. Pass one as ``Inbox(..., hooks=...)`` (the claim, t
 extension and :func:`sa_inbox.handle` use the inbox's), ``Worker(..., hooks=...)`` and
 ``purge(..., hooks=...)``; combine several with :class:`MultiHooks`.
 
+The broker adapters report each dead letter (:meth:`InboxHooks.dead_lettered`), from the
+one place every adapter settles through (:func:`sa_inbox.brokers.process`), with the inbox's
+hooks.
+
 A hook must not raise: it runs inside the caller's transaction (an exception would roll the
 business change back). The implementations here never do.
 
@@ -49,6 +53,10 @@ EVENTS = {
         "with back-off (once per outage, WARNING)"
     ),
     "inbox.database.available": "the database answers again: the outage's seconds (INFO)",
+    "inbox.delivery.dead_lettered": (
+        "a broker delivery went to the dead-letter queue / stream, unprocessed (reason in "
+        'extra["reason"]: a DeadLetterReason value)'
+    ),
 }
 
 #: Span names of :meth:`InboxHooks.span`: ``inbox.process`` (one delivery, the parent),
@@ -87,6 +95,15 @@ class InboxHooks(Protocol):
     # ``database_outage(consumer_name, *, seconds)``: an outage of the database ended after
     # ``seconds`` (:mod:`sa_inbox.outage`). Optional: hooks without it are not told.
 
+    def dead_lettered(self, consumer_name: str, reason: str) -> None:
+        """A broker delivery was dead-lettered: the adapter published it to the dead-letter
+        queue / stream (or rejected it to the broker's) and settled it, unprocessed.
+
+        :param consumer_name: the consumer.
+        :param reason: why, a :class:`~sa_inbox.brokers.DeadLetterReason` value
+            (``missing_message_id``, ``invalid_message_id``, ``delivery_limit``).
+        """
+
     def span(
         self,
         name: SpanName,
@@ -123,6 +140,9 @@ class NoopHooks:
         return None
 
     def database_outage(self, consumer_name: str, *, seconds: float) -> None:
+        return None
+
+    def dead_lettered(self, consumer_name: str, reason: str) -> None:
         return None
 
     def span(
@@ -177,6 +197,10 @@ class MultiHooks:
             outage = getattr(hook, "database_outage", None)
             if outage is not None:
                 outage(consumer_name, seconds=seconds)
+
+    def dead_lettered(self, consumer_name: str, reason: str) -> None:
+        for hook in self.hooks:
+            hook.dead_lettered(consumer_name, reason)
 
     def span(
         self,

@@ -3,7 +3,8 @@
 :class:`OpenTelemetryHooks` records the counters and histograms of
 :class:`~sa_inbox.hooks.prometheus.PrometheusHooks` through the OpenTelemetry metrics API
 (names ``sa_inbox.claims``, ``sa_inbox.duplicates``, ``sa_inbox.collisions``,
-``sa_inbox.transient_retries``, ``sa_inbox.handler_failures``, ``sa_inbox.claim.duration``,
+``sa_inbox.transient_retries``, ``sa_inbox.handler_failures``, ``sa_inbox.dead_letters``
+(also attribute ``sa_inbox.dead_letter.reason``), ``sa_inbox.claim.duration``,
 ``sa_inbox.handler.duration``, ``sa_inbox.purge.rows``, ``sa_inbox.purge.duration``,
 ``sa_inbox.database.outages``, ``sa_inbox.database.outage.duration``;
 attribute ``messaging.consumer.group.name`` or ``db.collection.name``), and traces each
@@ -34,11 +35,18 @@ with optional_dependencies(__name__, "opentelemetry", "opentelemetry.trace"):
     from opentelemetry.metrics import CallbackOptions, Observation
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-__all__ = ["CONSUMER_ATTRIBUTE", "MESSAGE_ID_ATTRIBUTE", "OpenTelemetryHooks"]
+__all__ = [
+    "CONSUMER_ATTRIBUTE",
+    "DEAD_LETTER_REASON_ATTRIBUTE",
+    "MESSAGE_ID_ATTRIBUTE",
+    "OpenTelemetryHooks",
+]
 
 MESSAGE_ID_ATTRIBUTE = "messaging.message.id"
 CONSUMER_ATTRIBUTE = "messaging.consumer.group.name"
 TABLE_ATTRIBUTE = "db.collection.name"
+#: Why a delivery was dead-lettered (a :class:`~sa_inbox.brokers.DeadLetterReason` value).
+DEAD_LETTER_REASON_ATTRIBUTE = "sa_inbox.dead_letter.reason"
 _W3C = TraceContextTextMapPropagator()
 
 
@@ -61,6 +69,9 @@ class OpenTelemetryHooks:
         self.collisions = meter.create_counter("sa_inbox.collisions", description="Collisions")
         self.retries = meter.create_counter("sa_inbox.transient_retries")
         self.failures = meter.create_counter("sa_inbox.handler_failures")
+        self.dead_letters = meter.create_counter(
+            "sa_inbox.dead_letters", description="Deliveries dead-lettered"
+        )
         self.claim_duration = meter.create_histogram("sa_inbox.claim.duration", unit="s")
         self.handler_duration = meter.create_histogram("sa_inbox.handler.duration", unit="s")
         self.purge_rows = meter.create_counter("sa_inbox.purge.rows")
@@ -149,6 +160,10 @@ class OpenTelemetryHooks:
         attributes = {CONSUMER_ATTRIBUTE: consumer_name}
         self.outages.add(1, attributes)
         self.outage_duration.record(seconds, attributes)
+
+    def dead_lettered(self, consumer_name: str, reason: str) -> None:
+        attributes = {CONSUMER_ATTRIBUTE: consumer_name, DEAD_LETTER_REASON_ATTRIBUTE: reason}
+        self.dead_letters.add(1, attributes)
 
     def span(
         self,

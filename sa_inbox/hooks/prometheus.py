@@ -12,6 +12,7 @@ metric                                         type        labels
 ``sa_inbox_collisions_total``                  counter     consumer
 ``sa_inbox_transient_retries_total``           counter     consumer
 ``sa_inbox_handler_failures_total``            counter     consumer
+``sa_inbox_dead_letters_total``                counter     consumer, reason (broker adapters)
 ``sa_inbox_claim_seconds``                     histogram   consumer
 ``sa_inbox_handler_seconds``                   histogram   consumer
 ``sa_inbox_purge_rows_total``                  counter     table
@@ -79,6 +80,9 @@ class PrometheusHooks:
         self.collisions = counter("collisions", "Ids claimed by a different message.")
         self.retries = counter("transient_retries", "Transactions rerun after a deadlock.")
         self.failures = counter("handler_failures", "Handler runs rolled back.")
+        self.dead_letters = counter(
+            "dead_letters", "Deliveries dead-lettered, by reason.", ["consumer", "reason"]
+        )
         self.claim_seconds = histogram("claim_seconds", "Claim latency in seconds.")
         self.handler_seconds = histogram("handler_seconds", "Handler latency in seconds.")
         self.purge_rows = counter("purge_rows", "Rows deleted by purges.", ["table"])
@@ -114,6 +118,9 @@ class PrometheusHooks:
     def database_outage(self, consumer_name: str, *, seconds: float) -> None:
         self.outages.labels(consumer_name).inc()
         self.outage_seconds.labels(consumer_name).inc(seconds)
+
+    def dead_lettered(self, consumer_name: str, reason: str) -> None:
+        self.dead_letters.labels(consumer_name, reason).inc()
 
     def span(
         self,

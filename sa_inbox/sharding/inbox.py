@@ -345,8 +345,10 @@ class ShardInbox(Inbox):
         template = router.inbox
         super().__init__(table=template.table, strategy=template.strategy, hooks=template.hooks)
         # The duplicate path is judged here (the shard key's half, then the payload's), not by
-        # the plain collision check, which would compare the two halves as one digest.
+        # the plain collision check, which would compare the two halves as one digest (the
+        # claim path took the inbox's check when it was made: it goes too).
         self.collisions = None
+        self._claims.collisions = None
         self.router = router
         self.target = target
         c = self.table.c

@@ -66,6 +66,16 @@ def test_every_command_answers_help_without_the_extras() -> None:
             "sa_inbox.bench.outbox",
             "rabbitmq",
         ),
+        (
+            ["dead-letters", "replay", "--broker", "amqp://x", "--queue", "q", "--dry-run"],
+            "sa_inbox.brokers.dead_letters.rabbitmq",
+            "rabbitmq",
+        ),
+        (
+            ["dead-letters", "count", "--broker", "nats://x", "--queue", "Q"],
+            "sa_inbox.brokers.dead_letters.nats",
+            "nats",
+        ),
     ],
     ids=lambda value: value[0] if isinstance(value, list) else None,
 )
@@ -80,3 +90,20 @@ def test_a_command_whose_extra_is_missing_exits_2_with_one_line(
     )
     assert list(tmp_path.iterdir()) == [], "nothing created"
     assert "Traceback" not in done.stdout
+
+
+def test_stats_cannot_count_a_dead_letter_queue_without_its_extra(tmp_path: Path) -> None:
+    """Never healthy: the queue's line says which extra is missing, and the exit is 21."""
+    import sqlalchemy as sa
+
+    from sa_inbox import Inbox
+
+    url = f"sqlite:///{tmp_path}/inbox.db"
+    engine = sa.create_engine(url)
+    metadata = sa.MetaData()
+    Inbox(metadata)
+    metadata.create_all(engine)
+    engine.dispose()
+    done = bare("run", "stats", "--url", url, "--check", "--dead-letters", "redis://x/0/q")
+    assert done.returncode == 21, done.stdout + done.stderr
+    assert "needs the 'redis' extra" in " ".join(done.stdout.split())

@@ -1,39 +1,31 @@
-"""``scripts/servers.sh kill`` / ``restart`` / ``start`` on the suite's own servers: a
-SIGKILLed PostgreSQL or MariaDB comes back on the same URL with its committed rows, and
-``start`` creates its directory. Runs only on servers that ``scripts/test.sh`` started
-(``SA_INBOX_TEST_SERVER_DIR``): a server of your own is never killed."""
+"""``scripts/servers.sh kill`` / ``restart`` / ``start``: a SIGKILLed PostgreSQL or MariaDB
+comes back on the same URL with its committed rows, and ``start`` creates its directory.
+Each test kills servers of its own (:func:`tests.support.servers.own_servers`), never the
+suite's, which other tests use meanwhile."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import tempfile
-import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from tests.conftest import backend_url
+from tests.support.servers import OwnServers, own_servers, servers_sh
 
-ROOT = Path(__file__).resolve().parents[2]
-SERVERS_SH = ROOT / "scripts" / "servers.sh"
-
-#: The file ``servers.sh start`` keeps each server's port in, under its directory.
-PORT_FILES = {"postgresql": "pg.port", "mysql": "mariadb.port", "redis": "redis/redis.port"}
+#: The file ``servers.sh start`` keeps Redis's port in, under its directory.
+REDIS_PORT_FILE = "redis/redis.port"
+URL_VARIABLES = {"postgresql": "SA_INBOX_TEST_POSTGRESQL_URL", "mysql": "SA_INBOX_TEST_MYSQL_URL"}
 
 
-def servers_sh(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(SERVERS_SH), *args], capture_output=True, text=True, timeout=300, check=False
-    )
-
-
-def started_here(server_dir: Path, name: str) -> None:
-    """Skip unless ``servers.sh start`` started ``name`` in ``server_dir`` (its URL may
-    come from the environment instead)."""
-    if not (server_dir / PORT_FILES[name]).is_file():
-        pytest.skip(f"{name} was not started in {server_dir} by scripts/servers.sh")
+@pytest.fixture(scope="module")
+def databases() -> Iterator[OwnServers]:
+    """A PostgreSQL and a MariaDB of this module's own."""
+    with own_servers("postgresql", "mysql") as servers:
+        yield servers
 
 
 def one_value(url: str, sql: str) -> object:
@@ -49,11 +41,11 @@ def one_value(url: str, sql: str) -> object:
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["postgresql", "mysql"])
 def test_a_killed_server_restarts_on_its_url_with_its_rows(
-    backend: str, server_dir: Path, tmp_path: Path
+    backend: str, databases: OwnServers
 ) -> None:
-    started_here(server_dir, backend)
-    url = backend_url(backend, tmp_path)
-    table = f"servers_restart_{uuid.uuid4().hex[:10]}"
+    server_dir = databases.directory
+    url = databases.env[URL_VARIABLES[backend]]
+    table = "servers_restart"
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     with engine.begin() as conn:
         conn.exec_driver_sql(f"CREATE TABLE {table} (n INTEGER)")
@@ -70,12 +62,10 @@ def test_a_killed_server_restarts_on_its_url_with_its_rows(
         assert twice.returncode == 1 and "is running" in twice.stderr
     finally:
         servers_sh("restart", str(server_dir), backend)  # whatever failed, bring it back
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"DROP TABLE {table}")
         engine.dispose()
 
 
-def test_start_creates_its_directory_and_restart_follows_a_stop(server_dir: Path) -> None:
+def test_start_creates_its_directory_and_restart_follows_a_stop() -> None:
     """``start`` into a directory that does not exist yet (Redis: the fastest to start);
     ``restart`` after ``stop`` brings it back on the same port."""
     if shutil.which("redis-server") is None:
@@ -85,7 +75,7 @@ def test_start_creates_its_directory_and_restart_follows_a_stop(server_dir: Path
     try:
         started = servers_sh("start", str(directory), "redis")
         assert started.returncode == 0, started.stderr
-        port = (directory / PORT_FILES["redis"]).read_text().strip()
+        port = (directory / REDIS_PORT_FILE).read_text().strip()
         assert f"redis://127.0.0.1:{port}/0" in (directory / "env.sh").read_text()
         servers_sh("stop", str(directory))
         assert servers_sh("kill", str(directory), "redis").returncode == 1  # not running

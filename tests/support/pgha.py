@@ -8,11 +8,7 @@ installed it skips the test locally and fails it in CI (as the other live server
 
 from __future__ import annotations
 
-import os
-import shlex
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,20 +16,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import _in_ci
+from tests.support.servers import COMMAND_TIMEOUT, SERVERS_SH, own_servers
+
 __all__ = [
     "PG_BIN",
-    "SERVERS",
     "ReplicatedServers",
     "delete_queue",
     "process_alive",
     "replicated_servers",
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
-SERVERS = ROOT / "scripts" / "servers.sh"
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-#: Seconds a servers.sh command may take.
-COMMAND_TIMEOUT = 120
 
 
 @dataclass(frozen=True)
@@ -68,7 +62,7 @@ class ReplicatedServers:
     def run(self, command: str) -> None:
         """``servers.sh COMMAND DIR``; raises if it fails."""
         subprocess.run(
-            [str(SERVERS), command, str(self.directory)],
+            [str(SERVERS_SH), command, str(self.directory)],
             check=True,
             timeout=COMMAND_TIMEOUT,
             stdin=subprocess.DEVNULL,
@@ -102,41 +96,18 @@ def process_alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
-
-
-def _read_env(path: Path) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        if line.startswith("export "):
-            key, _, value = line.removeprefix("export ").partition("=")
-            env[key] = shlex.split(value)[0]
-    return env
-
-
 @contextmanager
 def replicated_servers(mode: str) -> Iterator[ReplicatedServers]:
     """Start a ``pg-sync`` or ``pg-async`` pair (``mode``: ``sync`` / ``async``) in a new
-    directory under the system's temp directory (the postgres user must traverse it: a
-    pytest ``tmp_path`` is closed to it), yield it, stop it and remove the directory."""
+    directory of their own (:func:`tests.support.servers.own_servers`), yield it, stop it
+    and remove the directory."""
     if not (PG_BIN / "pg_basebackup").exists():
         message = f"no PostgreSQL 15 in {PG_BIN}: run scripts/servers.sh install postgresql"
         if _in_ci():
             pytest.fail(message)
         pytest.skip(message)
-    directory = Path(tempfile.mkdtemp(prefix="sa-inbox-pg-"))
-    try:
-        subprocess.run(
-            [str(SERVERS), "start", str(directory), f"pg-{mode}"],
-            check=True,
-            timeout=COMMAND_TIMEOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        yield ReplicatedServers(directory, _read_env(directory / "env.sh"))
-    finally:
-        subprocess.run([str(SERVERS), "stop", str(directory)], timeout=COMMAND_TIMEOUT)
-        shutil.rmtree(directory, ignore_errors=True)
+    with own_servers(f"pg-{mode}") as servers:
+        yield ReplicatedServers(servers.directory, servers.env)
 
 
 def delete_queue(amqp_url: str, name: str) -> None:

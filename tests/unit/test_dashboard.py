@@ -30,6 +30,7 @@ def exported_names(tmp_path: Path) -> set[str]:
     hooks.handled("c", seconds=0.01, failed=True)
     hooks.retried("c", attempt=1)
     hooks.purged("t", rows=1, seconds=0.1)
+    hooks.dead_lettered("c", "delivery_limit")
     InboxCollector(engine, store_table="inbox_store", registry=registry)
     text = generate_latest(registry).decode()
     engine.dispose()

@@ -13,6 +13,7 @@ import sa_inbox
 import sa_inbox.asyncio
 import sa_inbox.brokers
 import sa_inbox.brokers.celery
+import sa_inbox.brokers.dead_letters
 import sa_inbox.brokers.faststream
 import sa_inbox.brokers.nats
 import sa_inbox.brokers.rabbitmq
@@ -31,6 +32,7 @@ MODULES: tuple[ModuleType, ...] = (
     sa_inbox.brokers.nats,
     sa_inbox.brokers.faststream,
     sa_inbox.brokers.celery,
+    sa_inbox.brokers.dead_letters,
 )
 
 #: Entry points that take no sa-inbox, SQLAlchemy or broker object: nothing to mix up.
@@ -109,6 +111,24 @@ TAKES_NO_OBJECT = {
         )
         for member in members
     },
+    # the dead letters: a broker URL, a name and values, each checked before connecting
+    # (tests/unit/test_dead_letter_arguments.py)
+    **{
+        name: "a broker URL and values, checked before connecting"
+        for name in (
+            "sa_inbox.brokers.dead_letters.count",
+            "sa_inbox.brokers.dead_letters.peek",
+            "sa_inbox.brokers.dead_letters.replay",
+            "sa_inbox.brokers.dead_letters.sample",
+            "DeadLetterTarget()",
+            "DeadLetterTarget.of",
+            "DeadLetterTarget.parse",
+        )
+    },
+    "DeadLetter()": "a dead letter's values, as a reader found them",
+    "DeadLetter.as_dict": "nothing",
+    "ReplayResult()": "a replay's counts",
+    "ReplayResult.as_dict": "nothing",
     **{
         f"sa_inbox.brokers.{name}": "a broker message's, channel's or consumer's values"
         for name in (

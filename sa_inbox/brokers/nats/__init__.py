@@ -40,6 +40,7 @@ with optional_dependencies(__name__, "nats", "nats"):
     from .consumer import ensure_consumer as ensure_consumer
     from .delivery import DEAD_LETTER_DETAIL as DEAD_LETTER_DETAIL
     from .delivery import DEAD_LETTER_MESSAGE_ID as DEAD_LETTER_MESSAGE_ID
+    from .delivery import DEAD_LETTER_NATS_MSG_ID as DEAD_LETTER_NATS_MSG_ID
     from .delivery import DEAD_LETTER_REASON as DEAD_LETTER_REASON
     from .delivery import DEAD_LETTER_SEQUENCE as DEAD_LETTER_SEQUENCE
     from .delivery import DEAD_LETTER_STREAM as DEAD_LETTER_STREAM
@@ -61,6 +62,7 @@ with optional_dependencies(__name__, "nats", "nats"):
 __all__ = [
     "DEAD_LETTER_DETAIL",
     "DEAD_LETTER_MESSAGE_ID",
+    "DEAD_LETTER_NATS_MSG_ID",
     "DEAD_LETTER_REASON",
     "DEAD_LETTER_SEQUENCE",
     "DEAD_LETTER_STREAM",

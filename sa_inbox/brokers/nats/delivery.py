@@ -19,6 +19,7 @@ from ..keys import read_key
 __all__ = [
     "DEAD_LETTER_DETAIL",
     "DEAD_LETTER_MESSAGE_ID",
+    "DEAD_LETTER_NATS_MSG_ID",
     "DEAD_LETTER_REASON",
     "DEAD_LETTER_SEQUENCE",
     "DEAD_LETTER_STREAM",
@@ -40,6 +41,9 @@ DEAD_LETTER_MESSAGE_ID = "Sa-Inbox-Message-Id"
 DEAD_LETTER_STREAM = "Sa-Inbox-Stream"
 DEAD_LETTER_SEQUENCE = "Sa-Inbox-Stream-Sequence"
 DEAD_LETTER_SUBJECT = "Sa-Inbox-Subject"
+#: The original's ``Nats-Msg-Id`` (the dead letter's own is ``"<stream>:<sequence>"``), put
+#: back by :func:`sa_inbox.brokers.dead_letters.replay`.
+DEAD_LETTER_NATS_MSG_ID = "Sa-Inbox-Nats-Msg-Id"
 
 
 def to_delivery(msg: Msg, *, key_header: str = DEFAULT_KEY_HEADER) -> Delivery:
@@ -73,13 +77,15 @@ def dead_letter_headers(
 ) -> dict[str, str]:
     """The headers of ``msg``'s dead letter: the original's, minus JetStream's own
     ``Nats-*`` headers (a ``Nats-Expected-*`` header would make the publish fail), plus the
-    reason, the detail, the producer's key and where the message came from.
+    reason, the detail, the producer's key, where the message came from and its own
+    ``Nats-Msg-Id`` (:data:`DEAD_LETTER_NATS_MSG_ID`).
 
     The dead letter's ``Nats-Msg-Id`` is ``"<stream>:<sequence>"``, so JetStream drops a
     second dead letter of the same message inside the dead-letter stream's duplicate window
     (a consumer killed between the publish and the ``term``).
     """
-    headers = {k: v for k, v in (msg.headers or {}).items() if not k.startswith("Nats-")}
+    original = msg.headers or {}
+    headers = {k: v for k, v in original.items() if not k.startswith("Nats-")}
     metadata = msg.metadata
     headers.update(
         {
@@ -93,4 +99,6 @@ def dead_letter_headers(
     )
     if delivery.message_id is not None:
         headers[DEAD_LETTER_MESSAGE_ID] = delivery.message_id
+    if "Nats-Msg-Id" in original:
+        headers[DEAD_LETTER_NATS_MSG_ID] = original["Nats-Msg-Id"]
     return headers

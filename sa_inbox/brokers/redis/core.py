@@ -87,12 +87,15 @@ DEFAULT_BLOCK_TIMEOUT = 1.0
 #: Entries fetched per read (``COUNT``).
 DEFAULT_BATCH_SIZE = 10
 
-#: The fields a dead letter carries besides the original entry's fields.
+#: The fields a dead letter carries besides the original entry's fields: why, the one-line
+#: detail, the entry's id and delivery count, and the stream it came from (where
+#: :func:`sa_inbox.brokers.dead_letters.replay` puts it back).
 DEAD_LETTER_FIELDS = (
     "dead_letter_reason",
     "dead_letter_detail",
     "dead_letter_original_id",
     "dead_letter_delivery_count",
+    "dead_letter_source",
 )
 
 #: The dead letter, atomically. KEYS: dead-letter stream, stream. ARGV: group, entry id, then
@@ -326,6 +329,7 @@ def dead_letter_script_arguments(
         dead_letter_detail=detail,
         dead_letter_original_id=entry.entry_id,
         dead_letter_delivery_count=str(entry.times_delivered),
+        dead_letter_source=stream,
     )
     flat = [item for pair in fields.items() for item in pair]
     return (DEAD_LETTER_SCRIPT, 2, dead_letter_stream, stream, group, entry.entry_id, *flat)

@@ -29,6 +29,8 @@ PROTOCOL = {
     "duplicate",
     "retry",
     "dead_lettered",
+    "PUBLISHED",
+    "MOVED",
 }
 
 

@@ -9,37 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from tests.conftest import backend_url
+from tests.support.databases import create_database, drop_database
 
 from .project import Project
 
 #: Backends with a server (or file) a test can have to itself; Oracle has no server here.
 ROUND_TRIP_BACKENDS = ("sqlite", "postgresql", "mysql")
-
-
-def _create_database(base: str, name: str) -> str:
-    url = sa.make_url(base)
-    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    charset = " CHARACTER SET utf8mb4" if url.get_backend_name() in ("mysql", "mariadb") else ""
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"CREATE DATABASE {name}{charset}")
-    finally:
-        admin.dispose()
-    return url.set(database=name).render_as_string(hide_password=False)
-
-
-def _drop_database(base: str, name: str) -> None:
-    url = sa.make_url(base)
-    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    force = " WITH (FORCE)" if url.get_backend_name() == "postgresql" else ""
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{force}")
-    finally:
-        admin.dispose()
 
 
 @pytest.fixture(params=ROUND_TRIP_BACKENDS)
@@ -54,11 +31,11 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield base
         return
     name = f"sa_inbox_alembic_{uuid.uuid4().hex[:12]}"
-    url = _create_database(base, name)
+    url = create_database(base, name)
     try:
         yield url
     finally:
-        _drop_database(base, name)
+        drop_database(base, name)
 
 
 @pytest.fixture
