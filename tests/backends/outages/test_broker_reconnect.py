@@ -37,8 +37,6 @@ from tests.support.db_outage import (
 pytestmark = [
     pytest.mark.backend,
     pytest.mark.slow,
-    pytest.mark.servers,
-    pytest.mark.xdist_group("servers"),
     # Celery's notice on a lost connection (the lane's worker keeps the default)
     pytest.mark.filterwarnings("ignore::celery.exceptions.CPendingDeprecationWarning"),
 ]

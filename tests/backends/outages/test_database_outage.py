@@ -23,8 +23,6 @@ from tests.support.db_outage import LaneFigures, Outage, run_outage
 pytestmark = [
     pytest.mark.backend,
     pytest.mark.slow,
-    pytest.mark.servers,
-    pytest.mark.xdist_group("servers"),
     # Celery's notice on a lost connection (the lane's worker keeps the default)
     pytest.mark.filterwarnings("ignore::celery.exceptions.CPendingDeprecationWarning"),
 ]
