@@ -16,6 +16,7 @@ from .exc import ClaimLost as ClaimLost
 from .exc import ClaimWarning as ClaimWarning
 from .exc import ConfigurationError as ConfigurationError
 from .exc import ConsumerNameTaken as ConsumerNameTaken
+from .exc import DatabaseUnavailable as DatabaseUnavailable
 from .exc import DeadLetterQueueUnavailable as DeadLetterQueueUnavailable
 from .exc import DuplicateMessage as DuplicateMessage
 from .exc import HandlerEndedTransaction as HandlerEndedTransaction
@@ -74,6 +75,7 @@ __all__ = [
     "ClaimWarning",
     "ConfigurationError",
     "ConsumerNameTaken",
+    "DatabaseUnavailable",
     "DeadLetterQueueUnavailable",
     "DuplicateMessage",
     "HandlerEndedTransaction",

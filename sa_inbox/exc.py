@@ -15,6 +15,7 @@ __all__ = [
     "ClaimWarning",
     "ConfigurationError",
     "ConsumerNameTaken",
+    "DatabaseUnavailable",
     "DeadLetterQueueUnavailable",
     "DuplicateMessage",
     "HandlerEndedTransaction",
@@ -268,6 +269,13 @@ class TransientClaimError(InboxError):
     transaction is no longer usable: roll back and run the whole unit of work again (see
     :func:`sa_inbox.run_in_transaction`). The driver's error is chained as ``__cause__``.
     """
+
+
+class DatabaseUnavailable(InboxError):
+    """A consumer was stopped while it waited for its database to come back
+    (:mod:`sa_inbox.outage`): the delivery in hand is left unsettled, uncounted where the
+    broker allows, for the broker to hand out again. The failure that began the outage is
+    chained as ``__cause__``. Consumers' ``run()`` catch it and return."""
 
 
 class ClaimWarning(InboxError):

@@ -47,6 +47,7 @@ from .exc import (
 from .guard import JOINED, owned_transaction
 from .handlers import call_handler, check_handler
 from .hooks import NOOP, InboxHooks
+from .outage import is_guarded, is_unavailable
 from .validation import positive_int
 
 __all__ = [
@@ -352,7 +353,9 @@ def handle(
         :class:`~sa_inbox.exc.MessageIdCollision` from the claim is a failed delivery:
         rolled back and nacked, never acked).
     :returns: a :class:`Result`. Exceptions from ``handler`` are caught, nacked and returned
-        as :attr:`Outcome.FAILED`, except ``BaseException``s that are not ``Exception``
+        as :attr:`Outcome.FAILED` (logged with their traceback, except a database that
+        cannot be reached: one line, at DEBUG behind a consumer's outage gate, see
+        :mod:`sa_inbox.outage`), except ``BaseException``s that are not ``Exception``
         (KeyboardInterrupt, SystemExit), which nack and propagate. An exception from
         ``nack`` propagates (chained to the handler's error).
     :raises InvalidMessageId: for an invalid id, before anything is sent (not acked: the
@@ -449,7 +452,11 @@ def handle(
             report(failed=True)
             if isinstance(exc, HandlerEndedTransaction):
                 phase[0] = "handler"  # found when the runner came to commit
-            logger.warning(
+            # a database outage is no message's fault: one line, no traceback, and only at
+            # DEBUG when an outage gate logs the outage once (sa_inbox.outage)
+            unavailable = is_unavailable(exc)
+            logger.log(
+                logging.DEBUG if unavailable and is_guarded() else logging.WARNING,
                 "message %s (consumer %s): %s failed, nacking: %s: %s",
                 message_id,
                 consumer_name,
@@ -462,7 +469,7 @@ def handle(
                     "message_id": message_id,
                     "consumer_name": consumer_name,
                 },
-                exc_info=True,
+                exc_info=not unavailable,
             )
             nack()
             return Result(Outcome.FAILED, message_id, exc)

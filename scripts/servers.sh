@@ -841,10 +841,13 @@ stop_rabbitmq() {
 }
 
 # Starts redis-server of DIR on 127.0.0.1:PORT (own session) and waits for its PONG.
+# The append-only file, fsynced at every write, keeps the streams and their consumer groups
+# across a kill and restart (Redis docs, "Redis persistence": appendfsync always), as a
+# production Redis behind a stream consumer is configured; no RDB snapshots.
 spawn_redis() {
     local dir=$1 port=$2
     setsid "$(find_program redis-server)" --port "$port" --bind 127.0.0.1 --save '' \
-        --appendonly no --dir "$dir/redis" --daemonize no \
+        --appendonly yes --appendfsync always --dir "$dir/redis" --daemonize no \
         </dev/null >>"$dir/redis/server.log" 2>&1 &
     echo $! >"$dir/redis/redis.pid"
     wait_for_port "$port" "$dir/redis/redis.pid" 30 &&

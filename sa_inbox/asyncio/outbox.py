@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..checks import require_asyncio, unwrap
+from ..exc import DatabaseUnavailable
 from ..outbox.exc import InvalidRelayArgument
 from ..outbox.outbox import Outbox
 from ..outbox.publisher import Publisher, check_publisher
@@ -29,7 +31,7 @@ from ..outbox.relay import (
     unfinished,
 )
 from ..validation import positive_seconds
-from ._bridge import AsyncBind, in_greenlet, maybe_await, on_sync_bind
+from ._bridge import AsyncBind, in_greenlet, loop_sleep, maybe_await, on_sync_bind
 
 __all__ = ["AsyncOutbox", "AsyncOutboxRelay"]
 
@@ -121,6 +123,7 @@ class AsyncOutboxRelay:
         self.core = RelayCore(engine.sync_engine, sync_outbox, **settings)
         self.publisher = publisher
         self._stop = asyncio.Event()
+        self.core.outage.sleep = self._outage_sleep
 
     async def run_once(self) -> RelayBatch:
         """One claim, publish, mark round (see :meth:`OutboxRelay.run_once`)."""
@@ -131,7 +134,14 @@ class AsyncOutboxRelay:
         total = RelayBatch()
         outages = 0
         while not self._stop.is_set():
-            batch = await self.run_once()
+            try:
+                batch = await self.run_once()
+            except DatabaseUnavailable:
+                break  # stopped during an outage
+            except Exception as exc:
+                if await in_greenlet(self.core.ride_out, exc):
+                    continue
+                raise
             total = add_batches(total, batch)
             pause, outages = outage_pause(self.core, batch, outages)
             if pause is not None:
@@ -150,3 +160,11 @@ class AsyncOutboxRelay:
     def stop(self) -> None:
         """Stop after the current batch (call from the loop's thread)."""
         self._stop.set()
+
+    def _outage_sleep(self, seconds: float) -> bool:
+        """The outage gate's wait, in the relay's greenlet: on the loop, cut short by
+        :meth:`stop`."""
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            loop_sleep(min(left, 0.25))
+        return self._stop.is_set()

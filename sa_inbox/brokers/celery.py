@@ -29,6 +29,14 @@ message without the key is rejected with ``Reject(reason, requeue=False)`` (Cele
 queue has one (``x-dead-letter-exchange``, RabbitMQ docs "Dead Letter Exchanges"); nothing
 is processed.
 
+**A database outage costs no retry.** While the database cannot be reached the task waits
+in the worker (the message unacked, ``request.retries`` unchanged) while the task's
+:class:`~sa_inbox.outage.OutageGate` probes the database with back-off, one WARNING and
+one INFO per outage, then runs again (:mod:`sa_inbox.outage`); the worker takes no other
+message meanwhile beyond its prefetch. A warm shutdown waits for that task, so for the
+database; a cold one leaves the message to the broker. The broker connection is Celery's to
+make again (``broker_connection_retry``, kombu's reconnect).
+
 The task is always ``acks_late=True`` (the message is acked after the task returns, so after
 the commit; Celery docs, "Tasks" → ``Task.acks_late``, and the FAQ "Should I use retry or
 acks_late?") and ``reject_on_worker_lost=True``. Even with ``acks_late``, "the worker will
@@ -68,6 +76,7 @@ from .._optional import optional_dependencies
 from ..claim import Inbox
 from ..exc import ConfigurationError, InvalidHandler, InvalidKeySetting, InvalidRetryArgument
 from ..handlers import check_handler, is_async_callable
+from ..outage import OutageGate
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement
 from .keys import check_key_name, read_key
 from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process
@@ -176,6 +185,7 @@ def inbox_task(
         on_settled,
         float(retry_backoff),
         float(retry_backoff_max),
+        OutageGate(consumer_name, hooks=readiness.inbox.hooks),
     )
 
     def decorator(body: Callable[..., Any]) -> Task:
@@ -236,6 +246,7 @@ class _Config:
     on_settled: OnSettled | None
     retry_backoff: float
     retry_backoff_max: float
+    outage: OutageGate
 
 
 def delivery_of(task: Task, kwargs: dict[str, Any], key_kwarg: str) -> Delivery:
@@ -303,6 +314,7 @@ def _run(
         handler=handler,
         max_deliveries=config.max_deliveries,
         on_settled=config.on_settled,
+        outage=config.outage,
     )
     return _settle(task, settlement, decision, returned, config)
 

@@ -94,6 +94,7 @@ from typing import TYPE_CHECKING, Any
 from .._optional import optional_dependencies
 from ..claim import Inbox
 from ..exc import ConfigurationError
+from ..outage import OutageGate
 from .delivery import DeadLetterReason, Delivery, Disposition
 from .keys import check_key_name, read_key
 from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
@@ -144,6 +145,14 @@ class InboxMiddleware:
         that is neither an Inbox nor an AsyncInbox (:class:`~sa_inbox.InvalidObject`), an
         empty ``key_header`` (:class:`~sa_inbox.InvalidKeySetting`).
 
+    **Outages and reconnects.** While the database cannot be reached each message in hand is
+    held in its handler, unsettled and uncounted, while one
+    :class:`~sa_inbox.outage.OutageGate` of the middleware probes the database with back-off
+    (one WARNING, one INFO per outage, for all the messages FastStream runs at once); FastStream
+    takes no more than its subscriber's prefetch meanwhile. The broker connection is
+    FastStream's to make again (aio-pika's ``connect_robust`` for RabbitMQ, redis-py's pool,
+    nats-py's reconnect): a message whose ack was lost with it comes back, as a duplicate.
+
     On a message it raises :class:`~sa_inbox.ConfigurationError` (to FastStream, which logs
     it and applies the subscriber's ``ack_policy``: with ``AckPolicy.MANUAL`` the message is
     left unsettled and redelivered when the consumer stops) for a batch message, a message
@@ -184,6 +193,7 @@ class InboxMiddleware:
             context_key,
             dead_letter_suffix,
             on_settled,
+            OutageGate(consumer_name, hooks=self.readiness.inbox.hooks),
         )
 
     async def check(self) -> None:
@@ -211,6 +221,7 @@ class _Config:
     context_key: str
     dead_letter_suffix: str
     on_settled: OnSettled | None
+    outage: OutageGate
 
 
 class _InboxScope(BaseMiddleware[Any, Any]):
@@ -241,6 +252,7 @@ class _InboxScope(BaseMiddleware[Any, Any]):
             handler=handler,
             max_deliveries=config.max_deliveries,
             on_settled=config.on_settled,
+            outage=config.outage,
         )
         if settlement.disposition is not Disposition.PROCESSED:
             # settled already; SkipMessage stops FastStream from publishing a result (the

@@ -14,7 +14,12 @@ rules are the functions below them:
 3. the handler runs; after the commit the delivery is acked; on failure it is retried, or
    dead-lettered (``DELIVERY_LIMIT``) if this was the last delivery allowed;
 4. a :class:`~sa_inbox.ConfigurationError` is raised to the caller unsettled (it would fail
-   every message; the broker redelivers the delivery when the consumer stops).
+   every message; the broker redelivers the delivery when the consumer stops);
+5. a failure because the database cannot be reached (:func:`sa_inbox.outage.is_unavailable`)
+   is neither retried nor counted: the delivery is held while the consumer's
+   :class:`~sa_inbox.outage.OutageGate` probes the database with back-off, then run again
+   (see :mod:`sa_inbox.outage`); a consumer stopped meanwhile gets
+   :class:`~sa_inbox.DatabaseUnavailable`, the delivery unsettled.
 """
 
 from __future__ import annotations
@@ -28,7 +33,15 @@ from sqlalchemy.orm import Session
 
 from ..claim import Inbox
 from ..consumers import stands_for
-from ..exc import InboxError, InvalidMessageId, InvalidRetryArgument
+from ..exc import DatabaseUnavailable, InboxError, InvalidMessageId, InvalidRetryArgument
+from ..outage import (
+    OutageGate,
+    Verdict,
+    guarded,
+    is_unavailable,
+    probe_sessions,
+    probe_sessions_async,
+)
 from ..runner import Outcome, Result, handle
 from ..validation import positive_int
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement, Settler
@@ -62,6 +75,7 @@ def process(
     handler: Callable[[Session, Delivery], object],
     max_deliveries: int = DEFAULT_MAX_DELIVERIES,
     on_settled: OnSettled | None = None,
+    outage: OutageGate | None = None,
 ) -> Settlement:
     """Process one broker delivery exactly once in effect, and settle it.
 
@@ -75,8 +89,11 @@ def process(
         and may run more than once if the transaction is retried (deadlocks).
     :param max_deliveries: deliveries allowed, >= 1; see the module's rules.
     :param on_settled: called with the :class:`Settlement` after the settler returned.
+    :param outage: the consumer's gate for database outages (its sleep sees the consumer's
+        stop); None: a gate of this call, which sleeps and is never stopped.
     :returns: the :class:`Settlement`.
     :raises ConfigurationError: unsettled (see :func:`sa_inbox.handle`).
+    :raises DatabaseUnavailable: unsettled, if ``outage`` was stopped during an outage.
     :raises InvalidMessageId: if ``consumer_name`` is invalid (a configuration error).
     :raises InvalidRetryArgument: if ``max_deliveries`` is not an int >= 1.
     :raises InvalidObject: (a ConfigurationError) for objects of the wrong kind or half,
@@ -97,15 +114,27 @@ def process(
         _settle_failure(rejected, settler)
         return _settled(rejected, on_settled)
     assert delivery.message_id is not None
-    result = handle(
-        session_factory,
-        inbox,
-        delivery.message_id,
-        consumer_name,
-        _guarded(handler, delivery, max_deliveries),
-        ack=settler.ack,
-        nack=_nothing,
-    )
+    message_id = delivery.message_id
+    gate = outage or OutageGate(consumer_name, hooks=inbox.hooks)
+    probe = probe_sessions(session_factory)
+    reachable = 0
+    while True:
+        with guarded():
+            result = handle(
+                session_factory,
+                inbox,
+                message_id,
+                consumer_name,
+                _guarded(handler, delivery, max_deliveries),
+                ack=settler.ack,
+                nack=_nothing,
+            )
+        if not _outage(result):
+            break
+        assert result.error is not None
+        reachable = _ride_out(gate.wait(result.error, probe), result, reachable)
+        if reachable > 1:
+            break
     settlement = _after(result, delivery, max_deliveries)
     _settle_failure(settlement, settler)
     return _settled(settlement, on_settled)
@@ -121,6 +150,7 @@ async def process_async(
     handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
     max_deliveries: int = DEFAULT_MAX_DELIVERIES,
     on_settled: OnSettled | None = None,
+    outage: OutageGate | None = None,
 ) -> Settlement:
     """:func:`process` on asyncio: the handler gets an AsyncSession and is awaited.
 
@@ -129,6 +159,7 @@ async def process_async(
     :param session_factory: an ``async_sessionmaker``.
     :param inbox: the Inbox, or its AsyncInbox face.
     :param handler: ``async def handler(session, delivery)`` (or a plain function).
+    :param outage: as for :func:`process`; its sleep is an ``async def``.
     :raises: as :func:`process`.
     """
     from ..asyncio.runner import handle as handle_async
@@ -148,15 +179,27 @@ async def process_async(
         await _maybe_await(_settle_failure(rejected, settler))
         return _settled(rejected, on_settled)
     assert delivery.message_id is not None
-    result = await handle_async(
-        session_factory,
-        inbox,
-        delivery.message_id,
-        consumer_name,
-        _guarded(handler, delivery, max_deliveries),
-        ack=settler.ack,
-        nack=_nothing,
-    )
+    message_id = delivery.message_id
+    gate = outage or OutageGate(consumer_name, hooks=inbox.hooks)
+    probe = probe_sessions_async(session_factory)
+    reachable = 0
+    while True:
+        with guarded():
+            result = await handle_async(
+                session_factory,
+                inbox,
+                message_id,
+                consumer_name,
+                _guarded(handler, delivery, max_deliveries),
+                ack=settler.ack,
+                nack=_nothing,
+            )
+        if not _outage(result):
+            break
+        assert result.error is not None
+        reachable = _ride_out(await gate.wait_async(result.error, probe), result, reachable)
+        if reachable > 1:
+            break
     settlement = _after(result, delivery, max_deliveries)
     await _maybe_await(_settle_failure(settlement, settler))
     return _settled(settlement, on_settled)
@@ -187,6 +230,25 @@ def _refuse_unkeyed(
             Disposition.DEAD_LETTERED, delivery, DeadLetterReason.INVALID_MESSAGE_ID, exc
         )
     return None
+
+
+def _outage(result: Result) -> bool:
+    """Rule 5: whether ``handle()`` failed because the database could not be reached."""
+    return result.outcome is Outcome.FAILED and is_unavailable(result.error)
+
+
+def _ride_out(verdict: Verdict, result: Result, reachable: int) -> int:
+    """Rule 5, after the gate: the count of runs again with the database answering at once
+    (the second such failure is the message's, settled by rule 3).
+
+    :raises DatabaseUnavailable: if the consumer was stopped during the outage.
+    """
+    if verdict is Verdict.STOPPED:
+        raise DatabaseUnavailable(
+            f"message {result.message_id}: stopped while the database could not be reached; "
+            "left unsettled"
+        ) from result.error
+    return reachable + 1 if verdict is Verdict.REACHABLE else 0
 
 
 def _guarded(handler: Callable[..., Any], delivery: Delivery, max_deliveries: int) -> Any:

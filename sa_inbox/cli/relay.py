@@ -4,8 +4,9 @@ Runs :class:`~sa_inbox.outbox.OutboxRelay` until SIGTERM / SIGINT (or, with
 ``--until-empty``, until no row is pending or in flight), then prints the totals as JSON.
 Once the signals are handled it says so on stderr (``relay running: ...``).
 Exit codes (:mod:`._common`): 0 success, 2 usage error (a bad option, an unsupported broker
-URL scheme), 3 the command could not run (database or broker unreachable, the outbox table
-missing).
+URL scheme), 3 the command could not run (database or broker unreachable when it starts,
+the outbox table missing). A database outage while it runs is waited out
+(:mod:`sa_inbox.outage`), as a broker outage is.
 """
 
 from __future__ import annotations

@@ -147,6 +147,9 @@ class _EveryBackendClassifier(SavepointClaim):
     def is_missing_table(self, exc: DBAPIError) -> bool:
         return any(backend.claim.is_missing_table(exc) for backend in _NATIVE)
 
+    def is_unavailable(self, exc: DBAPIError) -> bool:
+        return any(backend.claim.is_unavailable(exc) for backend in _NATIVE)
+
 
 _NATIVE = (postgresql.BACKEND, mysql.BACKEND, oracle.BACKEND, sqlite.BACKEND, cockroachdb.BACKEND)
 _EVERY_BACKEND = _EveryBackendClassifier(None)
@@ -154,7 +157,8 @@ _EVERY_BACKEND = _EveryBackendClassifier(None)
 
 def classifier_for(dialect_name: str | None) -> ClaimDialect:
     """The claim dialect whose error classifiers (:meth:`ClaimDialect.is_transient`,
-    :meth:`ClaimDialect.is_missing_table`) apply to a dialect name.
+    :meth:`ClaimDialect.is_missing_table`, :meth:`ClaimDialect.is_unavailable`) apply to a
+    dialect name.
 
     :param dialect_name: the engine's dialect name, or ``None`` when it cannot be known
         beforehand (a Session bound per table only, with no default bind): then every

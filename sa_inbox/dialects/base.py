@@ -311,6 +311,17 @@ class ClaimDialect(abc.ABC):
         """True if ``exc`` says a table or column does not exist (a configuration error)."""
         return False
 
+    def is_unavailable(self, exc: DBAPIError) -> bool:
+        """True if ``exc`` means the database cannot be reached or cannot take writes now
+        (a restart, a shutdown, a failover in progress): no message is at fault, so the
+        delivery is held and the database probed (:mod:`sa_inbox.outage`), not retried.
+
+        The default: SQLAlchemy's own disconnect detection, which set
+        ``exc.connection_invalidated`` (the dialect's ``is_disconnect``; SQLAlchemy docs,
+        "Dealing with Disconnects"). Backends add their server's codes.
+        """
+        return bool(exc.connection_invalidated)
+
     @contextmanager
     def translate_configuration_errors(self) -> Iterator[None]:
         """Re-raise "no such table / column" driver errors as

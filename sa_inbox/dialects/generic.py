@@ -97,6 +97,11 @@ class SavepointClaim(ClaimDialect):
     def is_missing_table(self, exc: DBAPIError) -> bool:
         return self.native is not None and self.native.is_missing_table(exc)
 
+    def is_unavailable(self, exc: DBAPIError) -> bool:
+        if self.native is not None:
+            return self.native.is_unavailable(exc)
+        return super().is_unavailable(exc)
+
     def driver_autocommit(self, dbapi_connection: Any) -> bool:
         if self.native is not None:
             return self.native.driver_autocommit(dbapi_connection)

@@ -64,6 +64,16 @@ ER_DUP_ENTRY = 1062
 TableName = tuple[str | None, str]
 #: ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR (MySQL manual, "Server Error Message Reference").
 MISSING_TABLE_ERRORS = frozenset({1146, 1054})
+#: The server cannot serve now. Client errors (MySQL manual, "Client Error Message
+#: Reference"; PyMySQL raises the same numbers): 2002 CR_CONNECTION_ERROR, 2003
+#: CR_CONN_HOST_ERROR (connection refused), 2006 CR_SERVER_GONE_ERROR, 2013
+#: CR_SERVER_LOST, 2055 CR_SERVER_LOST_EXTENDED. Server errors ("Server Error Message
+#: Reference"): 1053 ER_SERVER_SHUTDOWN, 1077 ER_NORMAL_SHUTDOWN, 1290
+#: ER_OPTION_PREVENTS_STATEMENT (``--read-only``: a replica during a failover), 1836
+#: ER_READ_ONLY_MODE, 1927 ER_CONNECTION_KILLED (MariaDB), and 1047 on a MariaDB Galera
+#: node that is not synced ("WSREP has not yet prepared node for application use", MariaDB
+#: KB, "Galera Cluster Status Variables": ``wsrep_ready``).
+UNAVAILABLE_ERRORS = frozenset({2002, 2003, 2006, 2013, 2055, 1053, 1077, 1290, 1836, 1927, 1047})
 
 
 def _error_code(exc: DBAPIError) -> int | None:
@@ -295,6 +305,11 @@ class MySQLClaim(ClaimDialect):
 
     def is_missing_table(self, exc: DBAPIError) -> bool:
         return _error_code(exc) in MISSING_TABLE_ERRORS
+
+    def is_unavailable(self, exc: DBAPIError) -> bool:
+        """:data:`UNAVAILABLE_ERRORS`, and SQLAlchemy's disconnect detection (PyMySQL's
+        ``InterfaceError(0, '')`` on a connection the server closed)."""
+        return super().is_unavailable(exc) or _error_code(exc) in UNAVAILABLE_ERRORS
 
     def driver_autocommit(self, dbapi_connection: Any) -> bool:
         """PyMySQL and mysqlclient: ``get_autocommit()``, which reads the

@@ -41,6 +41,12 @@ ORA_UNIQUE_VIOLATED = 1
 #: ORA-00942 table or view does not exist, ORA-00904 invalid identifier (Oracle Database
 #: Error Messages).
 MISSING_TABLE_ERRORS = frozenset({942, 904})
+#: The database cannot serve now (Oracle Database Error Messages): ORA-03113 end-of-file on
+#: communication channel, ORA-03114 not connected, ORA-03135 connection lost contact,
+#: ORA-12514 / ORA-12541 no service / no listener, ORA-12537 connection closed, ORA-01033
+#: initialization or shutdown in progress, ORA-01034 not available, ORA-01089 immediate
+#: shutdown in progress, ORA-16000 database open for read-only access (a standby).
+UNAVAILABLE_ERRORS = frozenset({3113, 3114, 3135, 12514, 12541, 12537, 1033, 1034, 1089, 16000})
 _CONSTRAINT = re.compile(r"unique constraint \((?:[^.()]+\.)?([^.()]+)\) violated", re.IGNORECASE)
 
 
@@ -140,6 +146,10 @@ class OracleClaim(ClaimDialect):
 
     def is_missing_table(self, exc: DBAPIError) -> bool:
         return _error_code(exc) in MISSING_TABLE_ERRORS
+
+    def is_unavailable(self, exc: DBAPIError) -> bool:
+        """:data:`UNAVAILABLE_ERRORS`, and SQLAlchemy's disconnect detection."""
+        return super().is_unavailable(exc) or _error_code(exc) in UNAVAILABLE_ERRORS
 
 
 class OraclePurge(RowLockingPurge):

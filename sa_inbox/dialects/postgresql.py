@@ -31,6 +31,15 @@ TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
 UNIQUE_VIOLATION = "23505"
 #: undefined_table, undefined_column (PostgreSQL manual, Appendix A, "Error Codes").
 MISSING_TABLE_SQLSTATES = frozenset({"42P01", "42703"})
+#: The server cannot serve now (PostgreSQL manual, Appendix A, "Error Codes"): class 08
+#: connection_exception (08000, 08003 connection_does_not_exist, 08006 connection_failure,
+#: 08001 sqlclient_unable_to_establish_sqlconnection, 08004
+#: sqlserver_rejected_establishment_of_sqlconnection), 57P01 admin_shutdown, 57P02
+#: crash_shutdown, 57P03 cannot_connect_now (starting up, in recovery), and 25006
+#: read_only_sql_transaction (a standby during a failover: writable again once promoted).
+UNAVAILABLE_SQLSTATES = frozenset(
+    {"08000", "08003", "08006", "08001", "08004", "57P01", "57P02", "57P03", "25006"}
+)
 
 
 def _constraint_name(exc: DBAPIError) -> str | None:
@@ -70,6 +79,20 @@ class PostgreSQLClaim(OnConflictDoNothingClaim):
 
     def is_missing_table(self, exc: DBAPIError) -> bool:
         return sqlstate_of(exc) in MISSING_TABLE_SQLSTATES
+
+    def is_unavailable(self, exc: DBAPIError) -> bool:
+        """:data:`UNAVAILABLE_SQLSTATES`, SQLAlchemy's disconnect detection, and a psycopg
+        ``OperationalError`` without SQLSTATE: libpq sets ``PG_DIAG_SQLSTATE`` only on
+        errors the server sent (PostgreSQL manual, "libpq", ``PQresultErrorField``), so one
+        without it is the client's: connection refused, reset, or closed."""
+        if super().is_unavailable(exc) or sqlstate_of(exc) in UNAVAILABLE_SQLSTATES:
+            return True
+        orig = driver_error(exc)
+        return (
+            type(orig).__name__ == "OperationalError"
+            and type(orig).__module__.startswith("psycopg")
+            and sqlstate_of(exc) is None
+        )
 
     def read_driver_state(self, driver_connection: Any) -> DriverState | None:
         """psycopg 3 and psycopg2: ``info.transaction_status``, libpq's

@@ -48,6 +48,11 @@ EVENTS = {
     "inbox.configuration.error": "a configuration error: neither acked nor nacked",
     "inbox.purge.done": "a purge finished (rows deleted, seconds)",
     "inbox.purge.retry": "a purge batch rolled back by a transient error (e.g. Galera 1213) reruns",
+    "inbox.database.unavailable": (
+        "the database cannot be reached: deliveries held uncounted, the database probed "
+        "with back-off (once per outage, WARNING)"
+    ),
+    "inbox.database.available": "the database answers again: the outage's seconds (INFO)",
     "inbox.delivery.dead_lettered": (
         "a broker delivery went to the dead-letter queue / stream, unprocessed (reason in "
         'extra["reason"]: a DeadLetterReason value)'
@@ -86,6 +91,9 @@ class InboxHooks(Protocol):
 
     def purged(self, table: str, *, rows: int, seconds: float) -> None:
         """A purge of ``table`` deleted ``rows`` rows in ``seconds`` seconds."""
+
+    # ``database_outage(consumer_name, *, seconds)``: an outage of the database ended after
+    # ``seconds`` (:mod:`sa_inbox.outage`). Optional: hooks without it are not told.
 
     def dead_lettered(self, consumer_name: str, reason: str) -> None:
         """A broker delivery was dead-lettered: the adapter published it to the dead-letter
@@ -129,6 +137,9 @@ class NoopHooks:
         return None
 
     def purged(self, table: str, *, rows: int, seconds: float) -> None:
+        return None
+
+    def database_outage(self, consumer_name: str, *, seconds: float) -> None:
         return None
 
     def dead_lettered(self, consumer_name: str, reason: str) -> None:
@@ -180,6 +191,12 @@ class MultiHooks:
     def purged(self, table: str, *, rows: int, seconds: float) -> None:
         for hook in self.hooks:
             hook.purged(table, rows=rows, seconds=seconds)
+
+    def database_outage(self, consumer_name: str, *, seconds: float) -> None:
+        for hook in self.hooks:
+            outage = getattr(hook, "database_outage", None)
+            if outage is not None:
+                outage(consumer_name, seconds=seconds)
 
     def dead_lettered(self, consumer_name: str, reason: str) -> None:
         for hook in self.hooks:

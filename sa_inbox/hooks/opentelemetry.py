@@ -5,7 +5,8 @@
 (names ``sa_inbox.claims``, ``sa_inbox.duplicates``, ``sa_inbox.collisions``,
 ``sa_inbox.transient_retries``, ``sa_inbox.handler_failures``, ``sa_inbox.dead_letters``
 (also attribute ``sa_inbox.dead_letter.reason``), ``sa_inbox.claim.duration``,
-``sa_inbox.handler.duration``, ``sa_inbox.purge.rows``, ``sa_inbox.purge.duration``;
+``sa_inbox.handler.duration``, ``sa_inbox.purge.rows``, ``sa_inbox.purge.duration``,
+``sa_inbox.database.outages``, ``sa_inbox.database.outage.duration``;
 attribute ``messaging.consumer.group.name`` or ``db.collection.name``), and traces each
 delivery of :func:`sa_inbox.handle`::
 
@@ -75,6 +76,8 @@ class OpenTelemetryHooks:
         self.handler_duration = meter.create_histogram("sa_inbox.handler.duration", unit="s")
         self.purge_rows = meter.create_counter("sa_inbox.purge.rows")
         self.purge_duration = meter.create_histogram("sa_inbox.purge.duration", unit="s")
+        self.outages = meter.create_counter("sa_inbox.database.outages")
+        self.outage_duration = meter.create_histogram("sa_inbox.database.outage.duration", unit="s")
 
     def observe(self, sampler: Sampler) -> None:
         """Register observable gauges read from ``sampler`` at each collection (never on
@@ -152,6 +155,11 @@ class OpenTelemetryHooks:
     def purged(self, table: str, *, rows: int, seconds: float) -> None:
         self.purge_rows.add(rows, {TABLE_ATTRIBUTE: table})
         self.purge_duration.record(seconds, {TABLE_ATTRIBUTE: table})
+
+    def database_outage(self, consumer_name: str, *, seconds: float) -> None:
+        attributes = {CONSUMER_ATTRIBUTE: consumer_name}
+        self.outages.add(1, attributes)
+        self.outage_duration.record(seconds, attributes)
 
     def dead_lettered(self, consumer_name: str, reason: str) -> None:
         attributes = {CONSUMER_ATTRIBUTE: consumer_name, DEAD_LETTER_REASON_ATTRIBUTE: reason}

@@ -17,6 +17,8 @@ metric                                         type        labels
 ``sa_inbox_handler_seconds``                   histogram   consumer
 ``sa_inbox_purge_rows_total``                  counter     table
 ``sa_inbox_purge_seconds``                     histogram   table
+``sa_inbox_database_outages_total``            counter     consumer (outages ridden out)
+``sa_inbox_database_outage_seconds_total``     counter     consumer (their seconds)
 ``sa_inbox_table_rows``                        gauge       table (sampled)
 ``sa_inbox_table_bytes``                       gauge       table (sampled; data + indexes)
 ``sa_inbox_consumer_rows``                     gauge       table, consumer (sampled)
@@ -85,6 +87,10 @@ class PrometheusHooks:
         self.handler_seconds = histogram("handler_seconds", "Handler latency in seconds.")
         self.purge_rows = counter("purge_rows", "Rows deleted by purges.", ["table"])
         self.purge_seconds = histogram("purge_seconds", "Purge duration in seconds.", ["table"])
+        self.outages = counter("database_outages", "Database outages ridden out.")
+        self.outage_seconds = counter(
+            "database_outage_seconds", "Seconds the database could not be reached."
+        )
 
     def claimed(
         self, consumer_name: str, *, new: int, duplicates: int, collisions: int, seconds: float
@@ -108,6 +114,10 @@ class PrometheusHooks:
     def purged(self, table: str, *, rows: int, seconds: float) -> None:
         self.purge_rows.labels(table).inc(rows)
         self.purge_seconds.labels(table).observe(seconds)
+
+    def database_outage(self, consumer_name: str, *, seconds: float) -> None:
+        self.outages.labels(consumer_name).inc()
+        self.outage_seconds.labels(consumer_name).inc(seconds)
 
     def dead_lettered(self, consumer_name: str, reason: str) -> None:
         self.dead_letters.labels(consumer_name, reason).inc()

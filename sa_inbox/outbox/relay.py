@@ -29,9 +29,13 @@ unpublished rows back (``pending``, the claim's attempt taken back, ``available_
 unchanged, so they keep their place), and waits ``outage_backoff`` (1 s doubling to 30 s)
 before each next claim until a publish gets through, so an outage of any length sends no
 row ``dead``; a row whose publish was cut off may have reached the broker and is sent
-again, with its ``message_id``, as after a killed relay. A database error (unreachable, a
-missing table) is not recorded: it propagates from :meth:`OutboxRelay.run_once`
-(``sa-inbox relay`` exits 3); run the relay under a supervisor.
+again, with its ``message_id``, as after a killed relay. **A database that cannot be reached
+counts no attempt either** (:func:`sa_inbox.outage.is_unavailable`): the relay's
+:class:`~sa_inbox.outage.OutageGate` holds the rows it published and marks them once a probe
+gets through (so a confirmed row is not published again), and :meth:`OutboxRelay.run`
+waits out an outage before its next claim, one WARNING when it starts and one INFO when it
+ends. Another database error (a missing table) propagates from :meth:`OutboxRelay.run_once`
+(``sa-inbox relay`` exits 3).
 
 **Order.** Rows are claimed in ``id`` order, but with ``ordered=False`` a row that failed
 is retried after later rows of its destination were sent. With ``ordered=True`` a row is
@@ -53,18 +57,21 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..backoff import Backoff
 from ..checks import require
 from ..dialects import backend_for
 from ..dialects.store_claim import CandidateQuery, StoreClaimDialect, update_claimed
+from ..exc import DatabaseUnavailable
+from ..outage import OutageGate, Verdict, is_unavailable, probe_engine
 from ..pool_guard import released_clean
 from ..store.replay import ReplayFilter, ReplayRules
 from ..store.schema import utc_now
-from ..store.worker import Backoff
 from ..validation import positive_int, positive_seconds
 from .exc import AsyncPublisherInSyncRelay, InvalidRelayArgument
 from .message import OutboxMessage
@@ -91,6 +98,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("sa_inbox.outbox")
+
+T = TypeVar("T")
 
 DEFAULT_BATCH_SIZE = 100
 DEFAULT_MAX_ATTEMPTS = 10
@@ -177,6 +186,40 @@ class RelayCore:
         self.outage_backoff = outage_backoff
         self.ordered = bool(ordered)
         self._checked = False
+        #: Rides out database outages; the relays set its ``sleep`` to their stoppable wait.
+        self.outage = OutageGate(f"outbox relay of {self.table.name}")
+        self._reachable_in_a_row = 0
+
+    def ride_out(self, error: BaseException) -> bool:
+        """If ``error`` means the database cannot be reached, wait until it answers
+        (:attr:`outage`) and return True; False for any other error (or for one that looks
+        like an outage while the database answered the probe twice in a row).
+
+        :raises DatabaseUnavailable: (chained) if the relay is stopped meanwhile.
+        """
+        if not is_unavailable(error, self.engine.dialect.name):
+            return False
+        verdict = self.outage.wait(error, probe_engine(self.engine))
+        if verdict is Verdict.STOPPED:
+            raise DatabaseUnavailable("stopped while the database could not be reached") from error
+        if verdict is Verdict.REACHABLE:
+            self._reachable_in_a_row += 1
+            return self._reachable_in_a_row < 2
+        self._reachable_in_a_row = 0
+        return True
+
+    def retrying(self, step: Callable[[], T]) -> T:
+        """``step()``, run again after each database outage it fails with (see
+        :meth:`ride_out`): the bookkeeping of rows already published."""
+        while True:
+            try:
+                result = step()
+            except Exception as exc:
+                if not self.ride_out(exc):
+                    raise
+                continue
+            self._reachable_in_a_row = 0
+            return result
 
     # -- claim ------------------------------------------------------------------------
 
@@ -459,6 +502,7 @@ class OutboxRelay:
         self.publisher = publisher
         self.poll_interval = positive_seconds(poll_interval, "poll_interval", InvalidRelayArgument)
         self._stop = threading.Event()
+        self.core.outage.sleep = self._stop.wait
 
     def run_once(self) -> RelayBatch:
         """Claim one batch, publish each row with confirms, mark the results (see the
@@ -486,7 +530,14 @@ class OutboxRelay:
         total = RelayBatch()
         outages = 0
         while not self._stop.is_set():
-            batch = self.run_once()
+            try:
+                batch = self.run_once()
+            except DatabaseUnavailable:
+                break  # stopped during an outage
+            except Exception as exc:
+                if self.core.ride_out(exc):
+                    continue
+                raise
             total = add_batches(total, batch)
             pause, outages = outage_pause(self.core, batch, outages)
             if pause is not None:
@@ -523,9 +574,11 @@ def relay_batch(core: RelayCore, publisher: Publisher, resolve: Callable[[Any], 
         if error is not None:
             unavailable = broker_unavailable(publisher, error)
             (unreachable if unavailable else refused).append((message, error))
-    went_dead = sum(_record_refusal(core, message, error) for message, error in refused)
-    dispatched = core.mark_dispatched([m for m, error in outcomes if error is None])
-    released = _give_back(core, unreachable)
+    # published rows are marked even across a database outage: not published again
+    went_dead = sum(core.retrying(partial(_record_refusal, core, m, e)) for m, e in refused)
+    confirmed = [m for m, error in outcomes if error is None]
+    dispatched = core.retrying(lambda: core.mark_dispatched(confirmed))
+    released = core.retrying(lambda: _give_back(core, unreachable))
     return RelayBatch(
         len(messages), dispatched, len(refused) - went_dead, dead + went_dead, released
     )

@@ -52,6 +52,7 @@ from ..exc import ClaimLost, ConfigurationError, InvalidStoreArgument
 from ..guard import owned_transaction
 from ..handlers import call_handler
 from ..hooks import NOOP, InboxHooks
+from ..outage import is_unavailable, probe_engine
 from ..pool_guard import released_clean
 from ..runner import is_transient, new_session
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
@@ -1151,6 +1152,15 @@ class BoundStore:
     def is_transient(self, exc: BaseException) -> bool:
         """Whether ``exc`` is a deadlock, serialization failure or busy database."""
         return is_transient(exc, self.engine.dialect.name)
+
+    def is_unavailable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means the database cannot be reached now
+        (:func:`sa_inbox.outage.is_unavailable`)."""
+        return is_unavailable(exc, self.engine.dialect.name)
+
+    def probe(self) -> None:
+        """``SELECT 1`` on a new connection; raises while the database cannot be reached."""
+        probe_engine(self.engine)()
 
 
 def _message(row: Mapping[Any, Any]) -> StoredMessage:

@@ -48,10 +48,18 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from types import FrameType
 
+from ..backoff import Backoff
 from ..checks import NEEDS_BIND, is_asyncio_object
-from ..exc import ConfigurationError, InvalidObject, InvalidStoreArgument, SyncAsyncMismatch
+from ..exc import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    InvalidObject,
+    InvalidStoreArgument,
+    SyncAsyncMismatch,
+)
 from ..handlers import check_handler
 from ..hooks import NOOP, InboxHooks
+from ..outage import OutageGate, Verdict
 from ..validation import positive_int, positive_seconds
 from .batch import BATCH_RERUNS, run_batch
 from .protocol import LOST, RELEASED, RETRY, Handler, MessageStore, StoredMessage
@@ -168,22 +176,6 @@ class WorkerSummary:
     def as_dict(self) -> dict[str, int | str | None]:
         """The fields as a JSON-ready dict (what ``sa-inbox worker`` prints)."""
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential back-off between attempts: ``base * 2 ** (attempts - 1)``, capped.
-
-    :param base: seconds before the second attempt.
-    :param maximum: the longest wait in seconds.
-    """
-
-    base: float = 1.0
-    maximum: float = 300.0
-
-    def delay(self, attempts: int) -> float:
-        """Seconds to wait after the ``attempts``-th failed attempt (1-based)."""
-        return float(min(self.maximum, self.base * 2 ** max(0, attempts - 1)))
 
 
 #: The wait of a thread after an error of the worker itself, doubling per error in a row.
@@ -344,6 +336,10 @@ class Worker:
         self._run: _Run | None = None
         self._fatal: ConfigurationError | None = None
         self._reason: str | None = None
+        #: Rides out database outages, for every thread (:mod:`sa_inbox.outage`).
+        self.outage = OutageGate(
+            consumer_name or self.name, hooks=self.hooks, sleep=self._outage_sleep
+        )
 
     @property
     def summary(self) -> WorkerSummary:
@@ -401,7 +397,10 @@ class Worker:
     def _abandoned_due(self, now: datetime.datetime) -> bool:
         """Whether the claim at ``now`` looks for abandoned claims too (see
         ``poll_interval``); if so, that search is recorded. A clock that went back counts
-        as due."""
+        as due. Never while this worker's claims may look abandoned after an outage
+        (:meth:`_after_outage`)."""
+        if self._after_outage():
+            return False
         last = self._abandoned_searched
         if last is not None and datetime.timedelta(0) <= now - last < self._abandoned_every:
             return False
@@ -456,7 +455,8 @@ class Worker:
             not recorded as a failed attempt (the message is still claimed).
         """
         start = time.perf_counter()
-        for retry in range(TRANSIENT_RETRIES + 1):
+        retry = reachable = 0
+        while True:
             try:
                 if self.store.complete(message, self.handler, now=self.clock()):
                     self._handled(message, start, failed=False)
@@ -472,6 +472,10 @@ class Worker:
             except ConfigurationError:
                 raise
             except Exception as exc:
+                verdict = self._ride_out(exc)
+                if verdict is Verdict.RECOVERED or (verdict is Verdict.REACHABLE and not reachable):
+                    reachable += verdict is Verdict.REACHABLE
+                    continue  # the database's outage, not the message's: run it again
                 if retry == TRANSIENT_RETRIES or not self.store.is_transient(exc):
                     self._handled(message, start, failed=True)
                     return self._failed(message, exc)
@@ -485,7 +489,37 @@ class Worker:
                 )
                 self._count("transient_retries")
                 self._sleep(random.uniform(0, 0.05 * 2**retry))
-        raise AssertionError("unreachable")  # pragma: no cover
+                retry += 1
+
+    def _ride_out(self, exc: Exception) -> Verdict | None:
+        """If ``exc`` means the database cannot be reached (the store's ``is_unavailable``),
+        wait until it answers (:attr:`outage`); else None.
+
+        :raises DatabaseUnavailable: (chained to ``exc``) if the worker is stopped meanwhile.
+        """
+        unavailable = getattr(self.store, "is_unavailable", None)
+        probe = getattr(self.store, "probe", None)
+        if unavailable is None or probe is None or not unavailable(exc):
+            return None
+        verdict = self.outage.wait(exc, probe)
+        if verdict is Verdict.STOPPED:
+            raise DatabaseUnavailable("stopped while the database could not be reached") from exc
+        return verdict
+
+    def _after_outage(self) -> bool:
+        """Whether a database outage is in progress or ended less than ``visibility_timeout``
+        ago: the unstarted rest of the batches this worker's threads hold then looks
+        abandoned (their claims' time ran out while the database could not be reached),
+        and taking them over or reaping them would count a second attempt for messages that
+        never ran. Another worker process may still take them over, counted (the store's
+        rule for an abandoned claim)."""
+        gate = self.outage
+        return gate.in_outage or time.monotonic() - gate.ended_at < self.visibility_timeout
+
+    def _outage_sleep(self, seconds: float) -> bool:
+        """The outage gate's wait: :meth:`_wait`; whether the worker stops."""
+        self._wait(seconds)
+        return self._stopping()
 
     def reap(self) -> None:
         """Move abandoned claims back to pending, or to dead once their attempts are used.
@@ -494,8 +528,11 @@ class Worker:
         next one comes ``reap_interval`` seconds later: on a MariaDB Galera cluster the
         reap's locking read is aborted with error 1213 when a write-set from another node
         touches the same rows (MariaDB KB, "MariaDB Galera Cluster - Known Limitations"),
-        which is no error of the worker.
+        which is no error of the worker. Skipped while this worker's own claims may look
+        abandoned after an outage (:meth:`_after_outage`).
         """
+        if self._after_outage():
+            return
         try:
             result = self.store.reap(
                 consumer_name=self.consumer_name,
@@ -718,7 +755,15 @@ class Worker:
             except ConfigurationError as exc:
                 self._configuration_error(exc)
                 return
+            except DatabaseUnavailable:
+                return  # stopped during an outage: what is claimed comes back after the timeout
             except Exception as exc:
+                try:
+                    if self._ride_out(exc) is Verdict.RECOVERED:
+                        errors_in_a_row = 0
+                        continue
+                except DatabaseUnavailable:
+                    return
                 errors_in_a_row += 1
                 self._step_failed(exc, errors_in_a_row)
                 continue

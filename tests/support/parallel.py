@@ -40,12 +40,17 @@ __all__ = [
 WORKER_VARIABLE = "PYTEST_XDIST_WORKER"
 
 #: Node id prefixes of the tests that share one thing across workers, and their group: the
-#: Galera cluster's one test database (its chaos test SIGKILLs a node), and the second
-#: PostgreSQL server the sharding tests start once per session (once per worker otherwise).
-GROUPS = {"tests/backends/cluster/test_galera_": "galera", "tests/backends/sharding/": "shards"}
+#: Galera cluster's one test database (its chaos test SIGKILLs a node), the second
+#: PostgreSQL server the sharding tests start once per session (once per worker otherwise),
+#: and the servers the outage tests start once for their package, then kill and restart.
+GROUPS = {
+    "tests/backends/cluster/test_galera_": "galera",
+    "tests/backends/sharding/": "shards",
+    "tests/backends/outages/": "outages",
+}
 
 #: The fixture behind each group: a test using it must live where its group's tests do.
-GROUP_FIXTURES = {"galera_urls": "galera", "shard_urls": "shards"}
+GROUP_FIXTURES = {"galera_urls": "galera", "shard_urls": "shards", "server_dir": "outages"}
 
 #: The databases this worker made: (URL variable, the test database's URL, the new name).
 _MADE = pytest.StashKey[list[tuple[str, str, str]]]()

@@ -39,6 +39,7 @@ MODULES: tuple[ModuleType, ...] = (
 TAKES_NO_OBJECT = {
     "Backoff()": "seconds",
     "Backoff.delay": "an attempt count",
+    "Backoff.jittered": "an attempt count and a random source",
     "Inbox.validate": "ids and strings; sends nothing",
     "AsyncInbox.validate": "ids and strings; sends nothing",
     "InboxMessageMixin()": "a declarative mixin: SQLAlchemy checks the mapping",

@@ -6,19 +6,22 @@ commit, then ack), so a message JetStream delivers twice changes the database on
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import nats.errors
+import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from ...claim import Inbox
-from ...exc import ConfigurationError, MissingKeyHeader
+from ...exc import ConfigurationError, DatabaseUnavailable, MissingKeyHeader
+from ...outage import OutageGate
 from ..delivery import Delivery, Settlement
 from ..keys import (
     DEFAULT_MAX_KEYLESS,
@@ -30,6 +33,7 @@ from ..keys import (
     offer_async,
 )
 from ..process import DEFAULT_MAX_DELIVERIES, process_async
+from ..reconnect import Reconnects
 from ..startup import check_consumer
 from .delivery import DEFAULT_KEY_HEADER, to_delivery
 from .settler import DEFAULT_ACK_TIMEOUT, JetStreamSettler, RetryDelay, backoff
@@ -56,6 +60,17 @@ DEFAULT_ACK_WAIT = 30.0
 DEFAULT_BATCH = 10
 #: Seconds one fetch waits for messages; also how soon :func:`consume` notices its stop flag.
 DEFAULT_FETCH_TIMEOUT = 1.0
+
+#: What a JetStream request raises while the server restarts or the client reconnects:
+#: :func:`consume` waits with back-off and fetches again.
+_RECONNECTABLE = (
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.errors.NoRespondersError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.UnexpectedEOF,
+    nats.js.errors.ServiceUnavailableError,
+)
 
 
 class StopFlag(Protocol):
@@ -215,8 +230,23 @@ async def consume(
         :func:`ensure_consumer`; the first message whose handling raised one (that message
         is left unsettled; see :func:`~sa_inbox.brokers.process_async`);
         :class:`~sa_inbox.MissingKeyHeader` (see ``max_keyless``).
+    **Outages and reconnects.** While the database cannot be reached the message in hand is
+    held, uncounted: nothing new is fetched, and every third of the consumer's ``ack_wait``
+    each unsettled message of the batch gets ``+WPI`` (``in_progress()``: JetStream resets
+    its redelivery timer and does not count a delivery; "JetStream Model Deep Dive:
+    Acknowledgement Models", AckProgress), so JetStream redelivers none of them
+    (:mod:`sa_inbox.outage`). A lost NATS connection is nats-py's to make again (its
+    ``allow_reconnect``, ``max_reconnect_attempts``, ``reconnect_time_wait``; it restores the
+    pull subscription); meanwhile :func:`consume` logs one WARNING, waits with back-off
+    between fetches, and one INFO once the client is connected again. A settlement lost
+    with the connection leaves its message to come back after ``ack_wait``, with
+    ``num_delivered`` one more (JetStream's rule). Connect with
+    ``max_reconnect_attempts=-1``: a client that gave up is closed, and :func:`consume`
+    raises ``ConnectionClosedError``.
+
     :raises nats.js.errors.NotFoundError: if ``stream`` does not exist.
-    :raises nats.errors.ConnectionClosedError: if the connection closes.
+    :raises nats.errors.ConnectionClosedError: if the connection closes (nats-py stopped
+        reconnecting).
     """
     entry = "sa_inbox.brokers.nats.consume()"
     readiness = check_consumer(
@@ -234,9 +264,31 @@ async def consume(
     )
     await readiness.check_async()
     config = consumer_config(durable, filter_subject=filter_subject, ack_wait=ack_wait)
-    await ensure_consumer(js, stream, config)
+    info = await ensure_consumer(js, stream, config)
     subscription = await js.pull_subscribe_bind(durable=durable, stream=stream)
     delay = retry_delay or backoff()
+    reconnects = Reconnects(f"JetStream consumer {stream}/{durable}")
+    unsettled: list[Msg] = []
+
+    async def stopped_within(seconds: float) -> bool:
+        """Wait ``seconds`` (less once ``stop`` is set); whether it is."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while not _set(stop) and (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(left, 0.1))
+        return _set(stop)
+
+    async def keep_alive() -> None:
+        for msg in [*unsettled, *_delivered_unfetched(subscription)]:
+            await msg.in_progress()
+
+    gate = OutageGate(
+        consumer_name or durable,
+        hooks=readiness.inbox.hooks,
+        sleep=stopped_within,
+        keep_alive=keep_alive,
+        keep_alive_every=(info.config.ack_wait or ack_wait) / 3,
+    )
 
     def settler_of(msg: Msg, delivery: Delivery) -> JetStreamSettler:
         return JetStreamSettler(
@@ -261,6 +313,7 @@ async def consume(
                 handler=handler,
                 max_deliveries=max_deliveries,
                 on_settled=on_settled,
+                outage=gate,
             )
         except nats.errors.Error as exc:
             logger.warning(
@@ -272,23 +325,40 @@ async def consume(
             return 0
         return 1
 
+    async def settle_batch(msgs: list[Msg]) -> int:
+        count = 0
+        if not msgs:
+            count += sum(await flush_async(streak, settle))
+        for n, msg in enumerate(msgs):
+            unsettled[:] = msgs[n:]
+            delivery = to_delivery(msg, key_header=key_header)
+            try:
+                count += sum(await offer_async(streak, delivery, settler_of(msg, delivery), settle))
+            except MissingKeyHeader:
+                for rest in msgs[n + 1 :]:
+                    await rest.nak()
+                raise
+        unsettled.clear()
+        return count
+
     settled = 0
     try:
-        while stop is None or not stop.is_set():
-            msgs = await _fetch(subscription, batch, fetch_timeout)
-            if not msgs:
-                settled += sum(await flush_async(streak, settle))
-            for n, msg in enumerate(msgs):
-                delivery = to_delivery(msg, key_header=key_header)
-                try:
-                    settled += sum(
-                        await offer_async(streak, delivery, settler_of(msg, delivery), settle)
-                    )
-                except MissingKeyHeader:
-                    for rest in msgs[n + 1 :]:
-                        await rest.nak()
+        while not _set(stop):
+            try:
+                msgs = await _fetch(subscription, batch, fetch_timeout)
+                if not msgs and _reconnecting(js):
+                    raise nats.errors.ConnectionReconnectingError
+                reconnects.connected()
+                settled += await settle_batch(msgs)
+            except DatabaseUnavailable:
+                if not _set(stop):
                     raise
-        await give_back_async(streak)  # a stop decides nothing about them
+            except _RECONNECTABLE as exc:
+                streak.release()  # unsettled: JetStream redelivers them after ack_wait
+                unsettled.clear()
+                await stopped_within(reconnects.failed(exc))
+        if not reconnects.lost:
+            await give_back_async(streak)  # a stop decides nothing about them
     finally:
         with contextlib.suppress(nats.errors.Error):  # a closed connection: nothing to undo
             await subscription.unsubscribe()
@@ -317,6 +387,28 @@ async def check(
         asynchronous=True,
     )
     await readiness.check_async()
+
+
+def _delivered_unfetched(subscription: JetStreamContext.PullSubscription) -> list[Msg]:
+    """The messages JetStream delivered to this client for an earlier pull that ``fetch``
+    has not handed out yet: a pull request can still deliver after the client's ``fetch``
+    returned, and nats-py keeps such messages for the next ``fetch`` in the subscription's
+    pending queue (nats-py 2.x, ``PullSubscription._sub._pending_queue``; nothing if that
+    changes). JetStream counts them delivered, so they need ``+WPI`` too."""
+    queue = getattr(getattr(subscription, "_sub", None), "_pending_queue", None)
+    waiting = list(getattr(queue, "_queue", ()))
+    return [m for m in waiting if isinstance(m, Msg) and (m.reply or "").startswith("$JS.ACK.")]
+
+
+def _set(stop: StopFlag | None) -> bool:
+    return stop is not None and stop.is_set()
+
+
+def _reconnecting(js: JetStreamContext) -> bool:
+    """Whether the context's client is reconnecting (nats-py's ``Client.is_reconnecting``;
+    the context keeps its client as ``_nc``)."""
+    client = getattr(js, "_nc", None)
+    return bool(getattr(client, "is_reconnecting", False))
 
 
 async def _fetch(

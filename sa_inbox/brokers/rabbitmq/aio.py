@@ -34,13 +34,18 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import aio_pika
+import aio_pika.exceptions
+import aiormq.exceptions
 from aio_pika.abc import AbstractIncomingMessage, AbstractQueueIterator
 
 from ...claim import Inbox
+from ...exc import DatabaseUnavailable
+from ...outage import OutageGate
 from ..delivery import DeadLetterReason, Delivery
 from ..keys import DEFAULT_MAX_KEYLESS, flush_async, offer_async
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
-from .consumer import DEFAULT_KEYLESS_WAIT, QueueConsumer
+from ..reconnect import Reconnects
+from .consumer import DEFAULT_KEYLESS_WAIT, QueueConsumer, is_configuration_close
 from .message import (
     COPIED_PROPERTIES,
     DEFAULT_PREFETCH,
@@ -194,6 +199,11 @@ class AsyncConsumer(QueueConsumer):
         )
         self.url = url
         self._stop = asyncio.Event()
+        self._extra_stop: asyncio.Event | None = None
+        self.reconnects = Reconnects(f"RabbitMQ consumer of {queue}")
+        self.process_options["outage"] = OutageGate(
+            consumer_name, hooks=self.readiness.inbox.hooks, sleep=self._stopped_within
+        )
 
     async def check(self) -> None:
         """Check the consumer can process messages (the inbox table exists, the session
@@ -209,20 +219,66 @@ class AsyncConsumer(QueueConsumer):
         set (or the task is cancelled); the delivery in hand is finished first, then the
         connection closes and RabbitMQ requeues what was prefetched and not acked.
 
+        A lost connection or channel is made again with back-off, as
+        :meth:`.blocking.BlockingConsumer.run` does, in this loop rather than by aio-pika's
+        ``connect_robust``: a robust connection restores its channel and consumer in the
+        background, while the message in hand and the queue iterator still belong to the
+        dead channel (its ack raises ``ChannelInvalidStateError``, the iterator ends); here
+        one place sees the loss, drops what the dead channel held (RabbitMQ requeued it) and
+        consumes again. While the database cannot be reached the delivery in hand is held
+        unacked, uncounted (:mod:`sa_inbox.outage`).
+
         :param stop: an extra event that stops the consumer when set.
         :raises ConfigurationError: from :meth:`check`, before connecting; from
             :func:`~sa_inbox.brokers.process_async`, the delivery left unacked;
             :class:`~sa_inbox.MissingKeyHeader` (see ``max_keyless``).
-        :raises aio_pika.exceptions.AMQPException: on connection / channel errors (e.g. the
-            queue does not exist: ``ChannelNotFoundEntity``).
+        :raises aio_pika.exceptions.AMQPException: for what no reconnect can mend: the
+            queue does not exist (``ChannelNotFoundEntity``), access refused, a failed
+            login; and when the first connection fails (a wrong URL, nothing listening).
         """
         await self.check()
+        self._extra_stop = stop
+        while not self._stopping():
+            try:
+                await self._consume(stop)
+            except DatabaseUnavailable:
+                if not self._stopping():
+                    raise
+            except (
+                aiormq.exceptions.AMQPError,
+                aiormq.exceptions.ChannelInvalidStateError,
+                aio_pika.exceptions.AMQPException,
+                OSError,
+            ) as exc:
+                if _fatal(exc) or self._stopping() or not self.reconnects.ever_connected:
+                    raise
+                self._streak.release()  # died with the channel: RabbitMQ requeued them
+                await self._stopped_within(self.reconnects.failed(exc))
+
+    def _stopping(self) -> bool:
+        extra = self._extra_stop
+        return self._stop.is_set() or (extra is not None and extra.is_set())
+
+    async def _stopped_within(self, seconds: float) -> bool:
+        """Wait ``seconds``, or less if the consumer is stopped; whether it is."""
+        events = [self._stop, *([self._extra_stop] if self._extra_stop is not None else [])]
+        waits = [asyncio.ensure_future(event.wait()) for event in events]
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        return self._stopping()
+
+    async def _consume(self, stop: asyncio.Event | None) -> None:
+        """One connection: consume until a stop or an error; closed after."""
         connection = await aio_pika.connect(self.url)
         async with connection:
             channel = await connection.channel(on_return_raises=True)
             await channel.set_qos(prefetch_count=self.prefetch)
             queue = await channel.get_queue(self.queue, ensure=True)
             async with queue.iterator() as messages:
+                self.reconnects.connected()
                 # a run of keyless deliveries goes back with the channel (see BlockingConsumer)
                 self._streak.stop_deliveries = channel.close
                 while (message := await self._next(messages, stop)) is not None:
@@ -237,6 +293,8 @@ class AsyncConsumer(QueueConsumer):
                             await flush_async(self._streak, self._process)
                             break
                         await self._offer(got, channel)
+                if not self._stopping():
+                    raise _ChannelEnded("the queue iterator ended: the channel was closed")
 
     async def _offer(
         self, message: AbstractIncomingMessage, channel: aio_pika.abc.AbstractChannel
@@ -283,5 +341,24 @@ class AsyncConsumer(QueueConsumer):
                 return _IDLE
         try:
             return get.result()
-        except StopAsyncIteration:  # the iterator was closed
+        except StopAsyncIteration:  # the iterator was closed (with its channel)
             return None
+
+
+class _ChannelEnded(ConnectionError):
+    """The consumer's queue iterator ended without a stop: its channel was closed."""
+
+
+def _fatal(exc: BaseException) -> bool:
+    """Whether no reconnect can mend ``exc``: a failed login, or a channel or connection
+    closed for the consumer's own settings (see
+    :func:`~.consumer.is_configuration_close`), or a dead letter the broker could not route
+    (``DeliveryError``: the dead-letter queue does not exist)."""
+    if isinstance(
+        exc, aiormq.exceptions.ProbableAuthenticationError | aiormq.exceptions.DeliveryError
+    ):
+        return True
+    code = getattr(exc, "code", None)
+    if code is None and exc.args and isinstance(exc.args[0], int):
+        code = exc.args[0]
+    return is_configuration_close(code)

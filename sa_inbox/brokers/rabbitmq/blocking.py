@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,10 +30,13 @@ import pika.exceptions
 from sqlalchemy.orm import Session
 
 from ...claim import Inbox
+from ...exc import DatabaseUnavailable
+from ...outage import OutageGate
 from ..delivery import DeadLetterReason, Delivery
 from ..keys import DEFAULT_MAX_KEYLESS, flush, offer
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, process
-from .consumer import DEFAULT_KEYLESS_WAIT, QueueConsumer
+from ..reconnect import Reconnects
+from .consumer import DEFAULT_KEYLESS_WAIT, QueueConsumer, is_configuration_close
 from .message import DEFAULT_PREFETCH, dead_letter_properties, to_delivery
 
 __all__ = ["BlockingConsumer", "PikaSettler", "pika_delivery"]
@@ -249,6 +253,10 @@ class BlockingConsumer(QueueConsumer):
         self._connection: Any = None
         self._channel: Any = None
         self._keyless_timer: Any = None
+        self.reconnects = Reconnects(f"RabbitMQ consumer of {queue}")
+        self.process_options["outage"] = OutageGate(
+            consumer_name, hooks=self.readiness.inbox.hooks, sleep=self._outage_sleep
+        )
 
     def check(self) -> None:
         """Check the consumer can process messages (see the class's docstring); returns
@@ -262,19 +270,44 @@ class BlockingConsumer(QueueConsumer):
         """:meth:`check`, then connect and consume until :meth:`stop`; then close (unacked
         deliveries return).
 
+        A lost connection or channel (the broker restarted or closed it, a missed
+        heartbeat, ``consumer_timeout``) is made again with back-off
+        (:class:`~sa_inbox.brokers.reconnect.Reconnects`; pika has no reconnect of its
+        own): RabbitMQ requeued the deliveries the dead channel held unacked. While the
+        database cannot be reached the delivery in hand is held unacked (a quorum queue
+        counts every requeue, so it is not nacked) and pika keeps the connection's
+        heartbeats going (:mod:`sa_inbox.outage`).
+
         :raises ConfigurationError: from :meth:`check`, before connecting; from
             :func:`~sa_inbox.brokers.process` (the delivery is left unacked and the
             connection closed); :class:`~sa_inbox.MissingKeyHeader` (see ``max_keyless``).
-        :raises pika.exceptions.AMQPError: on connection / channel errors (e.g. the queue
-            does not exist: ``ChannelClosedByBroker`` 404).
+        :raises pika.exceptions.AMQPError: for what no reconnect can mend: the queue does
+            not exist (``ChannelClosedByBroker`` 404), access refused (403), a failed
+            login (``ProbableAuthenticationError``); and when the first connection fails
+            (``AMQPConnectionError``: a wrong URL, nothing listening).
         """
         self.check()
+        while not self._stop.is_set():
+            try:
+                self._consume()
+            except DatabaseUnavailable:
+                if not self._stop.is_set():
+                    raise
+            except (pika.exceptions.AMQPError, OSError) as exc:
+                if _fatal(exc) or self._stop.is_set() or not self.reconnects.ever_connected:
+                    raise
+                self._forget_held()
+                self._stop.wait(self.reconnects.failed(exc))
+
+    def _consume(self) -> None:
+        """One connection: consume until :meth:`stop` or an error; closed after."""
         self._connection = pika.BlockingConnection(self.parameters)
         try:
             channel = self._channel = self._connection.channel()
             channel.confirm_delivery()
             channel.basic_qos(prefetch_count=self.prefetch)
             channel.basic_consume(self.queue, self._on_message)
+            self.reconnects.connected()
             # a run of keyless deliveries goes back with the channel: closing it requeues
             # every unacked delivery once (a nack first would let RabbitMQ deliver them to
             # this consumer again: counted twice). What pika received and had not
@@ -284,8 +317,23 @@ class BlockingConsumer(QueueConsumer):
             if not self._stop.is_set():
                 channel.start_consuming()
         finally:
+            self._cancel_keyless_timer()
             if self._connection.is_open:
-                self._connection.close()
+                with contextlib.suppress(pika.exceptions.AMQPError, OSError):
+                    self._connection.close()
+
+    def _forget_held(self) -> None:
+        """The held keyless deliveries died with their channel (RabbitMQ requeued them)."""
+        self._streak.release()
+        self._keyless_timer = None
+
+    def _outage_sleep(self, seconds: float) -> bool:
+        """The outage gate's wait: pika's ``connection.sleep`` (heartbeats and other I/O
+        go on; no delivery is dispatched inside a callback), cut short by :meth:`stop`."""
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            self._connection.sleep(min(left, 0.25))
+        return self._stop.is_set()
 
     def stop(self) -> None:
         """Stop consuming after the current delivery; safe from any thread (pika's
@@ -333,5 +381,23 @@ class BlockingConsumer(QueueConsumer):
 
     def _cancel_keyless_timer(self) -> None:
         if self._keyless_timer is not None:
-            self._connection.remove_timeout(self._keyless_timer)
+            with contextlib.suppress(Exception):  # the connection may be gone
+                self._connection.remove_timeout(self._keyless_timer)
             self._keyless_timer = None
+
+
+def _fatal(exc: BaseException) -> bool:
+    """Whether no reconnect can mend ``exc``: a failed login, or a channel or connection
+    closed for the consumer's own settings (see
+    :func:`~.consumer.is_configuration_close`), or a dead letter the broker could not route
+    (the dead-letter queue does not exist)."""
+    if isinstance(
+        exc,
+        pika.exceptions.ProbableAuthenticationError
+        | pika.exceptions.ProbableAccessDeniedError
+        | pika.exceptions.UnroutableError,
+    ):
+        return True
+    if isinstance(exc, pika.exceptions.ChannelClosed | pika.exceptions.ConnectionClosed):
+        return is_configuration_close(exc.reply_code)
+    return False

@@ -11,7 +11,27 @@ from ..keys import KeylessStreak, check_key_name, check_max_keyless
 from ..startup import check_consumer
 from .message import InvalidConsumerArgument, check_prefetch, dead_letter_queue_name
 
-__all__ = ["DEFAULT_KEYLESS_WAIT", "QueueConsumer"]
+__all__ = [
+    "CONFIGURATION_REPLY_CODES",
+    "DEFAULT_KEYLESS_WAIT",
+    "QueueConsumer",
+    "is_configuration_close",
+]
+
+#: AMQP reply codes of a channel or connection closed for the consumer's own settings, which
+#: no reconnect mends (AMQP 0-9-1 reference, "Constants"): 403 access-refused, 404
+#: not-found (the queue does not exist), 405 resource-locked (an exclusive queue of another
+#: connection), 530 not-allowed (the vhost). Anything else (320 connection-forced by
+#: ``rabbitmqctl close_connection`` or a shutdown, 406 precondition-failed by
+#: ``consumer_timeout``, a heartbeat timeout, a reset socket) is reconnected.
+CONFIGURATION_REPLY_CODES = frozenset({403, 404, 405, 530})
+
+
+def is_configuration_close(reply_code: object) -> bool:
+    """Whether a close with ``reply_code`` is the consumer's setting (see
+    :data:`CONFIGURATION_REPLY_CODES`)."""
+    return reply_code in CONFIGURATION_REPLY_CODES
+
 
 #: Seconds a consumer holding keyless deliveries waits for the next delivery before it
 #: dead-letters them as a short run (see :mod:`sa_inbox.brokers.keys`).

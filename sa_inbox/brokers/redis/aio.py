@@ -7,14 +7,24 @@ import asyncio
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import redis
 import redis.asyncio
 from redis.exceptions import ResponseError
 
-from ...exc import MissingKeyHeader
+from ...exc import DatabaseUnavailable, MissingKeyHeader
 from ..delivery import Delivery, Settlement
 from ..keys import flush_async, give_back_async, offer_async
 from ..process import process_async
-from .core import Batch, Call, ConsumerBase, RedisSettler, Step, T
+from .core import (
+    Batch,
+    Call,
+    ConsumerBase,
+    RedisSettler,
+    Step,
+    T,
+    is_connection_error,
+    touch_call,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession  # noqa: F401 (in the base class, quoted)
@@ -63,6 +73,7 @@ class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, "AsyncSession"]
         run = partial(run_call_async, self.client)
         settled: list[Settlement] = []
         for n, entry in enumerate(entries):
+            self._unsettled = entries[n:]
             try:
                 settled += await offer_async(
                     self._streak, *self._delivery(entry, run), self._process
@@ -71,6 +82,7 @@ class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, "AsyncSession"]
                 if entries[n + 1 :]:
                     await run(self._give_back_calls(entries[n + 1 :]))
                 raise
+        self._unsettled = ()
         return settled
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
@@ -82,10 +94,42 @@ class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, "AsyncSession"]
         :raises: as :meth:`poll`, and :meth:`check`'s errors before any command.
         """
         await self.check()
-        while not self._stop.is_set() and not (stop is not None and stop.is_set()):
-            await self.poll()
+        self._extra_stop = stop
+        while not self._stopping():
+            try:
+                await self.poll()
+                self.reconnects.connected()
+            except DatabaseUnavailable:
+                if not self._stopping():
+                    raise
+            except redis.RedisError as exc:
+                if not is_connection_error(exc) or self._stopping():
+                    raise
+                if not self.reconnects.ever_connected:
+                    raise
+                self._streak.release()  # still pending: they come back by XAUTOCLAIM
+                await self._outage_sleep(self._lost(exc))
+        if self.reconnects.lost:
+            return  # the server is gone: what is held stays pending
         await give_back_async(self._streak)  # a stop decides nothing about them
         await drive_async(self._core.leave_group(), self.client)
+
+    _extra_stop: asyncio.Event | None = None
+
+    def _stopping(self) -> bool:
+        extra = self._extra_stop
+        return self._stop.is_set() or (extra is not None and extra.is_set())
+
+    async def _outage_sleep(self, seconds: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while not self._stopping() and (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(left, 0.1))
+        return self._stopping()
+
+    async def _keep_alive(self) -> None:
+        if self._unsettled:
+            await run_call_async(self.client, touch_call(self.settings, self._unsettled))
 
     async def _process(self, delivery: Delivery, settler: RedisSettler) -> Settlement:
         return await process_async(delivery, settler, **self._process_kw)

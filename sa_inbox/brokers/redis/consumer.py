@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import threading
+import time
 from functools import partial
 
 import redis
 from sqlalchemy.orm import Session
 
-from ...exc import MissingKeyHeader
+from ...exc import DatabaseUnavailable, MissingKeyHeader
 from ..delivery import Delivery, Settlement
 from ..keys import flush, give_back, offer
 from ..process import process
-from .core import ConsumerBase, RedisSettler, drive, run_call
+from .core import ConsumerBase, RedisSettler, drive, is_connection_error, run_call, touch_call
 
 __all__ = ["RedisStreamConsumer"]
 
@@ -71,12 +72,14 @@ class RedisStreamConsumer(ConsumerBase[redis.Redis, Session]):
         run = partial(run_call, self.client)
         settled: list[Settlement] = []
         for n, entry in enumerate(entries):
+            self._unsettled = entries[n:]
             try:
                 settled += offer(self._streak, *self._delivery(entry, run), self._process)
             except MissingKeyHeader:
                 if entries[n + 1 :]:
                     run(self._give_back_calls(entries[n + 1 :]))
                 raise
+        self._unsettled = ()
         return settled
 
     def run(self, stop: threading.Event | None = None) -> None:
@@ -91,10 +94,41 @@ class RedisStreamConsumer(ConsumerBase[redis.Redis, Session]):
         :raises: as :meth:`poll`.
         """
         self.check()
-        while not self._stop.is_set() and not (stop is not None and stop.is_set()):
-            self.poll()
+        self._extra_stop = stop
+        while not self._stopping():
+            try:
+                self.poll()
+                self.reconnects.connected()
+            except DatabaseUnavailable:
+                if not self._stopping():
+                    raise
+            except redis.RedisError as exc:
+                if not is_connection_error(exc) or self._stopping():
+                    raise
+                if not self.reconnects.ever_connected:
+                    raise
+                self._streak.release()  # still pending: they come back by XAUTOCLAIM
+                self._outage_sleep(self._lost(exc))
+        if self.reconnects.lost:
+            return  # the server is gone: what is held stays pending
         give_back(self._streak)  # a stop decides nothing about them
         drive(self._core.leave_group(), self.client)
+
+    _extra_stop: threading.Event | None = None
+
+    def _stopping(self) -> bool:
+        extra = self._extra_stop
+        return self._stop.is_set() or (extra is not None and extra.is_set())
+
+    def _outage_sleep(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while not self._stopping() and (left := deadline - time.monotonic()) > 0:
+            self._stop.wait(min(left, 0.25))
+        return self._stopping()
+
+    def _keep_alive(self) -> None:
+        if self._unsettled:
+            run_call(self.client, touch_call(self.settings, self._unsettled))
 
     def _process(self, delivery: Delivery, settler: RedisSettler) -> Settlement:
         return process(delivery, settler, **self._process_kw)

@@ -41,14 +41,17 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+import redis.exceptions
 from redis.exceptions import ResponseError
 
 from ...claim import Inbox
 from ...exc import ConfigurationError
+from ...outage import OutageGate
 from ...validation import positive_int, positive_seconds
 from ..delivery import DeadLetterReason, Delivery
 from ..keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless, read_key
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
+from ..reconnect import Reconnects
 from ..startup import check_consumer
 
 __all__ = [
@@ -263,6 +266,27 @@ def give_back_call(settings: StreamSettings, entry: Entry) -> Call:
             "justid": True,
         },
     )
+
+
+def touch_call(settings: StreamSettings, entries: Sequence[Entry]) -> Call:
+    """``XCLAIM stream group member 0 id… JUSTID``: the entries stay this member's, their
+    idle time set back to 0 so no ``XAUTOCLAIM`` takes them over, their delivery counters
+    untouched (XCLAIM command page: ``JUSTID`` "the retry counter is not incremented")."""
+    return Call(
+        "xclaim",
+        (settings.stream, settings.group, settings.member, 0, [e.entry_id for e in entries]),
+        {"justid": True},
+    )
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a lost or refused Redis connection (redis-py's ``ConnectionError``
+    and ``TimeoutError``, ``BusyLoadingError`` while a restarted server loads its data) or
+    a group that vanished with a server restarted without its data (``NOGROUP``): the
+    consumer reconnects, creating the group again if needed."""
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        return True
+    return isinstance(exc, ResponseError) and str(exc).startswith("NOGROUP")
 
 
 def dead_letter_call(
@@ -490,6 +514,18 @@ class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
     :param start_id: where a newly created group starts (``"0"``: the whole stream; ``"$"``:
         only entries added later).
+    **Outages and reconnects.** While the database cannot be reached the entry in hand stays
+    pending, uncounted: the consumer reads nothing new, and every third of
+    ``visibility_timeout`` sets the idle time of its batch's unsettled entries back to 0
+    (:func:`touch_call`), so no member's ``XAUTOCLAIM`` takes them over and counts them
+    (:mod:`sa_inbox.outage`). A lost Redis connection (a restart) is redis-py's to make
+    again, on the next command of its pool; ``run()`` waits with back-off between polls
+    that fail so (:class:`~sa_inbox.brokers.reconnect.Reconnects`), one WARNING when it is
+    lost and one INFO when it is back, and creates the group again if it vanished. What was
+    unsettled stays pending and comes back by ``XAUTOCLAIM`` after ``visibility_timeout``,
+    counted as Redis counts a claim. A Redis that kept no data (no AOF, no RDB) has lost the
+    stream's entries: no consumer can bring those back.
+
     :param max_keyless: consecutive entries without the key field (or with one that is not
         UTF-8) after which ``run()`` / ``poll()`` gives them all back (left pending, their
         delivery counters as they were, free to take at once: see
@@ -574,6 +610,32 @@ class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
         }
         self._group_ready = False
         self._stop = self._stop_event()
+        #: The entries of the batch in hand not settled yet (kept alive during an outage).
+        self._unsettled: Sequence[Entry] = ()
+        self.reconnects = Reconnects(f"Redis consumer {self.settings.member} of {stream}")
+        self._process_kw["outage"] = OutageGate(
+            consumer_name or group,
+            hooks=self.readiness.inbox.hooks,
+            sleep=self._outage_sleep,
+            keep_alive=self._keep_alive,
+            keep_alive_every=self.settings.visibility_timeout / 3,
+        )
+
+    @abc.abstractmethod
+    def _outage_sleep(self, seconds: float) -> Any:
+        """The outage gate's wait, cut short by a stop (:class:`~sa_inbox.outage.OutageGate`)."""
+
+    @abc.abstractmethod
+    def _keep_alive(self) -> Any:
+        """Keep the unsettled entries of the batch in hand this member's
+        (:func:`touch_call`)."""
+
+    def _lost(self, exc: BaseException) -> float:
+        """A lost connection: the group is checked again on the next poll; the seconds to
+        wait."""
+        self._group_ready = False
+        self._unsettled = ()
+        return self.reconnects.failed(exc)
 
     @abc.abstractmethod
     def _stop_event(self) -> Any:

@@ -1,0 +1,146 @@
+"""A broker connection lost under the consumers: each keeps running and applies every
+message once.
+
+The broker's side of :mod:`tests.support.db_outage`: the database stays up while
+``rabbitmqctl close_all_connections`` closes every AMQP connection, or RabbitMQ, Redis or
+NATS is SIGKILLed and restarted (``scripts/servers.sh kill`` / ``restart``), under a steady
+publish rate. Each lane then has every published id in its ledger exactly once, no dead
+letter, no retry, no settlement past the second delivery (what the dead connection held
+unsettled comes back once, counted by the broker), and, for sa-inbox's own consumers, one
+WARNING when the connection was lost and one INFO when it was made again. FastStream and
+Celery reconnect by their frameworks' own means (aio-pika's ``connect_robust``, kombu). And
+a pika or aio-pika consumer whose handler blocks past the heartbeat gets its connection
+closed by RabbitMQ, and reconnects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from sa_inbox.brokers import Delivery
+from tests.support.db_outage import (
+    AioPikaLane,
+    Lane,
+    LaneFigures,
+    Outage,
+    PikaLane,
+    rabbitmqctl,
+    run_outage,
+)
+
+pytestmark = [
+    pytest.mark.backend,
+    pytest.mark.slow,
+    # Celery's notice on a lost connection (the lane's worker keeps the default)
+    pytest.mark.filterwarnings("ignore::celery.exceptions.CPendingDeprecationWarning"),
+]
+
+RATE = 10.0
+#: Seconds a killed broker stays down (a closed connection: seconds of publishing after).
+DOWN = 3.0
+#: The lanes of each broker, and which of them are sa-inbox's own consumers.
+RABBITMQ_LANES = ("pika", "aio-pika", "faststream", "celery")
+OWN = {"pika", "aio-pika", "redis", "redis-async", "nats"}
+
+
+def check_reconnected(figures: list[LaneFigures], *, losses: int) -> None:
+    for lane in figures:
+        name = f"{lane.lane} ({lane})"
+        assert not lane.stopped_early, f"{name}: the consumer stopped"
+        assert lane.drain_seconds >= 0, f"{name}: not drained within its bound"
+        assert (lane.lost, lane.doubled) == (0, 0), name
+        # a publish that raised may have reached the broker: applied, never twice
+        assert lane.published <= lane.applied <= lane.attempted, name
+        assert (lane.dead_letters, lane.retries) == (0, 0), name
+        assert lane.max_delivery_count <= 1 + losses, name
+        assert (lane.outage_warnings, lane.tracebacks) == (0, 0), name
+        if lane.lane in OWN:
+            assert lane.connection_losses == lane.reconnections <= losses, name
+
+
+def test_rabbitmq_closing_every_connection_stops_no_consumer(
+    server_dir: Path, brokers: None
+) -> None:
+    settings = Outage(
+        "postgresql",
+        server_dir,
+        lanes=RABBITMQ_LANES,
+        rate=RATE,
+        outage=DOWN,
+        disrupt=lambda: rabbitmqctl(server_dir, "close_all_connections", "sa-inbox test"),
+    )
+    figures = run_outage(settings)
+    check_reconnected(figures, losses=1)
+    assert all(f.connection_losses == 1 for f in figures if f.lane in OWN)
+
+
+@pytest.mark.parametrize(
+    ("server", "lanes"),
+    [("rabbitmq", RABBITMQ_LANES), ("redis", ("redis", "redis-async")), ("nats", ("nats",))],
+)
+def test_a_broker_killed_and_restarted_stops_no_consumer(
+    server: str, lanes: tuple[str, ...], server_dir: Path, brokers: None
+) -> None:
+    settings = Outage("postgresql", server_dir, lanes=lanes, rate=RATE, outage=DOWN, server=server)
+    check_reconnected(run_outage(settings), losses=1)
+
+
+#: The heartbeat the blocked consumers negotiate (seconds; the URL's ``heartbeat``), and how
+#: long one handler blocks its thread or loop: past two missed heartbeats, RabbitMQ closes
+#: the connection ("Detecting Dead TCP Connections with Heartbeats": after two missed).
+HEARTBEAT = 1
+BLOCKED = 3 * HEARTBEAT + 1
+
+
+def blocking(lane_type: type[Lane]) -> type[Lane]:
+    """``lane_type`` on a connection with a :data:`HEARTBEAT` s heartbeat, whose handler
+    blocks for :data:`BLOCKED` seconds (``time.sleep``: no heartbeat is sent) on the fifth
+    message, the first time."""
+
+    class Blocking(lane_type):  # type: ignore[valid-type,misc]
+        blocked = False
+
+        def setup(self) -> None:
+            self.urls = dataclasses.replace(
+                self.urls, amqp=f"{self.urls.amqp}?heartbeat={HEARTBEAT}"
+            )
+            super().setup()
+
+        def block(self, delivery: Delivery) -> None:
+            if delivery.message_id == f"{self.token}-5" and not self.blocked:
+                type(self).blocked = True
+                time.sleep(BLOCKED)
+
+        def handler(self, session: Session, delivery: Delivery) -> None:
+            self.block(delivery)
+            super().handler(session, delivery)
+
+        async def handler_async(self, session: AsyncSession, delivery: Delivery) -> None:
+            self.block(delivery)  # blocks the event loop
+            await super().handler_async(session, delivery)
+
+    return Blocking
+
+
+def test_a_consumer_blocked_past_its_heartbeat_reconnects(server_dir: Path, brokers: None) -> None:
+    """The connection RabbitMQ closes for missed heartbeats is made again: the blocked
+    message committed, its ack was lost with the connection, so it comes back once and is
+    acked as a duplicate."""
+    types = {"pika": blocking(PikaLane), "aio-pika": blocking(AioPikaLane)}
+    settings = Outage(
+        "postgresql",
+        server_dir,
+        lanes=tuple(types),
+        rate=RATE,
+        outage=BLOCKED,
+        disrupt=lambda: None,
+    )
+    figures = run_outage(settings, types)
+    check_reconnected(figures, losses=1)
+    assert all((f.connection_losses, f.duplicates) == (1, 1) for f in figures), figures
