@@ -21,6 +21,7 @@ from .exc import DeadLetterQueueUnavailable as DeadLetterQueueUnavailable
 from .exc import DuplicateMessage as DuplicateMessage
 from .exc import HandlerEndedTransaction as HandlerEndedTransaction
 from .exc import InboxError as InboxError
+from .exc import InvalidArgument as InvalidArgument
 from .exc import InvalidBind as InvalidBind
 from .exc import InvalidDeadLetterArgument as InvalidDeadLetterArgument
 from .exc import InvalidHandler as InvalidHandler
@@ -84,6 +85,7 @@ __all__ = [
     "InboxMessageMixin",
     "InboxStore",
     "Incoming",
+    "InvalidArgument",
     "InvalidBind",
     "InvalidDeadLetterArgument",
     "InvalidHandler",

@@ -94,7 +94,7 @@ class Inbox:
         (``inbox_consumers``, defined on the same MetaData; :mod:`sa_inbox.consumers`):
         :func:`sa_inbox.handle` refuses a handler that is not the name's owner before it
         claims anything. ``False``: no such check (the caller keeps one handler per name).
-    :raises InvalidStrategy: for an unknown ``strategy`` or ``on_collision``.
+    :raises InvalidArgument: for an unknown ``strategy`` or ``on_collision``.
     :raises InvalidTable: for a ``consumers`` that is not a bool, or a table of the
         consumers table's name on the MetaData that is not one.
 

@@ -143,7 +143,7 @@ class InboxMiddleware:
     :raises ConfigurationError: when it is made, for a session factory of the sync half or
         ``async_sessionmaker.begin`` (:class:`~sa_inbox.InvalidSessionFactory`), an inbox
         that is neither an Inbox nor an AsyncInbox (:class:`~sa_inbox.InvalidObject`), an
-        empty ``key_header`` (:class:`~sa_inbox.InvalidKeySetting`).
+        empty ``key_header`` (:class:`~sa_inbox.InvalidArgument`).
 
     **Outages and reconnects.** While the database cannot be reached each message in hand is
     held in its handler, unsettled and uncounted, while one

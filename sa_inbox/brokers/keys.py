@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..exc import InvalidKeySetting, MissingKeyHeader
+from ..exc import InvalidArgument, MissingKeyHeader
 from .delivery import Delivery
 
 __all__ = [
@@ -52,11 +52,11 @@ def check_key_name(name: object, what: str, *, entry: str) -> str:
     """``name`` if it can name a header, stream field or keyword argument.
 
     :param what: the argument as the message names it (``"key_header"``).
-    :raises InvalidKeySetting: if it is not a ``str``, is empty, or has surrounding
+    :raises InvalidArgument: if it is not a ``str``, is empty, or has surrounding
         whitespace (no broker would deliver such a header to match it).
     """
     if not isinstance(name, str) or not name or name != name.strip():
-        raise InvalidKeySetting(
+        raise InvalidArgument(
             f"{entry}: {what} must be a non-empty header name without surrounding spaces, "
             f"not {name!r}"
         )
@@ -66,11 +66,11 @@ def check_key_name(name: object, what: str, *, entry: str) -> str:
 def check_max_keyless(value: object, *, entry: str) -> int | None:
     """``value`` if it is None (never stop) or an int >= 1.
 
-    :raises InvalidKeySetting: otherwise.
+    :raises InvalidArgument: otherwise.
     """
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return value
-    raise InvalidKeySetting(f"{entry}: max_keyless must be None or an int >= 1, not {value!r}")
+    raise InvalidArgument(f"{entry}: max_keyless must be None or an int >= 1, not {value!r}")
 
 
 def read_key(value: object) -> tuple[str | None, str | None]:

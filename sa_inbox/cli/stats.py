@@ -171,21 +171,21 @@ def _targets(values: tuple[str, ...]) -> tuple[DeadLetterTarget, ...]:
     if not values:
         return ()
     from ..brokers.dead_letters import DeadLetterTarget
-    from ..exc import InvalidDeadLetterArgument, UnsupportedBroker
+    from ..exc import InvalidArgument, UnsupportedBroker
 
     try:
         return tuple(DeadLetterTarget.parse(value) for value in values)
-    except (InvalidDeadLetterArgument, UnsupportedBroker) as exc:
+    except (InvalidArgument, UnsupportedBroker) as exc:
         raise click.BadParameter(str(exc), param_hint="--dead-letters") from exc
 
 
 def _count(targets: tuple[DeadLetterTarget, ...], timeout: float) -> list[DeadLetterQueueStats]:
     from ..brokers.dead_letters import sample
-    from ..exc import InvalidDeadLetterArgument
+    from ..exc import InvalidArgument
 
     try:
         return sample(targets, timeout=timeout)
-    except InvalidDeadLetterArgument as exc:
+    except InvalidArgument as exc:
         raise click.BadParameter(str(exc), param_hint="--broker-timeout") from exc
 
 

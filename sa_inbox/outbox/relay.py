@@ -67,13 +67,12 @@ from ..backoff import Backoff
 from ..checks import require
 from ..dialects import backend_for
 from ..dialects.store_claim import CandidateQuery, StoreClaimDialect, update_claimed
-from ..exc import DatabaseUnavailable
+from ..exc import AsyncPublisherInSyncRelay, DatabaseUnavailable, InvalidArgument
 from ..outage import OutageGate, Verdict, is_unavailable, probe_engine
 from ..pool_guard import released_clean
 from ..store.replay import ReplayFilter, ReplayRules
 from ..store.schema import utc_now
 from ..validation import positive_int, positive_seconds
-from .exc import AsyncPublisherInSyncRelay, InvalidRelayArgument
 from .message import OutboxMessage
 from .outbox import Outbox
 from .publisher import Publisher, broker_unavailable, check_publisher
@@ -119,7 +118,7 @@ _REPLAY = ReplayRules(
     finished="dispatched_at",
     statuses=(DEAD, DISPATCHED),
     pending=PENDING,
-    error=InvalidRelayArgument,
+    error=InvalidArgument,
 )
 
 
@@ -150,7 +149,7 @@ class RelayCore:
 
     :param engine: the outbox's database (the ``sync_engine`` of an AsyncEngine).
     :param outbox: the outbox.
-    :raises InvalidRelayArgument: for a bad setting (see :class:`OutboxRelay`).
+    :raises InvalidArgument: for a bad setting (see :class:`OutboxRelay`).
     """
 
     def __init__(
@@ -174,14 +173,14 @@ class RelayCore:
             instead="pass the Outbox behind it (AsyncOutbox.sync_outbox)",
         )
         self.table = outbox.table
-        self.batch_size = positive_int(batch_size, "batch_size", InvalidRelayArgument)
-        self.max_attempts = positive_int(max_attempts, "max_attempts", InvalidRelayArgument)
+        self.batch_size = positive_int(batch_size, "batch_size", InvalidArgument)
+        self.max_attempts = positive_int(max_attempts, "max_attempts", InvalidArgument)
         self.visibility_timeout = positive_seconds(
-            visibility_timeout, "visibility_timeout", InvalidRelayArgument
+            visibility_timeout, "visibility_timeout", InvalidArgument
         )
         for name, value in (("backoff", backoff), ("outage_backoff", outage_backoff)):
             if not isinstance(value, Backoff):
-                raise InvalidRelayArgument(f"{name} must be a Backoff, not {value!r}")
+                raise InvalidArgument(f"{name} must be a Backoff, not {value!r}")
         self.backoff = backoff
         self.outage_backoff = outage_backoff
         self.ordered = bool(ordered)
@@ -390,7 +389,7 @@ class RelayCore:
 
         :param now: when the rows become claimable (aware); default now.
         :returns: the number of rows reset.
-        :raises InvalidRelayArgument: if no row filter is given (``destination`` alone does
+        :raises InvalidArgument: if no row filter is given (``destination`` alone does
             not choose rows), ``status`` is neither ``"dead"`` nor ``"dispatched"``, or a
             time is not an aware datetime.
         """
@@ -410,7 +409,7 @@ class RelayCore:
     ) -> int:
         """The number of rows :meth:`replay` with the same filters would reset now.
 
-        :raises InvalidRelayArgument: as :meth:`replay`.
+        :raises InvalidArgument: as :meth:`replay`.
         """
         chosen = ReplayFilter(ids, status, created_from, created_before, destination)
         query = _REPLAY.count(self.table, chosen)
@@ -458,7 +457,7 @@ class OutboxRelay:
     :param outage_backoff: the wait before the next claim after a batch that found the
         broker unreachable, doubling per such batch in a row (see the module).
     :param poll_interval: seconds to wait when nothing is claimable.
-    :raises InvalidRelayArgument: for a bad setting.
+    :raises InvalidArgument: for a bad setting.
 
     Example::
 
@@ -500,7 +499,7 @@ class OutboxRelay:
             outage_backoff=outage_backoff,
         )
         self.publisher = publisher
-        self.poll_interval = positive_seconds(poll_interval, "poll_interval", InvalidRelayArgument)
+        self.poll_interval = positive_seconds(poll_interval, "poll_interval", InvalidArgument)
         self._stop = threading.Event()
         self.core.outage.sleep = self._stop.wait
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from .exc import UnknownShardIdentity
+from ..exc import UnknownShardIdentity
 
 __all__ = ["ServerIdentity", "server_identity"]
 

@@ -40,15 +40,15 @@ from sqlalchemy.orm import Session
 
 from .. import runner
 from ..claim import Bind, Inbox
-from ..exc import MessageIdCollision
-from ..runner import DEFAULT_MAX_ATTEMPTS, Result
-from .exc import (
+from ..exc import (
     InvalidShardMap,
+    MessageIdCollision,
     ShardAssignmentFailed,
     ShardKeyChanged,
     ShardUnavailable,
     WrongShard,
 )
+from ..runner import DEFAULT_MAX_ATTEMPTS, Result
 from .identity import ServerIdentity, server_identity
 from .keys import claim_digest, rendezvous_shard, split_digest, validate_shard_key
 from .shardmap import ShardTarget, build_shard_map

@@ -48,7 +48,7 @@ from ..collision import (
 from ..consumers import Consumers, consumers_flag, consumers_for
 from ..dialects import ClaimDialect, backend_for
 from ..dialects.store_claim import CandidateQuery, ClaimPlan, StoreClaimDialect, update_claimed
-from ..exc import ClaimLost, ConfigurationError, InvalidStoreArgument
+from ..exc import ClaimLost, ConfigurationError, InvalidArgument
 from ..guard import owned_transaction
 from ..handlers import call_handler
 from ..hooks import NOOP, InboxHooks
@@ -110,7 +110,7 @@ _REPLAY = ReplayRules(
     finished="processed_at",
     statuses=(DEAD, DONE),
     pending=PENDING,
-    error=InvalidStoreArgument,
+    error=InvalidArgument,
 )
 
 
@@ -273,7 +273,7 @@ class InboxStore:
         :returns: True if the message is new, False if it was already stored (or a
             collision was recorded).
         :raises InvalidMessageId: for an invalid id, consumer name, aggregate id or type.
-        :raises InvalidStoreArgument: for a payload that is not JSON, or a ``payload_hash``
+        :raises InvalidArgument: for a payload that is not JSON, or a ``payload_hash``
             that is not the payload's (nothing is sent).
         :raises MessageIdCollision: with ``on_collision="raise"``, for an id stored with a
             different payload: roll back and nack.
@@ -305,17 +305,17 @@ class InboxStore:
         :param payload_hashes: ``message_id -> payload_hash(payload)``, as :meth:`receive`'s
             ``payload_hash``; the ids skipped are compared in one locking read.
         :returns: the ids of the messages that were new.
-        :raises InvalidMessageId, InvalidStoreArgument: as :meth:`receive`, for any message.
+        :raises InvalidMessageId, InvalidArgument: as :meth:`receive`, for any message.
         :raises MessageIdCollision: as :meth:`receive`.
         """
         if isinstance(messages, Incoming):
-            raise InvalidStoreArgument("receive_many takes an iterable of Incoming messages")
+            raise InvalidArgument("receive_many takes an iterable of Incoming messages")
         when = _aware(now)
         rows: dict[str, Mapping[str, Any]] = {}
         payloads: dict[str, Any] = {}  # the first copy's payload per id, as given
         for message in messages:
             if not isinstance(message, Incoming):
-                raise InvalidStoreArgument(f"expected Incoming, not {type(message).__name__}")
+                raise InvalidArgument(f"expected Incoming, not {type(message).__name__}")
             row = self._row(
                 message.message_id,
                 message.payload,
@@ -380,7 +380,7 @@ class InboxStore:
         :returns: the claimed messages in ``(received_at, id)`` order.
         :raises UnsupportedBackend: if the server has no ``SKIP LOCKED`` (PostgreSQL < 9.5,
             MySQL < 8.0.1, MariaDB < 10.6) or the backend is unknown.
-        :raises InvalidStoreArgument: for a bad ``limit``, timeout or ``max_attempts``.
+        :raises InvalidArgument: for a bad ``limit``, timeout or ``max_attempts``.
         """
         _positive_int(limit, "limit")
         _positive_int(max_attempts, "max_attempts")
@@ -438,7 +438,7 @@ class InboxStore:
         MySQL/MariaDB, a claim whose window other claims filled falls back to a locking
         scan, which then locks every candidate it sorts until the claim commits.
 
-        :raises InvalidStoreArgument: for a bad timeout or ``max_attempts``.
+        :raises InvalidArgument: for a bad timeout or ``max_attempts``.
         :raises InvalidMessageId: for a bad ``consumer_name``.
         """
         _positive_int(max_attempts, "max_attempts")
@@ -873,7 +873,7 @@ class InboxStore:
         time: count them first with :meth:`replayable`.
 
         :returns: the number of rows reset.
-        :raises InvalidStoreArgument: if no row filter is given (``consumer_name`` alone
+        :raises InvalidArgument: if no row filter is given (``consumer_name`` alone
             does not choose rows), ``status`` is neither ``"dead"`` nor ``"done"``, or a time
             is not an aware datetime.
         """
@@ -895,7 +895,7 @@ class InboxStore:
     ) -> int:
         """The number of rows :meth:`replay` with the same filters would reset now.
 
-        :raises InvalidStoreArgument: as :meth:`replay`.
+        :raises InvalidArgument: as :meth:`replay`.
         """
         chosen = ReplayFilter(ids, status, received_from, received_before, consumer_name)
         query = _REPLAY.count(self.table, chosen)
@@ -1224,16 +1224,16 @@ def _aware(now: datetime.datetime | None) -> datetime.datetime:
     if now is None:
         return utc_now()
     if not isinstance(now, datetime.datetime) or now.tzinfo is None:
-        raise InvalidStoreArgument(f"now must be a time-zone aware datetime, not {now!r}")
+        raise InvalidArgument(f"now must be a time-zone aware datetime, not {now!r}")
     return now.astimezone(datetime.UTC)
 
 
 def _seconds(value: float, name: str) -> datetime.timedelta:
-    return datetime.timedelta(seconds=positive_seconds(value, name, InvalidStoreArgument))
+    return datetime.timedelta(seconds=positive_seconds(value, name, InvalidArgument))
 
 
 def _positive_int(value: int, name: str) -> int:
-    return positive_int(value, name, InvalidStoreArgument)
+    return positive_int(value, name, InvalidArgument)
 
 
 def _key(value: str, field: str) -> str:
@@ -1246,12 +1246,12 @@ def _json(payload: Any) -> SerialisedJSON:
     The one serialisation of a received payload: its text is what the receive statement
     binds (:func:`receive_insert`), so the column type does not serialise it again.
 
-    :raises InvalidStoreArgument: if it cannot.
+    :raises InvalidArgument: if it cannot.
     """
     try:
         return SerialisedJSON(json.dumps(payload, allow_nan=False))
     except (TypeError, ValueError) as exc:
-        raise InvalidStoreArgument(f"payload is not JSON-serialisable: {exc}") from exc
+        raise InvalidArgument(f"payload is not JSON-serialisable: {exc}") from exc
 
 
 def receive_insert(dialect: ClaimDialect, table: sa.Table) -> Executable:

@@ -53,8 +53,8 @@ from ..checks import NEEDS_BIND, is_asyncio_object
 from ..exc import (
     ConfigurationError,
     DatabaseUnavailable,
+    InvalidArgument,
     InvalidObject,
-    InvalidStoreArgument,
     SyncAsyncMismatch,
 )
 from ..handlers import check_handler
@@ -234,7 +234,7 @@ class Worker:
         message; ``"batch"`` (:data:`BATCH`): the messages of one claimed batch in one
         transaction, a failing one still failing alone (see :mod:`sa_inbox.store.batch`
         for the design, its measurements and the trade-off).
-    :raises InvalidStoreArgument: for a non-positive size, count or time, a ``backoff``
+    :raises InvalidArgument: for a non-positive size, count or time, a ``backoff``
         that is not a :class:`Backoff`, a ``transaction`` that is neither mode, or
         ``"batch"`` on a store without ``complete_batch``.
     :raises InvalidHandler: if ``handler`` cannot be called as ``handler(session,
@@ -291,13 +291,11 @@ class Worker:
             _positive_seconds(seconds, label)
         for label, given in (("backoff", backoff), ("error_backoff", error_backoff)):
             if given is not None and not isinstance(given, Backoff):
-                raise InvalidStoreArgument(
+                raise InvalidArgument(
                     f"{label} must be a Backoff(base=seconds, maximum=seconds), not {given!r}"
                 )
         if consumer_name is not None and not isinstance(consumer_name, str):
-            raise InvalidStoreArgument(
-                f"consumer_name must be a str or None, not {consumer_name!r}"
-            )
+            raise InvalidArgument(f"consumer_name must be a str or None, not {consumer_name!r}")
         self.store = store
         self.handler = handler
         self.consumer_name = consumer_name
@@ -601,7 +599,7 @@ class Worker:
             visibility timeout.
         :returns: the counts of this run (:class:`WorkerSummary`) and why it ended;
             :attr:`stats` and :attr:`summary` keep counting across runs.
-        :raises InvalidStoreArgument: for a bad ``max_messages`` or ``max_seconds``.
+        :raises InvalidArgument: for a bad ``max_messages`` or ``max_seconds``.
         :raises ConfigurationError: raised by the store (a missing table, an autocommit
             connection) or by the handler: the same error would fail every message, so it
             is never counted as a failed attempt. Every thread stops, the batches in hand
@@ -1010,25 +1008,25 @@ def _check_store(store: object) -> None:
 
 
 def _check_transaction(transaction: object, store: object) -> None:
-    """:raises InvalidStoreArgument: unless ``transaction`` is a mode the store supports."""
+    """:raises InvalidArgument: unless ``transaction`` is a mode the store supports."""
     if transaction not in TRANSACTION_MODES:
-        raise InvalidStoreArgument(
+        raise InvalidArgument(
             f"transaction must be one of {', '.join(map(repr, TRANSACTION_MODES))}, "
             f"not {transaction!r}"
         )
     if transaction == BATCH and not callable(getattr(store, "complete_batch", None)):
-        raise InvalidStoreArgument(
+        raise InvalidArgument(
             f"transaction='batch' needs a store with complete_batch(); "
             f"{type(store).__name__} has none"
         )
 
 
 def _positive_int(value: object, label: str) -> None:
-    positive_int(value, label, InvalidStoreArgument)
+    positive_int(value, label, InvalidArgument)
 
 
 def _positive_seconds(value: object, label: str) -> None:
-    positive_seconds(value, label, InvalidStoreArgument)
+    positive_seconds(value, label, InvalidArgument)
 
 
 def _outcome_text(outcome: str, retry_at: datetime.datetime | None, recorded: bool) -> str:

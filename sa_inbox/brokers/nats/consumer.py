@@ -226,7 +226,7 @@ async def consume(
     :returns: the number of messages settled.
     :raises ConfigurationError: before any request, for objects of the wrong kind or half
         (:func:`sa_inbox.brokers.startup.check_consumer`), an empty ``key_header``
-        (:class:`~sa_inbox.InvalidKeySetting`) and :func:`check`'s findings; from
+        (:class:`~sa_inbox.InvalidArgument`) and :func:`check`'s findings; from
         :func:`ensure_consumer`; the first message whose handling raised one (that message
         is left unsettled; see :func:`~sa_inbox.brokers.process_async`);
         :class:`~sa_inbox.MissingKeyHeader` (see ``max_keyless``).

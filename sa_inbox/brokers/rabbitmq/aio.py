@@ -157,7 +157,7 @@ class AsyncConsumer(QueueConsumer):
     :param max_deliveries, prefetch, key_header, max_keyless, keyless_wait,
         dead_letter_queue, on_settled, consumer_name: as for
         :class:`~.blocking.BlockingConsumer`.
-    :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1.
+    :raises InvalidArgument: if ``prefetch`` is not an int >= 1.
     :raises ConfigurationError: when it is made, as :class:`~.blocking.BlockingConsumer`
         (here a ``sessionmaker`` is the other half's factory).
 

@@ -200,13 +200,13 @@ class BlockingConsumer(QueueConsumer):
     :param keyless_wait: seconds, > 0 (see ``max_keyless``).
     :param dead_letter_queue: default :func:`~.message.dead_letter_queue_name`.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
-    :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1.
+    :raises InvalidArgument: if ``prefetch`` is not an int >= 1.
     :raises ConfigurationError: when it is made, for what it cannot use, before connecting:
         a session factory of the asyncio half or ``Session.begin``
         (:class:`~sa_inbox.InvalidSessionFactory`), an :class:`~sa_inbox.asyncio.AsyncInbox`
         (:class:`~sa_inbox.SyncAsyncMismatch`), a handler that cannot take
         ``(session, delivery)`` (:class:`~sa_inbox.InvalidHandler`), an empty
-        ``key_header`` (:class:`~sa_inbox.InvalidKeySetting`).
+        ``key_header`` (:class:`~sa_inbox.InvalidArgument`).
 
     **Readiness.** :meth:`run` first runs :meth:`check` (the inbox table exists, the
     session factory makes Sessions, the engine is not autocommit, the handler fits), so a

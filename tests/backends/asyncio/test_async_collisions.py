@@ -126,9 +126,9 @@ def test_async_store_receive(sync_url: str, async_url: str) -> None:
 
 
 def test_inbox_refuses_unknown_collision_mode() -> None:
-    from sa_inbox import InvalidStrategy
+    from sa_inbox.exc import InvalidArgument
 
-    with pytest.raises(InvalidStrategy):
+    with pytest.raises(InvalidArgument):
         Inbox(sa.MetaData(), on_collision="ignore")  # type: ignore[arg-type]
 
 

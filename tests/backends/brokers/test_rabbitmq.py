@@ -35,12 +35,12 @@ from sa_inbox.brokers.rabbitmq import (
     REASON_HEADER,
     AsyncConsumer,
     BlockingConsumer,
-    InvalidConsumerArgument,
     dead_letter_queue_name,
     declare_queue,
     delivery_count,
 )
 from sa_inbox.chaos.drivers import driver_for
+from sa_inbox.exc import InvalidArgument
 from tests.backends.brokers.rabbitmq_child import AMOUNT
 from tests.conftest import broker_url
 from tests.support.app import CONSUMER, App
@@ -370,7 +370,7 @@ def test_prefetch_bounds_the_unacked_deliveries_and_stop_works_from_another_thre
 
 
 def test_prefetch_must_be_positive(amqp_url: str, app: App) -> None:
-    with pytest.raises(InvalidConsumerArgument, match="prefetch"):
+    with pytest.raises(InvalidArgument, match="prefetch"):
         BlockingConsumer(amqp_url, "q", **{**options(app, pay(app), None), "prefetch": 0})
 
 
