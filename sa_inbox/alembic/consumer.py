@@ -57,7 +57,7 @@ class RenameInboxConsumerOp(MigrateOperation):
     :param new_consumer_name: the name it claims under from now on.
     :param schema: the table's schema, or ``None`` for the connection's default.
     :param message_id_length: the table's length of ``consumer_name``, in characters.
-    :raises sa_inbox.InvalidMessageId: for a consumer name a claim would refuse, before SQL.
+    :raises sa_inbox.exc.InvalidMessageId: for a consumer name a claim would refuse, before SQL.
     :raises InvalidArgument: for a bad table name or length, or the same name twice.
     """
 
@@ -105,7 +105,7 @@ class RenameInboxConsumerOp(MigrateOperation):
         See :mod:`sa_inbox.alembic.consumer` for the SQL and when to run it; the downgrade
         (``op.rename_inbox_consumer(table_name, new, old)``) copies them back.
 
-        :raises sa_inbox.InvalidMessageId: for a bad consumer name, before SQL.
+        :raises sa_inbox.exc.InvalidMessageId: for a bad consumer name, before SQL.
         :raises sa_inbox.alembic.InvalidArgument: for a bad table name or length, or the
             same name twice, before SQL.
         """

@@ -490,7 +490,7 @@ class CreatePartitionedInboxTableOp(CreateInboxTableOp):
         :param partition_key: the column of the message's own time.
         :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, or an
             arrival-time partition key, before SQL.
-        :raises sa_inbox.UnsupportedBackend: on any database but PostgreSQL.
+        :raises sa_inbox.exc.UnsupportedBackend: on any database but PostgreSQL.
         """
         operations.invoke(
             cls(
@@ -521,7 +521,7 @@ class DropPartitionedInboxTableOp(DropInboxTableOp):
         """Drop the partitioned table; PostgreSQL drops its partitions with it.
 
         :raises sa_inbox.alembic.InvalidArgument: for bad options, before SQL.
-        :raises sa_inbox.UnsupportedBackend: on any database but PostgreSQL.
+        :raises sa_inbox.exc.UnsupportedBackend: on any database but PostgreSQL.
         """
         operations.invoke(
             cls(

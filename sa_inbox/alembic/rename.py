@@ -302,7 +302,7 @@ class RenameProcessedMessagesTableOp(RenameInboxTableOp):
         :param message_id_length: the table's length of ``message_id`` and ``consumer_name``
             (SQLite copies the rows into a new table of that length).
         :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        :raises sa_inbox.UnsupportedBackend: on a backend without a rename here.
+        :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
         """
         operations.invoke(
             cls(old_table_name, new_table_name, schema=schema, message_id_length=message_id_length)
@@ -331,7 +331,7 @@ class RenameInboxStoreTableOp(RenameInboxTableOp):
         """Rename the inbox store table, its rows kept (``uq_``, ``ck_``, ``ix_`` names too).
 
         :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        :raises sa_inbox.UnsupportedBackend: on a backend without a rename here.
+        :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
         """
         operations.invoke(
             cls(old_table_name, new_table_name, schema=schema, message_id_length=message_id_length)
@@ -360,7 +360,7 @@ class RenameOutboxTableOp(RenameInboxTableOp):
         """Rename the outbox table, its rows kept (``uq_``, ``ck_``, ``ix_`` names too).
 
         :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        :raises sa_inbox.UnsupportedBackend: on a backend without a rename here.
+        :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
         """
         operations.invoke(
             cls(old_table_name, new_table_name, schema=schema, message_id_length=message_id_length)

@@ -141,9 +141,9 @@ def inbox_task(
         (None for a duplicate).
     :raises ConfigurationError: at once, if ``task_options`` turn ``acks_late`` or
         ``reject_on_worker_lost`` off; for a session factory of the asyncio half or
-        ``Session.begin`` (:class:`~sa_inbox.InvalidSessionFactory`), an AsyncInbox
-        (:class:`~sa_inbox.SyncAsyncMismatch`), an empty ``key_kwarg``
-        (:class:`~sa_inbox.InvalidArgument`); when the body is decorated, for a body
+        ``Session.begin`` (:class:`~sa_inbox.exc.InvalidSessionFactory`), an AsyncInbox
+        (:class:`~sa_inbox.exc.SyncAsyncMismatch`), an empty ``key_kwarg``
+        (:class:`~sa_inbox.exc.InvalidArgument`); when the body is decorated, for a body
         without a ``key_kwarg`` parameter (and no ``**kwargs``: a misspelled key_kwarg) or
         an ``async def`` one.
 

@@ -15,7 +15,7 @@ following them, or no delivery for a moment (the adapter's idle wait), means a s
 the held deliveries are dead-lettered as before. The ``max_keyless``-th one means a
 misconfigured consumer: every held delivery is given back to the broker unprocessed
 (``give_back()``, each adapter's least costly redelivery) and
-:class:`~sa_inbox.MissingKeyHeader` is raised from ``run()`` / ``consume()``.
+:class:`~sa_inbox.exc.MissingKeyHeader` is raised from ``run()`` / ``consume()``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ rules are the functions below them:
    is neither retried nor counted: the delivery is held while the consumer's
    :class:`~sa_inbox.outage.OutageGate` probes the database with back-off, then run again
    (see :mod:`sa_inbox.outage`); a consumer stopped meanwhile gets
-   :class:`~sa_inbox.DatabaseUnavailable`, the delivery unsettled.
+   :class:`~sa_inbox.exc.DatabaseUnavailable`, the delivery unsettled.
 """
 
 from __future__ import annotations

@@ -364,7 +364,7 @@ def purge(
     holds on one node only (MariaDB KB, "MariaDB Galera Cluster - Known Limitations"), so
     purgers on two nodes delete the same rows at once and one batch fails certification
     (1213) at COMMIT: a batch rolled back by such a transient error (see
-    :func:`sa_inbox.is_transient`) is run again, up to :data:`TRANSIENT_BATCH_RETRIES` times
+    :func:`sa_inbox.runner.is_transient`) is run again, up to :data:`TRANSIENT_BATCH_RETRIES` times
     in a row, and counts nothing.
 
     :param bind: an Engine, or a Connection that is not in a transaction (the purge commits

@@ -607,11 +607,11 @@ class InboxStore:
         :raises HandlerFailed: without ``savepoints``, when a handler raised (nothing
             committed).
         :raises ConfigurationError: as :meth:`complete` (nothing committed).
-        :raises Exception: a deadlock or serialization failure (:func:`sa_inbox.is_transient`)
-            raised by any statement or the commit, including a handler's (InnoDB rolls
-            back the whole transaction of a deadlock victim, savepoints included: MariaDB
-            manual, "InnoDB Lock Modes", "Deadlocks"; so it is never caught at a
-            savepoint); a handler that ended the transaction
+        :raises Exception: a deadlock or serialization failure
+            (:func:`sa_inbox.runner.is_transient`) raised by any statement or the commit,
+            including a handler's (InnoDB rolls back the whole transaction of a deadlock
+            victim, savepoints included: MariaDB manual, "InnoDB Lock Modes", "Deadlocks";
+            so it is never caught at a savepoint); a handler that ended the transaction
             (:class:`~sa_inbox.exc.HandlerEndedTransaction`); a broken connection. Nothing
             committed in every case.
         """

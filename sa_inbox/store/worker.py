@@ -443,7 +443,7 @@ class Worker:
         """Run the handler for one claimed message; return the outcome.
 
         A transient database error in its transaction (deadlock, serialization failure,
-        busy SQLite: see :func:`sa_inbox.is_transient`) is retried at once, up to
+        busy SQLite: see :func:`sa_inbox.runner.is_transient`) is retried at once, up to
         :data:`TRANSIENT_RETRIES` times, before it counts as a failed attempt.
 
         :returns: ``"done"``; ``"retry"`` (rolled back, pending again after the back-off);
@@ -522,7 +522,7 @@ class Worker:
     def reap(self) -> None:
         """Move abandoned claims back to pending, or to dead once their attempts are used.
 
-        A transient database error (see :func:`sa_inbox.is_transient`) skips this reap, the
+        A transient database error (see :func:`sa_inbox.runner.is_transient`) skips this reap, the
         next one comes ``reap_interval`` seconds later: on a MariaDB Galera cluster the
         reap's locking read is aborted with error 1213 when a write-set from another node
         touches the same rows (MariaDB KB, "MariaDB Galera Cluster - Known Limitations"),

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox import Inbox, InboxStore, Incoming, InvalidTable
+from sa_inbox import Inbox, InboxStore
 from sa_inbox.collision import collisions_table, payload_hash
+from sa_inbox.exc import InvalidTable
 from sa_inbox.outbox import Outbox
 from sa_inbox.stats import WARNING_CODES, ConsumerRename, collect, warnings
+from sa_inbox.store import Incoming
 
 pytestmark = pytest.mark.backend
 

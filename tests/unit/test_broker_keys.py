@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from faststream import StreamMessage
 
-from sa_inbox import ConfigurationError, MissingKeyHeader
+from sa_inbox import ConfigurationError
 from sa_inbox.brokers import Delivery
 from sa_inbox.brokers.faststream import delivery_of
 from sa_inbox.brokers.keys import (
@@ -23,7 +23,7 @@ from sa_inbox.brokers.keys import (
     read_key,
 )
 from sa_inbox.brokers.rabbitmq import producer_key, to_delivery
-from sa_inbox.exc import InvalidArgument
+from sa_inbox.exc import InvalidArgument, MissingKeyHeader
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """The dead-letter API refuses what it cannot serve with a typed error before it connects:
 every call here names a broker on a port nothing listens on, so an argument that got past
-the checks would raise :class:`~sa_inbox.DeadLetterQueueUnavailable` instead. And the target
+the checks would raise :class:`~sa_inbox.exc.DeadLetterQueueUnavailable` instead. And the target
 URLs of ``stats --dead-letters``: where the name ends and the broker's URL begins, and the
 password hidden from every report."""
 
@@ -10,13 +10,12 @@ from collections.abc import Callable
 
 import pytest
 
-from sa_inbox import DeadLetterQueueUnavailable, UnsupportedBroker
 from sa_inbox.brokers import DeadLetterReason
 from sa_inbox.brokers import dead_letters as dl
 from sa_inbox.brokers.dead_letters import DeadLetterTarget
 from sa_inbox.brokers.dead_letters.nats import replay_headers as nats_headers
 from sa_inbox.brokers.dead_letters.rabbitmq import replay_headers as amqp_headers
-from sa_inbox.exc import InvalidArgument
+from sa_inbox.exc import DeadLetterQueueUnavailable, InvalidArgument, UnsupportedBroker
 
 NOWHERE = "amqp://guest:guest@127.0.0.1:1/"
 

@@ -17,13 +17,11 @@ import pytest
 import sqlalchemy as sa
 
 import sa_inbox
+import sa_inbox.exc
 from sa_inbox import (
     ConfigurationError,
     Inbox,
     InboxError,
-    InvalidBind,
-    InvalidTable,
-    InvalidTableType,
     RetentionPolicy,
     processed_messages_table,
     purge,
@@ -33,7 +31,7 @@ from sa_inbox.alembic.tables import InboxTableKind, kind_for, register_kind
 from sa_inbox.claim import connection_for
 from sa_inbox.dialects import MergeInsertOrSkip, claim_dialect_for
 from sa_inbox.dialects.mysql import DeleteOrderedLimit
-from sa_inbox.exc import InvalidArgument
+from sa_inbox.exc import InvalidArgument, InvalidBind, InvalidTable, InvalidTableType
 from sa_inbox.retention.partitions import (
     PartitionedInbox,
     create_partition,
@@ -184,12 +182,11 @@ def test_each_error_is_an_inbox_error_and_keeps_its_builtin_base(
     assert isinstance(info.value, builtin)
 
 
-def test_the_new_classes_are_configuration_errors_exported_from_the_package() -> None:
+def test_the_new_classes_are_configuration_errors_exported_from_exc() -> None:
     for cls in (InvalidBind, InvalidTable, InvalidTableType, InvalidArgument):
         assert issubclass(cls, ConfigurationError)
-        assert getattr(sa_inbox, cls.__name__) is cls
-        assert cls.__name__ in sa_inbox.__all__
-    assert sa_inbox.__all__ == sorted(sa_inbox.__all__)
+        assert getattr(sa_inbox.exc, cls.__name__) is cls
+        assert cls.__name__ in sa_inbox.exc.__all__
     assert issubclass(InvalidTableType, InvalidTable)
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sa_inbox import InvalidMessageId
+from sa_inbox.exc import InvalidMessageId
 from sa_inbox.validation import validate_key, validate_keys
 
 

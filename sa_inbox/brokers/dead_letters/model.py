@@ -74,7 +74,7 @@ class DeadLetter:
 class DeadLetterQueue(Protocol):
     """One broker's dead-letter queue / stream, open (``sa_inbox.brokers.dead_letters.<broker>``
     each implement it). Client errors are raised as
-    :class:`~sa_inbox.DeadLetterQueueUnavailable`."""
+    :class:`~sa_inbox.exc.DeadLetterQueueUnavailable`."""
 
     target: DeadLetterTarget
 

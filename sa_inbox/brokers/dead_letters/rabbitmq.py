@@ -121,7 +121,7 @@ class RabbitMQDeadLetters:
 
     @contextlib.contextmanager
     def _boundary(self) -> Iterator[None]:
-        """pika's errors as :class:`~sa_inbox.DeadLetterQueueUnavailable`."""
+        """pika's errors as :class:`~sa_inbox.exc.DeadLetterQueueUnavailable`."""
         try:
             yield
         except pika.exceptions.ChannelClosedByBroker as exc:

@@ -75,7 +75,7 @@ class RedisDeadLetters:
 
     @contextlib.contextmanager
     def _boundary(self) -> Iterator[None]:
-        """redis-py's errors as :class:`~sa_inbox.DeadLetterQueueUnavailable`."""
+        """redis-py's errors as :class:`~sa_inbox.exc.DeadLetterQueueUnavailable`."""
         try:
             yield
         except redis.exceptions.RedisError as exc:

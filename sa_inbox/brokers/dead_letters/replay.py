@@ -103,7 +103,7 @@ def peek(
 
     :param reason: a :class:`~sa_inbox.brokers.DeadLetterReason` (or its value); None: all.
     :param limit: at most this many (int >= 1); None: all.
-    :raises: as :func:`count`; :class:`~sa_inbox.InvalidArgument` also for a bad
+    :raises: as :func:`count`; :class:`~sa_inbox.exc.InvalidArgument` also for a bad
         reason or limit.
     """
     target = DeadLetterTarget.of(url, queue)

@@ -210,7 +210,7 @@ async def consume(
     :param max_deliveries: deliveries allowed per message (``num_delivered``), >= 1.
     :param max_keyless: consecutive messages without ``key_header`` after which they are all
         given back (``-NAK`` without delay, nothing dead-lettered; JetStream counts each in
-        ``num_delivered``) and :class:`~sa_inbox.MissingKeyHeader` is raised: a misspelled
+        ``num_delivered``) and :class:`~sa_inbox.exc.MissingKeyHeader` is raised: a misspelled
         ``key_header``. Fewer, followed by a keyed message or by an empty fetch, are the
         producer's: dead-lettered ``missing_message_id``. None: each at once.
     :param ack_wait: seconds, the visibility timeout, when the consumer is created.
@@ -226,10 +226,10 @@ async def consume(
     :returns: the number of messages settled.
     :raises ConfigurationError: before any request, for objects of the wrong kind or half
         (:func:`sa_inbox.brokers.startup.check_consumer`), an empty ``key_header``
-        (:class:`~sa_inbox.InvalidArgument`) and :func:`check`'s findings; from
+        (:class:`~sa_inbox.exc.InvalidArgument`) and :func:`check`'s findings; from
         :func:`ensure_consumer`; the first message whose handling raised one (that message
         is left unsettled; see :func:`~sa_inbox.brokers.process_async`);
-        :class:`~sa_inbox.MissingKeyHeader` (see ``max_keyless``).
+        :class:`~sa_inbox.exc.MissingKeyHeader` (see ``max_keyless``).
     **Outages and reconnects.** While the database cannot be reached the message in hand is
     held, uncounted: nothing new is fetched, and every third of the consumer's ``ack_wait``
     each unsettled message of the batch gets ``+WPI`` (``in_progress()``: JetStream resets

@@ -526,17 +526,17 @@ class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
         UTF-8) after which ``run()`` / ``poll()`` gives them all back (left pending, their
         delivery counters as they were, free to take at once: see
         :meth:`RedisSettler.give_back`; nothing dead-lettered) and raises
-        :class:`~sa_inbox.MissingKeyHeader`: a misspelled ``key_field``. Fewer, followed by a
+        :class:`~sa_inbox.exc.MissingKeyHeader`: a misspelled ``key_field``. Fewer, followed by a
         keyed entry or by a read that brings nothing, are the producer's: dead-lettered
         ``missing_message_id``. None: each keyless entry is dead-lettered at once.
     :raises InvalidArgument: for invalid settings (see :class:`StreamSettings`).
     :raises ConfigurationError: when it is made, before any command or SQL, for objects it
         cannot use: a session factory of the other half or ``Session.begin``
-        (:class:`~sa_inbox.InvalidSessionFactory`), an asyncio inbox given to the sync
-        consumer (:class:`~sa_inbox.SyncAsyncMismatch`; the asyncio consumer takes an
+        (:class:`~sa_inbox.exc.InvalidSessionFactory`), an asyncio inbox given to the sync
+        consumer (:class:`~sa_inbox.exc.SyncAsyncMismatch`; the asyncio consumer takes an
         Inbox or its AsyncInbox), a handler that cannot take ``(session, delivery)``
-        (:class:`~sa_inbox.InvalidHandler`), a ``key_field`` with surrounding spaces
-        (:class:`~sa_inbox.InvalidArgument`).
+        (:class:`~sa_inbox.exc.InvalidHandler`), a ``key_field`` with surrounding spaces
+        (:class:`~sa_inbox.exc.InvalidArgument`).
 
     **Readiness.** ``run()`` first runs ``check()`` (the inbox table exists, the session
     factory makes sessions of the consumer's half, the engine is not autocommit, the handler

@@ -17,7 +17,7 @@ from alembic import command
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
 
-from sa_inbox import UnsupportedBackend
+from sa_inbox.exc import UnsupportedBackend
 from sa_inbox.retention import RetentionPolicy
 from sa_inbox.retention.partitions import ensure_partitions
 from sa_inbox.store import InboxStore

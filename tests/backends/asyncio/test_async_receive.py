@@ -11,9 +11,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from sa_inbox import InboxStore, Incoming, InvalidMessageId
+from sa_inbox import InboxStore
 from sa_inbox.asyncio import AsyncInboxStore
-from sa_inbox.exc import InvalidArgument
+from sa_inbox.exc import InvalidArgument, InvalidMessageId
+from sa_inbox.store import Incoming
 from tests.backends.store.test_store_receive_payload import PAYLOADS
 from tests.support.app import App
 

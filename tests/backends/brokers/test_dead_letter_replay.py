@@ -23,9 +23,9 @@ from decimal import Decimal
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox import DeadLetterQueueUnavailable
 from sa_inbox.brokers import Disposition, Settlement
 from sa_inbox.brokers import dead_letters as dl
+from sa_inbox.exc import DeadLetterQueueUnavailable
 from tests.backends.brokers.dead_letter_sides import (
     SIDES,
     FastStreamRun,

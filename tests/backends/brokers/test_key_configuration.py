@@ -22,11 +22,11 @@ import redis
 import redis.asyncio
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from sa_inbox import MissingKeyHeader
 from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
 from sa_inbox.brokers.nats import consume
 from sa_inbox.brokers.rabbitmq import AsyncConsumer, BlockingConsumer
 from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer
+from sa_inbox.exc import MissingKeyHeader
 from tests.backends.brokers import test_rabbitmq as rmq
 from tests.backends.brokers import test_redis as rds
 from tests.backends.brokers.nats_support import Names, declare, delete

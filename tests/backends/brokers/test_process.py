@@ -15,7 +15,6 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session
 
-from sa_inbox import MissingTable
 from sa_inbox.brokers import (
     DeadLetterReason,
     Delivery,
@@ -24,7 +23,7 @@ from sa_inbox.brokers import (
     process,
     process_async,
 )
-from sa_inbox.exc import InvalidArgument
+from sa_inbox.exc import InvalidArgument, MissingTable
 from tests.support.app import CONSUMER, App
 
 

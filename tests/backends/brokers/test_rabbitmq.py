@@ -27,7 +27,6 @@ from aio_pika.exceptions import DeliveryError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session
 
-from sa_inbox import MissingTable
 from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, Settlement
 from sa_inbox.brokers.rabbitmq import (
     DETAIL_HEADER,
@@ -40,7 +39,7 @@ from sa_inbox.brokers.rabbitmq import (
     delivery_count,
 )
 from sa_inbox.chaos.drivers import driver_for
-from sa_inbox.exc import InvalidArgument
+from sa_inbox.exc import InvalidArgument, MissingTable
 from tests.backends.brokers.rabbitmq_child import AMOUNT
 from tests.conftest import broker_url
 from tests.support.app import CONSUMER, App

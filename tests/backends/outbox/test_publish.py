@@ -15,17 +15,10 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session
 
-from sa_inbox import (
-    AutocommitConnection,
-    DuplicateMessage,
-    InvalidBind,
-    Outcome,
-    handle,
-    install,
-    register_claim,
-)
+from sa_inbox import DuplicateMessage, Outcome, handle, install, register_claim
 from sa_inbox.asyncio import AsyncOutbox
 from sa_inbox.asyncio import handle as handle_async
+from sa_inbox.exc import AutocommitConnection, InvalidBind
 from sa_inbox.outbox import InvalidOutboxMessage
 from tests.conftest import ASYNC_DRIVERS as DRIVERS
 from tests.conftest import backend_url

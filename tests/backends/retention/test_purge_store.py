@@ -138,6 +138,6 @@ def test_a_wrong_purge_target_is_a_typed_error_and_deletes_nothing(
 def test_purge_and_purge_store_are_exported() -> None:
     import sa_inbox
 
-    assert sa_inbox.purge is purge and sa_inbox.purge_store is purge_store
+    assert sa_inbox.purge is purge and sa_inbox.retention.purge_store is purge_store
     assert {"purge", "purge_store", "StorePurgeResult"} <= set(sa_inbox.__all__)
     assert sa_inbox.__all__ == sorted(sa_inbox.__all__)

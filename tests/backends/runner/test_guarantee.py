@@ -18,17 +18,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from sa_inbox import (
+from sa_inbox import ConfigurationError, InboxStore, Outcome, handle
+from sa_inbox.exc import (
     AsyncHandlerError,
     AutocommitConnection,
-    ConfigurationError,
     HandlerEndedTransaction,
-    InboxStore,
     InvalidHandler,
     InvalidSessionFactory,
     MissingTable,
-    Outcome,
-    handle,
 )
 from sa_inbox.store import DONE, PENDING, utc_now
 from tests.support.app import CONSUMER, App

@@ -29,16 +29,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from sa_inbox import (
-    InboxStore,
-    Incoming,
-    Outcome,
-    Result,
-    StoredMessage,
-    Worker,
-    handle,
-    pool_guard,
-)
+from sa_inbox import InboxStore, Outcome, Result, Worker, handle, pool_guard
+from sa_inbox.store import Incoming, StoredMessage
 from tests.conftest import backend_url
 from tests.support.app import CONSUMER, App
 from tests.support.locks import assert_no_lock_held

@@ -12,16 +12,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
-from sa_inbox import (
-    InvalidHandler,
-    InvalidSessionFactory,
-    MissingTable,
-    Outcome,
-    SplitTransaction,
-    handle,
-    install,
-    register_claim,
-)
+from sa_inbox import Outcome, handle, install, register_claim
+from sa_inbox.exc import InvalidHandler, InvalidSessionFactory, MissingTable, SplitTransaction
 from tests.backends.runner.test_guarantee import Broker, assert_redelivery_applies, deliver
 from tests.support.app import CONSUMER, App
 

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox import InvalidMessageId
-from sa_inbox.exc import InvalidArgument
+from sa_inbox.exc import InvalidArgument, InvalidMessageId
 from sa_inbox.store import PENDING, InboxStore, Incoming
 
 pytestmark = pytest.mark.backend

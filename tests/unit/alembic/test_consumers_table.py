@@ -23,7 +23,7 @@ from alembic.autogenerate.api import AutogenContext
 from alembic.migration import MigrationContext
 from click.testing import CliRunner
 
-from sa_inbox import ConfigurationError, Inbox, InvalidTable
+from sa_inbox import ConfigurationError, Inbox
 from sa_inbox.alembic import (
     CreateInboxConsumersTableOp,
     CreateProcessedMessagesTableOp,
@@ -37,7 +37,7 @@ from sa_inbox.alembic import (
 from sa_inbox.alembic.pairing import resolve_drops
 from sa_inbox.cli import main
 from sa_inbox.consumers import consumers_table
-from sa_inbox.exc import InvalidArgument
+from sa_inbox.exc import InvalidArgument, InvalidTable
 from sa_inbox.store import InboxStore
 from tests.support.alembic.project import Project
 from tests.unit.alembic.test_operations import (

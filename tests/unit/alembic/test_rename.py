@@ -18,7 +18,7 @@ from alembic.autogenerate.api import AutogenContext
 from alembic.migration import MigrationContext
 from alembic.operations import ops
 
-from sa_inbox import ConfigurationError, Inbox, UnsupportedBackend
+from sa_inbox import ConfigurationError, Inbox
 from sa_inbox.alembic import (
     CreatePartitionedInboxTableOp,
     CreateProcessedMessagesTableOp,
@@ -32,7 +32,7 @@ from sa_inbox.alembic import (
     rename_outbox_table,
 )
 from sa_inbox.alembic.pairing import resolve_drops
-from sa_inbox.exc import InvalidArgument
+from sa_inbox.exc import InvalidArgument, UnsupportedBackend
 from tests.unit.alembic.test_operations import _autogenerate, _offline, _statements
 
 RENAMED = {

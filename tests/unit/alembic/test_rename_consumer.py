@@ -14,9 +14,8 @@ import pytest
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
 
-from sa_inbox import InvalidMessageId
 from sa_inbox.alembic import RenameInboxConsumerOp, rename_inbox_consumer
-from sa_inbox.exc import InvalidArgument
+from sa_inbox.exc import InvalidArgument, InvalidMessageId
 from tests.unit.alembic.test_operations import DIALECTS, _dialect, _statements
 
 COLUMNS = "message_id, consumer_name, received_at, message_type, correlation_id, payload_hash"
