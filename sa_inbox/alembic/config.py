@@ -15,7 +15,7 @@ MetaData is the target, its table is what is migrated. ``table_name``, ``store_t
 ``schema`` and ``message_id_length`` in ``[sa_inbox]`` are read only for a kind of table the
 MetaData lacks (a project without models: the table is added from them, with the consumers
 table that the Inbox claims through); set while the models define the table, they must agree
-with it, or :class:`InboxSettingsConflict` is raised: a disagreement is never settled
+with it, or :class:`~sa_inbox.exc.InboxSettingsConflict` is raised: a disagreement is never settled
 silently.
 """
 

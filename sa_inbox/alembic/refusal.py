@@ -4,7 +4,7 @@ Where an sa-inbox table left the models and autogenerate could not pair it with 
 compatible new table to rename it to (:mod:`sa_inbox.alembic.pairing`), dropping it would
 forget its rows (for the processed-messages table, every claimed message id). The revision
 gets this operation, first in its upgrade, instead of the drop: the upgrade stops on it
-with :class:`~sa_inbox.alembic.InboxTableDropRefused` before anything has run, and its
+with :class:`~sa_inbox.exc.InboxTableDropRefused` before anything has run, and its
 message, also written as a comment above the line, says how to edit the revision.
 """
 
@@ -45,7 +45,7 @@ class RefuseInboxTableDropOp(MigrateOperation):
         schema: str | None = None,
         reason: str,
     ) -> None:
-        """Raise :class:`~sa_inbox.alembic.InboxTableDropRefused` with ``reason``.
+        """Raise :class:`~sa_inbox.exc.InboxTableDropRefused` with ``reason``.
 
         Online and offline alike, before any SQL of its own.
         """

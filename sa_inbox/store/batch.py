@@ -89,8 +89,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ..exc import ConfigurationError
-from .protocol import LOST, RELEASED, BatchFailure, BatchResult, HandlerFailed, StoredMessage
+from ..exc import ConfigurationError, HandlerFailed
+from .protocol import LOST, RELEASED, BatchFailure, BatchResult, StoredMessage
 from .schema import DONE
 
 if TYPE_CHECKING:

@@ -48,7 +48,7 @@ from ..collision import (
 from ..consumers import Consumers, consumers_flag, consumers_for
 from ..dialects import ClaimDialect, backend_for
 from ..dialects.store_claim import CandidateQuery, ClaimPlan, StoreClaimDialect, update_claimed
-from ..exc import ClaimLost, ConfigurationError, InvalidArgument
+from ..exc import ClaimLost, ConfigurationError, HandlerFailed, InvalidArgument
 from ..guard import owned_transaction
 from ..handlers import call_handler
 from ..hooks import NOOP, InboxHooks
@@ -61,7 +61,6 @@ from .protocol import (
     BatchFailure,
     BatchResult,
     Handler,
-    HandlerFailed,
     Incoming,
     ReapResult,
     RetryAt,

@@ -27,8 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ..._optional import optional_dependencies
-from ...exc import DeadLetterQueueUnavailable
-from .model import DeadLetter, SourceRefused
+from ...exc import DeadLetterQueueUnavailable, SourceRefused
+from .model import DeadLetter
 from .target import DeadLetterTarget
 
 with optional_dependencies(__name__, "nats", "nats"):

@@ -20,8 +20,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..._optional import optional_dependencies
-from ...exc import DeadLetterQueueUnavailable
-from .model import DeadLetter, SourceRefused
+from ...exc import DeadLetterQueueUnavailable, SourceRefused
+from .model import DeadLetter
 from .target import DeadLetterTarget
 
 with optional_dependencies(__name__, "redis", "redis"):

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from ...exc import DeadLetterQueueUnavailable, InvalidArgument, MissingExtra
+from ...exc import DeadLetterQueueUnavailable, InvalidArgument, MissingExtra, SourceRefused
 from ...stats import DeadLetterQueueStats
 from .model import (
     DEFAULT_TIMEOUT,
@@ -20,7 +20,6 @@ from .model import (
     DeadLetter,
     DeadLetterQueue,
     ReplayResult,
-    SourceRefused,
     Tally,
     check_timeout,
 )

@@ -18,8 +18,7 @@ from sqlalchemy.orm import Session
 from sa_inbox import DuplicateMessage, Outcome, handle, install, register_claim
 from sa_inbox.asyncio import AsyncOutbox
 from sa_inbox.asyncio import handle as handle_async
-from sa_inbox.exc import AutocommitConnection, InvalidBind
-from sa_inbox.outbox import InvalidOutboxMessage
+from sa_inbox.exc import AutocommitConnection, InvalidBind, InvalidOutboxMessage
 from tests.conftest import ASYNC_DRIVERS as DRIVERS
 from tests.conftest import backend_url
 from tests.support.app import CONSUMER

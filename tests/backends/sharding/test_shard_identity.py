@@ -21,7 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 from sa_inbox import Outcome
-from sa_inbox.sharding import ShardedInbox, ShardUnavailable, WrongShard
+from sa_inbox.exc import ShardUnavailable, WrongShard
+from sa_inbox.sharding import ShardedInbox
 from sa_inbox.sharding.asyncio import AsyncShardedInbox
 from tests.support.app import CONSUMER, App
 

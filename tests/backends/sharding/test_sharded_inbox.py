@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 
 from sa_inbox import Outcome, Result
 from sa_inbox.collision import payload_hash
-from sa_inbox.exc import MessageIdCollision
-from sa_inbox.sharding import ShardedInbox, ShardKeyChanged, WrongShard
+from sa_inbox.exc import MessageIdCollision, ShardKeyChanged, WrongShard
+from sa_inbox.sharding import ShardedInbox
 from tests.support.app import CONSUMER, App
 
 pytestmark = [pytest.mark.backend, pytest.mark.slow]

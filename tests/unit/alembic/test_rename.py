@@ -23,7 +23,6 @@ from sa_inbox.alembic import (
     CreatePartitionedInboxTableOp,
     CreateProcessedMessagesTableOp,
     DropProcessedMessagesTableOp,
-    InboxTableDropRefused,
     RefuseInboxTableDropOp,
     RenameInboxStoreTableOp,
     RenameProcessedMessagesTableOp,
@@ -32,7 +31,7 @@ from sa_inbox.alembic import (
     rename_outbox_table,
 )
 from sa_inbox.alembic.pairing import resolve_drops
-from sa_inbox.exc import InvalidArgument, UnsupportedBackend
+from sa_inbox.exc import InboxTableDropRefused, InvalidArgument, UnsupportedBackend
 from tests.unit.alembic.test_operations import _autogenerate, _offline, _statements
 
 RENAMED = {
