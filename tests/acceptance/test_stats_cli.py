@@ -43,9 +43,11 @@ class Tables:
         self.metadata.drop_all(self.engine)
         self.metadata.create_all(self.engine)
         with self.engine.begin() as conn:  # healthy: fresh rows, a done store row
+            # two consumers of one stream (audit's first claim before billing's last: a
+            # fan-out, not a rename, on any clock resolution)
+            self.inbox.claim(conn, "m-0", "audit")
             for i in range(3):
                 self.inbox.claim(conn, f"m-{i}", "billing")
-            self.inbox.claim(conn, "m-0", "audit")
             self.store.receive_many(conn, [Incoming("s-1", {"n": 1}), Incoming("s-2", {"n": 2})])
             t = self.store.table
             conn.execute(t.update().values(status="done"))
