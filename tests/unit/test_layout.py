@@ -1,5 +1,5 @@
-"""The package layout's rules (issue 10): old module paths still import, and the store's
-worker and the in-memory store depend on the store protocol, not on the database store."""
+"""The package layout's rules: the store's worker and the in-memory store depend on the
+store protocol, not on the database store, and nothing but the CLI imports the CLI."""
 
 from __future__ import annotations
 
@@ -30,17 +30,6 @@ def _imports(relative: str) -> set[str]:
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
     return found
-
-
-def test_the_01_module_paths_still_import() -> None:
-    import sa_inbox.partitions
-    import sa_inbox.retention.partitions
-    import sa_inbox.store.worker
-    import sa_inbox.worker
-
-    assert sa_inbox.worker.Worker is sa_inbox.store.worker.Worker is sa_inbox.Worker
-    assert sa_inbox.worker.__all__ == sa_inbox.store.worker.__all__
-    assert sa_inbox.partitions.PartitionedInbox is sa_inbox.retention.partitions.PartitionedInbox
 
 
 def test_worker_and_memory_store_import_the_protocol_not_the_database_store() -> None:
