@@ -1,107 +1,25 @@
 """No import cycle within sa_inbox: every import counts, at module level, under ``if
 TYPE_CHECKING:`` and inside functions (a cycle broken only by a late import is still one
-concern depending on another and back). Read from the source with :mod:`ast`."""
+concern depending on another and back)."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
-from pathlib import Path
 
-import sa_inbox
-
-PACKAGE = Path(sa_inbox.__file__).parent
-
-
-def _modules() -> dict[str, tuple[Path, bool]]:
-    """Every module of sa_inbox by dotted name: its path, and whether it is a package."""
-    found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        is_package = parts[-1] == "__init__"
-        found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
-    return found
-
-
-def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
-    """The absolute name of ``from <node.module> import …`` in ``module``."""
-    if not node.level:
-        return node.module or ""
-    base = module.split(".") if is_package else module.split(".")[:-1]
-    base = base[: len(base) - node.level + 1]
-    return ".".join([*base, node.module] if node.module else base)
-
-
-def _imported(tree: ast.AST, module: str, is_package: bool) -> Iterator[str]:
-    """Every name ``tree`` imports, absolute: ``from a import b`` gives ``a.b`` (module ``b``
-    of package ``a``, or name ``b`` of module ``a``: :func:`_graph` resolves it)."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = _absolute(node, module, is_package)
-            yield from (f"{base}.{alias.name}" for alias in node.names)
-
-
-def _graph() -> dict[str, set[str]]:
-    """Module -> the sa_inbox modules it imports (a name resolves to its longest module)."""
-    modules = _modules()
-
-    def owner(name: str) -> str | None:
-        while name and name not in modules:
-            name = name.rpartition(".")[0]
-        return name or None
-
-    graph: dict[str, set[str]] = {}
-    for module, (path, is_package) in modules.items():
-        names = _imported(ast.parse(path.read_text()), module, is_package)
-        graph[module] = {owner(n) for n in names if n.startswith("sa_inbox")} - {None, module}
-    return graph  # type: ignore[return-value]
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        for target in sorted(graph[node]):
-            if target not in index:
-                visit(target)
-                low[node] = min(low[node], low[target])
-            elif target in stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
+from tests.support.imports import cycles, imported, module_graph
 
 
 def test_the_cycle_finder_finds_a_cycle_hidden_in_a_function() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
-    assert _cycles(graph) == [["a", "b", "c"]]
+    assert cycles(graph) == [["a", "b", "c"]]
     tree = ast.parse("def f():\n    from .b import g\nif TYPE_CHECKING:\n    from . import c\n")
-    assert {"sa_inbox.x.b.g", "sa_inbox.x.c"} <= set(_imported(tree, "sa_inbox.x.a", False))
+    assert {"sa_inbox.x.b.g", "sa_inbox.x.c"} <= set(imported(tree, "sa_inbox.x.a", False))
 
 
 def test_no_import_cycle_in_sa_inbox() -> None:
-    graph = _graph()
-    cycles = _cycles(graph)
+    graph = module_graph()
+    found = cycles(graph)
     described = [
-        " ; ".join(f"{m} -> {', '.join(sorted(graph[m] & set(c)))}" for m in c) for c in cycles
+        " ; ".join(f"{m} -> {', '.join(sorted(graph[m] & set(c)))}" for m in c) for c in found
     ]
-    assert not cycles, "import cycles:\n" + "\n".join(described)
+    assert not found, "import cycles:\n" + "\n".join(described)
