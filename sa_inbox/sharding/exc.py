@@ -42,7 +42,7 @@ class WrongShard(ConfigurationError):
     """A claim was asked on a database that is not the shard its key routes to, or the
     ``assign`` function named a shard that is not in the map.
 
-    The rule (issue 16): the claim lives in the same database as the business change, and
+    The rule: the claim lives in the same database as the business change, and
     every delivery of one message reaches the same shard. A Session bound to another shard
     would put this delivery's claim where the next delivery will not look. Nothing has been
     written (at most one read-only query asked the server which it is, see

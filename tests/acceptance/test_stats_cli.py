@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sa_inbox import Inbox, InboxStore, Incoming, InvalidTable
 from sa_inbox.collision import collisions_table, payload_hash
 from sa_inbox.outbox import Outbox
-from sa_inbox.stats import WARNING_CODES, ConsumerRename, collect, warnings
+from sa_inbox.stats import WARNING_CODES, ConsumerRename, collect, stats_warnings
 
 pytestmark = pytest.mark.backend
 
@@ -202,7 +202,7 @@ def test_warning_cases_on_every_backend(engine_: sa.Engine) -> None:
 
     def codes(case: Tables, retention: datetime.timedelta | None) -> list[int]:
         sample = collect(engine_, inbox_table=case.names[0], store_table=case.names[1])
-        return [w.code for w in warnings(sample, retention=retention, **limits)]
+        return [w.code for w in stats_warnings(sample, retention=retention, **limits)]
 
     week = datetime.timedelta(days=7)
     with warning_cases(engine_) as cases:
@@ -296,7 +296,9 @@ def test_the_outbox_section_and_its_warnings(engine_: sa.Engine, url: str) -> No
                 engine_, inbox_table=names[0], store_table=names[1], outbox_table="stats_outbox"
             )
             minutes = datetime.timedelta(minutes=10)
-            return [w.code for w in warnings(sample, retention=None, pending_threshold=minutes)]
+            return [
+                w.code for w in stats_warnings(sample, retention=None, pending_threshold=minutes)
+            ]
 
         assert codes() == []
         with engine_.begin() as conn:
@@ -348,7 +350,7 @@ def test_a_renamed_consumer_is_reported(engine_: sa.Engine, url: str) -> None:
     try:
         sample = collect(engine_, inbox_table=case.names[0], store_table=case.names[1])
         assert sample.renames == [ConsumerRename("billing", "billing-v2", 2)]
-        found = warnings(sample, retention=None)
+        found = stats_warnings(sample, retention=None)
         assert [w.code for w in found] == [WARNING_CODES["renamed-consumer"]]
         assert "billing-v2" in found[0].text and "op.rename_inbox_consumer" in found[0].text
         code, text = finish(stats(url, "--check", names=case.names))
