@@ -66,10 +66,7 @@ Deprecated aliases of :class:`InvalidArgument`, importable from here for one rel
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .store.protocol import StoredMessage
+from typing import Any
 
 __all__ = [
     "AlembicSetupError",
@@ -642,11 +639,12 @@ class HandlerFailed(InboxError):
     when a handler raised: the whole transaction was rolled back, nothing of the batch
     committed.
 
-    :param message: the message whose handler raised.
+    :param message: the :class:`~sa_inbox.store.StoredMessage` whose handler raised (typed
+        loosely: this module imports nothing of the package).
     :param error: what it raised (also the ``__cause__``).
     """
 
-    def __init__(self, message: StoredMessage, error: BaseException) -> None:
+    def __init__(self, message: Any, error: BaseException) -> None:
         super().__init__(f"handler failed on message {message.message_id!r}: {error}")
         self.message = message
         self.error = error

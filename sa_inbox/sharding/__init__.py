@@ -1,4 +1,4 @@
-"""Sharding: the inbox sharded with the business data (issue 16).
+"""Sharding: the inbox sharded with the business data.
 
 The claim must live in the same database as the business change, so the inbox is sharded
 with the business data, and every delivery of one message must reach the same shard.

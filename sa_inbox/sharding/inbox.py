@@ -1,6 +1,6 @@
 """The sharded inbox: route each message by its shard key to one database, claim it there.
 
-The rule (issue 16): the claim must live in the same database as the business change (only
+The rule: the claim must live in the same database as the business change (only
 then do they commit together), so the inbox is sharded with the business data, and every
 delivery of one message must reach the same shard (only there is its claim).
 :class:`ShardedInbox` enforces what it can of it:

@@ -35,6 +35,7 @@ from ..keys import (
 from ..process import DEFAULT_MAX_DELIVERIES, process_async
 from ..reconnect import Reconnects
 from ..startup import check_consumer
+from ._compat import delivered_unfetched, reconnecting
 from .delivery import DEFAULT_KEY_HEADER, to_delivery
 from .settler import DEFAULT_ACK_TIMEOUT, JetStreamSettler, RetryDelay, backoff
 
@@ -279,7 +280,7 @@ async def consume(
         return _set(stop)
 
     async def keep_alive() -> None:
-        for msg in [*unsettled, *_delivered_unfetched(subscription)]:
+        for msg in [*unsettled, *delivered_unfetched(subscription)]:
             await msg.in_progress()
 
     gate = OutageGate(
@@ -346,7 +347,7 @@ async def consume(
         while not _set(stop):
             try:
                 msgs = await _fetch(subscription, batch, fetch_timeout)
-                if not msgs and _reconnecting(js):
+                if not msgs and reconnecting(js):
                     raise nats.errors.ConnectionReconnectingError
                 reconnects.connected()
                 settled += await settle_batch(msgs)
@@ -389,26 +390,8 @@ async def check(
     await readiness.check_async()
 
 
-def _delivered_unfetched(subscription: JetStreamContext.PullSubscription) -> list[Msg]:
-    """The messages JetStream delivered to this client for an earlier pull that ``fetch``
-    has not handed out yet: a pull request can still deliver after the client's ``fetch``
-    returned, and nats-py keeps such messages for the next ``fetch`` in the subscription's
-    pending queue (nats-py 2.x, ``PullSubscription._sub._pending_queue``; nothing if that
-    changes). JetStream counts them delivered, so they need ``+WPI`` too."""
-    queue = getattr(getattr(subscription, "_sub", None), "_pending_queue", None)
-    waiting = list(getattr(queue, "_queue", ()))
-    return [m for m in waiting if isinstance(m, Msg) and (m.reply or "").startswith("$JS.ACK.")]
-
-
 def _set(stop: StopFlag | None) -> bool:
     return stop is not None and stop.is_set()
-
-
-def _reconnecting(js: JetStreamContext) -> bool:
-    """Whether the context's client is reconnecting (nats-py's ``Client.is_reconnecting``;
-    the context keeps its client as ``_nc``)."""
-    client = getattr(js, "_nc", None)
-    return bool(getattr(client, "is_reconnecting", False))
 
 
 async def _fetch(

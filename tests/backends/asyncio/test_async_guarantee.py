@@ -1,4 +1,4 @@
-"""The transaction guard through an AsyncSession (issue 9's guarantee on every async driver).
+"""The transaction guard through an AsyncSession, on every async driver.
 
 A handler of :func:`sa_inbox.asyncio.handle` that ends the transaction holding the claim
 (``await session.commit()``, ``await (await session.connection()).commit()``, ``await

@@ -45,6 +45,7 @@ from tests.conftest import broker_url
 from tests.support.app import CONSUMER, App
 from tests.support.locks import assert_no_lock_held
 from tests.support.pool import ONE_CONNECTION
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.backend
 
@@ -88,13 +89,6 @@ def publish(channel: Any, queue: str, message_id: str | None, body: bytes, **pro
 def ready(channel: Any, queue: str) -> int:
     """Messages ready in ``queue`` (neither delivered nor in a consumer's hands)."""
     return int(channel.queue_declare(queue, passive=True).method.message_count)
-
-
-def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def dead_letters(channel: Any, queue: str) -> list[tuple[str | None, dict[str, Any], bytes]]:
@@ -432,18 +426,21 @@ def test_a_consumer_killed_before_commit_leaves_a_redelivery_applied_once(
 def test_the_chaos_driver_survives_a_killed_consumer(amqp_url: str, app: App) -> None:
     driver = driver_for(amqp_url)
     name = f"sa-inbox-chaos-{uuid.uuid4().hex[:12]}"
+    children: list[subprocess.Popen[str]] = []
     try:
         driver.prepare(name, max_deliveries=3)
         driver.prepare(name, max_deliveries=3)  # again: a fresh, empty queue
         messages = [(f"pay-{n}", b"1.00") for n in range(40)]
         driver.publish(name, [*messages, *messages[:10], ("bad-1", b"poison")])
         first = start_child("chaos", amqp_url, app, name)
+        children.append(first)
         assert first.stdout is not None
         for _ in range(5):
             first.stdout.readline()
         first.send_signal(signal.SIGKILL)  # mid-stream, deliveries in its hands
         first.communicate(timeout=30)
         second = start_child("chaos", amqp_url, app, name)
+        children.append(second)
         eventually(lambda: app.ledger_rows() == 40 and driver.dead_letters(name) == ["bad-1"])
         second.send_signal(signal.SIGTERM)  # the graceful stop
         out, err = second.communicate(timeout=30)
@@ -452,9 +449,18 @@ def test_the_chaos_driver_survives_a_killed_consumer(amqp_url: str, app: App) ->
         assert driver.dead_letters(name) == ["bad-1"]  # read twice: not taken
         assert app.balance(1) == Decimal("40.00") and app.inbox_rows() == 40
     finally:
+        stop_children(children)
         driver.channel.queue_delete(name)
         driver.channel.queue_delete(dead_letter_queue_name(name))
         driver.close()
+
+
+def stop_children(children: list[subprocess.Popen[str]]) -> None:
+    """SIGKILL the children still running and reap them (their pipes closed)."""
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+        child.communicate(timeout=30)
 
 
 def start_child(client: str, amqp_url: str, app: App, queue: str) -> subprocess.Popen[str]:

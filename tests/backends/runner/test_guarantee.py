@@ -1,4 +1,4 @@
-"""Issue 9: no path acks a message that was never applied, on every backend.
+"""No path acks a message that was never applied, on every backend.
 
 Each scenario runs the runner (:func:`sa_inbox.handle`) or the store's worker against the
 real database and asserts on the business state (ledger rows, balances, inbox rows) and on
