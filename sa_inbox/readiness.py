@@ -22,12 +22,12 @@ from .claim import Inbox
 from .dialects import classifier_for, is_autocommit
 from .exc import AutocommitConnection, InvalidSessionFactory
 from .handlers import check_handler
-from .runner import new_session
+from .runner import engine_of, new_session
 
 if TYPE_CHECKING:  # the synchronous half never imports sqlalchemy.ext.asyncio
     from sqlalchemy.ext.asyncio import AsyncSession
 
-__all__ = ["check_ready", "check_ready_async", "inbox_tables", "probe_tables"]
+__all__ = ["check_owner", "check_ready", "check_ready_async", "inbox_tables", "probe_tables"]
 
 
 def check_ready(
@@ -66,9 +66,11 @@ async def check_ready_async(
     entry: str,
     handler: object = None,
     handler_arguments: Sequence[str] = ("session", "message"),
+    owner: tuple[Inbox, str | None] | None = None,
 ) -> None:
     """:func:`check_ready` for the asyncio half: an ``async_sessionmaker``, a handler that
-    may be ``async def``; the queries run on the factory's AsyncSession.
+    may be ``async def``; the queries run on the factory's AsyncSession, and with ``owner``
+    (the inbox and consumer name) :func:`check_owner`'s check too.
 
     :raises InvalidSessionFactory: for a ``sessionmaker`` or anything making no
         AsyncSession. Otherwise as :func:`check_ready`.
@@ -86,13 +88,43 @@ async def check_ready_async(
         )
     async with session:
         await session.run_sync(probe_tables, list(tables))
+        if owner is not None:
+            await session.run_sync(_ensure_owner, owner[0], owner[1], handler)
 
 
 def inbox_tables(inbox: Inbox) -> list[sa.Table]:
-    """The tables a claim in ``inbox`` writes: its own, and the collisions table when it
-    records collisions (``on_collision="record"``)."""
+    """The tables a claim in ``inbox`` writes: its own, the collisions table when it
+    records collisions (``on_collision="record"``), and the consumers table when it checks
+    the owner of each consumer name (:mod:`sa_inbox.consumers`)."""
     recorded = inbox.collisions.collisions if inbox.collisions is not None else None
-    return [inbox.table, *([recorded] if recorded is not None else [])]
+    owners = inbox.consumers.table if inbox.consumers is not None else None
+    return [inbox.table, *(t for t in (recorded, owners) if t is not None)]
+
+
+def check_owner(
+    session_factory: Callable[[], Session],
+    inbox: Inbox,
+    consumer_name: str | None,
+    handler: object,
+) -> None:
+    """Make ``handler`` the owner of ``consumer_name`` in ``inbox``'s consumers table, or
+    check that it is (:meth:`sa_inbox.consumers.Consumers.ensure`); nothing without a
+    consumers table, a consumer name or a handler.
+
+    :raises ConsumerNameTaken: if another handler owns the name.
+    """
+    if inbox.consumers is None or consumer_name is None or handler is None:
+        return
+    with new_session(session_factory) as session:
+        _ensure_owner(session, inbox, consumer_name, handler)
+
+
+def _ensure_owner(
+    session: Session, inbox: Inbox, consumer_name: str | None, handler: object
+) -> None:
+    if inbox.consumers is None or consumer_name is None or handler is None:
+        return
+    inbox.consumers.ensure(engine_of(session, inbox.table), consumer_name, handler)
 
 
 def probe_tables(session: Session, tables: Iterable[sa.Table]) -> None:

@@ -9,7 +9,9 @@ refusal is raised to the caller: no message is nacked or dead-lettered for it.
 
 **When it starts** (:class:`Readiness`, from ``run()`` / ``consume()`` before the first
 message, and the adapters' ``check()``): :func:`sa_inbox.readiness.check_ready` on the
-inbox's tables through the session factory.
+inbox's tables through the session factory, then the owner of the consumer name
+(:meth:`sa_inbox.consumers.Consumers.ensure`): a handler under another handler's name is
+refused before a delivery is taken, so no give-back adds to a delivery count for it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ..checks import check_session_factory, require, unwrap
 from ..claim import Inbox
 from ..exc import InvalidArgument
 from ..handlers import check_handler
-from ..readiness import check_ready, check_ready_async, inbox_tables
+from ..readiness import check_owner, check_ready, check_ready_async, inbox_tables
 from ..validation import positive_int
 
 __all__ = ["HANDLER_ARGUMENTS", "NO_HANDLER", "Readiness", "check_consumer"]
@@ -78,7 +80,14 @@ def check_consumer(
         checked.validate("x", consumer_name)
     positive_int(max_deliveries, "max_deliveries", InvalidArgument)
     shown = None if handler is NO_HANDLER else handler
-    return Readiness(entry, session_factory, checked, shown, asynchronous)  # type: ignore[arg-type]
+    return Readiness(
+        entry,
+        session_factory,  # type: ignore[arg-type]
+        checked,
+        shown,
+        asynchronous,
+        consumer_name,
+    )
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,7 @@ class Readiness:
     inbox: Inbox
     handler: object
     asynchronous: bool
+    consumer_name: str | None = None
 
     def check(self) -> None:
         """The synchronous adapters' check: returns None or raises (the handler is checked
@@ -104,6 +114,7 @@ class Readiness:
             handler=self.handler,
             handler_arguments=HANDLER_ARGUMENTS,
         )
+        check_owner(self.session_factory, self.inbox, self.consumer_name, self.handler)
 
     async def check_async(self) -> None:
         """The asyncio adapters' check: returns None or raises.
@@ -116,4 +127,5 @@ class Readiness:
             entry=self.entry,
             handler=self.handler,
             handler_arguments=HANDLER_ARGUMENTS,
+            owner=(self.inbox, self.consumer_name),
         )

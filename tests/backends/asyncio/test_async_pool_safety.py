@@ -34,7 +34,7 @@ from sa_inbox.asyncio import AsyncInboxStore, AsyncWorker, handle
 from sa_inbox.guard import enlisted_connections
 from sa_inbox.store import Incoming, StoredMessage
 from tests.backends.asyncio.test_async import run
-from tests.support.app import CONSUMER, App
+from tests.support.app import CONSUMER, App, hand_over
 from tests.support.locks import assert_no_lock_held
 from tests.support.pool import ONE_CONNECTION, count_connects
 from tests.support.sleep import sleep_sql
@@ -120,6 +120,8 @@ async def deliver_good(Session: Any, app: App) -> Counter[Outcome]:
         async def pay(session: AsyncSession, message_id: str = message_id) -> None:
             await app.apply_payment_async(session, message_id, 1, Decimal(1))
 
+        if not i:  # the fixed release takes the consumer name over from the damaging one
+            await asyncio.to_thread(hand_over, app.inbox, app.engine, pay)
         outcomes[(await deliver(Session, app, message_id, pay)).outcome] += 1
     return outcomes
 

@@ -13,9 +13,9 @@ import redis
 import redis.asyncio
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from sa_inbox.brokers.rabbitmq import AsyncConsumer
+from sa_inbox.brokers.rabbitmq import AsyncConsumer, BlockingConsumer
 from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer
-from sa_inbox.exc import MissingTable
+from sa_inbox.exc import ConsumerNameTaken, MissingTable
 from tests.backends.brokers import test_rabbitmq as rmq
 from tests.backends.brokers import test_redis as rds
 from tests.conftest import broker_url
@@ -91,3 +91,43 @@ def test_rabbitmq_asyncio_a_missing_table_fails_run_on_an_empty_queue(
 
     asyncio.run(main())
     assert rmq.ready(channel, queue) == 0
+
+
+def invoice(session: Any, delivery: Any) -> None:
+    """A second handler of the consumer name ``pay`` owns (what a team writes by mistake)."""
+
+
+def test_rabbitmq_a_handler_under_another_handlers_name_fails_run_before_a_delivery(
+    channel: Any, queue: str, app: App, amqp_url: str
+) -> None:
+    """The owner check runs before consuming: the message waiting in the queue is never
+    delivered for a refused run, so restarts of the refused consumer add nothing to its
+    delivery count (RabbitMQ counts every return to a quorum queue)."""
+    owner = rmq.pay(app)
+    assert app.inbox.consumers is not None
+    app.inbox.consumers.hand_over(app.engine, CONSUMER, owner)
+    rmq.publish(channel, queue, "pay-1", b"1.00")
+    for _ in range(3):  # a supervisor restarting it
+        refused = BlockingConsumer(amqp_url, queue, **rmq.options(app, invoice, None))
+        with pytest.raises(ConsumerNameTaken):
+            refused.run()
+    method, properties, _ = rmq.get(channel, queue)
+    assert not method.redelivered and (properties.headers or {}).get("x-delivery-count", 0) == 0
+    channel.basic_nack(method.delivery_tag, requeue=True)
+    assert app.inbox_rows() == 0 and app.ledger_rows() == 0
+
+
+def test_redis_a_missing_consumers_table_fails_run_before_any_command(
+    client: redis.Redis, stream: str, app: App
+) -> None:
+    assert app.inbox.consumers is not None
+    app.inbox.consumers.table.drop(app.engine)
+    consumer = RedisStreamConsumer(
+        client, stream, group=CONSUMER, session_factory=app.Session, inbox=app.inbox,
+        handler=rds.pay(app), **rds.FAST,
+    )  # fmt: skip
+    with pytest.raises(MissingTable, match="inbox_consumers"):
+        consumer.run()
+    assert client.exists(stream) == 0, "no group was made: nothing was sent to Redis"
+    app.inbox.consumers.table.create(app.engine)
+    assert consumer.check() is None

@@ -143,7 +143,7 @@ def test_with_one_attempt_the_loser_fails_and_its_redelivery_is_a_duplicate(
         app.inbox,
         "m-1",
         CONSUMER,
-        lambda session: app.apply_payment(session, "m-1", 1, AMOUNT),
+        paying(app, threading.Barrier(1), "m-1"),
         ack=broker.ack,
         nack=broker.nack,
     )

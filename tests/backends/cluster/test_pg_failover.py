@@ -96,10 +96,9 @@ def test_synchronous_standby_loses_no_acked_message_and_applies_none_twice(
         result = failover(servers, amqp_url, queue)
         recovery, rows, ids, claims, total = promoted_state(servers.standby_url)
 
-    # The failover hit the stream in the middle: some messages acked before it, some
-    # deliveries met the dead primary and came back.
+    # The failover hit the stream in the middle: some messages acked before it (the
+    # deliveries that met the dead primary were held through the outage, uncounted).
     assert 0 < result.acked_before_failover < MESSAGES
-    assert result.tally.retries + result.tally.redeliveries > 0
     assert result.failover_s > 0
     # Nothing acked is missing from the promoted server, nothing is there twice.
     assert result.lost == []
