@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from typing_extensions import deprecated
+
 from .exc import ConfigurationError, InvalidStoreArgument
 from .handlers import call_handler
 from .store.protocol import (
@@ -174,7 +176,7 @@ class MemoryStore:
 
     # -- the MessageStore protocol ----------------------------------------------------
 
-    def claim(
+    def lease(
         self,
         *,
         consumer_name: str | None,
@@ -186,7 +188,7 @@ class MemoryStore:
         now: datetime.datetime,
         abandoned: bool = True,
     ) -> list[StoredMessage]:
-        """Claim as :meth:`sa_inbox.store.InboxStore.claim` does, with its argument checks
+        """Lease as :meth:`sa_inbox.store.InboxStore.lease` does, with its argument checks
         (``abandoned=False``: pending rows only).
 
         :raises InvalidStoreArgument: for a ``limit`` or ``max_attempts`` that is not a
@@ -207,14 +209,19 @@ class MemoryStore:
                 if consumer_name in (None, row.consumer_name)
                 and row.id not in self._running
                 and (abandoned or row.status == PENDING)
-                and self._claimable(row, now, stale_before, max_attempts)
+                and self._leasable(row, now, stale_before, max_attempts)
                 and not (ordered and self._blocked(row))
             ][:limit]
             for row in candidates:
                 row.status, row.claimed_at, row.claimed_by = PROCESSING, now, claimed_by
                 row.attempts += 1
-                row.history.append(f"claimed by {claimed_by}")
+                row.history.append(f"leased by {claimed_by}")
             return [_message(row) for row in candidates]
+
+    @deprecated("MemoryStore.claim() is renamed lease(); claim() goes in the next release")
+    def claim(self, **options: Any) -> list[StoredMessage]:
+        """Deprecated name of :meth:`lease`; emits a :class:`DeprecationWarning`."""
+        return self.lease(**options)
 
     def complete(self, message: StoredMessage, handler: Handler, *, now: datetime.datetime) -> bool:
         """Run ``handler(context, message)``; mark ``done`` only if it returns.
@@ -415,7 +422,7 @@ class MemoryStore:
     # -- rules --------------------------------------------------------------------------
 
     @staticmethod
-    def _claimable(
+    def _leasable(
         row: MemoryRow,
         now: datetime.datetime,
         stale_before: datetime.datetime,

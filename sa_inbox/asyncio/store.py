@@ -197,7 +197,7 @@ class AsyncWorker:
     :param options: every other keyword of :class:`~sa_inbox.Worker` (``consumer_name``,
         ``batch_size``, ``visibility_timeout``, ``max_attempts``, ``ordered``, ``backoff``,
         ``poll_interval``, ``error_backoff``, ``reap_interval``, ``name``, ``clock``,
-        ``on_claim``, ``on_message``, ``transaction``), with the same meaning and checks;
+        ``on_lease``, ``on_message``, ``transaction``), with the same meaning and checks;
         ``transaction="batch"`` runs the sync worker's batch code
         (:mod:`sa_inbox.store.batch`) in the task's greenlet, savepoints included.
     :raises InvalidHandler: if ``handler`` cannot be called as ``handler(session,

@@ -138,7 +138,7 @@ class MessageStore(Protocol):
     datetime from the worker's clock. A ``consumer_name`` of ``None`` means every consumer.
     """
 
-    def claim(
+    def lease(
         self,
         *,
         consumer_name: str | None,

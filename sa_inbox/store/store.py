@@ -36,6 +36,7 @@ from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.expression import Executable
+from typing_extensions import deprecated
 
 from ..checks import check_session_factory, require
 from ..claim import Bind, ClaimPath, PreparedInsert
@@ -201,11 +202,11 @@ class InboxStore:
         self._receives = ClaimPath(self._insert, self.collisions, single=True)
         # Engines whose store-claim check passed. No lock guards them: a racing first call
         # runs the same read-only check again, and no lock is ever held across SQL.
-        self._claim_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+        self._lease_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
         # The batch's done-marking UPDATE per backend, built once (see _mark_done).
         self._done_statements: dict[StoreClaimDialect, sa.Update] = {}
         # The claim's statements per backend and kind of claim (see _claim_plans).
-        self._claim_plan_cache: dict[tuple[StoreClaimDialect, bool, bool], _ClaimPlans] = {}
+        self._lease_plan_cache: dict[tuple[StoreClaimDialect, bool, bool], _LeasePlans] = {}
 
     def bind(
         self, engine: sa.Engine, session_factory: Callable[[], Session] | None = None
@@ -332,10 +333,10 @@ class InboxStore:
         digests = store_digests(payloads, payload_hashes or {})
         return self._receives.many(bind, list(rows.values()), digests, self.hooks)
 
-    # -- claim and finish (each in its own transaction) ----------------------------------
+    # -- lease and finish (each in its own transaction) ----------------------------------
 
     @_on_engine
-    def claim(
+    def lease(
         self,
         engine: sa.Engine,
         *,
@@ -348,9 +349,9 @@ class InboxStore:
         now: datetime.datetime | None = None,
         abandoned: bool = True,
     ) -> list[StoredMessage]:
-        """Claim up to ``limit`` claimable rows in one short transaction; count the attempt.
+        """Lease up to ``limit`` leasable rows in one short transaction; count the attempt.
 
-        Claimable: ``pending`` with ``available_at <= now``, or ``processing`` with
+        Leasable: ``pending`` with ``available_at <= now``, or ``processing`` with
         ``claimed_at`` older than ``visibility_timeout`` (its worker died) and fewer than
         ``max_attempts`` attempts (one with ``max_attempts`` goes ``dead`` by
         :meth:`reap`). With ``ordered``, also: no other row of the same aggregate is
@@ -402,13 +403,19 @@ class InboxStore:
 
         rows: list[Mapping[Any, Any]] = []
         with self.transaction(engine) as (conn, dialect):
-            plans = self._claim_plans(dialect, consumer is None, ordered)
+            plans = self._lease_plans(dialect, consumer is None, ordered)
             for plan in (plans.abandoned, plans.pending) if abandoned else (plans.pending,):
                 rows.extend(dialect.run(conn, plan, limit - len(rows), parameters, returned))
                 if len(rows) >= limit:
                     break
         messages = [_message(row) for row in rows]
         return sorted(messages, key=lambda m: (m.received_at, m.id))
+
+    @deprecated("InboxStore.claim() is renamed lease(); claim() goes in the next release")
+    def claim(self, engine: sa.Engine, /, **options: Any) -> list[StoredMessage]:
+        """Deprecated name of :meth:`lease` (``claim`` is the dedup insert,
+        :meth:`sa_inbox.Inbox.claim`); emits a :class:`DeprecationWarning`."""
+        return self.lease(engine, **options)
 
     def candidates(
         self,
@@ -477,9 +484,9 @@ class InboxStore:
 
         return query(PROCESSING), query(PENDING)
 
-    def _claim_plans(
+    def _lease_plans(
         self, dialect: StoreClaimDialect, every_consumer: bool, ordered: bool
-    ) -> _ClaimPlans:
+    ) -> _LeasePlans:
         """The claim's statements for ``dialect`` (abandoned claims, then pending rows),
         built once per backend and kind of claim; their bind parameters are ``now``,
         ``stale_before``, ``max_attempts``, ``consumer``, ``claimed_at_now`` and ``token``
@@ -487,7 +494,7 @@ class InboxStore:
         No row is read back: the locked rows are returned with the claim's values applied
         (:data:`~sa_inbox.dialects.store_claim.Returned`)."""
         key = (dialect, every_consumer, ordered)
-        plans = self._claim_plan_cache.get(key)
+        plans = self._lease_plan_cache.get(key)
         if plans is None:
             t = self.table
             queries = self._candidate_queries(
@@ -509,8 +516,8 @@ class InboxStore:
                 dialect.plan(t, query, values, columns, read_back=False, recheck=recheck)
                 for query in queries
             )
-            plans = _ClaimPlans(abandoned, pending)
-            self._claim_plan_cache[key] = plans
+            plans = _LeasePlans(abandoned, pending)
+            self._lease_plan_cache[key] = plans
         return plans
 
     @_on_engine
@@ -544,7 +551,7 @@ class InboxStore:
         """
         factory = session_factory or sessionmaker(engine)
         done = {"status": DONE, "processed_at": _aware(now)}
-        dialect = self._claim_dialect(engine)
+        dialect = self._lease_dialect(engine)
         try:
             with (
                 new_session(factory) as session,
@@ -617,7 +624,7 @@ class InboxStore:
         """
         factory = session_factory or sessionmaker(engine)
         when = _aware(now)
-        dialect = self._claim_dialect(engine)
+        dialect = self._lease_dialect(engine)
         backend = backend_for(engine.dialect.name).claim
         earlier = {failure.message.id: failure for failure in failed}
         with (
@@ -944,7 +951,7 @@ class InboxStore:
 
         :raises MissingTable: if the store table (or a column) does not exist.
         """
-        dialect = self._claim_dialect(engine)
+        dialect = self._lease_dialect(engine)
         with (
             backend_for(engine.dialect.name).claim.translate_configuration_errors(),
             engine.connect() as conn,
@@ -1011,7 +1018,7 @@ class InboxStore:
         after its one-time checks (:class:`~sa_inbox.claim.PreparedInsert`)."""
         return self._insert(conn)
 
-    def _claim_dialect(self, engine: sa.Engine) -> StoreClaimDialect:
+    def _lease_dialect(self, engine: sa.Engine) -> StoreClaimDialect:
         """The store-claim dialect of ``engine``, after its one-time backend check.
 
         Lock-free and idempotent: a racing first call checks again on its own connection.
@@ -1019,14 +1026,14 @@ class InboxStore:
         :raises UnsupportedBackend: if the server is too old for the claim.
         """
         dialect = backend_for(engine.dialect.name).store_claim
-        if engine not in self._claim_checked:
+        if engine not in self._lease_checked:
             with engine.connect() as conn:
                 dialect.check_backend(conn)
-            self._claim_checked.add(engine)
+            self._lease_checked.add(engine)
         return dialect
 
 
-class _ClaimPlans(NamedTuple):
+class _LeasePlans(NamedTuple):
     """A store claim's cached statements (see :meth:`InboxStore._claim_plans`).
 
     :param abandoned: the claim of abandoned rows (``processing`` past the timeout).
@@ -1052,7 +1059,7 @@ class BoundStore:
         self.engine = engine
         self.session_factory = session_factory
 
-    def claim(
+    def lease(
         self,
         *,
         consumer_name: str | None,
@@ -1064,7 +1071,8 @@ class BoundStore:
         now: datetime.datetime,
         abandoned: bool = True,
     ) -> list[StoredMessage]:
-        return self.store.claim(
+        """Lease a batch (see :meth:`InboxStore.lease`)."""
+        return self.store.lease(
             self.engine,
             consumer_name=consumer_name,
             claimed_by=claimed_by,
@@ -1075,6 +1083,11 @@ class BoundStore:
             now=now,
             abandoned=abandoned,
         )
+
+    @deprecated("BoundStore.claim() is renamed lease(); claim() goes in the next release")
+    def claim(self, **options: Any) -> list[StoredMessage]:
+        """Deprecated name of :meth:`lease`; emits a :class:`DeprecationWarning`."""
+        return self.lease(**options)
 
     def complete(self, message: StoredMessage, handler: Handler, *, now: datetime.datetime) -> bool:
         return self.store.complete(

@@ -42,6 +42,7 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -141,7 +142,7 @@ class WorkerSummary:
     :param released: claimed messages given back unstarted on a stop (``"released"``).
     :param errors: errors of the worker itself (not of a handler), logged and survived: a
         claim or record that failed (database unreachable), an ``on_message`` or
-        ``on_claim`` hook that raised.
+        ``on_lease`` hook that raised.
     :param transient_retries: transactions re-run at once after a deadlock, serialization
         failure or busy database (a message's, or a claim's).
     :param batch_reruns: batch transactions (``transaction="batch"``) rolled back and run
@@ -225,7 +226,8 @@ class Worker:
         timeout).
     :param name: the worker's name in claim tokens (default ``host:pid:random``).
     :param clock: returns the current aware UTC time (tests pass a fake).
-    :param on_claim: called with ``(token, batch)`` after each non-empty claim.
+    :param on_lease: called with ``(token, batch)`` after each non-empty lease.
+    :param on_claim: the deprecated name of ``on_lease`` (a :class:`DeprecationWarning`).
     :param on_message: called with ``(message, outcome)`` once a claimed message's outcome
         is final: ``"done"``, ``"retry"``, ``"dead"``, ``"lost"`` or ``"released"``, in the
         thread that processed it, after its transaction ended. An exception it raises is
@@ -268,11 +270,13 @@ class Worker:
         reap_interval: float | None = None,
         name: str | None = None,
         clock: Callable[[], datetime.datetime] = utc_now,
-        on_claim: Callable[[str, Sequence[StoredMessage]], None] | None = None,
+        on_lease: Callable[[str, Sequence[StoredMessage]], None] | None = None,
         on_message: Callable[[StoredMessage, str], None] | None = None,
         hooks: InboxHooks | None = None,
         transaction: str = MESSAGE,
+        on_claim: Callable[[str, Sequence[StoredMessage]], None] | None = None,
     ) -> None:
+        on_lease = _renamed_hook(on_lease, on_claim)
         if not self.on_event_loop:
             _check_store(store)
         check_handler(handler, ("session", "message"))
@@ -299,6 +303,7 @@ class Worker:
                 f"consumer_name must be a str or None, not {consumer_name!r}"
             )
         self.store = store
+        self._store_lease = _lease_of(store)
         self.handler = handler
         self.consumer_name = consumer_name
         self.batch_size = batch_size
@@ -318,7 +323,7 @@ class Worker:
         self.reap_interval = float(visibility_timeout if reap_interval is None else reap_interval)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.clock = clock
-        self.on_claim = on_claim
+        self.on_lease = on_lease
         self.on_message = on_message
         #: Told of each handler run and transient retry (:mod:`sa_inbox.hooks`).
         self.hooks: InboxHooks = NOOP if hooks is None else hooks
@@ -358,17 +363,17 @@ class Worker:
         :raises ConfigurationError: from the store or the handler (the batch in hand is
             released first, if the store allows it; no attempt is counted as failed).
         """
-        batch = self._claim(thread, self.batch_size)
+        batch = self._lease(thread, self.batch_size)
         if batch:
             self._process_batch(batch)
         return len(batch or ())
 
-    def _claim(self, thread: int, limit: int) -> list[StoredMessage] | None:
-        """One claim; ``None`` if the database aborted it (retry), else the batch."""
+    def _lease(self, thread: int, limit: int) -> list[StoredMessage] | None:
+        """One lease; ``None`` if the database aborted it (retry), else the batch."""
         token = f"{self.name}/{thread}#{next(self._sequence)}"
         now = self.clock()
         try:
-            batch = self.store.claim(
+            batch = self._store_lease(
                 consumer_name=self.consumer_name,
                 claimed_by=token,
                 limit=limit,
@@ -382,16 +387,16 @@ class Worker:
             if not self.store.is_transient(exc):
                 raise
             logger.info(
-                "claim aborted by a transient database error, retrying: %s",
+                "lease aborted by a transient database error, retrying: %s",
                 exc,
-                extra={"action": "claim", "error": str(exc)},
+                extra={"action": "lease", "error": str(exc)},
             )
             self._count("transient_retries")
             return None
         if batch:
-            logger.debug("claimed", extra={"action": "claim", "token": token, "count": len(batch)})
-            if self.on_claim is not None:
-                self._call_hook("on_claim", self.on_claim, token, batch)
+            logger.debug("leased", extra={"action": "lease", "token": token, "count": len(batch)})
+            if self.on_lease is not None:
+                self._call_hook("on_lease", self.on_lease, token, batch)
         return batch
 
     def _abandoned_due(self, now: datetime.datetime) -> bool:
@@ -736,7 +741,7 @@ class Worker:
                     return  # max_messages claimed (by this thread or others)
                 batch: list[StoredMessage] | None = None
                 try:
-                    batch = self._claim(thread, limit)
+                    batch = self._lease(thread, limit)
                 finally:
                     self._give_back(run, limit - len(batch or ()))
                 if batch:
@@ -988,6 +993,41 @@ class _Run:
     deadline: float | None
     budget: int | None
     halted_by: str | None = None
+
+
+def _renamed_hook(
+    on_lease: Callable[[str, Sequence[StoredMessage]], None] | None,
+    on_claim: Callable[[str, Sequence[StoredMessage]], None] | None,
+) -> Callable[[str, Sequence[StoredMessage]], None] | None:
+    """``on_lease``, or the deprecated ``on_claim`` given instead (with a warning).
+
+    :raises InvalidStoreArgument: if both are given.
+    """
+    if on_claim is None:
+        return on_lease
+    if on_lease is not None:
+        raise InvalidStoreArgument("give on_lease only (on_claim is its deprecated name)")
+    warnings.warn(
+        "Worker(on_claim=...) is renamed on_lease=...; on_claim goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return on_claim
+
+
+def _lease_of(store: MessageStore) -> Callable[..., list[StoredMessage]]:
+    """The store's ``lease``; for a store of the protocol's former shape, which has
+    ``claim`` only, that method (with a :class:`DeprecationWarning`)."""
+    lease = getattr(store, "lease", None)
+    if lease is None and callable(getattr(store, "claim", None)):
+        warnings.warn(
+            f"{type(store).__name__}.claim() is renamed lease() in the MessageStore protocol; "
+            "a store with claim() only is refused in the next release",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        return store.claim  # type: ignore[attr-defined, no-any-return]
+    return store.lease
 
 
 def _check_store(store: object) -> None:

@@ -60,7 +60,7 @@ def claim(
     ordered: bool = False,
 ) -> list[StoredMessage]:
     """A claim through the protocol, at the clock's time."""
-    return sut.store.claim(
+    return sut.store.lease(
         consumer_name=consumer_name,
         claimed_by=claimed_by,
         limit=limit,
@@ -208,7 +208,7 @@ def test_bad_claim_arguments_are_refused_before_anything_is_claimed(
         "visibility_timeout": VISIBILITY, "max_attempts": 3, "ordered": False,
     }  # fmt: skip
     with pytest.raises((InvalidStoreArgument, InvalidMessageId)):
-        sut.store.claim(**{**arguments, **bad}, now=sut.clock())
+        sut.store.lease(**{**arguments, **bad}, now=sut.clock())
     row = sut.row("m1")
     assert (row.status, row.attempts, row.claimed_by) == (PENDING, 0, None)
 
@@ -520,8 +520,8 @@ class SignallingStore:
         self.inner = store
         self.waiting = threading.Event()
 
-    def claim(self, **kw: Any) -> list[StoredMessage]:
-        return self.inner.claim(**kw)
+    def lease(self, **kw: Any) -> list[StoredMessage]:
+        return self.inner.lease(**kw)
 
     def complete(self, message: StoredMessage, handler: Handler, *, now: datetime.datetime) -> bool:
         return self.inner.complete(message, handler, now=now)
