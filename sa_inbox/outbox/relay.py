@@ -62,15 +62,15 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from typing_extensions import deprecated
 
 from ..backoff import Backoff
 from ..checks import require
-from ..dialects import backend_for
-from ..dialects.store_claim import CandidateQuery, StoreClaimDialect, update_claimed
+from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
 from ..exc import DatabaseUnavailable
 from ..outage import OutageGate, Verdict, is_unavailable, probe_engine
-from ..pool_guard import released_clean
-from ..store.replay import ReplayFilter, ReplayRules
+from ..store.leases import LeasedRows, LeaseShape
+from ..store.replay import ReplayFilter
 from ..store.schema import utc_now
 from ..validation import positive_int, positive_seconds
 from .exc import AsyncPublisherInSyncRelay, InvalidRelayArgument
@@ -111,15 +111,33 @@ DEFAULT_BACKOFF = Backoff(base=1.0, maximum=60.0)
 #: batch in a row that found it so.
 DEFAULT_OUTAGE_BACKOFF = Backoff(base=1.0, maximum=30.0)
 
-#: A replay resets dead or dispatched rows, chosen by ids, status, creation time and
-#: destination.
-_REPLAY = ReplayRules(
+#: The outbox table's leased rows: one destination at a time in ``id`` order with
+#: ``ordered``; a lease returns an :class:`OutboxMessage`'s columns; a replay resets dead or
+#: dispatched rows, chosen by ids, status, creation time and destination. An ordered lease
+#: checks nothing again: its ``NOT EXISTS`` reads the same snapshot as its candidates (see
+#: :attr:`~sa_inbox.dialects.store_claim.StoreClaimDialect.find_first`).
+_SHAPE = LeaseShape(
     group="destination",
+    partition=("destination",),
+    order=("id",),
+    columns=(
+        "id",
+        "message_id",
+        "destination",
+        "payload",
+        "headers",
+        "attempts",
+        "created_at",
+        "claimed_by",
+    ),
+    statuses=(PENDING, PROCESSING, DISPATCHED, DEAD),
     arrived="created_at",
     finished="dispatched_at",
-    statuses=(DEAD, DISPATCHED),
-    pending=PENDING,
+    replayable=(DEAD, DISPATCHED),
     error=InvalidRelayArgument,
+    recheck_ordered=False,
+    pending=PENDING,
+    processing=PROCESSING,
 )
 
 
@@ -185,7 +203,8 @@ class RelayCore:
         self.backoff = backoff
         self.outage_backoff = outage_backoff
         self.ordered = bool(ordered)
-        self._checked = False
+        #: The leased-row statements on the outbox table (:mod:`sa_inbox.store.leases`).
+        self.leased_rows = LeasedRows(self.table, _SHAPE)
         #: Rides out database outages; the relays set its ``sleep`` to their stoppable wait.
         self.outage = OutageGate(f"outbox relay of {self.table.name}")
         self._reachable_in_a_row = 0
@@ -221,65 +240,43 @@ class RelayCore:
             self._reachable_in_a_row = 0
             return result
 
-    # -- claim ------------------------------------------------------------------------
+    # -- lease ------------------------------------------------------------------------
 
-    def claim(self, now: datetime.datetime | None = None) -> list[OutboxMessage]:
-        """Claim up to ``batch_size`` rows in one short transaction (see the module).
+    def lease(self, now: datetime.datetime | None = None) -> list[OutboxMessage]:
+        """Lease up to ``batch_size`` rows in one short transaction (see the module).
 
-        Claimable: ``pending`` with ``available_at <= now``, or ``processing`` whose claim
+        Leasable: ``pending`` with ``available_at <= now``, or ``processing`` whose lease
         is older than ``visibility_timeout`` with fewer than ``max_attempts`` attempts.
 
-        :returns: the claimed messages in ``id`` order.
+        :returns: the leased messages in ``id`` order.
         :raises UnsupportedBackend: if the server has no ``SKIP LOCKED``.
         """
         when = now or utc_now()
-        token = f"relay-{uuid.uuid4().hex}"
-        values = {
-            "status": PROCESSING,
-            "claimed_at": when,
-            "claimed_by": token,
-            "attempts": self.table.c.attempts + 1,
-        }
-        rows: list[Mapping[Any, Any]] = []
-        with self.transaction() as (conn, dialect):
-            for query in self.candidates(when):
-                rows.extend(
-                    dialect.claim(conn, self.table, query, self.batch_size - len(rows), values)
-                )
-                if len(rows) >= self.batch_size:
-                    break
-        return sorted((_message(row) for row in rows), key=lambda m: m.id)
+        rows = self.leased_rows.lease(
+            self.engine,
+            token=f"relay-{uuid.uuid4().hex}",
+            limit=self.batch_size,
+            now=when,
+            stale_before=self._stale_before(when),
+            max_attempts=self.max_attempts,
+            group=None,
+            ordered=self.ordered,
+        )
+        return [_message(row) for row in rows]
+
+    @deprecated("RelayCore.claim() is renamed lease(); claim() goes in the next release")
+    def claim(self, now: datetime.datetime | None = None) -> list[OutboxMessage]:
+        """Deprecated name of :meth:`lease`; emits a :class:`DeprecationWarning`."""
+        return self.lease(now)
 
     def candidates(self, now: datetime.datetime) -> tuple[CandidateQuery, CandidateQuery]:
-        """Abandoned claims first, then pending rows: each ``SELECT id … ORDER BY id``."""
-        stale_before = now - datetime.timedelta(seconds=self.visibility_timeout)
+        """Abandoned leases first, then pending rows: each ``SELECT id … ORDER BY id``."""
+        stale_before = self._stale_before(now)
+        return self.leased_rows.candidates(now, stale_before, self.max_attempts, None, self.ordered)
 
-        def query(status: str) -> CandidateQuery:
-            def candidates(source: sa.FromClause) -> sa.Select[Any]:
-                c = source.c
-                if status == PENDING:
-                    claimable = c.available_at <= now
-                else:
-                    claimable = sa.and_(c.claimed_at < stale_before, c.attempts < self.max_attempts)
-                where = sa.and_(c.status == status, claimable)
-                if self.ordered:
-                    where = sa.and_(where, self._first_of_destination(source))
-                return sa.select(c.id).where(where).order_by(c.id)
-
-            return candidates
-
-        return query(PROCESSING), query(PENDING)
-
-    def _first_of_destination(self, source: sa.FromClause) -> sa.ColumnElement[bool]:
-        """No other row of the destination is in flight, and none is pending before it."""
-        c = source.c
-        e = self.table.alias("earlier")
-        blocking = sa.select(e.c.id).where(
-            e.c.destination == c.destination,
-            e.c.id != c.id,
-            sa.or_(e.c.status == PROCESSING, sa.and_(e.c.status == PENDING, e.c.id < c.id)),
-        )
-        return ~sa.exists(blocking)
+    def _stale_before(self, now: datetime.datetime) -> datetime.datetime:
+        """A ``processing`` row leased before this time is abandoned."""
+        return now - datetime.timedelta(seconds=self.visibility_timeout)
 
     # -- mark -------------------------------------------------------------------------
 
@@ -292,7 +289,7 @@ class RelayCore:
             the visibility timeout is left to that relay, and was published twice).
         """
         values = {"status": DISPATCHED, "dispatched_at": now or utc_now(), "claimed_by": None}
-        return self._update_claimed(messages, values)
+        return self._update_leased(messages, values)
 
     def mark_failed(
         self, message: OutboxMessage, error: BaseException, now: datetime.datetime | None = None
@@ -311,16 +308,8 @@ class RelayCore:
         else:
             delay = datetime.timedelta(seconds=self.backoff.delay(message.attempts))
             values.update(status=PENDING, available_at=when + delay, claimed_at=None)
-        t = self.table
-        statement = (
-            sa.update(t)
-            .where(
-                t.c.id == message.id, t.c.status == PROCESSING, t.c.claimed_by == message.claimed_by
-            )
-            .values(values)
-        )
         with self.transaction() as (conn, _):
-            _rowcount(conn, statement)
+            self.leased_rows.update_leased(conn, message.id, message.claimed_by, values)
         return dead
 
     def release(self, messages: Sequence[OutboxMessage]) -> int:
@@ -333,31 +322,19 @@ class RelayCore:
         """
         t = self.table
         values = {"status": PENDING, "attempts": t.c.attempts - 1, "claimed_at": None}
-        return self._update_claimed(messages, {**values, "claimed_by": None})
+        return self._update_leased(messages, {**values, "claimed_by": None})
 
-    def _update_claimed(self, messages: Sequence[OutboxMessage], values: dict[str, Any]) -> int:
-        """Set ``values`` on the rows still claimed by the messages' claims, in one
-        transaction (:func:`~sa_inbox.dialects.store_claim.update_claimed`)."""
-        if not messages:
-            return 0
-        claims = [(m.claimed_by, m.id) for m in messages]
-        with self.transaction() as (conn, _):
-            return update_claimed(conn, self.table, claims, values)
+    def _update_leased(self, messages: Sequence[OutboxMessage], values: dict[str, Any]) -> int:
+        """Set ``values`` on the rows still leased by the messages' leases, in one
+        transaction (:meth:`~sa_inbox.store.leases.LeasedRows.update_leases`)."""
+        leases = [(m.claimed_by, m.id) for m in messages]
+        return self.leased_rows.update_leases(self.engine, leases, values)
 
     def reap(self, now: datetime.datetime | None = None) -> int:
         """Move rows abandoned ``max_attempts`` times (their relays died each time) to
         ``dead``; returns how many. Taken with the claim's ``SKIP LOCKED``."""
-        stale_before = (now or utc_now()) - datetime.timedelta(seconds=self.visibility_timeout)
-
-        def candidates(source: sa.FromClause) -> sa.Select[Any]:
-            c = source.c
-            where = sa.and_(
-                c.status == PROCESSING,
-                c.claimed_at < stale_before,
-                c.attempts >= self.max_attempts,
-            )
-            return sa.select(c.id).where(where).order_by(c.id)
-
+        stale_before = self._stale_before(now or utc_now())
+        candidates = self.leased_rows.abandoned(stale_before, self.max_attempts, True, None)
         lost = (
             f"abandoned: not confirmed within the visibility timeout ({self.visibility_timeout} s)"
         )
@@ -395,9 +372,7 @@ class RelayCore:
             time is not an aware datetime.
         """
         chosen = ReplayFilter(ids, status, created_from, created_before, destination)
-        statement = _REPLAY.update(self.table, chosen, now or utc_now())
-        with self.transaction() as (conn, _):
-            return _rowcount(conn, statement)
+        return self.leased_rows.replay(self.engine, chosen, now or utc_now())
 
     def replayable(
         self,
@@ -413,32 +388,23 @@ class RelayCore:
         :raises InvalidRelayArgument: as :meth:`replay`.
         """
         chosen = ReplayFilter(ids, status, created_from, created_before, destination)
-        query = _REPLAY.count(self.table, chosen)
-        with self.engine.connect() as conn:
-            return int(conn.execute(query).scalar_one())
+        return self.leased_rows.replayable(self.engine, chosen)
 
     def counts(self, destination: str | None = None) -> dict[str, int]:
         """Rows per status (every status present, 0 when none), of one destination or of
         all."""
-        t = self.table
-        query = sa.select(t.c.status, sa.func.count()).group_by(t.c.status)
-        if destination is not None:
-            query = query.where(t.c.destination == destination)
-        with self.engine.connect() as conn:
-            found = {str(status): int(n) for status, n in conn.execute(query)}
-        return {status: found.get(status, 0) for status in (PENDING, PROCESSING, DISPATCHED, DEAD)}
+        return self.leased_rows.counts(self.engine, destination)
+
+    def has_unfinished(self) -> bool:
+        """Whether a row is still ``pending`` or ``processing``."""
+        return self.leased_rows.has_unfinished(self.engine, None)
 
     @contextmanager
     def transaction(self) -> Iterator[tuple[Connection, StoreClaimDialect]]:
-        """A short transaction at the store-claim dialect's isolation level and write lock."""
-        backend = backend_for(self.engine.dialect.name)
-        dialect = backend.store_claim
-        with backend.claim.translate_configuration_errors(), self.engine.connect() as conn:
-            if not self._checked:
-                dialect.check_backend(conn)
-                self._checked = True
-            with dialect.begin(conn), released_clean(lambda: (conn,)):
-                yield conn, dialect
+        """A short transaction at the lease dialect's isolation level and write lock
+        (:meth:`~sa_inbox.store.leases.LeasedRows.transaction`)."""
+        with self.leased_rows.transaction(self.engine) as (conn, dialect):
+            yield conn, dialect
 
 
 class OutboxRelay:
@@ -561,7 +527,7 @@ def relay_batch(core: RelayCore, publisher: Publisher, resolve: Callable[[Any], 
         plain publisher; awaiting it on the loop for an async one, from a greenlet).
     """
     dead = core.reap()
-    messages = core.claim()
+    messages = core.lease()
     try:
         published = publish_all(publisher, messages, resolve)
     except AsyncPublisherInSyncRelay:
@@ -650,8 +616,7 @@ def publish_all(
 
 def unfinished(core: RelayCore) -> bool:
     """Whether a row is still ``pending`` or ``processing``."""
-    counts = core.counts()
-    return counts[PENDING] + counts[PROCESSING] > 0
+    return core.has_unfinished()
 
 
 def add_batches(a: RelayBatch, b: RelayBatch) -> RelayBatch:
@@ -708,8 +673,3 @@ def describe(error: BaseException) -> str:
     connection errors carry their cause in their arguments only: ``str()`` is ``''``)."""
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else repr(error)
-
-
-def _rowcount(conn: Connection, statement: sa.Update) -> int:
-    result = conn.execute(statement, execution_options={"preserve_rowcount": True})
-    return int(result.rowcount)

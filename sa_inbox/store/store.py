@@ -26,13 +26,12 @@ from __future__ import annotations
 import datetime
 import functools
 import json
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.expression import Executable
@@ -48,16 +47,16 @@ from ..collision import (
 )
 from ..consumers import Consumers, consumers_flag, consumers_for
 from ..dialects import ClaimDialect, backend_for
-from ..dialects.store_claim import CandidateQuery, ClaimPlan, StoreClaimDialect, update_claimed
+from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
 from ..exc import ClaimLost, ConfigurationError, InvalidStoreArgument
 from ..guard import owned_transaction
 from ..handlers import call_handler
 from ..hooks import NOOP, InboxHooks
 from ..outage import is_unavailable, probe_engine
-from ..pool_guard import released_clean
 from ..runner import is_transient, new_session
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
 from ..validation import positive_int, positive_seconds, validate_key
+from .leases import LeasedRows, LeasePlans, LeaseShape, rowcount
 from .protocol import (
     BatchFailure,
     BatchResult,
@@ -68,7 +67,7 @@ from .protocol import (
     RetryAt,
     StoredMessage,
 )
-from .replay import ReplayFilter, ReplayRules
+from .replay import ReplayFilter
 from .schema import (
     DEAD,
     DEFAULT_CONSUMER,
@@ -87,31 +86,35 @@ from .schema import (
 
 __all__ = ["BoundStore", "InboxStore", "receive_insert"]
 
-#: The columns a claim returns: those of a :class:`StoredMessage` (``attempts`` as read
-#: before the claim's increment where there is no ``RETURNING``).
-_MESSAGE_COLUMNS = (
-    "id",
-    "message_id",
-    "consumer_name",
-    "payload",
-    "aggregate_id",
-    "message_type",
-    "attempts",
-    "received_at",
-    "claimed_by",
-)
-#: The statuses :meth:`InboxStore.replay` resets to pending.
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: A replay resets dead or done rows, chosen by ids, status, arrival time and consumer.
-_REPLAY = ReplayRules(
+#: The store table's leased rows: by consumer, ordered per consumer and aggregate in
+#: ``(received_at, id)`` order; a lease returns a :class:`StoredMessage`'s columns
+#: (``attempts`` as read before the lease's increment where there is no ``RETURNING``); a
+#: replay resets dead or done rows, chosen by ids, status, arrival time and consumer.
+_SHAPE = LeaseShape(
     group="consumer_name",
+    partition=("consumer_name", "aggregate_id"),
+    order=("received_at", "id"),
+    columns=(
+        "id",
+        "message_id",
+        "consumer_name",
+        "payload",
+        "aggregate_id",
+        "message_type",
+        "attempts",
+        "received_at",
+        "claimed_by",
+    ),
+    statuses=STATUSES,
     arrived="received_at",
     finished="processed_at",
-    statuses=(DEAD, DONE),
-    pending=PENDING,
+    replayable=(DEAD, DONE),
     error=InvalidStoreArgument,
+    pending=PENDING,
+    processing=PROCESSING,
 )
 
 
@@ -200,13 +203,10 @@ class InboxStore:
         self._insert = PreparedInsert(self.table, build=receive_insert, row_keys=RECEIVE_COLUMNS)
         #: The receive is a claim: Inbox.claim's path, with the store's statement.
         self._receives = ClaimPath(self._insert, self.collisions, single=True)
-        # Engines whose store-claim check passed. No lock guards them: a racing first call
-        # runs the same read-only check again, and no lock is ever held across SQL.
-        self._lease_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+        #: The leased-row statements on the table (:mod:`sa_inbox.store.leases`).
+        self.leased_rows = LeasedRows(self.table, _SHAPE)
         # The batch's done-marking UPDATE per backend, built once (see _mark_done).
         self._done_statements: dict[StoreClaimDialect, sa.Update] = {}
-        # The claim's statements per backend and kind of claim (see _claim_plans).
-        self._lease_plan_cache: dict[tuple[StoreClaimDialect, bool, bool], _LeasePlans] = {}
 
     def bind(
         self, engine: sa.Engine, session_factory: Callable[[], Session] | None = None
@@ -386,30 +386,18 @@ class InboxStore:
         _positive_int(limit, "limit")
         _positive_int(max_attempts, "max_attempts")
         when = _aware(now)
-        token = validate_key(claimed_by, "claimed_by", 255)
-        consumer = self._consumer(consumer_name)
-        parameters = {
-            "now": when,
-            "stale_before": when - _seconds(visibility_timeout, "visibility_timeout"),
-            "max_attempts": max_attempts,
-            "consumer": consumer,
-            "claimed_at_now": when,
-            "token": token,
-        }
-
-        def returned(row: RowMapping) -> dict[str, Any]:
-            """A message's columns as the UPDATE leaves them (backends without RETURNING)."""
-            return {**row, "claimed_by": token, "attempts": int(row["attempts"]) + 1}
-
-        rows: list[Mapping[Any, Any]] = []
-        with self.transaction(engine) as (conn, dialect):
-            plans = self._lease_plans(dialect, consumer is None, ordered)
-            for plan in (plans.abandoned, plans.pending) if abandoned else (plans.pending,):
-                rows.extend(dialect.run(conn, plan, limit - len(rows), parameters, returned))
-                if len(rows) >= limit:
-                    break
-        messages = [_message(row) for row in rows]
-        return sorted(messages, key=lambda m: (m.received_at, m.id))
+        rows = self.leased_rows.lease(
+            engine,
+            token=validate_key(claimed_by, "claimed_by", 255),
+            limit=limit,
+            now=when,
+            stale_before=when - _seconds(visibility_timeout, "visibility_timeout"),
+            max_attempts=max_attempts,
+            group=self._consumer(consumer_name),
+            ordered=ordered,
+            abandoned=abandoned,
+        )
+        return [_message(row) for row in rows]
 
     @deprecated("InboxStore.claim() is renamed lease(); claim() goes in the next release")
     def claim(self, engine: sa.Engine, /, **options: Any) -> list[StoredMessage]:
@@ -452,7 +440,7 @@ class InboxStore:
         when = _aware(now)
         stale_before = when - _seconds(visibility_timeout, "visibility_timeout")
         consumer = self._consumer(consumer_name)
-        return self._candidate_queries(when, stale_before, max_attempts, consumer, ordered)
+        return self.leased_rows.candidates(when, stale_before, max_attempts, consumer, ordered)
 
     def _consumer(self, consumer_name: str | None) -> str | None:
         """The validated consumer name, or ``None`` (every consumer)."""
@@ -460,65 +448,11 @@ class InboxStore:
             return None
         return validate_key(consumer_name, "consumer_name", self.message_id_length)
 
-    def _candidate_queries(
-        self, now: Any, stale_before: Any, max_attempts: Any, consumer: Any, ordered: bool
-    ) -> tuple[CandidateQuery, CandidateQuery]:
-        """:meth:`candidates` on values, or on bind parameters (a cached claim plan); a
-        ``consumer`` of ``None`` leaves the consumer condition out."""
-
-        def query(status: str) -> CandidateQuery:
-            def candidates(source: sa.FromClause) -> sa.Select[Any]:
-                c = source.c
-                if status == PENDING:
-                    claimable = c.available_at <= now
-                else:
-                    claimable = sa.and_(c.claimed_at < stale_before, c.attempts < max_attempts)
-                where = sa.and_(c.status == status, claimable)
-                if consumer is not None:
-                    where = sa.and_(c.consumer_name == consumer, where)
-                if ordered:
-                    where = sa.and_(where, self._first_of_aggregate(source))
-                return sa.select(c.id).where(where).order_by(c.received_at, c.id)
-
-            return candidates
-
-        return query(PROCESSING), query(PENDING)
-
     def _lease_plans(
         self, dialect: StoreClaimDialect, every_consumer: bool, ordered: bool
-    ) -> _LeasePlans:
-        """The claim's statements for ``dialect`` (abandoned claims, then pending rows),
-        built once per backend and kind of claim; their bind parameters are ``now``,
-        ``stale_before``, ``max_attempts``, ``consumer``, ``claimed_at_now`` and ``token``
-        (see :meth:`claim`).
-        No row is read back: the locked rows are returned with the claim's values applied
-        (:data:`~sa_inbox.dialects.store_claim.Returned`)."""
-        key = (dialect, every_consumer, ordered)
-        plans = self._lease_plan_cache.get(key)
-        if plans is None:
-            t = self.table
-            queries = self._candidate_queries(
-                sa.bindparam("now", type_=t.c.available_at.type),
-                sa.bindparam("stale_before", type_=t.c.claimed_at.type),
-                sa.bindparam("max_attempts", type_=t.c.attempts.type),
-                None if every_consumer else sa.bindparam("consumer", type_=t.c.consumer_name.type),
-                ordered,
-            )
-            values = {
-                "status": PROCESSING,
-                "claimed_at": sa.bindparam("claimed_at_now", type_=t.c.claimed_at.type),
-                "claimed_by": sa.bindparam("token", type_=t.c.claimed_by.type),
-                "attempts": t.c.attempts + 1,
-            }
-            columns = [t.c[name] for name in _MESSAGE_COLUMNS]
-            recheck = ordered and dialect.recheck_ordered
-            abandoned, pending = (
-                dialect.plan(t, query, values, columns, read_back=False, recheck=recheck)
-                for query in queries
-            )
-            plans = _LeasePlans(abandoned, pending)
-            self._lease_plan_cache[key] = plans
-        return plans
+    ) -> LeasePlans:
+        """The lease's cached statements for ``dialect`` (:meth:`LeasedRows.plans`)."""
+        return self.leased_rows.plans(dialect, every_consumer, ordered)
 
     @_on_engine
     def complete(
@@ -551,7 +485,7 @@ class InboxStore:
         """
         factory = session_factory or sessionmaker(engine)
         done = {"status": DONE, "processed_at": _aware(now)}
-        dialect = self._lease_dialect(engine)
+        dialect = self.leased_rows.dialect(engine)
         try:
             with (
                 new_session(factory) as session,
@@ -560,7 +494,7 @@ class InboxStore:
             ):
                 conn = session.connection(bind_arguments={"clause": self.table})
                 dialect.begin_write(conn)
-                if not self._update_claimed(conn, message, done):
+                if not self.leased_rows.update_leased(conn, message.id, message.claimed_by, done):
                     raise ClaimLost(f"message {message.message_id!r} is no longer claimed")
                 call_handler(handler, session, message)
         except ClaimLost:
@@ -624,7 +558,7 @@ class InboxStore:
         """
         factory = session_factory or sessionmaker(engine)
         when = _aware(now)
-        dialect = self._lease_dialect(engine)
+        dialect = self.leased_rows.dialect(engine)
         backend = backend_for(engine.dialect.name).claim
         earlier = {failure.message.id: failure for failure in failed}
         with (
@@ -677,7 +611,7 @@ class InboxStore:
         held: set[int] = set()
         for token in sorted({m.claimed_by for m in messages}):
             ids = sorted(m.id for m in messages if m.claimed_by == token)
-            marked = _rowcount(conn, statement, {"ids": ids, "token": token, "when": when})
+            marked = rowcount(conn, statement, {"ids": ids, "token": token, "when": when})
             if marked == len(ids):
                 held.update(ids)
             elif marked:
@@ -780,7 +714,7 @@ class InboxStore:
         else:
             values.update(status=PENDING, available_at=_aware(retry_at))
         with self.transaction(engine) as (conn, _):
-            return self._update_claimed(conn, message, values)
+            return self.leased_rows.update_leased(conn, message.id, message.claimed_by, values)
 
     @_on_engine
     def release(self, engine: sa.Engine, messages: Sequence[StoredMessage]) -> int:
@@ -792,15 +726,14 @@ class InboxStore:
         :returns: the number of rows released.
         """
         t = self.table
-        claims = [(m.claimed_by, m.id) for m in messages]
+        leases = [(m.claimed_by, m.id) for m in messages]
         values = {
             "status": PENDING,
             "attempts": t.c.attempts - 1,
             "claimed_at": None,
             "claimed_by": None,
         }
-        with self.transaction(engine) as (conn, _):
-            return update_claimed(conn, t, claims, values)
+        return self.leased_rows.update_leases(engine, leases, values)
 
     # -- maintenance ----------------------------------------------------------------------
 
@@ -833,15 +766,7 @@ class InboxStore:
         stale_before = _aware(now) - _seconds(visibility_timeout, "visibility_timeout")
 
         def abandoned(exhausted: bool) -> CandidateQuery:
-            def candidates(source: sa.FromClause) -> sa.Select[Any]:
-                c = source.c
-                used = c.attempts >= max_attempts if exhausted else c.attempts < max_attempts
-                where = sa.and_(c.status == PROCESSING, c.claimed_at < stale_before, used)
-                if consumer_name is not None:
-                    where = sa.and_(where, c.consumer_name == consumer_name)
-                return sa.select(c.id).where(where).order_by(c.received_at, c.id)
-
-            return candidates
+            return self.leased_rows.abandoned(stale_before, max_attempts, exhausted, consumer_name)
 
         lost = f"claim abandoned: no result within the visibility timeout ({visibility_timeout} s)"
         with self.transaction(engine) as (conn, dialect):
@@ -885,9 +810,7 @@ class InboxStore:
             is not an aware datetime.
         """
         chosen = ReplayFilter(ids, status, received_from, received_before, consumer_name)
-        statement = _REPLAY.update(self.table, chosen, _aware(now))
-        with self.transaction(engine) as (conn, _):
-            return _rowcount(conn, statement)
+        return self.leased_rows.replay(engine, chosen, _aware(now))
 
     @_on_engine
     def replayable(
@@ -905,20 +828,12 @@ class InboxStore:
         :raises InvalidStoreArgument: as :meth:`replay`.
         """
         chosen = ReplayFilter(ids, status, received_from, received_before, consumer_name)
-        query = _REPLAY.count(self.table, chosen)
-        with engine.connect() as conn:
-            return int(conn.execute(query).scalar_one())
+        return self.leased_rows.replayable(engine, chosen)
 
     @_on_engine
     def counts(self, engine: sa.Engine, consumer_name: str | None = None) -> dict[str, int]:
         """Rows per status (every status present, 0 when none)."""
-        t = self.table
-        query = sa.select(t.c.status, sa.func.count()).group_by(t.c.status)
-        if consumer_name is not None:
-            query = query.where(t.c.consumer_name == consumer_name)
-        with engine.connect() as conn:
-            found = {str(status): int(count) for status, count in conn.execute(query)}
-        return {status: found.get(status, 0) for status in STATUSES}
+        return self.leased_rows.counts(engine, consumer_name)
 
     @_on_engine
     def has_unfinished(self, engine: sa.Engine, *, consumer_name: str | None = None) -> bool:
@@ -935,12 +850,7 @@ class InboxStore:
         :param consumer_name: the consumer, or ``None`` for every consumer.
         :returns: True if at least one such row exists now.
         """
-        t = self.table
-        query = sa.select(t.c.id).where(t.c.status.in_((PENDING, PROCESSING))).limit(1)
-        if consumer_name is not None:
-            query = query.where(t.c.consumer_name == consumer_name)
-        with engine.connect() as conn:
-            return conn.execute(query).first() is not None
+        return self.leased_rows.has_unfinished(engine, consumer_name)
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -951,43 +861,8 @@ class InboxStore:
 
         :raises MissingTable: if the store table (or a column) does not exist.
         """
-        dialect = self._lease_dialect(engine)
-        with (
-            backend_for(engine.dialect.name).claim.translate_configuration_errors(),
-            engine.connect() as conn,
-            dialect.begin(conn),
-            released_clean(lambda: (conn,)),
-        ):
+        with self.leased_rows.transaction(engine) as (conn, dialect):
             yield conn, dialect
-
-    def _first_of_aggregate(self, source: sa.FromClause) -> sa.ColumnElement[bool]:
-        """No other row of the aggregate is processing or pending ahead of this one."""
-        c = source.c
-        e = self.table.alias("earlier")
-        ahead = sa.or_(
-            e.c.received_at < c.received_at,
-            sa.and_(e.c.received_at == c.received_at, e.c.id < c.id),
-        )
-        blocking = sa.select(e.c.id).where(
-            e.c.consumer_name == c.consumer_name,
-            e.c.aggregate_id == c.aggregate_id,
-            e.c.id != c.id,
-            sa.or_(e.c.status == PROCESSING, sa.and_(e.c.status == PENDING, ahead)),
-        )
-        return ~sa.exists(blocking)
-
-    def _update_claimed(
-        self, conn: Connection, message: StoredMessage, values: Mapping[str, Any]
-    ) -> bool:
-        t = self.table
-        statement = (
-            sa.update(t)
-            .where(
-                t.c.id == message.id, t.c.status == PROCESSING, t.c.claimed_by == message.claimed_by
-            )
-            .values(dict(values))
-        )
-        return _rowcount(conn, statement) == 1
 
     def _row(
         self,
@@ -1017,31 +892,6 @@ class InboxStore:
         """The insert-or-skip dialect and cached receive statement for ``conn``'s backend,
         after its one-time checks (:class:`~sa_inbox.claim.PreparedInsert`)."""
         return self._insert(conn)
-
-    def _lease_dialect(self, engine: sa.Engine) -> StoreClaimDialect:
-        """The store-claim dialect of ``engine``, after its one-time backend check.
-
-        Lock-free and idempotent: a racing first call checks again on its own connection.
-
-        :raises UnsupportedBackend: if the server is too old for the claim.
-        """
-        dialect = backend_for(engine.dialect.name).store_claim
-        if engine not in self._lease_checked:
-            with engine.connect() as conn:
-                dialect.check_backend(conn)
-            self._lease_checked.add(engine)
-        return dialect
-
-
-class _LeasePlans(NamedTuple):
-    """A store claim's cached statements (see :meth:`InboxStore._claim_plans`).
-
-    :param abandoned: the claim of abandoned rows (``processing`` past the timeout).
-    :param pending: the claim of pending rows.
-    """
-
-    abandoned: ClaimPlan
-    pending: ClaimPlan
 
 
 class BoundStore:
@@ -1224,13 +1074,6 @@ def _is_configuration(exc: BaseException, dialect_name: str) -> bool:
     if isinstance(exc, ConfigurationError):
         return True
     return isinstance(exc, DBAPIError) and backend_for(dialect_name).claim.is_missing_table(exc)
-
-
-def _rowcount(
-    conn: Connection, statement: sa.Update, parameters: Mapping[str, Any] | None = None
-) -> int:
-    result = conn.execute(statement, parameters, execution_options={"preserve_rowcount": True})
-    return int(result.rowcount)
 
 
 def _aware(now: datetime.datetime | None) -> datetime.datetime:
