@@ -1,7 +1,7 @@
 """Helpers for users' own tests: an in-memory inbox store.
 
 :class:`MemoryStore` follows the same rules as the database store (deduplicated receive,
-claimable rows, attempts counted at claim time, claim tokens, back-off, dead letters, reap,
+leasable rows, attempts counted at lease time, lease tokens, back-off, dead letters, reap,
 replay, per-aggregate ordering), so a handler and the :class:`~sa_inbox.store.worker.Worker`
 around it can be unit-tested without a database::
 
@@ -230,7 +230,7 @@ class MemoryStore:
         a failed attempt), as by the database store.
 
         While the handler runs the row is held (as the database's row lock holds it): no
-        claim takes it, however long the handler runs.
+        lease takes it, however long the handler runs.
         """
         with self._lock:
             row = self._held(message)
@@ -326,7 +326,7 @@ class MemoryStore:
             return True
 
     def release(self, messages: Sequence[StoredMessage]) -> int:
-        """Give back unstarted claims; the attempt is not counted."""
+        """Give back unstarted leases; the attempt is not counted."""
         released = 0
         with self._lock:
             for message in messages:
@@ -346,7 +346,7 @@ class MemoryStore:
         max_attempts: int,
         now: datetime.datetime,
     ) -> ReapResult:
-        """Abandoned claims back to pending, or to dead once their attempts are used."""
+        """Abandoned leases back to pending, or to dead once their attempts are used."""
         stale_before = now - datetime.timedelta(seconds=visibility_timeout)
         released = dead = 0
         with self._lock:
@@ -360,7 +360,7 @@ class MemoryStore:
                 ):
                     continue
                 if row.attempts >= max_attempts:
-                    row.status, row.last_error = DEAD, "claim abandoned (visibility timeout)"
+                    row.status, row.last_error = DEAD, "lease abandoned (visibility timeout)"
                     dead += 1
                 else:
                     row.status, row.claimed_at, row.claimed_by = PENDING, None, None

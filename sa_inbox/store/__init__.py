@@ -6,7 +6,7 @@ module                      what it holds
 :mod:`.schema`              the store table, its statuses and defaults
 :mod:`.protocol`            what a worker sees of a store (:class:`MessageStore`), the messages
 :mod:`.store`               :class:`InboxStore` on a database, :class:`BoundStore` (one engine)
-:mod:`.worker`              :class:`Worker`: claim with ``SKIP LOCKED``, process, back off
+:mod:`.worker`              :class:`Worker`: lease with ``SKIP LOCKED``, process, back off
 :mod:`.batch`               the worker's batch transaction mode (``transaction="batch"``)
 ==========================  ===================================================================
 

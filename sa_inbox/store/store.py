@@ -2,13 +2,13 @@
 
 The store-then-process half of the inbox pattern. A consumer only *receives*: it stores the
 raw message with the same insert-or-skip as :meth:`sa_inbox.Inbox.claim` (so a redelivery
-is skipped), commits, and acks at once. Workers (:mod:`sa_inbox.store.worker`) later *claim*
+is skipped), commits, and acks at once. Workers (:mod:`sa_inbox.store.worker`) later *lease*
 stored rows in short transactions, run the handler with the business change and mark the row
 ``done`` in one transaction.
 
 Row states::
 
-    pending ──claim──▶ processing ──handler commits──▶ done
+    pending ──lease──▶ processing ──handler commits──▶ done
        ▲                 │  │
        │   error, retry  │  └── error after max_attempts ──▶ dead
        └─────────────────┘          (replay: dead/done ──▶ pending)
@@ -16,9 +16,9 @@ Row states::
 The table is defined in :mod:`sa_inbox.store.schema`, the worker's view of a store in
 :mod:`sa_inbox.store.protocol`, the worker in :mod:`sa_inbox.store.worker`.
 
-Why one module of this size: every state transition of a row (receive, claim, complete,
+Why one module of this size: every state transition of a row (receive, lease, complete,
 fail, release, reap, replay) is a guarded statement on the same table, and reading them side
-by side is how their guards (status, claim token, attempts) are kept consistent.
+by side is how their guards (status, lease token, attempts) are kept consistent.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class InboxStore:
         (default) or ``"record"``.
     :param consumers: record which handler owns each consumer name in the consumers table
         (``inbox_consumers``, on the same MetaData; :mod:`sa_inbox.consumers`): a worker
-        whose handler is not the owner is refused before it claims anything. ``False``: no
+        whose handler is not the owner is refused before it leases anything. ``False``: no
         such check.
     :raises InvalidTable: for a ``consumers`` that is not a bool (as for
         :class:`~sa_inbox.Inbox`).
@@ -168,7 +168,7 @@ class InboxStore:
 
         Worker(store.bind(engine), handle_payment).run()    # the worker, elsewhere
 
-    Receive runs in the caller's transaction; every other operation (claim, complete, fail,
+    Receive runs in the caller's transaction; every other operation (lease, complete, fail,
     release, reap, replay) runs in its own short transaction on an engine.
     """
 
@@ -296,7 +296,7 @@ class InboxStore:
     ) -> set[str]:
         """Store a batch (one broker poll) in the caller's transaction.
 
-        The batch keeps its order (ids, hence the claim order, follow it); a message id that
+        The batch keeps its order (ids, hence the lease order, follow it); a message id that
         occurs twice keeps its first occurrence. PostgreSQL, SQLite and MariaDB insert up to
         1000 rows per statement with ``RETURNING``; MySQL and Oracle one row per statement.
         Two concurrent batches holding the same ids in different orders can deadlock:
@@ -357,8 +357,8 @@ class InboxStore:
         :meth:`reap`). With ``ordered``, also: no other row of the same aggregate is
         ``processing``, and none is ``pending`` ahead of it in ``(received_at, id)``
         order; ``dead`` rows do not block. Taken in ``(received_at, id)`` order with ``FOR
-        UPDATE SKIP LOCKED`` (SQLite: ``BEGIN IMMEDIATE``), so two workers never claim the
-        same row. Each claimed row gets ``status='processing'``, ``claimed_at=now``,
+        UPDATE SKIP LOCKED`` (SQLite: ``BEGIN IMMEDIATE``), so two workers never lease the
+        same row. Each leased row gets ``status='processing'``, ``claimed_at=now``,
         ``claimed_by`` and ``attempts + 1``.
 
         The order is that of committed rows: a receive that commits after a later message
@@ -367,18 +367,18 @@ class InboxStore:
         partition, one queue consumer), which commits them in order.
 
         :param engine: the store's database.
-        :param claimed_by: the claim token, unique per claim (at most 255 characters).
+        :param claimed_by: the lease token, unique per lease (at most 255 characters).
         :param limit: rows at most, a positive int.
-        :param visibility_timeout: seconds after which a claim counts as abandoned.
+        :param visibility_timeout: seconds after which a lease counts as abandoned.
         :param max_attempts: attempts after which a message is dead.
-        :param consumer_name: the consumer whose rows are claimed; ``None`` claims the rows
+        :param consumer_name: the consumer whose rows are leased; ``None`` leases the rows
             of every consumer (ordering, with ``ordered``, stays per consumer and
             aggregate).
-        :param abandoned: also claim abandoned rows (the default), ahead of pending ones;
-            ``False`` claims pending rows only and skips the search for abandoned ones (a
+        :param abandoned: also lease abandoned rows (the default), ahead of pending ones;
+            ``False`` leases pending rows only and skips the search for abandoned ones (a
             :class:`~sa_inbox.store.Worker` looks for them at most once per
             ``poll_interval``).
-        :returns: the claimed messages in ``(received_at, id)`` order.
+        :returns: the leased messages in ``(received_at, id)`` order.
         :raises UnsupportedBackend: if the server has no ``SKIP LOCKED`` (PostgreSQL < 9.5,
             MySQL < 8.0.1, MariaDB < 10.6) or the backend is unknown.
         :raises InvalidStoreArgument: for a bad ``limit``, timeout or ``max_attempts``.
@@ -414,14 +414,14 @@ class InboxStore:
         ordered: bool = False,
         now: datetime.datetime | None = None,
     ) -> tuple[CandidateQuery, CandidateQuery]:
-        """The claim's choice of rows: abandoned claims first, then pending rows.
+        """The lease's choice of rows: abandoned leases first, then pending rows.
 
         Each is a :data:`~sa_inbox.dialects.store_claim.CandidateQuery`, ``SELECT source.id
         FROM source WHERE consumer_name = :c AND status = :s AND … ORDER BY
-        source.received_at, source.id``, with the rules of :meth:`claim`; the backend adds
+        source.received_at, source.id``, with the rules of :meth:`lease`; the backend adds
         the limit and the locking clause. Two queries, each on one ``status``, so that the
         index ``ix_<table>_claim`` (consumer_name, status, received_at, id) delivers rows in
-        claim order and the scan stops after ``limit`` rows: with ``status IN (…)`` the
+        lease order and the scan stops after ``limit`` rows: with ``status IN (…)`` the
         database must read and sort every candidate first, and InnoDB then locks them all
         (MySQL manual, "Locks Set by Different SQL Statements in InnoDB"), so a second
         worker's ``SKIP LOCKED`` would skip the whole backlog.
@@ -430,8 +430,8 @@ class InboxStore:
         consumer's rows are candidates, still in ``(received_at, id)`` order, but the index
         no longer delivers that order, so the database reads and sorts every candidate of
         the status (fine for a small store; run one worker per consumer on a large one). On
-        MySQL/MariaDB, a claim whose window other claims filled falls back to a locking
-        scan, which then locks every candidate it sorts until the claim commits.
+        MySQL/MariaDB, a lease whose window other leases filled falls back to a locking
+        scan, which then locks every candidate it sorts until the lease commits.
 
         :raises InvalidStoreArgument: for a bad timeout or ``max_attempts``.
         :raises InvalidMessageId: for a bad ``consumer_name``.
@@ -466,9 +466,9 @@ class InboxStore:
     ) -> bool:
         """Run ``handler(session, message)`` and mark the row ``done``, in one transaction.
 
-        The row is marked first, guarded by the claim token, so it stays locked while the
-        handler runs: no other worker can claim it again, even after the visibility
-        timeout. If the claim is no longer this one's (see
+        The row is marked first, guarded by the lease token, so it stays locked while the
+        handler runs: no other worker can lease it again, even after the visibility
+        timeout. If the lease is no longer this one's (see
         :class:`~sa_inbox.exc.ClaimLost`), nothing runs and False is returned.
 
         :returns: True if the handler's change and ``done`` committed together.
@@ -495,7 +495,7 @@ class InboxStore:
                 conn = session.connection(bind_arguments={"clause": self.table})
                 dialect.begin_write(conn)
                 if not self.leased_rows.update_leased(conn, message.id, message.claimed_by, done):
-                    raise ClaimLost(f"message {message.message_id!r} is no longer claimed")
+                    raise ClaimLost(f"message {message.message_id!r} is no longer leased")
                 call_handler(handler, session, message)
         except ClaimLost:
             return False
@@ -515,12 +515,12 @@ class InboxStore:
         retry_at: RetryAt = lambda message: None,
         stopping: Callable[[], bool] = lambda: False,
     ) -> BatchResult:
-        """Run the handler for each message of one claimed batch, all in ONE transaction.
+        """Run the handler for each message of one leased batch, all in ONE transaction.
 
         The batch's rows are marked ``done`` first, in one ``UPDATE … WHERE id IN (…) AND
-        status = 'processing' AND claimed_by = :token`` (the claim-token guard of
+        status = 'processing' AND claimed_by = :token`` (the lease-token guard of
         :meth:`complete`, for the whole batch in one statement), so they stay locked until
-        the commit; a row whose claim is no longer this batch's is *lost* and its handler
+        the commit; a row whose lease is no longer this batch's is *lost* and its handler
         never runs. Then each handler runs in turn, and the transaction commits once.
 
         With ``savepoints``, each handler runs in a savepoint (``session.begin_nested()``:
@@ -533,14 +533,14 @@ class InboxStore:
         is raised: the caller runs the batch again with ``failed`` holding that failure.
 
         :param engine: the store's database.
-        :param messages: one claim's messages (one claim token), in claim order.
+        :param messages: one lease's messages (one lease token), in lease order.
         :param handler: ``handler(session, message)``; it must not commit.
         :param session_factory: makes the Session (default ``sessionmaker(engine)``).
         :param now: the ``processed_at`` time (aware UTC).
         :param savepoints: run each handler in its own savepoint.
         :param failed: messages that already failed this attempt (a previous run of this
             batch): not run again, recorded as failed in this transaction.
-        :param retry_at: when a message that fails now may be claimed again (seconds of
+        :param retry_at: when a message that fails now may be leased again (seconds of
             back-off already applied), ``None`` for ``dead``.
         :param stopping: checked before each handler; once true, the messages not started
             are given back in this transaction (``pending``, attempt not counted).
@@ -600,10 +600,10 @@ class InboxStore:
         messages: Sequence[StoredMessage],
         when: datetime.datetime,
     ) -> set[int]:
-        """Mark the batch's rows ``done`` (claim-token guarded); the ids marked.
+        """Mark the batch's rows ``done`` (lease-token guarded); the ids marked.
 
-        One UPDATE per claim token (a batch has one). When it changes fewer rows than
-        asked, the ids it changed are read back (rare: a claim lost after a visibility
+        One UPDATE per lease token (a batch has one). When it changes fewer rows than
+        asked, the ids it changed are read back (rare: a lease lost after a visibility
         timeout); MariaDB has no ``UPDATE … RETURNING``.
         """
         t = self.table
@@ -704,9 +704,9 @@ class InboxStore:
 
         :param error: the error text; its first :data:`MAX_ERROR_LENGTH` characters are kept
             in ``last_error``.
-        :param retry_at: when the message may be claimed again; ``None`` moves it to
+        :param retry_at: when the message may be leased again; ``None`` moves it to
             ``dead`` (a state apart from ``done``: it never ran to completion).
-        :returns: False if the claim was no longer this one's (nothing written).
+        :returns: False if the lease was no longer this one's (nothing written).
         """
         values: dict[str, Any] = {"last_error": error[:MAX_ERROR_LENGTH]}
         if retry_at is None:
@@ -718,9 +718,9 @@ class InboxStore:
 
     @_on_engine
     def release(self, engine: sa.Engine, messages: Sequence[StoredMessage]) -> int:
-        """Give back claimed rows that were not processed (graceful shutdown).
+        """Give back leased rows that were not processed (graceful shutdown).
 
-        They return to ``pending`` and their attempt is not counted. Rows whose claim is no
+        They return to ``pending`` and their attempt is not counted. Rows whose lease is no
         longer the message's ``claimed_by`` are left alone.
 
         :returns: the number of rows released.
@@ -747,16 +747,16 @@ class InboxStore:
         consumer_name: str | None = None,
         now: datetime.datetime | None = None,
     ) -> ReapResult:
-        """Return abandoned claims to ``pending``, or move them to ``dead``.
+        """Return abandoned leases to ``pending``, or move them to ``dead``.
 
         A row ``processing`` for longer than ``visibility_timeout`` seconds lost its
         worker (a crash, a kill). With fewer than ``max_attempts`` attempts it goes back to
         ``pending`` (the attempt stays counted); otherwise it is ``dead``, with
-        ``last_error`` saying so. Correctness does not depend on calling this: the claim
+        ``last_error`` saying so. Correctness does not depend on calling this: the lease
         itself takes abandoned rows; workers call it periodically so that a message that
         kills its worker every time reaches ``dead``.
 
-        Rows are taken with the claim's locking (``SKIP LOCKED``), at most
+        Rows are taken with the lease's locking (``SKIP LOCKED``), at most
         :data:`REAP_BATCH` of each kind per call: a row whose slow handler still holds its
         lock is alive and is skipped, never waited for.
 
@@ -768,7 +768,7 @@ class InboxStore:
         def abandoned(exhausted: bool) -> CandidateQuery:
             return self.leased_rows.abandoned(stale_before, max_attempts, exhausted, consumer_name)
 
-        lost = f"claim abandoned: no result within the visibility timeout ({visibility_timeout} s)"
+        lost = f"lease abandoned: no result within the visibility timeout ({visibility_timeout} s)"
         with self.transaction(engine) as (conn, dialect):
             dead = dialect.claim(
                 conn, self.table, abandoned(True), REAP_BATCH, {"status": DEAD, "last_error": lost}
@@ -841,7 +841,7 @@ class InboxStore:
 
         What :meth:`Worker.run(until_empty=True) <sa_inbox.store.worker.Worker.run>` waits for:
         a pending row may be waiting out its back-off, a processing row may be in another
-        worker's hands (or abandoned, and claimed again after the visibility timeout).
+        worker's hands (or abandoned, and leased again after the visibility timeout).
         ``dead`` and ``done`` rows are finished. One ``SELECT id … LIMIT 1`` on the claim
         index; with ``consumer_name=None`` (every consumer) the index cannot be used by
         its first column, and a store with no unfinished row is read to the end.

@@ -342,7 +342,7 @@ def test_reap_releases_or_dead_letters_abandoned_claims(sut: StoreUnderTest) -> 
     assert reap() == ReapResult(0, 2)
     row = sut.row("a")
     assert row.status == DEAD and "abandoned" in (row.last_error or "")
-    assert (row.last_error or "").startswith("claim abandoned")
+    assert (row.last_error or "").startswith("lease abandoned")
     assert sut.counts() == {PENDING: 0, PROCESSING: 0, DONE: 0, DEAD: 2}
 
 
