@@ -112,7 +112,7 @@ class UTCDateTime(sa.TypeDecorator[datetime.datetime]):
 
 class SerialisedJSON(str):
     """A JSON document already serialised to text (by the receive, once): bound as it is,
-    never serialised again (see :func:`sa_inbox.store.store.receive_insert`)."""
+    never serialised again (see :func:`sa_inbox.store.receive.receive_insert`)."""
 
     __slots__ = ()
 
