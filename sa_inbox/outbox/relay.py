@@ -2,18 +2,18 @@
 
 One :meth:`OutboxRelay.run_once` is three short steps:
 
-1. **claim** up to ``batch_size`` rows in one transaction, with the inbox store's claim
+1. **lease** up to ``batch_size`` rows in one transaction, with the inbox store's lease
    (:class:`~sa_inbox.dialects.store_claim.StoreClaimDialect`: ``FOR UPDATE SKIP LOCKED`` on
    PostgreSQL and MySQL/MariaDB, ``BEGIN IMMEDIATE`` on SQLite), so several relays never
-   take the same row; each claimed row gets ``processing``, a claim token and ``attempts + 1``;
+   take the same row; each leased row gets ``processing``, a lease token and ``attempts + 1``;
 2. **publish** each row and wait for the broker's confirm (no transaction is open meanwhile);
-3. **mark** the confirmed rows ``dispatched`` in one ``UPDATE`` guarded by the claim token;
+3. **mark** the confirmed rows ``dispatched`` in one ``UPDATE`` guarded by the lease token;
    a failed row goes back to ``pending`` after a back-off, or to ``dead`` at
    ``max_attempts``.
 
 **At least once, never zero times.** A relay killed (or losing its database) after the
 broker confirmed and before the mark committed leaves the row ``processing``; once
-``visibility_timeout`` has passed another relay claims it and **publishes it again**, with
+``visibility_timeout`` has passed another relay leases it and **publishes it again**, with
 the same ``message_id``. The copy is dropped by the consumer's inbox (the claim of that
 ``message_id`` exists); JetStream also drops it by itself within its duplicate window
 (``Nats-Msg-Id``). A consumer that does not deduplicate sees it twice.
@@ -25,21 +25,21 @@ after the back-off); with the defaults (10 attempts, back-off 1 s doubling to 60
 replay``) sends dead rows again once the cause is fixed. **A broker that cannot be reached counts
 no attempt** (:func:`~sa_inbox.outbox.publisher.broker_unavailable`: the publisher's
 ``is_unavailable``, else any ``OSError``): the relay stops publishing the batch, gives its
-unpublished rows back (``pending``, the claim's attempt taken back, ``available_at``
+unpublished rows back (``pending``, the lease's attempt taken back, ``available_at``
 unchanged, so they keep their place), and waits ``outage_backoff`` (1 s doubling to 30 s)
-before each next claim until a publish gets through, so an outage of any length sends no
+before each next lease until a publish gets through, so an outage of any length sends no
 row ``dead``; a row whose publish was cut off may have reached the broker and is sent
 again, with its ``message_id``, as after a killed relay. **A database that cannot be reached
 counts no attempt either** (:func:`sa_inbox.outage.is_unavailable`): the relay's
 :class:`~sa_inbox.outage.OutageGate` holds the rows it published and marks them once a probe
 gets through (so a confirmed row is not published again), and :meth:`OutboxRelay.run`
-waits out an outage before its next claim, one WARNING when it starts and one INFO when it
+waits out an outage before its next lease, one WARNING when it starts and one INFO when it
 ends. Another database error (a missing table) propagates from :meth:`OutboxRelay.run_once`
 (``sa-inbox relay`` exits 3).
 
-**Order.** Rows are claimed in ``id`` order, but with ``ordered=False`` a row that failed
+**Order.** Rows are leased in ``id`` order, but with ``ordered=False`` a row that failed
 is retried after later rows of its destination were sent. With ``ordered=True`` a row is
-claimed only when no earlier row of its destination is ``pending`` or ``processing``
+leased only when no earlier row of its destination is ``pending`` or ``processing``
 (``dead`` rows do not block), so each destination has at most one message in flight and
 messages reach the broker in ``id`` order, at the cost of one round trip per message per
 destination. ``id`` order is insert order, which is commit order only for rows written by
@@ -107,7 +107,7 @@ DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_VISIBILITY_TIMEOUT = 30.0
 DEFAULT_POLL_INTERVAL = 0.5
 DEFAULT_BACKOFF = Backoff(base=1.0, maximum=60.0)
-#: The relay's wait before its next claim while the broker cannot be reached, doubling per
+#: The relay's wait before its next lease while the broker cannot be reached, doubling per
 #: batch in a row that found it so.
 DEFAULT_OUTAGE_BACKOFF = Backoff(base=1.0, maximum=30.0)
 
@@ -145,7 +145,7 @@ _SHAPE = LeaseShape(
 class RelayBatch:
     """What one :meth:`OutboxRelay.run_once` did.
 
-    :param claimed: rows claimed.
+    :param claimed: rows leased.
     :param dispatched: rows confirmed by the broker and marked ``dispatched``.
     :param retried: rows whose publish failed, back to ``pending`` after the back-off.
     :param dead: rows moved to ``dead`` (failed or abandoned ``max_attempts`` times).
@@ -161,7 +161,7 @@ class RelayBatch:
 
 
 class RelayCore:
-    """The relay's database steps (claim, mark, reap) on one engine; no broker I/O.
+    """The relay's database steps (lease, mark, reap) on one engine; no broker I/O.
 
     Shared by :class:`OutboxRelay` and :class:`~sa_inbox.asyncio.AsyncOutboxRelay` (which
     runs them in a greenlet on the async driver).
@@ -283,9 +283,9 @@ class RelayCore:
     def mark_dispatched(
         self, messages: Sequence[OutboxMessage], now: datetime.datetime | None = None
     ) -> int:
-        """Mark confirmed rows ``dispatched`` in one transaction, guarded by their claim.
+        """Mark confirmed rows ``dispatched`` in one transaction, guarded by their lease.
 
-        :returns: the rows marked (a row whose claim was taken over by another relay after
+        :returns: the rows marked (a row whose lease was taken over by another relay after
             the visibility timeout is left to that relay, and was published twice).
         """
         values = {"status": DISPATCHED, "dispatched_at": now or utc_now(), "claimed_by": None}
@@ -314,8 +314,8 @@ class RelayCore:
 
     def release(self, messages: Sequence[OutboxMessage]) -> int:
         """Give rows back unpublished (the broker could not be reached): ``pending``
-        again with the claim's attempt taken back and ``available_at`` unchanged, in one
-        transaction, guarded by their claim.
+        again with the lease's attempt taken back and ``available_at`` unchanged, in one
+        transaction, guarded by their lease.
 
         :returns: the rows given back (a row another relay took over after the visibility
             timeout is left to it).
@@ -332,7 +332,7 @@ class RelayCore:
 
     def reap(self, now: datetime.datetime | None = None) -> int:
         """Move rows abandoned ``max_attempts`` times (their relays died each time) to
-        ``dead``; returns how many. Taken with the claim's ``SKIP LOCKED``."""
+        ``dead``; returns how many. Taken with the lease's ``SKIP LOCKED``."""
         stale_before = self._stale_before(now or utc_now())
         candidates = self.leased_rows.abandoned(stale_before, self.max_attempts, True, None)
         lost = (
@@ -365,7 +365,7 @@ class RelayCore:
         time with its ``message_id`` (the consumer's inbox drops it as a duplicate while
         its claim is kept): count first with :meth:`replayable`.
 
-        :param now: when the rows become claimable (aware); default now.
+        :param now: when the rows become leasable (aware); default now.
         :returns: the number of rows reset.
         :raises InvalidRelayArgument: if no row filter is given (``destination`` alone does
             not choose rows), ``status`` is neither ``"dead"`` nor ``"dispatched"``, or a
@@ -414,16 +414,16 @@ class OutboxRelay:
     :param outbox: the :class:`~sa_inbox.outbox.Outbox`.
     :param publisher: a :class:`~sa_inbox.outbox.publisher.Publisher` with a plain
         ``publish`` (e.g. :class:`~sa_inbox.brokers.rabbitmq.RabbitMQPublisher`).
-    :param batch_size: rows claimed per transaction (also the most messages a killed
+    :param batch_size: rows leased per transaction (also the most messages a killed
         relay republishes), >= 1.
     :param max_attempts: publish attempts before a row is ``dead``, >= 1.
-    :param visibility_timeout: seconds after which a claimed, unmarked row is claimed
+    :param visibility_timeout: seconds after which a leased, unmarked row is leased
         again by another relay; must exceed the time one batch takes to publish.
     :param backoff: the wait before a failed row is retried, doubling per attempt.
     :param ordered: per-destination order (see the module).
-    :param outage_backoff: the wait before the next claim after a batch that found the
+    :param outage_backoff: the wait before the next lease after a batch that found the
         broker unreachable, doubling per such batch in a row (see the module).
-    :param poll_interval: seconds to wait when nothing is claimable.
+    :param poll_interval: seconds to wait when nothing is leasable.
     :raises InvalidRelayArgument: for a bad setting.
 
     Example::
@@ -471,7 +471,7 @@ class OutboxRelay:
         self.core.outage.sleep = self._stop.wait
 
     def run_once(self) -> RelayBatch:
-        """Claim one batch, publish each row with confirms, mark the results (see the
+        """Lease one batch, publish each row with confirms, mark the results (see the
         module). A refused publish is recorded against its row; a broker that cannot be
         reached gives the unpublished rows back (:attr:`RelayBatch.released`); a database
         error propagates.
@@ -484,9 +484,9 @@ class OutboxRelay:
     def run(
         self, *, until_empty: bool = False, sleep: Callable[[float], None] | None = None
     ) -> RelayBatch:
-        """Relay batches until :meth:`stop` (or, with ``until_empty``, until a claim finds
+        """Relay batches until :meth:`stop` (or, with ``until_empty``, until a lease finds
         nothing and no row is ``pending`` or ``processing``). After a batch that found the
-        broker unreachable it waits ``outage_backoff`` before the next claim.
+        broker unreachable it waits ``outage_backoff`` before the next lease.
 
         :param sleep: how to wait a number of seconds; default a wait that :meth:`stop`
             ends early.
@@ -520,7 +520,7 @@ class OutboxRelay:
 
 
 def relay_batch(core: RelayCore, publisher: Publisher, resolve: Callable[[Any], Any]) -> RelayBatch:
-    """One claim, publish, mark round: the logic both relays share.
+    """One lease, publish, mark round: the logic both relays share.
 
     :param publisher: the publisher; its ``publish_many`` is used when it has one.
     :param resolve: turns what the publisher returned into its result (the identity for a
