@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    logging.getLogger().handlers[0].setLevel(logging.ERROR)  # the lanes record at DEBUG
     figures: list[LaneFigures] = []
     started = time.monotonic()
     for outage in args.outage or [15.0, 60.0]:

@@ -5,12 +5,14 @@ pactix needs Python >= 3.12, so this runs from its own virtualenv::
 
     python3.12 -m venv /tmp/peer && /tmp/peer/bin/pip install pactix==0.2.0 \\
         -e '.[asyncpg,aiomysql,postgresql,mysql]'
-    /tmp/peer/bin/python benchmarks/peer_pactix_drain.py --postgresql-messages 20000 \\
-        --mysql-messages 10000 --repeat 3
+    PYTHONPATH=. /tmp/peer/bin/python benchmarks/peer_pactix_drain.py \\
+        --postgresql-messages 20000 --mysql-messages 10000 --repeat 3
 
-(the URLs are ``SA_INBOX_TEST_POSTGRESQL_URL`` / ``SA_INBOX_TEST_MYSQL_URL``). Each backend
-runs the scenario :mod:`sa_inbox.bench.store_drain` (its docstring says what runs and what
-is checked after each drain) with ``levels=[1, 4]``; ``/proc/loadavg`` is sampled every 2 s.
+from the repository root (the URLs are ``SA_INBOX_TEST_POSTGRESQL_URL`` /
+``SA_INBOX_TEST_MYSQL_URL``). Each backend runs the scenario
+:mod:`sa_inbox.bench.store_drain` (its docstring says what runs and what is checked after
+each drain) with ``levels=[1, 4]`` and :mod:`benchmarks.pactix_peer` as its peer (the
+worker processes import it, hence ``PYTHONPATH``); ``/proc/loadavg`` is sampled every 2 s.
 Writes ``<out>/store_drain-<backend>.json`` (``--out``, default ``benchmarks/results``: the
 scenario's document, with ``loadavg`` added) and prints the scenario's tables; ``--handlers
 noop`` runs only the no-op cells (the ones with pactix).
@@ -27,8 +29,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from benchmarks import pactix_peer
 from sa_inbox.bench import scenario
-from sa_inbox.bench.pactix_peer import available
 from sa_inbox.bench.runner import BenchConfig, make_progress, run_scenario
 
 OUT = Path(__file__).parent / "results"
@@ -57,13 +59,16 @@ def main() -> None:
         "--out", type=Path, default=OUT, help="folder of the JSON (benchmarks/results)"
     )
     args = parser.parse_args()
-    options: dict[str, object] = {"levels": [int(n) for n in args.levels.split(",")]}
+    options: dict[str, object] = {
+        "levels": [int(n) for n in args.levels.split(",")],
+        "peers": [pactix_peer.__name__],
+    }
     if args.handlers:
         options["handlers"] = args.handlers.split(",")
     console = Console(width=200)
     for backend in args.backends.split(","):
         url = os.environ[f"SA_INBOX_TEST_{backend.upper()}_URL"]
-        if not available(url):
+        if not pactix_peer.available(url):
             raise SystemExit("pactix is not importable here: run from its Python 3.12 venv")
         config = BenchConfig(
             url=url,

@@ -2,60 +2,32 @@
 
 Claim ``(message_id, consumer_name)`` in the same transaction as the business change; the
 database's primary key rejects every redelivery. See :class:`Inbox`.
+
+The top level holds what most applications use; everything else is imported from its
+module: the exceptions from :mod:`sa_inbox.exc`, the store's types from
+:mod:`sa_inbox.store`, the retention helpers from :mod:`sa_inbox.retention`. The names that
+left the top level still resolve here for one release, with a :class:`DeprecationWarning`
+naming their module.
 """
 
 from __future__ import annotations
 
+import importlib as _importlib
+import warnings as _warnings
 from importlib import metadata as _metadata
+from typing import TYPE_CHECKING
 
 from .claim import Inbox as Inbox
-from .collision import payload_hash as payload_hash
-from .exc import AsyncHandlerError as AsyncHandlerError
-from .exc import AutocommitConnection as AutocommitConnection
-from .exc import ClaimLost as ClaimLost
-from .exc import ClaimWarning as ClaimWarning
 from .exc import ConfigurationError as ConfigurationError
-from .exc import ConsumerNameTaken as ConsumerNameTaken
-from .exc import DatabaseUnavailable as DatabaseUnavailable
-from .exc import DeadLetterQueueUnavailable as DeadLetterQueueUnavailable
 from .exc import DuplicateMessage as DuplicateMessage
-from .exc import HandlerEndedTransaction as HandlerEndedTransaction
 from .exc import InboxError as InboxError
-from .exc import InvalidBind as InvalidBind
-from .exc import InvalidDeadLetterArgument as InvalidDeadLetterArgument
-from .exc import InvalidHandler as InvalidHandler
-from .exc import InvalidKeySetting as InvalidKeySetting
-from .exc import InvalidMessageId as InvalidMessageId
-from .exc import InvalidObject as InvalidObject
-from .exc import InvalidRetentionPolicy as InvalidRetentionPolicy
-from .exc import InvalidRetryArgument as InvalidRetryArgument
-from .exc import InvalidSessionFactory as InvalidSessionFactory
-from .exc import InvalidStoreArgument as InvalidStoreArgument
-from .exc import InvalidStrategy as InvalidStrategy
-from .exc import InvalidTable as InvalidTable
-from .exc import InvalidTableType as InvalidTableType
-from .exc import MessageIdCollision as MessageIdCollision
-from .exc import MissingExtra as MissingExtra
-from .exc import MissingKeyHeader as MissingKeyHeader
-from .exc import MissingTable as MissingTable
-from .exc import PurgeLockTimeout as PurgeLockTimeout
-from .exc import RetentionWindowTooShort as RetentionWindowTooShort
-from .exc import SplitTransaction as SplitTransaction
-from .exc import SyncAsyncMismatch as SyncAsyncMismatch
 from .exc import TransientClaimError as TransientClaimError
-from .exc import UnsafePartitionKey as UnsafePartitionKey
-from .exc import UnsafeTransaction as UnsafeTransaction
-from .exc import UnsupportedBackend as UnsupportedBackend
-from .exc import UnsupportedBroker as UnsupportedBroker
 from .idempotency import idempotency_key as idempotency_key
 from .retention import RetentionPolicy as RetentionPolicy
-from .retention import StorePurgeResult as StorePurgeResult
 from .retention import purge as purge
-from .retention import purge_store as purge_store
 from .runner import Outcome as Outcome
 from .runner import Result as Result
 from .runner import handle as handle
-from .runner import is_transient as is_transient
 from .runner import run_in_transaction as run_in_transaction
 from .schema import InboxMessageMixin as InboxMessageMixin
 from .schema import processed_messages_table as processed_messages_table
@@ -63,70 +35,92 @@ from .session import install as install
 from .session import register_claim as register_claim
 from .store import Backoff as Backoff
 from .store import InboxStore as InboxStore
-from .store import Incoming as Incoming
-from .store import StoredMessage as StoredMessage
 from .store import Worker as Worker
 
 __all__ = [
-    "AsyncHandlerError",
-    "AutocommitConnection",
     "Backoff",
-    "ClaimLost",
-    "ClaimWarning",
     "ConfigurationError",
-    "ConsumerNameTaken",
-    "DatabaseUnavailable",
-    "DeadLetterQueueUnavailable",
     "DuplicateMessage",
-    "HandlerEndedTransaction",
     "Inbox",
     "InboxError",
     "InboxMessageMixin",
     "InboxStore",
-    "Incoming",
-    "InvalidBind",
-    "InvalidDeadLetterArgument",
-    "InvalidHandler",
-    "InvalidKeySetting",
-    "InvalidMessageId",
-    "InvalidObject",
-    "InvalidRetentionPolicy",
-    "InvalidRetryArgument",
-    "InvalidSessionFactory",
-    "InvalidStoreArgument",
-    "InvalidStrategy",
-    "InvalidTable",
-    "InvalidTableType",
-    "MessageIdCollision",
-    "MissingExtra",
-    "MissingKeyHeader",
-    "MissingTable",
     "Outcome",
-    "PurgeLockTimeout",
     "Result",
     "RetentionPolicy",
-    "RetentionWindowTooShort",
-    "SplitTransaction",
-    "StorePurgeResult",
-    "StoredMessage",
-    "SyncAsyncMismatch",
     "TransientClaimError",
-    "UnsafePartitionKey",
-    "UnsafeTransaction",
-    "UnsupportedBackend",
-    "UnsupportedBroker",
     "Worker",
     "handle",
     "idempotency_key",
     "install",
-    "is_transient",
-    "payload_hash",
     "processed_messages_table",
     "purge",
-    "purge_store",
     "register_claim",
     "run_in_transaction",
 ]
 
 #: The installed distribution's version (``pyproject.toml`` holds the only copy).
 __version__ = _metadata.version("sa-inbox")
+
+#: The names that left the top level, resolved for one release by :func:`__getattr__`:
+#: name -> the module to import it from.
+_MOVED = {
+    "AsyncHandlerError": "sa_inbox.exc",
+    "AutocommitConnection": "sa_inbox.exc",
+    "ClaimLost": "sa_inbox.exc",
+    "ClaimWarning": "sa_inbox.exc",
+    "ConsumerNameTaken": "sa_inbox.exc",
+    "DatabaseUnavailable": "sa_inbox.exc",
+    "DeadLetterQueueUnavailable": "sa_inbox.exc",
+    "HandlerEndedTransaction": "sa_inbox.exc",
+    "Incoming": "sa_inbox.store",
+    "InvalidBind": "sa_inbox.exc",
+    "InvalidDeadLetterArgument": "sa_inbox.exc",
+    "InvalidHandler": "sa_inbox.exc",
+    "InvalidKeySetting": "sa_inbox.exc",
+    "InvalidMessageId": "sa_inbox.exc",
+    "InvalidObject": "sa_inbox.exc",
+    "InvalidRetentionPolicy": "sa_inbox.exc",
+    "InvalidRetryArgument": "sa_inbox.exc",
+    "InvalidSessionFactory": "sa_inbox.exc",
+    "InvalidStoreArgument": "sa_inbox.exc",
+    "InvalidStrategy": "sa_inbox.exc",
+    "InvalidTable": "sa_inbox.exc",
+    "InvalidTableType": "sa_inbox.exc",
+    "MessageIdCollision": "sa_inbox.exc",
+    "MissingExtra": "sa_inbox.exc",
+    "MissingKeyHeader": "sa_inbox.exc",
+    "MissingTable": "sa_inbox.exc",
+    "PurgeLockTimeout": "sa_inbox.exc",
+    "RetentionWindowTooShort": "sa_inbox.exc",
+    "SplitTransaction": "sa_inbox.exc",
+    "StorePurgeResult": "sa_inbox.retention",
+    "StoredMessage": "sa_inbox.store",
+    "SyncAsyncMismatch": "sa_inbox.exc",
+    "UnsafePartitionKey": "sa_inbox.exc",
+    "UnsafeTransaction": "sa_inbox.exc",
+    "UnsupportedBackend": "sa_inbox.exc",
+    "UnsupportedBroker": "sa_inbox.exc",
+    "is_transient": "sa_inbox.runner",
+    "payload_hash": "sa_inbox.collision",
+    "purge_store": "sa_inbox.retention",
+}
+
+if not TYPE_CHECKING:  # type checkers report the old names as missing, so code moves on
+
+    def __getattr__(name: str) -> object:
+        """A name that left the top level, from its module, with a DeprecationWarning.
+
+        :raises AttributeError: for any other name.
+        """
+        module = _MOVED.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(_importlib.import_module(module), name)
+        _warnings.warn(
+            f"sa_inbox.{name} is deprecated and leaves the top level in the next release: "
+            f"use {module}.{value.__name__}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return value

@@ -52,8 +52,8 @@ logger = logging.getLogger(__name__)
 
 def message_id_of(message: object) -> Any:
     """The ``message_id`` attribute of ``message``: the default ``key`` of
-    :meth:`Inbox.claim_batch` (the attribute of :class:`~sa_inbox.Incoming` and
-    :class:`~sa_inbox.StoredMessage`).
+    :meth:`Inbox.claim_batch` (the attribute of :class:`~sa_inbox.store.Incoming` and
+    :class:`~sa_inbox.store.StoredMessage`).
 
     The value is returned as it is; the claim validates it.
 
@@ -94,7 +94,7 @@ class Inbox:
         (``inbox_consumers``, defined on the same MetaData; :mod:`sa_inbox.consumers`):
         :func:`sa_inbox.handle` refuses a handler that is not the name's owner before it
         claims anything. ``False``: no such check (the caller keeps one handler per name).
-    :raises InvalidStrategy: for an unknown ``strategy`` or ``on_collision``.
+    :raises InvalidArgument: for an unknown ``strategy`` or ``on_collision``.
     :raises InvalidTable: for a ``consumers`` that is not a bool, or a table of the
         consumers table's name on the MetaData that is not one.
 
@@ -319,7 +319,7 @@ class Inbox:
             of any type; a bare ``str`` or ``bytes`` is refused.
         :param consumer_name: the consumer.
         :param key: ``message -> message_id``. The default, :func:`message_id_of`, reads
-            the ``message_id`` attribute (as on :class:`~sa_inbox.Incoming`); pass e.g.
+            the ``message_id`` attribute (as on :class:`~sa_inbox.store.Incoming`); pass e.g.
             ``key=operator.attrgetter("id")``, ``key=lambda m: m.key().decode()``, or, when
             the messages are the ids themselves, ``key=lambda m: m``. Its own exceptions
             propagate unchanged, before any SQL.

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .exc import InvalidStoreArgument, InvalidStrategy, MessageIdCollision
+from .exc import InvalidArgument, MessageIdCollision
 from .schema import PAYLOAD_HASH, TIMESTAMP_TZ, key_type
 
 if TYPE_CHECKING:
@@ -98,11 +98,11 @@ def payload_hash(payload: Any) -> bytes:
 def check_mode(mode: str) -> CollisionMode:
     """``mode`` if it is ``"raise"`` or ``"record"``.
 
-    :raises InvalidStrategy: otherwise (a :class:`ValueError` too), when the Inbox or store
+    :raises InvalidArgument: otherwise (a :class:`ValueError` too), when the Inbox or store
         is built.
     """
     if mode not in _MODES:
-        raise InvalidStrategy(f"on_collision must be 'raise' or 'record', not {mode!r}")
+        raise InvalidArgument(f"on_collision must be 'raise' or 'record', not {mode!r}")
     return mode  # type: ignore[return-value]
 
 
@@ -251,7 +251,7 @@ def store_digests(
 
     :param payloads: message id -> payload.
     :param given: message id -> the caller's ``payload_hash`` (or None: not compared).
-    :raises InvalidStoreArgument: if a digest is not :func:`payload_hash` of its payload
+    :raises InvalidArgument: if a digest is not :func:`payload_hash` of its payload
         (the store compares digests of stored payloads, so no other digest can match).
     """
     digests: dict[str, bytes] = {}
@@ -259,7 +259,7 @@ def store_digests(
         if digest is None or message_id not in payloads:
             continue
         if digest != payload_hash(payloads[message_id]):
-            raise InvalidStoreArgument(
+            raise InvalidArgument(
                 f"payload_hash of {message_id!r} is not sa_inbox.collision.payload_hash(payload)"
             )
         digests[message_id] = digest

@@ -1,15 +1,77 @@
-"""Exceptions raised by sa-inbox.
+"""Exceptions raised by sa-inbox, all of them in this one module.
 
 Every exception derives from :class:`InboxError`, so ``except sa_inbox.InboxError`` catches
 everything the library raises on its own account. Database errors that are not about the
 inbox (a failing business statement, a lost connection) are never wrapped: they reach the
-caller as SQLAlchemy's own :class:`sqlalchemy.exc.DBAPIError`.
+caller as SQLAlchemy's own :class:`sqlalchemy.exc.DBAPIError`. A
+:class:`ConfigurationError` is raised to the caller, never acked or nacked.
+
+The tree (each class under its first base, its other bases in brackets)::
+
+    InboxError
+        ConfigurationError
+            MissingTable
+            InvalidArgument [ValueError]
+            InvalidBind [TypeError]
+            InvalidObject [TypeError]
+                SyncAsyncMismatch
+            InvalidSessionFactory [TypeError]
+            InvalidHandler [TypeError]
+            InvalidTable [ValueError]
+                InvalidTableType [TypeError]
+            ConsumerNameTaken
+            MissingKeyHeader
+            MissingExtra [ImportError]
+            UnsupportedBroker [ValueError]
+            AsyncPublisherInSyncRelay [TypeError]
+            AlembicSetupError
+                InboxSettingsConflict
+                InboxTableDropRefused
+            InvalidShardMap [ValueError]
+            WrongShard
+                UnknownShardIdentity
+                ShardAssignmentFailed
+        AsyncHandlerError [TypeError]
+        InvalidMessageId [ValueError]
+        InvalidShardKey [ValueError]
+        InvalidOutboxMessage [ValueError]
+        DuplicateMessage
+        MessageIdCollision
+        ShardKeyChanged
+        TransientClaimError
+        DatabaseUnavailable
+        ClaimWarning
+        UnsafeTransaction
+            AutocommitConnection [ConfigurationError]
+            SplitTransaction [ConfigurationError]
+            HandlerEndedTransaction
+        UnsupportedBackend
+        ClaimLost
+        HandlerFailed
+        DeliveryLimitExceeded
+        NoPubAckError
+        ShardUnavailable
+        DeadLetterQueueUnavailable
+        SourceRefused
+        RetentionWindowTooShort [ValueError]
+        UnsafePartitionKey [ValueError]
+        PurgeLockTimeout
+
+Deprecated aliases of :class:`InvalidArgument`, importable from here for one release:
+``InvalidConsumerArgument``, ``InvalidDeadLetterArgument``, ``InvalidKeySetting``,
+``InvalidRelayArgument``, ``InvalidRetentionPolicy``, ``InvalidRetryArgument``,
+``InvalidStoreArgument``, ``InvalidStrategy``, ``InvalidStreamSettings``,
+``InvalidTableOptions``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
+    "AlembicSetupError",
     "AsyncHandlerError",
+    "AsyncPublisherInSyncRelay",
     "AutocommitConnection",
     "ClaimLost",
     "ClaimWarning",
@@ -17,35 +79,44 @@ __all__ = [
     "ConsumerNameTaken",
     "DatabaseUnavailable",
     "DeadLetterQueueUnavailable",
+    "DeliveryLimitExceeded",
     "DuplicateMessage",
     "HandlerEndedTransaction",
+    "HandlerFailed",
     "InboxError",
+    "InboxSettingsConflict",
+    "InboxTableDropRefused",
+    "InvalidArgument",
     "InvalidBind",
-    "InvalidDeadLetterArgument",
     "InvalidHandler",
-    "InvalidKeySetting",
     "InvalidMessageId",
     "InvalidObject",
-    "InvalidRetentionPolicy",
-    "InvalidRetryArgument",
+    "InvalidOutboxMessage",
     "InvalidSessionFactory",
-    "InvalidStoreArgument",
-    "InvalidStrategy",
+    "InvalidShardKey",
+    "InvalidShardMap",
     "InvalidTable",
     "InvalidTableType",
     "MessageIdCollision",
     "MissingExtra",
     "MissingKeyHeader",
     "MissingTable",
+    "NoPubAckError",
     "PurgeLockTimeout",
     "RetentionWindowTooShort",
+    "ShardAssignmentFailed",
+    "ShardKeyChanged",
+    "ShardUnavailable",
+    "SourceRefused",
     "SplitTransaction",
     "SyncAsyncMismatch",
     "TransientClaimError",
+    "UnknownShardIdentity",
     "UnsafePartitionKey",
     "UnsafeTransaction",
     "UnsupportedBackend",
     "UnsupportedBroker",
+    "WrongShard",
 ]
 
 
@@ -71,6 +142,22 @@ class MissingTable(ConfigurationError):
     MySQL/MariaDB errors 1146 / 1054 (``ER_NO_SUCH_TABLE`` / ``ER_BAD_FIELD_ERROR``),
     SQLite's "no such table" / "no such column", Oracle ORA-00942 / ORA-00904. Create the
     tables (``metadata.create_all()`` or an Alembic migration) before consuming.
+    """
+
+
+class InvalidArgument(ConfigurationError, ValueError):
+    """An argument of an sa-inbox entry point was rejected before any SQL was sent or any
+    broker was connected to: nothing has been written, read or moved.
+
+    Raised for a value out of range or of the wrong kind: a count, limit, batch size,
+    ``max_attempts`` or ``prefetch`` that is not an int >= 1; a timeout or back-off that is
+    not a number of seconds > 0; a duration that is not a :class:`datetime.timedelta`, or a
+    retention policy, purge or partition setting that is malformed; a naive ``now``; a
+    payload that is not JSON-serialisable (NaN and Infinity refused); a claim strategy
+    other than ``"native"`` or ``"savepoint"``; a broker adapter's key setting, stream or
+    consumer setting, or dead-letter argument that the broker cannot serve; an Alembic
+    operation's table name, schema or factory option; a replay whose filters choose no
+    rows. The message names the argument and what it accepts.
     """
 
 
@@ -103,6 +190,43 @@ class SyncAsyncMismatch(InvalidObject):
     """
 
 
+class InvalidSessionFactory(ConfigurationError, TypeError):
+    """The session factory did not make a :class:`~sqlalchemy.orm.Session`.
+
+    The runner needs a factory such as ``sessionmaker(engine)`` (called with no arguments,
+    returning a new Session). ``Session.begin`` or ``sessionmaker.begin``, which return a
+    transaction context manager, are the usual mistake.
+    """
+
+
+class InvalidHandler(ConfigurationError, TypeError):
+    """The handler cannot be called the way the runner or worker calls it.
+
+    :func:`sa_inbox.handle` calls ``handler(session)``; the :class:`~sa_inbox.Worker` calls
+    ``handler(session, message)``. Checked with :func:`inspect.signature` before anything
+    is sent.
+    """
+
+
+class InvalidTable(ConfigurationError, ValueError):
+    """A table given to sa-inbox, or the definition asked for, cannot serve the inbox.
+
+    Raised for a table that lacks a required column or whose primary key is not
+    ``(message_id, consumer_name)`` (:meth:`sa_inbox.Inbox.for_table`), a
+    ``message_id_length`` that is not a positive int, a ``MERGE`` (Oracle) built without the
+    table's key columns, and a partition name over PostgreSQL's 63 characters. Raised while
+    the table or statement is defined, before any SQL.
+    """
+
+
+class InvalidTableType(InvalidTable, TypeError):
+    """An :class:`InvalidTable` where no table was given at all, or not a table.
+
+    ``Inbox()`` with neither a MetaData nor ``table=``, or a purge given something other
+    than an :class:`~sa_inbox.Inbox` or a :class:`~sqlalchemy.Table`.
+    """
+
+
 class ConsumerNameTaken(ConfigurationError):
     """A handler claimed under a ``consumer_name`` that another handler owns.
 
@@ -132,55 +256,6 @@ class ConsumerNameTaken(ConfigurationError):
     def __reduce__(self) -> tuple[type[ConsumerNameTaken], tuple[str, str, str]]:
         """Pickled with its three values (a worker process reporting it to its parent)."""
         return type(self), (self.consumer_name, self.owner, self.handler)
-
-
-class InvalidTable(ConfigurationError, ValueError):
-    """A table given to sa-inbox, or the definition asked for, cannot serve the inbox.
-
-    Raised for a table that lacks a required column or whose primary key is not
-    ``(message_id, consumer_name)`` (:meth:`sa_inbox.Inbox.for_table`), a
-    ``message_id_length`` that is not a positive int, a ``MERGE`` (Oracle) built without the
-    table's key columns, and a partition name over PostgreSQL's 63 characters. Raised while
-    the table or statement is defined, before any SQL.
-    """
-
-
-class InvalidTableType(InvalidTable, TypeError):
-    """An :class:`InvalidTable` where no table was given at all, or not a table.
-
-    ``Inbox()`` with neither a MetaData nor ``table=``, or a purge given something other
-    than an :class:`~sa_inbox.Inbox` or a :class:`~sqlalchemy.Table`.
-    """
-
-
-class InvalidStrategy(ConfigurationError, ValueError):
-    """A claim strategy other than ``"native"`` or ``"savepoint"`` (see
-    :class:`sa_inbox.Inbox`); raised when the Inbox is built."""
-
-
-class InvalidSessionFactory(ConfigurationError, TypeError):
-    """The session factory did not make a :class:`~sqlalchemy.orm.Session`.
-
-    The runner needs a factory such as ``sessionmaker(engine)`` (called with no arguments,
-    returning a new Session). ``Session.begin`` or ``sessionmaker.begin``, which return a
-    transaction context manager, are the usual mistake.
-    """
-
-
-class InvalidHandler(ConfigurationError, TypeError):
-    """The handler cannot be called the way the runner or worker calls it.
-
-    :func:`sa_inbox.handle` calls ``handler(session)``; the :class:`~sa_inbox.Worker` calls
-    ``handler(session, message)``. Checked with :func:`inspect.signature` before anything
-    is sent.
-    """
-
-
-class InvalidKeySetting(ConfigurationError, ValueError):
-    """A broker adapter's key setting cannot be used: a ``key_header`` (``key_field``,
-    ``key_kwarg``) that is not a non-empty string without surrounding whitespace, or a
-    ``max_keyless`` that is neither None nor an int >= 1. Raised when the consumer is made,
-    before it connects."""
 
 
 class MissingKeyHeader(ConfigurationError):
@@ -221,6 +296,132 @@ class MissingKeyHeader(ConfigurationError):
         self.wrong_types = wrong_types
 
 
+class MissingExtra(ConfigurationError, ImportError):
+    """A module of sa-inbox needs an optional dependency that is not installed.
+
+    The message is one line naming the extra that installs it: ``sa_inbox.brokers.rabbitmq
+    needs the 'rabbitmq' extra: pip install 'sa-inbox[rabbitmq]'``; the import error of the
+    dependency is chained as ``__cause__``. Raised by :mod:`sa_inbox._optional` when the
+    module is imported.
+
+    :ivar module: the sa-inbox module that needs it (``"sa_inbox.brokers.rabbitmq"``).
+    :ivar extra: the extra that installs it (``"rabbitmq"``).
+    """
+
+    def __init__(self, module: str, extra: str, dependency: str) -> None:
+        super().__init__(
+            f"{module} needs the {extra!r} extra: pip install 'sa-inbox[{extra}]'",
+            name=dependency,
+        )
+        self.module = module
+        self.extra = extra
+
+    def __reduce__(self) -> tuple[type[MissingExtra], tuple[str, str, str]]:
+        # Rebuilt from its fields, not from ``args`` (the message), when pickled across
+        # processes.
+        return type(self), (self.module, self.extra, self.name or "")
+
+
+class UnsupportedBroker(ConfigurationError, ValueError):
+    """No adapter or chaos driver for this broker URL's scheme (``amqp://``, ``redis://`` and
+    ``nats://`` have one)."""
+
+
+class AsyncPublisherInSyncRelay(ConfigurationError, TypeError):
+    """The synchronous :class:`~sa_inbox.outbox.OutboxRelay` was given a publisher whose
+    ``publish`` (or ``publish_many``) returns an awaitable (an ``async def``, or
+    :class:`~sa_inbox.brokers.redis.RedisStreamPublisher` on a ``redis.asyncio`` client):
+    nothing was published, and no confirm can be awaited. Raised to the caller, the batch's
+    rows given back unpublished; use :class:`~sa_inbox.asyncio.AsyncOutboxRelay`, or a
+    plain publisher."""
+
+
+class AlembicSetupError(ConfigurationError):
+    """The Alembic environment could not be set up as asked.
+
+    For example a ``[sa_inbox] target_metadata`` option in ``alembic.ini`` that names no
+    importable :class:`~sqlalchemy.MetaData`.
+    """
+
+
+class InboxSettingsConflict(AlembicSetupError):
+    """``[sa_inbox]`` in ``alembic.ini`` says one thing about a table the models define.
+
+    The models' table (``Inbox(metadata, table_name=..., message_id_length=...)``) is the one
+    the application claims through, so it is the one migrated; an ``alembic.ini`` option that
+    disagrees with it (``table_name``, ``store_table_name``, ``schema``,
+    ``message_id_length``) is refused instead of being ignored. Remove the option.
+    """
+
+
+class InboxTableDropRefused(AlembicSetupError):
+    """A revision would drop an sa-inbox table whose rows autogenerate could not keep.
+
+    Raised when the upgrade reaches ``op.refuse_inbox_table_drop(...)``, the line that
+    autogenerate writes where a table left the models and could not be paired with exactly
+    one compatible new table to rename it to. Nothing of the revision has run before it (it
+    is the first operation). The message says how to edit the revision.
+    """
+
+
+class InvalidShardMap(ConfigurationError, ValueError):
+    """The shard map cannot route messages safely; raised when the
+    :class:`~sa_inbox.sharding.ShardedInbox` is built, before any SQL.
+
+    Raised for: an empty map; a shard name that is not a valid key (a non-empty string of at
+    most 255 characters, no NUL, no surrounding whitespace); a shard that is neither an
+    :class:`~sqlalchemy.engine.Engine` nor a ``sessionmaker`` bound to one; two shards on
+    the same database as far as their URLs tell (same backend, database name and
+    locations: host and port, every ``?host=``/``?port=`` of libpq's multi-host form, a
+    Unix socket: the claims of both would share one table, so the map does not say where a
+    message lives; the map is checked without connecting, so one server under two names,
+    ``localhost`` and ``127.0.0.1``, is not seen); an inbox whose
+    table has no ``payload_hash`` column (the shard key's digest is stored there) or whose
+    ``on_collision`` is not ``"raise"``; an ``assign`` function that returns a name
+    that is not in the map (raised at the claim, see :class:`WrongShard`).
+    """
+
+
+class WrongShard(ConfigurationError):
+    """A claim was asked on a database that is not the shard its key routes to, or the
+    ``assign`` function named a shard that is not in the map.
+
+    The rule: the claim lives in the same database as the business change, and
+    every delivery of one message reaches the same shard. A Session bound to another shard
+    would put this delivery's claim where the next delivery will not look. Nothing has been
+    written (at most one read-only query asked the server which it is, see
+    :mod:`sa_inbox.sharding.identity`); the caller's code routes wrongly, so it is a
+    configuration error (raised, never nacked, by :func:`sa_inbox.handle`).
+    """
+
+
+class UnknownShardIdentity(WrongShard):
+    """A claim's connection comes from another Engine than its shard's, and the server it is
+    on could not be established (a backend that is not asked, a server that does not answer,
+    an in-memory database: see :mod:`sa_inbox.sharding.identity`). Refused, as a wrong shard
+    is: the check never passes on an unknown identity. Claim on a Session of
+    :meth:`~sa_inbox.sharding.ShardedInbox.session_factory` (the shard's own Engine, which
+    needs no identity)."""
+
+
+class ShardAssignmentFailed(WrongShard):
+    """The ``assign`` function raised for a shard key (e.g. a ``KeyError`` from a directory
+    that does not know the tenant). Raised before any SQL, the function's exception chained
+    as ``__cause__``; :meth:`~sa_inbox.sharding.ShardedInbox.handle` raises it without ack or
+    nack, as any configuration error.
+
+    :param shard_key: the key that could not be routed.
+    :param cause: the function's exception.
+    """
+
+    def __init__(self, shard_key: str, cause: Exception) -> None:
+        super().__init__(
+            f"assign({shard_key!r}) raised {type(cause).__name__}: {cause}; the key cannot be "
+            "routed to a shard"
+        )
+        self.shard_key = shard_key
+
+
 class AsyncHandlerError(InboxError, TypeError):
     """A synchronous runner was given an ``async def`` handler, or one returning an awaitable.
 
@@ -237,6 +438,23 @@ class InvalidMessageId(InboxError, ValueError):
     Raised for ``None``, non-``str`` values, the empty string, values with leading or
     trailing whitespace, values containing NUL, and values longer than the column
     (counted in characters). Nothing has been written when this is raised.
+    """
+
+
+class InvalidShardKey(InboxError, ValueError):
+    """A shard key is not a non-empty string of at most 255 characters (no NUL, no
+    surrounding whitespace); raised before any SQL, nothing sent."""
+
+
+class InvalidOutboxMessage(InboxError, ValueError):
+    """A message given to :meth:`~sa_inbox.outbox.Outbox.publish` cannot be recorded.
+
+    Raised before any SQL for: a destination that is not a non-empty string of at most 255
+    characters (no NUL, no surrounding whitespace); a payload that is neither bytes nor
+    JSON-serialisable (NaN and Infinity refused); headers that are not a mapping of such
+    strings to strings without NUL, CR or LF (NATS and AMQP carry headers as text lines or
+    short strings); a ``message_id`` that is not a valid key (see
+    :func:`sa_inbox.validation.validate_key`). Nothing has been written.
     """
 
 
@@ -257,6 +475,71 @@ class DuplicateMessage(InboxError):
         )
         self.message_id = message_id
         self.consumer_name = consumer_name
+
+
+class MessageIdCollision(InboxError):
+    """Two different messages share one ``(message_id, consumer_name)``.
+
+    A claim (or store receive) carried a payload digest that differs from the digest stored
+    with the id's earlier claim: this is not a redelivery but a second message whose producer
+    reused the id. Skipping it as a duplicate would lose it silently, so by default the claim
+    raises this; the caller's transaction must roll back and the message is nacked (the
+    runner does so: it is a failed delivery, not a configuration error). With
+    ``on_collision="record"`` the collision is written to the collisions table instead and
+    the message is skipped (see :mod:`sa_inbox.collision`).
+
+    :param message_id: the shared id.
+    :param consumer_name: the consumer.
+    :param stored_hash: the digest stored with the earlier claim.
+    :param payload_hash: the digest of this delivery.
+    """
+
+    def __init__(
+        self,
+        message_id: str,
+        consumer_name: str,
+        stored_hash: bytes | None,
+        payload_hash: bytes | None,
+    ) -> None:
+        super().__init__(
+            f"message id {message_id!r} of consumer {consumer_name!r} was already claimed by a "
+            f"different message (payload hash {_hex(stored_hash)} stored, {_hex(payload_hash)} "
+            "now): two producers share an id"
+        )
+        self.message_id = message_id
+        self.consumer_name = consumer_name
+        self.stored_hash = stored_hash
+        self.payload_hash = payload_hash
+
+
+class ShardKeyChanged(InboxError):
+    """A delivery carries another shard key than the delivery that claimed the message.
+
+    Detected on the shard that holds the claim: the claim stores a digest of its shard key
+    (see :mod:`sa_inbox.sharding.keys`), and a redelivery routed to the same shard with
+    another key has another digest. With ``check_other_shards=True`` it is also raised when
+    a new claim finds the message already claimed on another shard (see
+    :class:`~sa_inbox.sharding.ShardedInbox` for that check's race). Like
+    :class:`~sa_inbox.exc.MessageIdCollision` it is a failed delivery: the caller's
+    transaction rolls back and the message is nacked (never acked, never applied twice).
+
+    :param message_id: the message id.
+    :param consumer_name: the consumer.
+    :param shard: the shard this delivery was routed to.
+    :param found_on: the shard holding the earlier claim.
+    """
+
+    def __init__(self, message_id: str, consumer_name: str, shard: str, found_on: str) -> None:
+        where = "on the same shard" if found_on == shard else f"on shard {found_on!r}"
+        super().__init__(
+            f"message {message_id!r} of consumer {consumer_name!r} was claimed {where} under "
+            f"another shard key; this delivery was routed to shard {shard!r}: the producer "
+            "changed the message's shard key, refused (not applied, not acked)"
+        )
+        self.message_id = message_id
+        self.consumer_name = consumer_name
+        self.shard = shard
+        self.found_on = found_on
 
 
 class TransientClaimError(InboxError):
@@ -342,47 +625,69 @@ class UnsupportedBackend(InboxError):
     """
 
 
-class MissingExtra(ConfigurationError, ImportError):
-    """A module of sa-inbox needs an optional dependency that is not installed.
+class ClaimLost(InboxError):
+    """A worker's claim on a stored message is no longer its own.
 
-    The message is one line naming the extra that installs it: ``sa_inbox.brokers.rabbitmq
-    needs the 'rabbitmq' extra: pip install 'sa-inbox[rabbitmq]'``; the import error of the
-    dependency is chained as ``__cause__``. Raised by :mod:`sa_inbox._optional` when the
-    module is imported.
-
-    :ivar module: the sa-inbox module that needs it (``"sa_inbox.brokers.rabbitmq"``).
-    :ivar extra: the extra that installs it (``"rabbitmq"``).
+    The claim's visibility timeout passed and another worker claimed the row again (or it
+    was reaped or replayed). The transaction is rolled back, so the message is processed
+    once, by the row's current claim holder.
     """
 
-    def __init__(self, module: str, extra: str, dependency: str) -> None:
+
+class HandlerFailed(InboxError):
+    """Raised by :meth:`~sa_inbox.store.InboxStore.complete_batch` run without savepoints
+    when a handler raised: the whole transaction was rolled back, nothing of the batch
+    committed.
+
+    :param message: the :class:`~sa_inbox.store.StoredMessage` whose handler raised (typed
+        loosely: this module imports nothing of the package).
+    :param error: what it raised (also the ``__cause__``).
+    """
+
+    def __init__(self, message: Any, error: BaseException) -> None:
+        super().__init__(f"handler failed on message {message.message_id!r}: {error}")
+        self.message = message
+        self.error = error
+
+
+#: ``retry_at(message)``: when a message that failed this attempt may be claimed again
+#: (aware UTC), or ``None`` when its attempts are used up (``dead``).
+
+
+class DeliveryLimitExceeded(InboxError):
+    """The broker delivered a message more often than ``max_deliveries``; not processed."""
+
+
+class NoPubAckError(InboxError):
+    """No PubAck came for a message although JetStream answers (its account info, asked
+    right after): no stream stores the subject, yet a plain subscriber took the publish, so
+    the server sent no "no responders" either. The message's fault, not an outage: the
+    relay counts an attempt."""
+
+
+class ShardUnavailable(InboxError):
+    """``check_other_shards=True`` could not read another shard (a connection error, a pool
+    timeout), so it cannot tell whether the message was claimed there.
+
+    The delivery is refused rather than applied unchecked: a FAILED delivery, rolled back and
+    nacked by :meth:`~sa_inbox.sharding.ShardedInbox.handle` (not a configuration error). It
+    ties every shard's new deliveries to the availability of all the others: with one shard
+    down every new message fails on every shard, and a broker with a redelivery limit moves
+    them to its dead-letter queue. Requeue on this error with a delay (it names the shard),
+    or run without the check.
+
+    :param shard: the shard that could not be read.
+    :param message_id: the message being claimed.
+    """
+
+    def __init__(self, shard: str, message_id: str, cause: BaseException) -> None:
         super().__init__(
-            f"{module} needs the {extra!r} extra: pip install 'sa-inbox[{extra}]'",
-            name=dependency,
+            f"check_other_shards: shard {shard!r} could not be read ({type(cause).__name__}), "
+            f"so whether message {message_id!r} was claimed there is unknown: refused, not "
+            "applied (it is retried when redelivered; the shard must be reachable)"
         )
-        self.module = module
-        self.extra = extra
-
-    def __reduce__(self) -> tuple[type[MissingExtra], tuple[str, str, str]]:
-        # Rebuilt from its fields, not from ``args`` (the message), when pickled across
-        # processes.
-        return type(self), (self.module, self.extra, self.name or "")
-
-
-class UnsupportedBroker(ConfigurationError, ValueError):
-    """No adapter or chaos driver for this broker URL's scheme (``amqp://``, ``redis://`` and
-    ``nats://`` have one)."""
-
-
-class InvalidDeadLetterArgument(InboxError, ValueError):
-    """An argument of a dead-letter count, list or replay
-    (:mod:`sa_inbox.brokers.dead_letters`) was rejected before connecting to the broker.
-
-    Raised for a broker URL that is not a string, a dead-letter target that names no queue /
-    stream, a queue / stream name the broker cannot hold, a ``reason`` that is no
-    :class:`~sa_inbox.brokers.DeadLetterReason`, a ``limit`` that is not an int >= 1, a
-    ``timeout`` that is not a number of seconds > 0, a ``dry_run`` that is not a bool.
-    Nothing was read or moved.
-    """
+        self.shard = shard
+        self.message_id = message_id
 
 
 class DeadLetterQueueUnavailable(InboxError):
@@ -406,24 +711,11 @@ class DeadLetterQueueUnavailable(InboxError):
         return type(self), (self.target, self.why)
 
 
-class InvalidRetentionPolicy(InboxError, ValueError):
-    """A :class:`~sa_inbox.retention.RetentionPolicy`, purge or partition argument is
-    malformed.
-
-    Raised for a duration that is not a :class:`datetime.timedelta`, a negative duration,
-    a zero ``max_redelivery``, a ``batch_size`` (or a MySQL ``DELETE … LIMIT``) that is not
-    a positive int, a bare ``older_than`` with no policy to check it against, a partition
-    interval shorter than one minute, or a partition bound not aligned on its interval
-    (:mod:`sa_inbox.retention.partitions`). Nothing has been deleted or created.
-    """
-
-
-class InvalidRetryArgument(InboxError, ValueError):
-    """A retry setting of the runner was rejected before anything was sent.
-
-    Raised by :func:`sa_inbox.handle` and :func:`sa_inbox.run_in_transaction` for a
-    ``max_attempts`` that is not an int >= 1.
-    """
+class SourceRefused(InboxError):
+    """The source queue / stream refused a dead letter's publish (no such queue, no stream
+    for the subject, JetStream's duplicate window): the dead letter was left in place.
+    Raised by a broker's dead-letter queue's ``move`` and counted by
+    :func:`sa_inbox.brokers.dead_letters.replay`, never raised to its caller."""
 
 
 class RetentionWindowTooShort(InboxError, ValueError):
@@ -468,59 +760,17 @@ class PurgeLockTimeout(InboxError):
     """
 
 
-class InvalidStoreArgument(InboxError, ValueError):
-    """An argument of the inbox store or its worker was rejected before any SQL was sent.
-
-    Raised for a payload that is not JSON-serialisable (or holds NaN/Infinity, which
-    PostgreSQL's JSON refuses), a ``limit``/``batch_size``/``max_attempts`` that is not a
-    positive int, a timeout that is not a positive number of seconds, a naive ``now``, and a
-    replay with no row chosen. Nothing has been written.
-    """
-
-
-class ClaimLost(InboxError):
-    """A worker's claim on a stored message is no longer its own.
-
-    The claim's visibility timeout passed and another worker claimed the row again (or it
-    was reaped or replayed). The transaction is rolled back, so the message is processed
-    once, by the row's current claim holder.
-    """
-
-
-class MessageIdCollision(InboxError):
-    """Two different messages share one ``(message_id, consumer_name)``.
-
-    A claim (or store receive) carried a payload digest that differs from the digest stored
-    with the id's earlier claim: this is not a redelivery but a second message whose producer
-    reused the id. Skipping it as a duplicate would lose it silently, so by default the claim
-    raises this; the caller's transaction must roll back and the message is nacked (the
-    runner does so: it is a failed delivery, not a configuration error). With
-    ``on_collision="record"`` the collision is written to the collisions table instead and
-    the message is skipped (see :mod:`sa_inbox.collision`).
-
-    :param message_id: the shared id.
-    :param consumer_name: the consumer.
-    :param stored_hash: the digest stored with the earlier claim.
-    :param payload_hash: the digest of this delivery.
-    """
-
-    def __init__(
-        self,
-        message_id: str,
-        consumer_name: str,
-        stored_hash: bytes | None,
-        payload_hash: bytes | None,
-    ) -> None:
-        super().__init__(
-            f"message id {message_id!r} of consumer {consumer_name!r} was already claimed by a "
-            f"different message (payload hash {_hex(stored_hash)} stored, {_hex(payload_hash)} "
-            "now): two producers share an id"
-        )
-        self.message_id = message_id
-        self.consumer_name = consumer_name
-        self.stored_hash = stored_hash
-        self.payload_hash = payload_hash
-
-
 def _hex(digest: bytes | None) -> str:
     return "none" if digest is None else digest.hex()[:16]
+
+
+InvalidConsumerArgument = InvalidArgument
+InvalidDeadLetterArgument = InvalidArgument
+InvalidKeySetting = InvalidArgument
+InvalidRelayArgument = InvalidArgument
+InvalidRetentionPolicy = InvalidArgument
+InvalidRetryArgument = InvalidArgument
+InvalidStoreArgument = InvalidArgument
+InvalidStrategy = InvalidArgument
+InvalidStreamSettings = InvalidArgument
+InvalidTableOptions = InvalidArgument

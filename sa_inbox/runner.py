@@ -39,8 +39,8 @@ from .dialects import classifier_for
 from .exc import (
     ConfigurationError,
     HandlerEndedTransaction,
+    InvalidArgument,
     InvalidBind,
-    InvalidRetryArgument,
     InvalidSessionFactory,
     TransientClaimError,
 )
@@ -156,9 +156,9 @@ def new_session(session_factory: Callable[[], Session]) -> Session:
 def check_max_attempts(max_attempts: int) -> int:
     """``max_attempts`` if it is an int >= 1.
 
-    :raises InvalidRetryArgument: otherwise (nothing has been sent).
+    :raises InvalidArgument: otherwise (nothing has been sent).
     """
-    return positive_int(max_attempts, "max_attempts", InvalidRetryArgument)
+    return positive_int(max_attempts, "max_attempts", InvalidArgument)
 
 
 def is_transient(exc: BaseException, dialect_name: str | None) -> bool:
@@ -216,7 +216,7 @@ def run_in_transaction(
         column, :class:`~sa_inbox.exc.AutocommitConnection` for an engine that commits each
         statement on its own, :class:`~sa_inbox.exc.InvalidSessionFactory` for a factory
         that does not make Sessions; never retried.
-    :raises InvalidRetryArgument: if ``max_attempts`` is not an int >= 1, before anything.
+    :raises InvalidArgument: if ``max_attempts`` is not an int >= 1, before anything.
     """
     check_max_attempts(max_attempts)
     check_session_factory(
@@ -360,7 +360,7 @@ def handle(
         ``nack`` propagates (chained to the handler's error).
     :raises InvalidMessageId: for an invalid id, before anything is sent (not acked: the
         caller decides whether such a message goes to a dead-letter queue).
-    :raises InvalidRetryArgument: if ``max_attempts`` is not an int >= 1, before anything.
+    :raises InvalidArgument: if ``max_attempts`` is not an int >= 1, before anything.
     :raises ConfigurationError: raised to the caller with **neither ack nor nack** (the same
         error would fail every message; nacking would loop the queue through it), nothing
         committed: :class:`~sa_inbox.exc.InvalidHandler` (not callable as

@@ -20,9 +20,9 @@ path):
 
 The broker's dead-letter queues / streams are not in the database: ``sa-inbox stats
 --dead-letters URL/QUEUE`` counts them with :func:`sa_inbox.brokers.dead_letters.sample`
-into :attr:`InboxStats.dead_letter_queues`, which :func:`warnings` reads.
+into :attr:`InboxStats.dead_letter_queues`, which :func:`stats_warnings` reads.
 
-:func:`warnings` turns a sample into the operator's warnings, each with its own code (the
+:func:`stats_warnings` turns a sample into the operator's warnings, each with its own code (the
 exit status of ``sa-inbox stats --check``).
 """
 
@@ -67,7 +67,7 @@ __all__ = [
     "TableStats",
     "WarningCode",
     "collect",
-    "warnings",
+    "stats_warnings",
 ]
 
 #: Dead letters listed (the newest first); the count covers them all.
@@ -557,7 +557,7 @@ WarningCode = int
 
 @dataclass(frozen=True)
 class StatsWarning:
-    """One warning of :func:`warnings`: ``code`` is its exit status under ``--check``
+    """One warning of :func:`stats_warnings`: ``code`` is its exit status under ``--check``
     (several warnings: the lowest code wins, see ``sa-inbox stats``)."""
 
     code: WarningCode
@@ -583,7 +583,7 @@ WARNING_CODES = {
 }
 
 
-def warnings(
+def stats_warnings(
     stats: InboxStats,
     *,
     retention: datetime.timedelta | None,
@@ -702,7 +702,7 @@ def warnings(
 def _outbox_warnings(
     outbox: OutboxStats, pending_threshold: datetime.timedelta
 ) -> list[tuple[str, str]]:
-    """``outbox-dead`` and ``relay-stuck`` (see :func:`warnings`)."""
+    """``outbox-dead`` and ``relay-stuck`` (see :func:`stats_warnings`)."""
     found = []
     dead = outbox.total(DEAD)
     if dead:

@@ -26,7 +26,7 @@ from typing import Any
 
 from typing_extensions import deprecated
 
-from .exc import ConfigurationError, InvalidStoreArgument
+from .exc import ConfigurationError, InvalidArgument
 from .handlers import call_handler
 from .store.protocol import (
     BatchFailure,
@@ -107,7 +107,7 @@ class MemoryStore:
         """Store a message unless ``(message_id, consumer_name)`` is already stored.
 
         :returns: True if it was new.
-        :raises InvalidMessageId, InvalidStoreArgument: as
+        :raises InvalidMessageId, InvalidArgument: as
             :meth:`sa_inbox.store.InboxStore.receive`.
         """
         message = Incoming(message_id, payload, aggregate_id, message_type)
@@ -121,14 +121,14 @@ class MemoryStore:
         Every message is checked before any is stored, as the database store checks the
         whole batch before any SQL: a batch with one invalid message stores nothing.
 
-        :raises InvalidMessageId, InvalidStoreArgument: as :meth:`receive`, for any message.
+        :raises InvalidMessageId, InvalidArgument: as :meth:`receive`, for any message.
         """
         if isinstance(messages, Incoming):
-            raise InvalidStoreArgument("receive_many takes an iterable of Incoming messages")
+            raise InvalidArgument("receive_many takes an iterable of Incoming messages")
         checked = []
         for message in messages:
             if not isinstance(message, Incoming):
-                raise InvalidStoreArgument(f"expected Incoming, not {type(message).__name__}")
+                raise InvalidArgument(f"expected Incoming, not {type(message).__name__}")
             checked.append(self._checked(message, consumer_name))
         return self._store(checked)
 
@@ -146,7 +146,7 @@ class MemoryStore:
         try:
             stored = json.loads(json.dumps(message.payload, allow_nan=False))
         except (TypeError, ValueError) as exc:
-            raise InvalidStoreArgument(f"payload is not JSON-serialisable: {exc}") from exc
+            raise InvalidArgument(f"payload is not JSON-serialisable: {exc}") from exc
         epoch = datetime.datetime.min.replace(tzinfo=datetime.UTC)
         return MemoryRow(
             id=0,
@@ -191,13 +191,13 @@ class MemoryStore:
         """Lease as :meth:`sa_inbox.store.InboxStore.lease` does, with its argument checks
         (``abandoned=False``: pending rows only).
 
-        :raises InvalidStoreArgument: for a ``limit`` or ``max_attempts`` that is not a
+        :raises InvalidArgument: for a ``limit`` or ``max_attempts`` that is not a
             positive int, or a ``visibility_timeout`` that is not positive seconds.
         :raises InvalidMessageId: for an invalid ``claimed_by`` or ``consumer_name``.
         """
-        positive_int(limit, "limit", InvalidStoreArgument)
-        positive_int(max_attempts, "max_attempts", InvalidStoreArgument)
-        positive_seconds(visibility_timeout, "visibility_timeout", InvalidStoreArgument)
+        positive_int(limit, "limit", InvalidArgument)
+        positive_int(max_attempts, "max_attempts", InvalidArgument)
+        positive_seconds(visibility_timeout, "visibility_timeout", InvalidArgument)
         claimed_by = validate_key(claimed_by, "claimed_by", 255)
         if consumer_name is not None:
             consumer_name = validate_key(consumer_name, "consumer_name", 255)
@@ -390,9 +390,9 @@ class MemoryStore:
     ) -> int:
         """Reset the chosen dead or done rows to pending with 0 attempts (as the store)."""
         if ids is None and status is None:
-            raise InvalidStoreArgument("replay needs ids or a status")
+            raise InvalidArgument("replay needs ids or a status")
         if status is not None and status not in (DEAD, DONE):
-            raise InvalidStoreArgument(f"replay status must be dead or done: {status!r}")
+            raise InvalidArgument(f"replay status must be dead or done: {status!r}")
         chosen = None if ids is None else set(ids)
         count = 0
         with self._lock:

@@ -19,7 +19,7 @@ def positive_int(value: object, name: str, error: type[InboxError]) -> int:
 
     :param name: the argument's name, for the message.
     :param error: the exception class the caller documents (such as
-        :class:`~sa_inbox.exc.InvalidStoreArgument`).
+        :class:`~sa_inbox.exc.InvalidArgument`).
     :raises error: otherwise.
     """
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -41,7 +41,7 @@ from pathlib import Path
 #: The top-level modules of the database drivers' extras (imported by SQLAlchemy's dialects).
 DRIVERS = ("psycopg", "pymysql", "oracledb", "asyncpg", "aiomysql", "aiosqlite")
 #: Installed with the extras' packages, imported by sa_inbox in functions only.
-OTHERS = ("aiormq", "sqlalchemy_cockroachdb", "pactix")
+OTHERS = ("aiormq", "sqlalchemy_cockroachdb")
 #: The message of :class:`sa_inbox.exc.MissingExtra`.
 EXTRA_MESSAGE = re.compile(
     r"(?P<module>sa_inbox[\w.]*) needs the '(?P<extra>[\w-]+)' extra: "

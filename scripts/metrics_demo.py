@@ -28,7 +28,8 @@ import sqlalchemy as sa
 from prometheus_client import REGISTRY, start_http_server
 from sqlalchemy.orm import Session, sessionmaker
 
-from sa_inbox import Inbox, InboxStore, Worker, handle, payload_hash
+from sa_inbox import Inbox, InboxStore, Worker, handle
+from sa_inbox.collision import payload_hash
 from sa_inbox.hooks.prometheus import InboxCollector, PrometheusHooks
 
 CONSUMERS = ("billing", "shipping")

@@ -173,7 +173,7 @@ done
 export SA_INBOX_TEST_GALERA_DIR
 
 mapfile -t XDIST < <(xdist_arguments "$@")
-run_check pytest .venv/bin/python -m pytest "${XDIST[@]}" "$@"
+run_check pytest .venv/bin/python -m pytest --durations=30 "${XDIST[@]}" "$@"
 
 if [ -z "${SA_INBOX_SKIP_LINT:-}" ]; then
     mapfile -t LINT_DIRS < <(existing_dirs sa_inbox tests benchmarks scripts)

@@ -31,16 +31,16 @@ from __future__ import annotations
 from .._optional import optional_dependencies
 
 with optional_dependencies(__name__, "alembic", "alembic"):
+    from ..exc import AlembicSetupError as AlembicSetupError
+    from ..exc import InboxSettingsConflict as InboxSettingsConflict
+    from ..exc import InboxTableDropRefused as InboxTableDropRefused
+    from ..exc import InvalidTableOptions as InvalidTableOptions
     from . import autogenerate as autogenerate
     from .config import Config as Config
     from .config import target_metadata as target_metadata
     from .config import template_directory as template_directory
     from .consumer import RenameInboxConsumerOp as RenameInboxConsumerOp
     from .consumer import rename_inbox_consumer as rename_inbox_consumer
-    from .exc import AlembicSetupError as AlembicSetupError
-    from .exc import InboxSettingsConflict as InboxSettingsConflict
-    from .exc import InboxTableDropRefused as InboxTableDropRefused
-    from .exc import InvalidTableOptions as InvalidTableOptions
     from .operations import CreateInboxConsumersTableOp as CreateInboxConsumersTableOp
     from .operations import CreateInboxStoreTableOp as CreateInboxStoreTableOp
     from .operations import CreateInboxTableOp as CreateInboxTableOp
@@ -92,7 +92,6 @@ __all__ = [
     "DropProcessedMessagesTableOp",
     "InboxSettingsConflict",
     "InboxTableDropRefused",
-    "InvalidTableOptions",
     "RefuseInboxTableDropOp",
     "RenameInboxConsumerOp",
     "RenameInboxStoreTableOp",

@@ -30,7 +30,7 @@ from alembic.autogenerate.api import AutogenContext
 from alembic.operations import ops
 from alembic.util import DispatchPriority, PriorityDispatchResult
 
-from .exc import InvalidTableOptions
+from ..exc import InvalidArgument
 from .operations import (
     CREATE_OPERATIONS,
     PARTITIONED_PROCESSED_MESSAGES,
@@ -169,7 +169,7 @@ def dropped_inbox_operation(
         length = getattr(table.c[kind.length_column].type, "length", None)
         try:
             fresh = build_table(kind, table.name, table.schema, {kind.length_option: length})
-        except InvalidTableOptions:
+        except InvalidArgument:
             continue
         indexes = {str(index.name) for index in fresh.indexes}
         same_columns = [c.name for c in table.columns] == [c.name for c in fresh.columns]

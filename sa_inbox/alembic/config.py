@@ -15,7 +15,7 @@ MetaData is the target, its table is what is migrated. ``table_name``, ``store_t
 ``schema`` and ``message_id_length`` in ``[sa_inbox]`` are read only for a kind of table the
 MetaData lacks (a project without models: the table is added from them, with the consumers
 table that the Inbox claims through); set while the models define the table, they must agree
-with it, or :class:`InboxSettingsConflict` is raised: a disagreement is never settled
+with it, or :class:`~sa_inbox.exc.InboxSettingsConflict` is raised: a disagreement is never settled
 silently.
 """
 
@@ -29,10 +29,9 @@ import alembic.config
 import sqlalchemy as sa
 
 from ..consumers import shared_consumers_table
-from ..exc import InvalidTable
+from ..exc import AlembicSetupError, InboxSettingsConflict, InvalidArgument, InvalidTable
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME
 from ..store import DEFAULT_STORE_TABLE
-from .exc import AlembicSetupError, InboxSettingsConflict, InvalidTableOptions
 from .operations import PROCESSED_MESSAGES, STORE
 from .tables import InboxTableKind, build_table, marker
 
@@ -160,7 +159,7 @@ def target_metadata(config: alembic.config.Config) -> sa.MetaData:
         integer.
     :raises InboxSettingsConflict: if ``table_name`` / ``store_table_name``, ``schema`` or
         ``message_id_length`` is set and no table of that kind in the models has it.
-    :raises sa_inbox.alembic.InvalidTableOptions: if the table options are invalid, or the
+    :raises sa_inbox.alembic.InvalidArgument: if the table options are invalid, or the
         MetaData has a table named as the consumers table that is not one.
     """
 
@@ -206,10 +205,10 @@ def _add_consumers_table(table: sa.Table, length: int) -> None:
     """The consumers table that an ``Inbox`` / ``InboxStore`` on ``table`` claims with
     (``consumers=True``, the default), added next to it.
 
-    :raises sa_inbox.alembic.InvalidTableOptions: if the MetaData has a table of that
+    :raises sa_inbox.alembic.InvalidArgument: if the MetaData has a table of that
         name that is not a consumers table.
     """
     try:
         shared_consumers_table(table, length)
     except InvalidTable as exc:
-        raise InvalidTableOptions(f"[{SECTION}]: {exc}") from exc
+        raise InvalidArgument(f"[{SECTION}]: {exc}") from exc

@@ -25,9 +25,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic.operations import MigrateOperation, Operations
 
+from ..exc import InvalidArgument
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
 from ..validation import validate_key
-from .exc import InvalidTableOptions
 from .operations import PROCESSED_MESSAGES, Invoker
 from .tables import build_table
 
@@ -57,8 +57,8 @@ class RenameInboxConsumerOp(MigrateOperation):
     :param new_consumer_name: the name it claims under from now on.
     :param schema: the table's schema, or ``None`` for the connection's default.
     :param message_id_length: the table's length of ``consumer_name``, in characters.
-    :raises sa_inbox.InvalidMessageId: for a consumer name a claim would refuse, before SQL.
-    :raises InvalidTableOptions: for a bad table name or length, or the same name twice.
+    :raises sa_inbox.exc.InvalidMessageId: for a consumer name a claim would refuse, before SQL.
+    :raises InvalidArgument: for a bad table name or length, or the same name twice.
     """
 
     def __init__(
@@ -78,7 +78,7 @@ class RenameInboxConsumerOp(MigrateOperation):
         for field, value in (("old", old_consumer_name), ("new", new_consumer_name)):
             validate_key(value, f"{field} consumer_name", message_id_length)
         if old_consumer_name == new_consumer_name:
-            raise InvalidTableOptions(
+            raise InvalidArgument(
                 f"rename_inbox_consumer: old and new consumer_name are both {old_consumer_name!r}"
             )
         self.old_consumer_name = old_consumer_name
@@ -105,8 +105,8 @@ class RenameInboxConsumerOp(MigrateOperation):
         See :mod:`sa_inbox.alembic.consumer` for the SQL and when to run it; the downgrade
         (``op.rename_inbox_consumer(table_name, new, old)``) copies them back.
 
-        :raises sa_inbox.InvalidMessageId: for a bad consumer name, before SQL.
-        :raises sa_inbox.alembic.InvalidTableOptions: for a bad table name or length, or the
+        :raises sa_inbox.exc.InvalidMessageId: for a bad consumer name, before SQL.
+        :raises sa_inbox.alembic.InvalidArgument: for a bad table name or length, or the
             same name twice, before SQL.
         """
         operations.invoke(

@@ -4,7 +4,7 @@ Where an sa-inbox table left the models and autogenerate could not pair it with 
 compatible new table to rename it to (:mod:`sa_inbox.alembic.pairing`), dropping it would
 forget its rows (for the processed-messages table, every claimed message id). The revision
 gets this operation, first in its upgrade, instead of the drop: the upgrade stops on it
-with :class:`~sa_inbox.alembic.InboxTableDropRefused` before anything has run, and its
+with :class:`~sa_inbox.exc.InboxTableDropRefused` before anything has run, and its
 message, also written as a comment above the line, says how to edit the revision.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from alembic.operations import MigrateOperation, Operations
 
-from .exc import InboxTableDropRefused, InvalidTableOptions
+from ..exc import InboxTableDropRefused, InvalidArgument
 
 __all__ = ["RefuseInboxTableDropOp"]
 
@@ -24,14 +24,14 @@ class RefuseInboxTableDropOp(MigrateOperation):
     :param table_name: the table autogenerate did not drop.
     :param schema: its schema, or ``None``.
     :param reason: what autogenerate found and what to write instead (the error's message).
-    :raises InvalidTableOptions: for a name or reason that is not a non-empty str.
+    :raises InvalidArgument: for a name or reason that is not a non-empty str.
     """
 
     def __init__(self, table_name: str, *, schema: str | None = None, reason: str) -> None:
         super().__init__()
         for name, value in (("table_name", table_name), ("reason", reason)):
             if not isinstance(value, str) or not value:
-                raise InvalidTableOptions(f"{name} must be a non-empty str, not {value!r}")
+                raise InvalidArgument(f"{name} must be a non-empty str, not {value!r}")
         self.table_name = table_name
         self.schema = schema
         self.reason = reason
@@ -45,7 +45,7 @@ class RefuseInboxTableDropOp(MigrateOperation):
         schema: str | None = None,
         reason: str,
     ) -> None:
-        """Raise :class:`~sa_inbox.alembic.InboxTableDropRefused` with ``reason``.
+        """Raise :class:`~sa_inbox.exc.InboxTableDropRefused` with ``reason``.
 
         Online and offline alike, before any SQL of its own.
         """

@@ -36,10 +36,9 @@ import sqlalchemy as sa
 from alembic.operations import MigrateOperation, Operations
 
 from .._compat import sort_indexes
-from ..exc import UnsupportedBackend
+from ..exc import InvalidArgument, UnsupportedBackend
 from ..outbox.schema import DEFAULT_MESSAGE_ID_LENGTH as OUTBOX_MESSAGE_ID_LENGTH
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
-from .exc import InvalidTableOptions
 from .operations import OUTBOX, PROCESSED_MESSAGES, STORE, Invoker
 from .tables import InboxTableKind, build_table
 
@@ -66,7 +65,7 @@ class RenameInboxTableOp(MigrateOperation):
     :param new_table_name: its new name (the models' ``Inbox(metadata, table_name=...)``).
     :param schema: the schema of both, or ``None`` for the connection's default.
     :param options: the factory options (``message_id_length``) the table was created with.
-    :raises InvalidTableOptions: for a bad name, option, or the same name twice, before SQL.
+    :raises InvalidArgument: for a bad name, option, or the same name twice, before SQL.
     """
 
     kind: ClassVar[InboxTableKind]
@@ -91,15 +90,13 @@ class RenameInboxTableOp(MigrateOperation):
         #: Extra lines for the revision's comment (set by autogenerate), not part of the op.
         self.notes: list[str] = []
         if old_table_name == new_table_name:
-            raise InvalidTableOptions(
-                f"{self.op_name}: old and new name are both {old_table_name!r}"
-            )
+            raise InvalidArgument(f"{self.op_name}: old and new name are both {old_table_name!r}")
         self.tables()  # validate now, not in DDL
 
     def tables(self) -> tuple[sa.Table, sa.Table]:
         """The table before and after, both built by the kind's factory.
 
-        :raises InvalidTableOptions: if the factory rejects a name or the options.
+        :raises InvalidArgument: if the factory rejects a name or the options.
         """
         metadata = sa.MetaData()
         return tuple(  # type: ignore[return-value]
@@ -304,8 +301,8 @@ class RenameProcessedMessagesTableOp(RenameInboxTableOp):
 
         :param message_id_length: the table's length of ``message_id`` and ``consumer_name``
             (SQLite copies the rows into a new table of that length).
-        :raises sa_inbox.alembic.InvalidTableOptions: for a bad name or length, before SQL.
-        :raises sa_inbox.UnsupportedBackend: on a backend without a rename here.
+        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
         """
         operations.invoke(
             cls(old_table_name, new_table_name, schema=schema, message_id_length=message_id_length)
@@ -333,8 +330,8 @@ class RenameInboxStoreTableOp(RenameInboxTableOp):
     ) -> None:
         """Rename the inbox store table, its rows kept (``uq_``, ``ck_``, ``ix_`` names too).
 
-        :raises sa_inbox.alembic.InvalidTableOptions: for a bad name or length, before SQL.
-        :raises sa_inbox.UnsupportedBackend: on a backend without a rename here.
+        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
         """
         operations.invoke(
             cls(old_table_name, new_table_name, schema=schema, message_id_length=message_id_length)
@@ -362,8 +359,8 @@ class RenameOutboxTableOp(RenameInboxTableOp):
     ) -> None:
         """Rename the outbox table, its rows kept (``uq_``, ``ck_``, ``ix_`` names too).
 
-        :raises sa_inbox.alembic.InvalidTableOptions: for a bad name or length, before SQL.
-        :raises sa_inbox.UnsupportedBackend: on a backend without a rename here.
+        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
         """
         operations.invoke(
             cls(old_table_name, new_table_name, schema=schema, message_id_length=message_id_length)

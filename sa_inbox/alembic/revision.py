@@ -17,10 +17,10 @@ from alembic.script import Script, ScriptDirectory
 from alembic.util import rev_id as new_rev_id
 
 from ..consumers import DEFAULT_CONSUMERS_TABLE, consumer_name_length_for
+from ..exc import InvalidArgument
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME
 from ..store import DEFAULT_STORE_TABLE
 from .autogenerate import IMPORT_LINE
-from .exc import InvalidTableOptions
 from .operations import (
     CreateInboxConsumersTableOp,
     CreateInboxStoreTableOp,
@@ -49,8 +49,8 @@ def inbox_operations(
         ``Inbox`` or ``InboxStore`` built with the default ``consumers=True`` claims
         through (``consumer_name`` of
         :func:`~sa_inbox.consumers.consumer_name_length_for` ``message_id_length``).
-    :raises sa_inbox.alembic.InvalidTableOptions: for a bad name, schema or length.
-    :raises sa_inbox.alembic.InvalidTableOptions: if no table is asked for.
+    :raises sa_inbox.alembic.InvalidArgument: for a bad name, schema or length.
+    :raises sa_inbox.alembic.InvalidArgument: if no table is asked for.
     """
     operations: list[CreateInboxTableOp] = []
     if processed_messages:
@@ -74,7 +74,7 @@ def inbox_operations(
             )
         )
     if not operations:
-        raise InvalidTableOptions("no sa-inbox table asked for")
+        raise InvalidArgument("no sa-inbox table asked for")
     return operations
 
 

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from .exc import InvalidTableOptions
+from ..exc import InvalidArgument
 
 __all__ = [
     "INFO_KEY",
@@ -63,13 +63,11 @@ _KINDS: dict[str, InboxTableKind] = {}
 def register_kind(kind: InboxTableKind) -> InboxTableKind:
     """Add ``kind`` to the registry read by autogenerate and return it.
 
-    :raises InvalidTableOptions: if another kind of the same name is registered.
+    :raises InvalidArgument: if another kind of the same name is registered.
     """
     existing = _KINDS.get(kind.name)
     if existing is not None and existing != kind:
-        raise InvalidTableOptions(
-            f"an sa-inbox table kind named {kind.name!r} is already registered"
-        )
+        raise InvalidArgument(f"an sa-inbox table kind named {kind.name!r} is already registered")
     _KINDS[kind.name] = kind
     return kind
 
@@ -100,12 +98,12 @@ def build_table(
 ) -> sa.Table:
     """Build ``kind``'s table on ``metadata`` (a fresh one by default) with the factory.
 
-    :raises InvalidTableOptions: if the factory rejects the name or the options.
+    :raises InvalidArgument: if the factory rejects the name or the options.
     """
     if not isinstance(table_name, str) or not table_name:
-        raise InvalidTableOptions(f"table_name must be a non-empty str, not {table_name!r}")
+        raise InvalidArgument(f"table_name must be a non-empty str, not {table_name!r}")
     if schema is not None and (not isinstance(schema, str) or not schema):
-        raise InvalidTableOptions(f"schema must be None or a non-empty str, not {schema!r}")
+        raise InvalidArgument(f"schema must be None or a non-empty str, not {schema!r}")
     try:
         return kind.factory(
             sa.MetaData() if metadata is None else metadata,
@@ -114,7 +112,7 @@ def build_table(
             **options,
         )
     except (TypeError, ValueError) as exc:
-        raise InvalidTableOptions(f"{kind.create_op}({table_name!r}): {exc}") from exc
+        raise InvalidArgument(f"{kind.create_op}({table_name!r}): {exc}") from exc
 
 
 def _ddl(table: sa.Table, dialect: Dialect) -> list[str]:
@@ -132,6 +130,6 @@ def matches_factory(
     """
     try:
         fresh = build_table(kind, table.name, table.schema, options)
-    except InvalidTableOptions:
+    except InvalidArgument:
         return False
     return _ddl(table, dialect) == _ddl(fresh, dialect)

@@ -17,8 +17,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ..checks import require_asyncio, unwrap
-from ..exc import DatabaseUnavailable
-from ..outbox.exc import InvalidRelayArgument
+from ..exc import DatabaseUnavailable, InvalidArgument
 from ..outbox.outbox import Outbox
 from ..outbox.publisher import Publisher, check_publisher
 from ..outbox.relay import (
@@ -97,7 +96,7 @@ class AsyncOutboxRelay:
     :param settings: as :class:`~sa_inbox.outbox.OutboxRelay` (``batch_size``,
         ``max_attempts``, ``visibility_timeout``, ``backoff``, ``ordered``,
         ``outage_backoff``, ``poll_interval``).
-    :raises InvalidRelayArgument: for a bad setting.
+    :raises InvalidArgument: for a bad setting.
     :raises SyncAsyncMismatch: for a synchronous Engine.
     :raises InvalidObject: for a publisher without ``publish``.
     """
@@ -119,7 +118,7 @@ class AsyncOutboxRelay:
         sync_outbox = unwrap(outbox, Outbox, "outbox", entry="AsyncOutboxRelay()")
         check_publisher(publisher, asynchronous=True)
         poll = settings.pop("poll_interval", DEFAULT_POLL_INTERVAL)
-        self.poll_interval = positive_seconds(poll, "poll_interval", InvalidRelayArgument)
+        self.poll_interval = positive_seconds(poll, "poll_interval", InvalidArgument)
         self.core = RelayCore(engine.sync_engine, sync_outbox, **settings)
         self.publisher = publisher
         self._stop = asyncio.Event()

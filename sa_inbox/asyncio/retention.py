@@ -34,7 +34,7 @@ async def purge(engine: AsyncEngine, **kwargs: Any) -> int:
 
 
 async def purge_store(engine: AsyncEngine, store: Any, **kwargs: Any) -> retention.StorePurgeResult:
-    """:func:`sa_inbox.purge_store` on an AsyncEngine; ``store`` is an
+    """:func:`sa_inbox.retention.purge_store` on an AsyncEngine; ``store`` is an
     :class:`~sa_inbox.InboxStore` or an :class:`~sa_inbox.asyncio.AsyncInboxStore`."""
     sync_store = getattr(store, "sync_store", store)
     return await in_greenlet(

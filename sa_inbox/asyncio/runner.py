@@ -73,7 +73,7 @@ async def handle(
     :param max_attempts: attempts for transient errors.
     :param claim_extra: ``message_type``, ``correlation_id``, ``payload_hash``.
     :returns: a :class:`~sa_inbox.Result`.
-    :raises InvalidMessageId, InvalidRetryArgument: before anything is sent.
+    :raises InvalidMessageId, InvalidArgument: before anything is sent.
     :raises ConfigurationError: with neither ack nor nack, as :func:`sa_inbox.handle`:
         :class:`~sa_inbox.exc.InvalidSessionFactory` for a factory that does not make
         AsyncSessions (a ``sessionmaker`` is refused before anything is sent),

@@ -204,7 +204,7 @@ class AsyncWorker:
         message)``.
     :raises SyncAsyncMismatch: for a store bound to a synchronous Engine (or an unbound
         store), before anything is sent.
-    :raises InvalidStoreArgument: as :class:`~sa_inbox.Worker`.
+    :raises InvalidArgument: as :class:`~sa_inbox.Worker`.
     """
 
     def __init__(

@@ -30,6 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from .db import ACCOUNT, AMOUNT, LEDGER, SQLITE_TIMEOUT, BenchSchema, sqlite_wal
+from .workers import share
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -196,8 +197,6 @@ ASYNC_SEQUENCES: dict[str, tuple[AsyncTransaction, ...]] = {
 async def _measure(
     params: Mapping[str, Any], worker: int, workers: int, go: Callable[[], float]
 ) -> dict[str, Any]:
-    from .claim_overhead import share
-
     sequence = ASYNC_SEQUENCES[params["mode"]]
     by_kind: list[list[float]] = [[] for _ in sequence]
     ctx = await AsyncContext.open(async_url(params["url"], params["layer"]), worker)

@@ -40,7 +40,7 @@ from ..session import install, register_claim
 from .async_layer import ASYNC_SEQUENCES, async_layers, missing_async_drivers
 from .db import ACCOUNT, AMOUNT, LEDGER, Account, BenchSchema, LedgerEntry, make_engine
 from .runner import BenchConfig, label_of
-from .workers import BenchError, WorkerPool, levels, summarise
+from .workers import BenchError, WorkerPool, levels, share, summarise
 
 __all__ = [
     "LAYERS",
@@ -218,12 +218,6 @@ LAYERS: dict[str, tuple[Transaction, Transaction]] = {
     "raw": (raw_plain, raw_claim),
 }
 VARIANTS: dict[str, Transaction] = {fn.__name__: fn for pair in LAYERS.values() for fn in pair}
-
-
-def share(messages: int, worker: int, workers: int) -> int:
-    """Messages worker ``worker`` of ``workers`` processes (the first ones take the rest)."""
-    base, rest = divmod(messages, workers)
-    return base + (1 if worker < rest else 0)
 
 
 #: Cell modes: the business transaction alone, with the claim, or both alternately.

@@ -705,15 +705,15 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     results["projections"] = [
         p.to_json() for p in project_all(measured, memory_bytes=results["memory_bytes"])
     ]
-    results["plot"] = _plot(config.out, results).name
+    results["plot"] = _plot(config.out, results, measured).name
     return results
 
 
-def _plot(out: Path, results: Mapping[str, Any]) -> Path:
+def _plot(out: Path, results: Mapping[str, Any], measured: Measured) -> Path:
     from .design_plot import plot
 
     out.mkdir(parents=True, exist_ok=True)
-    return plot(results, out / "design.png")
+    return plot(results, measured, out / "design.png")
 
 
 def label_for(results: Mapping[str, Any]) -> str:

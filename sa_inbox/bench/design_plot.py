@@ -15,7 +15,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .design_model import CORE_BUDGET, DESIGNS, RATES, WINDOW, fit_latency, project
+from .design_model import (
+    CORE_BUDGET,
+    DESIGNS,
+    RATES,
+    WINDOW,
+    Measured,
+    fit_latency,
+    project,
+)
 
 __all__ = ["plot"]
 
@@ -23,8 +31,10 @@ __all__ = ["plot"]
 CURVE = [10 ** (3 + k / 25) for k in range(51)]
 
 
-def plot(results: Mapping[str, Any], path: Path) -> Path:
-    """Draw ``results`` (of :func:`sa_inbox.bench.design.run`) into ``path`` (PNG).
+def plot(results: Mapping[str, Any], measured: Measured, path: Path) -> Path:
+    """Draw ``results`` (of :func:`sa_inbox.bench.design.run`) and the model's inputs taken
+    from them (``measured``, :func:`sa_inbox.bench.design.measured_inputs`) into ``path``
+    (PNG).
 
     :raises ImportError: without matplotlib (``pip install 'sa-inbox[bench]'``).
     """
@@ -33,9 +43,6 @@ def plot(results: Mapping[str, Any], path: Path) -> Path:
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    from .design import measured_inputs
-
-    measured = measured_inputs(results)
     memory = float(results["memory_bytes"])
     figure, axes = pyplot.subplots(2, 3, figsize=(15, 8.5))
     _latency(axes[0][0], results, measured.latency_points)

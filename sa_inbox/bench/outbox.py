@@ -43,11 +43,10 @@ from .claim_overhead import (
     _orm_business,
     core_claim,
     orm_claim,
-    share,
 )
 from .db import BenchSchema, make_engine
 from .runner import BenchConfig
-from .workers import BenchError, WorkerPool, levels
+from .workers import BenchError, WorkerPool, levels, share
 
 __all__ = [
     "BROKER_VARIABLE",

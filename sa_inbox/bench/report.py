@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .._optional import optional_dependencies
+from .store_drain import peers_of
 
 __all__ = ["load_results", "markdown", "write_report"]
 
@@ -187,6 +188,7 @@ def _purge_md(documents: Sequence[Document]) -> str:
 
 
 def _store_drain_md(documents: Sequence[Document]) -> str:
+    peers = peers_of([r for d in documents for r in d["results"]["summary"]])
     rows = [
         [
             d["backend"],
@@ -197,7 +199,7 @@ def _store_drain_md(documents: Sequence[Document]) -> str:
             _f(r["drain_per_second"], ",.0f"),
             " / ".join(f"{x:,.0f}" for x in r["drain_runs_per_second"]),
             _f(r.get("x_message"), ".1f"),
-            _f(r.get("x_pactix"), ".1f"),
+            *(_f(r.get(f"x_{peer}"), ".1f") for peer in peers),
             _f(r["receive_per_second"], ",.0f"),
         ]
         for d in documents
@@ -205,7 +207,7 @@ def _store_drain_md(documents: Sequence[Document]) -> str:
     ]
     header = [
         "backend", "handler", "workers", "contender", "messages", "drain msg/s", "drain runs",
-        "batch / message", "batch / pactix", "receive msg/s",
+        "batch / message", *(f"batch / {peer}" for peer in peers), "receive msg/s",
     ]  # fmt: skip
     single = [
         [
@@ -343,9 +345,9 @@ def _purge_plot(documents: Sequence[Document], ax: Any) -> None:
 
 
 def _store_drain_plot(documents: Sequence[Document], ax: Any) -> None:
-    styles = {"message": "-", "batch": "--", "pactix": ":"}
     for color, d in enumerate(documents):
         rows = [r for r in d["results"]["summary"] if r.get("handler", "noop") == "noop"]
+        styles = {"message": "-", "batch": "--"} | {peer: ":" for peer in peers_of(rows)}
         for contender, linestyle in styles.items():
             mine = [r for r in rows if r.get("contender", "message") == contender]
             if mine:

@@ -1,5 +1,5 @@
 """Inbox store: receive M messages, then drain them with 1 … W worker processes, per
-handler and transaction mode, against pactix 0.2.0 when it is importable.
+handler and transaction mode.
 
 Each drain drops and creates the store table (``bench_store``), a ledger and an accounts
 table, receives the ``messages`` in broker polls of :data:`POLL`
@@ -8,16 +8,16 @@ them with ``workers`` processes of :class:`~sa_inbox.bench.workers.WorkerPool`, 
 ``Worker(batch_size=…, transaction=…).run(until_empty=True)``, released together by a barrier
 once connected. The drain is timed from the release to the last worker's return; a worker
 that finds nothing claimable while rows are still in other workers' hands polls again after
-:data:`POLL_INTERVAL`, as the pactix contender's loop does.
+:data:`POLL_INTERVAL`.
 
 Cells: each handler of :data:`HANDLERS` (``noop``: nothing; ``ledger``: one ledger insert
 and one balance update of one of :data:`ACCOUNTS` accounts, spread so that concurrent
 batches lock accounts in crossing orders), by each worker level, by each contender: sa-inbox
-with ``transaction="message"`` and ``"batch"``, and, with the no-op handler, pactix's
-``run_once`` (:mod:`~sa_inbox.bench.pactix_peer`) when it is importable. The contenders of a
+with ``transaction="message"`` and ``"batch"``, and, with the no-op handler, each
+:class:`Peer` named in ``options["peers"]`` that runs on the backend. The contenders of a
 cell alternate within each repeat (the order rotating), so they see the same moments of a
-shared machine; ratios (``x_message``: batch over per-message, ``x_pactix``: sa-inbox over
-pactix) are taken per repeat, then their median.
+shared machine; ratios (``x_message``: batch over per-message, ``x_<peer>``: batch over a
+peer) are taken per repeat, then their median.
 
 After each drain the state is checked in the database, and a wrong state stops the
 benchmark: every store row ``done`` and the workers' ``processed`` adding up to the
@@ -36,17 +36,19 @@ after :data:`WARMUP` untimed ones (every table must then hold exactly those rows
 
 Options (``config.options``): ``batch_size`` (default :data:`DEFAULT_BATCH_SIZE`), the
 worker's claim batch; ``levels``, the worker levels (default 1, 2, 4 … ``config.workers``);
-``handlers``, a subset of :data:`HANDLERS`. Figures are medians over ``config.repeat`` runs.
+``handlers``, a subset of :data:`HANDLERS`; ``peers``, import paths of :class:`Peer` modules.
+Figures are medians over ``config.repeat`` runs.
 """
 
 from __future__ import annotations
 
 import datetime
+import importlib
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import sqlalchemy as sa
 from rich.progress import Progress
@@ -57,7 +59,6 @@ from ..claim import Inbox
 from ..dialects import backend_for
 from ..store import DONE, PENDING, InboxStore, Incoming, StoredMessage, Worker
 from ..store.worker import BATCH, MESSAGE
-from . import pactix_peer
 from .db import make_engine
 from .runner import BenchConfig
 from .workers import BenchError, WorkerPool, levels, summarise
@@ -66,10 +67,11 @@ __all__ = [
     "ACCOUNTS",
     "DEFAULT_BATCH_SIZE",
     "HANDLERS",
-    "PACTIX",
     "POLL_INTERVAL",
     "SINGLE_WAYS",
+    "Peer",
     "drain_worker",
+    "load_peers",
     "read_loadavg",
     "receive_vs_claim",
     "run",
@@ -77,7 +79,7 @@ __all__ = [
 ]
 
 DEFAULT_MESSAGES = 1000
-#: Messages a worker claims per transaction (``Worker(batch_size=…)``); pactix claims 100.
+#: Messages a worker claims per transaction (``Worker(batch_size=…)``).
 DEFAULT_BATCH_SIZE = 100
 #: Messages per ``receive_many`` transaction: one broker poll.
 POLL = 100
@@ -86,15 +88,52 @@ SINGLE_MAX = 2000
 #: Untimed messages before the receive-vs-claim timing (checks, statement caches).
 WARMUP = 5
 #: Seconds a drain worker waits when nothing is claimable but rows are still in other
-#: workers' hands: the pactix contender's loop waits the same (:mod:`.pactix_peer`). With the
-#: worker's default (1 s) the last worker of a cell idled up to 1 s after the drain was done,
-#: and that idle time was counted in the drain (measured: 4 workers on PostgreSQL finished at
-#: 0.62 s, the last one at 1.63 s).
+#: workers' hands. With the worker's default (1 s) the last worker of a cell idled up to 1 s
+#: after the drain was done, and that idle time was counted in the drain (measured: 4
+#: workers on PostgreSQL finished at 0.62 s, the last one at 1.63 s).
 POLL_INTERVAL = 0.05
 #: Accounts the ``ledger`` handler credits.
 ACCOUNTS = 1000
-#: The pactix contender's name.
-PACTIX = "pactix"
+#: The contenders of sa-inbox itself, in the order of the tables: its two transaction modes.
+OWN = (MESSAGE, BATCH)
+
+
+class Peer(Protocol):
+    """Another library's drain, a contender of the no-op cells: a module named by its import
+    path in ``options["peers"]`` (importable in the worker processes too) that has these,
+    and a :data:`~sa_inbox.bench.workers.WorkerFunction` ``drain_worker`` (params: ``url``)
+    that drains what :meth:`receive` stored and returns its ``done`` and ``errors``."""
+
+    __name__: str
+    #: The contender's name in the results (``x_<NAME>``: batch over this peer).
+    NAME: str
+
+    def available(self, url: str) -> bool:
+        """Whether this peer runs on ``url``'s backend here (its library importable)."""
+        ...
+
+    def receive(self, url: str, messages: int) -> float:
+        """Store ``messages`` pending messages in the peer's own table; the seconds taken."""
+        ...
+
+    def check(self, url: str, messages: int) -> None:
+        """:raises BenchError: unless every message was processed; then drop the table."""
+        ...
+
+
+def load_peers(paths: Sequence[str]) -> dict[str, Peer]:
+    """The :class:`Peer` modules at ``paths`` (import paths), by their ``NAME``.
+
+    :raises BenchError: if a name is one of sa-inbox's own contenders or given twice.
+    """
+    peers: dict[str, Peer] = {}
+    for path in paths:
+        peer = cast(Peer, importlib.import_module(path))
+        if peer.NAME in (*OWN, *peers):
+            raise BenchError(f"peer {path}: contender name {peer.NAME!r} is already taken")
+        peers[peer.NAME] = peer
+    return peers
+
 
 METADATA = sa.MetaData()
 STORE = InboxStore(METADATA, table_name="bench_store")
@@ -228,13 +267,16 @@ def drain(
     batch_size: int,
     handler: str = "noop",
     contender: str = MESSAGE,
+    peers: Mapping[str, Peer] | None = None,
 ) -> dict[str, Any]:
     """One drain: receive ``messages``, drain them with ``workers`` processes of
-    ``contender`` (``"message"``, ``"batch"`` or :data:`PACTIX`), check; its figures."""
-    if contender == PACTIX:
-        receive_seconds = pactix_peer.receive(url, messages)
-        results = pool.run(f"{pactix_peer.__name__}:drain_worker", {"url": url}, workers)
-        pactix_peer.check(url, messages)
+    ``contender`` (``"message"``, ``"batch"`` or the name of one of ``peers``), check; its
+    figures."""
+    peer = (peers or {}).get(contender)
+    if peer is not None:
+        receive_seconds = peer.receive(url, messages)
+        results = pool.run(f"{peer.__name__}:drain_worker", {"url": url}, workers)
+        peer.check(url, messages)
     else:
         _reset(engine)
         receive_seconds = _receive(engine, messages)
@@ -344,12 +386,12 @@ def read_loadavg() -> float:
         return float("nan")
 
 
-def contenders(handler: str, url: str) -> list[str]:
-    """The contenders of a drain cell: both transaction modes, and pactix for ``noop``
-    when it is importable and runs on ``url``'s backend."""
-    found = [MESSAGE, BATCH]
-    if handler == "noop" and pactix_peer.available(url):
-        found.append(PACTIX)
+def contenders(handler: str, url: str, peers: Mapping[str, Peer] | None = None) -> list[str]:
+    """The contenders of a drain cell: both transaction modes, and for ``noop`` each of
+    ``peers`` that runs on ``url``'s backend."""
+    found = list(OWN)
+    if handler == "noop":
+        found += [name for name, peer in (peers or {}).items() if peer.available(url)]
     return found
 
 
@@ -363,7 +405,8 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     batch_size = int(config.options.get("batch_size", DEFAULT_BATCH_SIZE))
     worker_levels = list(config.options.get("levels") or levels(config.workers))
     handlers = list(config.options.get("handlers") or HANDLERS)
-    cells = [(h, w, contenders(h, config.url)) for h in handlers for w in worker_levels]
+    peers = load_peers(config.options.get("peers") or ())
+    cells = [(h, w, contenders(h, config.url, peers)) for h in handlers for w in worker_levels]
     single_task = progress.add_task("store: receive vs claim", total=config.repeat)
     drain_task = progress.add_task(
         "store: drain", total=config.repeat * sum(len(c) for _, _, c in cells)
@@ -390,6 +433,7 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
                                 batch_size,
                                 handler,
                                 contender,
+                                peers,
                             )
                             | {"repeat": repeat}
                         )
@@ -420,7 +464,7 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
 
 
 def _ratio(runs: list[dict[str, Any]], cell: tuple[str, int], over: str) -> float | None:
-    """Median over repeats of batch (or sa-inbox's best) over ``over``'s drain rate."""
+    """Median over repeats of batch over ``over``'s drain rate."""
     handler, workers = cell
     ratios = []
     for repeat in sorted({r["repeat"] for r in runs}):
@@ -434,14 +478,25 @@ def _ratio(runs: list[dict[str, Any]], cell: tuple[str, int], over: str) -> floa
     return statistics.median(ratios) if ratios else None
 
 
+def peers_of(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The peer contenders among ``rows`` (runs or summary rows), sorted."""
+    return sorted({r.get("contender", MESSAGE) for r in rows} - set(OWN))
+
+
+def _order(contender: str) -> tuple[int, str]:
+    """sa-inbox's own contenders first, in :data:`OWN` order, then the peers by name."""
+    return (OWN.index(contender), "") if contender in OWN else (len(OWN), contender)
+
+
 def summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per handler, worker level and contender: median receive and drain messages/s, the
-    drain of every run, the re-runs, and the batch mode's ratios over per-message and
-    pactix."""
+    drain of every run, the re-runs, and the batch mode's ratios over per-message and over
+    each peer (``x_<peer>``)."""
     rows = []
+    peers = peers_of(runs)
     keys = sorted(
         {(r["handler"], r["workers"], r["contender"]) for r in runs},
-        key=lambda k: (list(HANDLERS).index(k[0]), k[1], [MESSAGE, BATCH, PACTIX].index(k[2])),
+        key=lambda k: (list(HANDLERS).index(k[0]), k[1], _order(k[2])),
     )
     for handler, workers, contender in keys:
         mine = [
@@ -463,13 +518,15 @@ def summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         if contender == BATCH:
             row["x_message"] = _ratio(runs, (handler, workers), MESSAGE)
-            row["x_pactix"] = _ratio(runs, (handler, workers), PACTIX)
+            for peer in peers:
+                row[f"x_{peer}"] = _ratio(runs, (handler, workers), peer)
         rows.append(row)
     return rows
 
 
 def table(results: Mapping[str, Any]) -> Table:
     """Per cell and contender: drain messages/s and ratios; receive vs claim in the caption."""
+    peers = peers_of(results["summary"])
     out = Table(
         "handler",
         "workers",
@@ -477,7 +534,7 @@ def table(results: Mapping[str, Any]) -> Table:
         "drain msg/s",
         "drain runs (msg/s)",
         "batch / message",
-        "batch / pactix",
+        *(f"batch / {peer}" for peer in peers),
         "re-runs (batch, transient)",
         "receive msg/s",
     )
@@ -489,7 +546,7 @@ def table(results: Mapping[str, Any]) -> Table:
             f"{row['drain_per_second']:,.0f}",
             " / ".join(f"{x:,.0f}" for x in row["drain_runs_per_second"]),
             _times(row.get("x_message")),
-            _times(row.get("x_pactix")),
+            *(_times(row.get(f"x_{peer}")) for peer in peers),
             f"{sum(row['batch_reruns'])}, {sum(row['transient_retries'])}",
             f"{row['receive_per_second']:,.0f}",
         )

@@ -33,6 +33,7 @@ __all__ = [
     "WorkerPool",
     "levels",
     "percentile",
+    "share",
     "summarise",
 ]
 
@@ -56,6 +57,12 @@ def levels(workers: int) -> list[int]:
         result.add(level)
         level *= 2
     return sorted(result)
+
+
+def share(messages: int, worker: int, workers: int) -> int:
+    """Messages worker ``worker`` of ``workers`` processes (the first ones take the rest)."""
+    base, rest = divmod(messages, workers)
+    return base + (1 if worker < rest else 0)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:

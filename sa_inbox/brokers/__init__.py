@@ -10,13 +10,13 @@ broker.
 
 from __future__ import annotations
 
+from ..exc import DeliveryLimitExceeded as DeliveryLimitExceeded
 from .delivery import DeadLetterReason as DeadLetterReason
 from .delivery import Delivery as Delivery
 from .delivery import Disposition as Disposition
 from .delivery import Settlement as Settlement
 from .delivery import Settler as Settler
 from .process import DEFAULT_MAX_DELIVERIES as DEFAULT_MAX_DELIVERIES
-from .process import DeliveryLimitExceeded as DeliveryLimitExceeded
 from .process import process as process
 from .process import process_async as process_async
 

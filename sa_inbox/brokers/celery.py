@@ -74,7 +74,7 @@ from sqlalchemy.orm import Session
 
 from .._optional import optional_dependencies
 from ..claim import Inbox
-from ..exc import ConfigurationError, InvalidHandler, InvalidKeySetting, InvalidRetryArgument
+from ..exc import ConfigurationError, InvalidArgument, InvalidHandler
 from ..handlers import check_handler, is_async_callable
 from ..outage import OutageGate
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement
@@ -141,9 +141,9 @@ def inbox_task(
         (None for a duplicate).
     :raises ConfigurationError: at once, if ``task_options`` turn ``acks_late`` or
         ``reject_on_worker_lost`` off; for a session factory of the asyncio half or
-        ``Session.begin`` (:class:`~sa_inbox.InvalidSessionFactory`), an AsyncInbox
-        (:class:`~sa_inbox.SyncAsyncMismatch`), an empty ``key_kwarg``
-        (:class:`~sa_inbox.InvalidKeySetting`); when the body is decorated, for a body
+        ``Session.begin`` (:class:`~sa_inbox.exc.InvalidSessionFactory`), an AsyncInbox
+        (:class:`~sa_inbox.exc.SyncAsyncMismatch`), an empty ``key_kwarg``
+        (:class:`~sa_inbox.exc.InvalidArgument`); when the body is decorated, for a body
         without a ``key_kwarg`` parameter (and no ``**kwargs``: a misspelled key_kwarg) or
         an ``async def`` one.
 
@@ -165,7 +165,7 @@ def inbox_task(
             )
     for name, value in (("retry_backoff", retry_backoff), ("retry_backoff_max", retry_backoff_max)):
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise InvalidRetryArgument(f"{name} must be a number of seconds >= 0, not {value!r}")
+            raise InvalidArgument(f"{name} must be a number of seconds >= 0, not {value!r}")
     entry = "inbox_task()"
     readiness = check_consumer(
         entry,
@@ -209,7 +209,7 @@ def _check_body(body: Callable[..., Any], key_kwarg: str) -> None:
 
     :raises InvalidHandler: if ``body`` is not callable or cannot take a session first.
     :raises AsyncHandlerError: if it is ``async def``.
-    :raises InvalidKeySetting: if it has no parameter ``key_kwarg`` and no ``**kwargs``.
+    :raises InvalidArgument: if it has no parameter ``key_kwarg`` and no ``**kwargs``.
     """
     if not callable(body) or is_async_callable(body):
         check_handler(body, ("session",))  # raises: not callable, or async def
@@ -229,7 +229,7 @@ def _check_body(body: Callable[..., Any], key_kwarg: str) -> None:
         return
     names = [p.name for p in parameters if p.kind is not p.POSITIONAL_ONLY]
     if key_kwarg not in names:
-        raise InvalidKeySetting(
+        raise InvalidArgument(
             f"inbox_task(): the task body {body.__qualname__} takes no keyword argument "
             f"{key_kwarg!r} (key_kwarg), only {', '.join(map(repr, names))}: every task "
             "would be rejected for a missing key; name the body's key parameter in key_kwarg"

@@ -61,7 +61,7 @@ class DeadLetterReason(enum.StrEnum):
     #: The message carries no producer key (no ``message_id`` property / header / field).
     MISSING_MESSAGE_ID = "missing_message_id"
     #: The key is not a valid ``message_id`` (empty, too long, NUL, surrounding spaces: see
-    #: :class:`~sa_inbox.InvalidMessageId`), or not text (:attr:`Delivery.key_error`).
+    #: :class:`~sa_inbox.exc.InvalidMessageId`), or not text (:attr:`Delivery.key_error`).
     INVALID_MESSAGE_ID = "invalid_message_id"
     #: The handler failed on the last delivery allowed (``max_deliveries``), or the broker
     #: delivered it more often than that (consumers died while handling it).
@@ -89,7 +89,7 @@ class Settlement:
     :param delivery: the delivery.
     :param reason: for :attr:`Disposition.DEAD_LETTERED`, why; else None.
     :param error: the handler's or database's exception for RETRY and a DELIVERY_LIMIT dead
-        letter, the :class:`~sa_inbox.InvalidMessageId` for INVALID_MESSAGE_ID; else None.
+        letter, the :class:`~sa_inbox.exc.InvalidMessageId` for INVALID_MESSAGE_ID; else None.
     """
 
     disposition: Disposition

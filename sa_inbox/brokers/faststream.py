@@ -141,9 +141,9 @@ class InboxMiddleware:
         name plus this.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
     :raises ConfigurationError: when it is made, for a session factory of the sync half or
-        ``async_sessionmaker.begin`` (:class:`~sa_inbox.InvalidSessionFactory`), an inbox
-        that is neither an Inbox nor an AsyncInbox (:class:`~sa_inbox.InvalidObject`), an
-        empty ``key_header`` (:class:`~sa_inbox.InvalidKeySetting`).
+        ``async_sessionmaker.begin`` (:class:`~sa_inbox.exc.InvalidSessionFactory`), an inbox
+        that is neither an Inbox nor an AsyncInbox (:class:`~sa_inbox.exc.InvalidObject`), an
+        empty ``key_header`` (:class:`~sa_inbox.exc.InvalidArgument`).
 
     **Outages and reconnects.** While the database cannot be reached each message in hand is
     held in its handler, unsettled and uncounted, while one

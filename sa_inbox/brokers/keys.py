@@ -15,7 +15,7 @@ following them, or no delivery for a moment (the adapter's idle wait), means a s
 the held deliveries are dead-lettered as before. The ``max_keyless``-th one means a
 misconfigured consumer: every held delivery is given back to the broker unprocessed
 (``give_back()``, each adapter's least costly redelivery) and
-:class:`~sa_inbox.MissingKeyHeader` is raised from ``run()`` / ``consume()``.
+:class:`~sa_inbox.exc.MissingKeyHeader` is raised from ``run()`` / ``consume()``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..exc import InvalidKeySetting, MissingKeyHeader
+from ..exc import InvalidArgument, MissingKeyHeader
 from .delivery import Delivery
 
 __all__ = [
@@ -52,11 +52,11 @@ def check_key_name(name: object, what: str, *, entry: str) -> str:
     """``name`` if it can name a header, stream field or keyword argument.
 
     :param what: the argument as the message names it (``"key_header"``).
-    :raises InvalidKeySetting: if it is not a ``str``, is empty, or has surrounding
+    :raises InvalidArgument: if it is not a ``str``, is empty, or has surrounding
         whitespace (no broker would deliver such a header to match it).
     """
     if not isinstance(name, str) or not name or name != name.strip():
-        raise InvalidKeySetting(
+        raise InvalidArgument(
             f"{entry}: {what} must be a non-empty header name without surrounding spaces, "
             f"not {name!r}"
         )
@@ -66,11 +66,11 @@ def check_key_name(name: object, what: str, *, entry: str) -> str:
 def check_max_keyless(value: object, *, entry: str) -> int | None:
     """``value`` if it is None (never stop) or an int >= 1.
 
-    :raises InvalidKeySetting: otherwise.
+    :raises InvalidArgument: otherwise.
     """
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return value
-    raise InvalidKeySetting(f"{entry}: max_keyless must be None or an int >= 1, not {value!r}")
+    raise InvalidArgument(f"{entry}: max_keyless must be None or an int >= 1, not {value!r}")
 
 
 def read_key(value: object) -> tuple[str | None, str | None]:

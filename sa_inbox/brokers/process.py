@@ -19,7 +19,7 @@ rules are the functions below them:
    is neither retried nor counted: the delivery is held while the consumer's
    :class:`~sa_inbox.outage.OutageGate` probes the database with back-off, then run again
    (see :mod:`sa_inbox.outage`); a consumer stopped meanwhile gets
-   :class:`~sa_inbox.DatabaseUnavailable`, the delivery unsettled.
+   :class:`~sa_inbox.exc.DatabaseUnavailable`, the delivery unsettled.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from ..claim import Inbox
 from ..consumers import stands_for
-from ..exc import DatabaseUnavailable, InboxError, InvalidMessageId, InvalidRetryArgument
+from ..exc import DatabaseUnavailable, DeliveryLimitExceeded, InvalidArgument, InvalidMessageId
 from ..outage import (
     OutageGate,
     Verdict,
@@ -59,10 +59,6 @@ DEFAULT_MAX_DELIVERIES = 5
 
 #: Called with each delivery and its settlement (metrics, the chaos run's tally).
 OnSettled = Callable[[Settlement], Any]
-
-
-class DeliveryLimitExceeded(InboxError):
-    """The broker delivered a message more often than ``max_deliveries``; not processed."""
 
 
 def process(
@@ -95,7 +91,7 @@ def process(
     :raises ConfigurationError: unsettled (see :func:`sa_inbox.handle`).
     :raises DatabaseUnavailable: unsettled, if ``outage`` was stopped during an outage.
     :raises InvalidMessageId: if ``consumer_name`` is invalid (a configuration error).
-    :raises InvalidRetryArgument: if ``max_deliveries`` is not an int >= 1.
+    :raises InvalidArgument: if ``max_deliveries`` is not an int >= 1.
     :raises InvalidObject: (a ConfigurationError) for objects of the wrong kind or half,
         before anything: see :func:`sa_inbox.brokers.startup.check_consumer`.
     """
@@ -212,7 +208,7 @@ def _refuse_unkeyed(
     delivery: Delivery, inbox: Inbox, consumer_name: str, max_deliveries: int
 ) -> Settlement | None:
     """Rule 1: a dead-letter settlement for a delivery without a valid key, else None."""
-    positive_int(max_deliveries, "max_deliveries", InvalidRetryArgument)
+    positive_int(max_deliveries, "max_deliveries", InvalidArgument)
     inbox.validate("x", consumer_name)  # an invalid consumer_name is the caller's error
     if delivery.message_id is None and delivery.key_error is not None:
         return Settlement(

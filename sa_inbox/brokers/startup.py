@@ -20,7 +20,7 @@ from typing import Any
 
 from ..checks import check_session_factory, require, unwrap
 from ..claim import Inbox
-from ..exc import InvalidRetryArgument
+from ..exc import InvalidArgument
 from ..handlers import check_handler
 from ..readiness import check_ready, check_ready_async, inbox_tables
 from ..validation import positive_int
@@ -58,7 +58,7 @@ def check_consumer(
     :raises InvalidHandler: for a handler that cannot take ``(session, delivery)``.
     :raises AsyncHandlerError: for an ``async def`` handler given to a synchronous adapter.
     :raises InvalidMessageId: for an invalid ``consumer_name``.
-    :raises InvalidRetryArgument: if ``max_deliveries`` is not an int >= 1.
+    :raises InvalidArgument: if ``max_deliveries`` is not an int >= 1.
     """
     check_session_factory(session_factory, entry=entry, asynchronous=asynchronous)
     checked = (
@@ -76,7 +76,7 @@ def check_consumer(
         check_handler(handler, HANDLER_ARGUMENTS, asynchronous=asynchronous)
     if consumer_name is not None:
         checked.validate("x", consumer_name)
-    positive_int(max_deliveries, "max_deliveries", InvalidRetryArgument)
+    positive_int(max_deliveries, "max_deliveries", InvalidArgument)
     shown = None if handler is NO_HANDLER else handler
     return Readiness(entry, session_factory, checked, shown, asynchronous)  # type: ignore[arg-type]
 

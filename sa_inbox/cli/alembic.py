@@ -143,7 +143,8 @@ def revision(
     with optional_dependencies(__name__, "alembic", "alembic"):
         from alembic.util import CommandError
 
-        from ..alembic import Config, InvalidTableOptions, inbox_operations, write_inbox_revision
+        from ..alembic import Config, inbox_operations, write_inbox_revision
+        from ..exc import InvalidArgument
 
     if not config_file.is_file():
         raise click.UsageError(f"no Alembic config file {str(config_file)!r} (see -c)")
@@ -161,7 +162,7 @@ def revision(
             store_table_name=store_table_name,
             consumers=not (no_consumers or store_only),
         )
-    except InvalidTableOptions as exc:
+    except InvalidArgument as exc:
         raise click.UsageError(str(exc)) from exc
     try:
         script = write_inbox_revision(

@@ -79,11 +79,11 @@ def choice_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def reading() -> Iterator[None]:
     """The library's errors as the command's: a bad argument exit 2, a broker that cannot
     be read exit 3 (:class:`~._common.CannotRun`); a missing extra is left to the group."""
-    from ..exc import DeadLetterQueueUnavailable, InvalidDeadLetterArgument, UnsupportedBroker
+    from ..exc import DeadLetterQueueUnavailable, InvalidArgument, UnsupportedBroker
 
     try:
         yield
-    except (InvalidDeadLetterArgument, UnsupportedBroker) as exc:
+    except (InvalidArgument, UnsupportedBroker) as exc:
         raise click.UsageError(str(exc)) from exc
     except DeadLetterQueueUnavailable as exc:
         raise CannotRun(str(exc)) from exc

@@ -6,7 +6,7 @@ age, an attempts histogram, dead letters with their last errors; every table's r
 bytes) and prints a rich report, or JSON with ``--json``; ``--watch`` refreshes it in place
 every ``--interval`` seconds.
 
-Warnings (:func:`sa_inbox.stats.warnings`) are printed with the report. With ``--check``
+Warnings (:func:`sa_inbox.stats.stats_warnings`) are printed with the report. With ``--check``
 the exit status says which (for a liveness/readiness probe or a cron job): 0 no warning;
 9 none of the tables exists (wrong database or table names); 10 the oldest processed row
 is older than ``--retention`` + ``--margin`` (the purge is not
@@ -137,7 +137,7 @@ def stats_command(
     queue / stream holds dead letters, 21 one cannot be read (broker unreachable, queue
     missing); the lowest when several; 3 the database cannot be read.
     """
-    from ..stats import collect, warnings
+    from ..stats import collect, stats_warnings
 
     def sample(engine: sa.Engine) -> tuple[InboxStats, list[StatsWarning]]:
         stats = db.call(
@@ -150,7 +150,7 @@ def stats_command(
         )
         if dead_letter_targets:  # outside db.call: not on an async driver's event loop
             stats = replace(stats, dead_letter_queues=_count(dead_letter_targets, broker_timeout))
-        found = warnings(
+        found = stats_warnings(
             stats, retention=retention, margin=margin, pending_threshold=pending_threshold
         )
         return stats, found
@@ -171,21 +171,21 @@ def _targets(values: tuple[str, ...]) -> tuple[DeadLetterTarget, ...]:
     if not values:
         return ()
     from ..brokers.dead_letters import DeadLetterTarget
-    from ..exc import InvalidDeadLetterArgument, UnsupportedBroker
+    from ..exc import InvalidArgument, UnsupportedBroker
 
     try:
         return tuple(DeadLetterTarget.parse(value) for value in values)
-    except (InvalidDeadLetterArgument, UnsupportedBroker) as exc:
+    except (InvalidArgument, UnsupportedBroker) as exc:
         raise click.BadParameter(str(exc), param_hint="--dead-letters") from exc
 
 
 def _count(targets: tuple[DeadLetterTarget, ...], timeout: float) -> list[DeadLetterQueueStats]:
     from ..brokers.dead_letters import sample
-    from ..exc import InvalidDeadLetterArgument
+    from ..exc import InvalidArgument
 
     try:
         return sample(targets, timeout=timeout)
-    except InvalidDeadLetterArgument as exc:
+    except InvalidArgument as exc:
         raise click.BadParameter(str(exc), param_hint="--broker-timeout") from exc
 
 

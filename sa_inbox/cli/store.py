@@ -161,6 +161,6 @@ def run_replay(
                 f"{sent} {again}: pass --yes to replay them (or --dry-run to only count)"
             )
         replayed = replay()
-    except ValueError as exc:  # InvalidStoreArgument, InvalidRelayArgument
+    except ValueError as exc:  # InvalidArgument
         raise click.UsageError(str(exc)) from exc
     click.echo(json.dumps({"replayed": replayed}))

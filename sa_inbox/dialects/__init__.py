@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..exc import InvalidStrategy
+from ..exc import InvalidArgument
 from . import cockroachdb, mysql, oracle, postgresql, sqlite, yugabytedb
 from .backend import Backend as Backend
 from .base import ClaimDialect as ClaimDialect
@@ -178,14 +178,14 @@ def claim_dialect_for(dialect_name: str, strategy: Strategy = "native") -> Claim
     :param strategy: ``"native"`` for the backend's insert-or-skip statement
         (:attr:`Backend.claim`), or ``"savepoint"`` to force the portable form (with the
         backend's error codes).
-    :raises InvalidStrategy: for an unknown ``strategy``.
+    :raises InvalidArgument: for an unknown ``strategy``.
     """
     claim = backend_for(dialect_name).claim
     if strategy == "native":
         return claim
     if strategy == "savepoint":
         return claim if isinstance(claim, SavepointClaim) else SavepointClaim(claim)
-    raise InvalidStrategy(f"strategy must be 'native' or 'savepoint', not {strategy!r}")
+    raise InvalidArgument(f"strategy must be 'native' or 'savepoint', not {strategy!r}")
 
 
 def is_autocommit(conn: Connection) -> bool:

@@ -26,7 +26,7 @@ class Backend:
     names: tuple[str, ...]
     #: The insert-or-skip claim of :class:`~sa_inbox.Inbox` and the inbox store's receive.
     claim: ClaimDialect
-    #: The batched delete of :func:`~sa_inbox.purge` and :func:`~sa_inbox.purge_store`.
+    #: The batched delete of :func:`~sa_inbox.purge` and :func:`~sa_inbox.retention.purge_store`.
     purge: PurgeDialect
     #: The inbox store's claim of stored messages, ``None`` where sa-inbox has none; read
     #: it through :attr:`store_claim`, which raises then.

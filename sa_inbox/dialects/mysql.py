@@ -35,7 +35,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, ColumnElement, Executable
 
 from .._compat import adapted_warning_count, cache_key, result_cursor
-from ..exc import ClaimWarning, InvalidRetentionPolicy, PurgeLockTimeout, UnsupportedBackend
+from ..exc import ClaimWarning, InvalidArgument, PurgeLockTimeout, UnsupportedBackend
 from .backend import Backend
 from .base import ClaimDialect, DriverState, Row, driver_error
 from .driver_sql import DriverSQL
@@ -381,7 +381,7 @@ class DeleteOrderedLimit(Executable, ClauseElement):
     :param whereclause: the condition (it holds the cut-off).
     :param order_by: the column rows are deleted in order of.
     :param limit: rows per statement, at most (a positive int, rendered inline).
-    :raises InvalidRetentionPolicy: if ``limit`` is not a positive int.
+    :raises InvalidArgument: if ``limit`` is not a positive int.
 
     ``str(statement)`` renders the MySQL form (:attr:`stringify_dialect`).
     """
@@ -398,7 +398,7 @@ class DeleteOrderedLimit(Executable, ClauseElement):
         limit: int,
     ) -> None:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
-            raise InvalidRetentionPolicy(f"limit must be a positive int, not {limit!r}")
+            raise InvalidArgument(f"limit must be a positive int, not {limit!r}")
         self.table = table
         self.whereclause = whereclause
         self.order_by = order_by

@@ -39,7 +39,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.sql.expression import Executable
 
-from ..exc import InvalidStoreArgument, UnsupportedBackend
+from ..exc import InvalidArgument, UnsupportedBackend
 
 __all__ = [
     "CLAIM_WINDOW",
@@ -405,14 +405,14 @@ class StoreClaimDialect:
 
         :param returned: required by a plan without read-back (see :meth:`plan`).
         :returns: the claimed rows, as they are after the update.
-        :raises InvalidStoreArgument: for a plan without read-back and no ``returned``.
+        :raises InvalidArgument: for a plan without read-back and no ``returned``.
         """
         bound = {**parameters, LIMIT: limit}
         if plan.single is not None:
             return conn.execute(plan.single, bound).mappings().all()
         assert plan.lock is not None and plan.update is not None
         if plan.read_back is None and returned is None:
-            raise InvalidStoreArgument("a claim plan without read-back needs its returned function")
+            raise InvalidArgument("a claim plan without read-back needs its returned function")
         rows = self._lock(conn, plan, limit, bound)
         if rows and plan.recheck is not None:
             locked = [int(row["id"]) for row in rows]

@@ -1,8 +1,8 @@
 """The hook interface: what the runner, the worker, the claim and the purge report.
 
 One small protocol, :class:`InboxHooks`. The default, :data:`NOOP`, does nothing and costs
-a method call per event (measured by ``sa_inbox.bench.hooks``); the Prometheus
-(:mod:`sa_inbox.hooks.prometheus`, extra ``[prometheus]``) and OpenTelemetry
+a method call per event (measured by the repository's ``benchmarks/hooks_cost.py``); the
+Prometheus (:mod:`sa_inbox.hooks.prometheus`, extra ``[prometheus]``) and OpenTelemetry
 (:mod:`sa_inbox.hooks.opentelemetry`, extra ``[opentelemetry]``) implementations count and
 time, and the latter traces. Pass one as ``Inbox(..., hooks=...)`` (the claim, the session
 extension and :func:`sa_inbox.handle` use the inbox's), ``Worker(..., hooks=...)`` and

@@ -21,9 +21,9 @@ with their broker: :mod:`sa_inbox.brokers.rabbitmq`, :mod:`sa_inbox.brokers.redi
 
 from __future__ import annotations
 
-from .exc import AsyncPublisherInSyncRelay as AsyncPublisherInSyncRelay
-from .exc import InvalidOutboxMessage as InvalidOutboxMessage
-from .exc import InvalidRelayArgument as InvalidRelayArgument
+from ..exc import AsyncPublisherInSyncRelay as AsyncPublisherInSyncRelay
+from ..exc import InvalidOutboxMessage as InvalidOutboxMessage
+from ..exc import InvalidRelayArgument as InvalidRelayArgument
 from .ids import uuid7 as uuid7
 from .message import OutboxMessage as OutboxMessage
 from .outbox import Outbox as Outbox
@@ -38,7 +38,6 @@ __all__ = [
     "DEFAULT_OUTBOX_TABLE",
     "AsyncPublisherInSyncRelay",
     "InvalidOutboxMessage",
-    "InvalidRelayArgument",
     "Outbox",
     "OutboxMessage",
     "OutboxRelay",

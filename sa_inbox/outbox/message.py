@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..exc import InvalidMessageId
+from ..exc import InvalidMessageId, InvalidOutboxMessage
 from ..validation import validate_key
-from .exc import InvalidOutboxMessage
 
 __all__ = ["MAX_DESTINATION_LENGTH", "OutboxMessage", "encode_payload", "validate_headers"]
 

@@ -12,9 +12,8 @@ from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from .._optional import optional_dependencies
-from ..exc import InvalidObject, UnsupportedBroker
+from ..exc import AsyncPublisherInSyncRelay, InvalidObject, UnsupportedBroker
 from ..handlers import is_async_callable
-from .exc import AsyncPublisherInSyncRelay
 from .message import OutboxMessage
 
 __all__ = [

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..exc import InvalidArgument
 from ..retention.purge import (
     DEFAULT_BATCH_SIZE,
     Batch,
@@ -22,7 +23,6 @@ from ..retention.purge import (
     outbox_dispatched_target,
     purge_target,
 )
-from .exc import InvalidRelayArgument
 from .outbox import Outbox
 
 __all__ = ["dispatched_target", "purge_dispatched"]
@@ -52,11 +52,11 @@ def purge_dispatched(
     :param outbox: the outbox.
     :param older_than: a timedelta >= 0.
     :returns: rows deleted.
-    :raises InvalidRelayArgument: if ``older_than`` is not a non-negative timedelta.
-    :raises InvalidBind, InvalidRetentionPolicy: as :func:`sa_inbox.purge`.
+    :raises InvalidArgument: if ``older_than`` is not a non-negative timedelta.
+    :raises InvalidBind, InvalidArgument: as :func:`sa_inbox.purge`.
     """
     if not isinstance(older_than, datetime.timedelta) or older_than < datetime.timedelta(0):
-        raise InvalidRelayArgument(f"older_than must be a timedelta >= 0, not {older_than!r}")
+        raise InvalidArgument(f"older_than must be a timedelta >= 0, not {older_than!r}")
     return purge_target(
         bind, dispatched_target(outbox), older_than, batch_size=batch_size, on_batch=on_batch
     )

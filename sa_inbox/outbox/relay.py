@@ -67,13 +67,12 @@ from typing_extensions import deprecated
 from ..backoff import Backoff
 from ..checks import require
 from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
-from ..exc import DatabaseUnavailable
+from ..exc import AsyncPublisherInSyncRelay, DatabaseUnavailable, InvalidArgument
 from ..outage import OutageGate, Verdict, is_unavailable, probe_engine
 from ..store.leases import LeasedRows, LeaseShape
 from ..store.replay import ReplayFilter
 from ..store.schema import utc_now
 from ..validation import positive_int, positive_seconds
-from .exc import AsyncPublisherInSyncRelay, InvalidRelayArgument
 from .message import OutboxMessage
 from .outbox import Outbox
 from .publisher import Publisher, broker_unavailable, check_publisher
@@ -134,7 +133,7 @@ _SHAPE = LeaseShape(
     arrived="created_at",
     finished="dispatched_at",
     replayable=(DEAD, DISPATCHED),
-    error=InvalidRelayArgument,
+    error=InvalidArgument,
     recheck_ordered=False,
     pending=PENDING,
     processing=PROCESSING,
@@ -168,7 +167,7 @@ class RelayCore:
 
     :param engine: the outbox's database (the ``sync_engine`` of an AsyncEngine).
     :param outbox: the outbox.
-    :raises InvalidRelayArgument: for a bad setting (see :class:`OutboxRelay`).
+    :raises InvalidArgument: for a bad setting (see :class:`OutboxRelay`).
     """
 
     def __init__(
@@ -192,14 +191,14 @@ class RelayCore:
             instead="pass the Outbox behind it (AsyncOutbox.sync_outbox)",
         )
         self.table = outbox.table
-        self.batch_size = positive_int(batch_size, "batch_size", InvalidRelayArgument)
-        self.max_attempts = positive_int(max_attempts, "max_attempts", InvalidRelayArgument)
+        self.batch_size = positive_int(batch_size, "batch_size", InvalidArgument)
+        self.max_attempts = positive_int(max_attempts, "max_attempts", InvalidArgument)
         self.visibility_timeout = positive_seconds(
-            visibility_timeout, "visibility_timeout", InvalidRelayArgument
+            visibility_timeout, "visibility_timeout", InvalidArgument
         )
         for name, value in (("backoff", backoff), ("outage_backoff", outage_backoff)):
             if not isinstance(value, Backoff):
-                raise InvalidRelayArgument(f"{name} must be a Backoff, not {value!r}")
+                raise InvalidArgument(f"{name} must be a Backoff, not {value!r}")
         self.backoff = backoff
         self.outage_backoff = outage_backoff
         self.ordered = bool(ordered)
@@ -367,7 +366,7 @@ class RelayCore:
 
         :param now: when the rows become leasable (aware); default now.
         :returns: the number of rows reset.
-        :raises InvalidRelayArgument: if no row filter is given (``destination`` alone does
+        :raises InvalidArgument: if no row filter is given (``destination`` alone does
             not choose rows), ``status`` is neither ``"dead"`` nor ``"dispatched"``, or a
             time is not an aware datetime.
         """
@@ -385,7 +384,7 @@ class RelayCore:
     ) -> int:
         """The number of rows :meth:`replay` with the same filters would reset now.
 
-        :raises InvalidRelayArgument: as :meth:`replay`.
+        :raises InvalidArgument: as :meth:`replay`.
         """
         chosen = ReplayFilter(ids, status, created_from, created_before, destination)
         return self.leased_rows.replayable(self.engine, chosen)
@@ -424,7 +423,7 @@ class OutboxRelay:
     :param outage_backoff: the wait before the next lease after a batch that found the
         broker unreachable, doubling per such batch in a row (see the module).
     :param poll_interval: seconds to wait when nothing is leasable.
-    :raises InvalidRelayArgument: for a bad setting.
+    :raises InvalidArgument: for a bad setting.
 
     Example::
 
@@ -466,7 +465,7 @@ class OutboxRelay:
             outage_backoff=outage_backoff,
         )
         self.publisher = publisher
-        self.poll_interval = positive_seconds(poll_interval, "poll_interval", InvalidRelayArgument)
+        self.poll_interval = positive_seconds(poll_interval, "poll_interval", InvalidArgument)
         self._stop = threading.Event()
         self.core.outage.sleep = self._stop.wait
 

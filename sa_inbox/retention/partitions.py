@@ -40,8 +40,8 @@ from sqlalchemy.engine import Connection
 
 from ..claim import Bind, Inbox
 from ..exc import (
+    InvalidArgument,
     InvalidMessageId,
-    InvalidRetentionPolicy,
     InvalidTable,
     UnsafePartitionKey,
     UnsupportedBackend,
@@ -380,7 +380,7 @@ def partition_range(
 
 def _check_interval(interval: object) -> None:
     if not isinstance(interval, datetime.timedelta) or interval < datetime.timedelta(minutes=1):
-        raise InvalidRetentionPolicy(
+        raise InvalidArgument(
             f"interval must be a timedelta of at least one minute, not {interval!r}"
         )
 
@@ -426,12 +426,12 @@ def create_partition(
     (lower) TO (lower + interval)`` in the caller's transaction; returns the name.
 
     :param lower: the range's start, aligned (see :func:`partition_range`).
-    :raises InvalidRetentionPolicy: if ``lower`` is not aligned on ``interval``, or
+    :raises InvalidArgument: if ``lower`` is not aligned on ``interval``, or
         ``interval`` is shorter than one minute.
     :raises InvalidTable: if the partition's name would be over 63 characters.
     """
     if partition_range(lower, interval)[0] != lower:
-        raise InvalidRetentionPolicy(f"{lower} is not aligned on {interval}")
+        raise InvalidArgument(f"{lower} is not aligned on {interval}")
     name = _partition_name(table, lower, interval)
     preparer = conn.dialect.identifier_preparer
     qualified = preparer.quote(name)

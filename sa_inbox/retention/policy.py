@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import KW_ONLY, dataclass
 
-from ..exc import InvalidRetentionPolicy, RetentionWindowTooShort
+from ..exc import InvalidArgument, RetentionWindowTooShort
 
 __all__ = ["DEFAULT_MARGIN", "RetentionPolicy", "resolve_window"]
 
@@ -26,9 +26,9 @@ _ZERO = datetime.timedelta(0)
 
 def _duration(value: object, name: str) -> datetime.timedelta:
     if not isinstance(value, datetime.timedelta):
-        raise InvalidRetentionPolicy(f"{name} must be a datetime.timedelta, not {value!r}")
+        raise InvalidArgument(f"{name} must be a datetime.timedelta, not {value!r}")
     if value < _ZERO:
-        raise InvalidRetentionPolicy(f"{name} must not be negative, not {value}")
+        raise InvalidArgument(f"{name} must not be negative, not {value}")
     return value
 
 
@@ -48,7 +48,7 @@ class RetentionPolicy:
     :param margin: keyword-only; added on top for clock skew and consumer lag; default one
         hour.
     :raises TypeError: if ``max_replay`` is not given.
-    :raises InvalidRetentionPolicy: for a value that is not a timedelta, a negative one, or
+    :raises InvalidArgument: for a value that is not a timedelta, a negative one, or
         a zero ``max_redelivery``.
 
     Example::
@@ -65,7 +65,7 @@ class RetentionPolicy:
 
     def __post_init__(self) -> None:
         if _duration(self.max_redelivery, "max_redelivery") == _ZERO:
-            raise InvalidRetentionPolicy("max_redelivery must be positive: brokers redeliver")
+            raise InvalidArgument("max_redelivery must be positive: brokers redeliver")
         _duration(self.max_replay, "max_replay")
         _duration(self.margin, "margin")
 
@@ -79,7 +79,7 @@ class RetentionPolicy:
 
         :param older_than: the age beyond which rows would be deleted.
         :raises RetentionWindowTooShort: if ``older_than`` is shorter than :attr:`window`.
-        :raises InvalidRetentionPolicy: if ``older_than`` is not a non-negative timedelta.
+        :raises InvalidArgument: if ``older_than`` is not a non-negative timedelta.
         """
         if _duration(older_than, "older_than") < self.window:
             raise RetentionWindowTooShort(older_than, self.window)
@@ -91,13 +91,13 @@ def resolve_window(
 ) -> datetime.timedelta:
     """The checked window of a purge: a policy's own window, or a timedelta it allows.
 
-    :raises InvalidRetentionPolicy: for a bare timedelta with no policy to check it against.
+    :raises InvalidArgument: for a bare timedelta with no policy to check it against.
     :raises RetentionWindowTooShort: as :meth:`RetentionPolicy.check`.
     """
     if isinstance(older_than, RetentionPolicy):
         return older_than.check(older_than.window)
     if policy is None:
-        raise InvalidRetentionPolicy(
+        raise InvalidArgument(
             "older_than as a timedelta needs policy=RetentionPolicy(...): the window must be "
             "checked against the broker's redelivery and replay limits"
         )

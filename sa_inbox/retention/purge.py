@@ -28,8 +28,8 @@ from ..checks import is_asyncio_object
 from ..claim import Inbox
 from ..dialects import PurgeDialect, backend_for, backend_of, classifier_for
 from ..exc import (
+    InvalidArgument,
     InvalidBind,
-    InvalidRetentionPolicy,
     InvalidTableType,
     UnsupportedBackend,
 )
@@ -114,7 +114,7 @@ class PurgeTarget:
     :param clock: reads "now" for the cut-off, on the purge's connection: the clock the
         rows' times were written with (:func:`database_now` for ``CURRENT_TIMESTAMP``
         defaults, :func:`python_utc_now` for the store's Python UTC times).
-    :raises InvalidRetentionPolicy: if ``table`` has no column ``time_column``.
+    :raises InvalidArgument: if ``table`` has no column ``time_column``.
     """
 
     table: sa.Table
@@ -124,7 +124,7 @@ class PurgeTarget:
 
     def __post_init__(self) -> None:
         if self.time_column not in self.table.c:
-            raise InvalidRetentionPolicy(
+            raise InvalidArgument(
                 f"table {self.table.name!r} has no column {self.time_column!r} to purge by"
             )
 
@@ -225,7 +225,7 @@ def _check_bind(bind: object) -> sa.Engine | Connection:
 
 
 def _check_batch_size(batch_size: object) -> int:
-    return positive_int(batch_size, "batch_size", InvalidRetentionPolicy)
+    return positive_int(batch_size, "batch_size", InvalidArgument)
 
 
 @contextmanager
@@ -239,7 +239,7 @@ def _purge_connection(bind: sa.Engine | Connection, dialect: PurgeDialect) -> It
             yield conn.execution_options(**options)
         return
     if bind.in_transaction():
-        raise InvalidRetentionPolicy(
+        raise InvalidArgument(
             "purge runs its own short transactions: pass an Engine, or a Connection that is "
             "not in a transaction"
         )
@@ -364,7 +364,7 @@ def purge(
     holds on one node only (MariaDB KB, "MariaDB Galera Cluster - Known Limitations"), so
     purgers on two nodes delete the same rows at once and one batch fails certification
     (1213) at COMMIT: a batch rolled back by such a transient error (see
-    :func:`sa_inbox.is_transient`) is run again, up to :data:`TRANSIENT_BATCH_RETRIES` times
+    :func:`sa_inbox.runner.is_transient`) is run again, up to :data:`TRANSIENT_BATCH_RETRIES` times
     in a row, and counts nothing.
 
     :param bind: an Engine, or a Connection that is not in a transaction (the purge commits
@@ -390,7 +390,7 @@ def purge(
     :returns: the number of rows this call deleted.
     :raises RetentionWindowTooShort: if the window is shorter than the policy allows
         (``max_redelivery + max_replay + margin``); nothing is deleted.
-    :raises InvalidRetentionPolicy: for a bare timedelta without ``policy``, a bad
+    :raises InvalidArgument: for a bare timedelta without ``policy``, a bad
         ``batch_size``, or a Connection already in a transaction; nothing is deleted.
     :raises PurgeLockTimeout: as :func:`purge_target`.
     :raises InvalidBind: (a :class:`TypeError`) if ``bind`` is not an Engine or Connection,
@@ -503,7 +503,7 @@ def purge_store(
     :returns: the rows deleted per status.
     :raises RetentionWindowTooShort: if either window is inside the policy; nothing is
         deleted.
-    :raises InvalidRetentionPolicy: as :func:`purge`.
+    :raises InvalidArgument: as :func:`purge`.
     :raises InvalidTableType: if ``store`` is not an InboxStore; nothing is deleted.
     :raises InvalidBind: if ``bind`` is not an Engine or Connection; nothing is deleted.
 

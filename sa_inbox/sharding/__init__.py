@@ -1,4 +1,4 @@
-"""Sharding: the inbox sharded with the business data (issue 16).
+"""Sharding: the inbox sharded with the business data.
 
 The claim must live in the same database as the business change, so the inbox is sharded
 with the business data, and every delivery of one message must reach the same shard.
@@ -13,13 +13,13 @@ with the business data, and every delivery of one message must reach the same sh
 
 from __future__ import annotations
 
-from .exc import InvalidShardKey as InvalidShardKey
-from .exc import InvalidShardMap as InvalidShardMap
-from .exc import ShardAssignmentFailed as ShardAssignmentFailed
-from .exc import ShardKeyChanged as ShardKeyChanged
-from .exc import ShardUnavailable as ShardUnavailable
-from .exc import UnknownShardIdentity as UnknownShardIdentity
-from .exc import WrongShard as WrongShard
+from ..exc import InvalidShardKey as InvalidShardKey
+from ..exc import InvalidShardMap as InvalidShardMap
+from ..exc import ShardAssignmentFailed as ShardAssignmentFailed
+from ..exc import ShardKeyChanged as ShardKeyChanged
+from ..exc import ShardUnavailable as ShardUnavailable
+from ..exc import UnknownShardIdentity as UnknownShardIdentity
+from ..exc import WrongShard as WrongShard
 from .inbox import ShardedInbox as ShardedInbox
 from .inbox import ShardInbox as ShardInbox
 from .keys import rendezvous_shard as rendezvous_shard

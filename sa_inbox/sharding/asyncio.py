@@ -15,8 +15,8 @@ import sqlalchemy as sa
 
 from .._optional import optional_dependencies
 from ..claim import Inbox
+from ..exc import InvalidShardMap
 from ..runner import DEFAULT_MAX_ATTEMPTS, Result
-from .exc import InvalidShardMap
 from .inbox import ShardedInbox
 from .keys import claim_digest
 

@@ -1,6 +1,6 @@
 """Which database a connection is on: the identity behind the wrong-shard check.
 
-A claim must run on the shard its key routes to (:class:`~sa_inbox.sharding.WrongShard`
+A claim must run on the shard its key routes to (:class:`~sa_inbox.exc.WrongShard`
 otherwise). When the claim's connection comes from the shard's own Engine, that is known
 without asking anything. When it comes from another Engine (the caller built their own),
 its URL cannot tell: libpq's multi-host form (``postgresql://u@/db?host=h1:5432``, the form
@@ -33,7 +33,7 @@ two servers on two machines that report the same host name, port, socket and dat
 name (e.g. containers given one host name) read as one; MySQL's ``server_uuid`` separates
 them, MariaDB has nothing alike. A backend not listed here, or a server that does not
 answer the query (e.g. a PostgreSQL-compatible server without ``pg_control_system()``),
-gives :class:`~sa_inbox.sharding.exc.UnknownShardIdentity`: the check never passes on an
+gives :class:`~sa_inbox.exc.UnknownShardIdentity`: the check never passes on an
 identity it could not establish.
 
 Cost: nothing on the usual path (a Session of
@@ -46,7 +46,7 @@ from __future__ import annotations
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from .exc import UnknownShardIdentity
+from ..exc import UnknownShardIdentity
 
 __all__ = ["ServerIdentity", "server_identity"]
 

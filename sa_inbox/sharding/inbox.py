@@ -1,6 +1,6 @@
 """The sharded inbox: route each message by its shard key to one database, claim it there.
 
-The rule (issue 16): the claim must live in the same database as the business change (only
+The rule: the claim must live in the same database as the business change (only
 then do they commit together), so the inbox is sharded with the business data, and every
 delivery of one message must reach the same shard (only there is its claim).
 :class:`ShardedInbox` enforces what it can of it:
@@ -8,12 +8,12 @@ delivery of one message must reach the same shard (only there is its claim).
 * routing is a pure function of the shard key (:mod:`sa_inbox.sharding.keys`, or the
   caller's ``assign``), checked to name a shard of the map;
 * a claim runs only on a Session or Connection of the shard its key routes to
-  (:class:`~sa_inbox.sharding.exc.WrongShard` otherwise, before any write): one of the
+  (:class:`~sa_inbox.exc.WrongShard` otherwise, before any write): one of the
   shard's own Engine is; one of another Engine is identified by asking its server, never
   by its URL (:mod:`sa_inbox.sharding.identity`), and refused if that fails;
 * each claim stores a digest of its shard key, in the same single INSERT; a redelivery that
   reaches the same shard under another key is refused with
-  :class:`~sa_inbox.sharding.exc.ShardKeyChanged` (one locking read, on the duplicate
+  :class:`~sa_inbox.exc.ShardKeyChanged` (one locking read, on the duplicate
   path only, as the collision check's);
 * a redelivery whose new key routes it to *another* shard finds no claim there: only asking
   the other shards can see it. ``check_other_shards=True`` does so after every *new* claim
@@ -24,7 +24,7 @@ delivery of one message must reach the same shard (only there is its claim).
   two-phase commit would, which is what sharding avoids. The check catches the ordinary
   case (a redelivery after the first delivery committed) and never the concurrent one.
   It also ties every shard to the others' availability: a shard it cannot read makes every
-  new claim on every other shard fail with :class:`~sa_inbox.sharding.exc.ShardUnavailable`
+  new claim on every other shard fail with :class:`~sa_inbox.exc.ShardUnavailable`
   (nothing is applied unchecked).
 """
 
@@ -40,15 +40,15 @@ from sqlalchemy.orm import Session
 
 from .. import runner
 from ..claim import Bind, Inbox
-from ..exc import MessageIdCollision
-from ..runner import DEFAULT_MAX_ATTEMPTS, Result
-from .exc import (
+from ..exc import (
     InvalidShardMap,
+    MessageIdCollision,
     ShardAssignmentFailed,
     ShardKeyChanged,
     ShardUnavailable,
     WrongShard,
 )
+from ..runner import DEFAULT_MAX_ATTEMPTS, Result
 from .identity import ServerIdentity, server_identity
 from .keys import claim_digest, rendezvous_shard, split_digest, validate_shard_key
 from .shardmap import ShardTarget, build_shard_map
@@ -75,11 +75,11 @@ class ShardedInbox:
         function of the key for as long as a message may be redelivered.
     :param check_other_shards: after each new claim, ask every other shard whether the
         message is claimed there (a redelivery whose key changed to one of another shard),
-        and refuse it with :class:`~sa_inbox.sharding.exc.ShardKeyChanged`. Costs one read
+        and refuse it with :class:`~sa_inbox.exc.ShardKeyChanged`. Costs one read
         per other shard per new message; cannot see a delivery running at the same time on
         another shard (see the module's documentation). **Every shard must be readable**:
         while one shard is unreachable, each new message on every other shard is refused
-        with :class:`~sa_inbox.sharding.exc.ShardUnavailable` (naming the shard; a FAILED
+        with :class:`~sa_inbox.exc.ShardUnavailable` (naming the shard; a FAILED
         delivery, nacked, so a broker with a redelivery limit dead-letters it): requeue on
         it with a delay. Default False.
     Claim a consumer's messages through the ShardedInbox only: a plain
@@ -204,7 +204,7 @@ class ShardedInbox:
         :raises InvalidShardKey: for an invalid key, before any SQL.
         :raises WrongShard: if ``bind`` is not on the key's shard (its server asked when
             ``bind`` is not of the shard's own Engine), before any write; a
-            :class:`~sa_inbox.sharding.exc.ShardAssignmentFailed` if ``assign`` raises.
+            :class:`~sa_inbox.exc.ShardAssignmentFailed` if ``assign`` raises.
         :raises UnknownShardIdentity: (a WrongShard) if ``bind`` is of another Engine and its
             server or the shard's cannot be identified.
         :raises InvalidBind: for a Session bound to no engine.
@@ -259,15 +259,15 @@ class ShardedInbox:
 
         :param shard_key: the message's shard key.
         :returns: a :class:`~sa_inbox.Result`; a
-            :class:`~sa_inbox.sharding.exc.ShardKeyChanged` or
+            :class:`~sa_inbox.exc.ShardKeyChanged` or
             :class:`~sa_inbox.exc.MessageIdCollision` is a FAILED delivery (rolled back,
             nacked, the handler's change not committed), and so is a
-            :class:`~sa_inbox.sharding.exc.ShardUnavailable` (``check_other_shards`` could
+            :class:`~sa_inbox.exc.ShardUnavailable` (``check_other_shards`` could
             not read a shard).
         :raises InvalidShardKey: for an invalid key, before anything (neither acked nor
             nacked, as an invalid message id).
         :raises WrongShard: if ``assign`` names an unknown shard or raises
-            (:class:`~sa_inbox.sharding.exc.ShardAssignmentFailed`): a configuration error,
+            (:class:`~sa_inbox.exc.ShardAssignmentFailed`): a configuration error,
             neither acked nor nacked.
         :raises: everything :func:`sa_inbox.handle` raises.
         """

@@ -30,9 +30,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from ..exc import InvalidMessageId
+from ..exc import InvalidMessageId, InvalidShardKey
 from ..validation import validate_key
-from .exc import InvalidShardKey
 
 __all__ = [
     "KEY_DIGEST_BYTES",

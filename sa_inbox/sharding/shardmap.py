@@ -9,9 +9,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..exc import InvalidMessageId
+from ..exc import InvalidMessageId, InvalidShardMap
 from ..validation import validate_key
-from .exc import InvalidShardMap
 
 __all__ = ["Shard", "ShardTarget", "build_shard_map", "database_identity", "url_locations"]
 

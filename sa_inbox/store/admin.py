@@ -40,7 +40,7 @@ class StoreAdmin(StoreBase):
         time: count them first with :meth:`replayable`.
 
         :returns: the number of rows reset.
-        :raises InvalidStoreArgument: if no row filter is given (``consumer_name`` alone
+        :raises InvalidArgument: if no row filter is given (``consumer_name`` alone
             does not choose rows), ``status`` is neither ``"dead"`` nor ``"done"``, or a time
             is not an aware datetime.
         """
@@ -60,7 +60,7 @@ class StoreAdmin(StoreBase):
     ) -> int:
         """The number of rows :meth:`replay` with the same filters would reset now.
 
-        :raises InvalidStoreArgument: as :meth:`replay`.
+        :raises InvalidArgument: as :meth:`replay`.
         """
         chosen = ReplayFilter(ids, status, received_from, received_before, consumer_name)
         return self.leased_rows.replayable(engine, chosen)

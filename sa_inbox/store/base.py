@@ -15,7 +15,7 @@ from ..claim import ClaimPath, PreparedInsert
 from ..collision import CollisionCheck, CollisionMode, payload_hash_of_row
 from ..consumers import Consumers, consumers_flag, consumers_for
 from ..dialects.store_claim import StoreClaimDialect
-from ..exc import InvalidStoreArgument
+from ..exc import InvalidArgument
 from ..hooks import NOOP, InboxHooks
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
 from .leases import LeasedRows, LeaseShape
@@ -59,7 +59,7 @@ SHAPE = LeaseShape(
     arrived="received_at",
     finished="processed_at",
     replayable=(DEAD, DONE),
-    error=InvalidStoreArgument,
+    error=InvalidArgument,
     pending=PENDING,
     processing=PROCESSING,
 )

@@ -83,20 +83,28 @@ choice for short, database-only handlers.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import random
+import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
-from ..exc import ConfigurationError
-from .protocol import LOST, RELEASED, BatchFailure, BatchResult, HandlerFailed, StoredMessage
+from ..exc import ConfigurationError, HandlerFailed
+from ..hooks import InboxHooks
+from .protocol import (
+    LOST,
+    RELEASED,
+    BatchFailure,
+    BatchResult,
+    Handler,
+    MessageStore,
+    StoredMessage,
+)
 from .schema import DONE
 
-if TYPE_CHECKING:
-    from .worker import Worker
-
-__all__ = ["BATCH_RERUNS", "SAVEPOINTS_FIRST", "run_batch"]
+__all__ = ["BATCH_RERUNS", "SAVEPOINTS_FIRST", "BatchWorker", "run_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +116,45 @@ BATCH_RERUNS = 5
 SAVEPOINTS_FIRST = False
 
 
-def run_batch(worker: Worker, token: str, batch: Sequence[StoredMessage]) -> None:
+class BatchWorker(Protocol):
+    """What :func:`run_batch` needs of its worker: :class:`~sa_inbox.store.Worker` has it.
+
+    The store, handler, clock and hooks it runs the batch with; the lock and the record of
+    unstarted messages it shares with the worker's stop; and the worker's own steps for a
+    stop, a release, a failure, a configuration error, a count and a notification.
+    """
+
+    @property
+    def store(self) -> MessageStore: ...
+    @property
+    def handler(self) -> Handler: ...
+    @property
+    def clock(self) -> Callable[[], datetime.datetime]: ...
+    @property
+    def hooks(self) -> InboxHooks: ...
+    @property
+    def _lock(self) -> threading.Lock: ...
+    @property
+    def _unstarted(self) -> dict[str, Sequence[StoredMessage]]: ...
+
+    def _stopping(self) -> bool: ...
+    def _release(self, messages: Sequence[StoredMessage], *, quietly: bool = False) -> None: ...
+    def _retry_at(self, message: StoredMessage) -> datetime.datetime | None: ...
+    def _configuration_error(self, exc: ConfigurationError) -> None: ...
+    def _process_messages(self, token: str, batch: Sequence[StoredMessage]) -> None: ...
+    def _sleep(self, seconds: float) -> None: ...
+    def _count(self, outcome: str, amount: int = 1) -> None: ...
+    def _notify(self, message: StoredMessage, outcome: str) -> None: ...
+    def _log_failure(
+        self,
+        message: StoredMessage,
+        exc: BaseException,
+        retry_at: datetime.datetime | None,
+        recorded: bool,
+    ) -> str: ...
+
+
+def run_batch(worker: BatchWorker, token: str, batch: Sequence[StoredMessage]) -> None:
     """Process one leased batch in one transaction and count and report its outcomes.
 
     :param worker: the worker (its store, handler, clock, counters and hooks).
@@ -116,7 +162,7 @@ def run_batch(worker: Worker, token: str, batch: Sequence[StoredMessage]) -> Non
     :param batch: the leased messages, in lease order.
     :raises ConfigurationError: from the store or a handler: every thread stops, the batch
         is released (attempts not counted), nothing committed.
-    :raises Exception: as :meth:`Worker._process_messages`, when the batch fell back to one
+    :raises Exception: as the worker's ``_process_messages``, when the batch fell back to one
         transaction per message and a failure could not be recorded there.
     """
     if worker._stopping():
@@ -131,7 +177,7 @@ def run_batch(worker: Worker, token: str, batch: Sequence[StoredMessage]) -> Non
         _report(worker, result, (time.perf_counter() - start) / len(batch))
 
 
-def _commit(worker: Worker, token: str, batch: Sequence[StoredMessage]) -> BatchResult | None:
+def _commit(worker: BatchWorker, token: str, batch: Sequence[StoredMessage]) -> BatchResult | None:
     """Run the batch's transaction until it commits; ``None`` if it fell back to one
     transaction per message (done then)."""
     failed: list[BatchFailure] = []
@@ -166,7 +212,7 @@ def _commit(worker: Worker, token: str, batch: Sequence[StoredMessage]) -> Batch
 
 
 def _fall_back(
-    worker: Worker, token: str, batch: Sequence[StoredMessage], exc: BaseException
+    worker: BatchWorker, token: str, batch: Sequence[StoredMessage], exc: BaseException
 ) -> None:
     """Process the batch one transaction per message, after its transaction failed."""
     logger.warning(
@@ -181,7 +227,7 @@ def _fall_back(
     worker._process_messages(token, batch)
 
 
-def _log_rerun(worker: Worker, token: str, why: str, exc: BaseException) -> None:
+def _log_rerun(worker: BatchWorker, token: str, why: str, exc: BaseException) -> None:
     logger.info(
         "batch %s: %s: %s: %s",
         token,
@@ -192,7 +238,7 @@ def _log_rerun(worker: Worker, token: str, why: str, exc: BaseException) -> None
     )
 
 
-def _report(worker: Worker, result: BatchResult, seconds: float) -> None:
+def _report(worker: BatchWorker, result: BatchResult, seconds: float) -> None:
     """Count, log and notify every outcome of a committed batch; tell the hooks of each
     handler run (``seconds``: the transaction's time over the batch's messages)."""
     for message in result.done:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -14,15 +14,14 @@ from typing_extensions import deprecated
 from ..outage import is_unavailable, probe_engine
 from ..runner import is_transient
 from .protocol import BatchFailure, BatchResult, Handler, ReapResult, RetryAt, StoredMessage
-
-if TYPE_CHECKING:
-    from .store import InboxStore
+from .transitions import StoreTransitions
 
 __all__ = ["BoundStore"]
 
 
 class BoundStore:
-    """An :class:`InboxStore` on one engine: the :class:`MessageStore` of a worker.
+    """An :class:`~sa_inbox.store.InboxStore` on one engine: the :class:`MessageStore` of a
+    worker.
 
     :param store: the store (its table).
     :param engine: the database.
@@ -30,7 +29,7 @@ class BoundStore:
     """
 
     def __init__(
-        self, store: InboxStore, engine: sa.Engine, session_factory: Callable[[], Session]
+        self, store: StoreTransitions, engine: sa.Engine, session_factory: Callable[[], Session]
     ) -> None:
         self.store = store
         self.engine = engine
@@ -127,7 +126,7 @@ class BoundStore:
     def has_unfinished(self, *, consumer_name: str | None) -> bool:
         """Whether a row of the consumer is pending or processing (see
         :meth:`InboxStore.has_unfinished`)."""
-        return self.store.has_unfinished(self.engine, consumer_name=consumer_name)
+        return self.store.leased_rows.has_unfinished(self.engine, consumer_name)
 
     def ensure_owner(self, consumer_name: str, handler: object) -> None:
         """Make ``handler`` the owner of ``consumer_name`` (:mod:`sa_inbox.consumers`), or

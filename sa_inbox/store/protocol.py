@@ -9,6 +9,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..exc import HandlerFailed
+
 __all__ = [
     "LOST",
     "RELEASED",
@@ -105,20 +107,6 @@ class BatchResult:
     failed: tuple[BatchFailure, ...] = ()
     lost: tuple[StoredMessage, ...] = ()
     released: tuple[StoredMessage, ...] = ()
-
-
-class HandlerFailed(Exception):
-    """Raised by a batch transaction run without savepoints when a handler raised: the
-    whole transaction was rolled back, nothing of the batch committed.
-
-    :param message: the message whose handler raised.
-    :param error: what it raised (also the ``__cause__``).
-    """
-
-    def __init__(self, message: StoredMessage, error: BaseException) -> None:
-        super().__init__(f"handler failed on message {message.message_id!r}: {error}")
-        self.message = message
-        self.error = error
 
 
 #: ``retry_at(message)``: when a message that failed this attempt may be leased again

@@ -15,7 +15,7 @@ from sqlalchemy.sql.expression import Executable
 from ..claim import Bind, ClaimPath, PreparedInsert
 from ..collision import store_digests
 from ..dialects import ClaimDialect
-from ..exc import InvalidStoreArgument
+from ..exc import InvalidArgument
 from ..hooks import InboxHooks
 from ..validation import validate_key
 from .protocol import Incoming
@@ -74,7 +74,7 @@ class StoreReceive:
         :returns: True if the message is new, False if it was already stored (or a
             collision was recorded).
         :raises InvalidMessageId: for an invalid id, consumer name, aggregate id or type.
-        :raises InvalidStoreArgument: for a payload that is not JSON, or a ``payload_hash``
+        :raises InvalidArgument: for a payload that is not JSON, or a ``payload_hash``
             that is not the payload's (nothing is sent).
         :raises MessageIdCollision: with ``on_collision="raise"``, for an id stored with a
             different payload: roll back and nack.
@@ -106,17 +106,17 @@ class StoreReceive:
         :param payload_hashes: ``message_id -> payload_hash(payload)``, as :meth:`receive`'s
             ``payload_hash``; the ids skipped are compared in one locking read.
         :returns: the ids of the messages that were new.
-        :raises InvalidMessageId, InvalidStoreArgument: as :meth:`receive`, for any message.
+        :raises InvalidMessageId, InvalidArgument: as :meth:`receive`, for any message.
         :raises MessageIdCollision: as :meth:`receive`.
         """
         if isinstance(messages, Incoming):
-            raise InvalidStoreArgument("receive_many takes an iterable of Incoming messages")
+            raise InvalidArgument("receive_many takes an iterable of Incoming messages")
         when = aware(now)
         rows: dict[str, Mapping[str, Any]] = {}
         payloads: dict[str, Any] = {}  # the first copy's payload per id, as given
         for message in messages:
             if not isinstance(message, Incoming):
-                raise InvalidStoreArgument(f"expected Incoming, not {type(message).__name__}")
+                raise InvalidArgument(f"expected Incoming, not {type(message).__name__}")
             row = self._row(
                 message.message_id,
                 message.payload,
@@ -173,12 +173,12 @@ def _json(payload: Any) -> SerialisedJSON:
     The one serialisation of a received payload: its text is what the receive statement
     binds (:func:`receive_insert`), so the column type does not serialise it again.
 
-    :raises InvalidStoreArgument: if it cannot.
+    :raises InvalidArgument: if it cannot.
     """
     try:
         return SerialisedJSON(json.dumps(payload, allow_nan=False))
     except (TypeError, ValueError) as exc:
-        raise InvalidStoreArgument(f"payload is not JSON-serialisable: {exc}") from exc
+        raise InvalidArgument(f"payload is not JSON-serialisable: {exc}") from exc
 
 
 def receive_insert(dialect: ClaimDialect, table: sa.Table) -> Executable:

@@ -19,7 +19,7 @@ from sqlalchemy.dialects import mysql, oracle
 from sqlalchemy.engine import Dialect
 
 from ..checks import check_metadata
-from ..exc import InvalidStoreArgument, InvalidTable
+from ..exc import InvalidArgument, InvalidTable
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, INSERT_COLUMNS_INFO, key_type
 from ..validation import positive_int
 
@@ -78,7 +78,7 @@ class UTCDateTime(sa.TypeDecorator[datetime.datetime]):
     the value is written as naive UTC, since those drivers drop the zone; a naive value read
     back is UTC.
 
-    :raises InvalidStoreArgument: when binding a naive ``datetime``.
+    :raises InvalidArgument: when binding a naive ``datetime``.
     """
 
     impl = sa.DateTime(timezone=True)
@@ -97,7 +97,7 @@ class UTCDateTime(sa.TypeDecorator[datetime.datetime]):
         if value is None:
             return None
         if value.tzinfo is None:
-            raise InvalidStoreArgument(f"timestamps must be time-zone aware, not {value!r}")
+            raise InvalidArgument(f"timestamps must be time-zone aware, not {value!r}")
         if value.tzinfo is not datetime.UTC:  # the store's own times are UTC already
             value = value.astimezone(datetime.UTC)
         return value if dialect.name == "postgresql" else value.replace(tzinfo=None)

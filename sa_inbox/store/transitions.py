@@ -21,7 +21,7 @@ from typing_extensions import deprecated
 
 from ..dialects import backend_for
 from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
-from ..exc import ClaimLost, ConfigurationError
+from ..exc import ClaimLost, ConfigurationError, HandlerFailed
 from ..guard import owned_transaction
 from ..handlers import call_handler
 from ..runner import is_transient, new_session
@@ -32,7 +32,6 @@ from .protocol import (
     BatchFailure,
     BatchResult,
     Handler,
-    HandlerFailed,
     ReapResult,
     RetryAt,
     StoredMessage,
@@ -93,7 +92,7 @@ class StoreTransitions(StoreBase):
         :returns: the leased messages in ``(received_at, id)`` order.
         :raises UnsupportedBackend: if the server has no ``SKIP LOCKED`` (PostgreSQL < 9.5,
             MySQL < 8.0.1, MariaDB < 10.6) or the backend is unknown.
-        :raises InvalidStoreArgument: for a bad ``limit``, timeout or ``max_attempts``.
+        :raises InvalidArgument: for a bad ``limit``, timeout or ``max_attempts``.
         """
         positive(limit, "limit")
         positive(max_attempts, "max_attempts")
@@ -145,7 +144,7 @@ class StoreTransitions(StoreBase):
         MySQL/MariaDB, a lease whose window other leases filled falls back to a locking
         scan, which then locks every candidate it sorts until the lease commits.
 
-        :raises InvalidStoreArgument: for a bad timeout or ``max_attempts``.
+        :raises InvalidArgument: for a bad timeout or ``max_attempts``.
         :raises InvalidMessageId: for a bad ``consumer_name``.
         """
         positive(max_attempts, "max_attempts")
@@ -260,11 +259,11 @@ class StoreTransitions(StoreBase):
         :raises HandlerFailed: without ``savepoints``, when a handler raised (nothing
             committed).
         :raises ConfigurationError: as :meth:`complete` (nothing committed).
-        :raises Exception: a deadlock or serialization failure (:func:`sa_inbox.is_transient`)
-            raised by any statement or the commit, including a handler's (InnoDB rolls
-            back the whole transaction of a deadlock victim, savepoints included: MariaDB
-            manual, "InnoDB Lock Modes", "Deadlocks"; so it is never caught at a
-            savepoint); a handler that ended the transaction
+        :raises Exception: a deadlock or serialization failure
+            (:func:`sa_inbox.runner.is_transient`) raised by any statement or the commit,
+            including a handler's (InnoDB rolls back the whole transaction of a deadlock
+            victim, savepoints included: MariaDB manual, "InnoDB Lock Modes", "Deadlocks";
+            so it is never caught at a savepoint); a handler that ended the transaction
             (:class:`~sa_inbox.exc.HandlerEndedTransaction`); a broken connection. Nothing
             committed in every case.
         """

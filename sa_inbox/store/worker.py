@@ -54,8 +54,8 @@ from ..checks import NEEDS_BIND, is_asyncio_object
 from ..exc import (
     ConfigurationError,
     DatabaseUnavailable,
+    InvalidArgument,
     InvalidObject,
-    InvalidStoreArgument,
     SyncAsyncMismatch,
 )
 from ..handlers import check_handler
@@ -236,7 +236,7 @@ class Worker:
         message; ``"batch"`` (:data:`BATCH`): the messages of one leased batch in one
         transaction, a failing one still failing alone (see :mod:`sa_inbox.store.batch`
         for the design, its measurements and the trade-off).
-    :raises InvalidStoreArgument: for a non-positive size, count or time, a ``backoff``
+    :raises InvalidArgument: for a non-positive size, count or time, a ``backoff``
         that is not a :class:`Backoff`, a ``transaction`` that is neither mode, or
         ``"batch"`` on a store without ``complete_batch``.
     :raises InvalidHandler: if ``handler`` cannot be called as ``handler(session,
@@ -295,13 +295,11 @@ class Worker:
             _positive_seconds(seconds, label)
         for label, given in (("backoff", backoff), ("error_backoff", error_backoff)):
             if given is not None and not isinstance(given, Backoff):
-                raise InvalidStoreArgument(
+                raise InvalidArgument(
                     f"{label} must be a Backoff(base=seconds, maximum=seconds), not {given!r}"
                 )
         if consumer_name is not None and not isinstance(consumer_name, str):
-            raise InvalidStoreArgument(
-                f"consumer_name must be a str or None, not {consumer_name!r}"
-            )
+            raise InvalidArgument(f"consumer_name must be a str or None, not {consumer_name!r}")
         self.store = store
         self._store_lease = _lease_of(store)
         self.handler = handler
@@ -450,7 +448,7 @@ class Worker:
         """Run the handler for one leased message; return the outcome.
 
         A transient database error in its transaction (deadlock, serialization failure,
-        busy SQLite: see :func:`sa_inbox.is_transient`) is retried at once, up to
+        busy SQLite: see :func:`sa_inbox.runner.is_transient`) is retried at once, up to
         :data:`TRANSIENT_RETRIES` times, before it counts as a failed attempt.
 
         :returns: ``"done"``; ``"retry"`` (rolled back, pending again after the back-off);
@@ -529,7 +527,7 @@ class Worker:
     def reap(self) -> None:
         """Move abandoned leases back to pending, or to dead once their attempts are used.
 
-        A transient database error (see :func:`sa_inbox.is_transient`) skips this reap, the
+        A transient database error (see :func:`sa_inbox.runner.is_transient`) skips this reap, the
         next one comes ``reap_interval`` seconds later: on a MariaDB Galera cluster the
         reap's locking read is aborted with error 1213 when a write-set from another node
         touches the same rows (MariaDB KB, "MariaDB Galera Cluster - Known Limitations"),
@@ -606,7 +604,7 @@ class Worker:
             visibility timeout.
         :returns: the counts of this run (:class:`WorkerSummary`) and why it ended;
             :attr:`stats` and :attr:`summary` keep counting across runs.
-        :raises InvalidStoreArgument: for a bad ``max_messages`` or ``max_seconds``.
+        :raises InvalidArgument: for a bad ``max_messages`` or ``max_seconds``.
         :raises ConfigurationError: raised by the store (a missing table, an autocommit
             connection) or by the handler: the same error would fail every message, so it
             is never counted as a failed attempt. Every thread stops, the batches in hand
@@ -1001,12 +999,12 @@ def _renamed_hook(
 ) -> Callable[[str, Sequence[StoredMessage]], None] | None:
     """``on_lease``, or the deprecated ``on_claim`` given instead (with a warning).
 
-    :raises InvalidStoreArgument: if both are given.
+    :raises InvalidArgument: if both are given.
     """
     if on_claim is None:
         return on_lease
     if on_lease is not None:
-        raise InvalidStoreArgument("give on_lease only (on_claim is its deprecated name)")
+        raise InvalidArgument("give on_lease only (on_claim is its deprecated name)")
     warnings.warn(
         "Worker(on_claim=...) is renamed on_lease=...; on_claim goes in the next release",
         DeprecationWarning,
@@ -1050,25 +1048,25 @@ def _check_store(store: object) -> None:
 
 
 def _check_transaction(transaction: object, store: object) -> None:
-    """:raises InvalidStoreArgument: unless ``transaction`` is a mode the store supports."""
+    """:raises InvalidArgument: unless ``transaction`` is a mode the store supports."""
     if transaction not in TRANSACTION_MODES:
-        raise InvalidStoreArgument(
+        raise InvalidArgument(
             f"transaction must be one of {', '.join(map(repr, TRANSACTION_MODES))}, "
             f"not {transaction!r}"
         )
     if transaction == BATCH and not callable(getattr(store, "complete_batch", None)):
-        raise InvalidStoreArgument(
+        raise InvalidArgument(
             f"transaction='batch' needs a store with complete_batch(); "
             f"{type(store).__name__} has none"
         )
 
 
 def _positive_int(value: object, label: str) -> None:
-    positive_int(value, label, InvalidStoreArgument)
+    positive_int(value, label, InvalidArgument)
 
 
 def _positive_seconds(value: object, label: str) -> None:
-    positive_seconds(value, label, InvalidStoreArgument)
+    positive_seconds(value, label, InvalidArgument)
 
 
 def _outcome_text(outcome: str, retry_at: datetime.datetime | None, recorded: bool) -> str:

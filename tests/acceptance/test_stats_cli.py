@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox import Inbox, InboxStore, Incoming, InvalidTable
+from sa_inbox import Inbox, InboxStore
 from sa_inbox.collision import collisions_table, payload_hash
+from sa_inbox.exc import InvalidTable
 from sa_inbox.outbox import Outbox
-from sa_inbox.stats import WARNING_CODES, ConsumerRename, collect, warnings
+from sa_inbox.stats import WARNING_CODES, ConsumerRename, collect, stats_warnings
+from sa_inbox.store import Incoming
 
 pytestmark = pytest.mark.backend
 
@@ -43,9 +45,11 @@ class Tables:
         self.metadata.drop_all(self.engine)
         self.metadata.create_all(self.engine)
         with self.engine.begin() as conn:  # healthy: fresh rows, a done store row
+            # two consumers of one stream (audit's first claim before billing's last: a
+            # fan-out, not a rename, on any clock resolution)
+            self.inbox.claim(conn, "m-0", "audit")
             for i in range(3):
                 self.inbox.claim(conn, f"m-{i}", "billing")
-            self.inbox.claim(conn, "m-0", "audit")
             self.store.receive_many(conn, [Incoming("s-1", {"n": 1}), Incoming("s-2", {"n": 2})])
             t = self.store.table
             conn.execute(t.update().values(status="done"))
@@ -200,7 +204,7 @@ def test_warning_cases_on_every_backend(engine_: sa.Engine) -> None:
 
     def codes(case: Tables, retention: datetime.timedelta | None) -> list[int]:
         sample = collect(engine_, inbox_table=case.names[0], store_table=case.names[1])
-        return [w.code for w in warnings(sample, retention=retention, **limits)]
+        return [w.code for w in stats_warnings(sample, retention=retention, **limits)]
 
     week = datetime.timedelta(days=7)
     with warning_cases(engine_) as cases:
@@ -294,7 +298,9 @@ def test_the_outbox_section_and_its_warnings(engine_: sa.Engine, url: str) -> No
                 engine_, inbox_table=names[0], store_table=names[1], outbox_table="stats_outbox"
             )
             minutes = datetime.timedelta(minutes=10)
-            return [w.code for w in warnings(sample, retention=None, pending_threshold=minutes)]
+            return [
+                w.code for w in stats_warnings(sample, retention=None, pending_threshold=minutes)
+            ]
 
         assert codes() == []
         with engine_.begin() as conn:
@@ -346,7 +352,7 @@ def test_a_renamed_consumer_is_reported(engine_: sa.Engine, url: str) -> None:
     try:
         sample = collect(engine_, inbox_table=case.names[0], store_table=case.names[1])
         assert sample.renames == [ConsumerRename("billing", "billing-v2", 2)]
-        found = warnings(sample, retention=None)
+        found = stats_warnings(sample, retention=None)
         assert [w.code for w in found] == [WARNING_CODES["renamed-consumer"]]
         assert "billing-v2" in found[0].text and "op.rename_inbox_consumer" in found[0].text
         code, text = finish(stats(url, "--check", names=case.names))

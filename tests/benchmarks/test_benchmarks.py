@@ -19,9 +19,10 @@ from rich.console import Console
 
 from sa_inbox.bench import SCENARIOS, scenario
 from sa_inbox.bench.async_layer import async_layers
-from sa_inbox.bench.claim_overhead import LAYERS, MODES, WARMUP, share
+from sa_inbox.bench.claim_overhead import LAYERS, MODES, WARMUP
 from sa_inbox.bench.keys import KEY_FORMATS
 from sa_inbox.bench.runner import BenchConfig, make_progress, run_scenario
+from sa_inbox.bench.workers import share
 from sa_inbox.cli import main
 from tests.conftest import backend_url
 

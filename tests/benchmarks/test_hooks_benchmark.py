@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from sa_inbox.bench import hooks
+from benchmarks import hooks_cost
 
 pytestmark = pytest.mark.benchmark
 
 
 def test_hooks_benchmark_runs(tmp_path: Path) -> None:
     out = tmp_path / "hooks.json"
-    hooks.main(
+    hooks_cost.main(
         [
             "--url",
             f"sqlite:///{tmp_path}/b.db",

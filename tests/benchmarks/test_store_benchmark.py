@@ -16,13 +16,16 @@ from rich.console import Console
 
 from sa_inbox.bench import scenario
 from sa_inbox.bench.runner import BenchConfig, make_progress, run_scenario
+from sa_inbox.bench.store_drain import load_peers
+from sa_inbox.bench.workers import BenchError
+from tests.support import drain_peer
 
 pytestmark = [pytest.mark.benchmark, pytest.mark.backend]
 
 
 def test_store_drain_benchmark_runs(url: str, tmp_path: Path) -> None:
-    """Both handlers, both transaction modes, two worker processes (pactix is not importable
-    here: Python < 3.12), each drain checked by the scenario itself."""
+    """Both handlers, both transaction modes, two worker processes, no peer, each drain
+    checked by the scenario itself."""
     config = BenchConfig(
         url=url,
         messages=40,
@@ -50,6 +53,39 @@ def test_store_drain_benchmark_runs(url: str, tmp_path: Path) -> None:
         assert len(run["done_per_worker"]) == run["workers"] and run["errors"] == 0
     for row in results["summary"]:
         if row["contender"] == "batch":
-            assert row["x_message"] > 0 and row["x_pactix"] is None
+            assert row["x_message"] > 0
+            assert not [key for key in row if key.startswith("x_") and key != "x_message"]
     output = console.file.getvalue()  # type: ignore[attr-defined]
     assert "receive vs claim" in output and "batch / message" in output
+
+
+def test_a_peer_contends_in_the_no_op_cells(url: str, tmp_path: Path) -> None:
+    """A peer named in ``options["peers"]`` drains beside both transaction modes in the no-op
+    cells only (its own drain checked by its ``check``), with its ratio and its column."""
+    config = BenchConfig(
+        url=url,
+        messages=20,
+        workers=1,
+        repeat=1,
+        out=tmp_path / "out",
+        options={"batch_size": 10, "levels": [1], "peers": [drain_peer.__name__]},
+    )
+    console = Console(file=io.StringIO(), width=200)
+    with make_progress(console) as progress:
+        path = run_scenario(scenario("store_drain"), config, console=console, progress=progress)
+    results = json.loads(path.read_text())["results"]
+    cells = {(r["handler"], r["contender"]) for r in results["runs"]}
+    assert cells == {("noop", "message"), ("noop", "batch"), ("noop", "peer"),
+                     ("ledger", "message"), ("ledger", "batch")}  # fmt: skip
+    (peer,) = [r for r in results["runs"] if r["contender"] == "peer"]
+    assert peer["done_per_worker"] == [20] and peer["errors"] == 0
+    batch = [r for r in results["summary"] if r["contender"] == "batch"]
+    ratios = {r["handler"]: r.get("x_peer") for r in batch}
+    assert ratios["noop"] > 0 and ratios["ledger"] is None
+    assert "batch / peer" in console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def test_a_peer_named_as_an_own_contender_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(drain_peer, "NAME", "batch")
+    with pytest.raises(BenchError, match="'batch' is already taken"):
+        load_peers([drain_peer.__name__])

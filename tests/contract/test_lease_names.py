@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sa_inbox.exc import InvalidStoreArgument
+from sa_inbox.exc import InvalidArgument
 from sa_inbox.store import DONE, PROCESSING, MessageStore, StoredMessage
 from sa_inbox.store.protocol import Handler
 from sa_inbox.store.worker import Worker
@@ -59,7 +59,7 @@ def test_on_claim_is_the_deprecated_name_of_on_lease(sut: StoreUnderTest) -> Non
     worker.run(until_empty=True, handle_signals=False)
     assert [ids for _, ids in leased] == [["m-1"]]
     assert sut.row("m-1").status == DONE
-    with pytest.raises(InvalidStoreArgument, match="on_lease only"):
+    with pytest.raises(InvalidArgument, match="on_lease only"):
         Worker(sut.store, lambda s, m: None, on_lease=record, on_claim=record)
 
 

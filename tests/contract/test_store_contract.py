@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sa_inbox.exc import InvalidMessageId, InvalidStoreArgument
+from sa_inbox.exc import InvalidArgument, InvalidMessageId
 from sa_inbox.store import (
     DEAD,
     DONE,
@@ -82,11 +82,11 @@ def test_receive_stores_each_message_once_and_refuses_bad_input(sut: StoreUnderT
         [Incoming("m-2", None), Incoming("m-1", 0), Incoming("m-3", "x"), Incoming("m-2", 1)]
     )
     assert new == {"m-2", "m-3"}
-    with pytest.raises(InvalidStoreArgument):
+    with pytest.raises(InvalidArgument):
         sut.receive("bad", {"x": object()})
-    with pytest.raises(InvalidStoreArgument):
+    with pytest.raises(InvalidArgument):
         sut.receive("nan", float("nan"))
-    with pytest.raises(InvalidStoreArgument):
+    with pytest.raises(InvalidArgument):
         sut.receive("inf", {"amount": float("inf")})
     with pytest.raises(InvalidMessageId):
         sut.receive(" padded", 1)
@@ -207,7 +207,7 @@ def test_bad_claim_arguments_are_refused_before_anything_is_claimed(
         "consumer_name": "default", "claimed_by": "w#1", "limit": 5,
         "visibility_timeout": VISIBILITY, "max_attempts": 3, "ordered": False,
     }  # fmt: skip
-    with pytest.raises((InvalidStoreArgument, InvalidMessageId)):
+    with pytest.raises((InvalidArgument, InvalidMessageId)):
         sut.store.lease(**{**arguments, **bad}, now=sut.clock())
     row = sut.row("m1")
     assert (row.status, row.attempts, row.claimed_by) == (PENDING, 0, None)
@@ -376,11 +376,11 @@ def test_replay_dead_after_a_fix(sut: StoreUnderTest) -> None:
     w.run_once()
     assert sut.row("m1").status == DEAD
     fixed = True
-    with pytest.raises(InvalidStoreArgument):
+    with pytest.raises(InvalidArgument):
         sut.replay()
-    with pytest.raises(InvalidStoreArgument, match="dead or done"):
+    with pytest.raises(InvalidArgument, match="dead or done"):
         sut.replay(status=PENDING)
-    with pytest.raises(InvalidStoreArgument, match="dead or done"):
+    with pytest.raises(InvalidArgument, match="dead or done"):
         sut.replay(status=PROCESSING)
     assert sut.replay(status=DEAD) == 1
     row = sut.row("m1")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from faststream import StreamMessage
 
-from sa_inbox import ConfigurationError, InvalidKeySetting, MissingKeyHeader
+from sa_inbox import ConfigurationError
 from sa_inbox.brokers import Delivery
 from sa_inbox.brokers.faststream import delivery_of
 from sa_inbox.brokers.keys import (
@@ -23,6 +23,7 @@ from sa_inbox.brokers.keys import (
     read_key,
 )
 from sa_inbox.brokers.rabbitmq import producer_key, to_delivery
+from sa_inbox.exc import InvalidArgument, MissingKeyHeader
 
 
 @pytest.mark.parametrize(
@@ -68,7 +69,7 @@ def test_faststream_decodes_a_bytes_header() -> None:
 
 @pytest.mark.parametrize("name", ["", " key", "key ", None, 3])
 def test_a_key_name_that_names_no_header_is_refused(name: object) -> None:
-    with pytest.raises(InvalidKeySetting) as info:
+    with pytest.raises(InvalidArgument) as info:
         check_key_name(name, "key_header", entry="X()")
     assert isinstance(info.value, ConfigurationError) and "X(): key_header" in str(info.value)
 
@@ -76,7 +77,7 @@ def test_a_key_name_that_names_no_header_is_refused(name: object) -> None:
 @pytest.mark.parametrize("value", [0, -1, True, 2.0, "5"])
 def test_max_keyless_is_none_or_a_positive_int(value: object) -> None:
     assert check_max_keyless(None, entry="X()") is None and check_max_keyless(3, entry="X()") == 3
-    with pytest.raises(InvalidKeySetting):
+    with pytest.raises(InvalidArgument):
         check_max_keyless(value, entry="X()")
 
 

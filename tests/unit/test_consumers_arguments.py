@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox import Inbox, InvalidMessageId
+from sa_inbox import Inbox
 from sa_inbox.asyncio import AsyncInbox, AsyncInboxStore
 from sa_inbox.exc import (
     ConfigurationError,
     InvalidBind,
     InvalidHandler,
+    InvalidMessageId,
     InvalidTable,
     SyncAsyncMismatch,
 )
@@ -98,7 +99,7 @@ def test_the_refusal_keeps_its_values_through_pickle() -> None:
     """A worker process reports it to its parent (multiprocessing, a task queue)."""
     import pickle
 
-    from sa_inbox import ConsumerNameTaken
+    from sa_inbox.exc import ConsumerNameTaken
 
     refused = pickle.loads(pickle.dumps(ConsumerNameTaken("orders", "app.create", "app.bill")))
     assert (refused.consumer_name, refused.owner, refused.handler) == (

@@ -1,6 +1,6 @@
 """The dead-letter API refuses what it cannot serve with a typed error before it connects:
 every call here names a broker on a port nothing listens on, so an argument that got past
-the checks would raise :class:`~sa_inbox.DeadLetterQueueUnavailable` instead. And the target
+the checks would raise :class:`~sa_inbox.exc.DeadLetterQueueUnavailable` instead. And the target
 URLs of ``stats --dead-letters``: where the name ends and the broker's URL begins, and the
 password hidden from every report."""
 
@@ -10,12 +10,12 @@ from collections.abc import Callable
 
 import pytest
 
-from sa_inbox import DeadLetterQueueUnavailable, InvalidDeadLetterArgument, UnsupportedBroker
 from sa_inbox.brokers import DeadLetterReason
 from sa_inbox.brokers import dead_letters as dl
 from sa_inbox.brokers.dead_letters import DeadLetterTarget
 from sa_inbox.brokers.dead_letters.nats import replay_headers as nats_headers
 from sa_inbox.brokers.dead_letters.rabbitmq import replay_headers as amqp_headers
+from sa_inbox.exc import DeadLetterQueueUnavailable, InvalidArgument, UnsupportedBroker
 
 NOWHERE = "amqp://guest:guest@127.0.0.1:1/"
 
@@ -24,27 +24,27 @@ NOWHERE = "amqp://guest:guest@127.0.0.1:1/"
     ("call", "error"),
     [
         (lambda: dl.count("kafka://127.0.0.1:1", "q"), UnsupportedBroker),
-        (lambda: dl.count("127.0.0.1:1", "q"), InvalidDeadLetterArgument),
-        (lambda: dl.count(None, "q"), InvalidDeadLetterArgument),  # type: ignore[arg-type]
-        (lambda: dl.count(NOWHERE, ""), InvalidDeadLetterArgument),
-        (lambda: dl.count(NOWHERE, " q"), InvalidDeadLetterArgument),
-        (lambda: dl.count(NOWHERE, b"q"), InvalidDeadLetterArgument),  # type: ignore[arg-type]
-        (lambda: dl.count(NOWHERE, "q" * 256), InvalidDeadLetterArgument),
-        (lambda: dl.count("nats://127.0.0.1:1", "payments.dead"), InvalidDeadLetterArgument),
-        (lambda: dl.count("nats://127.0.0.1:1", "PAY>"), InvalidDeadLetterArgument),
-        (lambda: dl.count(NOWHERE, "q", timeout=0), InvalidDeadLetterArgument),
-        (lambda: dl.count(NOWHERE, "q", timeout=float("inf")), InvalidDeadLetterArgument),
-        (lambda: dl.count(NOWHERE, "q", timeout=True), InvalidDeadLetterArgument),
-        (lambda: dl.peek(NOWHERE, "q", reason="poison"), InvalidDeadLetterArgument),
-        (lambda: dl.peek(NOWHERE, "q", limit=0), InvalidDeadLetterArgument),
-        (lambda: dl.replay(NOWHERE, "q", dry_run="no"), InvalidDeadLetterArgument),  # type: ignore[arg-type]
-        (lambda: dl.replay(NOWHERE, "q", dry_run=False, limit=True), InvalidDeadLetterArgument),
-        (lambda: dl.replay(NOWHERE, "q", dry_run=False, limit=2.5), InvalidDeadLetterArgument),  # type: ignore[arg-type]
-        (lambda: dl.replay(NOWHERE, "q", dry_run=False, reason=3), InvalidDeadLetterArgument),  # type: ignore[arg-type]
-        (lambda: dl.sample([], timeout=-1), InvalidDeadLetterArgument),
-        (lambda: DeadLetterTarget.parse("amqp://127.0.0.1:1/"), InvalidDeadLetterArgument),
-        (lambda: DeadLetterTarget.parse("amqp://127.0.0.1:1"), InvalidDeadLetterArgument),
-        (lambda: DeadLetterTarget.parse("payments.dead"), InvalidDeadLetterArgument),
+        (lambda: dl.count("127.0.0.1:1", "q"), InvalidArgument),
+        (lambda: dl.count(None, "q"), InvalidArgument),  # type: ignore[arg-type]
+        (lambda: dl.count(NOWHERE, ""), InvalidArgument),
+        (lambda: dl.count(NOWHERE, " q"), InvalidArgument),
+        (lambda: dl.count(NOWHERE, b"q"), InvalidArgument),  # type: ignore[arg-type]
+        (lambda: dl.count(NOWHERE, "q" * 256), InvalidArgument),
+        (lambda: dl.count("nats://127.0.0.1:1", "payments.dead"), InvalidArgument),
+        (lambda: dl.count("nats://127.0.0.1:1", "PAY>"), InvalidArgument),
+        (lambda: dl.count(NOWHERE, "q", timeout=0), InvalidArgument),
+        (lambda: dl.count(NOWHERE, "q", timeout=float("inf")), InvalidArgument),
+        (lambda: dl.count(NOWHERE, "q", timeout=True), InvalidArgument),
+        (lambda: dl.peek(NOWHERE, "q", reason="poison"), InvalidArgument),
+        (lambda: dl.peek(NOWHERE, "q", limit=0), InvalidArgument),
+        (lambda: dl.replay(NOWHERE, "q", dry_run="no"), InvalidArgument),  # type: ignore[arg-type]
+        (lambda: dl.replay(NOWHERE, "q", dry_run=False, limit=True), InvalidArgument),
+        (lambda: dl.replay(NOWHERE, "q", dry_run=False, limit=2.5), InvalidArgument),  # type: ignore[arg-type]
+        (lambda: dl.replay(NOWHERE, "q", dry_run=False, reason=3), InvalidArgument),  # type: ignore[arg-type]
+        (lambda: dl.sample([], timeout=-1), InvalidArgument),
+        (lambda: DeadLetterTarget.parse("amqp://127.0.0.1:1/"), InvalidArgument),
+        (lambda: DeadLetterTarget.parse("amqp://127.0.0.1:1"), InvalidArgument),
+        (lambda: DeadLetterTarget.parse("payments.dead"), InvalidArgument),
         (lambda: DeadLetterTarget.parse("sqs://127.0.0.1:1/q"), UnsupportedBroker),
     ],
 )

@@ -17,25 +17,21 @@ import pytest
 import sqlalchemy as sa
 
 import sa_inbox
+import sa_inbox.exc
 from sa_inbox import (
     ConfigurationError,
     Inbox,
     InboxError,
-    InvalidBind,
-    InvalidRetentionPolicy,
-    InvalidStrategy,
-    InvalidTable,
-    InvalidTableType,
     RetentionPolicy,
     processed_messages_table,
     purge,
 )
-from sa_inbox.alembic import InvalidTableOptions
 from sa_inbox.alembic.revision import inbox_operations
 from sa_inbox.alembic.tables import InboxTableKind, kind_for, register_kind
 from sa_inbox.claim import connection_for
 from sa_inbox.dialects import MergeInsertOrSkip, claim_dialect_for
 from sa_inbox.dialects.mysql import DeleteOrderedLimit
+from sa_inbox.exc import InvalidArgument, InvalidBind, InvalidTable, InvalidTableType
 from sa_inbox.retention.partitions import (
     PartitionedInbox,
     create_partition,
@@ -103,11 +99,11 @@ CASES: list[tuple[str, Callable[[], object], type[InboxError], type[Exception]]]
         InvalidBind,
         TypeError,
     ),
-    ("unknown strategy", lambda: claim_dialect_for("", "bogus"), InvalidStrategy, ValueError),  # type: ignore[arg-type]
+    ("unknown strategy", lambda: claim_dialect_for("", "bogus"), InvalidArgument, ValueError),  # type: ignore[arg-type]
     (
         "Inbox(strategy=bogus)",
         lambda: Inbox(sa.MetaData(), strategy="bogus"),  # type: ignore[arg-type]
-        InvalidStrategy,
+        InvalidArgument,
         ValueError,
     ),
     (
@@ -119,7 +115,7 @@ CASES: list[tuple[str, Callable[[], object], type[InboxError], type[Exception]]]
     (
         "MySQL DELETE LIMIT 0",
         lambda: DeleteOrderedLimit(TABLE, TABLE.c.received_at < MOMENT, TABLE.c.received_at, 0),
-        InvalidRetentionPolicy,
+        InvalidArgument,
         ValueError,
     ),
     (
@@ -137,7 +133,7 @@ CASES: list[tuple[str, Callable[[], object], type[InboxError], type[Exception]]]
     (
         "partition interval under a minute",
         lambda: partition_range(MOMENT, datetime.timedelta(seconds=30)),
-        InvalidRetentionPolicy,
+        InvalidArgument,
         ValueError,
     ),
     (
@@ -148,15 +144,15 @@ CASES: list[tuple[str, Callable[[], object], type[InboxError], type[Exception]]]
             MOMENT + datetime.timedelta(hours=1),
             DAY,
         ),
-        InvalidRetentionPolicy,
+        InvalidArgument,
         ValueError,
     ),
     ("partition name over 63 characters", _long_partition_name, InvalidTable, ValueError),
-    ("table kind registered twice", _registered_twice, InvalidTableOptions, ValueError),
+    ("table kind registered twice", _registered_twice, InvalidArgument, ValueError),
     (
         "revision with no table",
         lambda: inbox_operations(processed_messages=False, store=False, consumers=False),
-        InvalidTableOptions,
+        InvalidArgument,
         ValueError,
     ),
     (
@@ -186,12 +182,11 @@ def test_each_error_is_an_inbox_error_and_keeps_its_builtin_base(
     assert isinstance(info.value, builtin)
 
 
-def test_the_new_classes_are_configuration_errors_exported_from_the_package() -> None:
-    for cls in (InvalidBind, InvalidTable, InvalidTableType, InvalidStrategy):
+def test_the_new_classes_are_configuration_errors_exported_from_exc() -> None:
+    for cls in (InvalidBind, InvalidTable, InvalidTableType, InvalidArgument):
         assert issubclass(cls, ConfigurationError)
-        assert getattr(sa_inbox, cls.__name__) is cls
-        assert cls.__name__ in sa_inbox.__all__
-    assert sa_inbox.__all__ == sorted(sa_inbox.__all__)
+        assert getattr(sa_inbox.exc, cls.__name__) is cls
+        assert cls.__name__ in sa_inbox.exc.__all__
     assert issubclass(InvalidTableType, InvalidTable)
 
 

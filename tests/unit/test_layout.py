@@ -1,5 +1,6 @@
-"""The package layout's rules (issue 10): old module paths still import, and the store's
-worker and the in-memory store depend on the store protocol, not on the database store."""
+"""The package layout's rules: the store's worker and the in-memory store depend on the
+store protocol, not on the database store, nothing but the CLI imports the CLI, and
+sa_inbox.bench holds only what ``sa-inbox bench`` and the demo run."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import ast
 from pathlib import Path
 
 import sa_inbox
+from sa_inbox.bench import OPTIONAL_SCENARIOS, SCENARIOS
+from tests.support.imports import module_graph
 
 PACKAGE = Path(sa_inbox.__file__).parent
 
@@ -32,17 +35,6 @@ def _imports(relative: str) -> set[str]:
     return found
 
 
-def test_the_01_module_paths_still_import() -> None:
-    import sa_inbox.partitions
-    import sa_inbox.retention.partitions
-    import sa_inbox.store.worker
-    import sa_inbox.worker
-
-    assert sa_inbox.worker.Worker is sa_inbox.store.worker.Worker is sa_inbox.Worker
-    assert sa_inbox.worker.__all__ == sa_inbox.store.worker.__all__
-    assert sa_inbox.partitions.PartitionedInbox is sa_inbox.retention.partitions.PartitionedInbox
-
-
 def test_worker_and_memory_store_import_the_protocol_not_the_database_store() -> None:
     for relative in ("store/worker.py", "testing.py"):
         imported = _imports(relative)
@@ -64,3 +56,19 @@ def test_nothing_but_the_cli_imports_the_cli() -> None:
 def test_the_import_scan_sees_relative_imports() -> None:
     assert "sa_inbox.store.protocol" in _imports("store/worker.py")
     assert "sa_inbox.handlers" in _imports("store/worker.py")
+
+
+def test_bench_holds_only_what_the_bench_command_and_the_demo_run() -> None:
+    """Every module of sa_inbox.bench is a scenario of ``sa-inbox bench`` or is imported by
+    one, by the command or by the demo: peer comparisons and studies live in the
+    repository's benchmarks/, outside the wheel."""
+    graph = module_graph()
+    scenarios = {f"sa_inbox.bench.{name}" for name in (*SCENARIOS, *OPTIONAL_SCENARIOS)}
+    roots = {"sa_inbox.cli.bench", *(m for m in graph if m.startswith("sa_inbox.demo")), *scenarios}
+    reached, todo = set(roots), list(roots)
+    while todo:
+        for target in graph[todo.pop()] - reached:
+            reached.add(target)
+            todo.append(target)
+    bench = {m for m in graph if m.startswith("sa_inbox.bench.")}
+    assert sorted(bench - reached) == []

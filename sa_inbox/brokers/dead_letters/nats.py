@@ -27,8 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ..._optional import optional_dependencies
-from ...exc import DeadLetterQueueUnavailable
-from .model import DeadLetter, SourceRefused
+from ...exc import DeadLetterQueueUnavailable, SourceRefused
+from .model import DeadLetter
 from .target import DeadLetterTarget
 
 with optional_dependencies(__name__, "nats", "nats"):
@@ -114,7 +114,7 @@ class NatsDeadLetters:
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the reader's loop; nats-py's errors as
-        :class:`~sa_inbox.DeadLetterQueueUnavailable`."""
+        :class:`~sa_inbox.exc.DeadLetterQueueUnavailable`."""
         try:
             return self._thread.submit(self._loop.run_until_complete, coroutine).result()
         except nats.js.errors.NotFoundError as exc:

@@ -30,8 +30,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..._optional import optional_dependencies
-from ...exc import DeadLetterQueueUnavailable
-from .model import DeadLetter, SourceRefused
+from ...exc import DeadLetterQueueUnavailable, SourceRefused
+from .model import DeadLetter
 from .target import DeadLetterTarget
 
 with optional_dependencies(__name__, "rabbitmq", "pika"):
@@ -121,7 +121,7 @@ class RabbitMQDeadLetters:
 
     @contextlib.contextmanager
     def _boundary(self) -> Iterator[None]:
-        """pika's errors as :class:`~sa_inbox.DeadLetterQueueUnavailable`."""
+        """pika's errors as :class:`~sa_inbox.exc.DeadLetterQueueUnavailable`."""
         try:
             yield
         except pika.exceptions.ChannelClosedByBroker as exc:

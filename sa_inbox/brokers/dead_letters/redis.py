@@ -20,8 +20,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..._optional import optional_dependencies
-from ...exc import DeadLetterQueueUnavailable
-from .model import DeadLetter, SourceRefused
+from ...exc import DeadLetterQueueUnavailable, SourceRefused
+from .model import DeadLetter
 from .target import DeadLetterTarget
 
 with optional_dependencies(__name__, "redis", "redis"):
@@ -75,7 +75,7 @@ class RedisDeadLetters:
 
     @contextlib.contextmanager
     def _boundary(self) -> Iterator[None]:
-        """redis-py's errors as :class:`~sa_inbox.DeadLetterQueueUnavailable`."""
+        """redis-py's errors as :class:`~sa_inbox.exc.DeadLetterQueueUnavailable`."""
         try:
             yield
         except redis.exceptions.RedisError as exc:

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from ...exc import DeadLetterQueueUnavailable, InvalidDeadLetterArgument, MissingExtra
+from ...exc import DeadLetterQueueUnavailable, InvalidArgument, MissingExtra, SourceRefused
 from ...stats import DeadLetterQueueStats
 from .model import (
     DEFAULT_TIMEOUT,
@@ -20,7 +20,6 @@ from .model import (
     DeadLetter,
     DeadLetterQueue,
     ReplayResult,
-    SourceRefused,
     Tally,
     check_timeout,
 )
@@ -55,7 +54,7 @@ def count(url: str, queue: str, *, timeout: float = DEFAULT_TIMEOUT) -> int:
     :param queue: the dead-letter queue / stream.
     :param timeout: seconds to connect and for each reply.
     :raises UnsupportedBroker: for another URL scheme.
-    :raises InvalidDeadLetterArgument: for a bad name or timeout (before connecting).
+    :raises InvalidArgument: for a bad name or timeout (before connecting).
     :raises DeadLetterQueueUnavailable: broker unreachable, RabbitMQ queue or NATS stream
         missing, Redis key that is no stream.
     """
@@ -74,7 +73,7 @@ def sample(
 
     :param targets: e.g. ``[DeadLetterTarget.parse("amqp://host/payments.dead-letter")]``.
     :param timeout: seconds to connect to each broker and for each reply.
-    :raises InvalidDeadLetterArgument: for a bad timeout (before connecting).
+    :raises InvalidArgument: for a bad timeout (before connecting).
     """
     seconds = check_timeout(timeout)
     found = []
@@ -103,7 +102,7 @@ def peek(
 
     :param reason: a :class:`~sa_inbox.brokers.DeadLetterReason` (or its value); None: all.
     :param limit: at most this many (int >= 1); None: all.
-    :raises: as :func:`count`; :class:`~sa_inbox.InvalidDeadLetterArgument` also for a bad
+    :raises: as :func:`count`; :class:`~sa_inbox.exc.InvalidArgument` also for a bad
         reason or limit.
     """
     target = DeadLetterTarget.of(url, queue)
@@ -155,7 +154,7 @@ def replay(
     :param timeout: seconds to connect and for each reply.
     :returns: the :class:`~.model.ReplayResult`.
     :raises UnsupportedBroker: for another URL scheme.
-    :raises InvalidDeadLetterArgument: for a bad name, ``dry_run``, reason, limit or timeout
+    :raises InvalidArgument: for a bad name, ``dry_run``, reason, limit or timeout
         (before connecting).
     :raises DeadLetterQueueUnavailable: broker unreachable, queue missing, or the connection
         broke mid-replay (what was moved is moved; run it again for the rest).
@@ -163,7 +162,7 @@ def replay(
     target = DeadLetterTarget.of(url, queue)
     choice = Choice.of(reason, limit)
     if not isinstance(dry_run, bool):
-        raise InvalidDeadLetterArgument(f"dry_run must be True or False, not {dry_run!r}")
+        raise InvalidArgument(f"dry_run must be True or False, not {dry_run!r}")
     tally = Tally()
     with open_queue(target, check_timeout(timeout)) as dead:
         for letter in dead.scan():

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from ...exc import InvalidDeadLetterArgument, UnsupportedBroker
+from ...exc import InvalidArgument, UnsupportedBroker
 
 __all__ = ["SCHEMES", "DeadLetterTarget"]
 
@@ -60,12 +60,12 @@ class DeadLetterTarget:
 
         :raises UnsupportedBroker: for a scheme other than ``amqp(s)``, ``redis(s)``,
             ``nats`` / ``tls``.
-        :raises InvalidDeadLetterArgument: if ``url`` is not a URL string, or ``queue`` is
+        :raises InvalidArgument: if ``url`` is not a URL string, or ``queue`` is
             not a name the broker can hold (empty, surrounding spaces, an AMQP name over 255
             bytes, a JetStream stream name with ``.``, ``*``, ``>``, ``/`` or whitespace).
         """
         if not isinstance(url, str) or "://" not in url:
-            raise InvalidDeadLetterArgument(f"the broker URL must be a URL string, not {url!r}")
+            raise InvalidArgument(f"the broker URL must be a URL string, not {url!r}")
         scheme = url.split("://", 1)[0].lower()
         if scheme not in SCHEMES:
             raise UnsupportedBroker(
@@ -79,17 +79,17 @@ class DeadLetterTarget:
         """The target of one URL ending in ``/<queue>`` (see the module's docstring).
 
         :raises UnsupportedBroker: as :meth:`of`.
-        :raises InvalidDeadLetterArgument: as :meth:`of`, or if the URL has no last path
+        :raises InvalidArgument: as :meth:`of`, or if the URL has no last path
             segment to name the queue.
         """
         if not isinstance(spec, str) or "://" not in spec:
-            raise InvalidDeadLetterArgument(
+            raise InvalidArgument(
                 f"a dead-letter target must be a URL ending in /<queue>, not {spec!r}"
             )
         parts = urlsplit(spec)
         head, _, last = parts.path.rpartition("/")
         if not last:
-            raise InvalidDeadLetterArgument(
+            raise InvalidArgument(
                 f"{_redacted(spec)} names no dead-letter queue / stream: end it with /<name>"
             )
         url = urlunsplit((parts.scheme, parts.netloc, head, parts.query, parts.fragment))
@@ -103,16 +103,16 @@ class DeadLetterTarget:
 
 def _checked_name(broker: str, queue: object) -> str:
     if not isinstance(queue, str) or not queue or queue != queue.strip():
-        raise InvalidDeadLetterArgument(
+        raise InvalidArgument(
             f"a dead-letter queue / stream name must be a non-empty string without "
             f"surrounding spaces, not {queue!r}"
         )
     if broker == "rabbitmq" and len(queue.encode()) > _AMQP_NAME_BYTES:
-        raise InvalidDeadLetterArgument(
+        raise InvalidArgument(
             f"an AMQP queue name is at most {_AMQP_NAME_BYTES} bytes: {queue[:40]!r}..."
         )
     if broker == "nats" and _NATS_FORBIDDEN & set(queue):
-        raise InvalidDeadLetterArgument(
+        raise InvalidArgument(
             f"a JetStream stream name cannot hold '.', '*', '>', '/' or spaces: {queue!r}"
         )
     return queue

@@ -28,6 +28,7 @@ nats-py has no synchronous client, so there is no sync facade; a sync handler ca
 from __future__ import annotations
 
 from ..._optional import optional_dependencies
+from ...exc import NoPubAckError as NoPubAckError
 
 with optional_dependencies(__name__, "nats", "nats"):
     from .consumer import DEFAULT_ACK_WAIT as DEFAULT_ACK_WAIT
@@ -52,7 +53,6 @@ with optional_dependencies(__name__, "nats", "nats"):
     from .publisher import BlockingJetStreamPublisher as BlockingJetStreamPublisher
     from .publisher import ConnectingJetStreamPublisher as ConnectingJetStreamPublisher
     from .publisher import JetStreamPublisher as JetStreamPublisher
-    from .publisher import NoPubAckError as NoPubAckError
     from .settler import DEFAULT_ACK_TIMEOUT as DEFAULT_ACK_TIMEOUT
     from .settler import JetStreamSettler as JetStreamSettler
     from .settler import RetryDelay as RetryDelay

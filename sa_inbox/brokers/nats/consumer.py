@@ -35,6 +35,7 @@ from ..keys import (
 from ..process import DEFAULT_MAX_DELIVERIES, process_async
 from ..reconnect import Reconnects
 from ..startup import check_consumer
+from ._compat import delivered_unfetched, reconnecting
 from .delivery import DEFAULT_KEY_HEADER, to_delivery
 from .settler import DEFAULT_ACK_TIMEOUT, JetStreamSettler, RetryDelay, backoff
 
@@ -210,7 +211,7 @@ async def consume(
     :param max_deliveries: deliveries allowed per message (``num_delivered``), >= 1.
     :param max_keyless: consecutive messages without ``key_header`` after which they are all
         given back (``-NAK`` without delay, nothing dead-lettered; JetStream counts each in
-        ``num_delivered``) and :class:`~sa_inbox.MissingKeyHeader` is raised: a misspelled
+        ``num_delivered``) and :class:`~sa_inbox.exc.MissingKeyHeader` is raised: a misspelled
         ``key_header``. Fewer, followed by a keyed message or by an empty fetch, are the
         producer's: dead-lettered ``missing_message_id``. None: each at once.
     :param ack_wait: seconds, the visibility timeout, when the consumer is created.
@@ -226,10 +227,10 @@ async def consume(
     :returns: the number of messages settled.
     :raises ConfigurationError: before any request, for objects of the wrong kind or half
         (:func:`sa_inbox.brokers.startup.check_consumer`), an empty ``key_header``
-        (:class:`~sa_inbox.InvalidKeySetting`) and :func:`check`'s findings; from
+        (:class:`~sa_inbox.exc.InvalidArgument`) and :func:`check`'s findings; from
         :func:`ensure_consumer`; the first message whose handling raised one (that message
         is left unsettled; see :func:`~sa_inbox.brokers.process_async`);
-        :class:`~sa_inbox.MissingKeyHeader` (see ``max_keyless``).
+        :class:`~sa_inbox.exc.MissingKeyHeader` (see ``max_keyless``).
     **Outages and reconnects.** While the database cannot be reached the message in hand is
     held, uncounted: nothing new is fetched, and every third of the consumer's ``ack_wait``
     each unsettled message of the batch gets ``+WPI`` (``in_progress()``: JetStream resets
@@ -279,7 +280,7 @@ async def consume(
         return _set(stop)
 
     async def keep_alive() -> None:
-        for msg in [*unsettled, *_delivered_unfetched(subscription)]:
+        for msg in [*unsettled, *delivered_unfetched(subscription)]:
             await msg.in_progress()
 
     gate = OutageGate(
@@ -346,7 +347,7 @@ async def consume(
         while not _set(stop):
             try:
                 msgs = await _fetch(subscription, batch, fetch_timeout)
-                if not msgs and _reconnecting(js):
+                if not msgs and reconnecting(js):
                     raise nats.errors.ConnectionReconnectingError
                 reconnects.connected()
                 settled += await settle_batch(msgs)
@@ -389,26 +390,8 @@ async def check(
     await readiness.check_async()
 
 
-def _delivered_unfetched(subscription: JetStreamContext.PullSubscription) -> list[Msg]:
-    """The messages JetStream delivered to this client for an earlier pull that ``fetch``
-    has not handed out yet: a pull request can still deliver after the client's ``fetch``
-    returned, and nats-py keeps such messages for the next ``fetch`` in the subscription's
-    pending queue (nats-py 2.x, ``PullSubscription._sub._pending_queue``; nothing if that
-    changes). JetStream counts them delivered, so they need ``+WPI`` too."""
-    queue = getattr(getattr(subscription, "_sub", None), "_pending_queue", None)
-    waiting = list(getattr(queue, "_queue", ()))
-    return [m for m in waiting if isinstance(m, Msg) and (m.reply or "").startswith("$JS.ACK.")]
-
-
 def _set(stop: StopFlag | None) -> bool:
     return stop is not None and stop.is_set()
-
-
-def _reconnecting(js: JetStreamContext) -> bool:
-    """Whether the context's client is reconnecting (nats-py's ``Client.is_reconnecting``;
-    the context keeps its client as ``_nc``)."""
-    client = getattr(js, "_nc", None)
-    return bool(getattr(client, "is_reconnecting", False))
 
 
 async def _fetch(

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ...exc import InboxError
+from ...exc import NoPubAckError
 from ...outbox.message import OutboxMessage
 from .delivery import DEFAULT_KEY_HEADER
 
@@ -35,13 +35,6 @@ logger = logging.getLogger("sa_inbox.brokers.nats")
 
 #: Seconds to wait for a PubAck.
 DEFAULT_PUBLISH_TIMEOUT = 5.0
-
-
-class NoPubAckError(InboxError):
-    """No PubAck came for a message although JetStream answers (its account info, asked
-    right after): no stream stores the subject, yet a plain subscriber took the publish, so
-    the server sent no "no responders" either. The message's fault, not an outage: the
-    relay counts an attempt."""
 
 
 class JetStreamPublisher:

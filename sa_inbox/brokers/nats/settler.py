@@ -8,7 +8,7 @@ from collections.abc import Callable
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from ...exc import InvalidRetryArgument
+from ...exc import InvalidArgument
 from ..delivery import DeadLetterReason, Delivery
 from .delivery import dead_letter_headers
 
@@ -27,12 +27,10 @@ def backoff(first: float = 1.0, cap: float = 60.0) -> RetryDelay:
 
     :param first: seconds, > 0.
     :param cap: seconds, >= ``first``.
-    :raises InvalidRetryArgument: (a ValueError) if ``first <= 0`` or ``cap < first``.
+    :raises InvalidArgument: (a ValueError) if ``first <= 0`` or ``cap < first``.
     """
     if not first > 0 or cap < first:
-        raise InvalidRetryArgument(
-            f"backoff needs 0 < first <= cap, got first={first!r}, cap={cap!r}"
-        )
+        raise InvalidArgument(f"backoff needs 0 < first <= cap, got first={first!r}, cap={cap!r}")
 
     def delay(delivery_count: int) -> float:
         return float(min(cap, first * 2 ** max(0, min(delivery_count - 1, 62))))

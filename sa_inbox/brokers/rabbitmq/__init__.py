@@ -17,6 +17,7 @@ producer, the same on every retry of a publish (aio-pika fills in a random one o
 from __future__ import annotations
 
 from ..._optional import optional_dependencies
+from ...exc import InvalidConsumerArgument as InvalidConsumerArgument
 
 with optional_dependencies(__name__, "rabbitmq", "pika", "aio_pika"):
     from .aio import AioPikaSettler as AioPikaSettler
@@ -30,7 +31,6 @@ with optional_dependencies(__name__, "rabbitmq", "pika", "aio_pika"):
     from .message import DETAIL_HEADER as DETAIL_HEADER
     from .message import QUEUE_HEADER as QUEUE_HEADER
     from .message import REASON_HEADER as REASON_HEADER
-    from .message import InvalidConsumerArgument as InvalidConsumerArgument
     from .message import dead_letter_queue_name as dead_letter_queue_name
     from .message import delivery_count as delivery_count
     from .message import producer_key as producer_key
@@ -52,7 +52,6 @@ __all__ = [
     "AioPikaSettler",
     "AsyncConsumer",
     "BlockingConsumer",
-    "InvalidConsumerArgument",
     "PikaSettler",
     "RabbitMQPublisher",
     "aio_pika_delivery",

@@ -157,7 +157,7 @@ class AsyncConsumer(QueueConsumer):
     :param max_deliveries, prefetch, key_header, max_keyless, keyless_wait,
         dead_letter_queue, on_settled, consumer_name: as for
         :class:`~.blocking.BlockingConsumer`.
-    :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1.
+    :raises InvalidArgument: if ``prefetch`` is not an int >= 1.
     :raises ConfigurationError: when it is made, as :class:`~.blocking.BlockingConsumer`
         (here a ``sessionmaker`` is the other half's factory).
 
@@ -231,7 +231,7 @@ class AsyncConsumer(QueueConsumer):
         :param stop: an extra event that stops the consumer when set.
         :raises ConfigurationError: from :meth:`check`, before connecting; from
             :func:`~sa_inbox.brokers.process_async`, the delivery left unacked;
-            :class:`~sa_inbox.MissingKeyHeader` (see ``max_keyless``).
+            :class:`~sa_inbox.exc.MissingKeyHeader` (see ``max_keyless``).
         :raises aio_pika.exceptions.AMQPException: for what no reconnect can mend: the
             queue does not exist (``ChannelNotFoundEntity``), access refused, a failed
             login; and when the first connection fails (a wrong URL, nothing listening).

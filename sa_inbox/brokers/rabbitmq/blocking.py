@@ -192,7 +192,7 @@ class BlockingConsumer(QueueConsumer):
         AMQP ``message_id`` property. An empty name is refused.
     :param max_keyless: consecutive deliveries without the key (or with one that is no
         text) after which :meth:`run` gives them all back (``basic.nack(requeue=True)``,
-        nothing dead-lettered) and raises :class:`~sa_inbox.MissingKeyHeader`: a misspelled
+        nothing dead-lettered) and raises :class:`~sa_inbox.exc.MissingKeyHeader`: a misspelled
         ``key_header``. Fewer, followed by a keyed delivery or by ``keyless_wait`` seconds
         without one (or by an empty ``basic.get``), are the producer's: dead-lettered
         ``missing_message_id``. The run is held unacked. None: each keyless delivery is
@@ -200,13 +200,13 @@ class BlockingConsumer(QueueConsumer):
     :param keyless_wait: seconds, > 0 (see ``max_keyless``).
     :param dead_letter_queue: default :func:`~.message.dead_letter_queue_name`.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
-    :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1.
+    :raises InvalidArgument: if ``prefetch`` is not an int >= 1.
     :raises ConfigurationError: when it is made, for what it cannot use, before connecting:
         a session factory of the asyncio half or ``Session.begin``
-        (:class:`~sa_inbox.InvalidSessionFactory`), an :class:`~sa_inbox.asyncio.AsyncInbox`
-        (:class:`~sa_inbox.SyncAsyncMismatch`), a handler that cannot take
-        ``(session, delivery)`` (:class:`~sa_inbox.InvalidHandler`), an empty
-        ``key_header`` (:class:`~sa_inbox.InvalidKeySetting`).
+        (:class:`~sa_inbox.exc.InvalidSessionFactory`), an :class:`~sa_inbox.asyncio.AsyncInbox`
+        (:class:`~sa_inbox.exc.SyncAsyncMismatch`), a handler that cannot take
+        ``(session, delivery)`` (:class:`~sa_inbox.exc.InvalidHandler`), an empty
+        ``key_header`` (:class:`~sa_inbox.exc.InvalidArgument`).
 
     **Readiness.** :meth:`run` first runs :meth:`check` (the inbox table exists, the
     session factory makes Sessions, the engine is not autocommit, the handler fits), so a
@@ -280,7 +280,7 @@ class BlockingConsumer(QueueConsumer):
 
         :raises ConfigurationError: from :meth:`check`, before connecting; from
             :func:`~sa_inbox.brokers.process` (the delivery is left unacked and the
-            connection closed); :class:`~sa_inbox.MissingKeyHeader` (see ``max_keyless``).
+            connection closed); :class:`~sa_inbox.exc.MissingKeyHeader` (see ``max_keyless``).
         :raises pika.exceptions.AMQPError: for what no reconnect can mend: the queue does
             not exist (``ChannelClosedByBroker`` 404), access refused (403), a failed
             login (``ProbableAuthenticationError``); and when the first connection fails

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...exc import InvalidArgument
 from ...validation import positive_seconds
 from ..keys import KeylessStreak, check_key_name, check_max_keyless
 from ..startup import check_consumer
-from .message import InvalidConsumerArgument, check_prefetch, dead_letter_queue_name
+from .message import check_prefetch, dead_letter_queue_name
 
 __all__ = [
     "CONFIGURATION_REPLY_CODES",
@@ -50,9 +51,9 @@ class QueueConsumer:
     :param dead_letter_queue: the dead-letter queue, or None for the default name.
     :param asynchronous: True for the aio-pika consumer.
     :param process: the keyword arguments of ``process()`` besides the delivery and settler.
-    :raises InvalidConsumerArgument: if ``prefetch`` is not an int >= 1, or
+    :raises InvalidArgument: if ``prefetch`` is not an int >= 1, or
         ``keyless_wait`` not a number of seconds > 0.
-    :raises InvalidKeySetting: for an empty ``key_header`` or a bad ``max_keyless``.
+    :raises InvalidArgument: for an empty ``key_header`` or a bad ``max_keyless``.
     :raises ConfigurationError: for objects the consumer cannot use
         (:func:`~sa_inbox.brokers.startup.check_consumer`).
     """
@@ -85,7 +86,7 @@ class QueueConsumer:
             None if key_header is None else check_key_name(key_header, "key_header", entry=entry)
         )
         self.max_keyless = check_max_keyless(max_keyless, entry=entry)
-        self.keyless_wait = positive_seconds(keyless_wait, "keyless_wait", InvalidConsumerArgument)
+        self.keyless_wait = positive_seconds(keyless_wait, "keyless_wait", InvalidArgument)
         self.dead_letter_queue = dead_letter_queue or dead_letter_queue_name(queue)
         self.process_options = {**process, "inbox": self.readiness.inbox}
         self._streak = KeylessStreak(key_header or "message_id", self.max_keyless)

@@ -32,7 +32,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ...exc import InboxError
+from ...exc import InvalidArgument
+from ...exc import InvalidConsumerArgument as InvalidConsumerArgument
 from ...validation import positive_int
 from ..delivery import DeadLetterReason, Delivery
 from ..keys import read_key
@@ -45,7 +46,6 @@ __all__ = [
     "DETAIL_HEADER",
     "QUEUE_HEADER",
     "REASON_HEADER",
-    "InvalidConsumerArgument",
     "check_prefetch",
     "dead_letter_properties",
     "dead_letter_queue_name",
@@ -178,15 +178,10 @@ def dead_letter_properties(
     return {**copied, "headers": {**(headers or {}), **marks}, "delivery_mode": 2}
 
 
-class InvalidConsumerArgument(InboxError, ValueError):
-    """A RabbitMQ consumer's setting was rejected before connecting (``prefetch``,
-    ``keyless_wait``)."""
-
-
 def check_prefetch(prefetch: int) -> int:
     """``prefetch`` if it is a valid ``basic.qos`` prefetch count for a consumer.
 
-    :raises InvalidConsumerArgument: if it is not an int >= 1 (0 would mean "unlimited" to
+    :raises InvalidArgument: if it is not an int >= 1 (0 would mean "unlimited" to
         RabbitMQ: "Consumer Prefetch").
     """
-    return positive_int(prefetch, "prefetch", InvalidConsumerArgument)
+    return positive_int(prefetch, "prefetch", InvalidArgument)

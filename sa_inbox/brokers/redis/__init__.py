@@ -18,6 +18,7 @@ Needs the ``redis`` extra (``pip install sa-inbox[redis]``).
 from __future__ import annotations
 
 from ..._optional import optional_dependencies
+from ...exc import InvalidStreamSettings as InvalidStreamSettings
 
 with optional_dependencies(__name__, "redis", "redis"):
     from .aio import AsyncRedisStreamConsumer as AsyncRedisStreamConsumer
@@ -28,7 +29,6 @@ with optional_dependencies(__name__, "redis", "redis"):
     from .core import DEFAULT_BODY_FIELD as DEFAULT_BODY_FIELD
     from .core import DEFAULT_KEY_FIELD as DEFAULT_KEY_FIELD
     from .core import DEFAULT_VISIBILITY_TIMEOUT as DEFAULT_VISIBILITY_TIMEOUT
-    from .core import InvalidStreamSettings as InvalidStreamSettings
     from .core import StreamSettings as StreamSettings
     from .core import to_delivery as to_delivery
     from .publisher import RedisStreamPublisher as RedisStreamPublisher
@@ -42,7 +42,6 @@ __all__ = [
     "DEFAULT_KEY_FIELD",
     "DEFAULT_VISIBILITY_TIMEOUT",
     "AsyncRedisStreamConsumer",
-    "InvalidStreamSettings",
     "RedisStreamConsumer",
     "RedisStreamPublisher",
     "StreamSettings",

@@ -45,7 +45,8 @@ import redis.exceptions
 from redis.exceptions import ResponseError
 
 from ...claim import Inbox
-from ...exc import ConfigurationError
+from ...exc import InvalidArgument
+from ...exc import InvalidStreamSettings as InvalidStreamSettings
 from ...outage import OutageGate
 from ...validation import positive_int, positive_seconds
 from ..delivery import DeadLetterReason, Delivery
@@ -67,7 +68,6 @@ __all__ = [
     "Call",
     "ConsumerBase",
     "Entry",
-    "InvalidStreamSettings",
     "RedisSettler",
     "StreamCore",
     "StreamSettings",
@@ -128,10 +128,6 @@ ClientT = TypeVar("ClientT")
 SessionT = TypeVar("SessionT")
 
 
-class InvalidStreamSettings(ConfigurationError, ValueError):
-    """A Redis Streams consumer's settings are invalid (raised on construction)."""
-
-
 @dataclass(frozen=True)
 class Call:
     """One redis-py client method call, ``getattr(client, method)(*args, **kwargs)``."""
@@ -168,7 +164,7 @@ class StreamSettings:
     """One consumer's configuration (see :class:`~sa_inbox.brokers.redis.RedisStreamConsumer`
     for each parameter); checked on construction.
 
-    :raises InvalidStreamSettings: for an empty stream / group / member / field name, a
+    :raises InvalidArgument: for an empty stream / group / member / field name, a
         dead-letter stream equal to the stream, a timeout, batch size or ``max_deliveries``
         that is not > 0.
     """
@@ -188,15 +184,15 @@ class StreamSettings:
     def __post_init__(self) -> None:
         for name in ("stream", "group", "member", "key_field", "body_field", "start_id"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise InvalidStreamSettings(f"{name} must be a non-empty string")
+                raise InvalidArgument(f"{name} must be a non-empty string")
         if not self.dead_letter_stream:
             object.__setattr__(self, "dead_letter_stream", f"{self.stream}:dead")
         if self.dead_letter_stream == self.stream:
-            raise InvalidStreamSettings("dead_letter_stream must differ from the stream")
+            raise InvalidArgument("dead_letter_stream must differ from the stream")
         for name in ("visibility_timeout", "block_timeout"):
-            positive_seconds(getattr(self, name), name, InvalidStreamSettings)
+            positive_seconds(getattr(self, name), name, InvalidArgument)
         for name in ("batch_size", "max_deliveries"):
-            positive_int(getattr(self, name), name, InvalidStreamSettings)
+            positive_int(getattr(self, name), name, InvalidArgument)
 
     @property
     def min_idle_ms(self) -> int:
@@ -530,17 +526,17 @@ class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
         UTF-8) after which ``run()`` / ``poll()`` gives them all back (left pending, their
         delivery counters as they were, free to take at once: see
         :meth:`RedisSettler.give_back`; nothing dead-lettered) and raises
-        :class:`~sa_inbox.MissingKeyHeader`: a misspelled ``key_field``. Fewer, followed by a
+        :class:`~sa_inbox.exc.MissingKeyHeader`: a misspelled ``key_field``. Fewer, followed by a
         keyed entry or by a read that brings nothing, are the producer's: dead-lettered
         ``missing_message_id``. None: each keyless entry is dead-lettered at once.
-    :raises InvalidStreamSettings: for invalid settings (see :class:`StreamSettings`).
+    :raises InvalidArgument: for invalid settings (see :class:`StreamSettings`).
     :raises ConfigurationError: when it is made, before any command or SQL, for objects it
         cannot use: a session factory of the other half or ``Session.begin``
-        (:class:`~sa_inbox.InvalidSessionFactory`), an asyncio inbox given to the sync
-        consumer (:class:`~sa_inbox.SyncAsyncMismatch`; the asyncio consumer takes an
+        (:class:`~sa_inbox.exc.InvalidSessionFactory`), an asyncio inbox given to the sync
+        consumer (:class:`~sa_inbox.exc.SyncAsyncMismatch`; the asyncio consumer takes an
         Inbox or its AsyncInbox), a handler that cannot take ``(session, delivery)``
-        (:class:`~sa_inbox.InvalidHandler`), a ``key_field`` with surrounding spaces
-        (:class:`~sa_inbox.InvalidKeySetting`).
+        (:class:`~sa_inbox.exc.InvalidHandler`), a ``key_field`` with surrounding spaces
+        (:class:`~sa_inbox.exc.InvalidArgument`).
 
     **Readiness.** ``run()`` first runs ``check()`` (the inbox table exists, the session
     factory makes sessions of the consumer's half, the engine is not autocommit, the handler

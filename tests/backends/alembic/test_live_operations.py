@@ -16,8 +16,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
 
-from sa_inbox import ConsumerNameTaken, Inbox
+from sa_inbox import Inbox
 from sa_inbox.consumers import Consumers, consumers_table
+from sa_inbox.exc import ConsumerNameTaken
 from sa_inbox.store import InboxStore
 from tests.support.alembic.inspection import assert_inbox_table, count_rows
 

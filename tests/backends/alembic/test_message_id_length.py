@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from sa_inbox import InvalidMessageId
+from sa_inbox.exc import InvalidMessageId
 from tests.support.alembic.inspection import count_rows
 from tests.support.alembic.project import Project
 

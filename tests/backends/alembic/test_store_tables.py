@@ -17,7 +17,7 @@ from alembic import command
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
 
-from sa_inbox import UnsupportedBackend
+from sa_inbox.exc import UnsupportedBackend
 from sa_inbox.retention import RetentionPolicy
 from sa_inbox.retention.partitions import ensure_partitions
 from sa_inbox.store import InboxStore
@@ -65,10 +65,10 @@ def test_partitioned_table_is_refused_off_postgresql(dialect: str) -> None:
 
 
 def test_partitioned_table_refuses_an_arrival_time_key() -> None:
-    from sa_inbox.alembic import InvalidTableOptions
+    from sa_inbox.exc import InvalidArgument
 
     operations, buffer = _offline("postgresql")
-    with pytest.raises(InvalidTableOptions, match="arrival time"):
+    with pytest.raises(InvalidArgument, match="arrival time"):
         operations.create_partitioned_inbox_table(partition_key="received_at")  # type: ignore[attr-defined]
     assert buffer.getvalue() == ""
 

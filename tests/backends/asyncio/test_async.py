@@ -22,19 +22,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import Session, sessionmaker
 
-from sa_inbox import (
-    DuplicateMessage,
-    HandlerEndedTransaction,
-    InboxStore,
-    Incoming,
-    InvalidBind,
-    InvalidMessageId,
-    InvalidSessionFactory,
-    MissingTable,
-    Outcome,
-    RetentionPolicy,
-    StoredMessage,
-)
+from sa_inbox import DuplicateMessage, InboxStore, Outcome, RetentionPolicy
 from sa_inbox.asyncio import (
     AsyncInbox,
     AsyncInboxStore,
@@ -44,6 +32,14 @@ from sa_inbox.asyncio import (
     purge,
     register_claim,
 )
+from sa_inbox.exc import (
+    HandlerEndedTransaction,
+    InvalidBind,
+    InvalidMessageId,
+    InvalidSessionFactory,
+    MissingTable,
+)
+from sa_inbox.store import Incoming, StoredMessage
 from tests.support.app import CONSUMER, App
 
 pytestmark = pytest.mark.backend
@@ -357,7 +353,8 @@ def test_async_worker_stops_on_a_missing_table(app: App, async_url: str) -> None
 
 
 def test_async_handler_refused_by_the_sync_worker_accepted_here(app: App) -> None:
-    from sa_inbox import AsyncHandlerError, Worker
+    from sa_inbox import Worker
+    from sa_inbox.exc import AsyncHandlerError
 
     async def handler(session: AsyncSession, message: StoredMessage) -> None: ...
 

@@ -2,7 +2,7 @@
 
 Bad ids are refused before anything is sent (the sync suite's ``BAD_IDS``, on every async
 driver). Through aiomysql: a column shorter than the Inbox believes raises
-:class:`~sa_inbox.ClaimWarning` (the warning count is read behind SQLAlchemy's adapted
+:class:`~sa_inbox.exc.ClaimWarning` (the warning count is read behind SQLAlchemy's adapted
 cursor), a case-insensitive key collation is refused, and ids differing by case or accent
 stay distinct.
 """
@@ -16,8 +16,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from sa_inbox import ClaimWarning, Inbox, InvalidMessageId, UnsupportedBackend
+from sa_inbox import Inbox
 from sa_inbox.asyncio import AsyncInbox
+from sa_inbox.exc import ClaimWarning, InvalidMessageId, UnsupportedBackend
 from tests.backends.asyncio.test_async import run
 from tests.backends.claim.test_claim import BAD_IDS
 from tests.conftest import ASYNC_DRIVERS as DRIVERS

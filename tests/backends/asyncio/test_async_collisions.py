@@ -11,9 +11,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from sa_inbox import Inbox, InboxStore, MessageIdCollision, Outcome, payload_hash
+from sa_inbox import Inbox, InboxStore, Outcome
 from sa_inbox.asyncio import AsyncInbox, AsyncInboxStore, handle
-from sa_inbox.collision import COLLISIONS_TABLE
+from sa_inbox.collision import COLLISIONS_TABLE, payload_hash
+from sa_inbox.exc import MessageIdCollision
 from tests.backends.asyncio.test_async import pay, run
 from tests.support.app import CONSUMER, App
 
@@ -126,9 +127,9 @@ def test_async_store_receive(sync_url: str, async_url: str) -> None:
 
 
 def test_inbox_refuses_unknown_collision_mode() -> None:
-    from sa_inbox import InvalidStrategy
+    from sa_inbox.exc import InvalidArgument
 
-    with pytest.raises(InvalidStrategy):
+    with pytest.raises(InvalidArgument):
         Inbox(sa.MetaData(), on_collision="ignore")  # type: ignore[arg-type]
 
 

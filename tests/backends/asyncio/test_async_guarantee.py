@@ -1,4 +1,4 @@
-"""The transaction guard through an AsyncSession (issue 9's guarantee on every async driver).
+"""The transaction guard through an AsyncSession, on every async driver.
 
 A handler of :func:`sa_inbox.asyncio.handle` that ends the transaction holding the claim
 (``await session.commit()``, ``await (await session.connection()).commit()``, ``await
@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from sa_inbox import HandlerEndedTransaction, Outcome, Result
+from sa_inbox import Outcome, Result
 from sa_inbox.asyncio import handle
+from sa_inbox.exc import HandlerEndedTransaction
 from tests.backends.asyncio.test_async import run
 from tests.backends.runner.test_guarantee import Broker
 from tests.support.app import CONSUMER, App, hand_over

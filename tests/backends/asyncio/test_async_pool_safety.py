@@ -28,10 +28,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from sa_inbox import InboxStore, Incoming, Outcome, Result, StoredMessage, pool_guard
+from sa_inbox import InboxStore, Outcome, Result, pool_guard
 from sa_inbox._compat import await_only
 from sa_inbox.asyncio import AsyncInboxStore, AsyncWorker, handle
 from sa_inbox.guard import enlisted_connections
+from sa_inbox.store import Incoming, StoredMessage
 from tests.backends.asyncio.test_async import run
 from tests.support.app import CONSUMER, App
 from tests.support.locks import assert_no_lock_held

@@ -11,9 +11,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from sa_inbox import InboxStore, Incoming, InvalidMessageId
+from sa_inbox import InboxStore
 from sa_inbox.asyncio import AsyncInboxStore
-from sa_inbox.exc import InvalidStoreArgument
+from sa_inbox.exc import InvalidArgument, InvalidMessageId
+from sa_inbox.store import Incoming
 from tests.backends.store.test_store_receive_payload import PAYLOADS
 from tests.support.app import App
 
@@ -43,7 +44,7 @@ async def _scenario(engine: AsyncEngine, store: AsyncInboxStore) -> dict[str, An
     async with engine.begin() as conn:
         for bad, error in (
             (Incoming("", {}), InvalidMessageId),
-            (Incoming("nan", float("nan")), InvalidStoreArgument),
+            (Incoming("nan", float("nan")), InvalidArgument),
         ):
             with pytest.raises(error):
                 await store.receive_many(conn, [Incoming("ok", {}), bad])

@@ -22,8 +22,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from sa_inbox import AsyncHandlerError, InboxStore, Incoming, Outcome, Result, StoredMessage
+from sa_inbox import InboxStore, Outcome, Result
 from sa_inbox.asyncio import AsyncInboxStore, AsyncWorker, handle, run_in_transaction
+from sa_inbox.exc import AsyncHandlerError
+from sa_inbox.store import Incoming, StoredMessage
 from tests.backends.asyncio.test_async import run
 from tests.backends.runner.test_guarantee import Broker
 from tests.support.app import CONSUMER, App, hand_over

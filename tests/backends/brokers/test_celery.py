@@ -174,10 +174,11 @@ def test_decorator_refuses_to_turn_late_acks_off(option: str) -> None:
 
 @pytest.mark.parametrize("value", [-1, "1", True, float("nan")])
 def test_retry_backoff_must_be_seconds(value: object) -> None:
-    from sa_inbox import Inbox, InvalidRetryArgument
+    from sa_inbox import Inbox
     from sa_inbox.brokers.celery import inbox_task
+    from sa_inbox.exc import InvalidArgument
 
-    with pytest.raises(InvalidRetryArgument, match="retry_backoff"):
+    with pytest.raises(InvalidArgument, match="retry_backoff"):
         inbox_task(
             make_app("memory://", "q"),
             session_factory=lambda: None,  # type: ignore[arg-type,return-value]

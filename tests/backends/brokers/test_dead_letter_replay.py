@@ -17,15 +17,15 @@ import asyncio
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox import DeadLetterQueueUnavailable
 from sa_inbox.brokers import Disposition, Settlement
 from sa_inbox.brokers import dead_letters as dl
+from sa_inbox.exc import DeadLetterQueueUnavailable
 from tests.backends.brokers.dead_letter_sides import (
     SIDES,
     FastStreamRun,
@@ -38,6 +38,7 @@ from tests.backends.brokers.dead_letter_sides import (
 from tests.backends.brokers.workers import Worker
 from tests.conftest import backend_url, broker_url
 from tests.support.app import App
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.backend
 
@@ -76,13 +77,6 @@ def dead_letter(side: Side, app: App, handler: Payments, keys: list[str | None])
     assert len(dead) == len(poison) + keys.count(None)
     assert dl.count(side.url, side.dead) == len(dead)
     assert side.source_count() == 0
-
-
-def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def replay_after_the_window(side: Side, **kw: object) -> dl.ReplayResult:

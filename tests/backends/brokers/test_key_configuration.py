@@ -22,11 +22,11 @@ import redis
 import redis.asyncio
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from sa_inbox import MissingKeyHeader
 from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
 from sa_inbox.brokers.nats import consume
 from sa_inbox.brokers.rabbitmq import AsyncConsumer, BlockingConsumer
 from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer
+from sa_inbox.exc import MissingKeyHeader
 from tests.backends.brokers import test_rabbitmq as rmq
 from tests.backends.brokers import test_redis as rds
 from tests.backends.brokers.nats_support import Names, declare, delete
@@ -363,10 +363,10 @@ def test_nats_a_short_run_of_keyless_messages_is_dead_lettered(
 
 @pytest.mark.parametrize("make", ["pika", "aio-pika", "redis", "redis-asyncio"])
 def test_an_empty_key_header_is_refused_when_the_consumer_is_made(app: App, make: str) -> None:
-    from sa_inbox import InvalidKeySetting
+    from sa_inbox.exc import InvalidArgument
 
     kw: dict[str, Any] = {"inbox": app.inbox, "handler": rmq.pay(app)}
-    with pytest.raises(InvalidKeySetting, match="key_"):
+    with pytest.raises(InvalidArgument, match="key_"):
         if make == "pika":
             BlockingConsumer(
                 "amqp://x/", "q", **rmq.options(app, rmq.pay(app), None), key_header=""

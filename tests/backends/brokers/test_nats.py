@@ -23,7 +23,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from sa_inbox import ConfigurationError, MissingTable
+from sa_inbox import ConfigurationError
 from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition
 from sa_inbox.brokers.nats import (
     DEAD_LETTER_DETAIL,
@@ -33,6 +33,7 @@ from sa_inbox.brokers.nats import (
     backoff,
     ensure_consumer,
 )
+from sa_inbox.exc import MissingTable
 from tests.backends.asyncio import conftest as async_fixtures
 from tests.backends.brokers.nats_support import (
     POISON,

@@ -15,7 +15,6 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session
 
-from sa_inbox import InvalidRetryArgument, MissingTable
 from sa_inbox.brokers import (
     DeadLetterReason,
     Delivery,
@@ -24,6 +23,7 @@ from sa_inbox.brokers import (
     process,
     process_async,
 )
+from sa_inbox.exc import InvalidArgument, MissingTable
 from tests.support.app import CONSUMER, App
 
 
@@ -167,7 +167,7 @@ def test_a_configuration_error_is_raised_unsettled(app: App) -> None:
 
 def test_bad_arguments_are_refused_before_anything(app: App) -> None:
     settler = Recorder()
-    with pytest.raises(InvalidRetryArgument):
+    with pytest.raises(InvalidArgument):
         deliver(app, Delivery("p-6", b"1"), max_deliveries=0)
     with pytest.raises(Exception, match="consumer_name"):
         process(

@@ -27,7 +27,6 @@ from aio_pika.exceptions import DeliveryError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session
 
-from sa_inbox import MissingTable
 from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, Settlement
 from sa_inbox.brokers.rabbitmq import (
     DETAIL_HEADER,
@@ -35,17 +34,18 @@ from sa_inbox.brokers.rabbitmq import (
     REASON_HEADER,
     AsyncConsumer,
     BlockingConsumer,
-    InvalidConsumerArgument,
     dead_letter_queue_name,
     declare_queue,
     delivery_count,
 )
 from sa_inbox.chaos.drivers import driver_for
+from sa_inbox.exc import InvalidArgument, MissingTable
 from tests.backends.brokers.rabbitmq_child import AMOUNT
 from tests.conftest import broker_url
 from tests.support.app import CONSUMER, App
 from tests.support.locks import assert_no_lock_held
 from tests.support.pool import ONE_CONNECTION
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.backend
 
@@ -89,13 +89,6 @@ def publish(channel: Any, queue: str, message_id: str | None, body: bytes, **pro
 def ready(channel: Any, queue: str) -> int:
     """Messages ready in ``queue`` (neither delivered nor in a consumer's hands)."""
     return int(channel.queue_declare(queue, passive=True).method.message_count)
-
-
-def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def dead_letters(channel: Any, queue: str) -> list[tuple[str | None, dict[str, Any], bytes]]:
@@ -370,7 +363,7 @@ def test_prefetch_bounds_the_unacked_deliveries_and_stop_works_from_another_thre
 
 
 def test_prefetch_must_be_positive(amqp_url: str, app: App) -> None:
-    with pytest.raises(InvalidConsumerArgument, match="prefetch"):
+    with pytest.raises(InvalidArgument, match="prefetch"):
         BlockingConsumer(amqp_url, "q", **{**options(app, pay(app), None), "prefetch": 0})
 
 
@@ -433,18 +426,21 @@ def test_a_consumer_killed_before_commit_leaves_a_redelivery_applied_once(
 def test_the_chaos_driver_survives_a_killed_consumer(amqp_url: str, app: App) -> None:
     driver = driver_for(amqp_url)
     name = f"sa-inbox-chaos-{uuid.uuid4().hex[:12]}"
+    children: list[subprocess.Popen[str]] = []
     try:
         driver.prepare(name, max_deliveries=3)
         driver.prepare(name, max_deliveries=3)  # again: a fresh, empty queue
         messages = [(f"pay-{n}", b"1.00") for n in range(40)]
         driver.publish(name, [*messages, *messages[:10], ("bad-1", b"poison")])
         first = start_child("chaos", amqp_url, app, name)
+        children.append(first)
         assert first.stdout is not None
         for _ in range(5):
             first.stdout.readline()
         first.send_signal(signal.SIGKILL)  # mid-stream, deliveries in its hands
         first.communicate(timeout=30)
         second = start_child("chaos", amqp_url, app, name)
+        children.append(second)
         eventually(lambda: app.ledger_rows() == 40 and driver.dead_letters(name) == ["bad-1"])
         second.send_signal(signal.SIGTERM)  # the graceful stop
         out, err = second.communicate(timeout=30)
@@ -453,9 +449,18 @@ def test_the_chaos_driver_survives_a_killed_consumer(amqp_url: str, app: App) ->
         assert driver.dead_letters(name) == ["bad-1"]  # read twice: not taken
         assert app.balance(1) == Decimal("40.00") and app.inbox_rows() == 40
     finally:
+        stop_children(children)
         driver.channel.queue_delete(name)
         driver.channel.queue_delete(dead_letter_queue_name(name))
         driver.close()
+
+
+def stop_children(children: list[subprocess.Popen[str]]) -> None:
+    """SIGKILL the children still running and reap them (their pipes closed)."""
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+        child.communicate(timeout=30)
 
 
 def start_child(client: str, amqp_url: str, app: App, queue: str) -> subprocess.Popen[str]:

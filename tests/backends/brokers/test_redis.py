@@ -29,15 +29,11 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from sa_inbox import ConfigurationError
 from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
-from sa_inbox.brokers.redis import (
-    AsyncRedisStreamConsumer,
-    InvalidStreamSettings,
-    RedisStreamConsumer,
-    StreamSettings,
-)
+from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer, StreamSettings
 from sa_inbox.brokers.redis.core import Entry, RedisSettler, run_call
 from sa_inbox.chaos.drivers import driver_for
 from sa_inbox.chaos.drivers.redis import GROUP
+from sa_inbox.exc import InvalidArgument
 from tests.backends.brokers.payments import pay, pay_async
 from tests.conftest import ASYNC_DRIVERS as DRIVERS
 from tests.conftest import backend_url, broker_url
@@ -593,7 +589,7 @@ def test_chaos_driver_counts_unread_entries_when_redis_cannot_tell_the_lag(
     ],
 )
 def test_invalid_settings_are_refused_on_construction(settings: dict[str, Any]) -> None:
-    with pytest.raises(InvalidStreamSettings) as info:
+    with pytest.raises(InvalidArgument) as info:
         StreamSettings(**{"stream": "s", "group": "g", "member": "m", **settings})
     assert isinstance(info.value, ConfigurationError) and isinstance(info.value, ValueError)
     assert StreamSettings("s", "g", "m").dead_letter_stream == "s:dead"

@@ -13,9 +13,9 @@ import redis
 import redis.asyncio
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from sa_inbox import MissingTable
 from sa_inbox.brokers.rabbitmq import AsyncConsumer
 from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer
+from sa_inbox.exc import MissingTable
 from tests.backends.brokers import test_rabbitmq as rmq
 from tests.backends.brokers import test_redis as rds
 from tests.conftest import broker_url

@@ -9,7 +9,8 @@ from decimal import Decimal
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox import Inbox, InvalidMessageId
+from sa_inbox import Inbox
+from sa_inbox.exc import InvalidMessageId
 from tests.support.app import CONSUMER, App
 
 pytestmark = pytest.mark.backend

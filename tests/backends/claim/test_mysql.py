@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox import ClaimWarning, Inbox, UnsupportedBackend
+from sa_inbox import Inbox
 from sa_inbox.dialects import MySQLClaim
+from sa_inbox.exc import ClaimWarning, UnsupportedBackend
 from tests.conftest import backend_url
 from tests.support.app import CONSUMER, App
 

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox import ClaimWarning, Inbox, InboxStore
+from sa_inbox import Inbox, InboxStore
 from sa_inbox.dialects import MySQLClaim
+from sa_inbox.exc import ClaimWarning
 from sa_inbox.schema import key_type
 from tests.conftest import backend_url
 

@@ -28,6 +28,7 @@ from sa_inbox.chaos.failover import FailoverConfig, FailoverResult, run_failover
 from sa_inbox.chaos.workload import PREFIX, make_plan
 from tests.conftest import broker_url
 from tests.support.pgha import ReplicatedServers, delete_queue, replicated_servers
+from tests.support.waiting import LIVENESS_SECONDS
 
 pytestmark = [pytest.mark.backend, pytest.mark.slow]
 
@@ -62,6 +63,7 @@ def failover(servers: ReplicatedServers, amqp_url: str, queue: str) -> FailoverR
         ballast_row_bytes=BALLAST_ROW_BYTES,
         seed=SEED,
         name=queue,
+        timeout=LIVENESS_SECONDS * 2,
     )
     return run_failover(config, servers)
 

@@ -18,18 +18,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from sa_inbox import (
-    DuplicateMessage,
-    InboxStore,
-    Incoming,
-    MessageIdCollision,
-    Outcome,
-    handle,
-    install,
-    payload_hash,
-    register_claim,
-)
-from sa_inbox.collision import COLLISIONS_TABLE
+from sa_inbox import DuplicateMessage, InboxStore, Outcome, handle, install, register_claim
+from sa_inbox.collision import COLLISIONS_TABLE, payload_hash
+from sa_inbox.exc import MessageIdCollision
+from sa_inbox.store import Incoming
 from tests.support.app import CONSUMER, App
 
 pytestmark = pytest.mark.backend

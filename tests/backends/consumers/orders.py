@@ -27,8 +27,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import sa_inbox
 import sa_inbox.asyncio
-from sa_inbox import ConsumerNameTaken, Inbox
+from sa_inbox import Inbox
 from sa_inbox.consumers import handler_name
+from sa_inbox.exc import ConsumerNameTaken
 
 CONSUMER = "orders"
 #: Exit status of a process refused the consumer name.

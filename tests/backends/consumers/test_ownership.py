@@ -4,7 +4,7 @@ MariaDB, sync and async (aiosqlite, asyncpg, psycopg 3 async, aiomysql).
 A claim is unique per ``(message_id, consumer_name)``: without an owner per name, a second
 handler under the name of the first skips the ids the first claimed as duplicates (acked,
 never run), and two processes with different handlers split one stream between them. Here:
-the second handler is refused with :class:`~sa_inbox.ConsumerNameTaken` before anything is
+the second handler is refused with :class:`~sa_inbox.exc.ConsumerNameTaken` before anything is
 claimed, neither acked nor nacked, and runs under its own name; two real processes with
 different handlers under one name leave every message to the first (the second is refused
 at its first message); two processes racing to be first leave exactly one owner;
@@ -34,11 +34,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import sa_inbox
 import sa_inbox.asyncio
-from sa_inbox import ConfigurationError, ConsumerNameTaken, Outcome, brokers
+from sa_inbox import ConfigurationError, Outcome, brokers
 from sa_inbox.asyncio import AsyncInbox, AsyncInboxStore, AsyncWorker
 from sa_inbox.brokers import Delivery
 from sa_inbox.consumers import handler_name
-from sa_inbox.exc import MissingTable
+from sa_inbox.exc import ConsumerNameTaken, MissingTable
 from sa_inbox.store import PENDING, InboxStore, StoredMessage, Worker
 from tests.backends.asyncio.conftest import async_url as async_url
 from tests.backends.asyncio.conftest import sync_url as sync_url

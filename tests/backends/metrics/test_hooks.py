@@ -25,14 +25,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from sa_inbox import Inbox, InboxStore, Incoming, Outcome, RetentionPolicy, handle, payload_hash
+from sa_inbox import Inbox, InboxStore, Outcome, RetentionPolicy, handle
 from sa_inbox import purge as purge_rows
-from sa_inbox.collision import COLLISIONS_TABLE
+from sa_inbox.collision import COLLISIONS_TABLE, payload_hash
 from sa_inbox.hooks import MultiHooks
 from sa_inbox.hooks.opentelemetry import OpenTelemetryHooks
 from sa_inbox.hooks.prometheus import InboxCollector, PrometheusHooks
 from sa_inbox.stats import Sampler
-from sa_inbox.store import Worker
+from sa_inbox.store import Incoming, Worker
 from tests.support.app import CONSUMER, App
 
 pytestmark = pytest.mark.backend

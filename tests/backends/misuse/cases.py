@@ -23,7 +23,7 @@ import sa_inbox.asyncio
 from sa_inbox import ConfigurationError, Inbox, Worker
 from sa_inbox.asyncio import AsyncInbox, AsyncInboxStore, AsyncOutbox, AsyncOutboxRelay, AsyncWorker
 from sa_inbox.outbox import OutboxRelay
-from sa_inbox.store import StoredMessage
+from sa_inbox.store import Incoming, StoredMessage
 
 from .env import AMOUNT, CONSUMER, Env
 
@@ -278,14 +278,14 @@ def _(env: Env, mid: str) -> None:
 @case("InboxStore.receive_many", "AsyncSession", state=Env.stored)
 async def _(env: Env, mid: str) -> None:
     async with env.ASession.begin() as session:
-        env.store.receive_many(session, [sa_inbox.Incoming(mid, {"n": 1})], consumer_name=CONSUMER)  # type: ignore[arg-type]
+        env.store.receive_many(session, [Incoming(mid, {"n": 1})], consumer_name=CONSUMER)  # type: ignore[arg-type]
 
 
 @case("InboxStore.receive_many", "AUTOCOMMIT connection", state=Env.stored, kind=ConfigurationError)
 def _(env: Env, mid: str) -> None:
     with env.app.engine.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-        env.store.receive_many(conn, [sa_inbox.Incoming(mid, {"n": 1})], consumer_name=CONSUMER)
+        env.store.receive_many(conn, [Incoming(mid, {"n": 1})], consumer_name=CONSUMER)
 
 
 for _method in ("receive", "receive_many"):
@@ -297,9 +297,7 @@ for _method in ("receive", "receive_many"):
             if method == "receive":
                 store.receive(session, mid, {"n": 1}, consumer_name=CONSUMER)  # type: ignore[arg-type]
             else:
-                store.receive_many(
-                    session, [sa_inbox.Incoming(mid, {"n": 1})], consumer_name=CONSUMER
-                )  # type: ignore[arg-type]
+                store.receive_many(session, [Incoming(mid, {"n": 1})], consumer_name=CONSUMER)  # type: ignore[arg-type]
 
 
 @case("AsyncInboxStore()", "AsyncInboxStore", expect="once", state=Env.stored)
@@ -515,7 +513,7 @@ async def _(env: Env, mid: str) -> None:
 
 
 for _entry, _wrong in (
-    ("sa_inbox.purge_store", "AsyncEngine"),
+    ("sa_inbox.retention.purge_store", "AsyncEngine"),
     ("sa_inbox.asyncio.purge_store", "Engine"),
 ):
 
@@ -523,8 +521,8 @@ for _entry, _wrong in (
     async def _(env: Env, mid: str, entry: str = _entry, wrong: str = _wrong) -> None:
         await _in_thread(_receive_then, env, mid)
         await _in_thread(_claim_and_pay, env, mid)
-        if entry == "sa_inbox.purge_store":
-            sa_inbox.purge_store(env.wrong(wrong), env.store, older_than=_policy())
+        if entry == "sa_inbox.retention.purge_store":
+            sa_inbox.retention.purge_store(env.wrong(wrong), env.store, older_than=_policy())
         else:
             await sa_inbox.asyncio.purge_store(env.wrong(wrong), env.store, older_than=_policy())
 

@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from sa_inbox.alembic import InvalidTableOptions
+from sa_inbox.exc import InvalidArgument
 from sa_inbox.outbox import Outbox
 from tests.support.alembic.inspection import count_rows
 from tests.support.alembic.project import Project
@@ -33,7 +33,7 @@ def test_create_emits_the_ddl_of_create_all(dialect: str) -> None:
 
 def test_a_message_id_shorter_than_a_uuid_is_refused() -> None:
     operations, buffer = _offline("postgresql")
-    with pytest.raises(InvalidTableOptions, match="at least 36"):
+    with pytest.raises(InvalidArgument, match="at least 36"):
         operations.create_outbox_table(message_id_length=20)  # type: ignore[attr-defined]
     assert buffer.getvalue() == ""
 

@@ -20,7 +20,8 @@ import sqlalchemy as sa
 
 from sa_inbox import Backoff
 from sa_inbox.brokers.redis import RedisStreamPublisher
-from sa_inbox.outbox import InvalidRelayArgument, OutboxRelay
+from sa_inbox.exc import InvalidArgument
+from sa_inbox.outbox import OutboxRelay
 from sa_inbox.outbox.relay import RelayCore
 from tests.backends.outbox.test_relay_outage import NO_RETRY, SETTINGS, statuses
 from tests.backends.outbox.test_relay_streams import oapp, read_stream, record
@@ -86,7 +87,7 @@ def test_a_replay_without_a_row_filter_is_refused_and_changes_nothing(
     with oapp.engine.begin() as conn:
         conn.execute(sa.update(oapp.outbox.table).values(status="dead", attempts=3))
     core = RelayCore(oapp.engine, oapp.outbox)
-    with pytest.raises(InvalidRelayArgument, match=message):
+    with pytest.raises(InvalidArgument, match=message):
         core.replay(**filters)
     assert statuses(oapp, ids) == [("dead", 3, None)]
 

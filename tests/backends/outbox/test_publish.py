@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -15,18 +15,10 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session
 
-from sa_inbox import (
-    AutocommitConnection,
-    DuplicateMessage,
-    InvalidBind,
-    Outcome,
-    handle,
-    install,
-    register_claim,
-)
+from sa_inbox import DuplicateMessage, Outcome, handle, install, register_claim
 from sa_inbox.asyncio import AsyncOutbox
 from sa_inbox.asyncio import handle as handle_async
-from sa_inbox.outbox import InvalidOutboxMessage
+from sa_inbox.exc import AutocommitConnection, InvalidBind, InvalidOutboxMessage
 from tests.conftest import ASYNC_DRIVERS as DRIVERS
 from tests.conftest import backend_url
 from tests.support.app import CONSUMER
@@ -49,16 +41,28 @@ def oapp(engine: sa.Engine) -> Iterator[OutboxApp]:
 def test_a_committed_handler_leaves_its_message_and_a_failed_one_none(oapp: OutboxApp) -> None:
     published: list[str] = []
 
-    def handler(session: Session) -> None:
-        oapp.apply_payment(session, "m-1", 1, Decimal(5))
-        published.append(
-            oapp.outbox.publish(
-                session, "payments.applied", {"payment": "m-1"}, headers={"trace": "t-1"}
-            )
-        )
+    def handler_for(message_id: str) -> Callable[[Session], None]:
+        """The consumer's one handler, for ``message_id``: m-2 fails after publishing."""
 
-    result = handle(oapp.Session, oapp.inbox, "m-1", CONSUMER, handler, **NO_BROKER)
-    assert result.outcome is Outcome.PROCESSED
+        def handler(session: Session) -> None:
+            if message_id == "m-2":
+                oapp.apply_payment(session, "m-2", 1, Decimal(7))
+                oapp.outbox.publish(session, "payments.applied", b"m-2")
+                raise RuntimeError("the handler failed after publishing")
+            oapp.apply_payment(session, message_id, 1, Decimal(5))
+            published.append(
+                oapp.outbox.publish(
+                    session, "payments.applied", {"payment": message_id}, headers={"trace": "t-1"}
+                )
+            )
+
+        return handler
+
+    def deliver(message_id: str) -> Outcome:
+        handler = handler_for(message_id)
+        return handle(oapp.Session, oapp.inbox, message_id, CONSUMER, handler, **NO_BROKER).outcome
+
+    assert deliver("m-1") is Outcome.PROCESSED
     (row,) = oapp.outbox_rows()
     assert [row["message_id"]] == published
     assert uuid.UUID(row["message_id"]).version == 7
@@ -68,16 +72,8 @@ def test_a_committed_handler_leaves_its_message_and_a_failed_one_none(oapp: Outb
         {"trace": "t-1"},
     )
     assert (row["status"], row["attempts"], row["dispatched_at"]) == ("pending", 0, None)
-
-    def failing(session: Session) -> None:
-        oapp.apply_payment(session, "m-2", 1, Decimal(7))
-        oapp.outbox.publish(session, "payments.applied", b"m-2")
-        raise RuntimeError("the handler failed after publishing")
-
-    failed = handle(oapp.Session, oapp.inbox, "m-2", CONSUMER, failing, **NO_BROKER)
-    assert failed.outcome is Outcome.FAILED
-    duplicate = handle(oapp.Session, oapp.inbox, "m-1", CONSUMER, handler, **NO_BROKER)
-    assert duplicate.outcome is Outcome.DUPLICATE
+    assert deliver("m-2") is Outcome.FAILED
+    assert deliver("m-1") is Outcome.DUPLICATE
     assert len(oapp.outbox_rows()) == 1  # neither the failure nor the duplicate added one
     assert oapp.balance(1) == Decimal(5) and oapp.inbox_rows() == 1
 

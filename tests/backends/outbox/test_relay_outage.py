@@ -43,7 +43,8 @@ from sa_inbox.brokers.rabbitmq import (
     declare_queue,
 )
 from sa_inbox.brokers.redis import RedisStreamPublisher
-from sa_inbox.outbox import AsyncPublisherInSyncRelay, OutboxMessage, OutboxRelay, RelayBatch
+from sa_inbox.exc import AsyncPublisherInSyncRelay
+from sa_inbox.outbox import OutboxMessage, OutboxRelay, RelayBatch
 from sa_inbox.outbox.publisher import broker_unavailable
 from sa_inbox.outbox.relay import describe
 from tests.backends.brokers.test_rabbitmq import amqp_url, channel

@@ -1,4 +1,4 @@
-"""Issue 9: no path acks a message that was never applied, on every backend.
+"""No path acks a message that was never applied, on every backend.
 
 Each scenario runs the runner (:func:`sa_inbox.handle`) or the store's worker against the
 real database and asserts on the business state (ledger rows, balances, inbox rows) and on
@@ -18,17 +18,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from sa_inbox import (
+from sa_inbox import ConfigurationError, InboxStore, Outcome, handle
+from sa_inbox.exc import (
     AsyncHandlerError,
     AutocommitConnection,
-    ConfigurationError,
     HandlerEndedTransaction,
-    InboxStore,
     InvalidHandler,
     InvalidSessionFactory,
     MissingTable,
-    Outcome,
-    handle,
 )
 from sa_inbox.store import DONE, PENDING, utc_now
 from tests.support.app import CONSUMER, App

@@ -12,12 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from sa_inbox import (
-    AutocommitConnection,
-    InvalidHandler,
-    InvalidSessionFactory,
-    MissingTable,
-)
+from sa_inbox.exc import AutocommitConnection, InvalidHandler, InvalidSessionFactory, MissingTable
 from sa_inbox.readiness import check_ready, check_ready_async, inbox_tables
 from tests.backends.asyncio import conftest as async_fixtures
 from tests.support.app import App

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
 from sa_inbox import Outcome, Result
-from sa_inbox.sharding import InvalidShardMap, ShardKeyChanged, WrongShard
+from sa_inbox.exc import InvalidShardMap, ShardKeyChanged, WrongShard
 from sa_inbox.sharding.asyncio import AsyncShardedInbox
 from tests.support.app import CONSUMER, App
 

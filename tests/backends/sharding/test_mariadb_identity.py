@@ -12,7 +12,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from sa_inbox import Inbox
-from sa_inbox.sharding import ShardedInbox, WrongShard
+from sa_inbox.exc import WrongShard
+from sa_inbox.sharding import ShardedInbox
 from tests.conftest import backend_url
 
 pytestmark = [pytest.mark.backend]

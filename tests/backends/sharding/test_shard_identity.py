@@ -20,8 +20,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
-from sa_inbox import Outcome
-from sa_inbox.sharding import ShardedInbox, ShardUnavailable, WrongShard
+from sa_inbox import Outcome, Result
+from sa_inbox.exc import ShardUnavailable, WrongShard
+from sa_inbox.sharding import ShardedInbox
 from sa_inbox.sharding.asyncio import AsyncShardedInbox
 from tests.support.app import CONSUMER, App
 
@@ -99,16 +100,29 @@ def state(apps: dict[str, App]) -> dict[str, tuple[int, Decimal, int]]:
 
 
 def deliver(router: ShardedInbox, app: App, key: str, message_id: str) -> tuple[Outcome, list[str]]:
+    result, settled = deliver_result(router, app, key, message_id)
+    return result.outcome, settled
+
+
+def deliver_result(
+    router: ShardedInbox, app: App, key: str, message_id: str
+) -> tuple[Result, list[str]]:
+    """``router.handle`` of one payment by the consumer's one handler: its result, and
+    ``ack`` / ``nack`` as they were called."""
     settled: list[str] = []
+
+    def pay(session: Session) -> None:
+        app.apply_payment(session, message_id, 1, AMOUNT)
+
     result = router.handle(
         key,
         message_id,
         CONSUMER,
-        lambda session: app.apply_payment(session, message_id, 1, AMOUNT),
+        pay,
         ack=lambda: settled.append("ack"),
         nack=lambda: settled.append("nack"),
     )
-    return result.outcome, settled
+    return result, settled
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -202,15 +216,7 @@ def test_check_other_shards_refuses_with_the_unreachable_shard_named(
             apps["a"].inbox, {"a": apps["a"].engine, "b": down}, check_other_shards=True
         )
         key = key_on(checked, "a")
-        settled: list[str] = []
-        result = checked.handle(
-            key,
-            "m-1",
-            CONSUMER,
-            lambda session: apps["a"].apply_payment(session, "m-1", 1, AMOUNT),
-            ack=lambda: settled.append("ack"),
-            nack=lambda: settled.append("nack"),
-        )
+        result, settled = deliver_result(checked, apps["a"], key, "m-1")
         assert result.outcome is Outcome.FAILED and settled == ["nack"]
         assert isinstance(result.error, ShardUnavailable) and result.error.shard == "b"
         assert isinstance(result.error.__cause__, sa.exc.OperationalError)

@@ -17,8 +17,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from sa_inbox import MessageIdCollision, Outcome, Result, payload_hash
-from sa_inbox.sharding import ShardedInbox, ShardKeyChanged, WrongShard
+from sa_inbox import Outcome, Result
+from sa_inbox.collision import payload_hash
+from sa_inbox.exc import MessageIdCollision, ShardKeyChanged, WrongShard
+from sa_inbox.sharding import ShardedInbox
 from tests.support.app import CONSUMER, App
 
 pytestmark = [pytest.mark.backend, pytest.mark.slow]

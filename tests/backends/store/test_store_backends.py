@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox.exc import InvalidMessageId, InvalidStoreArgument, MissingTable
+from sa_inbox.exc import InvalidArgument, InvalidMessageId, MissingTable
 from sa_inbox.store import (
     DEAD,
     DEFAULT_CONSUMER,
@@ -159,7 +159,7 @@ def test_receive_rolled_back_or_refused_leaves_nothing(store_app: StoreApp) -> N
         store.receive(conn, "m-1", 1)
         raise RuntimeError("the consumer failed before its commit")
     with store_app.engine.begin() as conn:
-        with pytest.raises(InvalidStoreArgument):
+        with pytest.raises(InvalidArgument):
             store.receive(conn, "m-2", {"amount": float("inf")})
         with pytest.raises(InvalidMessageId):
             store.receive_many(conn, [Incoming("m-3", 1), Incoming("", 2)])
@@ -432,11 +432,11 @@ def test_replay_by_id_and_time_range_never_touches_rows_in_hand(store_app: Store
     assert store_app.row("h0")["status"] == PROCESSING
     assert store_app.row("h1")["status"] == PENDING
     assert store.replay(engine, status=DONE, consumer_name="someone-else") == 0
-    with pytest.raises(InvalidStoreArgument):
+    with pytest.raises(InvalidArgument):
         store.replay(engine, consumer_name="default")
-    with pytest.raises(InvalidStoreArgument):
+    with pytest.raises(InvalidArgument):
         store.replay(engine, status=PROCESSING)
-    with pytest.raises(InvalidStoreArgument, match="dead or done"):
+    with pytest.raises(InvalidArgument, match="dead or done"):
         store.replay(engine, status=PENDING)
     h1 = store_app.row("h1")
     assert store.replayable(engine, ids=[h1["id"]]) == 0, "a pending row is not replayed"

@@ -373,13 +373,13 @@ def test_ordered_mode_is_kept_in_batch_mode(url: str, store_app: StoreApp, tmp_p
 
 
 def test_batch_needs_a_known_mode_and_a_store_that_can(store_app: StoreApp) -> None:
-    from sa_inbox.exc import InvalidStoreArgument
+    from sa_inbox.exc import InvalidArgument
 
-    with pytest.raises(InvalidStoreArgument, match="transaction must be one of"):
+    with pytest.raises(InvalidArgument, match="transaction must be one of"):
         Worker(store_app.store.bind(store_app.engine), store_app.apply, transaction="bulk")
 
     class NoBatch:
         pass
 
-    with pytest.raises(InvalidStoreArgument, match="complete_batch"):
+    with pytest.raises(InvalidArgument, match="complete_batch"):
         Worker(NoBatch(), store_app.apply, transaction="batch")  # type: ignore[arg-type]

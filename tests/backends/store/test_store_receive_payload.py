@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox import InvalidMessageId
-from sa_inbox.exc import InvalidStoreArgument
+from sa_inbox.exc import InvalidArgument, InvalidMessageId
 from sa_inbox.store import PENDING, InboxStore, Incoming
 
 pytestmark = pytest.mark.backend
@@ -141,10 +140,10 @@ def test_receive_many_keeps_first_copies_and_skips_stored_rows(
         (Incoming("", {}), InvalidMessageId),
         (Incoming(" padded", {}), InvalidMessageId),
         (Incoming("x" * 256, {}), InvalidMessageId),
-        (Incoming("nan", float("nan")), InvalidStoreArgument),
-        (Incoming("set", {1, 2}), InvalidStoreArgument),
+        (Incoming("nan", float("nan")), InvalidArgument),
+        (Incoming("set", {1, 2}), InvalidArgument),
         (Incoming("agg", {}, aggregate_id="a" * 256), InvalidMessageId),
-        ("not-an-incoming", InvalidStoreArgument),
+        ("not-an-incoming", InvalidArgument),
     ],
 )
 def test_bad_input_in_a_batch_sends_nothing(

@@ -1,7 +1,7 @@
 """``[sa_inbox]`` in alembic.ini: which tables env.py's target MetaData gets; bad settings.
 
 The models' table is the one source of its settings: an ini option that disagrees with it
-is refused (:class:`~sa_inbox.alembic.InboxSettingsConflict`), one that agrees is harmless.
+is refused (:class:`~sa_inbox.exc.InboxSettingsConflict`), one that agrees is harmless.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from sa_inbox import ConfigurationError, InboxError
-from sa_inbox.alembic import AlembicSetupError, InboxSettingsConflict, target_metadata
+from sa_inbox.alembic import target_metadata
 from sa_inbox.alembic.tables import marker
 from sa_inbox.cli import main
+from sa_inbox.exc import AlembicSetupError, InboxSettingsConflict
 
 
 def _config(tmp_path: Path, section: str) -> alembic.config.Config:

@@ -23,12 +23,11 @@ from alembic.autogenerate.api import AutogenContext
 from alembic.migration import MigrationContext
 from click.testing import CliRunner
 
-from sa_inbox import ConfigurationError, Inbox, InvalidTable
+from sa_inbox import ConfigurationError, Inbox
 from sa_inbox.alembic import (
     CreateInboxConsumersTableOp,
     CreateProcessedMessagesTableOp,
     DropInboxConsumersTableOp,
-    InvalidTableOptions,
     RefuseInboxTableDropOp,
     create_inbox_consumers_table,
     drop_inbox_consumers_table,
@@ -38,6 +37,7 @@ from sa_inbox.alembic import (
 from sa_inbox.alembic.pairing import resolve_drops
 from sa_inbox.cli import main
 from sa_inbox.consumers import consumers_table
+from sa_inbox.exc import InvalidArgument, InvalidTable
 from sa_inbox.store import InboxStore
 from tests.support.alembic.project import Project
 from tests.unit.alembic.test_operations import (
@@ -124,9 +124,9 @@ def test_render_and_reverse() -> None:
 )
 def test_bad_options_raise_a_typed_error_before_any_sql(options: dict[str, Any]) -> None:
     operations, buffer = _offline("postgresql")
-    with pytest.raises(InvalidTableOptions):
+    with pytest.raises(InvalidArgument):
         operations.create_inbox_consumers_table(**options)  # type: ignore[attr-defined]
-    with pytest.raises(InvalidTableOptions):
+    with pytest.raises(InvalidArgument):
         create_inbox_consumers_table(operations, **options)
     assert buffer.getvalue() == ""
 
@@ -295,7 +295,7 @@ def test_a_settings_table_next_to_an_application_table_of_that_name_is_refused(
 ) -> None:
     body = f"sa.Table({CONSUMERS!r}, metadata, sa.Column('id', sa.Integer, primary_key=True))"
     spec = _models(tmp_path, monkeypatch, "cons_models_clash", body)
-    with pytest.raises(InvalidTableOptions, match=r"\[sa_inbox\]: .*not sa-inbox's consumers"):
+    with pytest.raises(InvalidArgument, match=r"\[sa_inbox\]: .*not sa-inbox's consumers"):
         target_metadata(_config(tmp_path, spec))
 
 
@@ -315,7 +315,7 @@ def test_inbox_operations_create_the_consumers_table() -> None:
     assert [type(op) for op in inbox_operations(consumers=False)] == [
         CreateProcessedMessagesTableOp
     ]
-    with pytest.raises(InvalidTableOptions):
+    with pytest.raises(InvalidArgument):
         inbox_operations(processed_messages=False, consumers=True, message_id_length=0)
 
 

@@ -22,11 +22,11 @@ from sa_inbox.alembic import (
     CreateInboxConsumersTableOp,
     CreateProcessedMessagesTableOp,
     DropProcessedMessagesTableOp,
-    InvalidTableOptions,
     create_inbox_table,
     drop_inbox_table,
 )
 from sa_inbox.alembic.autogenerate import rewrite_inbox_tables
+from sa_inbox.exc import InvalidArgument
 
 DIALECTS = ("postgresql", "mysql", "mariadb", "oracle", "sqlite")
 
@@ -149,10 +149,10 @@ BAD_OPTIONS: list[dict[str, Any]] = [
 @pytest.mark.parametrize("options", BAD_OPTIONS)
 def test_bad_options_raise_a_typed_error_before_any_sql(options: dict[str, Any]) -> None:
     operations, buffer = _offline("postgresql")
-    with pytest.raises(InvalidTableOptions) as info:
+    with pytest.raises(InvalidArgument) as info:
         operations.create_inbox_table(**options)  # type: ignore[attr-defined]
     assert isinstance(info.value, InboxError) and isinstance(info.value, ValueError)
-    with pytest.raises(InvalidTableOptions):
+    with pytest.raises(InvalidArgument):
         create_inbox_table(operations, **options)
     assert buffer.getvalue() == ""
 

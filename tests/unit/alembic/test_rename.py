@@ -18,13 +18,11 @@ from alembic.autogenerate.api import AutogenContext
 from alembic.migration import MigrationContext
 from alembic.operations import ops
 
-from sa_inbox import ConfigurationError, Inbox, UnsupportedBackend
+from sa_inbox import ConfigurationError, Inbox
 from sa_inbox.alembic import (
     CreatePartitionedInboxTableOp,
     CreateProcessedMessagesTableOp,
     DropProcessedMessagesTableOp,
-    InboxTableDropRefused,
-    InvalidTableOptions,
     RefuseInboxTableDropOp,
     RenameInboxStoreTableOp,
     RenameProcessedMessagesTableOp,
@@ -33,6 +31,7 @@ from sa_inbox.alembic import (
     rename_outbox_table,
 )
 from sa_inbox.alembic.pairing import resolve_drops
+from sa_inbox.exc import InboxTableDropRefused, InvalidArgument, UnsupportedBackend
 from tests.unit.alembic.test_operations import _autogenerate, _offline, _statements
 
 RENAMED = {
@@ -143,7 +142,7 @@ def test_bad_rename_raises_a_typed_error_before_any_sql(
     args: tuple[Any, ...], options: dict[str, Any], message: str
 ) -> None:
     operations, buffer = _offline("postgresql")
-    with pytest.raises(InvalidTableOptions, match=message):
+    with pytest.raises(InvalidArgument, match=message):
         operations.rename_inbox_table(*args, **options)  # type: ignore[attr-defined]
     assert buffer.getvalue() == ""
 
@@ -176,7 +175,7 @@ def test_refusal_stops_the_migration_before_any_sql() -> None:
         operations.refuse_inbox_table_drop("seen", reason="drop it yourself")  # type: ignore[attr-defined]
     assert isinstance(info.value, ConfigurationError)
     assert buffer.getvalue() == ""
-    with pytest.raises(InvalidTableOptions, match="reason must be a non-empty str"):
+    with pytest.raises(InvalidArgument, match="reason must be a non-empty str"):
         RefuseInboxTableDropOp("seen", reason="")
 
 

@@ -14,8 +14,8 @@ import pytest
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
 
-from sa_inbox import InvalidMessageId
-from sa_inbox.alembic import InvalidTableOptions, RenameInboxConsumerOp, rename_inbox_consumer
+from sa_inbox.alembic import RenameInboxConsumerOp, rename_inbox_consumer
+from sa_inbox.exc import InvalidArgument, InvalidMessageId
 from tests.unit.alembic.test_operations import DIALECTS, _dialect, _statements
 
 COLUMNS = "message_id, consumer_name, received_at, message_type, correlation_id, payload_hash"
@@ -62,13 +62,13 @@ def test_typed_function_emits_what_the_registered_operation_emits() -> None:
 
 
 BAD: list[tuple[tuple[Any, ...], dict[str, Any], type[Exception], str]] = [
-    (("seen", "a", "a"), {}, InvalidTableOptions, "old and new consumer_name are both 'a'"),
+    (("seen", "a", "a"), {}, InvalidArgument, "old and new consumer_name are both 'a'"),
     (("seen", "", "b"), {}, InvalidMessageId, "old consumer_name must not be empty"),
     (("seen", "a", " b"), {}, InvalidMessageId, "leading or trailing whitespace"),
     (("seen", "a", None), {}, InvalidMessageId, "new consumer_name must not be None"),
     (("seen", "a", "b" * 11), {"message_id_length": 10}, InvalidMessageId, "holds 10"),
-    (("", "a", "b"), {}, InvalidTableOptions, "table_name must be a non-empty str"),
-    (("seen", "a", "b"), {"message_id_length": 0}, InvalidTableOptions, "message_id_length"),
+    (("", "a", "b"), {}, InvalidArgument, "table_name must be a non-empty str"),
+    (("seen", "a", "b"), {"message_id_length": 0}, InvalidArgument, "message_id_length"),
 ]
 
 

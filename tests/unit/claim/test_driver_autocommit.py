@@ -1,4 +1,4 @@
-"""The per-driver autocommit probes (issue 9, item 3), on real driver connections where the
+"""The per-driver autocommit probes, on real driver connections where the
 running Python has them; the live scenarios are in tests/backends/runner/test_guarantee.py."""
 
 from __future__ import annotations

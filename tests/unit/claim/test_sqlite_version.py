@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox import Inbox, UnsupportedBackend
+from sa_inbox import Inbox
+from sa_inbox.exc import UnsupportedBackend
 
 
 def test_old_sqlite_is_refused_before_any_insert(monkeypatch: pytest.MonkeyPatch) -> None:

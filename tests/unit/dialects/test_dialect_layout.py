@@ -1,4 +1,4 @@
-"""The dialect layer's layout rules (issue 10): one registry of backends, imports that point
+"""The dialect layer's layout rules: one registry of backends, imports that point
 one way (read from the source), schema modules that never consult a dialect, and private
 SQLAlchemy names nowhere but sa_inbox/_compat.py."""
 

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from sa_inbox import InvalidMessageId
+from sa_inbox.exc import InvalidMessageId
 from sa_inbox.idempotency import NAMESPACE, idempotency_key
 from sa_inbox.outbox import uuid7
 

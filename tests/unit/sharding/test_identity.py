@@ -11,14 +11,14 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from sa_inbox import Inbox, InboxError
-from sa_inbox.exc import InvalidBind
-from sa_inbox.sharding import (
+from sa_inbox.exc import (
+    InvalidBind,
     InvalidShardMap,
     ShardAssignmentFailed,
-    ShardedInbox,
     UnknownShardIdentity,
     WrongShard,
 )
+from sa_inbox.sharding import ShardedInbox
 from sa_inbox.sharding.shardmap import url_locations
 
 PG = "postgresql+psycopg://postgres@/db"

@@ -14,15 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
 from sa_inbox import ConfigurationError, Inbox, InboxError, processed_messages_table
-from sa_inbox.exc import InvalidMessageId
-from sa_inbox.sharding import (
-    InvalidShardKey,
-    InvalidShardMap,
-    ShardedInbox,
-    WrongShard,
-    rendezvous_shard,
-    shard_key_digest,
-)
+from sa_inbox.exc import InvalidMessageId, InvalidShardKey, InvalidShardMap, WrongShard
+from sa_inbox.sharding import ShardedInbox, rendezvous_shard, shard_key_digest
 from sa_inbox.sharding.keys import claim_digest, split_digest
 
 REPOSITORY = Path(__file__).resolve().parents[3]

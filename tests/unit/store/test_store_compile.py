@@ -18,7 +18,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 from sa_inbox.dialects import backend_for, claim_dialect_for
 from sa_inbox.dialects.mysql import MySQLStoreClaim
 from sa_inbox.dialects.postgresql import PostgreSQLStoreClaim
-from sa_inbox.exc import InvalidStoreArgument, UnsupportedBackend
+from sa_inbox.exc import InvalidArgument, UnsupportedBackend
 from sa_inbox.store import PROCESSING, InboxStore
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -207,11 +207,11 @@ def test_unknown_backend_has_no_store_claim() -> None:
 
 
 def test_bad_claim_arguments_are_refused_before_sql(store: InboxStore) -> None:
-    with pytest.raises(InvalidStoreArgument):
+    with pytest.raises(InvalidArgument):
         store.candidates(visibility_timeout=0, max_attempts=5)
-    with pytest.raises(InvalidStoreArgument):
+    with pytest.raises(InvalidArgument):
         store.candidates(visibility_timeout=5, max_attempts=0)
-    with pytest.raises(InvalidStoreArgument):
+    with pytest.raises(InvalidArgument):
         store.candidates(visibility_timeout=5, max_attempts=5, now=datetime.datetime(2026, 1, 1))
 
 

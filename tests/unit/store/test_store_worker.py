@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from sa_inbox.exc import (
+    InvalidArgument,
     InvalidHandler,
     InvalidSessionFactory,
-    InvalidStoreArgument,
     MissingTable,
 )
 from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, StoredMessage
@@ -104,7 +104,7 @@ def test_threads_claim_disjoint_batches(store: MemoryStore, clock: Clock) -> Non
     ],
 )
 def test_bad_worker_arguments(store: MemoryStore, kw: dict[str, Any]) -> None:
-    with pytest.raises(InvalidStoreArgument):
+    with pytest.raises(InvalidArgument):
         Worker(store, lambda ctx, m: None, **kw)
 
 
@@ -144,7 +144,7 @@ def test_transient_errors_are_retried_before_they_count(clock: Clock) -> None:
 
 def test_backoff_is_a_backoff_object_not_seconds(store: MemoryStore, clock: Clock) -> None:
     # seconds given directly would only fail at the first failed message, inside the loop
-    with pytest.raises(InvalidStoreArgument, match=r"backoff must be a Backoff\(base=seconds"):
+    with pytest.raises(InvalidArgument, match=r"backoff must be a Backoff\(base=seconds"):
         worker(store, lambda ctx, message: None, clock, backoff=5.0)
 
 
@@ -366,7 +366,7 @@ def test_a_handler_that_cannot_take_session_and_message_is_refused(store: Memory
         Worker(store, one_argument)  # type: ignore[arg-type]
     with pytest.raises(InvalidHandler, match="not callable"):
         Worker(store, 42)  # type: ignore[arg-type]
-    with pytest.raises(InvalidStoreArgument, match="max_messages"):
+    with pytest.raises(InvalidArgument, match="max_messages"):
         Worker(store, lambda ctx, m: None).run(max_messages=0, handle_signals=False)
 
 

@@ -10,9 +10,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import sa_inbox
 import sa_inbox.asyncio
-from sa_inbox import Inbox, InboxStore, StoredMessage
+from sa_inbox import Inbox, InboxStore
 from sa_inbox.asyncio import AsyncInbox, AsyncInboxStore, AsyncOutbox, AsyncWorker
 from sa_inbox.outbox import Outbox, OutboxRelay
+from sa_inbox.store import StoredMessage
 
 engine = sa.create_engine("sqlite://")
 aengine = create_async_engine("sqlite+aiosqlite://")

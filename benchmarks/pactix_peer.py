@@ -1,9 +1,10 @@
-"""pactix 0.2.0's worker as a contender of the ``store_drain`` scenario, when importable.
+"""pactix 0.2.0's worker as a peer contender of the ``store_drain`` scenario
+(:class:`sa_inbox.bench.store_drain.Peer`), when importable.
 
-pactix is async only and needs Python >= 3.12: run ``sa-inbox bench store_drain`` from a
-3.12 virtualenv with ``pip install pactix==0.2.0`` (see ``benchmarks/RESULTS.md``) and the
-drain cells get a ``pactix`` contender next to sa-inbox's two transaction modes. Elsewhere
-:func:`available` is False and the scenario runs without it.
+pactix is async only and needs Python >= 3.12: ``benchmarks/peer_pactix_drain.py`` runs the
+scenario from a 3.12 virtualenv with ``pip install pactix==0.2.0`` and names this module in
+``options["peers"]``, so the drain cells get a ``pactix`` contender next to sa-inbox's two
+transaction modes. Elsewhere :func:`available` is False and the scenario runs without it.
 
 What runs: the messages are stored in pactix's own ``inbox_message`` table (made from its
 metadata) as its ``InboxStore.save_received`` stores them (the rows built by pactix's own
@@ -26,7 +27,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-__all__ = ["DRIVERS", "available", "check", "drain_worker", "receive"]
+from sa_inbox.bench.workers import BenchError
+
+__all__ = ["DRIVERS", "NAME", "available", "check", "drain_worker", "receive"]
+
+#: The contender's name in the scenario's results (``x_pactix``: batch over pactix).
+NAME = "pactix"
 
 #: The async driver pactix runs on, per backend.
 DRIVERS = {"postgresql": "postgresql+asyncpg", "mysql": "mysql+aiomysql"}
@@ -152,8 +158,6 @@ async def _drain(url: str, go: Callable[[], float]) -> dict[str, Any]:
 def check(url: str, messages: int) -> None:
     """:raises BenchError: unless every row of pactix's table is ``processed``."""
     from pactix.db.tables import inbox_message
-
-    from .workers import BenchError
 
     engine = sa.create_engine(url)
     try:

@@ -1,7 +1,7 @@
 """The hooks' cost: a delivery through :func:`sa_inbox.handle` with each kind of hooks.
 
-Run as ``python -m sa_inbox.bench.hooks --url URL [--messages N] [--rounds R] [--json
-PATH]``. Two measurements, both printed and written as JSON:
+Run from the repository root as ``python benchmarks/hooks_cost.py --url URL [--messages N]
+[--rounds R] [--json PATH]``. Two measurements, both printed and written as JSON:
 
 * **the no-op hooks' own work per delivery**: exactly the calls :func:`sa_inbox.handle` and
   :meth:`sa_inbox.Inbox.claim` make on a processed delivery (five ``span`` blocks,
@@ -28,9 +28,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..claim import Inbox
-from ..hooks import NOOP, InboxHooks
-from ..runner import handle
+from sa_inbox.claim import Inbox
+from sa_inbox.hooks import NOOP, InboxHooks
+from sa_inbox.runner import handle
 
 __all__ = ["main", "noop_cost_ns", "run"]
 
@@ -57,7 +57,7 @@ def _contenders() -> dict[str, Callable[[], InboxHooks]]:
     try:
         from prometheus_client import CollectorRegistry
 
-        from ..hooks.prometheus import PrometheusHooks
+        from sa_inbox.hooks.prometheus import PrometheusHooks
 
         contenders["prometheus"] = lambda: PrometheusHooks(CollectorRegistry())
     except ImportError:  # pragma: no cover - the extra is not installed
@@ -66,7 +66,7 @@ def _contenders() -> dict[str, Callable[[], InboxHooks]]:
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.trace import TracerProvider
 
-        from ..hooks.opentelemetry import OpenTelemetryHooks
+        from sa_inbox.hooks.opentelemetry import OpenTelemetryHooks
 
         contenders["opentelemetry"] = lambda: OpenTelemetryHooks(TracerProvider(), MeterProvider())
     except ImportError:  # pragma: no cover
