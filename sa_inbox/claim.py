@@ -580,7 +580,7 @@ class PreparedInsert:
     :param strategy: ``"native"`` or ``"savepoint"`` (see :class:`Inbox`).
     :param build: ``build(dialect, table)`` makes the single-row statement; default
         ``dialect.insert_or_skip(table)``. The inbox store passes one that binds its
-        payload as JSON text serialised once (:func:`sa_inbox.store.store.receive_insert`).
+        payload as JSON text serialised once (:func:`sa_inbox.store.receive.receive_insert`).
     :param row_keys: the keys of every row :meth:`single` is used for, when they are always
         the same (the store's receive): then :meth:`single` gives the statement as
         :class:`~sa_inbox.dialects.driver_sql.DriverSQL`, compiled once per SQLAlchemy

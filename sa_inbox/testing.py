@@ -1,7 +1,7 @@
 """Helpers for users' own tests: an in-memory inbox store.
 
 :class:`MemoryStore` follows the same rules as the database store (deduplicated receive,
-claimable rows, attempts counted at claim time, claim tokens, back-off, dead letters, reap,
+leasable rows, attempts counted at lease time, lease tokens, back-off, dead letters, reap,
 replay, per-aggregate ordering), so a handler and the :class:`~sa_inbox.store.worker.Worker`
 around it can be unit-tested without a database::
 
@@ -23,6 +23,8 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from typing_extensions import deprecated
 
 from .exc import ConfigurationError, InvalidArgument
 from .handlers import call_handler
@@ -174,7 +176,7 @@ class MemoryStore:
 
     # -- the MessageStore protocol ----------------------------------------------------
 
-    def claim(
+    def lease(
         self,
         *,
         consumer_name: str | None,
@@ -186,7 +188,7 @@ class MemoryStore:
         now: datetime.datetime,
         abandoned: bool = True,
     ) -> list[StoredMessage]:
-        """Claim as :meth:`sa_inbox.store.InboxStore.claim` does, with its argument checks
+        """Lease as :meth:`sa_inbox.store.InboxStore.lease` does, with its argument checks
         (``abandoned=False``: pending rows only).
 
         :raises InvalidArgument: for a ``limit`` or ``max_attempts`` that is not a
@@ -207,14 +209,19 @@ class MemoryStore:
                 if consumer_name in (None, row.consumer_name)
                 and row.id not in self._running
                 and (abandoned or row.status == PENDING)
-                and self._claimable(row, now, stale_before, max_attempts)
+                and self._leasable(row, now, stale_before, max_attempts)
                 and not (ordered and self._blocked(row))
             ][:limit]
             for row in candidates:
                 row.status, row.claimed_at, row.claimed_by = PROCESSING, now, claimed_by
                 row.attempts += 1
-                row.history.append(f"claimed by {claimed_by}")
+                row.history.append(f"leased by {claimed_by}")
             return [_message(row) for row in candidates]
+
+    @deprecated("MemoryStore.claim() is renamed lease(); claim() goes in the next release")
+    def claim(self, **options: Any) -> list[StoredMessage]:
+        """Deprecated name of :meth:`lease`; emits a :class:`DeprecationWarning`."""
+        return self.lease(**options)
 
     def complete(self, message: StoredMessage, handler: Handler, *, now: datetime.datetime) -> bool:
         """Run ``handler(context, message)``; mark ``done`` only if it returns.
@@ -223,7 +230,7 @@ class MemoryStore:
         a failed attempt), as by the database store.
 
         While the handler runs the row is held (as the database's row lock holds it): no
-        claim takes it, however long the handler runs.
+        lease takes it, however long the handler runs.
         """
         with self._lock:
             row = self._held(message)
@@ -319,7 +326,7 @@ class MemoryStore:
             return True
 
     def release(self, messages: Sequence[StoredMessage]) -> int:
-        """Give back unstarted claims; the attempt is not counted."""
+        """Give back unstarted leases; the attempt is not counted."""
         released = 0
         with self._lock:
             for message in messages:
@@ -339,7 +346,7 @@ class MemoryStore:
         max_attempts: int,
         now: datetime.datetime,
     ) -> ReapResult:
-        """Abandoned claims back to pending, or to dead once their attempts are used."""
+        """Abandoned leases back to pending, or to dead once their attempts are used."""
         stale_before = now - datetime.timedelta(seconds=visibility_timeout)
         released = dead = 0
         with self._lock:
@@ -353,7 +360,7 @@ class MemoryStore:
                 ):
                     continue
                 if row.attempts >= max_attempts:
-                    row.status, row.last_error = DEAD, "claim abandoned (visibility timeout)"
+                    row.status, row.last_error = DEAD, "lease abandoned (visibility timeout)"
                     dead += 1
                 else:
                     row.status, row.claimed_at, row.claimed_by = PENDING, None, None
@@ -415,7 +422,7 @@ class MemoryStore:
     # -- rules --------------------------------------------------------------------------
 
     @staticmethod
-    def _claimable(
+    def _leasable(
         row: MemoryRow,
         now: datetime.datetime,
         stale_before: datetime.datetime,

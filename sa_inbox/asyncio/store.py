@@ -2,8 +2,8 @@
 
 :class:`AsyncInboxStore` receives in the caller's AsyncSession or AsyncConnection with the
 store's own insert-or-skip (``run_sync``). :class:`AsyncWorker` is the store's
-:class:`~sa_inbox.Worker`, every rule included (attempts counted at claim, back-off, dead
-letters, the reaper, ordered mode, the visibility timeout, the claim-token guard, release on
+:class:`~sa_inbox.Worker`, every rule included (attempts counted at lease, back-off, dead
+letters, the reaper, ordered mode, the visibility timeout, the lease-token guard, release on
 stop, the summary), with its threads replaced by tasks: each task runs the worker's loop in a
 greenlet, so its database calls are awaited on the event loop, and its waits are
 ``asyncio`` waits. The handler is ``async def handler(session, message)`` on an AsyncSession.
@@ -192,12 +192,12 @@ class AsyncWorker:
     :param handler: ``async def handler(session, message)`` (a plain function is called and
         its result awaited if awaitable); ``session`` is an AsyncSession in the transaction
         that marks the row ``done``. It must not commit.
-    :param concurrency: tasks, each claiming and processing its own batches (the sync
+    :param concurrency: tasks, each leasing and processing its own batches (the sync
         worker's threads).
     :param options: every other keyword of :class:`~sa_inbox.Worker` (``consumer_name``,
         ``batch_size``, ``visibility_timeout``, ``max_attempts``, ``ordered``, ``backoff``,
         ``poll_interval``, ``error_backoff``, ``reap_interval``, ``name``, ``clock``,
-        ``on_claim``, ``on_message``, ``transaction``), with the same meaning and checks;
+        ``on_lease``, ``on_message``, ``transaction``), with the same meaning and checks;
         ``transaction="batch"`` runs the sync worker's batch code
         (:mod:`sa_inbox.store.batch`) in the task's greenlet, savepoints included.
     :raises InvalidHandler: if ``handler`` cannot be called as ``handler(session,
@@ -306,7 +306,7 @@ class AsyncWorker:
 
     async def _give_up(self, pending: set[asyncio.Task[None]]) -> None:
         """Cancel the tasks whose handler outlasted the shutdown timeout (the message in hand
-        is claimed again after the visibility timeout) and give back the unstarted rest of
+        is leased again after the visibility timeout) and give back the unstarted rest of
         their batches, taken before the cancellations run."""
         if not pending:
             return

@@ -49,7 +49,7 @@ __all__ = ["relay_command"]
     default=30.0,
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
-    help="Seconds after which a claimed, unmarked row is published again by another relay.",
+    help="Seconds after which a leased, unmarked row is published again by another relay.",
 )
 @click.option(
     "--backoff",
@@ -64,7 +64,7 @@ __all__ = ["relay_command"]
     show_default=True,
     type=click.FloatRange(min=0),
     help="The longest of those waits. (A broker that cannot be reached costs no attempt: "
-    "the relay waits 1 s, doubling to 30 s, before its next claim.)",
+    "the relay waits 1 s, doubling to 30 s, before its next lease.)",
 )
 @click.option("--ordered", is_flag=True, help="Keep each destination's messages in order.")
 @click.option(

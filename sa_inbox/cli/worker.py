@@ -74,7 +74,7 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
     default="message",
     show_default=True,
     type=click.Choice(["message", "batch"]),
-    help="One transaction per message, or per claimed batch (a failing message still fails "
+    help="One transaction per message, or per leased batch (a failing message still fails "
     "alone; a re-run batch runs its handlers again: for database-only handlers).",
 )
 @click.option(
@@ -82,7 +82,7 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
     default=300.0,
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
-    help="Seconds after which an unfinished claim is taken again.",
+    help="Seconds after which an unfinished lease is taken again.",
 )
 @click.option("--max-attempts", default=5, show_default=True, type=click.IntRange(min=1))
 @click.option("--ordered", is_flag=True, help="Keep each aggregate's messages in order.")
@@ -124,7 +124,7 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
     "--max-seconds",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
-    help="Stop claiming after this many seconds, finish the message in hand, exit.",
+    help="Stop leasing after this many seconds, finish the message in hand, exit.",
 )
 @click.option(
     "--app-dir",
@@ -177,7 +177,7 @@ def worker_command(
     the rest of its batch and exits 0. Prints the run's summary as JSON at exit
     (processed, retried, dead, lost, released, errors, transient_retries, batch_reruns,
     reaped_dead, reason). A configuration error (a missing table, a handler that cannot
-    run) stops it with exit code 3. With --transaction batch, the messages of one claimed
+    run) stops it with exit code 3. With --transaction batch, the messages of one leased
     batch are handled in one transaction (see sa_inbox.store.batch).
 
     Either --consumer NAME or --all-consumers is required: a handler belongs to a

@@ -1,6 +1,6 @@
 """The shape every backend shares for the store's claim: lock a batch, mark it, read it back.
 
-:meth:`sa_inbox.store.InboxStore.claim` runs :meth:`StoreClaimDialect.claim` in its own short
+:meth:`sa_inbox.store.InboxStore.lease` runs :meth:`StoreClaimDialect.claim` in its own short
 transaction. The store decides *which* rows are claimable (a ``SELECT id … WHERE … ORDER BY
 received_at, id``, see :data:`CandidateQuery`) and *what* a claim writes (status, claim
 token, attempt count); a backend module subclasses :class:`StoreClaimDialect` and specialises

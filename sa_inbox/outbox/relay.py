@@ -2,18 +2,18 @@
 
 One :meth:`OutboxRelay.run_once` is three short steps:
 
-1. **claim** up to ``batch_size`` rows in one transaction, with the inbox store's claim
+1. **lease** up to ``batch_size`` rows in one transaction, with the inbox store's lease
    (:class:`~sa_inbox.dialects.store_claim.StoreClaimDialect`: ``FOR UPDATE SKIP LOCKED`` on
    PostgreSQL and MySQL/MariaDB, ``BEGIN IMMEDIATE`` on SQLite), so several relays never
-   take the same row; each claimed row gets ``processing``, a claim token and ``attempts + 1``;
+   take the same row; each leased row gets ``processing``, a lease token and ``attempts + 1``;
 2. **publish** each row and wait for the broker's confirm (no transaction is open meanwhile);
-3. **mark** the confirmed rows ``dispatched`` in one ``UPDATE`` guarded by the claim token;
+3. **mark** the confirmed rows ``dispatched`` in one ``UPDATE`` guarded by the lease token;
    a failed row goes back to ``pending`` after a back-off, or to ``dead`` at
    ``max_attempts``.
 
 **At least once, never zero times.** A relay killed (or losing its database) after the
 broker confirmed and before the mark committed leaves the row ``processing``; once
-``visibility_timeout`` has passed another relay claims it and **publishes it again**, with
+``visibility_timeout`` has passed another relay leases it and **publishes it again**, with
 the same ``message_id``. The copy is dropped by the consumer's inbox (the claim of that
 ``message_id`` exists); JetStream also drops it by itself within its duplicate window
 (``Nats-Msg-Id``). A consumer that does not deduplicate sees it twice.
@@ -25,21 +25,21 @@ after the back-off); with the defaults (10 attempts, back-off 1 s doubling to 60
 replay``) sends dead rows again once the cause is fixed. **A broker that cannot be reached counts
 no attempt** (:func:`~sa_inbox.outbox.publisher.broker_unavailable`: the publisher's
 ``is_unavailable``, else any ``OSError``): the relay stops publishing the batch, gives its
-unpublished rows back (``pending``, the claim's attempt taken back, ``available_at``
+unpublished rows back (``pending``, the lease's attempt taken back, ``available_at``
 unchanged, so they keep their place), and waits ``outage_backoff`` (1 s doubling to 30 s)
-before each next claim until a publish gets through, so an outage of any length sends no
+before each next lease until a publish gets through, so an outage of any length sends no
 row ``dead``; a row whose publish was cut off may have reached the broker and is sent
 again, with its ``message_id``, as after a killed relay. **A database that cannot be reached
 counts no attempt either** (:func:`sa_inbox.outage.is_unavailable`): the relay's
 :class:`~sa_inbox.outage.OutageGate` holds the rows it published and marks them once a probe
 gets through (so a confirmed row is not published again), and :meth:`OutboxRelay.run`
-waits out an outage before its next claim, one WARNING when it starts and one INFO when it
+waits out an outage before its next lease, one WARNING when it starts and one INFO when it
 ends. Another database error (a missing table) propagates from :meth:`OutboxRelay.run_once`
 (``sa-inbox relay`` exits 3).
 
-**Order.** Rows are claimed in ``id`` order, but with ``ordered=False`` a row that failed
+**Order.** Rows are leased in ``id`` order, but with ``ordered=False`` a row that failed
 is retried after later rows of its destination were sent. With ``ordered=True`` a row is
-claimed only when no earlier row of its destination is ``pending`` or ``processing``
+leased only when no earlier row of its destination is ``pending`` or ``processing``
 (``dead`` rows do not block), so each destination has at most one message in flight and
 messages reach the broker in ``id`` order, at the cost of one round trip per message per
 destination. ``id`` order is insert order, which is commit order only for rows written by
@@ -62,15 +62,15 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from typing_extensions import deprecated
 
 from ..backoff import Backoff
 from ..checks import require
-from ..dialects import backend_for
-from ..dialects.store_claim import CandidateQuery, StoreClaimDialect, update_claimed
+from ..dialects.store_claim import CandidateQuery, StoreClaimDialect
 from ..exc import AsyncPublisherInSyncRelay, DatabaseUnavailable, InvalidArgument
 from ..outage import OutageGate, Verdict, is_unavailable, probe_engine
-from ..pool_guard import released_clean
-from ..store.replay import ReplayFilter, ReplayRules
+from ..store.leases import LeasedRows, LeaseShape
+from ..store.replay import ReplayFilter
 from ..store.schema import utc_now
 from ..validation import positive_int, positive_seconds
 from .message import OutboxMessage
@@ -106,19 +106,37 @@ DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_VISIBILITY_TIMEOUT = 30.0
 DEFAULT_POLL_INTERVAL = 0.5
 DEFAULT_BACKOFF = Backoff(base=1.0, maximum=60.0)
-#: The relay's wait before its next claim while the broker cannot be reached, doubling per
+#: The relay's wait before its next lease while the broker cannot be reached, doubling per
 #: batch in a row that found it so.
 DEFAULT_OUTAGE_BACKOFF = Backoff(base=1.0, maximum=30.0)
 
-#: A replay resets dead or dispatched rows, chosen by ids, status, creation time and
-#: destination.
-_REPLAY = ReplayRules(
+#: The outbox table's leased rows: one destination at a time in ``id`` order with
+#: ``ordered``; a lease returns an :class:`OutboxMessage`'s columns; a replay resets dead or
+#: dispatched rows, chosen by ids, status, creation time and destination. An ordered lease
+#: checks nothing again: its ``NOT EXISTS`` reads the same snapshot as its candidates (see
+#: :attr:`~sa_inbox.dialects.store_claim.StoreClaimDialect.find_first`).
+_SHAPE = LeaseShape(
     group="destination",
+    partition=("destination",),
+    order=("id",),
+    columns=(
+        "id",
+        "message_id",
+        "destination",
+        "payload",
+        "headers",
+        "attempts",
+        "created_at",
+        "claimed_by",
+    ),
+    statuses=(PENDING, PROCESSING, DISPATCHED, DEAD),
     arrived="created_at",
     finished="dispatched_at",
-    statuses=(DEAD, DISPATCHED),
-    pending=PENDING,
+    replayable=(DEAD, DISPATCHED),
     error=InvalidArgument,
+    recheck_ordered=False,
+    pending=PENDING,
+    processing=PROCESSING,
 )
 
 
@@ -126,7 +144,7 @@ _REPLAY = ReplayRules(
 class RelayBatch:
     """What one :meth:`OutboxRelay.run_once` did.
 
-    :param claimed: rows claimed.
+    :param claimed: rows leased.
     :param dispatched: rows confirmed by the broker and marked ``dispatched``.
     :param retried: rows whose publish failed, back to ``pending`` after the back-off.
     :param dead: rows moved to ``dead`` (failed or abandoned ``max_attempts`` times).
@@ -142,7 +160,7 @@ class RelayBatch:
 
 
 class RelayCore:
-    """The relay's database steps (claim, mark, reap) on one engine; no broker I/O.
+    """The relay's database steps (lease, mark, reap) on one engine; no broker I/O.
 
     Shared by :class:`OutboxRelay` and :class:`~sa_inbox.asyncio.AsyncOutboxRelay` (which
     runs them in a greenlet on the async driver).
@@ -184,7 +202,8 @@ class RelayCore:
         self.backoff = backoff
         self.outage_backoff = outage_backoff
         self.ordered = bool(ordered)
-        self._checked = False
+        #: The leased-row statements on the outbox table (:mod:`sa_inbox.store.leases`).
+        self.leased_rows = LeasedRows(self.table, _SHAPE)
         #: Rides out database outages; the relays set its ``sleep`` to their stoppable wait.
         self.outage = OutageGate(f"outbox relay of {self.table.name}")
         self._reachable_in_a_row = 0
@@ -220,78 +239,56 @@ class RelayCore:
             self._reachable_in_a_row = 0
             return result
 
-    # -- claim ------------------------------------------------------------------------
+    # -- lease ------------------------------------------------------------------------
 
-    def claim(self, now: datetime.datetime | None = None) -> list[OutboxMessage]:
-        """Claim up to ``batch_size`` rows in one short transaction (see the module).
+    def lease(self, now: datetime.datetime | None = None) -> list[OutboxMessage]:
+        """Lease up to ``batch_size`` rows in one short transaction (see the module).
 
-        Claimable: ``pending`` with ``available_at <= now``, or ``processing`` whose claim
+        Leasable: ``pending`` with ``available_at <= now``, or ``processing`` whose lease
         is older than ``visibility_timeout`` with fewer than ``max_attempts`` attempts.
 
-        :returns: the claimed messages in ``id`` order.
+        :returns: the leased messages in ``id`` order.
         :raises UnsupportedBackend: if the server has no ``SKIP LOCKED``.
         """
         when = now or utc_now()
-        token = f"relay-{uuid.uuid4().hex}"
-        values = {
-            "status": PROCESSING,
-            "claimed_at": when,
-            "claimed_by": token,
-            "attempts": self.table.c.attempts + 1,
-        }
-        rows: list[Mapping[Any, Any]] = []
-        with self.transaction() as (conn, dialect):
-            for query in self.candidates(when):
-                rows.extend(
-                    dialect.claim(conn, self.table, query, self.batch_size - len(rows), values)
-                )
-                if len(rows) >= self.batch_size:
-                    break
-        return sorted((_message(row) for row in rows), key=lambda m: m.id)
+        rows = self.leased_rows.lease(
+            self.engine,
+            token=f"relay-{uuid.uuid4().hex}",
+            limit=self.batch_size,
+            now=when,
+            stale_before=self._stale_before(when),
+            max_attempts=self.max_attempts,
+            group=None,
+            ordered=self.ordered,
+        )
+        return [_message(row) for row in rows]
+
+    @deprecated("RelayCore.claim() is renamed lease(); claim() goes in the next release")
+    def claim(self, now: datetime.datetime | None = None) -> list[OutboxMessage]:
+        """Deprecated name of :meth:`lease`; emits a :class:`DeprecationWarning`."""
+        return self.lease(now)
 
     def candidates(self, now: datetime.datetime) -> tuple[CandidateQuery, CandidateQuery]:
-        """Abandoned claims first, then pending rows: each ``SELECT id … ORDER BY id``."""
-        stale_before = now - datetime.timedelta(seconds=self.visibility_timeout)
+        """Abandoned leases first, then pending rows: each ``SELECT id … ORDER BY id``."""
+        stale_before = self._stale_before(now)
+        return self.leased_rows.candidates(now, stale_before, self.max_attempts, None, self.ordered)
 
-        def query(status: str) -> CandidateQuery:
-            def candidates(source: sa.FromClause) -> sa.Select[Any]:
-                c = source.c
-                if status == PENDING:
-                    claimable = c.available_at <= now
-                else:
-                    claimable = sa.and_(c.claimed_at < stale_before, c.attempts < self.max_attempts)
-                where = sa.and_(c.status == status, claimable)
-                if self.ordered:
-                    where = sa.and_(where, self._first_of_destination(source))
-                return sa.select(c.id).where(where).order_by(c.id)
-
-            return candidates
-
-        return query(PROCESSING), query(PENDING)
-
-    def _first_of_destination(self, source: sa.FromClause) -> sa.ColumnElement[bool]:
-        """No other row of the destination is in flight, and none is pending before it."""
-        c = source.c
-        e = self.table.alias("earlier")
-        blocking = sa.select(e.c.id).where(
-            e.c.destination == c.destination,
-            e.c.id != c.id,
-            sa.or_(e.c.status == PROCESSING, sa.and_(e.c.status == PENDING, e.c.id < c.id)),
-        )
-        return ~sa.exists(blocking)
+    def _stale_before(self, now: datetime.datetime) -> datetime.datetime:
+        """A ``processing`` row leased before this time is abandoned."""
+        return now - datetime.timedelta(seconds=self.visibility_timeout)
 
     # -- mark -------------------------------------------------------------------------
 
     def mark_dispatched(
         self, messages: Sequence[OutboxMessage], now: datetime.datetime | None = None
     ) -> int:
-        """Mark confirmed rows ``dispatched`` in one transaction, guarded by their claim.
+        """Mark confirmed rows ``dispatched`` in one transaction, guarded by their lease.
 
-        :returns: the rows marked (a row whose claim was taken over by another relay after
+        :returns: the rows marked (a row whose lease was taken over by another relay after
             the visibility timeout is left to that relay, and was published twice).
         """
         values = {"status": DISPATCHED, "dispatched_at": now or utc_now(), "claimed_by": None}
-        return self._update_claimed(messages, values)
+        return self._update_leased(messages, values)
 
     def mark_failed(
         self, message: OutboxMessage, error: BaseException, now: datetime.datetime | None = None
@@ -310,53 +307,33 @@ class RelayCore:
         else:
             delay = datetime.timedelta(seconds=self.backoff.delay(message.attempts))
             values.update(status=PENDING, available_at=when + delay, claimed_at=None)
-        t = self.table
-        statement = (
-            sa.update(t)
-            .where(
-                t.c.id == message.id, t.c.status == PROCESSING, t.c.claimed_by == message.claimed_by
-            )
-            .values(values)
-        )
         with self.transaction() as (conn, _):
-            _rowcount(conn, statement)
+            self.leased_rows.update_leased(conn, message.id, message.claimed_by, values)
         return dead
 
     def release(self, messages: Sequence[OutboxMessage]) -> int:
         """Give rows back unpublished (the broker could not be reached): ``pending``
-        again with the claim's attempt taken back and ``available_at`` unchanged, in one
-        transaction, guarded by their claim.
+        again with the lease's attempt taken back and ``available_at`` unchanged, in one
+        transaction, guarded by their lease.
 
         :returns: the rows given back (a row another relay took over after the visibility
             timeout is left to it).
         """
         t = self.table
         values = {"status": PENDING, "attempts": t.c.attempts - 1, "claimed_at": None}
-        return self._update_claimed(messages, {**values, "claimed_by": None})
+        return self._update_leased(messages, {**values, "claimed_by": None})
 
-    def _update_claimed(self, messages: Sequence[OutboxMessage], values: dict[str, Any]) -> int:
-        """Set ``values`` on the rows still claimed by the messages' claims, in one
-        transaction (:func:`~sa_inbox.dialects.store_claim.update_claimed`)."""
-        if not messages:
-            return 0
-        claims = [(m.claimed_by, m.id) for m in messages]
-        with self.transaction() as (conn, _):
-            return update_claimed(conn, self.table, claims, values)
+    def _update_leased(self, messages: Sequence[OutboxMessage], values: dict[str, Any]) -> int:
+        """Set ``values`` on the rows still leased by the messages' leases, in one
+        transaction (:meth:`~sa_inbox.store.leases.LeasedRows.update_leases`)."""
+        leases = [(m.claimed_by, m.id) for m in messages]
+        return self.leased_rows.update_leases(self.engine, leases, values)
 
     def reap(self, now: datetime.datetime | None = None) -> int:
         """Move rows abandoned ``max_attempts`` times (their relays died each time) to
-        ``dead``; returns how many. Taken with the claim's ``SKIP LOCKED``."""
-        stale_before = (now or utc_now()) - datetime.timedelta(seconds=self.visibility_timeout)
-
-        def candidates(source: sa.FromClause) -> sa.Select[Any]:
-            c = source.c
-            where = sa.and_(
-                c.status == PROCESSING,
-                c.claimed_at < stale_before,
-                c.attempts >= self.max_attempts,
-            )
-            return sa.select(c.id).where(where).order_by(c.id)
-
+        ``dead``; returns how many. Taken with the lease's ``SKIP LOCKED``."""
+        stale_before = self._stale_before(now or utc_now())
+        candidates = self.leased_rows.abandoned(stale_before, self.max_attempts, True, None)
         lost = (
             f"abandoned: not confirmed within the visibility timeout ({self.visibility_timeout} s)"
         )
@@ -387,16 +364,14 @@ class RelayCore:
         time with its ``message_id`` (the consumer's inbox drops it as a duplicate while
         its claim is kept): count first with :meth:`replayable`.
 
-        :param now: when the rows become claimable (aware); default now.
+        :param now: when the rows become leasable (aware); default now.
         :returns: the number of rows reset.
         :raises InvalidArgument: if no row filter is given (``destination`` alone does
             not choose rows), ``status`` is neither ``"dead"`` nor ``"dispatched"``, or a
             time is not an aware datetime.
         """
         chosen = ReplayFilter(ids, status, created_from, created_before, destination)
-        statement = _REPLAY.update(self.table, chosen, now or utc_now())
-        with self.transaction() as (conn, _):
-            return _rowcount(conn, statement)
+        return self.leased_rows.replay(self.engine, chosen, now or utc_now())
 
     def replayable(
         self,
@@ -412,32 +387,23 @@ class RelayCore:
         :raises InvalidArgument: as :meth:`replay`.
         """
         chosen = ReplayFilter(ids, status, created_from, created_before, destination)
-        query = _REPLAY.count(self.table, chosen)
-        with self.engine.connect() as conn:
-            return int(conn.execute(query).scalar_one())
+        return self.leased_rows.replayable(self.engine, chosen)
 
     def counts(self, destination: str | None = None) -> dict[str, int]:
         """Rows per status (every status present, 0 when none), of one destination or of
         all."""
-        t = self.table
-        query = sa.select(t.c.status, sa.func.count()).group_by(t.c.status)
-        if destination is not None:
-            query = query.where(t.c.destination == destination)
-        with self.engine.connect() as conn:
-            found = {str(status): int(n) for status, n in conn.execute(query)}
-        return {status: found.get(status, 0) for status in (PENDING, PROCESSING, DISPATCHED, DEAD)}
+        return self.leased_rows.counts(self.engine, destination)
+
+    def has_unfinished(self) -> bool:
+        """Whether a row is still ``pending`` or ``processing``."""
+        return self.leased_rows.has_unfinished(self.engine, None)
 
     @contextmanager
     def transaction(self) -> Iterator[tuple[Connection, StoreClaimDialect]]:
-        """A short transaction at the store-claim dialect's isolation level and write lock."""
-        backend = backend_for(self.engine.dialect.name)
-        dialect = backend.store_claim
-        with backend.claim.translate_configuration_errors(), self.engine.connect() as conn:
-            if not self._checked:
-                dialect.check_backend(conn)
-                self._checked = True
-            with dialect.begin(conn), released_clean(lambda: (conn,)):
-                yield conn, dialect
+        """A short transaction at the lease dialect's isolation level and write lock
+        (:meth:`~sa_inbox.store.leases.LeasedRows.transaction`)."""
+        with self.leased_rows.transaction(self.engine) as (conn, dialect):
+            yield conn, dialect
 
 
 class OutboxRelay:
@@ -447,16 +413,16 @@ class OutboxRelay:
     :param outbox: the :class:`~sa_inbox.outbox.Outbox`.
     :param publisher: a :class:`~sa_inbox.outbox.publisher.Publisher` with a plain
         ``publish`` (e.g. :class:`~sa_inbox.brokers.rabbitmq.RabbitMQPublisher`).
-    :param batch_size: rows claimed per transaction (also the most messages a killed
+    :param batch_size: rows leased per transaction (also the most messages a killed
         relay republishes), >= 1.
     :param max_attempts: publish attempts before a row is ``dead``, >= 1.
-    :param visibility_timeout: seconds after which a claimed, unmarked row is claimed
+    :param visibility_timeout: seconds after which a leased, unmarked row is leased
         again by another relay; must exceed the time one batch takes to publish.
     :param backoff: the wait before a failed row is retried, doubling per attempt.
     :param ordered: per-destination order (see the module).
-    :param outage_backoff: the wait before the next claim after a batch that found the
+    :param outage_backoff: the wait before the next lease after a batch that found the
         broker unreachable, doubling per such batch in a row (see the module).
-    :param poll_interval: seconds to wait when nothing is claimable.
+    :param poll_interval: seconds to wait when nothing is leasable.
     :raises InvalidArgument: for a bad setting.
 
     Example::
@@ -504,7 +470,7 @@ class OutboxRelay:
         self.core.outage.sleep = self._stop.wait
 
     def run_once(self) -> RelayBatch:
-        """Claim one batch, publish each row with confirms, mark the results (see the
+        """Lease one batch, publish each row with confirms, mark the results (see the
         module). A refused publish is recorded against its row; a broker that cannot be
         reached gives the unpublished rows back (:attr:`RelayBatch.released`); a database
         error propagates.
@@ -517,9 +483,9 @@ class OutboxRelay:
     def run(
         self, *, until_empty: bool = False, sleep: Callable[[float], None] | None = None
     ) -> RelayBatch:
-        """Relay batches until :meth:`stop` (or, with ``until_empty``, until a claim finds
+        """Relay batches until :meth:`stop` (or, with ``until_empty``, until a lease finds
         nothing and no row is ``pending`` or ``processing``). After a batch that found the
-        broker unreachable it waits ``outage_backoff`` before the next claim.
+        broker unreachable it waits ``outage_backoff`` before the next lease.
 
         :param sleep: how to wait a number of seconds; default a wait that :meth:`stop`
             ends early.
@@ -553,14 +519,14 @@ class OutboxRelay:
 
 
 def relay_batch(core: RelayCore, publisher: Publisher, resolve: Callable[[Any], Any]) -> RelayBatch:
-    """One claim, publish, mark round: the logic both relays share.
+    """One lease, publish, mark round: the logic both relays share.
 
     :param publisher: the publisher; its ``publish_many`` is used when it has one.
     :param resolve: turns what the publisher returned into its result (the identity for a
         plain publisher; awaiting it on the loop for an async one, from a greenlet).
     """
     dead = core.reap()
-    messages = core.claim()
+    messages = core.lease()
     try:
         published = publish_all(publisher, messages, resolve)
     except AsyncPublisherInSyncRelay:
@@ -649,8 +615,7 @@ def publish_all(
 
 def unfinished(core: RelayCore) -> bool:
     """Whether a row is still ``pending`` or ``processing``."""
-    counts = core.counts()
-    return counts[PENDING] + counts[PROCESSING] > 0
+    return core.has_unfinished()
 
 
 def add_batches(a: RelayBatch, b: RelayBatch) -> RelayBatch:
@@ -707,8 +672,3 @@ def describe(error: BaseException) -> str:
     connection errors carry their cause in their arguments only: ``str()`` is ``''``)."""
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else repr(error)
-
-
-def _rowcount(conn: Connection, statement: sa.Update) -> int:
-    result = conn.execute(statement, execution_options={"preserve_rowcount": True})
-    return int(result.rowcount)

@@ -5,8 +5,16 @@ module                      what it holds
 ==========================  ===================================================================
 :mod:`.schema`              the store table, its statuses and defaults
 :mod:`.protocol`            what a worker sees of a store (:class:`MessageStore`), the messages
-:mod:`.store`               :class:`InboxStore` on a database, :class:`BoundStore` (one engine)
-:mod:`.worker`              :class:`Worker`: claim with ``SKIP LOCKED``, process, back off
+:mod:`.store`               :class:`InboxStore` on a database, composed of the parts below
+:mod:`.base`                the store's shared state and short transaction
+:mod:`.receive`             the receive: insert-or-skip in the caller's transaction
+:mod:`.transitions`         a row's state transitions: lease, complete, fail, release, reap
+:mod:`.admin`               replay, counts, ``has_unfinished``
+:mod:`.values`              the store's argument checks (times, durations, counts)
+:mod:`.bound`               :class:`BoundStore`: the store on one engine, for a worker
+:mod:`.leases`              the leased-row core, shared with the outbox relay
+:mod:`.replay`              the replay's rules, shared with the outbox relay
+:mod:`.worker`              :class:`Worker`: lease with ``SKIP LOCKED``, process, back off
 :mod:`.batch`               the worker's batch transaction mode (``transaction="batch"``)
 ==========================  ===================================================================
 

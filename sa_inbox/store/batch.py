@@ -1,12 +1,12 @@
-"""The worker's batch transaction mode: one claimed batch, one transaction.
+"""The worker's batch transaction mode: one leased batch, one transaction.
 
 ``Worker(..., transaction="batch")`` (and :class:`~sa_inbox.asyncio.AsyncWorker`, which runs
-the same code in greenlets) handles the messages of one claim in ONE transaction
+the same code in greenlets) handles the messages of one lease in ONE transaction
 (:meth:`~sa_inbox.store.InboxStore.complete_batch`): one ``UPDATE … SET status='done' WHERE
-id IN (…) AND status='processing' AND claimed_by=:token`` for the whole batch (the claim-token
+id IN (…) AND status='processing' AND claimed_by=:token`` for the whole batch (the lease-token
 guard; built once per backend, ``id = ANY(:ids)`` with one array parameter on PostgreSQL),
 each handler in turn, one COMMIT. A worker killed mid-batch commits nothing of it: the
-rows stay ``processing`` with their attempt counted at claim, and are claimed again after the
+rows stay ``processing`` with their attempt counted at lease, and are leased again after the
 visibility timeout.
 
 **One failing message fails alone.** The batch first runs without savepoints (the fast path:
@@ -54,13 +54,13 @@ of the batch transaction itself (a handler that ended the transaction, a lost co
 the batch is processed one transaction per message, exactly as ``transaction="message"``
 would: each message then gets its own transient re-runs, and a failure is its own.
 
-**Row locks.** The batch's rows are claimed with ``FOR UPDATE SKIP LOCKED`` in the claim's
+**Row locks.** The batch's rows are leased with ``FOR UPDATE SKIP LOCKED`` in the lease's
 own short transaction (PostgreSQL manual, SELECT, "The Locking Clause"; MariaDB manual,
 "SELECT ... SKIP LOCKED"), then locked again by the batch's ``UPDATE`` until it commits;
 that ``UPDATE`` reaches them by primary key (``FORCE INDEX (PRIMARY)`` on MariaDB, see
 :meth:`~sa_inbox.dialects.store_claim.StoreClaimDialect.by_primary_key`): through a
 secondary index, InnoDB's next-key
-locks at the handler session's REPEATABLE READ made every other worker's claim wait for
+locks at the handler session's REPEATABLE READ made every other worker's lease wait for
 the whole batch (measured: 6 s, the batch's length, against 0.05 s).
 
 **Stops.** A stop request (``Worker.stop``, SIGTERM) is checked before each handler: the
@@ -155,11 +155,11 @@ class BatchWorker(Protocol):
 
 
 def run_batch(worker: BatchWorker, token: str, batch: Sequence[StoredMessage]) -> None:
-    """Process one claimed batch in one transaction and count and report its outcomes.
+    """Process one leased batch in one transaction and count and report its outcomes.
 
     :param worker: the worker (its store, handler, clock, counters and hooks).
-    :param token: the batch's claim token.
-    :param batch: the claimed messages, in claim order.
+    :param token: the batch's lease token.
+    :param batch: the leased messages, in lease order.
     :raises ConfigurationError: from the store or a handler: every thread stops, the batch
         is released (attempts not counted), nothing committed.
     :raises Exception: as the worker's ``_process_messages``, when the batch fell back to one

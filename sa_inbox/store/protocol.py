@@ -1,4 +1,4 @@
-"""What the worker sees of a store: the messages it claims and the :class:`MessageStore`
+"""What the worker sees of a store: the messages it leases and the :class:`MessageStore`
 protocol that the database store and the in-memory store both implement.
 """
 
@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 
-#: Outcomes of one message besides ``done`` and ``dead``: retried later, claim lost,
+#: Outcomes of one message besides ``done`` and ``dead``: retried later, lease lost,
 #: given back unstarted.
 RETRY, LOST, RELEASED = "retry", "lost", "released"
 
@@ -50,9 +50,9 @@ class Incoming:
 
 @dataclass(frozen=True)
 class StoredMessage:
-    """A claimed message, as the handler sees it.
+    """A leased message, as the handler sees it.
 
-    ``claimed_by`` is the claim token: the row is this worker's only while its
+    ``claimed_by`` is the lease token: the row is this worker's only while its
     ``claimed_by`` still holds it. ``attempts`` counts this attempt (1 on the first).
     """
 
@@ -85,7 +85,7 @@ class BatchFailure:
 
     :param message: the message.
     :param error: the exception raised by its handler.
-    :param retry_at: when it may be claimed again (aware UTC), or ``None``: it is ``dead``.
+    :param retry_at: when it may be leased again (aware UTC), or ``None``: it is ``dead``.
     """
 
     message: StoredMessage
@@ -99,7 +99,7 @@ class BatchResult:
 
     :param done: messages whose handler's change committed with ``done``.
     :param failed: messages recorded as failed attempts in the same transaction.
-    :param lost: messages whose claim was no longer this batch's: nothing ran.
+    :param lost: messages whose lease was no longer this batch's: nothing ran.
     :param released: messages given back unstarted (a stop request came mid-batch).
     """
 
@@ -109,7 +109,7 @@ class BatchResult:
     released: tuple[StoredMessage, ...] = ()
 
 
-#: ``retry_at(message)``: when a message that failed this attempt may be claimed again
+#: ``retry_at(message)``: when a message that failed this attempt may be leased again
 #: (aware UTC), or ``None`` when its attempts are used up (``dead``).
 RetryAt = Callable[[StoredMessage], "datetime.datetime | None"]
 
@@ -126,7 +126,7 @@ class MessageStore(Protocol):
     datetime from the worker's clock. A ``consumer_name`` of ``None`` means every consumer.
     """
 
-    def claim(
+    def lease(
         self,
         *,
         consumer_name: str | None,

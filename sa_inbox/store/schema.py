@@ -112,7 +112,7 @@ class UTCDateTime(sa.TypeDecorator[datetime.datetime]):
 
 class SerialisedJSON(str):
     """A JSON document already serialised to text (by the receive, once): bound as it is,
-    never serialised again (see :func:`sa_inbox.store.store.receive_insert`)."""
+    never serialised again (see :func:`sa_inbox.store.receive.receive_insert`)."""
 
     __slots__ = ()
 
@@ -153,11 +153,11 @@ def inbox_store_table(
     ``uq_<table>_message``, the deduplication key), ``aggregate_id`` (up to 255 characters,
     for per-aggregate ordering), ``message_type``, ``payload`` (JSON), ``status`` (one of
     :data:`STATUSES`, checked by ``ck_<table>_status``), ``received_at``, ``available_at``
-    (not claimable before: the retry back-off), ``claimed_at``, ``claimed_by`` (the claim
-    token), ``attempts`` (counted at claim time), ``last_error`` and ``processed_at``.
+    (not leasable before: the retry back-off), ``claimed_at``, ``claimed_by`` (the lease
+    token), ``attempts`` (counted at lease time), ``last_error`` and ``processed_at``.
 
     Indexes, named the same on every backend: ``ix_<table>_claim`` (consumer_name, status,
-    received_at, id) serves the claim's scan in arrival order; ``ix_<table>_aggregate``
+    received_at, id) serves the lease's scan in arrival order; ``ix_<table>_aggregate``
     (consumer_name, aggregate_id, status) the per-aggregate ordering check;
     ``ix_<table>_purge`` (status, processed_at) a purge of old ``done`` rows.
 

@@ -1,9 +1,9 @@
-"""The worker: claim stored messages in batches, process each once, back off, dead-letter.
+"""The worker: lease stored messages in batches, process each once, back off, dead-letter.
 
 A :class:`Worker` runs on any :class:`~sa_inbox.store.MessageStore`: a database
 (``InboxStore(...).bind(engine)``) or :class:`sa_inbox.testing.MemoryStore`. Each loop:
 
-1. claim a batch in its own short transaction (the attempt is counted there, so a message
+1. lease a batch in its own short transaction (the attempt is counted there, so a message
    that kills its worker still reaches ``max_attempts``);
 2. for each message, run the handler and mark the row ``done`` in one transaction;
 3. on an error, roll back and record it: back to ``pending`` after an exponential back-off,
@@ -11,10 +11,10 @@ A :class:`Worker` runs on any :class:`~sa_inbox.store.MessageStore`: a database
 4. on a stop request (:meth:`Worker.stop`, SIGTERM, SIGINT), finish the message in hand and
    release the rest of the batch (back to ``pending``, attempt not counted).
 
-With ``transaction="batch"``, steps 2 and 3 run for the whole claimed batch in one
+With ``transaction="batch"``, steps 2 and 3 run for the whole leased batch in one
 transaction, a failing message still failing alone (:mod:`sa_inbox.store.batch`).
 
-Rows whose worker died come back by themselves: the claim takes ``processing`` rows older
+Rows whose worker died come back by themselves: the lease takes ``processing`` rows older
 than ``visibility_timeout``. Every ``reap_interval`` seconds the worker also calls
 :meth:`~sa_inbox.store.InboxStore.reap`, which moves abandoned rows that used up their
 attempts to ``dead``.
@@ -22,7 +22,7 @@ attempts to ``dead``.
 :meth:`Worker.run` returns a :class:`WorkerSummary`. It ends on a stop request, with
 ``until_empty`` once nothing of the consumer is ``pending`` or ``processing`` any more (a
 failed message is retried after its back-off first, or goes ``dead``), after
-``max_messages`` claimed messages, or after ``max_seconds``; a
+``max_messages`` leased messages, or after ``max_seconds``; a
 :class:`~sa_inbox.exc.ConfigurationError` stops every thread and is raised.
 
 Why one module of this size: the :class:`Worker` is one state machine shared by its threads
@@ -42,6 +42,7 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -92,7 +93,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 10
-#: Seconds after which a claim counts as abandoned (its worker died).
+#: Seconds after which a lease counts as abandoned (its worker died).
 DEFAULT_VISIBILITY_TIMEOUT = 300.0
 DEFAULT_MAX_ATTEMPTS = 5
 #: Seconds a worker with nothing to do waits before it polls again.
@@ -101,7 +102,7 @@ DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 #: Immediate re-runs of a message's transaction after a deadlock or serialization failure.
 TRANSIENT_RETRIES = 3
-#: The worker's transaction modes: one transaction per message, or per claimed batch.
+#: The worker's transaction modes: one transaction per message, or per leased batch.
 MESSAGE, BATCH = "message", "batch"
 TRANSACTION_MODES = (MESSAGE, BATCH)
 #: Why :meth:`Worker.run` returned (:attr:`WorkerSummary.reason`).
@@ -136,19 +137,19 @@ class WorkerSummary:
     :param retried: failed attempts sent back to ``pending`` after their back-off
         (``"retry"``).
     :param dead: failed attempts that used up ``max_attempts`` (``"dead"``).
-    :param lost: messages whose claim had expired and been taken by another worker;
+    :param lost: messages whose lease had expired and been taken by another worker;
         nothing ran (``"lost"``).
-    :param released: claimed messages given back unstarted on a stop (``"released"``).
+    :param released: leased messages given back unstarted on a stop (``"released"``).
     :param errors: errors of the worker itself (not of a handler), logged and survived: a
-        claim or record that failed (database unreachable), an ``on_message`` or
-        ``on_claim`` hook that raised.
+        lease or record that failed (database unreachable), an ``on_message`` or
+        ``on_lease`` hook that raised.
     :param transient_retries: transactions re-run at once after a deadlock, serialization
-        failure or busy database (a message's, or a claim's).
+        failure or busy database (a message's, or a lease's).
     :param batch_reruns: batch transactions (``transaction="batch"``) rolled back and run
         again: after a deadlock or serialization failure, or, without savepoints, after a
         handler raised (the batch re-runs without that message, recorded as failed). Not
         attempts: no message's ``attempts`` changes, and no failure is recorded for them.
-    :param reaped_dead: abandoned claims the reaper moved to ``dead``.
+    :param reaped_dead: abandoned leases the reaper moved to ``dead``.
     :param reason: why :meth:`Worker.run` returned: :data:`EMPTY`, :data:`STOPPED`,
         :data:`MAX_MESSAGES`, :data:`MAX_SECONDS` or :data:`ERROR` (a configuration error,
         which ``run`` raises); ``None`` before the end of a run.
@@ -195,43 +196,44 @@ class Worker:
     :param consumer_name: the consumer whose messages are processed; ``None`` processes
         every consumer's messages (the handler tells them apart by
         ``message.consumer_name``; ordering stays per consumer and aggregate).
-    :param batch_size: messages claimed at once, per thread.
-    :param concurrency: threads, each claiming and processing its own batches.
-    :param visibility_timeout: seconds after which another worker may claim a message
-        whose claim was not finished (a crashed worker). A row being processed stays locked
-        and cannot be claimed again however long its handler takes; the timeout only has to
-        exceed the time between a claim and the start of its processing (one batch).
+    :param batch_size: messages leased at once, per thread.
+    :param concurrency: threads, each leasing and processing its own batches.
+    :param visibility_timeout: seconds after which another worker may lease a message
+        whose lease was not finished (a crashed worker). A row being processed stays locked
+        and cannot be leased again however long its handler takes; the timeout only has to
+        exceed the time between a lease and the start of its processing (one batch).
     :param max_attempts: attempts before a message is ``dead``.
-    :param ordered: per-aggregate ordering: a message is claimed only once every earlier
+    :param ordered: per-aggregate ordering: a message is leased only once every earlier
         message of its aggregate is ``done`` or ``dead``.
     :param backoff: a :class:`Backoff` (not a number): the wait before a failed message is
         retried, ``Backoff(base, maximum)`` in seconds, doubling per attempt; default
         ``Backoff()`` (1 s, at most 300 s). The CLI's ``--backoff`` and ``--max-backoff``
         are its ``base`` and ``maximum`` in seconds.
-    :param poll_interval: seconds to wait when nothing is claimable. Also how often, at
-        most, a claim looks for abandoned claims (``processing`` past the visibility
-        timeout): at the worker's first claim, then at most once per ``poll_interval`` (or
-        ``visibility_timeout``, if shorter) of its clock; the claims in between take
-        pending rows only. So a crashed worker's message is claimed again within
+    :param poll_interval: seconds to wait when nothing is leasable. Also how often, at
+        most, a lease looks for abandoned leases (``processing`` past the visibility
+        timeout): at the worker's first lease, then at most once per ``poll_interval`` (or
+        ``visibility_timeout``, if shorter) of its clock; the leases in between take
+        pending rows only. So a crashed worker's message is leased again within
         ``poll_interval`` of its timeout, the latency a worker already has for a new
         message when idle; a busy worker saves a search that almost always finds nothing
-        (on MariaDB, 0.37 ms of a 6.5 ms claim-and-drain of 100 no-op messages).
+        (on MariaDB, 0.37 ms of a 6.5 ms lease-and-drain of 100 no-op messages).
     :param error_backoff: a :class:`Backoff`: the wait of a thread after an error of the
-        worker itself (a claim the database aborted, a database that cannot be reached),
-        doubling with each error in a row and reset by the next successful claim; default
+        worker itself (a lease the database aborted, a database that cannot be reached),
+        doubling with each error in a row and reset by the next successful lease; default
         :data:`DEFAULT_ERROR_BACKOFF` (0.1 s, at most 30 s), each wait shortened by a
         random jitter of up to half.
     :param reap_interval: seconds between :meth:`reap` calls (default: the visibility
         timeout).
-    :param name: the worker's name in claim tokens (default ``host:pid:random``).
+    :param name: the worker's name in lease tokens (default ``host:pid:random``).
     :param clock: returns the current aware UTC time (tests pass a fake).
-    :param on_claim: called with ``(token, batch)`` after each non-empty claim.
-    :param on_message: called with ``(message, outcome)`` once a claimed message's outcome
+    :param on_lease: called with ``(token, batch)`` after each non-empty lease.
+    :param on_claim: the deprecated name of ``on_lease`` (a :class:`DeprecationWarning`).
+    :param on_message: called with ``(message, outcome)`` once a leased message's outcome
         is final: ``"done"``, ``"retry"``, ``"dead"``, ``"lost"`` or ``"released"``, in the
         thread that processed it, after its transaction ended. An exception it raises is
         logged and counted in :attr:`WorkerSummary.errors`; the message is unaffected.
     :param transaction: ``"message"`` (:data:`MESSAGE`, the default): one transaction per
-        message; ``"batch"`` (:data:`BATCH`): the messages of one claimed batch in one
+        message; ``"batch"`` (:data:`BATCH`): the messages of one leased batch in one
         transaction, a failing one still failing alone (see :mod:`sa_inbox.store.batch`
         for the design, its measurements and the trade-off).
     :raises InvalidArgument: for a non-positive size, count or time, a ``backoff``
@@ -268,11 +270,13 @@ class Worker:
         reap_interval: float | None = None,
         name: str | None = None,
         clock: Callable[[], datetime.datetime] = utc_now,
-        on_claim: Callable[[str, Sequence[StoredMessage]], None] | None = None,
+        on_lease: Callable[[str, Sequence[StoredMessage]], None] | None = None,
         on_message: Callable[[StoredMessage, str], None] | None = None,
         hooks: InboxHooks | None = None,
         transaction: str = MESSAGE,
+        on_claim: Callable[[str, Sequence[StoredMessage]], None] | None = None,
     ) -> None:
+        on_lease = _renamed_hook(on_lease, on_claim)
         if not self.on_event_loop:
             _check_store(store)
         check_handler(handler, ("session", "message"))
@@ -297,6 +301,7 @@ class Worker:
         if consumer_name is not None and not isinstance(consumer_name, str):
             raise InvalidArgument(f"consumer_name must be a str or None, not {consumer_name!r}")
         self.store = store
+        self._store_lease = _lease_of(store)
         self.handler = handler
         self.consumer_name = consumer_name
         self.batch_size = batch_size
@@ -306,8 +311,8 @@ class Worker:
         self.ordered = ordered
         self.backoff = backoff or Backoff()
         self.poll_interval = float(poll_interval)
-        #: The longest a worker goes without looking for abandoned claims, and when it last
-        #: did (its clock), or ``None`` before its first claim.
+        #: The longest a worker goes without looking for abandoned leases, and when it last
+        #: did (its clock), or ``None`` before its first lease.
         self._abandoned_every = datetime.timedelta(
             seconds=min(self.poll_interval, float(visibility_timeout))
         )
@@ -316,7 +321,7 @@ class Worker:
         self.reap_interval = float(visibility_timeout if reap_interval is None else reap_interval)
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.clock = clock
-        self.on_claim = on_claim
+        self.on_lease = on_lease
         self.on_message = on_message
         #: Told of each handler run and transient retry (:mod:`sa_inbox.hooks`).
         self.hooks: InboxHooks = NOOP if hooks is None else hooks
@@ -329,7 +334,7 @@ class Worker:
         self.stats: Counter[str] = Counter()
         self._sequence = itertools.count(1)
         self._lock = threading.Lock()
-        #: Per batch in hand (by claim token): its messages not started yet.
+        #: Per batch in hand (by lease token): its messages not started yet.
         self._unstarted: dict[str, Sequence[StoredMessage]] = {}
         self._run: _Run | None = None
         self._fatal: ConfigurationError | None = None
@@ -348,25 +353,25 @@ class Worker:
     # -- one step -----------------------------------------------------------------------
 
     def run_once(self, thread: int = 0) -> int:
-        """Claim one batch and process it; return the number of messages claimed.
+        """Lease one batch and process it; return the number of messages leased.
 
         Stops early if :attr:`stop_event` is set, releasing the messages not yet started.
-        A transient database error during the claim (deadlock, busy SQLite) claims nothing.
+        A transient database error during the lease (deadlock, busy SQLite) leases nothing.
 
         :raises ConfigurationError: from the store or the handler (the batch in hand is
             released first, if the store allows it; no attempt is counted as failed).
         """
-        batch = self._claim(thread, self.batch_size)
+        batch = self._lease(thread, self.batch_size)
         if batch:
             self._process_batch(batch)
         return len(batch or ())
 
-    def _claim(self, thread: int, limit: int) -> list[StoredMessage] | None:
-        """One claim; ``None`` if the database aborted it (retry), else the batch."""
+    def _lease(self, thread: int, limit: int) -> list[StoredMessage] | None:
+        """One lease; ``None`` if the database aborted it (retry), else the batch."""
         token = f"{self.name}/{thread}#{next(self._sequence)}"
         now = self.clock()
         try:
-            batch = self.store.claim(
+            batch = self._store_lease(
                 consumer_name=self.consumer_name,
                 claimed_by=token,
                 limit=limit,
@@ -380,22 +385,22 @@ class Worker:
             if not self.store.is_transient(exc):
                 raise
             logger.info(
-                "claim aborted by a transient database error, retrying: %s",
+                "lease aborted by a transient database error, retrying: %s",
                 exc,
-                extra={"action": "claim", "error": str(exc)},
+                extra={"action": "lease", "error": str(exc)},
             )
             self._count("transient_retries")
             return None
         if batch:
-            logger.debug("claimed", extra={"action": "claim", "token": token, "count": len(batch)})
-            if self.on_claim is not None:
-                self._call_hook("on_claim", self.on_claim, token, batch)
+            logger.debug("leased", extra={"action": "lease", "token": token, "count": len(batch)})
+            if self.on_lease is not None:
+                self._call_hook("on_lease", self.on_lease, token, batch)
         return batch
 
     def _abandoned_due(self, now: datetime.datetime) -> bool:
-        """Whether the claim at ``now`` looks for abandoned claims too (see
+        """Whether the lease at ``now`` looks for abandoned leases too (see
         ``poll_interval``); if so, that search is recorded. A clock that went back counts
-        as due. Never while this worker's claims may look abandoned after an outage
+        as due. Never while this worker's leases may look abandoned after an outage
         (:meth:`_after_outage`)."""
         if self._after_outage():
             return False
@@ -427,7 +432,7 @@ class Worker:
                 outcome = self.process(message)
             except ConfigurationError as exc:
                 # not the message's fault: stop the other threads first (so they do not
-                # claim what is given back), then give it back with its attempt uncounted
+                # lease what is given back), then give it back with its attempt uncounted
                 self._configuration_error(exc)
                 self._release(batch[index:], quietly=True)
                 raise
@@ -440,17 +445,17 @@ class Worker:
             self._notify(message, outcome)
 
     def process(self, message: StoredMessage) -> str:
-        """Run the handler for one claimed message; return the outcome.
+        """Run the handler for one leased message; return the outcome.
 
         A transient database error in its transaction (deadlock, serialization failure,
         busy SQLite: see :func:`sa_inbox.runner.is_transient`) is retried at once, up to
         :data:`TRANSIENT_RETRIES` times, before it counts as a failed attempt.
 
         :returns: ``"done"``; ``"retry"`` (rolled back, pending again after the back-off);
-            ``"dead"`` (rolled back, ``max_attempts`` reached); ``"lost"`` (the claim had
+            ``"dead"`` (rolled back, ``max_attempts`` reached); ``"lost"`` (the lease had
             expired and was taken by another worker: nothing ran).
         :raises ConfigurationError: raised by the store or the handler: rolled back and
-            not recorded as a failed attempt (the message is still claimed).
+            not recorded as a failed attempt (the message is still leased).
         """
         start = time.perf_counter()
         retry = reachable = 0
@@ -460,7 +465,7 @@ class Worker:
                     self._handled(message, start, failed=False)
                     return DONE
                 logger.warning(
-                    "message %s (row %s): claim lost (expired and taken by another worker), "
+                    "message %s (row %s): lease lost (expired and taken by another worker), "
                     "nothing ran",
                     message.message_id,
                     message.id,
@@ -507,10 +512,10 @@ class Worker:
     def _after_outage(self) -> bool:
         """Whether a database outage is in progress or ended less than ``visibility_timeout``
         ago: the unstarted rest of the batches this worker's threads hold then looks
-        abandoned (their claims' time ran out while the database could not be reached),
+        abandoned (their leases' time ran out while the database could not be reached),
         and taking them over or reaping them would count a second attempt for messages that
         never ran. Another worker process may still take them over, counted (the store's
-        rule for an abandoned claim)."""
+        rule for an abandoned lease)."""
         gate = self.outage
         return gate.in_outage or time.monotonic() - gate.ended_at < self.visibility_timeout
 
@@ -520,13 +525,13 @@ class Worker:
         return self._stopping()
 
     def reap(self) -> None:
-        """Move abandoned claims back to pending, or to dead once their attempts are used.
+        """Move abandoned leases back to pending, or to dead once their attempts are used.
 
         A transient database error (see :func:`sa_inbox.runner.is_transient`) skips this reap, the
         next one comes ``reap_interval`` seconds later: on a MariaDB Galera cluster the
         reap's locking read is aborted with error 1213 when a write-set from another node
         touches the same rows (MariaDB KB, "MariaDB Galera Cluster - Known Limitations"),
-        which is no error of the worker. Skipped while this worker's own claims may look
+        which is no error of the worker. Skipped while this worker's own leases may look
         abandoned after an outage (:meth:`_after_outage`).
         """
         if self._after_outage():
@@ -550,7 +555,7 @@ class Worker:
             return
         if result.released or result.dead:
             logger.info(
-                "reaped abandoned claims: %d back to pending, %d dead",
+                "reaped abandoned leases: %d back to pending, %d dead",
                 result.released,
                 result.dead,
                 extra={"action": "reap", "released": result.released, "dead": result.dead},
@@ -581,21 +586,21 @@ class Worker:
 
         :param until_empty: return once nothing of the consumer is ``pending`` or
             ``processing`` (:meth:`~sa_inbox.store.MessageStore.has_unfinished`), checked
-            each time a claim finds nothing. So the run waits for rows that other workers
+            each time a lease finds nothing. So the run waits for rows that other workers
             hold, and for a failed message's back-off, then processes it (or sees it go
             ``dead``) before it returns. Bound the wait with ``max_seconds``: a row held by
-            a hung worker is only claimed again after the visibility timeout.
-        :param max_messages: claim at most this many messages in this run (a positive
+            a hung worker is only leased again after the visibility timeout.
+        :param max_messages: lease at most this many messages in this run (a positive
             int), then return once they are processed; ``None``: no limit. Threads share
-            the budget, so no batch is claimed beyond it.
-        :param max_seconds: stop claiming this many seconds after the start (a positive
+            the budget, so no batch is leased beyond it.
+        :param max_seconds: stop leasing this many seconds after the start (a positive
             number): the message in hand is finished, the rest of its batch released, and
             the run returns; ``None``: no limit. A handler that runs past it is not
             interrupted, so the run can last longer by one handler.
         :param handle_signals: in the main thread, turn SIGTERM and SIGINT into
             :meth:`stop` while running (the previous handlers are restored after).
         :param shutdown_timeout: seconds to wait for the threads after a stop; a handler
-            still running then is abandoned, and its message is claimed again after the
+            still running then is abandoned, and its message is leased again after the
             visibility timeout.
         :returns: the counts of this run (:class:`WorkerSummary`) and why it ended;
             :attr:`stats` and :attr:`summary` keep counting across runs.
@@ -605,7 +610,7 @@ class Worker:
             is never counted as a failed attempt. Every thread stops, the batches in hand
             are released (if the store allows it), one error is logged, and it is raised
             here.
-        :raises ConsumerNameTaken: before anything is claimed, if another handler owns
+        :raises ConsumerNameTaken: before anything is leased, if another handler owns
             ``consumer_name`` (see :mod:`sa_inbox.consumers`).
         """
         before = self._start(until_empty, max_messages, max_seconds)
@@ -620,7 +625,7 @@ class Worker:
     def own_consumer_name(self) -> None:
         """Make this worker's handler the owner of its ``consumer_name``, or check that it is
         (:mod:`sa_inbox.consumers`), on stores that record owners; :meth:`run` does it first.
-        A worker of every consumer (``consumer_name=None``) claims no name and is not checked.
+        A worker of every consumer (``consumer_name=None``) takes no name and is not checked.
 
         :raises ConsumerNameTaken: if another handler owns the name.
         """
@@ -671,7 +676,7 @@ class Worker:
 
     def _abandon(self) -> None:
         """Give back the unstarted messages of the batches whose handler outlasted the
-        shutdown timeout (their thread is abandoned, the message in hand is claimed again
+        shutdown timeout (their thread is abandoned, the message in hand is leased again
         after the visibility timeout)."""
         with self._lock:
             rests = [list(rest) for rest in self._unstarted.values() if rest]
@@ -679,7 +684,7 @@ class Worker:
         if rests:
             logger.warning(
                 "shutdown timeout: %d handler(s) still running are abandoned; their "
-                "messages are claimed again after the visibility timeout",
+                "messages are leased again after the visibility timeout",
                 len(rests),
                 extra={"action": "abandon", "count": len(rests)},
             )
@@ -719,7 +724,7 @@ class Worker:
         return summary
 
     def _loop(self, thread: int) -> None:
-        """One thread's loop: reap (thread 0), claim within the budget, process, wait."""
+        """One thread's loop: reap (thread 0), lease within the budget, process, wait."""
         run = self._run
         assert run is not None
         next_reap = 0.0
@@ -731,10 +736,10 @@ class Worker:
                     self.reap()
                 limit = self._reserve(run)
                 if limit == 0:
-                    return  # max_messages claimed (by this thread or others)
+                    return  # max_messages leased (by this thread or others)
                 batch: list[StoredMessage] | None = None
                 try:
-                    batch = self._claim(thread, limit)
+                    batch = self._lease(thread, limit)
                 finally:
                     self._give_back(run, limit - len(batch or ()))
                 if batch:
@@ -754,7 +759,7 @@ class Worker:
                 self._configuration_error(exc)
                 return
             except DatabaseUnavailable:
-                return  # stopped during an outage: what is claimed comes back after the timeout
+                return  # stopped during an outage: what is leased comes back after the timeout
             except Exception as exc:
                 try:
                     if self._ride_out(exc) is Verdict.RECOVERED:
@@ -808,7 +813,7 @@ class Worker:
         return delay * random.uniform(0.5, 1.0)
 
     def _reserve(self, run: _Run) -> int:
-        """The claim limit of the next batch: the batch size, within ``max_messages``."""
+        """The lease limit of the next batch: the batch size, within ``max_messages``."""
         with self._lock:
             if run.budget is None:
                 return self.batch_size
@@ -900,7 +905,7 @@ class Worker:
     # -- helpers ----------------------------------------------------------------------
 
     def _retry_at(self, message: StoredMessage) -> datetime.datetime | None:
-        """When ``message``, failed on this attempt, may be claimed again; ``None``: dead."""
+        """When ``message``, failed on this attempt, may be leased again; ``None``: dead."""
         if message.attempts >= self.max_attempts:
             return None
         return self.clock() + datetime.timedelta(seconds=self.backoff.delay(message.attempts))
@@ -942,7 +947,7 @@ class Worker:
         return outcome if recorded else LOST
 
     def _release(self, messages: Sequence[StoredMessage], *, quietly: bool = False) -> None:
-        """Give back unstarted claims; with ``quietly``, a failure to do so is only logged
+        """Give back unstarted leases; with ``quietly``, a failure to do so is only logged
         (the rows come back after the visibility timeout)."""
         if not messages:
             return
@@ -952,7 +957,7 @@ class Worker:
             if not quietly:
                 raise
             logger.warning(
-                "could not release %d claimed messages (back after the visibility timeout): %s: %s",
+                "could not release %d leased messages (back after the visibility timeout): %s: %s",
                 len(messages),
                 type(exc).__name__,
                 exc,
@@ -979,13 +984,48 @@ class _Run:
 
     :param until_empty: return once nothing is pending or processing.
     :param deadline: :func:`time.monotonic` time to stop at, or ``None``.
-    :param budget: messages that may still be claimed, or ``None`` (no limit).
+    :param budget: messages that may still be leased, or ``None`` (no limit).
     """
 
     until_empty: bool
     deadline: float | None
     budget: int | None
     halted_by: str | None = None
+
+
+def _renamed_hook(
+    on_lease: Callable[[str, Sequence[StoredMessage]], None] | None,
+    on_claim: Callable[[str, Sequence[StoredMessage]], None] | None,
+) -> Callable[[str, Sequence[StoredMessage]], None] | None:
+    """``on_lease``, or the deprecated ``on_claim`` given instead (with a warning).
+
+    :raises InvalidArgument: if both are given.
+    """
+    if on_claim is None:
+        return on_lease
+    if on_lease is not None:
+        raise InvalidArgument("give on_lease only (on_claim is its deprecated name)")
+    warnings.warn(
+        "Worker(on_claim=...) is renamed on_lease=...; on_claim goes in the next release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return on_claim
+
+
+def _lease_of(store: MessageStore) -> Callable[..., list[StoredMessage]]:
+    """The store's ``lease``; for a store of the protocol's former shape, which has
+    ``claim`` only, that method (with a :class:`DeprecationWarning`)."""
+    lease = getattr(store, "lease", None)
+    if lease is None and callable(getattr(store, "claim", None)):
+        warnings.warn(
+            f"{type(store).__name__}.claim() is renamed lease() in the MessageStore protocol; "
+            "a store with claim() only is refused in the next release",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        return store.claim  # type: ignore[attr-defined, no-any-return]
+    return store.lease
 
 
 def _check_store(store: object) -> None:
@@ -1032,7 +1072,7 @@ def _positive_seconds(value: object, label: str) -> None:
 def _outcome_text(outcome: str, retry_at: datetime.datetime | None, recorded: bool) -> str:
     """The outcome of a failed attempt, for the log line."""
     if not recorded:
-        return "claim lost meanwhile, nothing recorded"
+        return "lease lost meanwhile, nothing recorded"
     if retry_at is None:
         return "dead (max attempts reached)"
     return f"retry at {retry_at.isoformat(timespec='seconds')}"

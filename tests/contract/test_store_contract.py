@@ -60,7 +60,7 @@ def claim(
     ordered: bool = False,
 ) -> list[StoredMessage]:
     """A claim through the protocol, at the clock's time."""
-    return sut.store.claim(
+    return sut.store.lease(
         consumer_name=consumer_name,
         claimed_by=claimed_by,
         limit=limit,
@@ -208,7 +208,7 @@ def test_bad_claim_arguments_are_refused_before_anything_is_claimed(
         "visibility_timeout": VISIBILITY, "max_attempts": 3, "ordered": False,
     }  # fmt: skip
     with pytest.raises((InvalidArgument, InvalidMessageId)):
-        sut.store.claim(**{**arguments, **bad}, now=sut.clock())
+        sut.store.lease(**{**arguments, **bad}, now=sut.clock())
     row = sut.row("m1")
     assert (row.status, row.attempts, row.claimed_by) == (PENDING, 0, None)
 
@@ -342,7 +342,7 @@ def test_reap_releases_or_dead_letters_abandoned_claims(sut: StoreUnderTest) -> 
     assert reap() == ReapResult(0, 2)
     row = sut.row("a")
     assert row.status == DEAD and "abandoned" in (row.last_error or "")
-    assert (row.last_error or "").startswith("claim abandoned")
+    assert (row.last_error or "").startswith("lease abandoned")
     assert sut.counts() == {PENDING: 0, PROCESSING: 0, DONE: 0, DEAD: 2}
 
 
@@ -520,8 +520,8 @@ class SignallingStore:
         self.inner = store
         self.waiting = threading.Event()
 
-    def claim(self, **kw: Any) -> list[StoredMessage]:
-        return self.inner.claim(**kw)
+    def lease(self, **kw: Any) -> list[StoredMessage]:
+        return self.inner.lease(**kw)
 
     def complete(self, message: StoredMessage, handler: Handler, *, now: datetime.datetime) -> bool:
         return self.inner.complete(message, handler, now=now)

@@ -168,6 +168,27 @@ TAKES_NO_OBJECT = {
 }
 
 
+def _exported(cls: type) -> bool:
+    return any(getattr(module, cls.__name__, None) is cls for module in MODULES)
+
+
+#: Classes composed of parts, one module each, that no public module exports (the inbox
+#: store's receive, transitions, admin and base): the parts' members are the class's own.
+COMPOSED = {"InboxStore"}
+
+
+def _own_members(cls: type) -> Iterator[tuple[str, object]]:
+    """The members ``cls`` defines, with those of its parts (see :data:`COMPOSED`)."""
+    seen: set[str] = set()
+    parts = [c for c in cls.__mro__[1:] if c.__module__.startswith("sa_inbox.")]
+    composed = cls.__name__ in COMPOSED
+    for owner in (cls, *(c for c in parts if composed and not _exported(c))):
+        for attribute, member in vars(owner).items():
+            if attribute not in seen:
+                seen.add(attribute)
+                yield attribute, member
+
+
 def public_entry_points() -> Iterator[str]:
     """``module.function``, ``Class()`` and ``Class.method`` for each public name."""
     for module, names in (*((m, tuple(m.__all__)) for m in MODULES), *PUBLIC_NAMES):
@@ -177,7 +198,7 @@ def public_entry_points() -> Iterator[str]:
                 if issubclass(value, BaseException | enum.Enum):
                     continue
                 yield f"{value.__name__}()"
-                for attribute, member in vars(value).items():
+                for attribute, member in _own_members(value):
                     if attribute.startswith("_"):
                         continue
                     if inspect.isfunction(member) or isinstance(member, classmethod):

@@ -51,7 +51,7 @@ async def main(url: str, mode: str, log_path: str, options: dict[str, str]) -> N
     worker = AsyncWorker(
         AsyncInboxStore(app.store).bind(engine),
         handler,
-        on_claim=batch_log(log_path),
+        on_lease=batch_log(log_path),
         **worker_options(options),
     )
     async with engine.connect():

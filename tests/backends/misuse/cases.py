@@ -10,6 +10,7 @@ configuration error that is also a TypeError, nothing committed, or applied exac
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -542,6 +543,7 @@ def _policy() -> sa_inbox.RetentionPolicy:
 # -- the store's engine operations and the constructors -----------------------------------
 
 for _method in (
+    "lease",
     "claim",
     "complete",
     "complete_batch",
@@ -558,7 +560,9 @@ for _method in (
     @case(f"InboxStore.{_method}", "AsyncEngine", state=_worked)
     def _(env: Env, mid: str, method: str = _method) -> None:
         _receive_then(env, mid)
-        result = getattr(env.store, method)(env.wrong("AsyncEngine"))
+        with warnings.catch_warnings():  # claim: the deprecated name of lease
+            warnings.simplefilter("ignore", DeprecationWarning)
+            result = getattr(env.store, method)(env.wrong("AsyncEngine"))
         if method == "transaction":
             with result:
                 pass

@@ -414,7 +414,7 @@ def stored_row(app: App, store: InboxStore) -> Any:
 def claim_one(app: App, store: InboxStore) -> Any:
     with app.Session.begin() as session:
         store.receive(session, "m1", {"amount": 3}, consumer_name=CONSUMER)
-    (message,) = store.claim(
+    (message,) = store.lease(
         app.engine,
         consumer_name=CONSUMER,
         claimed_by="t#1",
@@ -471,7 +471,7 @@ def test_store_complete_on_driver_autocommit_is_refused(
 def test_store_missing_table_is_a_configuration_error(app: App) -> None:
     store = InboxStore(sa.MetaData(), table_name="never_created_store")
     with pytest.raises(MissingTable):
-        store.claim(
+        store.lease(
             app.engine,
             consumer_name=CONSUMER,
             claimed_by="t#1",
@@ -490,7 +490,7 @@ def test_worker_refusal_leaves_the_row_retryable(store_app: tuple[App, InboxStor
         store.complete(app.engine, message, lambda session, m: session.commit())
     assert store.fail(app.engine, message, "refused", retry_at=utc_now()) is True
     assert stored_row(app, store)["status"] == PENDING
-    (again,) = store.claim(
+    (again,) = store.lease(
         app.engine,
         consumer_name=CONSUMER,
         claimed_by="t#2",

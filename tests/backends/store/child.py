@@ -39,16 +39,16 @@ def say(line: str) -> None:
 
 
 def batch_log(log_path: str) -> Callable[[str, Sequence[StoredMessage]], None]:
-    """The worker's ``on_claim``: each claimed batch appended to LOG, synced before use."""
+    """The worker's ``on_lease``: each claimed batch appended to LOG, synced before use."""
     log = open(log_path, "a", buffering=1)  # noqa: SIM115 (lives as long as the process)
 
-    def on_claim(token: str, batch: Sequence[StoredMessage]) -> None:
+    def on_lease(token: str, batch: Sequence[StoredMessage]) -> None:
         log.write(json.dumps({"token": token, "ids": [m.id for m in batch], "pid": os.getpid()}))
         log.write("\n")
         log.flush()
         os.fsync(log.fileno())
 
-    return on_claim
+    return on_lease
 
 
 def worker_options(options: dict[str, str]) -> dict[str, Any]:
@@ -98,7 +98,7 @@ def main(url: str, mode: str, log_path: str, options: dict[str, str]) -> None:
             session.execute(app.credit(account))
 
     worker = Worker(
-        app.store.bind(engine), handler, on_claim=batch_log(log_path), **worker_options(options)
+        app.store.bind(engine), handler, on_lease=batch_log(log_path), **worker_options(options)
     )
     with engine.connect():
         pass

@@ -421,9 +421,9 @@ def test_replay_by_id_and_time_range_never_touches_rows_in_hand(store_app: Store
     worker = Worker(store.bind(engine), store_app.apply, poll_interval=0.05)
     worker.run(until_empty=True, handle_signals=False)
     claim = {"visibility_timeout": 60, "max_attempts": 5}
-    assert store.claim(engine, claimed_by="w#1", limit=5, **claim) == [], "all done"
+    assert store.lease(engine, claimed_by="w#1", limit=5, **claim) == [], "all done"
     assert store.replay(engine, ids=[store_app.row("h0")["id"]]) == 1
-    [in_hand] = store.claim(
+    [in_hand] = store.lease(
         engine, claimed_by="w#2", limit=5, visibility_timeout=60, max_attempts=5
     )
     assert in_hand.message_id == "h0"

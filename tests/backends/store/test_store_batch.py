@@ -178,7 +178,7 @@ def test_a_lost_claim_in_a_batch_runs_nothing_for_it(store_app: StoreApp) -> Non
         with store_app.engine.begin() as conn:
             conn.execute(t.update().where(t.c.message_id == "m-2").values(claimed_by="another/0#1"))
 
-    worker = batch_worker(store_app, credit_handler(store_app, {}), batch_size=5, on_claim=steal)
+    worker = batch_worker(store_app, credit_handler(store_app, {}), batch_size=5, on_lease=steal)
     assert worker.run_once() == 5
     assert sorted(store_app.effect_ids()) == ["m-0", "m-1", "m-3", "m-4"]
     assert rows(store_app)["m-2"] == (PROCESSING, 1), "left to its new claim"

@@ -120,7 +120,7 @@ def test_the_store_claim_reads_no_row_back_and_returns_them_as_stored(
 
     def claim(token: str) -> list[Any]:
         with watched(engine) as statements:
-            claimed = store.claim(
+            claimed = store.lease(
                 engine, claimed_by=token, limit=2, visibility_timeout=30, max_attempts=5, now=later
             )
         sent[:], locking[:] = _verbs(statements), _locking(statements)
@@ -245,7 +245,7 @@ def test_a_claim_passes_the_rows_another_claim_holds(
     with store.transaction(engine) as (conn, _):
         first = dialect.claim(conn, table, pending, held, values)  # held, not committed
         with watched(engine) as sent:
-            second = store.claim(
+            second = store.lease(
                 engine,
                 claimed_by="second",
                 limit=limit,
@@ -301,7 +301,7 @@ def test_a_short_claim_reaches_past_a_window_whose_holders_committed_since_its_l
 
         sa.event.listen(engine, "before_cursor_execute", commit_first)
         try:
-            second = store.claim(
+            second = store.lease(
                 engine,
                 claimed_by="second",
                 limit=1,
@@ -386,7 +386,7 @@ def test_claimers_racing_for_one_window_claim_each_row_once(store_app: StoreApp)
         barrier.wait()
         for batch in itertools.count():
             token = f"{name}-{batch}"
-            messages = store.claim(
+            messages = store.lease(
                 engine,
                 claimed_by=token,
                 limit=5,
@@ -485,7 +485,7 @@ def test_an_ordered_claim_locks_with_the_scan_not_the_window(store_app: StoreApp
             store.receive(conn, f"a-{n}", {"seq": n}, aggregate_id=f"a{n % 2}", now=now)
 
     with watched(engine) as sent:
-        claimed = store.claim(
+        claimed = store.lease(
             engine,
             claimed_by="w",
             limit=10,
@@ -522,7 +522,7 @@ def test_a_store_transaction_after_a_checkout_that_opened_one_still_runs(url: st
 
     try:
         later = _receive(StoreApp(base), 2)
-        claimed = app.store.claim(
+        claimed = app.store.lease(
             base, claimed_by="w", limit=5, visibility_timeout=30, max_attempts=5, now=later
         )
         assert [m.message_id for m in claimed] == ["m-0", "m-1"]

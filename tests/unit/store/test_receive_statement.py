@@ -8,8 +8,8 @@ from sqlalchemy.dialects import mysql, oracle, postgresql, sqlite
 
 from sa_inbox.dialects import claim_dialect_for
 from sa_inbox.store import InboxStore
+from sa_inbox.store.receive import _json, receive_insert
 from sa_inbox.store.schema import JSONText, SerialisedJSON
-from sa_inbox.store.store import _json, receive_insert
 
 
 def test_jsontext_binds_serialised_json_as_it_is() -> None:

@@ -238,7 +238,7 @@ def test_the_batch_marks_done_with_one_statement_built_once(
 
 @pytest.mark.parametrize("name", ["postgresql", "mysql", "sqlite", "oracle"])
 @pytest.mark.parametrize("ordered", [False, True])
-def test_the_claim_plans_are_built_once_and_compile(
+def test_the_lease_plans_are_built_once_and_compile(
     store: InboxStore, name: str, ordered: bool
 ) -> None:
     """The store's claim statements are built once per backend and kind of claim, their
@@ -251,9 +251,9 @@ def test_the_claim_plans_are_built_once_and_compile(
         "oracle": oracle.dialect(),
     }[name]
     backend = backend_for(name).store_claim
-    plans = store._claim_plans(backend, False, ordered)
-    assert store._claim_plans(backend, False, ordered) is plans
-    assert store._claim_plans(backend, True, ordered) is not plans
+    plans = store._lease_plans(backend, False, ordered)
+    assert store._lease_plans(backend, False, ordered) is plans
+    assert store._lease_plans(backend, True, ordered) is not plans
     for plan in (plans.abandoned, plans.pending):
         if name == "postgresql":
             assert plan.single is not None and plan.lock is None

@@ -82,11 +82,11 @@ def test_threads_claim_disjoint_batches(store: MemoryStore, clock: Clock) -> Non
     batches: list[list[int]] = []
     lock = threading.Lock()
 
-    def on_claim(token: str, batch: Any) -> None:
+    def on_lease(token: str, batch: Any) -> None:
         with lock:
             batches.append([m.id for m in batch])
 
-    w = worker(store, lambda ctx, m: None, clock, concurrency=4, batch_size=7, on_claim=on_claim)
+    w = worker(store, lambda ctx, m: None, clock, concurrency=4, batch_size=7, on_lease=on_lease)
     w.run(until_empty=True, handle_signals=False)
     claimed = [i for batch in batches for i in batch]
     assert len(claimed) == len(set(claimed)) == 400
@@ -286,7 +286,7 @@ def test_a_configuration_error_stops_every_thread(
 class TablelessStore(MemoryStore):
     """A store whose every claim finds no table, as a database store without its table."""
 
-    def claim(self, **kw: Any) -> list[StoredMessage]:
+    def lease(self, **kw: Any) -> list[StoredMessage]:
         raise MissingTable("the table inbox_store does not exist")
 
 
@@ -311,11 +311,11 @@ class FlakyStore(MemoryStore):
         super().__init__()
         self.error, self.failures = error, failures
 
-    def claim(self, **kw: Any) -> list[StoredMessage]:
+    def lease(self, **kw: Any) -> list[StoredMessage]:
         if self.failures:
             self.failures -= 1
             raise self.error
-        return super().claim(**kw)
+        return super().lease(**kw)
 
     def is_transient(self, exc: BaseException) -> bool:
         return isinstance(exc, Deadlock)
