@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from .checks import check_metadata, is_asyncio_object
 from .dialects import classifier_for
@@ -60,6 +60,9 @@ HANDLER_LENGTH = 512
 #: Length of the ``inbox_table`` column: any table name (identifiers hold at most 128
 #: bytes on Oracle, 64 characters on MySQL/MariaDB, 63 bytes on PostgreSQL).
 TABLE_NAME_LENGTH = 128
+#: Inserts of the owner row tried while transient conflicts (a deadlock, a Galera
+#: certification failure) leave no row (:meth:`Consumers._register`).
+REGISTER_ATTEMPTS = 5
 #: The mark's kind (``table.info["sa_inbox"]["kind"]``), read by the Alembic layer.
 KIND = "consumers"
 
@@ -380,15 +383,30 @@ class Consumers:
                 conn.execute(update.values(handler=name))
 
     def _register(self, engine: sa.Engine, consumer_name: str, name: str) -> str:
-        """Insert the owner row; the winner's name if another process inserted first."""
-        try:
-            self._write(engine, consumer_name, name, None)
-        except IntegrityError:
-            owner = self._owner(engine, consumer_name)
-            if owner is None:  # not a duplicate key: the row is not there
-                raise
-            return owner
-        return name
+        """Insert the owner row; the winner's name if another process inserted first.
+
+        Processes starting together race for the row: the loser gets a duplicate key, or
+        a transient error the backend's classifier knows (a deadlock, a serialization
+        failure; on a MariaDB Galera cluster, error 1213 when another node's write-set
+        certified first: MariaDB KB, "MariaDB Galera Cluster - Known Limitations"). Either
+        way the row is read again, and the insert tried again while it is not there, up to
+        :data:`REGISTER_ATTEMPTS` times.
+        """
+        classifier = classifier_for(engine.dialect.name)
+        for attempt in range(1, REGISTER_ATTEMPTS + 1):
+            try:
+                self._write(engine, consumer_name, name, None)
+                return name
+            except DBAPIError as exc:
+                duplicate = isinstance(exc, IntegrityError)
+                if not duplicate and not classifier.is_transient(exc):
+                    raise
+                owner = self._owner(engine, consumer_name)
+                if owner is not None:
+                    return owner
+                if duplicate or attempt == REGISTER_ATTEMPTS:
+                    raise  # not a duplicate key after all, or the conflicts go on
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _callable(handler: object) -> object:
