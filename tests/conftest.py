@@ -35,6 +35,8 @@ import sqlalchemy as sa
 from tests.support import parallel
 from tests.support.app import App
 
+pytest_plugins = ["tests.support.reports"]
+
 BACKENDS = ("sqlite", "postgresql", "mysql", "oracle")
 URL_VARIABLES = {
     "postgresql": "SA_INBOX_TEST_POSTGRESQL_URL",

@@ -94,7 +94,7 @@ def test_a_broker_killed_and_restarted_stops_no_consumer(
 #: The heartbeat the blocked consumers negotiate (seconds; the URL's ``heartbeat``), and how
 #: long one handler blocks its thread or loop: past two missed heartbeats, RabbitMQ closes
 #: the connection ("Detecting Dead TCP Connections with Heartbeats": after two missed).
-HEARTBEAT = 1
+HEARTBEAT = 2
 BLOCKED = 3 * HEARTBEAT + 1
 
 
