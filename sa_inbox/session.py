@@ -37,11 +37,22 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.orm import ORMExecuteState, Session, SessionTransaction, sessionmaker
+from sqlalchemy.orm import (
+    ORMExecuteState,
+    Session,
+    SessionTransaction,
+    scoped_session,
+    sessionmaker,
+)
 
 from .checks import is_asyncio_object, require
 from .claim import Inbox
-from .exc import DuplicateMessage, InboxError, InvalidBind
+from .exc import (
+    ConfigurationError,
+    DuplicateMessage,
+    InvalidBind,
+    InvalidSessionFactory,
+)
 
 __all__ = ["install", "installed", "pending_claims", "register_claim", "uninstall"]
 
@@ -159,12 +170,21 @@ def install(target: SessionTarget) -> None:
         ``Session`` itself, which affects every session in the process), or one session.
     :raises InvalidBind: for an ``async_sessionmaker`` or AsyncSession (use
         :func:`sa_inbox.asyncio.install`).
+    :raises InvalidSessionFactory: for anything else (``Session.begin``, ``sessionmaker.begin``,
+        a ``scoped_session``: install on its ``session_factory``, an engine), before any
+        listener is added.
     """
     if is_asyncio_object(target):
         raise InvalidBind(
             f"sa_inbox.install() takes a sessionmaker, Session class or Session, not "
             f"{_kind(target)}: for an async_sessionmaker or AsyncSession use "
             "sa_inbox.asyncio.install()"
+        )
+    if not _is_target(target):
+        hint = _install_hint(target)
+        raise InvalidSessionFactory(
+            f"sa_inbox.install() takes a sessionmaker, Session class or Session, not "
+            f"{target!r}: {hint}"
         )
     # Idempotence comes from our own mark, never from event.contains(): SQLAlchemy's event
     # registry is keyed by id(target), so a new sessionmaker allocated where a freed one
@@ -174,6 +194,25 @@ def install(target: SessionTarget) -> None:
     for name, listener in _LISTENERS:
         event.listen(target, name, listener)
     _mark(target, True)
+
+
+def _install_hint(target: object) -> str:
+    """What to pass to :func:`install` instead of ``target``."""
+    if isinstance(target, scoped_session):
+        return "install it on its session_factory"
+    if isinstance(target, (sa.engine.Engine, sa.engine.Connection)):
+        return "pass the sessionmaker bound to it"
+    if callable(target) and getattr(target, "__name__", "") == "begin":
+        return "pass the sessionmaker itself, not its .begin"
+    return "pass the sessionmaker that makes the handler's sessions"
+
+
+def _is_target(target: object) -> bool:
+    """Whether ``target`` is what :func:`install` marks: a sessionmaker, a Session class or
+    a Session (SQLAlchemy docs, "ORM Events", section "Session Events")."""
+    if isinstance(target, type):
+        return issubclass(target, Session)
+    return isinstance(target, (sessionmaker, Session))
 
 
 def _kind(target: object) -> str:
@@ -248,7 +287,7 @@ def register_claim(
     :param consumer_name: the consumer.
     :param extra: ``message_type``, ``correlation_id``, ``payload_hash``, as for
         :meth:`Inbox.claim`.
-    :raises InboxError: if the extension is not installed for ``session`` (the claim would
+    :raises ConfigurationError: if the extension is not installed for ``session`` (the claim would
         otherwise silently never be made), or if ``session`` has no transaction begun (the
         claim belongs to one transaction: call it inside ``with Session.begin()``, so that a
         rollback discards it).
@@ -272,12 +311,12 @@ def register_claim(
         instead="pass the Inbox behind it (AsyncInbox.sync_inbox)",
     )
     if not installed(session):
-        raise InboxError(
+        raise ConfigurationError(
             "the sa-inbox session extension is not installed: call "
             "sa_inbox.session.install() on this sessionmaker, Session class or session"
         )
     if not session.in_transaction():
-        raise InboxError(
+        raise ConfigurationError(
             "register_claim() needs a begun transaction (with Session.begin() as session: …), "
             "so that the claim belongs to it and a rollback discards it"
         )

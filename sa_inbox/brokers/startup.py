@@ -12,6 +12,10 @@ message, and the adapters' ``check()``): :func:`sa_inbox.readiness.check_ready` 
 inbox's tables through the session factory, then the owner of the consumer name
 (:meth:`sa_inbox.consumers.Consumers.ensure`): a handler under another handler's name is
 refused before a delivery is taken, so no give-back adds to a delivery count for it.
+``run()`` / ``consume()`` start through :meth:`Readiness.start`: a database that cannot be
+reached at start-up (:func:`sa_inbox.outage.is_unavailable`: a restart, a failover in
+progress) is waited out by the consumer's :class:`~sa_inbox.outage.OutageGate` as an
+outage under way is, and the check runs again; only a configuration error is raised.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ..checks import check_session_factory, require, unwrap
 from ..claim import Inbox
 from ..exc import InvalidArgument
 from ..handlers import check_handler
+from ..outage import OutageGate, Verdict, is_unavailable, probe_sessions, probe_sessions_async
 from ..readiness import check_owner, check_ready, check_ready_async, inbox_tables
 from ..validation import positive_int
 
@@ -129,3 +134,46 @@ class Readiness:
             handler_arguments=HANDLER_ARGUMENTS,
             owner=(self.inbox, self.consumer_name),
         )
+
+    def start(self, gate: OutageGate) -> bool:
+        """:meth:`check` before the first delivery, waiting out a database that cannot be
+        reached (see the module's docstring).
+
+        :param gate: the consumer's gate (its sleep returns early once the consumer stops).
+        :returns: True when the check passed; False if the consumer was stopped meanwhile.
+        :raises ConfigurationError: see :meth:`check`; a failure that looks like an outage
+            while the database answers, twice in a row, is raised too.
+        """
+        reachable = 0
+        while True:
+            try:
+                self.check()
+                return True
+            except Exception as exc:
+                if not is_unavailable(exc) or reachable:
+                    raise
+                verdict = gate.wait(exc, probe_sessions(self.session_factory))
+            reachable = _after_wait(verdict, reachable)
+            if verdict is Verdict.STOPPED:
+                return False
+
+    async def start_async(self, gate: OutageGate) -> bool:
+        """:meth:`start` for the asyncio adapters (:meth:`check_async`, the gate's async
+        probe and sleep)."""
+        reachable = 0
+        while True:
+            try:
+                await self.check_async()
+                return True
+            except Exception as exc:
+                if not is_unavailable(exc) or reachable:
+                    raise
+                verdict = await gate.wait_async(exc, probe_sessions_async(self.session_factory))
+            reachable = _after_wait(verdict, reachable)
+            if verdict is Verdict.STOPPED:
+                return False
+
+
+def _after_wait(verdict: Verdict, reachable: int) -> int:
+    """How many checks in a row failed as outages while the database answered."""
+    return reachable + 1 if verdict is Verdict.REACHABLE else 0

@@ -873,6 +873,9 @@ class Outage:
     #: Instead of a kill and restart: called once (``rabbitmqctl close_all_connections``),
     #: then ``outage`` seconds more of publishing.
     disrupt: Callable[[], None] | None = None
+    #: Kill the server after the lanes' set-up and before their consumers start: each
+    #: consumer starts during the outage.
+    at_start: bool = False
 
     @property
     def killed(self) -> str:
@@ -902,6 +905,10 @@ def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -
         with recording() as records:
             for lane in lanes:
                 lane.setup()
+            if settings.at_start:
+                killed_at = time.monotonic()
+                servers_sh("kill", directory, settings.killed)
+            for lane in lanes:
                 lane.start()
             time.sleep(2.0)  # the consumers connect and check their tables
             publishing = threading.Event()
@@ -916,11 +923,15 @@ def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -
             for publisher in publishers:
                 publisher.start()
             time.sleep(settings.lead)
-            killed_at = time.monotonic()
-            if settings.disrupt is not None:
+            if settings.at_start:
+                time.sleep(max(0.0, killed_at + settings.outage - time.monotonic()))
+                servers_sh("restart", directory, settings.killed)
+            elif settings.disrupt is not None:
+                killed_at = time.monotonic()
                 settings.disrupt()
                 time.sleep(settings.outage)
             else:
+                killed_at = time.monotonic()
                 servers_sh("kill", directory, settings.killed)
                 time.sleep(settings.outage)
                 servers_sh("restart", directory, settings.killed)

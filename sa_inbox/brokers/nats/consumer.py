@@ -263,13 +263,6 @@ async def consume(
         check_key_name(key_header, "key_header", entry=entry),
         check_max_keyless(max_keyless, entry=entry),
     )
-    await readiness.check_async()
-    config = consumer_config(durable, filter_subject=filter_subject, ack_wait=ack_wait)
-    info = await ensure_consumer(js, stream, config)
-    subscription = await js.pull_subscribe_bind(durable=durable, stream=stream)
-    delay = retry_delay or backoff()
-    reconnects = Reconnects(f"JetStream consumer {stream}/{durable}")
-    unsettled: list[Msg] = []
 
     async def stopped_within(seconds: float) -> bool:
         """Wait ``seconds`` (less once ``stop`` is set); whether it is."""
@@ -278,6 +271,18 @@ async def consume(
         while not _set(stop) and (left := deadline - loop.time()) > 0:
             await asyncio.sleep(min(left, 0.1))
         return _set(stop)
+
+    starting = OutageGate(
+        consumer_name or durable, hooks=readiness.inbox.hooks, sleep=stopped_within
+    )
+    if not await readiness.start_async(starting):
+        return 0
+    config = consumer_config(durable, filter_subject=filter_subject, ack_wait=ack_wait)
+    info = await ensure_consumer(js, stream, config)
+    subscription = await js.pull_subscribe_bind(durable=durable, stream=stream)
+    delay = retry_delay or backoff()
+    reconnects = Reconnects(f"JetStream consumer {stream}/{durable}")
+    unsettled: list[Msg] = []
 
     async def keep_alive() -> None:
         for msg in [*unsettled, *delivered_unfetched(subscription)]:

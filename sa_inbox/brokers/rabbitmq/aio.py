@@ -236,8 +236,9 @@ class AsyncConsumer(QueueConsumer):
             queue does not exist (``ChannelNotFoundEntity``), access refused, a failed
             login; and when the first connection fails (a wrong URL, nothing listening).
         """
-        await self.check()
         self._extra_stop = stop
+        if not await self.readiness.start_async(self.process_options["outage"]):
+            return
         while not self._stopping():
             try:
                 await self._consume(stop)

@@ -286,7 +286,8 @@ class BlockingConsumer(QueueConsumer):
             login (``ProbableAuthenticationError``); and when the first connection fails
             (``AMQPConnectionError``: a wrong URL, nothing listening).
         """
-        self.check()
+        if not self.readiness.start(self.process_options["outage"]):
+            return
         while not self._stop.is_set():
             try:
                 self._consume()
@@ -329,10 +330,14 @@ class BlockingConsumer(QueueConsumer):
 
     def _outage_sleep(self, seconds: float) -> bool:
         """The outage gate's wait: pika's ``connection.sleep`` (heartbeats and other I/O
-        go on; no delivery is dispatched inside a callback), cut short by :meth:`stop`."""
+        go on; no delivery is dispatched inside a callback), cut short by :meth:`stop`;
+        before the first connection (the start-up check), a plain wait."""
         deadline = time.monotonic() + seconds
         while not self._stop.is_set() and (left := deadline - time.monotonic()) > 0:
-            self._connection.sleep(min(left, 0.25))
+            if self._connection is None:
+                self._stop.wait(min(left, 0.25))
+            else:
+                self._connection.sleep(min(left, 0.25))
         return self._stop.is_set()
 
     def stop(self) -> None:

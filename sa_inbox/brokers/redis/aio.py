@@ -93,8 +93,9 @@ class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, "AsyncSession"]
         :param stop: an event to stop on, besides :meth:`stop`.
         :raises: as :meth:`poll`, and :meth:`check`'s errors before any command.
         """
-        await self.check()
         self._extra_stop = stop
+        if not await self.readiness.start_async(self._process_kw["outage"]):
+            return
         while not self._stopping():
             try:
                 await self.poll()

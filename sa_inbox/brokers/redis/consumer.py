@@ -93,8 +93,9 @@ class RedisStreamConsumer(ConsumerBase[redis.Redis, Session]):
         :raises ConfigurationError: from :meth:`check`, before any command; as :meth:`poll`.
         :raises: as :meth:`poll`.
         """
-        self.check()
         self._extra_stop = stop
+        if not self.readiness.start(self._process_kw["outage"]):
+            return
         while not self._stopping():
             try:
                 self.poll()

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from sa_inbox import DuplicateMessage, InboxError, Outcome, handle, install, register_claim
-from sa_inbox.exc import AutocommitConnection, UnsafeTransaction
+from sa_inbox.exc import AutocommitConnection, ConfigurationError, UnsafeTransaction
 from sa_inbox.session import pending_claims, uninstall
 from tests.support.app import CONSUMER, App, hand_over
 
@@ -102,11 +102,11 @@ def test_rollback_discards_pending_claims(orm_app: App) -> None:
 
 def test_not_installed_is_an_error(app: App) -> None:
     plain = sessionmaker(app.engine)
-    with plain() as session, pytest.raises(InboxError, match="not installed"):
+    with plain() as session, pytest.raises(ConfigurationError, match="not installed"):
         register_claim(session, app.inbox, "m1", CONSUMER)
     install(plain)
     uninstall(plain)
-    with plain() as session, pytest.raises(InboxError, match="not installed"):
+    with plain() as session, pytest.raises(ConfigurationError, match="not installed"):
         register_claim(session, app.inbox, "m1", CONSUMER)
 
 
