@@ -442,11 +442,14 @@ mariadbd_pid() {
     echo "$pid"
 }
 
-# mariadb-install-db into DIR/mariadb (as root, the server runs as root).
+# mariadb-install-db into DIR/mariadb (as root, the server runs as root). Temporary files go
+# to DIR/mariadb-tmp, not /tmp, so servers installed or run side by side cannot meet there.
 install_mariadb_db() {
     local dir=$1 user_opt=()
     is_root && user_opt=(--user=root)
+    mkdir -p "$dir/mariadb-tmp"
     "$(find_program mariadb-install-db)" --no-defaults --datadir="$dir/mariadb" "${user_opt[@]}" \
+        --tmpdir="$dir/mariadb-tmp" \
         --auth-root-authentication-method=normal --skip-test-db >"$dir/mariadb-install.log" 2>&1 ||
         { cat "$dir/mariadb-install.log" >&2; die "mariadb-install-db failed"; }
 }
@@ -460,8 +463,9 @@ install_mariadb_db() {
 spawn_mariadbd() {
     local dir=$1 port=$2 first=${3:---no-defaults} user_opt=()
     is_root && user_opt=(--user=root)
+    mkdir -p "$dir/mariadb-tmp"
     setsid "$(find_program mariadbd)" "$first" --datadir="$dir/mariadb" "${user_opt[@]}" \
-        --socket="$dir/mariadb.sock" --port="$port" --bind-address=127.0.0.1 \
+        --tmpdir="$dir/mariadb-tmp" --socket="$dir/mariadb.sock" --port="$port" --bind-address=127.0.0.1 \
         --pid-file="$dir/mariadb/mariadbd.pid" --log-error="$dir/mariadb.log" --skip-name-resolve \
         --character-set-server=utf8mb4 --collation-server=utf8mb4_unicode_ci \
         --innodb-flush-log-at-trx-commit=2 --max-connections=200 "${@:4}" \
