@@ -31,8 +31,7 @@ REPORT = "report"
 HELP = f"""Run benchmark SCENARIOs (default: all), print tables and write JSON to --out.
 
 SCENARIO is one of: {", ".join(SCENARIOS)}; {", ".join(OPTIONAL_SCENARIOS)} (only when
-named: outbox's relay part needs --broker; design needs a PostgreSQL --url and runs at
---rows, e.g. 10000000, writing design.png too); or `report` (alone), which turns the JSON
+named: outbox's relay part needs --broker); or `report` (alone), which turns the JSON
 in --out into report.md and PNG plots. `growth --rate R` is the calculator: the rows
 and bytes the inbox holds at R messages/s over --window.
 """
@@ -71,7 +70,7 @@ and bytes the inbox holds at R messages/s over --window.
     type=click.IntRange(min=1),
     default=1_000_000,
     show_default=True,
-    help="growth, purge, design: rows in the measured table.",
+    help="growth, purge: rows in the measured table.",
 )
 @click.option(
     "--out",
