@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._common import connected
+from ._common import connected, setting, url_option
 from .retention import DURATION
 
 if TYPE_CHECKING:
@@ -53,29 +53,21 @@ __all__ = ["render", "stats_command"]
 
 
 @click.command("stats")
-@click.option("--url", required=True, help="Database URL (SQLAlchemy form).")
-@click.option(
-    "--table",
-    default="inbox_processed_messages",
-    show_default=True,
-    help="The processed-messages table ('' to skip it).",
+@url_option()
+@setting(
+    "--table", "inbox_processed_messages", None, "The processed-messages table ('' to skip it)."
 )
-@click.option(
-    "--store-table",
-    default="inbox_store",
-    show_default=True,
-    help="The inbox store's table ('' to skip it).",
-)
-@click.option(
+@setting("--store-table", "inbox_store", None, "The inbox store's table ('' to skip it).")
+@setting(
     "--outbox-table",
-    default="outbox_messages",
-    show_default=True,
-    help="The outbox's table, read when it exists ('' to skip it).",
+    "outbox_messages",
+    None,
+    "The outbox's table, read when it exists ('' to skip it).",
 )
 @click.option("--schema", default=None, help="The tables' schema.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (the sample and warnings).")
 @click.option("--watch", is_flag=True, help="Refresh in place every --interval seconds.")
-@click.option("--interval", type=float, default=2.0, show_default=True, help="For --watch.")
+@setting("--interval", 2.0, float, "For --watch.")
 @click.option("--check", is_flag=True, help="Exit non-zero for a warning (see the help).")
 @click.option(
     "--retention",
@@ -85,12 +77,11 @@ __all__ = ["render", "stats_command"]
     "than it plus --margin.",
 )
 @click.option("--margin", type=DURATION, default="1h", show_default=True)
-@click.option(
+@setting(
     "--pending-threshold",
-    type=DURATION,
-    default="5m",
-    show_default=True,
-    help="Warn when the oldest pending store (or outbox) row is older.",
+    "5m",
+    DURATION,
+    "Warn when the oldest pending store (or outbox) row is older.",
 )
 @click.option(
     "--dead-letters",

@@ -39,7 +39,7 @@ from ..exc import ClaimWarning, InvalidArgument, PurgeLockTimeout, UnsupportedBa
 from .backend import Backend
 from .base import ClaimDialect, DriverState, Row, driver_error
 from .driver_sql import DriverSQL
-from .purge import RowLockingPurge
+from .purge import Batch, RowLockingPurge
 from .store_claim import ByPrimaryKey, StoreClaimDialect, require_version
 
 __all__ = [
@@ -445,16 +445,8 @@ class MySQLPurge(RowLockingPurge):
 
     concurrency = "named lock GET_LOCK() around each batch"
 
-    def delete_batch(
-        self,
-        table: sa.Table,
-        expired: ColumnElement[bool],
-        order_by: ColumnElement[Any],
-        batch_size: int,
-        *,
-        partitioned: bool = False,
-    ) -> Executable:
-        return DeleteOrderedLimit(table, expired, order_by, batch_size)
+    def statement(self, batch: Batch, partitioned: bool) -> Executable:
+        return DeleteOrderedLimit(*batch)
 
     @contextmanager
     def exclusive(self, conn: Connection, table: sa.Table, timeout: float) -> Iterator[None]:

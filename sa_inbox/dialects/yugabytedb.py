@@ -30,10 +30,9 @@ the live suite runs only with ``SA_INBOX_TEST_YUGABYTEDB_URL``.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import sqlalchemy as sa
-from sqlalchemy.sql.expression import ColumnElement, Executable
 
 from .backend import Backend
 from .postgresql import PostgreSQLClaim, PostgreSQLPurge, PostgreSQLStoreClaim
@@ -62,15 +61,8 @@ class YugabyteDBPurge(PrimaryKeyPurge, PostgreSQLPurge):
 
     concurrency: ClassVar[str] = "FOR UPDATE SKIP LOCKED in the batch select (not Serializable)"
 
-    def batch_statement(
-        self,
-        conn: sa.Connection,
-        table: sa.Table,
-        expired: ColumnElement[bool],
-        order_by: ColumnElement[Any],
-        batch_size: int,
-    ) -> Executable:
-        return self.delete_batch(table, expired, order_by, batch_size)
+    def is_partitioned(self, conn: sa.Connection, table: sa.Table) -> bool:
+        return False  # the batch is taken by primary key either way
 
 
 #: YugabyteDB's dialects: a variant of PostgreSQL's backend (same SQLAlchemy dialect name),
