@@ -1,42 +1,22 @@
 """Inbox store: receive M messages, then drain them with 1 … W worker processes, per
 handler and transaction mode.
 
-Each drain drops and creates the store table (``bench_store``), a ledger and an accounts
-table, receives the ``messages`` in broker polls of :data:`POLL`
-(:meth:`~sa_inbox.store.InboxStore.receive_many`, one transaction per poll), then drains
-them with ``workers`` processes of :class:`~sa_inbox.bench.workers.WorkerPool`, each running
-``Worker(batch_size=…, transaction=…).run(until_empty=True)``, released together by a barrier
-once connected. The drain is timed from the release to the last worker's return; a worker
-that finds nothing claimable while rows are still in other workers' hands polls again after
-:data:`POLL_INTERVAL`.
+Each drain makes the store table anew, receives ``messages`` in polls of :data:`POLL`
+(:meth:`~sa_inbox.store.InboxStore.receive_many`), then drains them with ``workers``
+processes of :class:`~sa_inbox.bench.workers.WorkerPool` (``Worker(...).run(until_empty=
+True)``, released together by a barrier). Cells: each handler of :data:`HANDLERS` by worker
+level by contender (``transaction="message"``, ``"batch"``, and the ``others`` :func:`run`
+is given); the contenders of a cell alternate within each repeat. After each drain the
+database is checked (every message done exactly once; for ``ledger``, the ledger and the
+balances) and a wrong state stops the benchmark. ``receive vs claim`` times one message per
+transaction through :meth:`~sa_inbox.store.InboxStore.receive`, :meth:`~sa_inbox.Inbox.claim`
+and a hand-written Core insert (:func:`receive_vs_claim`).
 
-Cells: each handler of :data:`HANDLERS` (``noop``: nothing; ``ledger``: one ledger insert
-and one balance update of one of :data:`ACCOUNTS` accounts, spread so that concurrent
-batches lock accounts in crossing orders), by each worker level, by each contender: sa-inbox
-with ``transaction="message"`` and ``"batch"``, and, with the no-op handler, each of the
-``others`` :func:`run` is given (another library's drain, :data:`OtherDrain`). The
-contenders of a cell alternate within each repeat (the order rotating), so they see the
-same moments of a shared machine; ratios (``x_message``: batch over per-message,
-``x_<other>``: batch over another contender) are taken per repeat, then their median.
+Options (``config.options``): ``batch_size`` (default :data:`DEFAULT_BATCH_SIZE`),
+``levels`` (default 1, 2, 4 … ``config.workers``), ``handlers`` (a subset of
+:data:`HANDLERS`). Figures are medians over ``config.repeat`` runs.
 
-After each drain the state is checked in the database, and a wrong state stops the
-benchmark: every store row ``done`` and the workers' ``processed`` adding up to the
-messages (each message done exactly once); no failed attempt, dead row or worker error
-(so no deadlock reached the user: deadlocks are re-run, counted in ``batch_reruns`` and
-``transient_retries``, which are reported); for ``ledger``, one ledger row per message
-(distinct) and the balances adding up to the amounts.
-
-Before the drains, ``receive vs claim`` times one message per transaction, alternately
-(order rotated each message) through :meth:`~sa_inbox.store.InboxStore.receive` (the
-store's insert-or-skip of the whole message), :meth:`~sa_inbox.Inbox.claim` (the
-processed-messages key only) and a hand-written SQLAlchemy Core insert of the receive's row,
-on one open connection: the median latency of each, over ``min(messages, 2000)`` messages
-after :data:`WARMUP` untimed ones (every table must then hold exactly those rows); see
-:func:`receive_vs_claim`.
-
-Options (``config.options``): ``batch_size`` (default :data:`DEFAULT_BATCH_SIZE`), the
-worker's claim batch; ``levels``, the worker levels (default 1, 2, 4 … ``config.workers``);
-``handlers``, a subset of :data:`HANDLERS`. Figures are medians over ``config.repeat`` runs.
+.. seealso:: ``docs/discussions/benchmarks.md``, "store_drain".
 """
 
 from __future__ import annotations
@@ -85,9 +65,8 @@ SINGLE_MAX = 2000
 #: Untimed messages before the receive-vs-claim timing (checks, statement caches).
 WARMUP = 5
 #: Seconds a drain worker waits when nothing is claimable but rows are still in other
-#: workers' hands. With the worker's default (1 s) the last worker of a cell idled up to 1 s
-#: after the drain was done, and that idle time was counted in the drain (measured: 4
-#: workers on PostgreSQL finished at 0.62 s, the last one at 1.63 s).
+#: workers' hands: well under the worker's default (1 s), whose idle end of a drain would be
+#: counted in it.
 POLL_INTERVAL = 0.05
 #: Accounts the ``ledger`` handler credits.
 ACCOUNTS = 1000
