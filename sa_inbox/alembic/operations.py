@@ -137,7 +137,7 @@ def _operation(kind: InboxTableKind, name: str) -> Any:
         schema: str | None = None,
         **options: Any,
     ) -> None:
-        operations.invoke(cls(table_name, schema=schema, **kind.options(name, options)))
+        operations.invoke(cls(table_name, schema=schema, **kind.options(options)))
 
     return classmethod_named(operation, name)
 

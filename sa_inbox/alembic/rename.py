@@ -282,7 +282,7 @@ def _operation(kind: InboxTableKind, name: str) -> Any:
         **options: Any,
     ) -> None:
         names = (old_table_name, new_table_name)
-        operations.invoke(cls(*names, schema=schema, **kind.options(name, options)))
+        operations.invoke(cls(*names, schema=schema, **kind.options(options)))
 
     return classmethod_named(operation, name)
 

@@ -57,16 +57,14 @@ class InboxTableKind:
     length_column: str = "message_id"
     length_option: str = "message_id_length"
 
-    def options(self, operation: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    def options(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """An operation's factory options: ``given`` over the factory's defaults, so that the
         operation records them all (its reverse and its rendering repeat them).
 
         :raises TypeError: for an option the factory does not take, as a call would.
         """
+        inspect.signature(self.factory).bind_partial(**given)  # TypeError for an unknown one
         defaults = {k: v for k, v in self.defaults.items() if k != "table_name"}
-        unknown = sorted(set(given) - set(defaults))
-        if unknown:
-            raise TypeError(f"{operation}() got an unexpected keyword argument {unknown[0]!r}")
         return defaults | dict(given)
 
     @property

@@ -1,31 +1,11 @@
 """``sa-inbox stats``: what the inbox is doing, from the database, and a health check.
 
-Reads :func:`sa_inbox.stats.collect` (per consumer: rows, oldest and newest
-``received_at``, recorded collisions; the store: rows by status, the oldest pending row's
-age, an attempts histogram, dead letters with their last errors; every table's rows and
-bytes) and prints a rich report, or JSON with ``--json``; ``--watch`` refreshes it in place
-every ``--interval`` seconds.
-
-Warnings (:func:`sa_inbox.stats.stats_warnings`) are printed with the report. With ``--check``
-the exit status says which (for a liveness/readiness probe or a cron job): 0 no warning;
-9 none of the tables exists (wrong database or table names); 10 the oldest processed row
-is older than ``--retention`` + ``--margin`` (the purge is not
-running); 11 dead letters exist; 12 the oldest pending row is older than
-``--pending-threshold`` (the worker is stuck); 13 collisions were recorded; PostgreSQL
-only (:mod:`sa_inbox.replication`): 14 ``synchronous_standby_names`` asks for synchronous
-standbys that are not connected (every COMMIT waits), 15 the server has standbys but none
-synchronous (a failover can lose acked messages), 16 the standby check could not be
-completed (the standbys' ``sync_state`` is hidden from a role without ``pg_read_all_stats``:
-:func:`sa_inbox.replication.replication_unchecked`; never taken for healthy); the outbox,
-when its table exists: 17 dead outbox rows, 18 its oldest pending row is older than
-``--pending-threshold`` (no relay running, or its broker unreachable); 19 a consumer looks
-renamed (it stopped claiming and another name started claiming ids it had claimed: those
-were applied again); with ``--dead-letters URL/QUEUE`` (repeatable: a RabbitMQ queue, a Redis
-stream, a NATS JetStream stream, the name as the URL's last path segment, see
-:mod:`sa_inbox.brokers.dead_letters.target`): 20 one of them holds dead letters (the count
-per queue is in the report and the JSON), 21 one of them cannot be read (broker unreachable,
-queue or stream missing, the broker's extra not installed; never taken for healthy). With
-several, the lowest code. 3: the database cannot be read (as every command).
+Prints :func:`sa_inbox.stats.collect`'s sample as a rich report, or JSON with ``--json``;
+``--watch`` refreshes it every ``--interval`` seconds. Warnings
+(:func:`sa_inbox.stats.stats_warnings`, which lists them) are printed with the report; with
+``--check`` the exit status is the lowest warning's code
+(:data:`sa_inbox.stats.WARNING_CODES`, 9-21; 0 for none), for a probe or a cron job, and 3
+when the database cannot be read (as every command).
 """
 
 from __future__ import annotations
