@@ -1,10 +1,11 @@
 """pactix 0.2.0's worker as a peer contender of the ``store_drain`` scenario
-(:class:`sa_inbox.bench.store_drain.Peer`), when importable.
+(:class:`benchmarks.drain_peers.Peer`), when importable.
 
 pactix is async only and needs Python >= 3.12: ``benchmarks/peer_pactix_drain.py`` runs the
-scenario from a 3.12 virtualenv with ``pip install pactix==0.2.0`` and names this module in
-``options["peers"]``, so the drain cells get a ``pactix`` contender next to sa-inbox's two
-transaction modes. Elsewhere :func:`available` is False and the scenario runs without it.
+scenario from a 3.12 virtualenv with ``pip install pactix==0.2.0`` and this module as a
+peer (:class:`benchmarks.drain_peers.WithPeers`), so the drain cells get a ``pactix``
+contender next to sa-inbox's two transaction modes. Elsewhere :func:`available` is False and
+the scenario runs without it.
 
 What runs: the messages are stored in pactix's own ``inbox_message`` table (made from its
 metadata) as its ``InboxStore.save_received`` stores them (the rows built by pactix's own

@@ -11,7 +11,8 @@ pactix needs Python >= 3.12, so this runs from its own virtualenv::
 from the repository root (the URLs are ``SA_INBOX_TEST_POSTGRESQL_URL`` /
 ``SA_INBOX_TEST_MYSQL_URL``). Each backend runs the scenario
 :mod:`sa_inbox.bench.store_drain` (its docstring says what runs and what is checked after
-each drain) with ``levels=[1, 4]`` and :mod:`benchmarks.pactix_peer` as its peer (the
+each drain) with ``levels=[1, 4]`` and :mod:`benchmarks.pactix_peer` as its peer
+(:class:`benchmarks.drain_peers.WithPeers`) (the
 worker processes import it, hence ``PYTHONPATH``); ``/proc/loadavg`` is sampled every 2 s.
 Writes ``<out>/store_drain-<backend>.json`` (``--out``, default ``benchmarks/results``: the
 scenario's document, with ``loadavg`` added) and prints the scenario's tables; ``--handlers
@@ -30,7 +31,7 @@ from pathlib import Path
 from rich.console import Console
 
 from benchmarks import pactix_peer
-from sa_inbox.bench import scenario
+from benchmarks.drain_peers import WithPeers, load_peers
 from sa_inbox.bench.runner import BenchConfig, make_progress, run_scenario
 
 OUT = Path(__file__).parent / "results"
@@ -59,10 +60,8 @@ def main() -> None:
         "--out", type=Path, default=OUT, help="folder of the JSON (benchmarks/results)"
     )
     args = parser.parse_args()
-    options: dict[str, object] = {
-        "levels": [int(n) for n in args.levels.split(",")],
-        "peers": [pactix_peer.__name__],
-    }
+    options: dict[str, object] = {"levels": [int(n) for n in args.levels.split(",")]}
+    scenario = WithPeers(load_peers([pactix_peer.__name__]))
     if args.handlers:
         options["handlers"] = args.handlers.split(",")
     console = Console(width=200)
@@ -84,9 +83,7 @@ def main() -> None:
         sampler.start()
         try:
             with make_progress(console) as progress:
-                path = run_scenario(
-                    scenario("store_drain"), config, console=console, progress=progress
-                )
+                path = run_scenario(scenario, config, console=console, progress=progress)
         finally:
             stop.set()
             sampler.join()

@@ -1,7 +1,7 @@
 """PostgreSQL failovers under load: what a synchronous standby keeps and what an
 asynchronous one loses, measured.
 
-Each run is :func:`sa_inbox.chaos.failover.run_failover` on a fresh primary + standby pair
+Each run is :func:`benchmarks.failover.run_failover` on a fresh primary + standby pair
 (``scripts/servers.sh start DIR pg-sync`` or ``pg-async``): RabbitMQ consumer processes
 apply payments (claim + ledger row + balance per transaction, ack after the commit) while
 ballast threads write large rows on the primary; at 40% of the stream the primary is
@@ -35,7 +35,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from sa_inbox.chaos.failover import FailoverConfig, run_failover
+from benchmarks.failover import FailoverConfig, run_failover
 from tests.support.pgha import delete_queue, replicated_servers
 
 OUT = Path(__file__).parent / "results" / "pg_failover.json"

@@ -6,8 +6,9 @@
 #      (scripts/servers.sh install)
 #   2. makes the virtualenv .venv with the project and its test extras
 #   3. starts throwaway servers in a temporary directory, removed at exit
-#   4. runs pytest (arguments passed through), then ruff check, ruff format --check and
-#      mypy (the versions the test extra pins)
+#   4. runs pytest (arguments passed through), then ruff check, ruff format --check,
+#      lint-imports (the import contracts of pyproject.toml) and mypy (the versions the
+#      test extra pins)
 #   5. checks the built artifacts (scripts/check_dist.sh): the sdist and the wheel, the
 #      wheel alone and with each extra in fresh virtualenvs, ./scripts/demo.sh in a fresh
 #      clone of HEAD (commit first: the clone does not see uncommitted changes)
@@ -28,7 +29,7 @@
 #       otherwise (-n/--numprocesses, --dist, -p no:xdist, --pdb, --trace); 0 runs
 #       it in one process
 #   SA_INBOX_SKIP_LINT=1
-#       skip ruff, ruff format and mypy (any non-empty value)
+#       skip ruff, ruff format, lint-imports and mypy (any non-empty value)
 #   SA_INBOX_SKIP_DIST=1
 #       skip the artifact check (any non-empty value; never in CI)
 set -euo pipefail
@@ -179,9 +180,10 @@ if [ -z "${SA_INBOX_SKIP_LINT:-}" ]; then
     mapfile -t LINT_DIRS < <(existing_dirs sa_inbox tests benchmarks scripts)
     run_check "ruff" .venv/bin/ruff check "${LINT_DIRS[@]}"
     run_check "ruff format" .venv/bin/ruff format --check "${LINT_DIRS[@]}"
+    run_check "import contracts" .venv/bin/lint-imports --no-cache
     run_check "mypy" .venv/bin/mypy
 else
-    section "ruff, ruff format, mypy: skipped (SA_INBOX_SKIP_LINT is set)"
+    section "ruff, ruff format, import contracts, mypy: skipped (SA_INBOX_SKIP_LINT is set)"
 fi
 
 if [ -z "${SA_INBOX_SKIP_DIST:-}" ] || [ "${CI:-}" = true ]; then

@@ -27,13 +27,16 @@ import os
 import warnings
 from collections.abc import Iterator
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import sqlalchemy as sa
 
 from tests.support import parallel
 from tests.support.app import App
+
+if TYPE_CHECKING:
+    from tests.support.store_app import StoreApp
 
 pytest_plugins = ["tests.support.reports"]
 
@@ -228,6 +231,16 @@ def engine(url: str) -> Iterator[sa.Engine]:
     )
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def store_app(request: pytest.FixtureRequest, url: str) -> Iterator[StoreApp]:
+    """The store tests' schema (:class:`tests.support.store_app.StoreApp`) made anew on the
+    backend under test, with the test module's ``ACCOUNTS`` accounts opened (if it sets it)."""
+    from tests.support.store_app import fresh_store_app
+
+    with fresh_store_app(url, getattr(request.module, "ACCOUNTS", 0)) as store_app:
+        yield store_app
 
 
 @pytest.fixture

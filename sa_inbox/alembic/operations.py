@@ -20,7 +20,9 @@ Registered operations are untyped (``op`` is a proxy); the plain functions
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+import inspect
+from collections.abc import Callable
+from typing import Any, ClassVar, ParamSpec, Protocol
 
 import sqlalchemy as sa
 from alembic.operations import MigrateOperation, Operations
@@ -28,11 +30,10 @@ from alembic.operations import MigrateOperation, Operations
 from .._compat import sort_indexes
 from ..consumers import DEFAULT_CONSUMERS_TABLE, consumers_table
 from ..exc import UnsupportedBackend
-from ..outbox.schema import DEFAULT_MESSAGE_ID_LENGTH as OUTBOX_MESSAGE_ID_LENGTH
-from ..outbox.schema import DEFAULT_OUTBOX_TABLE, outbox_table
+from ..outbox.schema import outbox_table
 from ..retention.partitions import DEFAULT_PARTITION_KEY, partitioned_processed_messages_table
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_TABLE_NAME, processed_messages_table
-from ..store import DEFAULT_STORE_TABLE, inbox_store_table
+from ..store import inbox_store_table
 from .tables import InboxTableKind, build_table, register_kind
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "DropPartitionedInboxTableOp",
     "DropProcessedMessagesTableOp",
     "Invoker",
+    "classmethod_named",
     "create_inbox_consumers_table",
     "create_inbox_store_table",
     "create_inbox_table",
@@ -65,7 +67,14 @@ __all__ = [
     "drop_inbox_table",
     "drop_outbox_table",
     "drop_partitioned_inbox_table",
+    "spelling",
 ]
+
+
+P = ParamSpec("P")
+
+#: The create operation of each table kind, by kind name (read by autogenerate).
+CREATE_OPERATIONS: dict[str, type[CreateInboxTableOp]] = {}
 
 
 class Invoker(Protocol):
@@ -78,6 +87,8 @@ class _InboxTableOp(MigrateOperation):
     """An sa-inbox table, named and configured; subclasses fix :attr:`kind`."""
 
     kind: ClassVar[InboxTableKind]
+    #: The operation's name on ``op``.
+    op_name: ClassVar[str]
 
     def __init__(self, table_name: str, *, schema: str | None = None, **options: Any) -> None:
         super().__init__()
@@ -113,10 +124,48 @@ class _InboxTableOp(MigrateOperation):
     __hash__ = None  # type: ignore[assignment]
 
 
+def _operation(kind: InboxTableKind, name: str) -> Any:
+    """The classmethod behind ``op.<name>()``, from which Alembic builds the proxy: the
+    table's name (the factory's default), ``schema`` and the factory's options
+    (:meth:`~sa_inbox.alembic.tables.InboxTableKind.options`)."""
+
+    def operation(
+        cls: type[_InboxTableOp],
+        operations: Operations,
+        table_name: str = kind.defaults["table_name"],
+        *,
+        schema: str | None = None,
+        **options: Any,
+    ) -> None:
+        operations.invoke(cls(table_name, schema=schema, **kind.options(options)))
+
+    return classmethod_named(operation, name)
+
+
+def classmethod_named(operation: Callable[..., None], name: str) -> Any:
+    """``operation`` as the classmethod ``name`` Alembic registers on ``op``."""
+    operation.__name__ = operation.__qualname__ = name
+    operation.__doc__ = f"``op.{name}()``; typed spelling: :func:`sa_inbox.alembic.{name}`."
+    return classmethod(operation)
+
+
 class CreateInboxTableOp(_InboxTableOp):
-    """Create an sa-inbox table and its indexes; reverse: :class:`DropInboxTableOp`."""
+    """Create an sa-inbox table and its indexes; reverse: :class:`DropInboxTableOp`.
+
+    A subclass names its table kind (``class CreateX(CreateInboxTableOp, kind=X)``) and is
+    registered as ``op.<kind.create_op>()``.
+    """
 
     drop_class: ClassVar[type[DropInboxTableOp]]
+
+    def __init_subclass__(cls, *, kind: InboxTableKind | None = None, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if kind is not None:
+            cls.kind = kind
+            cls.op_name = kind.create_op
+            setattr(cls, kind.create_op, _operation(kind, kind.create_op))
+            Operations.register_operation(kind.create_op)(cls)
+            CREATE_OPERATIONS[kind.name] = cls
 
     def reverse(self) -> DropInboxTableOp:
         return self.drop_class(self.table_name, schema=self.schema, **self.options)
@@ -130,10 +179,22 @@ class CreateInboxTableOp(_InboxTableOp):
 class DropInboxTableOp(_InboxTableOp):
     """Drop an sa-inbox table (its indexes go with it); reverse: :class:`CreateInboxTableOp`.
 
-    The factory options are kept so that the reverse re-creates the same table.
+    The factory options are kept so that the reverse re-creates the same table. A subclass
+    names its table kind, after the create operation's (``class DropX(DropInboxTableOp,
+    kind=X)``), and is registered as ``op.<kind.drop_op>()``.
     """
 
     create_class: ClassVar[type[CreateInboxTableOp]]
+
+    def __init_subclass__(cls, *, kind: InboxTableKind | None = None, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if kind is not None:
+            cls.kind = kind
+            cls.op_name = kind.drop_op
+            setattr(cls, kind.drop_op, _operation(kind, kind.drop_op))
+            Operations.register_operation(kind.drop_op)(cls)
+            cls.create_class = CREATE_OPERATIONS[kind.name]
+            cls.create_class.drop_class = cls
 
     def reverse(self) -> CreateInboxTableOp:
         return self.create_class(self.table_name, schema=self.schema, **self.options)
@@ -165,18 +226,9 @@ def _drop(operations: Operations, operation: DropInboxTableOp) -> None:
     operations.impl.drop_table(operation.to_table())
 
 
-#: The create operation of each table kind, by kind name (read by autogenerate).
-CREATE_OPERATIONS: dict[str, type[CreateInboxTableOp]] = {}
+# -- the table kinds and their operations ---------------------------------------------------
 
-
-def _pair(create: type[CreateInboxTableOp], drop: type[DropInboxTableOp]) -> None:
-    create.drop_class = drop
-    drop.create_class = create
-    CREATE_OPERATIONS[create.kind.name] = create
-
-
-# -- the processed-messages table (sa_inbox.Inbox) ------------------------------------------
-
+#: The processed-messages table (:class:`sa_inbox.Inbox`).
 PROCESSED_MESSAGES = register_kind(
     InboxTableKind(
         name="processed_messages",
@@ -185,68 +237,7 @@ PROCESSED_MESSAGES = register_kind(
         drop_op="drop_inbox_table",
     )
 )
-
-
-@Operations.register_operation("create_inbox_table")
-class CreateProcessedMessagesTableOp(CreateInboxTableOp):
-    """``op.create_inbox_table()``: the processed-messages table of :class:`sa_inbox.Inbox`."""
-
-    kind = PROCESSED_MESSAGES
-
-    @classmethod
-    def create_inbox_table(
-        cls,
-        operations: Operations,
-        table_name: str = DEFAULT_TABLE_NAME,
-        *,
-        schema: str | None = None,
-        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-    ) -> None:
-        """Create the sa-inbox processed-messages table, its primary key and its index.
-
-        The DDL is that of :func:`sa_inbox.schema.processed_messages_table`:
-        ``pk_<table_name>`` on ``(message_id, consumer_name)`` and
-        ``ix_<table_name>_received_at``.
-
-        :param table_name: the table's name.
-        :param schema: the schema, or ``None`` for the connection's default.
-        :param message_id_length: length in characters of ``message_id`` and
-            ``consumer_name``; must equal the ``Inbox(...)`` the application builds.
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        """
-        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
-
-
-@Operations.register_operation("drop_inbox_table")
-class DropProcessedMessagesTableOp(DropInboxTableOp):
-    """``op.drop_inbox_table()``: drop the processed-messages table."""
-
-    kind = PROCESSED_MESSAGES
-
-    @classmethod
-    def drop_inbox_table(
-        cls,
-        operations: Operations,
-        table_name: str = DEFAULT_TABLE_NAME,
-        *,
-        schema: str | None = None,
-        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-    ) -> None:
-        """Drop the sa-inbox processed-messages table (its index goes with it).
-
-        :param table_name: the table's name.
-        :param schema: the schema, or ``None`` for the connection's default.
-        :param message_id_length: kept for the reverse operation (the re-created table).
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        """
-        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
-
-
-_pair(CreateProcessedMessagesTableOp, DropProcessedMessagesTableOp)
-
-
-# -- the inbox store (sa_inbox.store.InboxStore) --------------------------------------------
-
+#: The inbox store's table (:class:`sa_inbox.store.InboxStore`).
 STORE = register_kind(
     InboxTableKind(
         name="store",
@@ -255,64 +246,7 @@ STORE = register_kind(
         drop_op="drop_inbox_store_table",
     )
 )
-
-
-@Operations.register_operation("create_inbox_store_table")
-class CreateInboxStoreTableOp(CreateInboxTableOp):
-    """``op.create_inbox_store_table()``: the table of :class:`sa_inbox.store.InboxStore`."""
-
-    kind = STORE
-
-    @classmethod
-    def create_inbox_store_table(
-        cls,
-        operations: Operations,
-        table_name: str = DEFAULT_STORE_TABLE,
-        *,
-        schema: str | None = None,
-        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-    ) -> None:
-        """Create the sa-inbox store table, its constraints and its three indexes.
-
-        The DDL is that of :func:`sa_inbox.store.inbox_store_table`.
-
-        :param table_name: the table's name.
-        :param schema: the schema, or ``None`` for the connection's default.
-        :param message_id_length: length in characters of ``message_id`` and
-            ``consumer_name``; must equal the ``InboxStore(...)`` the application builds.
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        """
-        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
-
-
-@Operations.register_operation("drop_inbox_store_table")
-class DropInboxStoreTableOp(DropInboxTableOp):
-    """``op.drop_inbox_store_table()``: drop the inbox store table."""
-
-    kind = STORE
-
-    @classmethod
-    def drop_inbox_store_table(
-        cls,
-        operations: Operations,
-        table_name: str = DEFAULT_STORE_TABLE,
-        *,
-        schema: str | None = None,
-        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-    ) -> None:
-        """Drop the sa-inbox store table (its indexes go with it).
-
-        :param message_id_length: kept for the reverse operation (the re-created table).
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        """
-        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
-
-
-_pair(CreateInboxStoreTableOp, DropInboxStoreTableOp)
-
-
-# -- the outbox (sa_inbox.outbox.Outbox) ---------------------------------------------------
-
+#: The outbox's table (:class:`sa_inbox.outbox.Outbox`).
 OUTBOX = register_kind(
     InboxTableKind(
         name="outbox",
@@ -321,64 +255,8 @@ OUTBOX = register_kind(
         drop_op="drop_outbox_table",
     )
 )
-
-
-@Operations.register_operation("create_outbox_table")
-class CreateOutboxTableOp(CreateInboxTableOp):
-    """``op.create_outbox_table()``: the table of :class:`sa_inbox.outbox.Outbox`."""
-
-    kind = OUTBOX
-
-    @classmethod
-    def create_outbox_table(
-        cls,
-        operations: Operations,
-        table_name: str = DEFAULT_OUTBOX_TABLE,
-        *,
-        schema: str | None = None,
-        message_id_length: int = OUTBOX_MESSAGE_ID_LENGTH,
-    ) -> None:
-        """Create the outbox table, its constraints and its three indexes.
-
-        The DDL is that of :func:`sa_inbox.outbox.outbox_table`.
-
-        :param table_name: the table's name.
-        :param schema: the schema, or ``None`` for the connection's default.
-        :param message_id_length: length in characters of ``message_id`` (>= 36); must
-            equal the ``Outbox(...)`` the application builds.
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        """
-        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
-
-
-@Operations.register_operation("drop_outbox_table")
-class DropOutboxTableOp(DropInboxTableOp):
-    """``op.drop_outbox_table()``: drop the outbox table."""
-
-    kind = OUTBOX
-
-    @classmethod
-    def drop_outbox_table(
-        cls,
-        operations: Operations,
-        table_name: str = DEFAULT_OUTBOX_TABLE,
-        *,
-        schema: str | None = None,
-        message_id_length: int = OUTBOX_MESSAGE_ID_LENGTH,
-    ) -> None:
-        """Drop the outbox table (its indexes go with it).
-
-        :param message_id_length: kept for the reverse operation (the re-created table).
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        """
-        operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
-
-
-_pair(CreateOutboxTableOp, DropOutboxTableOp)
-
-
-# -- the consumers table (sa_inbox.consumers) -----------------------------------------------
-
+#: The consumers table (:mod:`sa_inbox.consumers`): the handler owning each consumer name,
+#: shared by the inboxes and stores of a MetaData and schema.
 CONSUMERS = register_kind(
     InboxTableKind(
         name="consumers",
@@ -389,68 +267,8 @@ CONSUMERS = register_kind(
         length_option="consumer_name_length",
     )
 )
-
-
-@Operations.register_operation("create_inbox_consumers_table")
-class CreateInboxConsumersTableOp(CreateInboxTableOp):
-    """``op.create_inbox_consumers_table()``: the table recording which handler owns each
-    consumer name (:mod:`sa_inbox.consumers`), shared by the inboxes and stores of a
-    MetaData and schema."""
-
-    kind = CONSUMERS
-
-    @classmethod
-    def create_inbox_consumers_table(
-        cls,
-        operations: Operations,
-        table_name: str = DEFAULT_CONSUMERS_TABLE,
-        *,
-        schema: str | None = None,
-        consumer_name_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-    ) -> None:
-        """Create the consumers table and its primary key ``pk_<table_name>`` on
-        ``(inbox_table, consumer_name)`` (the DDL of
-        :func:`sa_inbox.consumers.consumers_table`).
-
-        :param table_name: the table's name.
-        :param schema: the schema of the inbox tables it serves, or ``None``.
-        :param consumer_name_length: length in characters of ``consumer_name``: at least the
-            ``message_id_length`` of each inbox and store of the schema (``Inbox(metadata)``
-            defines it with ``max(255, message_id_length)``).
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        """
-        operations.invoke(cls(table_name, schema=schema, consumer_name_length=consumer_name_length))
-
-
-@Operations.register_operation("drop_inbox_consumers_table")
-class DropInboxConsumersTableOp(DropInboxTableOp):
-    """``op.drop_inbox_consumers_table()``: drop the consumers table."""
-
-    kind = CONSUMERS
-
-    @classmethod
-    def drop_inbox_consumers_table(
-        cls,
-        operations: Operations,
-        table_name: str = DEFAULT_CONSUMERS_TABLE,
-        *,
-        schema: str | None = None,
-        consumer_name_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-    ) -> None:
-        """Drop the consumers table: the owners it records are forgotten (the next handler
-        to claim under a name becomes its owner).
-
-        :param consumer_name_length: kept for the reverse operation (the re-created table).
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        """
-        operations.invoke(cls(table_name, schema=schema, consumer_name_length=consumer_name_length))
-
-
-_pair(CreateInboxConsumersTableOp, DropInboxConsumersTableOp)
-
-
-# -- the PostgreSQL partitioned processed-messages table (sa_inbox.retention.partitions) ----
-
+#: The PostgreSQL partitioned processed-messages table
+#: (:class:`sa_inbox.retention.partitions.PartitionedInbox`).
 PARTITIONED_PROCESSED_MESSAGES = register_kind(
     InboxTableKind(
         name="partitioned_processed_messages",
@@ -462,81 +280,83 @@ PARTITIONED_PROCESSED_MESSAGES = register_kind(
 )
 
 
-@Operations.register_operation("create_partitioned_inbox_table")
-class CreatePartitionedInboxTableOp(CreateInboxTableOp):
+class CreateProcessedMessagesTableOp(CreateInboxTableOp, kind=PROCESSED_MESSAGES):
+    """``op.create_inbox_table()``: the processed-messages table of :class:`sa_inbox.Inbox`."""
+
+
+class DropProcessedMessagesTableOp(DropInboxTableOp, kind=PROCESSED_MESSAGES):
+    """``op.drop_inbox_table()``: drop the processed-messages table."""
+
+
+class CreateInboxStoreTableOp(CreateInboxTableOp, kind=STORE):
+    """``op.create_inbox_store_table()``: the table of :class:`sa_inbox.store.InboxStore`."""
+
+
+class DropInboxStoreTableOp(DropInboxTableOp, kind=STORE):
+    """``op.drop_inbox_store_table()``: drop the inbox store table."""
+
+
+class CreateOutboxTableOp(CreateInboxTableOp, kind=OUTBOX):
+    """``op.create_outbox_table()``: the table of :class:`sa_inbox.outbox.Outbox`."""
+
+
+class DropOutboxTableOp(DropInboxTableOp, kind=OUTBOX):
+    """``op.drop_outbox_table()``: drop the outbox table."""
+
+
+class CreateInboxConsumersTableOp(CreateInboxTableOp, kind=CONSUMERS):
+    """``op.create_inbox_consumers_table()``: the consumers table."""
+
+
+class DropInboxConsumersTableOp(DropInboxTableOp, kind=CONSUMERS):
+    """``op.drop_inbox_consumers_table()``: drop the consumers table (the owners it records
+    are forgotten: the next handler to claim under a name becomes its owner)."""
+
+
+class CreatePartitionedInboxTableOp(CreateInboxTableOp, kind=PARTITIONED_PROCESSED_MESSAGES):
     """``op.create_partitioned_inbox_table()``: the partitioned table of
     :class:`sa_inbox.retention.partitions.PartitionedInbox` (PostgreSQL only)."""
 
-    kind = PARTITIONED_PROCESSED_MESSAGES
 
-    @classmethod
-    def create_partitioned_inbox_table(
-        cls,
-        operations: Operations,
-        table_name: str = DEFAULT_TABLE_NAME,
-        *,
-        schema: str | None = None,
-        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-        partition_key: str = DEFAULT_PARTITION_KEY,
-    ) -> None:
-        """Create the partitioned parent table ``PARTITION BY RANGE (partition_key)``.
-
-        The DDL is that of
-        :func:`sa_inbox.retention.partitions.partitioned_processed_messages_table`. No
-        partition is created: run :func:`sa_inbox.retention.partitions.ensure_partitions` (or
-        ``sa-inbox partitions maintain``) before the first claim. Autogenerate ignores
-        the partitions of a marked partitioned table.
-
-        :param partition_key: the column of the message's own time.
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, or an
-            arrival-time partition key, before SQL.
-        :raises sa_inbox.exc.UnsupportedBackend: on any database but PostgreSQL.
-        """
-        operations.invoke(
-            cls(
-                table_name,
-                schema=schema,
-                message_id_length=message_id_length,
-                partition_key=partition_key,
-            )
-        )
-
-
-@Operations.register_operation("drop_partitioned_inbox_table")
-class DropPartitionedInboxTableOp(DropInboxTableOp):
+class DropPartitionedInboxTableOp(DropInboxTableOp, kind=PARTITIONED_PROCESSED_MESSAGES):
     """``op.drop_partitioned_inbox_table()``: drop the partitioned table and its partitions."""
-
-    kind = PARTITIONED_PROCESSED_MESSAGES
-
-    @classmethod
-    def drop_partitioned_inbox_table(
-        cls,
-        operations: Operations,
-        table_name: str = DEFAULT_TABLE_NAME,
-        *,
-        schema: str | None = None,
-        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-        partition_key: str = DEFAULT_PARTITION_KEY,
-    ) -> None:
-        """Drop the partitioned table; PostgreSQL drops its partitions with it.
-
-        :raises sa_inbox.alembic.InvalidArgument: for bad options, before SQL.
-        :raises sa_inbox.exc.UnsupportedBackend: on any database but PostgreSQL.
-        """
-        operations.invoke(
-            cls(
-                table_name,
-                schema=schema,
-                message_id_length=message_id_length,
-                partition_key=partition_key,
-            )
-        )
-
-
-_pair(CreatePartitionedInboxTableOp, DropPartitionedInboxTableOp)
 
 
 # -- typed spellings ----------------------------------------------------------------------
+
+
+def spelling(operation: Any, like: Callable[P, None]) -> Callable[P, None]:
+    """The typed spelling of ``op.<name>()`` for ``operation`` (a class with a ``kind``),
+    with the parameters of the spelling ``like``: an option not given takes the default of
+    ``operation.kind``'s factory, which the spelling's signature shows.
+
+    :param operation: the operation class the spelling invokes.
+    :param like: a spelling of the same parameters (another table kind's, or the create
+        spelling whose arguments a drop keeps for its reverse).
+    """
+    kind: InboxTableKind = operation.kind
+    signature = inspect.signature(like)
+    defaults = {k: v for k, v in kind.defaults.items() if k in signature.parameters}
+    name: str = operation.op_name
+
+    def spell(*args: P.args, **kwargs: P.kwargs) -> None:
+        arguments = signature.bind(*args, **kwargs).arguments
+        op = arguments.pop("op")
+        op.invoke(operation(**(defaults | arguments)))
+
+    spell.__name__ = spell.__qualname__ = name
+    spell.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[
+            p.replace(default=defaults.get(p.name, p.default))
+            for p in signature.parameters.values()
+        ]
+    )
+    spell.__doc__ = (
+        f"Typed spelling of ``op.{name}(...)`` (``op`` is ``alembic.op``), with the "
+        f"parameters of :func:`{like.__name__}`.\n\n"
+        ":raises sa_inbox.alembic.InvalidArgument: for a bad name or option, before SQL."
+    )
+    return spell
 
 
 def create_inbox_table(
@@ -546,8 +366,17 @@ def create_inbox_table(
     schema: str | None = None,
     message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
 ) -> None:
-    """Typed spelling of ``op.create_inbox_table(...)``; ``op`` is ``alembic.op``.
+    """Create the sa-inbox processed-messages table, its primary key and its index: the
+    typed spelling of ``op.create_inbox_table(...)`` (``op`` is ``alembic.op``).
 
+    The DDL is that of :func:`sa_inbox.schema.processed_messages_table`:
+    ``pk_<table_name>`` on ``(message_id, consumer_name)`` and
+    ``ix_<table_name>_received_at``.
+
+    :param table_name: the table's name.
+    :param schema: the schema, or ``None`` for the connection's default.
+    :param message_id_length: length in characters of ``message_id`` and
+        ``consumer_name``; must equal the ``Inbox(...)`` the application builds.
     :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
     """
     op.invoke(
@@ -557,44 +386,13 @@ def create_inbox_table(
     )
 
 
-def drop_inbox_table(
-    op: Invoker,
-    table_name: str = DEFAULT_TABLE_NAME,
-    *,
-    schema: str | None = None,
-    message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-) -> None:
-    """Typed spelling of ``op.drop_inbox_table(...)``; ``op`` is ``alembic.op``.
-
-    :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-    """
-    op.invoke(
-        DropProcessedMessagesTableOp(table_name, schema=schema, message_id_length=message_id_length)
-    )
+drop_inbox_table = spelling(DropProcessedMessagesTableOp, create_inbox_table)
 
 
-def create_inbox_store_table(
-    op: Invoker,
-    table_name: str = DEFAULT_STORE_TABLE,
-    *,
-    schema: str | None = None,
-    message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-) -> None:
-    """Typed spelling of ``op.create_inbox_store_table(...)``; ``op`` is ``alembic.op``."""
-    op.invoke(
-        CreateInboxStoreTableOp(table_name, schema=schema, message_id_length=message_id_length)
-    )
-
-
-def drop_inbox_store_table(
-    op: Invoker,
-    table_name: str = DEFAULT_STORE_TABLE,
-    *,
-    schema: str | None = None,
-    message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-) -> None:
-    """Typed spelling of ``op.drop_inbox_store_table(...)``; ``op`` is ``alembic.op``."""
-    op.invoke(DropInboxStoreTableOp(table_name, schema=schema, message_id_length=message_id_length))
+create_inbox_store_table = spelling(CreateInboxStoreTableOp, create_inbox_table)
+drop_inbox_store_table = spelling(DropInboxStoreTableOp, create_inbox_table)
+create_outbox_table = spelling(CreateOutboxTableOp, create_inbox_table)
+drop_outbox_table = spelling(DropOutboxTableOp, create_inbox_table)
 
 
 def create_inbox_consumers_table(
@@ -604,7 +402,16 @@ def create_inbox_consumers_table(
     schema: str | None = None,
     consumer_name_length: int = DEFAULT_MESSAGE_ID_LENGTH,
 ) -> None:
-    """Typed spelling of ``op.create_inbox_consumers_table(...)``; ``op`` is ``alembic.op``."""
+    """Create the consumers table and its primary key ``pk_<table_name>`` on
+    ``(inbox_table, consumer_name)`` (the DDL of :func:`sa_inbox.consumers.consumers_table`):
+    the typed spelling of ``op.create_inbox_consumers_table(...)``.
+
+    :param schema: the schema of the inbox tables it serves, or ``None``.
+    :param consumer_name_length: length in characters of ``consumer_name``: at least the
+        ``message_id_length`` of each inbox and store of the schema (``Inbox(metadata)``
+        defines it with ``max(255, message_id_length)``).
+    :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+    """
     op.invoke(
         CreateInboxConsumersTableOp(
             table_name, schema=schema, consumer_name_length=consumer_name_length
@@ -612,19 +419,7 @@ def create_inbox_consumers_table(
     )
 
 
-def drop_inbox_consumers_table(
-    op: Invoker,
-    table_name: str = DEFAULT_CONSUMERS_TABLE,
-    *,
-    schema: str | None = None,
-    consumer_name_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-) -> None:
-    """Typed spelling of ``op.drop_inbox_consumers_table(...)``; ``op`` is ``alembic.op``."""
-    op.invoke(
-        DropInboxConsumersTableOp(
-            table_name, schema=schema, consumer_name_length=consumer_name_length
-        )
-    )
+drop_inbox_consumers_table = spelling(DropInboxConsumersTableOp, create_inbox_consumers_table)
 
 
 def create_partitioned_inbox_table(
@@ -635,53 +430,19 @@ def create_partitioned_inbox_table(
     message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
     partition_key: str = DEFAULT_PARTITION_KEY,
 ) -> None:
-    """Typed spelling of ``op.create_partitioned_inbox_table(...)`` (PostgreSQL only)."""
-    op.invoke(
-        CreatePartitionedInboxTableOp(
-            table_name,
-            schema=schema,
-            message_id_length=message_id_length,
-            partition_key=partition_key,
-        )
-    )
+    """Create the partitioned parent table ``PARTITION BY RANGE (partition_key)`` (the DDL
+    of :func:`sa_inbox.retention.partitions.partitioned_processed_messages_table`): the typed
+    spelling of ``op.create_partitioned_inbox_table(...)``. No partition is created: run
+    :func:`sa_inbox.retention.partitions.ensure_partitions` (or ``sa-inbox partitions
+    maintain``) before the first claim.
+
+    :param partition_key: the column of the message's own time.
+    :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, or an arrival-time
+        partition key, before SQL.
+    :raises sa_inbox.exc.UnsupportedBackend: on any database but PostgreSQL.
+    """
+    options = {"message_id_length": message_id_length, "partition_key": partition_key}
+    op.invoke(CreatePartitionedInboxTableOp(table_name, schema=schema, **options))
 
 
-def drop_partitioned_inbox_table(
-    op: Invoker,
-    table_name: str = DEFAULT_TABLE_NAME,
-    *,
-    schema: str | None = None,
-    message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-    partition_key: str = DEFAULT_PARTITION_KEY,
-) -> None:
-    """Typed spelling of ``op.drop_partitioned_inbox_table(...)`` (PostgreSQL only)."""
-    op.invoke(
-        DropPartitionedInboxTableOp(
-            table_name,
-            schema=schema,
-            message_id_length=message_id_length,
-            partition_key=partition_key,
-        )
-    )
-
-
-def create_outbox_table(
-    op: Invoker,
-    table_name: str = DEFAULT_OUTBOX_TABLE,
-    *,
-    schema: str | None = None,
-    message_id_length: int = OUTBOX_MESSAGE_ID_LENGTH,
-) -> None:
-    """Typed spelling of ``op.create_outbox_table(...)``; ``op`` is ``alembic.op``."""
-    op.invoke(CreateOutboxTableOp(table_name, schema=schema, message_id_length=message_id_length))
-
-
-def drop_outbox_table(
-    op: Invoker,
-    table_name: str = DEFAULT_OUTBOX_TABLE,
-    *,
-    schema: str | None = None,
-    message_id_length: int = OUTBOX_MESSAGE_ID_LENGTH,
-) -> None:
-    """Typed spelling of ``op.drop_outbox_table(...)``; ``op`` is ``alembic.op``."""
-    op.invoke(DropOutboxTableOp(table_name, schema=schema, message_id_length=message_id_length))
+drop_partitioned_inbox_table = spelling(DropPartitionedInboxTableOp, create_partitioned_inbox_table)

@@ -37,9 +37,8 @@ from alembic.operations import MigrateOperation, Operations
 
 from .._compat import sort_indexes
 from ..exc import InvalidArgument, UnsupportedBackend
-from ..outbox.schema import DEFAULT_MESSAGE_ID_LENGTH as OUTBOX_MESSAGE_ID_LENGTH
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
-from .operations import OUTBOX, PROCESSED_MESSAGES, STORE, Invoker
+from .operations import OUTBOX, PROCESSED_MESSAGES, STORE, Invoker, classmethod_named, spelling
 from .tables import InboxTableKind, build_table
 
 __all__ = [
@@ -270,101 +269,66 @@ def _rename(operations: Operations, operation: RenameInboxTableOp) -> None:
 RENAME_OPERATIONS: dict[str, type[RenameInboxTableOp]] = {}
 
 
-def _register(cls: type[RenameInboxTableOp]) -> type[RenameInboxTableOp]:
-    RENAME_OPERATIONS[cls.kind.name] = cls
-    return cls
+def _operation(kind: InboxTableKind, name: str) -> Any:
+    """The classmethod behind ``op.<name>(old, new)``, from which Alembic builds the proxy."""
 
-
-@_register
-@Operations.register_operation("rename_inbox_table")
-class RenameProcessedMessagesTableOp(RenameInboxTableOp):
-    """``op.rename_inbox_table(old, new)``: rename the processed-messages table."""
-
-    kind = PROCESSED_MESSAGES
-    op_name = "rename_inbox_table"
-    rows = "the message ids claimed in it"
-
-    @classmethod
-    def rename_inbox_table(
-        cls,
+    def operation(
+        cls: type[RenameInboxTableOp],
         operations: Operations,
         old_table_name: str,
         new_table_name: str,
         *,
         schema: str | None = None,
-        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+        **options: Any,
     ) -> None:
-        """Rename the processed-messages table, its rows (the claimed ids) kept.
+        names = (old_table_name, new_table_name)
+        operations.invoke(cls(*names, schema=schema, **kind.options(options)))
 
-        ``pk_<old>`` and ``ix_<old>_received_at`` become ``pk_<new>`` and
-        ``ix_<new>_received_at`` (see :mod:`sa_inbox.alembic.rename` for each backend's SQL).
-
-        :param message_id_length: the table's length of ``message_id`` and ``consumer_name``
-            (SQLite copies the rows into a new table of that length).
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
-        """
-        operations.invoke(
-            cls(old_table_name, new_table_name, schema=schema, message_id_length=message_id_length)
-        )
+    return classmethod_named(operation, name)
 
 
-@_register
-@Operations.register_operation("rename_inbox_store_table")
-class RenameInboxStoreTableOp(RenameInboxTableOp):
-    """``op.rename_inbox_store_table(old, new)``: rename the inbox store table."""
+class _RenameOp(RenameInboxTableOp):
+    """A rename registered as ``op.<op_name>(old, new)`` for ``kind`` (the subclass's
+    keywords), with ``rows`` saying what the kept rows are."""
 
-    kind = STORE
-    op_name = "rename_inbox_store_table"
-    rows = "the messages stored in it and their dedup keys"
-
-    @classmethod
-    def rename_inbox_store_table(
-        cls,
-        operations: Operations,
-        old_table_name: str,
-        new_table_name: str,
-        *,
-        schema: str | None = None,
-        message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-    ) -> None:
-        """Rename the inbox store table, its rows kept (``uq_``, ``ck_``, ``ix_`` names too).
-
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
-        """
-        operations.invoke(
-            cls(old_table_name, new_table_name, schema=schema, message_id_length=message_id_length)
-        )
+    def __init_subclass__(cls, *, kind: InboxTableKind, op_name: str, rows: str, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.kind, cls.op_name, cls.rows = kind, op_name, rows
+        setattr(cls, op_name, _operation(kind, op_name))
+        Operations.register_operation(op_name)(cls)
+        RENAME_OPERATIONS[kind.name] = cls
 
 
-@_register
-@Operations.register_operation("rename_outbox_table")
-class RenameOutboxTableOp(RenameInboxTableOp):
-    """``op.rename_outbox_table(old, new)``: rename the outbox table."""
+class RenameProcessedMessagesTableOp(
+    _RenameOp,
+    kind=PROCESSED_MESSAGES,
+    op_name="rename_inbox_table",
+    rows="the message ids claimed in it",
+):
+    """``op.rename_inbox_table(old, new)``: rename the processed-messages table, its rows
+    (the claimed ids) kept: ``pk_<old>`` and ``ix_<old>_received_at`` become ``pk_<new>``
+    and ``ix_<new>_received_at`` (see :mod:`sa_inbox.alembic.rename` for each backend's SQL;
+    SQLite copies the rows into a new table of ``message_id_length``)."""
 
-    kind = OUTBOX
-    op_name = "rename_outbox_table"
-    rows = "the messages in it not yet sent"
 
-    @classmethod
-    def rename_outbox_table(
-        cls,
-        operations: Operations,
-        old_table_name: str,
-        new_table_name: str,
-        *,
-        schema: str | None = None,
-        message_id_length: int = OUTBOX_MESSAGE_ID_LENGTH,
-    ) -> None:
-        """Rename the outbox table, its rows kept (``uq_``, ``ck_``, ``ix_`` names too).
+class RenameInboxStoreTableOp(
+    _RenameOp,
+    kind=STORE,
+    op_name="rename_inbox_store_table",
+    rows="the messages stored in it and their dedup keys",
+):
+    """``op.rename_inbox_store_table(old, new)``: rename the inbox store table, its rows kept
+    (``uq_``, ``ck_``, ``ix_`` names too)."""
 
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
-        :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
-        """
-        operations.invoke(
-            cls(old_table_name, new_table_name, schema=schema, message_id_length=message_id_length)
-        )
+
+class RenameOutboxTableOp(
+    _RenameOp,
+    kind=OUTBOX,
+    op_name="rename_outbox_table",
+    rows="the messages in it not yet sent",
+):
+    """``op.rename_outbox_table(old, new)``: rename the outbox table, its rows kept
+    (``uq_``, ``ck_``, ``ix_`` names too)."""
 
 
 # -- typed spellings ----------------------------------------------------------------------
@@ -378,41 +342,16 @@ def rename_inbox_table(
     schema: str | None = None,
     message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
 ) -> None:
-    """Typed spelling of ``op.rename_inbox_table(...)``; ``op`` is ``alembic.op``."""
+    """Typed spelling of ``op.rename_inbox_table(...)``; ``op`` is ``alembic.op``.
+
+    :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+    :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
+    """
+    names = (old_table_name, new_table_name)
     op.invoke(
-        RenameProcessedMessagesTableOp(
-            old_table_name, new_table_name, schema=schema, message_id_length=message_id_length
-        )
+        RenameProcessedMessagesTableOp(*names, schema=schema, message_id_length=message_id_length)
     )
 
 
-def rename_inbox_store_table(
-    op: Invoker,
-    old_table_name: str,
-    new_table_name: str,
-    *,
-    schema: str | None = None,
-    message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
-) -> None:
-    """Typed spelling of ``op.rename_inbox_store_table(...)``; ``op`` is ``alembic.op``."""
-    op.invoke(
-        RenameInboxStoreTableOp(
-            old_table_name, new_table_name, schema=schema, message_id_length=message_id_length
-        )
-    )
-
-
-def rename_outbox_table(
-    op: Invoker,
-    old_table_name: str,
-    new_table_name: str,
-    *,
-    schema: str | None = None,
-    message_id_length: int = OUTBOX_MESSAGE_ID_LENGTH,
-) -> None:
-    """Typed spelling of ``op.rename_outbox_table(...)``; ``op`` is ``alembic.op``."""
-    op.invoke(
-        RenameOutboxTableOp(
-            old_table_name, new_table_name, schema=schema, message_id_length=message_id_length
-        )
-    )
+rename_inbox_store_table = spelling(RenameInboxStoreTableOp, rename_inbox_table)
+rename_outbox_table = spelling(RenameOutboxTableOp, rename_inbox_table)

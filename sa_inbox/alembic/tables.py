@@ -8,6 +8,7 @@ that mark to render ``op.create_inbox_table(...)`` instead of a raw ``op.create_
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,25 @@ class InboxTableKind:
     dialects: frozenset[str] | None = None
     length_column: str = "message_id"
     length_option: str = "message_id_length"
+
+    def options(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """An operation's factory options: ``given`` over the factory's defaults, so that the
+        operation records them all (its reverse and its rendering repeat them).
+
+        :raises TypeError: for an option the factory does not take, as a call would.
+        """
+        inspect.signature(self.factory).bind_partial(**given)  # TypeError for an unknown one
+        defaults = {k: v for k, v in self.defaults.items() if k != "table_name"}
+        return defaults | dict(given)
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The factory's keyword options and their defaults, ``table_name`` included
+        (``schema`` is every table's)."""
+        parameters = inspect.signature(self.factory).parameters.values()
+        return {
+            p.name: p.default for p in parameters if p.kind is p.KEYWORD_ONLY and p.name != "schema"
+        }
 
 
 _KINDS: dict[str, InboxTableKind] = {}

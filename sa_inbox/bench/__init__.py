@@ -15,16 +15,13 @@ measured function's docstring is the label of its figures:
 * :mod:`.store_drain`: the inbox store: messages received per second, drained per second by
   1 … W worker processes, and one receive against one claim;
 * :mod:`.outbox` (run only when named: its relay part needs a RabbitMQ URL): the cost of
-  ``outbox.publish()`` in the handler's transaction, and relay throughput with confirms;
-* :mod:`.design` (run only when named, PostgreSQL only): the 10^9-row design, measured at
-  10^6-10^7 rows (bytes per row, claim latency against table size, batched DELETE and
-  partition create/drop cost) and projected by :mod:`.design_model` to 2,000-50,000
-  messages/s over 14 days.
+  ``outbox.publish()`` in the handler's transaction, and relay throughput with confirms.
 
 Each scenario prints a table and writes JSON; :mod:`.report` turns the JSON into Markdown
 tables and PNG plots. The published figures are in the repository's
-``benchmarks/RESULTS.md``. Scenario modules are imported only when asked for, so that
-``sa-inbox --help`` stays fast.
+``benchmarks/RESULTS.md``; the comparisons with other libraries and the one-off studies are
+scripts in its ``benchmarks/``, outside the package. Scenario modules are imported only when
+asked for, so that ``sa-inbox --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ __all__ = ["OPTIONAL_SCENARIOS", "SCENARIOS", "scenario"]
 #: Scenario names, in the order ``sa-inbox bench`` runs them by default.
 SCENARIOS = ("claim_overhead", "batch_claim", "index_hotspots", "growth", "purge", "store_drain")
 #: Scenarios run only when named (``sa-inbox bench outbox --broker amqp://…``).
-OPTIONAL_SCENARIOS = ("outbox", "design")
+OPTIONAL_SCENARIOS = ("outbox",)
 
 
 def scenario(name: str) -> ModuleType:

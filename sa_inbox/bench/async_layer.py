@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from .db import ACCOUNT, AMOUNT, LEDGER, SQLITE_TIMEOUT, BenchSchema, sqlite_wal
-from .workers import share
+from .workers import share, worker_result
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -220,14 +220,8 @@ async def _measure(
         for kind, fn in zip(by_kind, sequence, strict=True)
         if fn is not async_plain
     )
-    return {
-        "started": started,
-        "finished": finished,
-        "latencies": [x for kind in by_kind for x in kind],
-        "paired_latencies": by_kind if params["mode"] == "paired" else None,
-        "transactions": len(ids) + WARMUP * len(sequence),
-        "claims": claims,
-    }
+    transactions = len(ids) + WARMUP * len(sequence)
+    return worker_result((started, finished, by_kind), params["mode"], transactions, claims)
 
 
 def measure_async(

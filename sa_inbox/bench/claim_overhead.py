@@ -25,7 +25,7 @@ from __future__ import annotations
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -40,7 +40,7 @@ from ..session import install, register_claim
 from .async_layer import ASYNC_SEQUENCES, async_layers, missing_async_drivers
 from .db import ACCOUNT, AMOUNT, LEDGER, Account, BenchSchema, LedgerEntry, make_engine
 from .runner import BenchConfig, label_of
-from .workers import BenchError, WorkerPool, levels, share, summarise
+from .workers import BenchError, WorkerPool, levels, share, summarise, worker_result
 
 __all__ = [
     "LAYERS",
@@ -55,6 +55,7 @@ __all__ = [
     "raw_claim",
     "raw_plain",
     "run",
+    "run_in_turn",
     "table",
 ]
 
@@ -244,6 +245,31 @@ def layer_order(layers: list[str]) -> list[str]:
     return sorted(layers, key=lambda x: list(LAYERS).index(x) if x in LAYERS else len(LAYERS))
 
 
+def run_in_turn(
+    ctx: Context,
+    sequence: Sequence[Callable[[Context, str], object]],
+    ids: Sequence[str],
+    go: Callable[[], float],
+) -> tuple[float, float, list[list[float]]]:
+    """Run :data:`WARMUP` rounds of ``sequence`` untimed, wait at the barrier (``go``),
+    then one transaction per id, the kinds of ``sequence`` in turn.
+
+    :returns: the start and finish (``time.perf_counter()``), and the latencies in seconds
+        of each kind.
+    """
+    by_kind: list[list[float]] = [[] for _ in sequence]
+    for _ in range(WARMUP):
+        for transaction in sequence:
+            transaction(ctx, str(uuid.uuid4()))
+    started = go()
+    for n, message_id in enumerate(ids):
+        kind = n % len(sequence)
+        t0 = time.perf_counter()
+        sequence[kind](ctx, message_id)
+        by_kind[kind].append(time.perf_counter() - t0)
+    return started, time.perf_counter(), by_kind
+
+
 def measure(
     params: Mapping[str, Any], worker: int, workers: int, go: Callable[[], float]
 ) -> dict[str, Any]:
@@ -256,31 +282,14 @@ def measure(
     engine = make_engine(params["url"])
     ctx = Context(engine, account=worker)
     sequence = _sequence(params["mode"], params["layer"])
-    by_kind: list[list[float]] = [[] for _ in sequence]
+    ids = [str(uuid.uuid4()) for _ in range(share(params["messages"], worker, workers))]
     try:
-        ids = [str(uuid.uuid4()) for _ in range(share(params["messages"], worker, workers))]
-        for _ in range(WARMUP):
-            for transaction in sequence:
-                transaction(ctx, str(uuid.uuid4()))
-        started = go()
-        for n, message_id in enumerate(ids):
-            kind = n % len(sequence)
-            t0 = time.perf_counter()
-            sequence[kind](ctx, message_id)
-            by_kind[kind].append(time.perf_counter() - t0)
-        finished = time.perf_counter()
+        timing = run_in_turn(ctx, sequence, ids, go)
     finally:
         ctx.close()
         engine.dispose()
-    claims = len(by_kind[-1]) + WARMUP if params["mode"] != "plain" else 0
-    return {
-        "started": started,
-        "finished": finished,
-        "latencies": [x for kind in by_kind for x in kind],
-        "paired_latencies": by_kind if params["mode"] == "paired" else None,
-        "transactions": len(ids) + WARMUP * len(sequence),
-        "claims": claims,
-    }
+    claims = len(timing[2][-1]) + WARMUP if params["mode"] != "plain" else 0
+    return worker_result(timing, params["mode"], len(ids) + WARMUP * len(sequence), claims)
 
 
 def _check_state(

@@ -1,31 +1,13 @@
 """Index hotspots: message-id key formats and primary-key column orders under concurrent writers.
 
-For every key format of :data:`~sa_inbox.bench.keys.KEY_FORMATS` (random UUIDv4,
-time-ordered UUIDv7, sequential, hash-prefixed) and both primary-key column orders,
-``(message_id, consumer_name)`` and ``(consumer_name, message_id)``, W worker processes
-each claim their share of ``messages`` ids, one claim per transaction, as consumers do.
-Message ``n`` goes to consumer ``consumer-{n % 2}`` (two consumers share the table) and
-gets the key ``format(n)``; worker ``w`` takes ``n = w, w + W, w + 2W …``, so the global
-sequence advances evenly. Ids are made at claim time (a UUIDv7 carries the clock).
+For every key format of :data:`~sa_inbox.bench.keys.KEY_FORMATS` and both primary-key column
+orders, W worker processes each claim their share of ``messages`` ids, one claim per
+transaction, two consumers sharing the table. Figures per cell: claims per second, the
+primary key's size, leaf pages and leaf density after the run, and the waits seen meanwhile
+(PostgreSQL: ``pgstatindex()``, manual F.33 "pgstattuple", and ``pg_stat_activity``;
+MariaDB: ``INNODB_BUFFER_PAGE``, ``INNODB_METRICS`` and ``PROCESSLIST``; SQLite: ``dbstat``).
 
-Figures per cell: claims per second, and after the run the primary key's size, leaf pages
-and leaf density, plus the waits seen meanwhile:
-
-* PostgreSQL: ``pgstatindex()`` of the pgstattuple extension (PostgreSQL manual, F.33
-  "pgstattuple") on the primary-key index; waits sampled from ``pg_stat_activity``
-  (``wait_event_type``/``wait_event`` of the workers' backends, every
-  :data:`SAMPLE_INTERVAL` seconds).
-* MariaDB: the primary key is InnoDB's clustered index (the leaves hold the rows); its
-  pages and fill from ``information_schema.INNODB_BUFFER_PAGE`` (``DATA_SIZE`` / page size
-  over the index's pages, all in the buffer pool right after the run; the allocated size
-  from ``mysql.innodb_index_stats`` after ``ANALYZE TABLE``), and deltas of the
-  ``INNODB_METRICS`` counters ``index_page_splits``, ``lock_row_lock_waits``,
-  ``lock_row_lock_time`` and ``buffer_pool_wait_free`` (enabled with ``SET GLOBAL
-  innodb_monitor_enable``; MariaDB manual, "Information Schema INNODB_METRICS Table").
-  ``performance_schema`` is off by default in MariaDB (and in the servers of
-  ``scripts/servers.sh``), so waits are sampled from ``information_schema.PROCESSLIST``
-  states instead.
-* SQLite: one writer at a time; index size and fill from the ``dbstat`` virtual table.
+.. seealso:: ``docs/discussions/benchmarks.md``, "index_hotspots".
 """
 
 from __future__ import annotations

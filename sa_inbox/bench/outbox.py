@@ -43,6 +43,7 @@ from .claim_overhead import (
     _orm_business,
     core_claim,
     orm_claim,
+    run_in_turn,
 )
 from .db import BenchSchema, make_engine
 from .runner import BenchConfig
@@ -106,19 +107,9 @@ def measure_write(
     """One worker's part of a paired write-cost cell (in a worker process)."""
     engine = make_engine(params["url"])
     ctx = Context(engine, account=worker)
-    pair = LAYERS[params["layer"]]
-    by_kind: list[list[float]] = [[], []]
+    ids = [str(uuid.uuid4()) for _ in range(share(params["messages"], worker, workers))]
     try:
-        ids = [str(uuid.uuid4()) for _ in range(share(params["messages"], worker, workers))]
-        for _ in range(WARMUP):
-            for transaction in pair:
-                transaction(ctx, str(uuid.uuid4()))
-        started = go()
-        for n, message_id in enumerate(ids):
-            t0 = time.perf_counter()
-            pair[n % 2](ctx, message_id)
-            by_kind[n % 2].append(time.perf_counter() - t0)
-        finished = time.perf_counter()
+        started, finished, by_kind = run_in_turn(ctx, LAYERS[params["layer"]], ids, go)
     finally:
         ctx.close()
         engine.dispose()

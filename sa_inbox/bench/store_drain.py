@@ -1,54 +1,32 @@
 """Inbox store: receive M messages, then drain them with 1 … W worker processes, per
 handler and transaction mode.
 
-Each drain drops and creates the store table (``bench_store``), a ledger and an accounts
-table, receives the ``messages`` in broker polls of :data:`POLL`
-(:meth:`~sa_inbox.store.InboxStore.receive_many`, one transaction per poll), then drains
-them with ``workers`` processes of :class:`~sa_inbox.bench.workers.WorkerPool`, each running
-``Worker(batch_size=…, transaction=…).run(until_empty=True)``, released together by a barrier
-once connected. The drain is timed from the release to the last worker's return; a worker
-that finds nothing claimable while rows are still in other workers' hands polls again after
-:data:`POLL_INTERVAL`.
+Each drain makes the store table anew, receives ``messages`` in polls of :data:`POLL`
+(:meth:`~sa_inbox.store.InboxStore.receive_many`), then drains them with ``workers``
+processes of :class:`~sa_inbox.bench.workers.WorkerPool` (``Worker(...).run(until_empty=
+True)``, released together by a barrier). Cells: each handler of :data:`HANDLERS` by worker
+level by contender (``transaction="message"``, ``"batch"``, and the ``others`` :func:`run`
+is given); the contenders of a cell alternate within each repeat. After each drain the
+database is checked (every message done exactly once; for ``ledger``, the ledger and the
+balances) and a wrong state stops the benchmark. ``receive vs claim`` times one message per
+transaction through :meth:`~sa_inbox.store.InboxStore.receive`, :meth:`~sa_inbox.Inbox.claim`
+and a hand-written Core insert (:func:`receive_vs_claim`).
 
-Cells: each handler of :data:`HANDLERS` (``noop``: nothing; ``ledger``: one ledger insert
-and one balance update of one of :data:`ACCOUNTS` accounts, spread so that concurrent
-batches lock accounts in crossing orders), by each worker level, by each contender: sa-inbox
-with ``transaction="message"`` and ``"batch"``, and, with the no-op handler, each
-:class:`Peer` named in ``options["peers"]`` that runs on the backend. The contenders of a
-cell alternate within each repeat (the order rotating), so they see the same moments of a
-shared machine; ratios (``x_message``: batch over per-message, ``x_<peer>``: batch over a
-peer) are taken per repeat, then their median.
+Options (``config.options``): ``batch_size`` (default :data:`DEFAULT_BATCH_SIZE`),
+``levels`` (default 1, 2, 4 … ``config.workers``), ``handlers`` (a subset of
+:data:`HANDLERS`). Figures are medians over ``config.repeat`` runs.
 
-After each drain the state is checked in the database, and a wrong state stops the
-benchmark: every store row ``done`` and the workers' ``processed`` adding up to the
-messages (each message done exactly once); no failed attempt, dead row or worker error
-(so no deadlock reached the user: deadlocks are re-run, counted in ``batch_reruns`` and
-``transient_retries``, which are reported); for ``ledger``, one ledger row per message
-(distinct) and the balances adding up to the amounts.
-
-Before the drains, ``receive vs claim`` times one message per transaction, alternately
-(order rotated each message) through :meth:`~sa_inbox.store.InboxStore.receive` (the
-store's insert-or-skip of the whole message), :meth:`~sa_inbox.Inbox.claim` (the
-processed-messages key only) and a hand-written SQLAlchemy Core insert of the receive's row,
-on one open connection: the median latency of each, over ``min(messages, 2000)`` messages
-after :data:`WARMUP` untimed ones (every table must then hold exactly those rows); see
-:func:`receive_vs_claim`.
-
-Options (``config.options``): ``batch_size`` (default :data:`DEFAULT_BATCH_SIZE`), the
-worker's claim batch; ``levels``, the worker levels (default 1, 2, 4 … ``config.workers``);
-``handlers``, a subset of :data:`HANDLERS`; ``peers``, import paths of :class:`Peer` modules.
-Figures are medians over ``config.repeat`` runs.
+.. seealso:: ``docs/discussions/benchmarks.md``, "store_drain".
 """
 
 from __future__ import annotations
 
 import datetime
-import importlib
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any
 
 import sqlalchemy as sa
 from rich.progress import Progress
@@ -69,9 +47,8 @@ __all__ = [
     "HANDLERS",
     "POLL_INTERVAL",
     "SINGLE_WAYS",
-    "Peer",
+    "OtherDrain",
     "drain_worker",
-    "load_peers",
     "read_loadavg",
     "receive_vs_claim",
     "run",
@@ -88,9 +65,8 @@ SINGLE_MAX = 2000
 #: Untimed messages before the receive-vs-claim timing (checks, statement caches).
 WARMUP = 5
 #: Seconds a drain worker waits when nothing is claimable but rows are still in other
-#: workers' hands. With the worker's default (1 s) the last worker of a cell idled up to 1 s
-#: after the drain was done, and that idle time was counted in the drain (measured: 4
-#: workers on PostgreSQL finished at 0.62 s, the last one at 1.63 s).
+#: workers' hands: well under the worker's default (1 s), whose idle end of a drain would be
+#: counted in it.
 POLL_INTERVAL = 0.05
 #: Accounts the ``ledger`` handler credits.
 ACCOUNTS = 1000
@@ -98,41 +74,12 @@ ACCOUNTS = 1000
 OWN = (MESSAGE, BATCH)
 
 
-class Peer(Protocol):
-    """Another library's drain, a contender of the no-op cells: a module named by its import
-    path in ``options["peers"]`` (importable in the worker processes too) that has these,
-    and a :data:`~sa_inbox.bench.workers.WorkerFunction` ``drain_worker`` (params: ``url``)
-    that drains what :meth:`receive` stored and returns its ``done`` and ``errors``."""
-
-    __name__: str
-    #: The contender's name in the results (``x_<NAME>``: batch over this peer).
-    NAME: str
-
-    def available(self, url: str) -> bool:
-        """Whether this peer runs on ``url``'s backend here (its library importable)."""
-        ...
-
-    def receive(self, url: str, messages: int) -> float:
-        """Store ``messages`` pending messages in the peer's own table; the seconds taken."""
-        ...
-
-    def check(self, url: str, messages: int) -> None:
-        """:raises BenchError: unless every message was processed; then drop the table."""
-        ...
-
-
-def load_peers(paths: Sequence[str]) -> dict[str, Peer]:
-    """The :class:`Peer` modules at ``paths`` (import paths), by their ``NAME``.
-
-    :raises BenchError: if a name is one of sa-inbox's own contenders or given twice.
-    """
-    peers: dict[str, Peer] = {}
-    for path in paths:
-        peer = cast(Peer, importlib.import_module(path))
-        if peer.NAME in (*OWN, *peers):
-            raise BenchError(f"peer {path}: contender name {peer.NAME!r} is already taken")
-        peers[peer.NAME] = peer
-    return peers
+#: Another contender's drain of one no-op cell, given to :func:`run` by name: called with
+#: the worker pool, the URL, the messages and the worker processes, it stores the messages
+#: in its own table, drains them in that many processes of the pool and checks the result;
+#: it returns the seconds its receive took and the workers' summaries (``done``,
+#: ``errors``, as :func:`drain_worker`'s). :raises BenchError: on a wrong result.
+OtherDrain = Callable[[WorkerPool, str, int, int], tuple[float, list[dict[str, Any]]]]
 
 
 METADATA = sa.MetaData()
@@ -267,16 +214,14 @@ def drain(
     batch_size: int,
     handler: str = "noop",
     contender: str = MESSAGE,
-    peers: Mapping[str, Peer] | None = None,
+    others: Mapping[str, OtherDrain] | None = None,
 ) -> dict[str, Any]:
     """One drain: receive ``messages``, drain them with ``workers`` processes of
-    ``contender`` (``"message"``, ``"batch"`` or the name of one of ``peers``), check; its
+    ``contender`` (``"message"``, ``"batch"`` or the name of one of ``others``), check; its
     figures."""
-    peer = (peers or {}).get(contender)
-    if peer is not None:
-        receive_seconds = peer.receive(url, messages)
-        results = pool.run(f"{peer.__name__}:drain_worker", {"url": url}, workers)
-        peer.check(url, messages)
+    other = (others or {}).get(contender)
+    if other is not None:
+        receive_seconds, results = other(pool, url, messages, workers)
     else:
         _reset(engine)
         receive_seconds = _receive(engine, messages)
@@ -386,27 +331,30 @@ def read_loadavg() -> float:
         return float("nan")
 
 
-def contenders(handler: str, url: str, peers: Mapping[str, Peer] | None = None) -> list[str]:
+def contenders(handler: str, others: Mapping[str, OtherDrain] | None = None) -> list[str]:
     """The contenders of a drain cell: both transaction modes, and for ``noop`` each of
-    ``peers`` that runs on ``url``'s backend."""
-    found = list(OWN)
-    if handler == "noop":
-        found += [name for name, peer in (peers or {}).items() if peer.available(url)]
-    return found
+    ``others``."""
+    return [*OWN, *(others or {})] if handler == "noop" else list(OWN)
 
 
-def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
+def run(
+    config: BenchConfig, progress: Progress, others: Mapping[str, OtherDrain] | None = None
+) -> dict[str, Any]:
     """``config.repeat`` receive-vs-claim timings, then ``config.repeat`` drains of every
     contender, per handler and worker level; every run's figures and the medians.
 
-    :raises BenchError: if a run leaves the wrong state or a worker fails.
+    :param others: other contenders of the no-op cells by name (:data:`OtherDrain`).
+    :raises BenchError: if a run leaves the wrong state or a worker fails, or a name of
+        ``others`` is one of sa-inbox's own contenders.
     """
     messages = config.messages or DEFAULT_MESSAGES
     batch_size = int(config.options.get("batch_size", DEFAULT_BATCH_SIZE))
     worker_levels = list(config.options.get("levels") or levels(config.workers))
     handlers = list(config.options.get("handlers") or HANDLERS)
-    peers = load_peers(config.options.get("peers") or ())
-    cells = [(h, w, contenders(h, config.url, peers)) for h in handlers for w in worker_levels]
+    taken = set(OWN) & set(others or {})
+    if taken:
+        raise BenchError(f"contender name {', '.join(sorted(taken))!r} is already taken")
+    cells = [(h, w, contenders(h, others)) for h in handlers for w in worker_levels]
     single_task = progress.add_task("store: receive vs claim", total=config.repeat)
     drain_task = progress.add_task(
         "store: drain", total=config.repeat * sum(len(c) for _, _, c in cells)
@@ -433,7 +381,7 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
                                 batch_size,
                                 handler,
                                 contender,
-                                peers,
+                                others,
                             )
                             | {"repeat": repeat}
                         )
@@ -479,7 +427,7 @@ def _ratio(runs: list[dict[str, Any]], cell: tuple[str, int], over: str) -> floa
 
 
 def peers_of(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The peer contenders among ``rows`` (runs or summary rows), sorted."""
+    """The other contenders among ``rows`` (runs or summary rows), sorted."""
     return sorted({r.get("contender", MESSAGE) for r in rows} - set(OWN))
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "percentile",
     "share",
     "summarise",
+    "worker_result",
 ]
 
 WorkerFunction = Callable[[Mapping[str, Any], int, int, Callable[[], float]], dict[str, Any]]
@@ -72,6 +73,22 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
     return ordered[index]
+
+
+def worker_result(
+    timing: tuple[float, float, list[list[float]]], mode: str, transactions: int, claims: int
+) -> dict[str, Any]:
+    """A cell worker's summary: its start and finish, its latencies (apart per kind in
+    ``paired`` mode), the transactions it ran (warm-ups included) and its claims."""
+    started, finished, by_kind = timing
+    return {
+        "started": started,
+        "finished": finished,
+        "latencies": [x for kind in by_kind for x in kind],
+        "paired_latencies": by_kind if mode == "paired" else None,
+        "transactions": transactions,
+        "claims": claims,
+    }
 
 
 def summarise(results: Sequence[Mapping[str, Any]], messages: int) -> dict[str, float]:

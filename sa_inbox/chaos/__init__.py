@@ -11,12 +11,12 @@ module                        concern
 :mod:`.verify`                the database and the broker against the plan
 :mod:`.report`                the result: rich tables and JSON
 :mod:`.run`                   the orchestration, :func:`.run.run_chaos`
-:mod:`.failover`              a database failover under the consumers (PostgreSQL primary
-                              + standby), :func:`.failover.run_failover`
 :mod:`.drivers`               one :class:`~.drivers.ChaosDriver` per broker, by URL scheme
 ============================  ============================================================
 
-Nothing is imported here, so that a consumer process imports only what it runs.
+The database failover run (PostgreSQL primary + standby) is ``benchmarks/failover.py`` in
+the repository, outside the package. Nothing is imported here, so that a consumer process
+imports only what it runs.
 """
 
 from __future__ import annotations

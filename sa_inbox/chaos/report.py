@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..demo.report import format_cents
+from ..demo.report import count_table, format_cents
 from .tally import Tally
 from .verify import Verification
 
@@ -102,9 +102,6 @@ def _mark(ok: bool) -> Text:
 
 def _run_table(r: ChaosResult) -> Table:
     t = r.tally
-    table = Table(title=f"Chaos run on {r.broker} ({r.backend})", title_justify="left")
-    table.add_column("what happened")
-    table.add_column("count", justify="right")
     rows = [
         ("published", r.published),
         ("  duplicate publishes (producer retries, same id)", r.duplicate_publishes),
@@ -120,9 +117,7 @@ def _run_table(r: ChaosResult) -> Table:
         ("dead letters (after the delivery limit)", len(t.dead_letters)),
         ("messages/s", f"{r.messages_per_s:.0f}"),
     ]
-    for label, value in rows:
-        table.add_row(label, str(value))
-    return table
+    return count_table(f"Chaos run on {r.broker} ({r.backend})", rows)
 
 
 def _verification_table(v: Verification) -> Table:

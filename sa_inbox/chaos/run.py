@@ -43,7 +43,6 @@ from rich.console import Console
 from rich.status import Status
 
 from ..demo.app import DemoSchema
-from ..demo.db import make_engine, prepare_database
 from .consumer import ConsumerConfig
 from .drivers import ChaosDriver, driver_for
 from .report import ChaosResult
@@ -274,14 +273,10 @@ def log_dir(path: Path | None) -> Iterator[str]:
 
 def prepared_engine(url: str, schema: DemoSchema, plan: ChaosPlan) -> sa.Engine:
     """An engine on ``url`` with the run's tables freshly created."""
-    engine = make_engine(url)
     try:
-        prepare_database(engine)
-        schema.reset(engine, plan.accounts)
+        return schema.prepared(url, plan.accounts)
     except sa.exc.SQLAlchemyError as exc:
-        engine.dispose()
         raise ChaosError(f"cannot prepare the database: {exc}") from exc
-    return engine
 
 
 def consumer_configs(config: ChaosConfig) -> list[ConsumerConfig]:

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 import sqlalchemy as sa
@@ -43,11 +44,13 @@ from .._compat import greenlet_spawn
 from ..exc import ConfigurationError, MissingExtra
 
 if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from ..store import InboxStore
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
     "DRIVER_EXTRAS",
@@ -56,18 +59,29 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "POSITIVE",
+    "SECONDS",
+    "SHARE",
+    "WAIT",
     "CannotRun",
     "Database",
     "Group",
+    "Verified",
     "bind_store",
     "check_url",
     "connected",
+    "finish",
     "is_async_url",
+    "json_option",
     "one_line",
     "open_database",
+    "options",
     "parse_url",
     "require_table",
+    "setting",
     "sqlite_file",
+    "stop_on_interrupt",
+    "url_option",
 ]
 
 #: The command did what it was asked.
@@ -401,3 +415,87 @@ def connected(url: str, failure: str, *, needs_async: str | None = None) -> Iter
         raise CannotRun(f"{failure}: {type(exc).__name__}: {exc}") from exc
     finally:
         database.close()
+
+
+# -- options every command spells alike -------------------------------------------------
+
+#: A count: messages, workers, rows, attempts (at least 1).
+POSITIVE = click.IntRange(min=1)
+#: A period in seconds that must pass (above 0).
+SECONDS = click.FloatRange(min=0, min_open=True)
+#: A wait in seconds that may be none (0 or more).
+WAIT = click.FloatRange(min=0)
+#: A share of messages or deliveries, 0 to 1.
+SHARE = click.FloatRange(0, 1)
+
+
+def options(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
+    """The click option ``decorators`` as one decorator, in the order listed (the order of
+    ``--help``)."""
+
+    def decorate(command: F) -> F:
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return decorate
+
+
+def setting(
+    name: str | tuple[str, ...], default: Any, kind: Any, help: str, **kwargs: Any
+) -> Callable[[F], F]:
+    """An option of type ``kind`` whose ``default`` ``--help`` shows.
+
+    :param name: ``"--name"``, or click's declarations (``("-c", "--config", "config_file")``).
+    """
+    names = (name,) if isinstance(name, str) else name
+    return click.option(*names, default=default, show_default=True, type=kind, help=help, **kwargs)
+
+
+def url_option(help: str = "Database URL (SQLAlchemy form).", **kwargs: Any) -> Callable[[F], F]:
+    """``--url``, required unless ``kwargs`` give a default."""
+    kwargs.setdefault("required", "default" not in kwargs)
+    return click.option("--url", help=help, **kwargs)
+
+
+def json_option(help: str, **kwargs: Any) -> Callable[[F], F]:
+    """``--json FILE`` (the ``json_path`` parameter): where a command also writes its
+    figures."""
+    kind = click.Path(dir_okay=False, path_type=Path)
+    return click.option("--json", "json_path", type=kind, default=None, help=help, **kwargs)
+
+
+class Verified(Protocol):
+    """A run's verified result (the demo's, the chaos run's)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+@contextmanager
+def stop_on_interrupt(console: Console, stopped: str) -> Iterator[None]:
+    """End the command with exit :data:`EXIT_INTERRUPTED` on Ctrl-C in the block.
+
+    :param stopped: what Ctrl-C stopped (``"workers"``), for the message.
+    """
+    try:
+        yield
+    except KeyboardInterrupt:
+        console.print(f"interrupted: {stopped} stopped, nothing verified")
+        raise SystemExit(EXIT_INTERRUPTED) from None
+
+
+def finish(
+    console: Console, report: RenderableType, result: Verified, json_path: Path | None
+) -> None:
+    """Print a run's ``report``, write ``result`` to ``json_path`` (if given).
+
+    :raises SystemExit: :data:`EXIT_FAILED` if the verification failed.
+    """
+    console.print(report)
+    if json_path is not None:
+        json_path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    if not result.ok:
+        raise SystemExit(EXIT_FAILED)

@@ -21,18 +21,15 @@ from pathlib import Path
 import click
 
 from .._optional import optional_dependencies
-from ._common import CannotRun
+from ._common import POSITIVE, CannotRun, setting
 
 __all__ = ["alembic_group"]
 
-CONFIG_OPTION = click.option(
-    "-c",
-    "--config",
-    "config_file",
-    default="alembic.ini",
-    show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The Alembic config file.",
+CONFIG_OPTION = setting(
+    ("-c", "--config", "config_file"),
+    "alembic.ini",
+    click.Path(dir_okay=False, path_type=Path),
+    "The Alembic config file.",
 )
 
 
@@ -70,14 +67,9 @@ def init(directory: Path, config_file: Path) -> None:
 
 
 @alembic_group.command("revision")
-@click.option("-m", "--message", default="add inbox", show_default=True, help="Revision message.")
+@setting(("-m", "--message"), "add inbox", None, "Revision message.")
 @CONFIG_OPTION
-@click.option(
-    "--table-name",
-    default="inbox_processed_messages",
-    show_default=True,
-    help="Name of the processed-messages table.",
-)
+@setting("--table-name", "inbox_processed_messages", None, "Name of the processed-messages table.")
 @click.option(
     "--store",
     is_flag=True,
@@ -101,22 +93,13 @@ def init(directory: Path, config_file: Path) -> None:
     help="Leave the consumers table out: for an application whose Inbox and InboxStore are "
     "built with consumers=False.",
 )
-@click.option(
-    "--store-table-name",
-    default="inbox_store",
-    show_default=True,
-    help="Name of the inbox store table (with --store).",
-)
+@setting("--store-table-name", "inbox_store", None, "Name of the inbox store table (with --store).")
 @click.option("--schema", default=None, help="Schema of the tables (default: the connection's).")
-@click.option(
-    "--message-id-length",
-    default=255,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Length in characters of message_id and consumer_name.",
+@setting(
+    "--message-id-length", 255, POSITIVE, "Length in characters of message_id and consumer_name."
 )
 @click.option("--rev-id", default=None, help="Revision id (default: a random one).")
-@click.option("--head", default="head", show_default=True, help="Revision to build on.")
+@setting("--head", "head", None, "Revision to build on.")
 def revision(
     message: str,
     config_file: Path,

@@ -17,11 +17,12 @@ from __future__ import annotations
 import contextlib
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..bench import OPTIONAL_SCENARIOS, SCENARIOS
-from ._common import CannotRun, check_url
+from ._common import POSITIVE, CannotRun, check_url, setting, url_option
 
 __all__ = ["bench"]
 
@@ -31,8 +32,7 @@ REPORT = "report"
 HELP = f"""Run benchmark SCENARIOs (default: all), print tables and write JSON to --out.
 
 SCENARIO is one of: {", ".join(SCENARIOS)}; {", ".join(OPTIONAL_SCENARIOS)} (only when
-named: outbox's relay part needs --broker; design needs a PostgreSQL --url and runs at
---rows, e.g. 10000000, writing design.png too); or `report` (alone), which turns the JSON
+named: outbox's relay part needs --broker); or `report` (alone), which turns the JSON
 in --out into report.md and PNG plots. `growth --rate R` is the calculator: the rows
 and bytes the inbox holds at R messages/s over --window.
 """
@@ -45,40 +45,23 @@ and bytes the inbox holds at R messages/s over --window.
     type=click.Choice([*SCENARIOS, *OPTIONAL_SCENARIOS, REPORT]),
     metavar="[SCENARIO]...",
 )
-@click.option("--url", default=None, help="Database URL. Default: a SQLite file in a temp dir.")
+@url_option("Database URL. Default: a SQLite file in a temp dir.", default=None)
 @click.option(
     "--messages",
-    type=click.IntRange(min=1),
+    type=POSITIVE,
     default=None,
     help="Messages per measured cell (default: 1000; index_hotspots 2000).",
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    help="Most concurrent worker processes; cells run at 1, 2, 4 … WORKERS.",
+@setting(
+    "--workers", 4, POSITIVE, "Most concurrent worker processes; cells run at 1, 2, 4 … WORKERS."
 )
-@click.option(
-    "--repeat",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="Runs per cell (medians are reported).",
-)
-@click.option(
-    "--rows",
-    type=click.IntRange(min=1),
-    default=1_000_000,
-    show_default=True,
-    help="growth, purge, design: rows in the measured table.",
-)
-@click.option(
+@setting("--repeat", 3, POSITIVE, "Runs per cell (medians are reported).")
+@setting("--rows", 1_000_000, POSITIVE, "growth, purge: rows in the measured table.")
+@setting(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("bench-results"),
-    show_default=True,
-    help="Directory for the JSON (and for report.md and the PNGs).",
+    Path("bench-results"),
+    click.Path(file_okay=False, path_type=Path),
+    "Directory for the JSON (and for report.md and the PNGs).",
 )
 @click.option(
     "--rate",
@@ -86,19 +69,8 @@ and bytes the inbox holds at R messages/s over --window.
     default=None,
     help="growth calculator: messages per second.",
 )
-@click.option(
-    "--window",
-    default="7d",
-    show_default=True,
-    help="growth calculator: retention window (s, m, h, d, w).",
-)
-@click.option(
-    "--consumers",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="growth calculator: consumers claiming each message.",
-)
+@setting("--window", "7d", None, "growth calculator: retention window (s, m, h, d, w).")
+@setting("--consumers", 1, POSITIVE, "growth calculator: consumers claiming each message.")
 @click.option(
     "--figures",
     type=click.Path(exists=True, path_type=Path),
@@ -133,8 +105,15 @@ def bench(
     else:
         if url is not None:
             check_url(url, sync_only=BENCH_SYNC_ONLY)
-        options = {"broker": broker} if broker else {}
-        _run(names or SCENARIOS, url, messages, workers, repeat, rows, out, options)
+        settings: dict[str, Any] = {
+            "messages": messages,
+            "workers": workers,
+            "repeat": repeat,
+            "rows": rows,
+            "out": out,
+            "options": {"broker": broker} if broker else {},
+        }
+        _run(names or SCENARIOS, url, settings)
 
 
 #: Why ``sa-inbox bench`` takes a sync driver's URL.
@@ -177,16 +156,12 @@ def _calculate(rate: float, window: str, consumers: int, source: Path | None) ->
     console.print(projection_table(projections, figures))
 
 
-def _run(
-    names: tuple[str, ...],
-    url: str | None,
-    messages: int | None,
-    workers: int,
-    repeat: int,
-    rows: int,
-    out: Path,
-    options: dict[str, str] | None = None,
-) -> None:
+def _run(names: tuple[str, ...], url: str | None, settings: dict[str, Any]) -> None:
+    """Run the scenarios ``names`` on ``url`` (a temporary SQLite file for None).
+
+    :param settings: the other fields of :class:`~sa_inbox.bench.runner.BenchConfig`.
+    :raises CannotRun: (exit 3) if a scenario could not run or left the wrong state.
+    """
     from rich.console import Console
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -200,15 +175,7 @@ def _run(
     with contextlib.ExitStack() as stack:
         if url is None:
             url = stack.enter_context(default_sqlite_url())
-        config = BenchConfig(
-            url=url,
-            messages=messages,
-            workers=workers,
-            repeat=repeat,
-            rows=rows,
-            out=out,
-            options=dict(options or {}),
-        )
+        config = BenchConfig(url=url, **settings)
         console.print(f"sa-inbox bench on {config.to_json()['url']}: {', '.join(names)}")
         try:
             with make_progress(console) as progress:
@@ -216,4 +183,4 @@ def _run(
                     run_scenario(scenario(name), config, console=console, progress=progress)
         except (BenchError, SQLAlchemyError) as exc:
             raise CannotRun(str(exc)) from exc
-    console.print(f"done in {time.perf_counter() - started:.0f} s; JSON in {out}")
+    console.print(f"done in {time.perf_counter() - started:.0f} s; JSON in {config.out}")

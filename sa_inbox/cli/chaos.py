@@ -8,14 +8,24 @@ database unreachable, a consumer failed, timeout), 130 interrupted.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from ..exc import MissingExtra
-from ._common import EXIT_FAILED, EXIT_INTERRUPTED, CannotRun, check_url
+from ._common import (
+    POSITIVE,
+    SHARE,
+    WAIT,
+    CannotRun,
+    check_url,
+    finish,
+    json_option,
+    setting,
+    stop_on_interrupt,
+    url_option,
+)
 
 if TYPE_CHECKING:
     from ..chaos.run import ChaosConfig
@@ -77,31 +87,14 @@ def database_url(url: str) -> str:
     callback=check_broker,
     help="Broker URL: amqp://..., redis://..., nats://...",
 )
-@click.option(
-    "--url",
-    required=True,
-    help="Database URL; the run drops and creates its own chaos_* tables there.",
-)
-@click.option(
-    "--messages",
-    default=1000,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Unique payment messages.",
-)
-@click.option(
-    "--consumers",
-    default=3,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Consumer processes.",
-)
-@click.option(
+@url_option("Database URL; the run drops and creates its own chaos_* tables there.")
+@setting("--messages", 1000, POSITIVE, "Unique payment messages.")
+@setting("--consumers", 3, POSITIVE, "Consumer processes.")
+@setting(
     "--kill-every",
-    default=1.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="Mean seconds between two SIGKILLs of a random consumer (exponential); 0: none.",
+    1.0,
+    WAIT,
+    "Mean seconds between two SIGKILLs of a random consumer (exponential); 0: none.",
 )
 @click.option(
     "--max-kills",
@@ -111,41 +104,36 @@ def database_url(url: str) -> str:
     "deliveries end by a kill at most this often (and by a --crash-* at most as often as "
     "messages crash): a --max-deliveries above the two keeps every one from the dead letters.",
 )
-@click.option(
+@setting(
     "--duplicates",
-    default=0.1,
-    show_default=True,
-    type=click.FloatRange(0, 1),
-    help="Share of payments published again with the same message_id (producer retries).",
+    0.1,
+    SHARE,
+    "Share of payments published again with the same message_id (producer retries).",
 )
-@click.option(
+@setting(
     "--poison",
-    default=0,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="Poison messages, whose handler always fails (they must be dead-lettered).",
+    0,
+    click.IntRange(min=0),
+    "Poison messages, whose handler always fails (they must be dead-lettered).",
 )
-@click.option(
+@setting(
     "--max-deliveries",
-    default=5,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Deliveries of a message before it goes to the dead-letter queue / stream.",
+    5,
+    POSITIVE,
+    "Deliveries of a message before it goes to the dead-letter queue / stream.",
 )
-@click.option(
+@setting(
     "--crash-after-commit",
-    default=0.0,
-    show_default=True,
-    type=click.FloatRange(0, 1),
-    help="Share of messages whose first delivery SIGKILLs its consumer after the commit, "
+    0.0,
+    SHARE,
+    "Share of messages whose first delivery SIGKILLs its consumer after the commit, "
     "before the ack (on top of the killer's random kills).",
 )
-@click.option(
+@setting(
     "--crash-in-handler",
-    default=0.0,
-    show_default=True,
-    type=click.FloatRange(0, 1),
-    help="Share of messages whose first delivery SIGKILLs its consumer in the handler, "
+    0.0,
+    SHARE,
+    "Share of messages whose first delivery SIGKILLs its consumer in the handler, "
     "after its writes, before the commit.",
 )
 @click.option("--seed", type=int, default=None, help="Seed of the plan and the killer.")
@@ -168,13 +156,7 @@ def database_url(url: str) -> str:
     default=None,
     help="Keep the consumers' settlement logs (JSON lines) and stderr in this directory.",
 )
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also write every figure and check to this JSON file.",
-)
+@json_option("Also write every figure and check to this JSON file.")
 def chaos(
     broker: str,
     url: str,
@@ -246,18 +228,12 @@ def run_and_report(
         f"a kill every ~{config.kill_every:g} s, seed {config.seed}, queue {config.name}"
     )
     try:
-        result = run_chaos(config, console=Console(stderr=True))
-    except KeyboardInterrupt:
-        console.print("interrupted: consumers stopped, nothing verified")
-        raise SystemExit(EXIT_INTERRUPTED) from None
+        with stop_on_interrupt(console, "consumers"):
+            result = run_chaos(config, console=Console(stderr=True))
     except MissingExtra:
         raise  # exit 2 (._common.Group): the broker's extra is not installed
     except ImportError as exc:
         raise CannotRun(_missing_client(config.broker, exc)) from exc
     except Exception as exc:  # the broker's, the database's, a consumer's: one line, exit 3
         raise CannotRun(f"the chaos run could not finish: {type(exc).__name__}: {exc}") from exc
-    console.print(render(result))
-    if json_path is not None:
-        json_path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    if not result.ok:
-        raise SystemExit(EXIT_FAILED)
+    finish(console, render(result), result, json_path)

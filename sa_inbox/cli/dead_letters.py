@@ -16,14 +16,14 @@ run it again).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ..brokers.delivery import DeadLetterReason
-from ._common import EXIT_FAILED, CannotRun
+from ._common import EXIT_FAILED, POSITIVE, CannotRun, options, setting
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -35,44 +35,27 @@ __all__ = ["dead_letters_group", "reading"]
 REASONS = click.Choice([reason.value for reason in DeadLetterReason])
 
 
-def target_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--broker``, ``--queue`` and ``--timeout``: the options of every ``dead-letters``
-    command."""
-    options = [
-        click.option(
-            "--broker",
-            required=True,
-            help="The broker's URL: amqp://user:pw@host/vhost, redis://host/0, nats://host.",
-        ),
-        click.option(
-            "--queue",
-            required=True,
-            help="The dead-letter queue (RabbitMQ) or stream (Redis, NATS JetStream).",
-        ),
-        click.option(
-            "--timeout",
-            type=float,
-            default=10.0,
-            show_default=True,
-            help="Seconds to connect and to wait for each reply.",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+#: ``--broker``, ``--queue`` and ``--timeout``: the options of every ``dead-letters`` command.
+target_options = options(
+    click.option(
+        "--broker",
+        required=True,
+        help="The broker's URL: amqp://user:pw@host/vhost, redis://host/0, nats://host.",
+    ),
+    click.option(
+        "--queue",
+        required=True,
+        help="The dead-letter queue (RabbitMQ) or stream (Redis, NATS JetStream).",
+    ),
+    setting("--timeout", 10.0, float, "Seconds to connect and to wait for each reply."),
+)
 
 
-def choice_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--reason`` and ``--limit``: which dead letters ``list`` and ``replay`` take."""
-    options = [
-        click.option("--reason", type=REASONS, default=None, help="Only those of this reason."),
-        click.option(
-            "--limit", type=click.IntRange(min=1), default=None, help="At most this many."
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+#: ``--reason`` and ``--limit``: which dead letters ``list`` and ``replay`` take.
+choice_options = options(
+    click.option("--reason", type=REASONS, default=None, help="Only those of this reason."),
+    click.option("--limit", type=POSITIVE, default=None, help="At most this many."),
+)
 
 
 @contextmanager

@@ -9,13 +9,22 @@ demo could not run, 130 interrupted.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from ._common import EXIT_FAILED, EXIT_INTERRUPTED, CannotRun, check_url
+from ._common import (
+    POSITIVE,
+    SHARE,
+    CannotRun,
+    check_url,
+    finish,
+    json_option,
+    setting,
+    stop_on_interrupt,
+    url_option,
+)
 from .chaos import check_broker
 
 if TYPE_CHECKING:
@@ -25,52 +34,28 @@ __all__ = ["demo"]
 
 
 @click.command("demo")
-@click.option(
-    "--messages",
-    default=2000,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Unique payment messages in the stream.",
-)
-@click.option(
-    "--workers",
-    default=4,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Worker processes consuming the stream.",
-)
+@setting("--messages", 2000, POSITIVE, "Unique payment messages in the stream.")
+@setting("--workers", 4, POSITIVE, "Worker processes consuming the stream.")
 @click.option(
     "--seed",
     type=int,
     default=None,
     help="Seed of the stream (deterministic); random if omitted, and printed.",
 )
-@click.option(
-    "--duplicate-rate",
-    default=0.1,
-    show_default=True,
-    type=click.FloatRange(0, 1),
-    help="Share of messages resent by a producer retry.",
+@setting("--duplicate-rate", 0.1, SHARE, "Share of messages resent by a producer retry.")
+@setting(
+    "--concurrent-rate", 0.05, SHARE, "Share of messages delivered twice at once, to two workers."
 )
-@click.option(
-    "--concurrent-rate",
-    default=0.05,
-    show_default=True,
-    type=click.FloatRange(0, 1),
-    help="Share of messages delivered twice at once, to two workers.",
-)
-@click.option(
+@setting(
     "--crash-rate",
-    default=0.02,
-    show_default=True,
-    type=click.FloatRange(0, 1),
-    help="Share of deliveries whose worker crashes after the commit, before the ack.",
+    0.02,
+    SHARE,
+    "Share of deliveries whose worker crashes after the commit, before the ack.",
 )
-@click.option(
-    "--url",
+@url_option(
+    "Database URL (PostgreSQL, MariaDB/MySQL); the demo drops and creates its own demo_* "
+    "tables there. Default: a SQLite file.",
     default=None,
-    help="Database URL (PostgreSQL, MariaDB/MySQL); the demo drops and creates "
-    "its own demo_* tables there. Default: a SQLite file.",
 )
 @click.option(
     "--db-file",
@@ -91,13 +76,7 @@ __all__ = ["demo"]
     help="Run the stream through this live broker (amqp://..., redis://..., nats://...) "
     "instead of the in-process one; crashes are real SIGKILLs after the commit.",
 )
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Also write the verification numbers to this JSON file.",
-)
+@json_option("Also write the verification numbers to this JSON file.")
 def demo(
     messages: int,
     workers: int,
@@ -150,17 +129,11 @@ def demo(
         f"sa-inbox demo: {messages} payments, {workers} workers, seed {config.seed}, {mode}"
     )
     try:
-        verification = run_demo(config, console=Console(stderr=True))
+        with stop_on_interrupt(console, "workers"):
+            verification = run_demo(config, console=Console(stderr=True))
     except DemoError as exc:
         raise CannotRun(str(exc)) from exc
-    except KeyboardInterrupt:
-        console.print("interrupted: workers stopped, nothing verified")
-        raise SystemExit(EXIT_INTERRUPTED) from None
-    console.print(render(verification))
-    if json_path is not None:
-        json_path.write_text(json.dumps(verification.to_json(), indent=2) + "\n")
-    if not verification.ok:
-        raise SystemExit(EXIT_FAILED)
+    finish(console, render(verification), verification, json_path)
 
 
 def _on_broker(config: DemoConfig, broker: str, json_path: Path | None) -> None:

@@ -10,13 +10,12 @@ replay of dispatched rows without ``--yes``: nothing changed), 3 the command cou
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 import sqlalchemy as sa
 
-from ._common import connected, require_table
+from ._common import connected, options, require_table, setting, url_option
 from .store import replay_options, run_replay
 
 if TYPE_CHECKING:
@@ -25,20 +24,13 @@ if TYPE_CHECKING:
 __all__ = ["outbox_group"]
 
 
-def outbox_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--url``, ``--table``, ``--schema`` and ``--destination`` of every ``outbox``
-    command."""
-    options = [
-        click.option("--url", required=True, help="Database URL (SQLAlchemy form)."),
-        click.option(
-            "--table", default="outbox_messages", show_default=True, help="The outbox table."
-        ),
-        click.option("--schema", default=None, help="The outbox table's schema."),
-        click.option("--destination", default=None, help="One destination; default: all."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+#: ``--url``, ``--table``, ``--schema`` and ``--destination`` of every ``outbox`` command.
+outbox_options = options(
+    url_option(),
+    setting("--table", "outbox_messages", None, "The outbox table."),
+    click.option("--schema", default=None, help="The outbox table's schema."),
+    click.option("--destination", default=None, help="One destination; default: all."),
+)
 
 
 def bind_outbox(engine: sa.Engine, table: str, schema: str | None) -> RelayCore:

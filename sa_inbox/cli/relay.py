@@ -22,7 +22,17 @@ import click
 import sqlalchemy as sa
 
 from ..exc import MissingExtra, UnsupportedBroker
-from ._common import CannotRun, Database, connected, require_table
+from ._common import (
+    POSITIVE,
+    SECONDS,
+    WAIT,
+    CannotRun,
+    Database,
+    connected,
+    require_table,
+    setting,
+    url_option,
+)
 
 if TYPE_CHECKING:
     from ..asyncio import AsyncOutboxRelay
@@ -34,36 +44,33 @@ __all__ = ["relay_command"]
 
 
 @click.command("relay")
-@click.option("--url", required=True, help="The outbox's database URL (SQLAlchemy form).")
+@url_option("The outbox's database URL (SQLAlchemy form).")
 @click.option(
     "--broker",
     required=True,
     help="Broker URL: amqp:// (RabbitMQ), redis:// (Redis Streams), nats:// (JetStream).",
 )
-@click.option("--table", default="outbox_messages", show_default=True, help="The outbox table.")
+@setting("--table", "outbox_messages", None, "The outbox table.")
 @click.option("--schema", default=None, help="The outbox table's schema.")
-@click.option("--batch-size", default=100, show_default=True, type=click.IntRange(min=1))
-@click.option("--max-attempts", default=10, show_default=True, type=click.IntRange(min=1))
-@click.option(
+@setting("--batch-size", 100, POSITIVE, "Rows leased per transaction.")
+@setting("--max-attempts", 10, POSITIVE, "Publish attempts before a row is dead.")
+@setting(
     "--visibility-timeout",
-    default=30.0,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds after which a leased, unmarked row is published again by another relay.",
+    30.0,
+    SECONDS,
+    "Seconds after which a leased, unmarked row is published again by another relay.",
 )
-@click.option(
+@setting(
     "--backoff",
-    default=1.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="Seconds before a message the broker refused is retried, doubling per attempt.",
+    1.0,
+    WAIT,
+    "Seconds before a message the broker refused is retried, doubling per attempt.",
 )
-@click.option(
+@setting(
     "--max-backoff",
-    default=60.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="The longest of those waits. (A broker that cannot be reached costs no attempt: "
+    60.0,
+    WAIT,
+    "The longest of those waits. (A broker that cannot be reached costs no attempt: "
     "the relay waits 1 s, doubling to 30 s, before its next lease.)",
 )
 @click.option("--ordered", is_flag=True, help="Keep each destination's messages in order.")

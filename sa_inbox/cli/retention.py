@@ -28,7 +28,16 @@ from typing import TYPE_CHECKING, Any
 import click
 import sqlalchemy as sa
 
-from ._common import bind_store, connected, require_table
+from ._common import (
+    POSITIVE,
+    bind_store,
+    connected,
+    json_option,
+    options,
+    require_table,
+    setting,
+    url_option,
+)
 
 if TYPE_CHECKING:
     from ..retention import Batch, PurgeTarget, RetentionPolicy
@@ -62,43 +71,30 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
 DURATION = Duration()
 
 
-def _policy_options(command: Any) -> Any:
-    options = [
-        click.option(
-            "--max-redelivery",
-            type=DURATION,
-            required=True,
-            help="Longest time the broker redelivers an unacked message.",
-        ),
-        click.option(
-            "--max-replay",
-            type=DURATION,
-            required=True,
-            help="Longest time the broker keeps old messages for replay (Kafka retention.ms, "
-            "SQS retention period, a stream's max-age); 0s only if messages are never replayed.",
-        ),
-        click.option(
-            "--margin",
-            type=DURATION,
-            default="1h",
-            show_default=True,
-            help="Safety margin on top (clock skew, consumer lag).",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+#: ``--max-redelivery``, ``--max-replay`` and ``--margin``: the retention policy.
+_policy_options = options(
+    click.option(
+        "--max-redelivery",
+        type=DURATION,
+        required=True,
+        help="Longest time the broker redelivers an unacked message.",
+    ),
+    click.option(
+        "--max-replay",
+        type=DURATION,
+        required=True,
+        help="Longest time the broker keeps old messages for replay (Kafka retention.ms, "
+        "SQS retention period, a stream's max-age); 0s only if messages are never replayed.",
+    ),
+    setting("--margin", "1h", DURATION, "Safety margin on top (clock skew, consumer lag)."),
+)
 
-
-def _target_options(command: Any) -> Any:
-    options = [
-        click.option("--url", required=True, help="Database URL (SQLAlchemy form)."),
-        click.option("--table", default=None, help="Table name (default: the standard name)."),
-        click.option("--schema", default=None, help="Schema of the table."),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+#: ``--url``, ``--table`` and ``--schema``: the table a command works on.
+_target_options = options(
+    url_option(),
+    click.option("--table", default=None, help="Table name (default: the standard name)."),
+    click.option("--schema", default=None, help="Schema of the table."),
+)
 
 
 def _writable_json_path(
@@ -139,21 +135,11 @@ def _writable_json_path(
     default=None,
     help="With --store: also delete dead rows older than this (default: keep them).",
 )
-@click.option(
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=5000,
-    show_default=True,
-    help="Rows per transaction, at most.",
-)
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    callback=_writable_json_path,
-    help="Also write the figures (rows, batches, longest batch) to this JSON file "
+@setting("--batch-size", 5000, POSITIVE, "Rows per transaction, at most.")
+@json_option(
+    "Also write the figures (rows, batches, longest batch) to this JSON file "
     "(checked before anything is deleted).",
+    callback=_writable_json_path,
 )
 def purge_command(
     url: str,
@@ -350,10 +336,8 @@ def _partitioned_table(engine: Any, table: str | None, schema: str | None) -> An
 @partitions_group.command("maintain")
 @_target_options
 @_policy_options
-@click.option("--interval", type=DURATION, default="1d", show_default=True, help="Width.")
-@click.option(
-    "--ahead", type=DURATION, default="7d", show_default=True, help="Create partitions ahead."
-)
+@setting("--interval", "1d", DURATION, "Width.")
+@setting("--ahead", "7d", DURATION, "Create partitions ahead.")
 def maintain_command(
     url: str,
     table: str | None,

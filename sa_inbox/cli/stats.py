@@ -1,31 +1,11 @@
 """``sa-inbox stats``: what the inbox is doing, from the database, and a health check.
 
-Reads :func:`sa_inbox.stats.collect` (per consumer: rows, oldest and newest
-``received_at``, recorded collisions; the store: rows by status, the oldest pending row's
-age, an attempts histogram, dead letters with their last errors; every table's rows and
-bytes) and prints a rich report, or JSON with ``--json``; ``--watch`` refreshes it in place
-every ``--interval`` seconds.
-
-Warnings (:func:`sa_inbox.stats.stats_warnings`) are printed with the report. With ``--check``
-the exit status says which (for a liveness/readiness probe or a cron job): 0 no warning;
-9 none of the tables exists (wrong database or table names); 10 the oldest processed row
-is older than ``--retention`` + ``--margin`` (the purge is not
-running); 11 dead letters exist; 12 the oldest pending row is older than
-``--pending-threshold`` (the worker is stuck); 13 collisions were recorded; PostgreSQL
-only (:mod:`sa_inbox.replication`): 14 ``synchronous_standby_names`` asks for synchronous
-standbys that are not connected (every COMMIT waits), 15 the server has standbys but none
-synchronous (a failover can lose acked messages), 16 the standby check could not be
-completed (the standbys' ``sync_state`` is hidden from a role without ``pg_read_all_stats``:
-:func:`sa_inbox.replication.replication_unchecked`; never taken for healthy); the outbox,
-when its table exists: 17 dead outbox rows, 18 its oldest pending row is older than
-``--pending-threshold`` (no relay running, or its broker unreachable); 19 a consumer looks
-renamed (it stopped claiming and another name started claiming ids it had claimed: those
-were applied again); with ``--dead-letters URL/QUEUE`` (repeatable: a RabbitMQ queue, a Redis
-stream, a NATS JetStream stream, the name as the URL's last path segment, see
-:mod:`sa_inbox.brokers.dead_letters.target`): 20 one of them holds dead letters (the count
-per queue is in the report and the JSON), 21 one of them cannot be read (broker unreachable,
-queue or stream missing, the broker's extra not installed; never taken for healthy). With
-several, the lowest code. 3: the database cannot be read (as every command).
+Prints :func:`sa_inbox.stats.collect`'s sample as a rich report, or JSON with ``--json``;
+``--watch`` refreshes it every ``--interval`` seconds. Warnings
+(:func:`sa_inbox.stats.stats_warnings`, which lists them) are printed with the report; with
+``--check`` the exit status is the lowest warning's code
+(:data:`sa_inbox.stats.WARNING_CODES`, 9-21; 0 for none), for a probe or a cron job, and 3
+when the database cannot be read (as every command).
 """
 
 from __future__ import annotations
@@ -38,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._common import connected
+from ._common import connected, setting, url_option
 from .retention import DURATION
 
 if TYPE_CHECKING:
@@ -53,29 +33,21 @@ __all__ = ["render", "stats_command"]
 
 
 @click.command("stats")
-@click.option("--url", required=True, help="Database URL (SQLAlchemy form).")
-@click.option(
-    "--table",
-    default="inbox_processed_messages",
-    show_default=True,
-    help="The processed-messages table ('' to skip it).",
+@url_option()
+@setting(
+    "--table", "inbox_processed_messages", None, "The processed-messages table ('' to skip it)."
 )
-@click.option(
-    "--store-table",
-    default="inbox_store",
-    show_default=True,
-    help="The inbox store's table ('' to skip it).",
-)
-@click.option(
+@setting("--store-table", "inbox_store", None, "The inbox store's table ('' to skip it).")
+@setting(
     "--outbox-table",
-    default="outbox_messages",
-    show_default=True,
-    help="The outbox's table, read when it exists ('' to skip it).",
+    "outbox_messages",
+    None,
+    "The outbox's table, read when it exists ('' to skip it).",
 )
 @click.option("--schema", default=None, help="The tables' schema.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (the sample and warnings).")
 @click.option("--watch", is_flag=True, help="Refresh in place every --interval seconds.")
-@click.option("--interval", type=float, default=2.0, show_default=True, help="For --watch.")
+@setting("--interval", 2.0, float, "For --watch.")
 @click.option("--check", is_flag=True, help="Exit non-zero for a warning (see the help).")
 @click.option(
     "--retention",
@@ -85,12 +57,11 @@ __all__ = ["render", "stats_command"]
     "than it plus --margin.",
 )
 @click.option("--margin", type=DURATION, default="1h", show_default=True)
-@click.option(
+@setting(
     "--pending-threshold",
-    type=DURATION,
-    default="5m",
-    show_default=True,
-    help="Warn when the oldest pending store (or outbox) row is older.",
+    "5m",
+    DURATION,
+    "Warn when the oldest pending store (or outbox) row is older.",
 )
 @click.option(
     "--dead-letters",

@@ -14,30 +14,23 @@ from typing import Any
 
 import click
 
-from ._common import EXIT_USAGE, bind_store, connected
+from ._common import EXIT_USAGE, bind_store, connected, options, setting, url_option
 
 __all__ = ["ConfirmationNeeded", "replay_options", "run_replay", "store_group", "store_options"]
 
 
-def store_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--url``, ``--table``, ``--schema`` and ``--consumer``: the options of every command
-    on the store table (``worker`` and ``store ...``)."""
-    options = [
-        click.option("--url", required=True, help="Database URL (SQLAlchemy form)."),
-        click.option(
-            "--table", default="inbox_store", show_default=True, help="The store table's name."
-        ),
-        click.option("--schema", default=None, help="The store table's schema."),
-        click.option(
-            "--consumer",
-            default=None,
-            help="The consumer (queue) name; default: every consumer (worker: see "
-            "--all-consumers).",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+#: ``--url``, ``--table``, ``--schema`` and ``--consumer``: the options of every command on
+#: the store table (``worker`` and ``store ...``).
+store_options = options(
+    url_option(),
+    setting("--table", "inbox_store", None, "The store table's name."),
+    click.option("--schema", default=None, help="The store table's schema."),
+    click.option(
+        "--consumer",
+        default=None,
+        help="The consumer (queue) name; default: every consumer (worker: see --all-consumers).",
+    ),
+)
 
 
 @click.group("store")
@@ -69,7 +62,7 @@ def replay_options(finished: str, again: str) -> Callable[[Callable[..., Any]], 
         ``dispatched``).
     :param again: what replaying those does (for ``--yes``'s help).
     """
-    options = [
+    return options(
         click.option("--id", "ids", type=int, multiple=True, help="A row id (repeatable)."),
         click.option(
             "--status", type=click.Choice(["dead", finished]), help="Rows in this status."
@@ -80,14 +73,7 @@ def replay_options(finished: str, again: str) -> Callable[[Callable[..., Any]], 
             help="Only print how many rows would be replayed; change nothing.",
         ),
         click.option("--yes", is_flag=True, help=f"Confirm a replay of {finished} rows ({again})."),
-    ]
-
-    def decorate(command: Callable[..., Any]) -> Any:
-        for option in reversed(options):
-            command = option(command)
-        return command
-
-    return decorate
+    )
 
 
 @store_group.command("replay")

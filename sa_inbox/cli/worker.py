@@ -20,7 +20,7 @@ import click
 
 from ..exc import InvalidHandler
 from ..handlers import check_handler, is_async_callable
-from ._common import CannotRun, Database, bind_store, connected
+from ._common import POSITIVE, SECONDS, WAIT, CannotRun, Database, bind_store, connected, setting
 from .store import store_options
 
 if TYPE_CHECKING:
@@ -67,42 +67,31 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
 @click.command("worker")
 @store_options
 @click.option("--handler", "handler_spec", required=True, help="module:function to call.")
-@click.option("--batch-size", default=10, show_default=True, type=click.IntRange(min=1))
-@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option(
+@setting("--batch-size", 10, POSITIVE, "Messages leased at once, per thread (or task).")
+@setting("--concurrency", 1, POSITIVE, "Threads (asyncio tasks), each leasing its own batches.")
+@setting(
     "--transaction",
-    default="message",
-    show_default=True,
-    type=click.Choice(["message", "batch"]),
-    help="One transaction per message, or per leased batch (a failing message still fails "
+    "message",
+    click.Choice(["message", "batch"]),
+    "One transaction per message, or per leased batch (a failing message still fails "
     "alone; a re-run batch runs its handlers again: for database-only handlers).",
 )
-@click.option(
+@setting(
     "--visibility-timeout",
-    default=300.0,
-    show_default=True,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds after which an unfinished lease is taken again.",
+    300.0,
+    SECONDS,
+    "Seconds after which an unfinished lease is taken again.",
 )
-@click.option("--max-attempts", default=5, show_default=True, type=click.IntRange(min=1))
+@setting("--max-attempts", 5, POSITIVE, "Attempts before a message is dead.")
 @click.option("--ordered", is_flag=True, help="Keep each aggregate's messages in order.")
-@click.option(
+@setting(
     "--backoff",
-    default=1.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="Seconds before a failed message's second attempt; doubled for each further one.",
+    1.0,
+    WAIT,
+    "Seconds before a failed message's second attempt; doubled for each further one.",
 )
-@click.option(
-    "--max-backoff",
-    default=300.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="The longest wait in seconds between attempts.",
-)
-@click.option(
-    "--poll-interval", default=1.0, show_default=True, type=click.FloatRange(min=0, min_open=True)
-)
+@setting("--max-backoff", 300.0, WAIT, "The longest wait in seconds between attempts.")
+@setting("--poll-interval", 1.0, SECONDS, "Seconds to wait when nothing is leasable.")
 @click.option(
     "--all-consumers",
     is_flag=True,
@@ -116,29 +105,27 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
 )
 @click.option(
     "--max-messages",
-    type=click.IntRange(min=1),
+    type=POSITIVE,
     default=None,
     help="Exit after processing this many messages.",
 )
 @click.option(
     "--max-seconds",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SECONDS,
     default=None,
     help="Stop leasing after this many seconds, finish the message in hand, exit.",
 )
-@click.option(
+@setting(
     "--app-dir",
-    default=".",
-    show_default=True,
-    type=click.Path(file_okay=False),
-    help="Directory put first on sys.path to import --handler from (as uvicorn's).",
+    ".",
+    click.Path(file_okay=False),
+    "Directory put first on sys.path to import --handler from (as uvicorn's).",
 )
-@click.option(
+@setting(
     "--log-level",
-    default="INFO",
-    show_default=True,
-    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
-    help="The lowest level of log lines written to stderr.",
+    "INFO",
+    click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+    "The lowest level of log lines written to stderr.",
 )
 def worker_command(
     url: str,

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from ..claim import Inbox
+from .db import make_engine, prepare_database
 from .stream import Payment
 
 __all__ = ["CONSUMER", "INBOX_TABLE", "DemoSchema", "LedgerState"]
@@ -62,6 +63,23 @@ class DemoSchema:
             sa.Column("account_id", sa.String(32), nullable=False),
             sa.Column("amount_cents", sa.BigInteger, nullable=False),
         )
+
+    def prepared(self, url: str, accounts: list[str]) -> sa.Engine:
+        """An engine on ``url`` (:func:`~sa_inbox.demo.db.make_engine`) with these tables
+        made anew by :meth:`reset`, a SQLite file put in WAL mode first.
+
+        :raises sqlalchemy.exc.ArgumentError: for a bad URL.
+        :raises sqlalchemy.exc.SQLAlchemyError: if the database cannot be prepared (the
+            engine is disposed).
+        """
+        engine = make_engine(url)
+        try:
+            prepare_database(engine)
+            self.reset(engine, accounts)
+        except sa.exc.SQLAlchemyError:
+            engine.dispose()
+            raise
+        return engine
 
     def reset(self, engine: sa.Engine, accounts: list[str]) -> None:
         """Drop the demo's tables if they exist, create them, open ``accounts`` at 0.

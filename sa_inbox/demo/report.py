@@ -6,6 +6,7 @@ the database; actual values come from the database after the run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from decimal import Decimal
 from typing import Any
@@ -17,7 +18,7 @@ from rich.text import Text
 from .app import LedgerState
 from .stream import Stream
 
-__all__ = ["RunStats", "Verification", "format_cents", "render", "verify"]
+__all__ = ["RunStats", "Verification", "count_table", "format_cents", "render", "verify"]
 
 
 @dataclass(frozen=True)
@@ -171,11 +172,18 @@ def _mark(ok: bool) -> Text:
     return Text("ok", style="green") if ok else Text("MISMATCH", style="bold red")
 
 
-def _delivery_table(v: Verification) -> Table:
-    s = v.stats
-    table = Table(title="At-least-once delivery", title_justify="left")
+def count_table(title: str, rows: Sequence[tuple[str, object]]) -> Table:
+    """A table of ``(what happened, count)`` rows under ``title``."""
+    table = Table(title=title, title_justify="left")
     table.add_column("what happened")
     table.add_column("count", justify="right")
+    for label, value in rows:
+        table.add_row(label, str(value))
+    return table
+
+
+def _delivery_table(v: Verification) -> Table:
+    s = v.stats
     rows = [
         ("unique payments in the stream", v.unique_messages),
         ("copies published (originals + duplicates)", v.published),
@@ -189,9 +197,7 @@ def _delivery_table(v: Verification) -> Table:
         ("transactions retried (busy / deadlock)", s.transient_retries),
         ("deliveries handled", s.deliveries),
     ]
-    for label, value in rows:
-        table.add_row(label, str(value))
-    return table
+    return count_table("At-least-once delivery", rows)
 
 
 def _verification_table(v: Verification) -> Table:

@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .app import DemoSchema
 from .broker import Ack, Broker, ConnectionLost, Event, Nack, Report, WorkerExit, WorkerReady
-from .db import make_engine, prepare_database, sqlite_url
+from .db import sqlite_url
 from .report import RunStats, Verification, verify
 from .stream import Stream, generate_stream
 from .worker import WorkerConfig, worker_main
@@ -236,16 +236,11 @@ class _Run:
 def _prepared_engine(url: str, schema: DemoSchema, stream: Stream) -> sa.Engine:
     """An engine on ``url`` with the demo's tables freshly created."""
     try:
-        engine = make_engine(url)
-    except sa.exc.SQLAlchemyError as exc:
+        return schema.prepared(url, stream.accounts)
+    except sa.exc.ArgumentError as exc:
         raise DemoError(f"bad database URL: {exc}") from exc
-    try:
-        prepare_database(engine)
-        schema.reset(engine, stream.accounts)
     except sa.exc.SQLAlchemyError as exc:
-        engine.dispose()
         raise DemoError(f"cannot prepare the database: {exc}") from exc
-    return engine
 
 
 def run_demo(config: DemoConfig, *, console: Console) -> Verification:

@@ -1,36 +1,13 @@
 """CockroachDB, through ``sqlalchemy-cockroachdb`` (dialect name ``cockroachdb``; the
-``sa-inbox[cockroachdb]`` extra). CockroachDB speaks the PostgreSQL wire protocol and the
-dialect subclasses SQLAlchemy's PostgreSQL one, so the claim is PostgreSQL's
-``INSERT … ON CONFLICT (message_id, consumer_name) DO NOTHING`` (with ``RETURNING`` for a
-batch). What differs, from CockroachDB's documentation:
+``sa-inbox[cockroachdb]`` extra): PostgreSQL's claim, with CockroachDB's edges.
 
-* **SERIALIZABLE is the default isolation** (CockroachDB docs, "Transactions",
-  "Isolation levels"; READ COMMITTED exists from v23.2 behind the
-  ``sql.txn.read_committed_isolation.enabled`` cluster setting). A contended transaction
-  gets SQLSTATE 40001 ("restart transaction", CockroachDB docs, "Transaction Retry Error
-  Reference"): the normal path, not an anomaly. The runner rolls back and re-runs the whole
-  transaction with full-jitter exponential back-off, as those docs ask; its default budget
-  (5 attempts, 20 ms doubling, at most 1 s) is short for a contended SERIALIZABLE workload,
-  so pass ``max_attempts=10`` or more there (not measured here: no CockroachDB server).
-* **40003 "statement completion unknown"** (an ambiguous commit: CockroachDB could not tell
-  whether the COMMIT applied, "Transaction Retry Error Reference", "Ambiguous commit
-  errors") is transient *for the inbox*: re-running is safe because the claim commits with
-  the change, so if the first COMMIT did apply, the re-run finds the claim and is a
-  duplicate. Only the inbox's own transactions make that safe; code outside them must not
-  follow it.
-* **No ``ctid``**: the purge deletes by primary key,
-  ``DELETE … WHERE (message_id, consumer_name) IN (SELECT … ORDER BY received_at LIMIT n
-  FOR UPDATE SKIP LOCKED)``.
-* **SKIP LOCKED from v23.1**: the v22.2 page of "SELECT FOR UPDATE" says "skipping locked
-  rows is not yet supported"; the v23.1 page lists ``SKIP LOCKED`` among its wait policies.
-  The store's claim checks the server's version (``SELECT version()``, e.g. ``CockroachDB
-  CCL v23.1.11 (…)``; the dialect itself reports a fixed ``server_version_info`` of 9.5) and
-  raises :class:`~sa_inbox.exc.UnsupportedBackend` before 23.1.
-* The store's and the purge's short transactions keep the server's isolation (SERIALIZABLE)
-  instead of asking for READ COMMITTED, which needs the cluster setting.
+SERIALIZABLE by default, so 40001 ("restart transaction") is the normal path and 40003 (an
+ambiguous commit) is transient for the inbox's own transactions (CockroachDB docs,
+"Transaction Retry Error Reference"); no ``ctid`` (the purge deletes by primary key);
+``SKIP LOCKED`` from v23.1 ("SELECT FOR UPDATE"), checked before the store's claim. Proven by
+compiled-SQL tests; the live suite runs with ``SA_INBOX_TEST_COCKROACHDB_URL``.
 
-No CockroachDB server can be installed here: this module is proven by compiled-SQL tests;
-the live suite runs only with ``SA_INBOX_TEST_COCKROACHDB_URL``.
+.. seealso:: ``docs/discussions/distributed-sql.md``, "CockroachDB".
 """
 
 from __future__ import annotations

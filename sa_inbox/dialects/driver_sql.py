@@ -1,25 +1,14 @@
 """A single-row statement compiled once per SQLAlchemy dialect and sent as driver SQL.
 
-A cached statement run with ``Connection.execute()`` still goes through SQLAlchemy's
-compiled-statement path at every call: the compiled-cache lookup, the execution context's
-setup for a compiled construct (``construct_params``, the bind processors, the result's
-DML bookkeeping). For the store's one-row receive that path costs more than sa-inbox's own
-work (measured: 20-35 µs of client CPU per receive on asyncpg and aiomysql, against
-``Connection.exec_driver_sql()`` of the same text; ``benchmarks/RESULTS.md``, "Receive
-throughput against pactix 0.2.0"). :class:`DriverSQL` compiles the statement once for a
-dialect, with SQLAlchemy's documented compiler API (``ClauseElement.compile(dialect=...,
-column_keys=...)``, ``SQLCompiler.positional`` / ``positiontup`` / ``binds``), and sends its
-text with :meth:`~sqlalchemy.engine.Connection.exec_driver_sql`: still one execution
-through SQLAlchemy's ``Connection`` (its ``before_cursor_execute`` / ``after_cursor_execute``
-events, its transaction, its error wrapping), the bind values converted by each column
-type's own bind processor as SQLAlchemy would (``TypeEngine.dialect_impl(dialect)
-.bind_processor(dialect)``).
+:class:`DriverSQL` compiles a statement once with SQLAlchemy's compiler API
+(``ClauseElement.compile(dialect=..., column_keys=...)``) and sends its text with
+:meth:`~sqlalchemy.engine.Connection.exec_driver_sql` (the ``Connection``'s events,
+transaction and error wrapping kept; bind values through each type's bind processor), so
+the store's one-row receive skips the compiled-statement path at every call. Not for a
+``schema_translate_map`` or post-compile parameters: :meth:`DriverSQL.build` returns
+``None`` for those and :meth:`DriverSQL.runs_on` is False on such a connection.
 
-What it does not do, so that such a connection keeps ``Connection.execute()``:
-``schema_translate_map`` (applied at execution to compiled constructs only) and statements
-whose parameters SQLAlchemy renders at execution ("post-compile" / ``literal_execute`` /
-expanding parameters): :meth:`DriverSQL.build` returns ``None`` for those, and
-:meth:`DriverSQL.runs_on` is False on a connection with a schema translation map.
+.. seealso:: ``docs/discussions/store-claim.md``, "Driver SQL for the receive".
 """
 
 from __future__ import annotations

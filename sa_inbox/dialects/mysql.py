@@ -39,7 +39,7 @@ from ..exc import ClaimWarning, InvalidArgument, PurgeLockTimeout, UnsupportedBa
 from .backend import Backend
 from .base import ClaimDialect, DriverState, Row, driver_error
 from .driver_sql import DriverSQL
-from .purge import RowLockingPurge
+from .purge import Batch, RowLockingPurge
 from .store_claim import ByPrimaryKey, StoreClaimDialect, require_version
 
 __all__ = [
@@ -200,7 +200,7 @@ class MySQLClaim(ClaimDialect):
         ``IGNORE`` turns these errors into a warning and a skipped row (MySQL manual,
         "INSERT Statement", "The Effect of IGNORE on Statement Execution"; MariaDB
         "IGNORE"): a duplicate key (1062), a foreign key failure (1452), a row matching no
-        partition (1526), and on MySQL 8.0.16+ a CHECK constraint failure (3819). Measured
+        partition (1526), and on MySQL 8.0.16+ a CHECK constraint failure (3819). Tried
         on MariaDB 10.11: a CHECK failure stays error 4025 under ``INSERT IGNORE``, and a row
         for no partition is skipped with warning 1526, the same count as a duplicate. Every
         other condition ``IGNORE`` downgrades (truncation 1265/1406, NULL 1048, bad string
@@ -445,16 +445,8 @@ class MySQLPurge(RowLockingPurge):
 
     concurrency = "named lock GET_LOCK() around each batch"
 
-    def delete_batch(
-        self,
-        table: sa.Table,
-        expired: ColumnElement[bool],
-        order_by: ColumnElement[Any],
-        batch_size: int,
-        *,
-        partitioned: bool = False,
-    ) -> Executable:
-        return DeleteOrderedLimit(table, expired, order_by, batch_size)
+    def statement(self, batch: Batch, partitioned: bool) -> Executable:
+        return DeleteOrderedLimit(*batch)
 
     @contextmanager
     def exclusive(self, conn: Connection, table: sa.Table, timeout: float) -> Iterator[None]:
@@ -482,36 +474,16 @@ class MySQLStoreClaim(StoreClaimDialect):
     """The store's claim on MySQL ≥ 8.0.1 and MariaDB ≥ 10.6: lock through a plain read, UPDATE.
 
     ``SELECT STRAIGHT_JOIN … FROM (SELECT id … ORDER BY received_at, id LIMIT 4n) AS
-    claim_window JOIN <table> FORCE INDEX (PRIMARY) ON … WHERE <still claimable> LIMIT n
-    FOR UPDATE SKIP LOCKED``, then ``UPDATE … WHERE id IN (…)`` (and, for callers without
-    a ``returned`` function, a ``SELECT`` of the claimed rows), in one READ COMMITTED
-    transaction. Neither backend has ``UPDATE … RETURNING``, and MySQL refuses an
-    ``UPDATE`` whose subquery reads the table being updated (error 1093).
+    claim_window JOIN <table> FORCE INDEX (PRIMARY) ON … WHERE <still claimable> LIMIT n FOR
+    UPDATE SKIP LOCKED``, then ``UPDATE … WHERE id IN (…)``, in one READ COMMITTED
+    transaction: neither backend has ``UPDATE … RETURNING``, and MySQL refuses an ``UPDATE``
+    whose subquery reads its own table (error 1093). The candidates are found by a plain read
+    (:attr:`~sa_inbox.dialects.store_claim.StoreClaimDialect.find_first`), which passes by the
+    delete-marked index entries a locking scan would lock (MySQL manual, "Locks Set by
+    Different SQL Statements in InnoDB"); ``STRAIGHT_JOIN`` keeps the window first (MariaDB
+    manual, "Index Hints: How to Force Query Plans").
 
-    Candidates are listed with a plain read and locked by primary key
-    (:attr:`~sa_inbox.dialects.store_claim.StoreClaimDialect.find_first`). Every row that
-    passed through ``pending`` or ``processing`` leaves delete-marked entries in the
-    status indexes until InnoDB's purge removes them (MariaDB manual, "InnoDB Purge"), and
-    a locking scan of the index visits and locks each of them (MySQL manual, "Locks Set
-    by Different SQL Statements in InnoDB": locking reads lock delete-marked records too),
-    where a plain read passes them by its read view. During a drain the purge lags the
-    claims, so the entries pile up at the head of the scanned range. Measured on MariaDB
-    10.11 right after 5,000 rows went ``processing`` → ``done``: the locking ``SELECT`` of
-    abandoned rows 2.9 ms for no row, the plain one 0.36 ms (0.14 ms for either once
-    purged). In a drain of no-op batches of 100 (one worker, 10,000 messages), the locking
-    scan of pending rows took 2.0-3.4 ms per batch; the plain read and the lock by primary
-    key together 1.4 ms.
-
-    The plain read is a derived table of the locking statement, not a statement of its
-    own, so its ids never travel to the client and back. Measured with PyMySQL on MariaDB
-    10.11, batches of 100: a separate find of the window's ids and a lock naming them
-    cost the client 1.1 ms per claim for a window of 100 and 1.5 ms for 400, the one
-    statement 0.9 and 0.8 ms. In a drain by 4 worker processes (20,000 no-op messages,
-    6 alternating runs), the clients' CPU went from 67 to 47 µs per message and the
-    throughput from 12,737 to 15,308 msg/s (median of the per-run ratios 1.29).
-    ``STRAIGHT_JOIN`` keeps the window as the first table (MariaDB manual, "Index Hints:
-    How to Force Query Plans"), so the rows are locked in claim order and the store table
-    is reached by primary key only.
+    .. seealso:: ``docs/discussions/store-claim.md``, "MySQL and MariaDB".
     """
 
     recheck_ordered = True
@@ -520,20 +492,13 @@ class MySQLStoreClaim(StoreClaimDialect):
     @contextmanager
     def begin(self, conn: Connection) -> Iterator[None]:
         """READ COMMITTED for this transaction only: ``SET TRANSACTION ISOLATION LEVEL READ
-        COMMITTED`` before its first statement ("Without any SESSION or GLOBAL keyword, the
-        statement applies only to the next single transaction performed within the
-        session": MySQL manual, 15.1.4.7 "SET TRANSACTION Statement"; MariaDB manual, "SET
-        TRANSACTION"). One statement, where the session-level execution option costs four
-        round trips per transaction: ``SET SESSION TRANSACTION …`` and a ``COMMIT`` when
-        the connection is taken, the same to set it back when it returns to the pool
-        (measured with PyMySQL on MariaDB 10.11: 590 µs per claim transaction against 320
-        µs). On an autocommit connection (SQLAlchemy's ``AUTOCOMMIT`` level or the
-        driver's own flag), where the statement would not begin a transaction, the
-        execution option is set instead: it turns autocommit off for the transaction. Where
-        a transaction is already open on the connection (a pool ``checkout`` listener that
-        read an InnoDB table), ``SET TRANSACTION`` fails with error 1568; that transaction
-        is then committed, as the execution option's ``SET SESSION … ; COMMIT`` did, and the
-        statement sent again."""
+        COMMITTED`` before its first statement (MySQL manual, 15.1.4.7 "SET TRANSACTION
+        Statement"; MariaDB manual, "SET TRANSACTION"). On an autocommit connection the execution
+        option is set instead; where a transaction is already open (error 1568) it is committed and
+        the statement sent again.
+
+        .. seealso:: ``docs/discussions/store-claim.md``, "READ COMMITTED for one transaction".
+        """
         if self.isolation_level is None or BACKEND.claim.is_autocommit(conn):
             with super().begin(conn):
                 yield
@@ -555,13 +520,11 @@ class MySQLStoreClaim(StoreClaimDialect):
         a unique index locks only the rows it finds.
 
         Otherwise the optimizer may take ``id IN (…) AND status = …`` through a status
-        index. The claim's lock of its window then locks that index's delete-marked entries (see the
-        class docstring). A batch's done ``UPDATE``, which runs in the handler's transaction
-        at the engine's level (InnoDB's default REPEATABLE READ), was measured on MariaDB
-        10.11 going through the ``(status, processed_at)`` index: a range scan that sets
-        next-key locks on every ``processing`` entry and the gaps between them (MariaDB
-        manual, "InnoDB Lock Modes"; MySQL manual, "Locks Set by Different SQL Statements in
-        InnoDB"), so every other worker's claim waited for the whole batch.
+        index, whose range scan locks delete-marked entries and gaps (MariaDB manual,
+        "InnoDB Lock Modes"; MySQL manual, "Locks Set by Different SQL Statements in
+        InnoDB").
+
+        .. seealso:: ``docs/discussions/store-claim.md``, "By primary key on InnoDB".
         """
         hint = "FORCE INDEX (PRIMARY)"
         for dialect_name in ("mysql", "mariadb"):

@@ -30,7 +30,7 @@ from ..schema import insert_columns
 from .backend import Backend
 from .base import ClaimDialect, Row, driver_error
 from .driver_sql import DriverSQL
-from .purge import RowLockingPurge
+from .purge import Batch, RowLockingPurge
 from .store_claim import Limit, StoreClaimDialect
 
 __all__ = ["BACKEND", "MergeInsertOrSkip", "OracleClaim", "OraclePurge", "OracleStoreClaim"]
@@ -169,17 +169,10 @@ class OraclePurge(RowLockingPurge):
 
     concurrency = "row locks; a waiting DELETE restarts on the committed data"
 
-    def delete_batch(
-        self,
-        table: sa.Table,
-        expired: ColumnElement[bool],
-        order_by: ColumnElement[Any],
-        batch_size: int,
-        *,
-        partitioned: bool = False,
-    ) -> Executable:
+    def statement(self, batch: Batch, partitioned: bool) -> Executable:
         rownum: ColumnElement[Any] = sa.literal_column("ROWNUM")
-        return sa.delete(table).where(expired, rownum <= sa.bindparam("batch_size", batch_size))
+        limit = rownum <= sa.bindparam("batch_size", batch.size)
+        return sa.delete(batch.table).where(batch.expired, limit)
 
 
 class OracleStoreClaim(StoreClaimDialect):

@@ -19,7 +19,7 @@ from sqlalchemy.sql.expression import ColumnElement, Executable
 
 from .backend import Backend
 from .base import DriverState, OnConflictDoNothingClaim, driver_error, sqlstate_of
-from .purge import RowLockingPurge, primary_key_batch
+from .purge import Batch, RowLockingPurge, primary_key_batch
 from .store_claim import CandidateQuery, Limit, StoreClaimDialect, require_version
 
 __all__ = ["BACKEND", "PostgreSQLClaim", "PostgreSQLPurge", "PostgreSQLStoreClaim"]
@@ -143,39 +143,15 @@ class PostgreSQLPurge(RowLockingPurge):
 
     concurrency = "FOR UPDATE SKIP LOCKED in the batch select"
 
-    def delete_batch(
-        self,
-        table: sa.Table,
-        expired: ColumnElement[bool],
-        order_by: ColumnElement[Any],
-        batch_size: int,
-        *,
-        partitioned: bool = False,
-    ) -> Executable:
+    def statement(self, batch: Batch, partitioned: bool) -> Executable:
         if partitioned:
-            return primary_key_batch(table, expired, order_by, batch_size, skip_locked=True)
+            return primary_key_batch(batch, skip_locked=True)
         ctid: ColumnElement[Any] = sa.literal_column("ctid")
-        batch = (
-            sa.select(ctid)
-            .select_from(table)
-            .where(expired)
-            .order_by(order_by)
-            .limit(batch_size)
-            .with_for_update(skip_locked=True)
-        )
-        return sa.delete(table).where(ctid == sa.any_(sa.func.array(batch.scalar_subquery())))
+        rows = batch.oldest(ctid).with_for_update(skip_locked=True).scalar_subquery()
+        return sa.delete(batch.table).where(ctid == sa.any_(sa.func.array(rows)))
 
-    def batch_statement(
-        self,
-        conn: sa.Connection,
-        table: sa.Table,
-        expired: ColumnElement[bool],
-        order_by: ColumnElement[Any],
-        batch_size: int,
-    ) -> Executable:
-        return self.delete_batch(
-            table, expired, order_by, batch_size, partitioned=is_partitioned(conn, table)
-        )
+    def is_partitioned(self, conn: sa.Connection, table: sa.Table) -> bool:
+        return is_partitioned(conn, table)
 
 
 def is_partitioned(conn: sa.Connection, table: sa.Table) -> bool:

@@ -15,39 +15,49 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import ColumnElement, Executable
 
-__all__ = ["PrimaryKeyPurge", "PurgeDialect", "RowLockingPurge", "primary_key_batch"]
+__all__ = ["Batch", "PrimaryKeyPurge", "PurgeDialect", "RowLockingPurge", "primary_key_batch"]
 
 
-def primary_key_batch(
-    table: sa.Table,
-    expired: ColumnElement[bool],
-    order_by: ColumnElement[Any],
-    batch_size: int,
-    *,
-    skip_locked: bool = False,
-) -> sa.Delete:
-    """``DELETE FROM t WHERE (primary key) IN (SELECT primary key FROM t WHERE expired
-    ORDER BY order_by LIMIT batch_size [FOR UPDATE SKIP LOCKED])``.
+class Batch(NamedTuple):
+    """One batch of a purge, as every backend's statement takes it.
 
-    :param table: the table to purge; its primary key identifies the rows of the batch.
+    :param table: the table to purge.
     :param expired: the condition of an expired row (it holds the cut-off).
     :param order_by: the column the batch is taken in order of (an indexed time column).
-    :param batch_size: rows per batch, at most.
+    :param size: rows per batch, at most.
+    """
+
+    table: sa.Table
+    expired: ColumnElement[bool]
+    order_by: ColumnElement[Any]
+    size: int
+
+    def oldest(self, *columns: ColumnElement[Any]) -> sa.Select[Any]:
+        """``SELECT columns FROM table WHERE expired ORDER BY order_by LIMIT size``."""
+        query = sa.select(*columns).select_from(self.table).where(self.expired)
+        return query.order_by(self.order_by).limit(self.size)
+
+
+def primary_key_batch(batch: Batch, *, skip_locked: bool = False) -> sa.Delete:
+    """``DELETE FROM t WHERE (primary key) IN (SELECT primary key FROM t WHERE expired
+    ORDER BY order_by LIMIT batch_size [FOR UPDATE SKIP LOCKED])``: the rows of the batch
+    identified by the table's primary key.
+
     :param skip_locked: lock the batch's rows and skip rows another transaction has locked
         (PostgreSQL manual, "SELECT", "The Locking Clause").
     """
-    keys = list(table.primary_key.columns)
-    batch = sa.select(*keys).where(expired).order_by(order_by).limit(batch_size)
+    keys = list(batch.table.primary_key.columns)
+    oldest = batch.oldest(*keys)
     if skip_locked:
-        batch = batch.with_for_update(skip_locked=True)
+        oldest = oldest.with_for_update(skip_locked=True)
     target: ColumnElement[Any] = keys[0] if len(keys) == 1 else sa.tuple_(*keys)
-    return sa.delete(table).where(target.in_(batch))
+    return sa.delete(batch.table).where(target.in_(oldest))
 
 
 class PurgeDialect:
@@ -74,18 +84,31 @@ class PurgeDialect:
         *,
         partitioned: bool = False,
     ) -> Executable:
-        """The statement deleting at most ``batch_size`` rows matching ``expired``.
+        """The statement deleting at most ``batch_size`` rows matching ``expired``
+        (:meth:`statement` of their :class:`Batch`).
 
         :param table: the table to purge.
         :param expired: the condition of an expired row (it holds the cut-off).
         :param order_by: the column the batch is taken in order of (an indexed time column).
         :param batch_size: rows per batch, at most.
         :param partitioned: whether ``table`` is partitioned on the server, as
-            :meth:`batch_statement` found it; only a backend whose batch depends on it reads
-            it (PostgreSQL's ``ctid`` repeats across partitions). The default and the other
-            backends ignore it.
+            :meth:`batch_statement` found it.
         """
-        return primary_key_batch(table, expired, order_by, batch_size)
+        return self.statement(Batch(table, expired, order_by, batch_size), partitioned)
+
+    def statement(self, batch: Batch, partitioned: bool) -> Executable:
+        """The backend's batch statement: the one thing a backend must say.
+
+        The default is :func:`primary_key_batch` without row locks. ``partitioned`` is read
+        only by a backend whose batch depends on it (PostgreSQL's ``ctid`` repeats across
+        partitions).
+        """
+        return primary_key_batch(batch)
+
+    def is_partitioned(self, conn: Connection, table: sa.Table) -> bool:
+        """Whether ``table`` is partitioned on ``conn``'s server, for :meth:`statement`;
+        the default looks nowhere and says no."""
+        return False
 
     def batch_statement(
         self,
@@ -95,12 +118,10 @@ class PurgeDialect:
         order_by: ColumnElement[Any],
         batch_size: int,
     ) -> Executable:
-        """The batch statement for ``table`` as it exists on ``conn``'s database.
-
-        The default is :meth:`delete_batch`; a backend may look at the catalog first (see
-        :class:`~sa_inbox.dialects.postgresql.PostgreSQLPurge`).
-        """
-        return self.delete_batch(table, expired, order_by, batch_size)
+        """The batch statement for ``table`` as it exists on ``conn``'s database
+        (:meth:`is_partitioned` asks the catalog where the statement depends on it)."""
+        batch = Batch(table, expired, order_by, batch_size)
+        return self.statement(batch, self.is_partitioned(conn, table))
 
     @contextmanager
     def exclusive(self, conn: Connection, table: sa.Table, timeout: float) -> Iterator[None]:
@@ -133,13 +154,5 @@ class PrimaryKeyPurge(RowLockingPurge):
 
     concurrency: ClassVar[str] = "FOR UPDATE SKIP LOCKED in the batch select"
 
-    def delete_batch(
-        self,
-        table: sa.Table,
-        expired: ColumnElement[bool],
-        order_by: ColumnElement[Any],
-        batch_size: int,
-        *,
-        partitioned: bool = False,
-    ) -> Executable:
-        return primary_key_batch(table, expired, order_by, batch_size, skip_locked=True)
+    def statement(self, batch: Batch, partitioned: bool) -> Executable:
+        return primary_key_batch(batch, skip_locked=True)

@@ -128,24 +128,13 @@ class SQLiteClaim(OnConflictDoNothingClaim):
 class SQLitePurge(PurgeDialect):
     """Purge batches on SQLite: the primary-key subquery, each batch ``BEGIN IMMEDIATE``.
 
-    ::
+    ``DELETE FROM t WHERE (message_id, consumer_name) IN (SELECT … WHERE received_at < ?
+    ORDER BY received_at LIMIT ?)`` (row values: SQLite 3.15, "Row Values"). ``BEGIN
+    IMMEDIATE`` takes the one write lock first and waits up to the driver's ``timeout`` (a
+    deferred transaction that reads first can fail at once with SQLITE_BUSY: SQLite manual,
+    "sqlite3_busy_handler"); :attr:`pause` between batches lets waiting writers in.
 
-        DELETE FROM t WHERE (t.message_id, t.consumer_name) IN (SELECT t.message_id,
-            t.consumer_name FROM t WHERE t.received_at < ? ORDER BY t.received_at
-            LIMIT ? OFFSET ?)
-
-    Row values need SQLite 3.15 (SQLite manual, "Row Values"). SQLite has one writer at a
-    time. A deferred transaction that reads before it writes can fail at once with
-    SQLITE_BUSY instead of waiting, when another writer is committing (SQLite manual,
-    "sqlite3_busy_handler": the handler is skipped where waiting could deadlock); so each
-    batch starts with ``BEGIN IMMEDIATE``, which takes the write lock first and waits up to
-    the driver's ``timeout`` for it. Two purgers (and the claims) then take turns.
-
-    A writer waiting for the lock sleeps up to 100 ms between tries (the default busy
-    handler of ``sqlite3_busy_timeout``: 1, 2, 5 … 50, 100 ms), while a purger would take
-    the lock again microseconds after its commit and starve every claim until the purge
-    ends. So the purge pauses :attr:`pause` (0.1 s) between batches: every waiting writer
-    tries at least once while the lock is free.
+    .. seealso:: ``docs/discussions/retention.md``, "The purge on SQLite".
     """
 
     concurrency = "one writer at a time: BEGIN IMMEDIATE per batch, a pause between batches"

@@ -1,9 +1,8 @@
 """The shape every backend shares for the store's claim: lock a batch, mark it, read it back.
 
-:meth:`sa_inbox.store.InboxStore.lease` runs :meth:`StoreClaimDialect.claim` in its own short
-transaction. The store decides *which* rows are claimable (a ``SELECT id … WHERE … ORDER BY
-received_at, id``, see :data:`CandidateQuery`) and *what* a claim writes (status, claim
-token, attempt count); a backend module subclasses :class:`StoreClaimDialect` and specialises
+:meth:`sa_inbox.store.InboxStore.lease` runs :meth:`StoreClaimDialect.claim` in its own
+short transaction. The store decides *which* rows are claimable (:data:`CandidateQuery`)
+and *what* a claim writes; a backend subclasses :class:`StoreClaimDialect` and specialises
 only how the batch is locked and limited:
 
 =============  ===================================================================
@@ -11,21 +10,19 @@ backend        claim
 =============  ===================================================================
 postgresql     ``UPDATE … WHERE id IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)
                RETURNING …``: one statement
-mysql/mariadb  ``SELECT … FROM (SELECT id … LIMIT 4n) AS claim_window JOIN <table> ON
-               id … LIMIT n FOR UPDATE SKIP LOCKED``: a plain read of the candidates,
-               locked by primary key (:attr:`~StoreClaimDialect.find_first`), then
-               ``UPDATE … WHERE id IN``: MySQL ≥ 8.0.1, MariaDB ≥ 10.6, READ COMMITTED
+mysql/mariadb  a plain read of ``4n`` candidates locked by primary key ``FOR UPDATE SKIP
+               LOCKED`` (:attr:`~StoreClaimDialect.find_first`), then ``UPDATE … WHERE id
+               IN``: MySQL ≥ 8.0.1, MariaDB ≥ 10.6, READ COMMITTED
 oracle         ``SELECT … FOR UPDATE SKIP LOCKED`` without ``FETCH FIRST``
                (ORA-02014), only ``n`` rows fetched; then ``UPDATE``
 sqlite         ``BEGIN IMMEDIATE`` (one writer), ``SELECT … LIMIT n``, ``UPDATE``
 =============  ===================================================================
 
-Without ``RETURNING``, the claimed rows are read by the locking ``SELECT`` itself, and the
-caller's ``returned`` function applies the ``UPDATE``'s values to them in Python: the rows
-are locked from that read to the commit, so no one changes them in between, and a third
-statement reading them back is not needed. Measured on MariaDB 10.11 (a no-op batch drain,
-batches of 100), that read-back cost 1.4 ms of a 9.2 ms batch. Without ``returned`` the
-rows are read back after the ``UPDATE`` (the outbox relay's and the reaper's claims).
+Without ``RETURNING``, the locking ``SELECT`` reads the claimed rows and the caller's
+``returned`` function applies the ``UPDATE``'s values to them (the rows stay locked to the
+commit); without ``returned`` they are read back after the ``UPDATE``.
+
+.. seealso:: ``docs/discussions/store-claim.md``, "The shape of a claim".
 """
 
 from __future__ import annotations
@@ -72,14 +69,8 @@ LIMIT = "claim_limit"
 WINDOW = "claim_window"
 #: With :attr:`StoreClaimDialect.find_first`, the claim's plain read lists ``limit *
 #: CLAIM_WINDOW`` candidates and the lock takes the first ``limit`` of them that no other
-#: claim holds: up to three other open claims of the same size are passed in one statement.
-#: Measured on MariaDB 10.11 with 4 worker processes draining no-op messages in batches of
-#: 100: a window of ``limit`` alone left 80 % of the claims short, and with the claim's
-#: earlier two-statement form (a find, then a lock naming the ids found) windows of 2 and
-#: 3 times ``limit`` drained 13,557 and 14,144 msg/s against 16,457 for 4 (medians of 4
-#: alternating runs). One worker reads the extra candidates for nothing: 0.1 ms of server
-#: time per claim of 100, 0.4 ms with 5,000 delete-marked entries ahead of them in the claim
-#: index (the statement alone, 100 and 300 runs).
+#: claim holds: up to three other open claims of the same size are passed in one statement
+#: (``docs/discussions/store-claim.md``, "The claim window").
 CLAIM_WINDOW = 4
 
 
@@ -311,20 +302,20 @@ class StoreClaimDialect:
         read_back: bool = True,
         recheck: bool = False,
     ) -> ClaimPlan:
-        """Build a claim's statements once, for :meth:`run` to execute many times.
+        """Build a claim's statements once, for :meth:`run` to execute many times (a cached plan
+        saves each claim the statements' construction and SQLAlchemy's cache-key walk).
 
-        The row limit is the bind parameter :data:`LIMIT`; ``candidates`` and ``values``
-        may hold bind parameters of their own (their values are :meth:`run`'s
-        ``parameters``). A cached plan saves each claim the statements' construction and
-        SQLAlchemy's cache-key walk over them (measured: 280 µs per claim statement on
-        PostgreSQL, two per claim, against a 5 ms batch of 100 no-op messages).
+        The row limit is the bind parameter :data:`LIMIT`; ``candidates`` and ``values`` may hold
+        bind parameters of their own (their values are :meth:`run`'s ``parameters``).
 
         :param read_back: read the rows back after the ``UPDATE`` (backends without
-            ``RETURNING``); ``False``: the locking ``SELECT`` reads ``columns`` and
-            :meth:`run` applies its ``returned`` to them.
+            ``RETURNING``); ``False``: the locking ``SELECT`` reads ``columns`` and :meth:`run`
+            applies its ``returned`` to them.
         :param recheck: check the locked rows against ``candidates`` again before the
             ``UPDATE`` (see :attr:`recheck_ordered`); the single-statement claim ignores it.
         Other parameters as for :meth:`claim`.
+
+        .. seealso:: ``docs/discussions/store-claim.md``, "A claim's plan, built once".
         """
         limit = sa.bindparam(LIMIT, type_=sa.Integer())
         single = self.claim_statement(table, candidates, limit, values, columns)
@@ -340,13 +331,10 @@ class StoreClaimDialect:
             recheck=candidates(table).where(self.ids_in(table.c.id)) if recheck else None,
         )
         if not self.find_first or recheck:
-            # The store's ordered claim keeps the locking scan: its candidates are one per
-            # aggregate, each found through a correlated NOT EXISTS per row read, so where
-            # fewer aggregates are ready than a window of candidates asks for, the plain
-            # read reads the whole backlog; and its lock by primary key alongside other
-            # claimers' locking scans of the claim index deadlocked. Measured on MariaDB
-            # 10.11, 6 worker threads, 3,000 messages of 40 aggregates: 1,051 done in 60 s
-            # with find_first, all 3,000 in 37.6 s with the locking scan.
+            # The store's ordered claim keeps the locking scan: a plain read of its
+            # candidates (one per aggregate) can read the whole backlog, and its lock by
+            # primary key deadlocked with other claimers' locking scans
+            # (docs/discussions/store-claim.md, "The ordered claim").
             return plan
         window = candidates(table.alias("candidate")).limit(
             sa.bindparam(WINDOW, type_=sa.Integer())

@@ -1,28 +1,14 @@
 """PostgreSQL time partitions of the processed-messages table, keyed by the message's own time.
 
-At high volume, dropping a whole partition replaces row-by-row purging: ``DROP TABLE`` of
-an expired partition frees its space at once, with no dead tuples to vacuum. Partitioning
-must not weaken deduplication, though. PostgreSQL enforces a primary key only together with
-the partition key (manual, "Table Partitioning", 5.11.2.3 "Limitations": unique
-constraints must include all partition key columns), so the key becomes
-``(message_id, consumer_name, <partition key>)``, and it rejects a redelivery only if the
-redelivery carries the *same* partition key value:
+The primary key becomes ``(message_id, consumer_name, <partition key>)`` (PostgreSQL
+manual, 5.11.2.3 "Limitations": unique constraints must include all partition key columns),
+so a redelivery is rejected only if it carries the same partition key value: a key from the
+message itself (the producer's event time) is safe, one from arrival time is refused by
+:func:`check_partition_key`. :func:`maintain_partitions` (``sa-inbox partitions maintain``)
+creates partitions ahead and drops those wholly older than the
+:class:`~sa_inbox.retention.RetentionPolicy` window.
 
-* a key taken from the message itself, such as the producer's event time (a Kafka record
-  timestamp, a CloudEvents ``time``), is stable across redeliveries: every copy lands in the
-  same partition and collides with the primary key;
-* a key taken from arrival time (``received_at``, any server or Python default) differs on
-  each delivery: a redelivery lands in another partition, or another row of the same one,
-  and is processed twice. :func:`check_partition_key` refuses that design.
-
-Maintenance (:func:`maintain_partitions`, CLI ``sa-inbox partitions maintain``) creates
-partitions ahead of time and drops those whose whole range is older than the
-:class:`~sa_inbox.retention.RetentionPolicy` window, never one that overlaps it. The window
-counts from the partition key, so it must be a time the broker's retention counts from too
-(the producer's or the broker's timestamp); the policy's margin covers clock skew.
-
-Why one module of this size: the partition key check, the table, the claim and maintenance
-all enforce one rule (a redelivery lands in the same partition) and are read together.
+.. seealso:: ``docs/discussions/retention.md``, "Time partitions and deduplication".
 """
 
 from __future__ import annotations
@@ -510,11 +496,12 @@ def drop_expired_partitions(
     redelivered. A partition overlapping the window is never dropped.
 
     Given an Engine, **one transaction per partition**: ``DROP TABLE`` of a partition takes
-    an ``ACCESS EXCLUSIVE`` lock on the partitioned table as well (PostgreSQL manual, 5.11.2.2
-    "Partition Maintenance", and 13.3.1 "Table-Level Locks"), held to the commit, and every
-    claim waits behind it: dropping 72 hourly partitions in one transaction held claims up
-    to 147 ms (``benchmarks/RESULTS.md``, "The 10^9-row design"), one at a time a few ms
-    each. Given a Connection, one transaction on it drops them all.
+    an ``ACCESS EXCLUSIVE`` lock on the partitioned table as well (PostgreSQL manual,
+    5.11.2.2 "Partition Maintenance", and 13.3.1 "Table-Level Locks"), held to the commit,
+    and every claim waits behind it. Given a Connection, one transaction on it drops them
+    all.
+
+    .. seealso:: ``docs/discussions/retention.md``, "Dropping partitions one at a time".
 
     :param bind: an Engine, or a Connection with no transaction begun.
     :param table: the partitioned inbox table.

@@ -351,21 +351,14 @@ def purge(
     never touched (use :func:`purge_store` for dead rows).
 
     Each batch is its own transaction deleting at most ``batch_size`` rows whose
-    ``received_at`` is before the cut-off (``CURRENT_TIMESTAMP - older_than``, read once
-    from the database at the start); batches repeat until one deletes nothing. Rows claimed
-    while the purge runs are never touched, and claims keep flowing: each batch locks only
-    the rows it deletes.
+    ``received_at`` is before the cut-off (``CURRENT_TIMESTAMP - older_than``, read once at
+    the start), until one deletes nothing; each batch locks only the rows it deletes. Safe
+    from several processes at once (each backend's way:
+    :attr:`~sa_inbox.dialects.purge.PurgeDialect.concurrency`); a batch rolled back by a
+    transient error (:func:`sa_inbox.runner.is_transient`) runs again, up to
+    :data:`TRANSIENT_BATCH_RETRIES` times in a row.
 
-    Safe to run from several processes at once, with no row deleted (or counted) twice:
-    PostgreSQL batches skip rows another purger has locked (``FOR UPDATE SKIP LOCKED``);
-    MySQL/MariaDB purgers take turns on the named lock ``GET_LOCK()`` around each batch;
-    SQLite has one writer at a time; Oracle's ``DELETE`` waits on the other purger's row
-    locks and restarts on the committed rows. On a MariaDB Galera cluster ``GET_LOCK()``
-    holds on one node only (MariaDB KB, "MariaDB Galera Cluster - Known Limitations"), so
-    purgers on two nodes delete the same rows at once and one batch fails certification
-    (1213) at COMMIT: a batch rolled back by such a transient error (see
-    :func:`sa_inbox.runner.is_transient`) is run again, up to :data:`TRANSIENT_BATCH_RETRIES` times
-    in a row, and counts nothing.
+    .. seealso:: ``docs/discussions/retention.md``, "Several purgers at once".
 
     :param bind: an Engine, or a Connection that is not in a transaction (the purge commits
         each batch itself). On PostgreSQL, MySQL/MariaDB and Oracle the batches run at READ

@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +25,6 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-import sa_inbox
 from sa_inbox.chaos.consumer import AFTER_COMMIT, IN_HANDLER, crash_chosen
 from sa_inbox.chaos.drivers import ChaosDriver, driver_for
 from sa_inbox.chaos.drivers.nats import CHAOS_ACK_WAIT
@@ -36,10 +33,10 @@ from sa_inbox.chaos.workload import PREFIX, make_plan
 from sa_inbox.demo.app import DemoSchema
 from sa_inbox.demo.stream import generate_stream
 from tests.conftest import backend_url, broker_url
+from tests.support.cli import run_cli
 
 pytestmark = [pytest.mark.backend, pytest.mark.slow]
 
-ROOT = Path(sa_inbox.__file__).resolve().parent.parent
 SEED, MESSAGES, POISON, DUPLICATES = 7, 300, 3, 0.1
 #: Share of messages crashing their consumer on their first delivery, after the commit and
 #: (another share) in the handler: with this seed, 3 and 4 of the 300 payments.
@@ -133,19 +130,10 @@ def name(driver: ChaosDriver, request: pytest.FixtureRequest) -> Iterator[str]:
     remove(driver, request.node.callspec.params["driver"], name)
 
 
-def run_cli(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str]:
-    """Run ``python -m sa_inbox.cli ARGS --json FILE``; the exit code, JSON and output."""
+def run_with_json(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    """Run ``sa-inbox ARGS --json FILE``; the exit code, JSON and output."""
     report = tmp_path / "result.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    completed = subprocess.run(
-        [sys.executable, "-m", "sa_inbox.cli", *args, "--json", str(report)],
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT + 30,
-        check=False,
-        cwd=ROOT,
-        env=env,
-    )
+    completed = run_cli(*args, "--json", str(report), timeout=RUN_TIMEOUT + 30, traceback=True)
     output = completed.stdout + completed.stderr
     assert report.exists(), output
     return completed.returncode, json.loads(report.read_text()), output
@@ -182,7 +170,7 @@ def test_chaos_run_applies_every_payment_once_through_kills(
 ) -> None:
     broker = request.node.callspec.params["driver"]
     url = backend_url(database, tmp_path)
-    code, result, output = run_cli(
+    code, result, output = run_with_json(
         tmp_path,
         "chaos",
         *("--broker", broker_url(broker), "--url", url, "--name", name),
@@ -227,7 +215,7 @@ def first_live_broker() -> str:
 def test_demo_on_a_live_broker(tmp_path: Path) -> None:
     broker = first_live_broker()
     url = backend_url("postgresql", tmp_path)
-    code, result, output = run_cli(
+    code, result, output = run_with_json(
         tmp_path,
         "demo",
         *("--broker", broker_url(broker), "--url", url),
@@ -253,16 +241,8 @@ def test_demo_on_a_live_broker(tmp_path: Path) -> None:
 
 
 def run_errors(*args: str) -> tuple[int, str]:
-    """Run ``python -m sa_inbox.cli ARGS``: the exit code and stderr."""
-    completed = subprocess.run(
-        [sys.executable, "-m", "sa_inbox.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    """Run ``sa-inbox ARGS``: the exit code and stderr."""
+    completed = run_cli(*args, timeout=60, traceback=True)
     return completed.returncode, completed.stderr
 
 
@@ -297,14 +277,8 @@ def test_an_unreachable_broker_is_one_error_line(tmp_path: Path, unreachable: st
 def test_a_missing_broker_client_names_its_extra(tmp_path: Path) -> None:
     (tmp_path / "pika.py").write_text("raise ImportError('No module named pika (hidden)')\n")
     database = f"sqlite:///{tmp_path}/c.db"
-    completed = subprocess.run(
-        [sys.executable, "-m", "sa_inbox.cli", "chaos", "--broker", "amqp://x", "--url", database],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
+    completed = run_cli(
+        "chaos", "--broker", "amqp://x", "--url", database, timeout=60, path=[tmp_path]
     )
     assert completed.returncode == 3, completed.stderr
     assert "pip install 'sa-inbox[rabbitmq]'" in completed.stderr

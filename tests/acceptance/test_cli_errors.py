@@ -14,24 +14,12 @@ import sqlalchemy as sa
 
 from sa_inbox import Inbox
 from tests.conftest import backend_url
+from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY = datetime.timedelta(days=1)
 POLICY_ARGS = ["--max-redelivery", "1d", "--max-replay", "2d"]
 HANDLER = "tests.acceptance.cli_handler:record"
-
-
-def run_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    completed = subprocess.run(
-        [sys.executable, "-m", "sa_inbox.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=cwd,
-    )
-    assert "Traceback" not in completed.stderr, completed.stderr
-    return completed
 
 
 @pytest.fixture

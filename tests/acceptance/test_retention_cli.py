@@ -16,19 +16,10 @@ from sa_inbox.bench.purge import load_rows
 from sa_inbox.retention.partitions import list_partitions, partitioned_processed_messages_table
 from sa_inbox.store import DONE, InboxStore, Incoming, utc_now
 from tests.conftest import backend_url
+from tests.support.cli import run_cli
 
 DAY = datetime.timedelta(days=1)
 POLICY_ARGS = ["--max-redelivery", "1d", "--max-replay", "2d", "--margin", "1h"]
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sa_inbox.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 @pytest.fixture

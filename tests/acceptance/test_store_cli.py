@@ -9,7 +9,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,21 +16,12 @@ import sqlalchemy as sa
 
 from sa_inbox.cli._common import ASYNC_URL_EXAMPLES
 from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming
-from tests.support.store_app import TABLE, StoreApp, make_engine
+from tests.support.store_app import TABLE, StoreApp
 
 pytestmark = pytest.mark.backend
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "tests.acceptance.cli_handler:record"
-
-
-@pytest.fixture
-def store_app(url: str) -> Iterator[StoreApp]:
-    app = StoreApp(make_engine(url))
-    app.reset()
-    yield app
-    app.drop()
-    app.engine.dispose()
 
 
 def cli(*args: str) -> subprocess.Popen[str]:

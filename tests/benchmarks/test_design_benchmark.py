@@ -1,4 +1,4 @@
-"""A tiny run of the ``design`` benchmark scenario (``sa-inbox bench design``).
+"""A tiny run of the ``design`` benchmark scenario (``python -m benchmarks.design``).
 
 PostgreSQL at 10^4 rows (the published run is 10^7): the JSON's shape, figures measured
 (non-zero and consistent with each other and with the fill), the business checks the
@@ -23,18 +23,17 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from rich.console import Console
 
-from sa_inbox.bench import scenario
-from sa_inbox.bench.design import (
+from benchmarks import design
+from benchmarks.design import (
     FILL_POLICY,
     MIN_PARTITION_ROWS,
     POLICY,
     fill_partitions,
     table,
 )
-from sa_inbox.bench.design_model import DESIGNS, RATES
+from benchmarks.design_model import DESIGNS, RATES
 from sa_inbox.bench.runner import BenchConfig, make_progress, run_scenario
 from sa_inbox.bench.workers import BenchError
-from sa_inbox.cli import main
 from sa_inbox.retention.partitions import (
     DEFAULT_AHEAD,
     create_partition,
@@ -54,7 +53,7 @@ CLAIMS = 40
 def run(config: BenchConfig) -> dict[str, Any]:
     console = Console(file=io.StringIO(), width=250)
     with make_progress(console) as progress:
-        path = run_scenario(scenario("design"), config, console=console, progress=progress)
+        path = run_scenario(design, config, console=console, progress=progress)
     assert "hourly" in console.file.getvalue()  # type: ignore[attr-defined]
     document: dict[str, Any] = json.loads(path.read_text())
     return document
@@ -230,6 +229,6 @@ def test_design_scenario_refuses_sqlite(tmp_path: Path) -> None:
         run(config)
     assert not (tmp_path / "out").exists()
     result = CliRunner().invoke(
-        main, ["bench", "design", "--url", f"sqlite:///{tmp_path}/x.db", "--rows", "100"]
+        design.main, ["--url", f"sqlite:///{tmp_path}/x.db", "--rows", "100"]
     )
     assert result.exit_code == 3 and "PostgreSQL partitions" in result.output

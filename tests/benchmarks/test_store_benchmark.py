@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from benchmarks.drain_peers import WithPeers, load_peers
 from sa_inbox.bench import scenario
 from sa_inbox.bench.runner import BenchConfig, make_progress, run_scenario
-from sa_inbox.bench.store_drain import load_peers
 from sa_inbox.bench.workers import BenchError
 from tests.support import drain_peer
 
@@ -60,19 +60,21 @@ def test_store_drain_benchmark_runs(url: str, tmp_path: Path) -> None:
 
 
 def test_a_peer_contends_in_the_no_op_cells(url: str, tmp_path: Path) -> None:
-    """A peer named in ``options["peers"]`` drains beside both transaction modes in the no-op
-    cells only (its own drain checked by its ``check``), with its ratio and its column."""
+    """A peer (:class:`benchmarks.drain_peers.WithPeers`) drains beside both transaction
+    modes in the no-op cells only (its own drain checked by its ``check``), with its ratio
+    and its column."""
     config = BenchConfig(
         url=url,
         messages=20,
         workers=1,
         repeat=1,
         out=tmp_path / "out",
-        options={"batch_size": 10, "levels": [1], "peers": [drain_peer.__name__]},
+        options={"batch_size": 10, "levels": [1]},
     )
+    peers = WithPeers(load_peers([drain_peer.__name__]))
     console = Console(file=io.StringIO(), width=200)
     with make_progress(console) as progress:
-        path = run_scenario(scenario("store_drain"), config, console=console, progress=progress)
+        path = run_scenario(peers, config, console=console, progress=progress)
     results = json.loads(path.read_text())["results"]
     cells = {(r["handler"], r["contender"]) for r in results["runs"]}
     assert cells == {("noop", "message"), ("noop", "batch"), ("noop", "peer"),

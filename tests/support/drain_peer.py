@@ -1,4 +1,4 @@
-"""A peer contender of the ``store_drain`` scenario (:class:`sa_inbox.bench.store_drain.Peer`)
+"""A peer contender of the ``store_drain`` scenario (:class:`benchmarks.drain_peers.Peer`)
 for the tests: sa-inbox's own worker, one message per transaction, on a store table of its
 own, so the scenario's peer path runs without another library installed."""
 

@@ -32,7 +32,7 @@ PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
 @dataclass(frozen=True)
 class ReplicatedServers:
-    """A running primary + standby pair (a :class:`sa_inbox.chaos.failover.Cluster`).
+    """A running primary + standby pair (a :class:`benchmarks.failover.Cluster`).
 
     :param directory: the servers' directory.
     :param env: the variables servers.sh exported for it (``SA_INBOX_TEST_PG_*``).

@@ -6,6 +6,8 @@ up as two rows instead of an error, so the tests can count it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -128,3 +130,19 @@ class StoreApp:
         t = self.store.table
         with self.engine.connect() as conn:
             return conn.execute(sa.select(t).where(t.c.message_id == message_id)).mappings().one()
+
+
+@contextmanager
+def fresh_store_app(url: str, accounts: int = 0) -> Iterator[StoreApp]:
+    """A :class:`StoreApp` on a new engine for ``url`` (a sync driver's), its tables made
+    anew with ``accounts`` accounts opened; dropped and the engine disposed at the end.
+    The ``store_app`` fixture of ``tests/conftest.py`` (and of the asyncio tests)."""
+    app = StoreApp(make_engine(url))
+    app.reset()
+    if accounts:
+        app.open_accounts(accounts)
+    try:
+        yield app
+    finally:
+        app.drop()
+        app.engine.dispose()

@@ -1,4 +1,4 @@
-"""The 10^9-row design model (sa_inbox.bench.design_model) against hand-computed values."""
+"""The 10^9-row design model (benchmarks.design_model) against hand-computed values."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from sa_inbox.bench.design_model import (
+from benchmarks.design_model import (
     CORE_BUDGET,
     DAY,
     DESIGNS,

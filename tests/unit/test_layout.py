@@ -1,74 +1,56 @@
-"""The package layout's rules: the store's worker and the in-memory store depend on the
-store protocol, not on the database store, nothing but the CLI imports the CLI, and
-sa_inbox.bench holds only what ``sa-inbox bench`` and the demo run."""
+"""The package layout's rules that are not import contracts (those are in
+``pyproject.toml``, checked by tests/unit/test_import_contracts.py): sa_inbox.bench,
+sa_inbox.chaos and sa_inbox.demo hold only what ``sa-inbox bench``, ``sa-inbox chaos`` and
+``sa-inbox demo`` run. Imports are read by grimp (import-linter's graph): every import
+counts, at module level, under ``if TYPE_CHECKING:`` and inside functions."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
+import functools
 
-import sa_inbox
+import grimp
+
 from sa_inbox.bench import OPTIONAL_SCENARIOS, SCENARIOS
-from tests.support.imports import module_graph
+from sa_inbox.chaos.drivers import SCHEMES
 
-PACKAGE = Path(sa_inbox.__file__).parent
-
-
-def _imports(relative: str) -> set[str]:
-    """The modules ``sa_inbox/<relative>`` imports, resolved to absolute names."""
-    path = PACKAGE / relative
-    module = "sa_inbox." + relative.removesuffix(".py").replace("/", ".")
-    package = module.rsplit(".", 1)[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            base = package.split(".")
-            if node.level:
-                base = base[: len(base) - node.level + 1]
-                name = ".".join([*base, node.module] if node.module else base)
-            else:
-                name = node.module or ""
-            found.add(name)
-            found.update(f"{name}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return found
+#: The modules run without an import: the bench scenarios (imported by name), the chaos
+#: drivers (by URL scheme) and the chaos consumer process (``python -m``).
+ENTRY_POINTS = {
+    "sa_inbox.cli",
+    *(f"sa_inbox.bench.{name}" for name in (*SCENARIOS, *OPTIONAL_SCENARIOS)),
+    *(f"sa_inbox.chaos.drivers.{module}" for module in SCHEMES.values()),
+    "sa_inbox.chaos.consumer",
+}
 
 
-def test_worker_and_memory_store_import_the_protocol_not_the_database_store() -> None:
-    for relative in ("store/worker.py", "testing.py"):
-        imported = _imports(relative)
-        assert "sa_inbox.store.store" not in imported, relative
-        assert not any(name.startswith("sa_inbox.dialects") for name in imported), relative
+@functools.cache
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph("sa_inbox", cache_dir=None)
 
 
-def test_nothing_but_the_cli_imports_the_cli() -> None:
-    for path in PACKAGE.rglob("*.py"):
-        relative = str(path.relative_to(PACKAGE))
-        if relative.startswith("cli/"):
-            continue
-        assert not any(
-            name == "sa_inbox.cli" or name.startswith("sa_inbox.cli.")
-            for name in _imports(relative)
-        ), relative
-
-
-def test_the_import_scan_sees_relative_imports() -> None:
-    assert "sa_inbox.store.protocol" in _imports("store/worker.py")
-    assert "sa_inbox.handlers" in _imports("store/worker.py")
-
-
-def test_bench_holds_only_what_the_bench_command_and_the_demo_run() -> None:
-    """Every module of sa_inbox.bench is a scenario of ``sa-inbox bench`` or is imported by
-    one, by the command or by the demo: peer comparisons and studies live in the
-    repository's benchmarks/, outside the wheel."""
-    graph = module_graph()
-    scenarios = {f"sa_inbox.bench.{name}" for name in (*SCENARIOS, *OPTIONAL_SCENARIOS)}
-    roots = {"sa_inbox.cli.bench", *(m for m in graph if m.startswith("sa_inbox.demo")), *scenarios}
+def reached_from(roots: set[str]) -> set[str]:
+    """``roots`` and every sa_inbox module they import, directly or not."""
     reached, todo = set(roots), list(roots)
     while todo:
-        for target in graph[todo.pop()] - reached:
+        for target in graph().find_modules_directly_imported_by(todo.pop()) - reached:
             reached.add(target)
             todo.append(target)
-    bench = {m for m in graph if m.startswith("sa_inbox.bench.")}
-    assert sorted(bench - reached) == []
+    return reached
+
+
+def test_the_import_graph_sees_relative_and_late_imports() -> None:
+    imported = graph().find_modules_directly_imported_by("sa_inbox.store.worker")
+    assert {"sa_inbox.store.protocol", "sa_inbox.handlers"} <= imported
+    assert "sa_inbox.bench.claim_overhead" in reached_from({"sa_inbox.bench.outbox"})
+
+
+def test_bench_chaos_and_demo_hold_only_what_their_commands_run() -> None:
+    """Every module of sa_inbox.bench, sa_inbox.chaos and sa_inbox.demo is run by ``sa-inbox
+    bench``, ``chaos`` or ``demo`` (imported by the command, by a scenario, a chaos driver
+    or the consumer process): peer comparisons and studies live in the repository's
+    benchmarks/, outside the wheel."""
+    reached = reached_from(ENTRY_POINTS)
+    for package in ("sa_inbox.bench", "sa_inbox.chaos", "sa_inbox.demo"):
+        modules = graph().find_descendants(package)
+        assert modules, package
+        assert sorted(modules - reached) == [], package

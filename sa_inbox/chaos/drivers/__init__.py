@@ -7,10 +7,12 @@ stream with its dead-letter path, publish, and count what is left unsettled.
 
 from __future__ import annotations
 
+import abc
 import importlib
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from dataclasses import dataclass, fields
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -18,16 +20,35 @@ from ...brokers import Delivery, Settlement
 from ...claim import Inbox
 from ...exc import UnsupportedBroker
 
-__all__ = ["SCHEMES", "ChaosDriver", "driver_for"]
+__all__ = ["SCHEMES", "ChaosDriver", "Consumption", "driver_for"]
 
 
-class ChaosDriver(Protocol):
+@dataclass(frozen=True)
+class Consumption:
+    """What a consumer process consumes with: the broker adapter's arguments that every
+    driver passes alike (:meth:`ChaosDriver.consume`'s keywords)."""
+
+    session_factory: Callable[[], Session]
+    inbox: Inbox
+    consumer_name: str
+    handler: Callable[[Session, Delivery], object]
+    max_deliveries: int
+    on_settled: Callable[[Settlement], Any]
+
+    def adapter_options(self) -> dict[str, Any]:
+        """The fields as keyword arguments of a broker consumer."""
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+
+class ChaosDriver(abc.ABC):
     """One broker, as the chaos run drives it. ``name`` is the run's queue / stream name."""
 
+    @abc.abstractmethod
     def prepare(self, name: str, *, max_deliveries: int) -> None:
         """Make a fresh, empty queue / stream ``name`` and its dead-letter queue / stream
         (deleting any left from an earlier run), as the adapter's docs tell users to."""
 
+    @abc.abstractmethod
     def publish(self, name: str, messages: Iterable[tuple[str, bytes]]) -> None:
         """Publish each ``(message_id, body)``, the message_id as the producer's dedup key
         (the AMQP property, the stream field / header the adapter reads by default)."""
@@ -45,16 +66,28 @@ class ChaosDriver(Protocol):
         stop: threading.Event,
     ) -> None:
         """Consume ``name`` through the adapter until ``stop`` is set (runs in a consumer
-        process that the run may SIGKILL at any point). Deliveries a killed consumer left
-        unsettled must come back to the others (connection close, XAUTOCLAIM, ack wait):
-        the adapter's visibility timeout should be short (a few seconds) here."""
+        process that the run may SIGKILL at any point): :meth:`run_consumer` with these.
+        Deliveries a killed consumer left unsettled must come back to the others
+        (connection close, XAUTOCLAIM, ack wait): the adapter's visibility timeout should be
+        short (a few seconds) here."""
+        consumption = Consumption(
+            session_factory, inbox, consumer_name, handler, max_deliveries, on_settled
+        )
+        self.run_consumer(name, consumption, stop)
 
+    @abc.abstractmethod
+    def run_consumer(self, name: str, consumption: Consumption, stop: threading.Event) -> None:
+        """Run the broker's consumer of ``name`` with ``consumption`` until ``stop`` is set."""
+
+    @abc.abstractmethod
     def unsettled(self, name: str) -> int:
         """Messages of ``name`` neither acked nor dead-lettered yet (ready + in flight)."""
 
+    @abc.abstractmethod
     def dead_letters(self, name: str) -> list[str]:
         """The message_ids in ``name``'s dead-letter queue / stream."""
 
+    @abc.abstractmethod
     def close(self) -> None:
         """Close the driver's own connections."""
 
@@ -77,6 +110,3 @@ def driver_for(url: str) -> ChaosDriver:
     module = importlib.import_module(f"{__name__}.{SCHEMES[scheme]}")
     driver: ChaosDriver = module.Driver(url)
     return driver
-
-
-_ = threading  # re-exported name used in the protocol's signature

@@ -21,14 +21,13 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from ..._optional import optional_dependencies
-from ...brokers import Delivery, Settlement
-from ...claim import Inbox
+from ...brokers import Delivery
 from ...exc import UnsupportedBackend
+from . import ChaosDriver, Consumption
 
 with optional_dependencies(__name__, "nats", "nats", "greenlet"):
     import nats
@@ -84,7 +83,7 @@ def async_engine_for(session_factory: Callable[[], Session]) -> AsyncEngine:
     return create_async_engine(url.set(drivername=f"{url.get_backend_name()}+{driver}"))
 
 
-class Driver:
+class Driver(ChaosDriver):
     """:class:`~sa_inbox.chaos.drivers.ChaosDriver` on NATS JetStream.
 
     :param url: the ``nats://`` server URL.
@@ -122,20 +121,10 @@ class Driver:
         """Publishes each body with its message_id in ``key_header``, awaiting each PubAck."""
         asyncio.run(self._publish(name, messages))
 
-    def consume(
-        self,
-        name: str,
-        *,
-        session_factory: Callable[[], Session],
-        inbox: Inbox,
-        consumer_name: str,
-        handler: Callable[[Session, Delivery], object],
-        max_deliveries: int,
-        on_settled: Callable[[Settlement], Any],
-        stop: threading.Event,
-    ) -> None:
+    def run_consumer(self, name: str, consumption: Consumption, stop: threading.Event) -> None:
         """:func:`sa_inbox.brokers.nats.consume` until ``stop`` is set (see the module)."""
-        engine = async_engine_for(session_factory)
+        engine = async_engine_for(consumption.session_factory)
+        handler = consumption.handler
 
         async def run_sync_handler(session: AsyncSession, delivery: Delivery) -> None:
             await session.run_sync(lambda sync_session: handler(sync_session, delivery))
@@ -148,17 +137,17 @@ class Driver:
                         name,
                         _durable(name),
                         session_factory=async_sessionmaker(engine),
-                        inbox=inbox,
+                        inbox=consumption.inbox,
                         handler=run_sync_handler,
                         dead_letter_subject=_dead_subject(name),
-                        consumer_name=consumer_name,
+                        consumer_name=consumption.consumer_name,
                         key_header=self.key_header,
-                        max_deliveries=max_deliveries,
+                        max_deliveries=consumption.max_deliveries,
                         ack_wait=self.ack_wait,
                         retry_delay=backoff(0.1, 1.0),
                         fetch_timeout=0.5,
                         stop=stop,
-                        on_settled=on_settled,
+                        on_settled=consumption.on_settled,
                     )
             finally:
                 await engine.dispose()

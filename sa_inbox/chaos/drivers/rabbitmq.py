@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
-
-from sqlalchemy.orm import Session
+from collections.abc import Iterable
+from typing import Any
 
 from ..._optional import optional_dependencies
-from ...brokers import Delivery, Settlement
-from ...claim import Inbox
+from . import ChaosDriver, Consumption
 
 with optional_dependencies(__name__, "rabbitmq", "pika", "aio_pika"):
     import pika
@@ -38,7 +35,7 @@ PREFETCH = 4
 CONSUMERS_GONE_TIMEOUT = 10.0
 
 
-class Driver:
+class Driver(ChaosDriver):
     """The :class:`~sa_inbox.chaos.drivers.ChaosDriver` for ``amqp://`` / ``amqps://`` URLs.
 
     :param url: the broker's URL, with its vhost (``amqp://user:pass@host:port/vhost``).
@@ -89,31 +86,11 @@ class Driver:
             properties = pika.BasicProperties(message_id=message_id, delivery_mode=2)
             channel.basic_publish("", name, body, properties, mandatory=True)
 
-    def consume(
-        self,
-        name: str,
-        *,
-        session_factory: Callable[[], Session],
-        inbox: Inbox,
-        consumer_name: str,
-        handler: Callable[[Session, Delivery], object],
-        max_deliveries: int,
-        on_settled: Callable[[Settlement], Any],
-        stop: threading.Event,
-    ) -> None:
+    def run_consumer(self, name: str, consumption: Consumption, stop: threading.Event) -> None:
         """Run a :class:`BlockingConsumer` on ``name`` until ``stop`` is set (a watcher
         thread calls its thread-safe :meth:`~BlockingConsumer.stop`)."""
-        consumer = BlockingConsumer(
-            self.url,
-            name,
-            session_factory=session_factory,
-            inbox=inbox,
-            consumer_name=consumer_name,
-            handler=handler,
-            max_deliveries=max_deliveries,
-            on_settled=on_settled,
-            prefetch=PREFETCH,
-        )
+        options = consumption.adapter_options()
+        consumer = BlockingConsumer(self.url, name, **options, prefetch=PREFETCH)
         done = threading.Event()
 
         def watch() -> None:
@@ -169,9 +146,3 @@ class Driver:
         if self._connection is not None and self._connection.is_open:
             self._connection.close()
         self._connection = self._channel = None
-
-
-if TYPE_CHECKING:
-    from . import ChaosDriver
-
-    _conforms: type[ChaosDriver] = Driver

@@ -8,15 +8,12 @@ by the others with ``XAUTOCLAIM`` once idle for :data:`VISIBILITY_TIMEOUT` secon
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from itertools import islice
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from ..._optional import optional_dependencies
-from ...brokers import Delivery, Settlement
-from ...claim import Inbox
+from . import ChaosDriver, Consumption
 
 with optional_dependencies(__name__, "redis", "redis"):
     import redis
@@ -33,7 +30,7 @@ VISIBILITY_TIMEOUT = 2.0
 PUBLISH_CHUNK = 1000
 
 
-class Driver:
+class Driver(ChaosDriver):
     """The :class:`~sa_inbox.chaos.drivers.ChaosDriver` for ``redis://`` URLs.
 
     :param url: a redis-py URL (``redis://host:port/db``), see ``redis.Redis.from_url``.
@@ -60,29 +57,13 @@ class Driver:
                     pipe.xadd(name, {DEFAULT_KEY_FIELD: message_id, "body": body})
                 pipe.execute()
 
-    def consume(
-        self,
-        name: str,
-        *,
-        session_factory: Callable[[], Session],
-        inbox: Inbox,
-        consumer_name: str,
-        handler: Callable[[Session, Delivery], object],
-        max_deliveries: int,
-        on_settled: Callable[[Settlement], Any],
-        stop: threading.Event,
-    ) -> None:
+    def run_consumer(self, name: str, consumption: Consumption, stop: threading.Event) -> None:
         """Run a :class:`RedisStreamConsumer` of :data:`GROUP` until ``stop`` is set."""
         RedisStreamConsumer(
             self.client,
             name,
             group=GROUP,
-            consumer_name=consumer_name,
-            session_factory=session_factory,
-            inbox=inbox,
-            handler=handler,
-            max_deliveries=max_deliveries,
-            on_settled=on_settled,
+            **consumption.adapter_options(),
             visibility_timeout=VISIBILITY_TIMEOUT,
             block_timeout=0.5,
         ).run(stop)

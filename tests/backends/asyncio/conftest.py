@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from tests.conftest import ASYNC_DRIVERS as DRIVERS
 from tests.conftest import backend_url
 from tests.support.app import App
+from tests.support.store_app import StoreApp, fresh_store_app
 
 
 @pytest.fixture(params=list(DRIVERS))
@@ -40,3 +41,11 @@ def app(sync_url: str) -> Iterator[App]:
     yield app
     app.drop()
     engine.dispose()
+
+
+@pytest.fixture
+def store_app(request: pytest.FixtureRequest, sync_url: str) -> Iterator[StoreApp]:
+    """The store tests' schema made with the sync driver (the root fixture's, on
+    ``sync_url``)."""
+    with fresh_store_app(sync_url, getattr(request.module, "ACCOUNTS", 0)) as store_app:
+        yield store_app

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,22 +22,11 @@ from tests.backends.store.test_store_batch import (
     receive,
     rows,
 )
-from tests.support.store_app import StoreApp, make_async_engine, make_engine
+from tests.support.store_app import StoreApp, make_async_engine
 
 pytestmark = pytest.mark.backend
 
 CHILD = "tests.backends.asyncio.store_child"
-
-
-@pytest.fixture
-def store_app(sync_url: str) -> Iterator[StoreApp]:
-    engine = make_engine(sync_url)
-    app = StoreApp(engine)
-    app.reset()
-    app.open_accounts(ACCOUNTS)
-    yield app
-    app.drop()
-    engine.dispose()
 
 
 @pytest.mark.parametrize(

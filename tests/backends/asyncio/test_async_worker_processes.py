@@ -13,7 +13,6 @@ import asyncio
 import random
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,21 +45,11 @@ from tests.backends.store.test_store_backends import (
     wait_until,
 )
 from tests.support.app import hand_over
-from tests.support.store_app import StoreApp, make_async_engine, make_engine
+from tests.support.store_app import StoreApp, make_async_engine
 
 pytestmark = pytest.mark.backend
 
 CHILD = "tests.backends.asyncio.store_child"
-
-
-@pytest.fixture
-def store_app(sync_url: str) -> Iterator[StoreApp]:
-    engine = make_engine(sync_url)
-    app = StoreApp(engine)
-    app.reset()
-    yield app
-    app.drop()
-    engine.dispose()
 
 
 def tasks_of(batches: list[dict[str, Any]], pid: int) -> set[str]:

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox.chaos.failover import FailoverConfig, FailoverResult, run_failover
+from benchmarks.failover import FailoverConfig, FailoverResult, run_failover
 from sa_inbox.chaos.workload import PREFIX, make_plan
 from tests.conftest import broker_url
 from tests.support.pgha import ReplicatedServers, delete_queue, replicated_servers

@@ -399,7 +399,7 @@ def test_a_business_error_is_still_a_message_failure(app: App) -> None:
 
 
 @pytest.fixture
-def store_app(app: App) -> Iterator[tuple[App, InboxStore]]:
+def app_store(app: App) -> Iterator[tuple[App, InboxStore]]:
     store = InboxStore(app.metadata)
     store.table.create(app.engine)
     yield app, store
@@ -428,9 +428,9 @@ def claim_one(app: App, store: InboxStore) -> Any:
 
 @pytest.mark.parametrize("kind", ["async def", "connection commit"])
 def test_worker_handler_refused_is_a_failed_attempt(
-    store_app: tuple[App, InboxStore], kind: str
+    app_store: tuple[App, InboxStore], kind: str
 ) -> None:
-    app, store = store_app
+    app, store = app_store
     message = claim_one(app, store)
 
     async def async_handler(session: Session, message: object) -> None:
@@ -449,9 +449,9 @@ def test_worker_handler_refused_is_a_failed_attempt(
 
 
 def test_store_complete_on_driver_autocommit_is_refused(
-    store_app: tuple[App, InboxStore], url: str
+    app_store: tuple[App, InboxStore], url: str
 ) -> None:
-    app, store = store_app
+    app, store = app_store
     message = claim_one(app, store)
     engine = driver_autocommit_engine(url)
     try:
@@ -482,9 +482,9 @@ def test_store_missing_table_is_a_configuration_error(app: App) -> None:
         )
 
 
-def test_worker_refusal_leaves_the_row_retryable(store_app: tuple[App, InboxStore]) -> None:
+def test_worker_refusal_leaves_the_row_retryable(app_store: tuple[App, InboxStore]) -> None:
     """After a refused attempt is recorded, the next claim processes the message once."""
-    app, store = store_app
+    app, store = app_store
     message = claim_one(app, store)
     with pytest.raises(HandlerEndedTransaction):
         store.complete(app.engine, message, lambda session, m: session.commit())

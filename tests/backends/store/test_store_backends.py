@@ -46,16 +46,6 @@ ROOT = Path(__file__).resolve().parents[3]
 VISIBILITY = 2.0  # seconds: the visibility timeout of the crash tests
 
 
-@pytest.fixture
-def store_app(url: str) -> Iterator[StoreApp]:
-    engine = make_engine(url)
-    app = StoreApp(engine)
-    app.reset()
-    yield app
-    app.drop()
-    engine.dispose()
-
-
 #: The worker process: ``child`` (sync); the asyncio tests pass their own.
 CHILD = "tests.backends.store.child"
 

@@ -14,7 +14,6 @@ import random
 import signal
 import threading
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,23 +49,12 @@ from tests.backends.store.test_store_backends import (
     wait_until,
 )
 from tests.support.app import hand_over
-from tests.support.store_app import StoreApp, make_engine
+from tests.support.store_app import StoreApp
 
 pytestmark = pytest.mark.backend
 
 VISIBILITY = 1.0  # seconds: the visibility timeout of the kill test
 ACCOUNTS = 5
-
-
-@pytest.fixture
-def store_app(url: str) -> Iterator[StoreApp]:
-    engine = make_engine(url)
-    app = StoreApp(engine)
-    app.reset()
-    app.open_accounts(ACCOUNTS)
-    yield app
-    app.drop()
-    engine.dispose()
 
 
 def receive(app: StoreApp, count: int) -> None:

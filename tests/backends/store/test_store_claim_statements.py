@@ -21,20 +21,10 @@ import sqlalchemy as sa
 from sa_inbox.dialects import backend_for
 from sa_inbox.dialects.store_claim import CLAIM_WINDOW
 from sa_inbox.store import PENDING, PROCESSING
-from tests.support.store_app import StoreApp, make_engine
+from tests.support.store_app import StoreApp
 
 pytestmark = pytest.mark.backend
 HOUR = datetime.timedelta(hours=1)
-
-
-@pytest.fixture
-def store_app(url: str) -> Iterator[StoreApp]:
-    engine = make_engine(url)
-    app = StoreApp(engine)
-    app.reset()
-    yield app
-    app.drop()
-    engine.dispose()
 
 
 @dataclasses.dataclass(frozen=True)

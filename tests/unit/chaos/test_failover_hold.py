@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sa_inbox.chaos.failover import held_back
+from benchmarks.failover import held_back
 
 
 @pytest.mark.parametrize(("publishes", "at"), [(600, 180), (600, 240), (10, 8), (2, 1), (3, 1)])

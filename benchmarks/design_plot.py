@@ -1,9 +1,9 @@
-"""The plot of ``sa-inbox bench design``: measured claim latency and the projected designs.
+"""The plot of ``python -m benchmarks.design``: measured claim latency and the projected designs.
 
 Six panels: the single-claim latency measured against table size (with the fit the model
 uses), then, per design, against the message rate (1,000 to 100,000 messages/s, a 14-day
 window): table size, the hot index against the machine's memory, the retention work's share
-of a core against :data:`~sa_inbox.bench.design_model.CORE_BUDGET`, the WAL per day of the
+of a core against :data:`~benchmarks.design_model.CORE_BUDGET`, the WAL per day of the
 claims and of the retention, and the projected claim latency. Drawn with matplotlib's Agg
 backend (no display).
 """
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .design_model import (
+from benchmarks.design_model import (
     CORE_BUDGET,
     DESIGNS,
     RATES,
@@ -32,8 +32,8 @@ CURVE = [10 ** (3 + k / 25) for k in range(51)]
 
 
 def plot(results: Mapping[str, Any], measured: Measured, path: Path) -> Path:
-    """Draw ``results`` (of :func:`sa_inbox.bench.design.run`) and the model's inputs taken
-    from them (``measured``, :func:`sa_inbox.bench.design.measured_inputs`) into ``path``
+    """Draw ``results`` (of :func:`benchmarks.design.run`) and the model's inputs taken
+    from them (``measured``, :func:`benchmarks.design.measured_inputs`) into ``path``
     (PNG).
 
     :raises ImportError: without matplotlib (``pip install 'sa-inbox[bench]'``).

@@ -1,15 +1,15 @@
 """The failover run: consumers applying a stream while the database's primary dies and its
 standby is promoted, and what the promoted server holds afterwards.
 
-:func:`run_failover` is the chaos run (:mod:`.run`) with the database, not the consumers,
-as the victim:
+:func:`run_failover` is the chaos run (:mod:`sa_inbox.chaos.run`) with the database, not the
+consumers, as the victim:
 
 1. the plan (payments, no producer retries: an id published twice would hide a loss), fresh
    business tables on the primary, a fresh queue;
-2. K consumer processes (:mod:`.consumer`, never killed) on a database URL that names both
-   servers (libpq tries each host and keeps the writable one, manual 34.1.1.3 "Specifying
-   Multiple Hosts", ``target_session_attrs=read-write``), so they reconnect to whichever
-   server is the primary, with no help from the run;
+2. K consumer processes (:mod:`sa_inbox.chaos.consumer`, never killed) on a database URL
+   that names both servers (libpq tries each host and keeps the writable one, manual
+   34.1.1.3 "Specifying Multiple Hosts", ``target_session_attrs=read-write``), so they
+   reconnect to whichever server is the primary, with no help from the run;
 3. once a share ``failover_at`` of the publishes is settled, the :class:`Cluster` fails
    over: the primary is frozen (SIGSTOP of all its processes: from then on nothing commits
    on it and no WAL leaves it), then SIGKILLed, then the standby promoted. Every delivery
@@ -19,9 +19,9 @@ as the victim:
    meets the stream in its middle however fast the consumers run, and however late the
    failover's own thread is scheduled on a loaded machine;
 4. the run ends as a chaos run does (nothing unsettled on the broker), and the promoted
-   server's business state is read and checked (:mod:`.verify`), plus one check of its own:
-   ``no_acked_message_lost``: every message a consumer acked (its settlement log says so)
-   has its ledger row on the promoted server.
+   server's business state is read and checked (:mod:`sa_inbox.chaos.verify`), plus one
+   check of its own: ``no_acked_message_lost``: every message a consumer acked (its
+   settlement log says so) has its ledger row on the promoted server.
 
 With a synchronous standby (``synchronous_standby_names``, ``synchronous_commit=on``), a
 COMMIT returns only once the standby has flushed the transaction's WAL (manual 27.2.8
@@ -43,10 +43,8 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from ..demo.app import DemoSchema
-from ..demo.db import make_engine
-from .drivers import ChaosDriver, driver_for
-from .run import (
+from sa_inbox.chaos.drivers import ChaosDriver, driver_for
+from sa_inbox.chaos.run import (
     ChaosConfig,
     ChaosError,
     Producer,
@@ -55,10 +53,12 @@ from .run import (
     log_dir,
     prepared_engine,
 )
-from .supervisor import Supervisor
-from .tally import LogFollower, Tally, acked_ids, read_logs
-from .verify import Verification, read_state, verify
-from .workload import PREFIX, make_plan
+from sa_inbox.chaos.supervisor import Supervisor
+from sa_inbox.chaos.tally import LogFollower, Tally, acked_ids, read_logs
+from sa_inbox.chaos.verify import Verification, read_state, verify
+from sa_inbox.chaos.workload import PREFIX, make_plan
+from sa_inbox.demo.app import DemoSchema
+from sa_inbox.demo.db import make_engine
 
 __all__ = [
     "BALLAST_JOIN_S",

@@ -8,7 +8,7 @@ Three designs keep ``window`` seconds of claims (one row per message and consume
   (:mod:`sa_inbox.retention.partitions`), one partition per ``interval`` (a day / an hour),
   each created ahead of time and dropped once its whole range is out of the window.
 
-The inputs (:class:`Measured`) are the figures of ``sa-inbox bench design``: ``B`` bytes
+The inputs (:class:`Measured`) are the figures of ``python -m benchmarks.design``: ``B`` bytes
 per row (table + indexes) and ``Bi`` primary-key index bytes per row; ``D`` rows deleted
 per second by one purger and ``V`` dead rows removed per second by ``VACUUM``; ``w_0`` WAL
 bytes per claim and ``S`` bytes per full-page image (fitted, see below), ``w_d`` WAL bytes

@@ -1,10 +1,11 @@
 """Design: the 10^9-row inbox on PostgreSQL, measured at --rows and projected.
 
-``sa-inbox bench design --url postgresql+psycopg://… --rows 10000000 --repeat 3`` (the
-published run: 10^5, 10^6 and 10^7 rows) measures on PostgreSQL (the only backend with the
-library's time partitions), then projects the figures with
-:mod:`sa_inbox.bench.design_model` to 2,000 / 10,000 / 50,000 messages/s over a 14-day
-window and draws ``<out>/design.png``.
+``python -m benchmarks.design --url postgresql+psycopg://… --rows 10000000 --repeat 3``
+from the repository root (the published run: 10^5, 10^6 and 10^7 rows; a scenario of
+:mod:`sa_inbox.bench.runner`, so it writes ``<out>/design-postgresql.json`` as
+``sa-inbox bench`` does) measures on PostgreSQL (the only backend with the library's time
+partitions), then projects the figures with :mod:`benchmarks.design_model` to 2,000 /
+10,000 / 50,000 messages/s over a 14-day window and draws ``<out>/design.png``.
 
 1. **Growth and claims** (table ``bench_design``, the standard inbox table): the table is
    grown to ``rows // 100``, ``rows // 10`` and ``rows`` rows. The bulk of the rows are made
@@ -17,7 +18,7 @@ window and draws ``<out>/design.png``.
    the two medians is the effect of the table's size at the same moment, whatever else
    loads the machine. Then, right after a ``CHECKPOINT``, ``Inbox.claim_many()`` in
    :data:`BATCHES` batches of :data:`BATCH` ids (seconds and WAL bytes per claimed row; the
-   page images expected, :func:`~sa_inbox.bench.design_model.fpi_per_claim`), and the
+   page images expected, :func:`~benchmarks.design_model.fpi_per_claim`), and the
    sizes (``pg_total_relation_size``, ``pg_indexes_size``, the primary key's
    ``pg_relation_size`` after ``ANALYZE``; PostgreSQL manual 9.27.7 "Database Object
    Management Functions").
@@ -60,28 +61,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import click
 import sqlalchemy as sa
+from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from ..claim import Inbox
-from ..retention import (
-    Batch,
-    RetentionPolicy,
-    count_expired,
-    database_now,
-    purge,
-    purge_target_of,
-)
-from ..retention.partitions import (
-    PartitionedInbox,
-    drop_expired_partitions,
-    ensure_partitions,
-    list_partitions,
-    partitioned_processed_messages_table,
-)
-from .db import make_engine
-from .design_model import (
+from benchmarks.design_model import (
     DESIGNS,
     PAGE,
     Measured,
@@ -90,7 +76,26 @@ from .design_model import (
     fpi_per_claim,
     project_all,
 )
-from .runner import BenchConfig
+from sa_inbox.bench.db import make_engine
+from sa_inbox.bench.runner import BenchConfig, make_progress, run_scenario
+from sa_inbox.bench.workers import BenchError
+from sa_inbox.claim import Inbox
+from sa_inbox.cli._common import CannotRun
+from sa_inbox.retention import (
+    Batch,
+    RetentionPolicy,
+    count_expired,
+    database_now,
+    purge,
+    purge_target_of,
+)
+from sa_inbox.retention.partitions import (
+    PartitionedInbox,
+    drop_expired_partitions,
+    ensure_partitions,
+    list_partitions,
+    partitioned_processed_messages_table,
+)
 
 __all__ = [
     "BATCH",
@@ -158,12 +163,6 @@ PART_FILL = f"""
     FROM generate_series(1, CAST(:total AS bigint)) AS g"""
 
 
-def _error(message: str) -> Exception:
-    from .workers import BenchError
-
-    return BenchError(message)
-
-
 def _wal(conn: sa.Connection) -> str:
     return str(conn.exec_driver_sql("SELECT pg_current_wal_lsn()").scalar_one())
 
@@ -201,7 +200,7 @@ def _time_claim(engine: sa.Engine, claim: Callable[[sa.Connection], bool]) -> fl
     started = time.perf_counter()
     with engine.begin() as conn:
         if not claim(conn):
-            raise _error("a fresh id was reported as a duplicate")
+            raise BenchError("a fresh id was reported as a duplicate")
     return time.perf_counter() - started
 
 
@@ -252,7 +251,7 @@ class _Background:
 
     def result(self) -> dict[str, float]:
         if self.errors:
-            raise _error(f"a claim failed during the step: {self.errors[0]!r}")
+            raise BenchError(f"a claim failed during the step: {self.errors[0]!r}")
         if not self.samples:  # the step was shorter than one claim
             return {"n": 0}
         return _latencies(self.samples)
@@ -292,7 +291,7 @@ def _claim_batch(engine: sa.Engine, inbox: Inbox) -> float:
     with engine.begin() as conn:
         claimed = inbox.claim_many(conn, ids, CONSUMER)
     if claimed != set(ids):
-        raise _error(f"claim_many() claimed {len(claimed)} of {BATCH} fresh ids")
+        raise BenchError(f"claim_many() claimed {len(claimed)} of {BATCH} fresh ids")
     return time.perf_counter() - started
 
 
@@ -347,7 +346,7 @@ def _grow(
         fill_seconds = time.perf_counter() - fill_started
         sizes = _sizes(engine, TABLE)
         if sizes["rows"] != done + extra:
-            raise _error(f"{TABLE} holds {sizes['rows']} rows, not {done + extra}")
+            raise BenchError(f"{TABLE} holds {sizes['rows']} rows, not {done + extra}")
         single = _paired(engine, _plain_claim(inbox), _plain_claim(reference), claims)
         batched = _batched_claims(engine, inbox, reference)
         batched["fpi_per_claim_expected"] = fpi_per_claim(sizes["pk_pages"], BATCH * BATCHES)
@@ -386,7 +385,7 @@ def _purge(engine: sa.Engine, inbox: Inbox, progress: Progress) -> dict[str, Any
         deleted = purge(engine, older_than=POLICY, table=inbox, on_batch=on_batch)
         seconds = time.perf_counter() - started
     if not batches or deleted < expired:
-        raise _error(f"the purge deleted {deleted} rows, {expired} were expired")
+        raise BenchError(f"the purge deleted {deleted} rows, {expired} were expired")
     cutoff = batches[0].cutoff
     column = inbox.table.c.received_at
     with engine.connect() as conn:
@@ -396,7 +395,7 @@ def _purge(engine: sa.Engine, inbox: Inbox, progress: Progress) -> dict[str, Any
         )
     claimed = during.result()
     if old or young != rows_before - deleted + int(claimed["n"]):
-        raise _error(
+        raise BenchError(
             f"after the purge: {old} rows older than the cut-off left, {young} kept of "
             f"{rows_before - deleted} + {claimed['n']} claimed meanwhile"
         )
@@ -462,7 +461,7 @@ def fill_partitions(
         until = database_now(conn) if now is None else now
         lowers = [p.lower for p in list_partitions(conn, table) if p.lower <= until]
         if not lowers:
-            raise _error(f"{table.name} has no partition starting at or before {until}")
+            raise BenchError(f"{table.name} has no partition starting at or before {until}")
         sql = PART_FILL.format(table=conn.dialect.identifier_preparer.format_table(table))
         conn.execute(sa.text(sql), {"start": lowers[0], "now": until, "total": rows})
 
@@ -528,13 +527,13 @@ def _check_drop(
     """Exactly the expired partitions went; the others kept their rows, the current one(s)
     gained the claims made during the drop."""
     if not dropped or any(before[name] == 0 for name in dropped):
-        raise _error(f"dropped {dropped}: expected full expired partitions")
+        raise BenchError(f"dropped {dropped}: expected full expired partitions")
     if set(after) != set(before) - set(dropped):
-        raise _error(f"partitions after the drop: {sorted(after)}; dropped {dropped}")
+        raise BenchError(f"partitions after the drop: {sorted(after)}; dropped {dropped}")
     changed = {name: (before[name], after[name]) for name in after if after[name] != before[name]}
     gained = sum(after[name] - before[name] for name in currents)
     if set(changed) - currents or gained != claimed_meanwhile:
-        raise _error(f"partitions changed by the drop: {changed}, {claimed_meanwhile} claims")
+        raise BenchError(f"partitions changed by the drop: {changed}, {claimed_meanwhile} claims")
 
 
 def _partitions(
@@ -647,13 +646,13 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     try:
         import matplotlib  # noqa: F401
     except ImportError as exc:
-        raise _error(
+        raise BenchError(
             f"the design scenario plots with matplotlib: pip install 'sa-inbox[bench]' ({exc})"
         ) from exc
     claims = int(config.options.get("claims", CLAIMS))
     part_rows = int(config.options.get("partition_rows", max(config.rows // 10, 1000)))
     if part_rows < MIN_PARTITION_ROWS:
-        raise _error(
+        raise BenchError(
             f"partition_rows = {part_rows:,}: the partition runs need at least "
             f"{MIN_PARTITION_ROWS:,} rows (one per hour of the {PART_SPAN_DAYS}-day span plus "
             "a day), or an hourly partition the drop must take could be empty"
@@ -661,7 +660,7 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     engine = make_engine(config.url)
     if engine.dialect.name != "postgresql":
         engine.dispose()
-        raise _error(
+        raise BenchError(
             f"the design scenario measures PostgreSQL partitions; {engine.dialect.name} has none"
         )
     load_before = os.getloadavg()
@@ -710,7 +709,7 @@ def run(config: BenchConfig, progress: Progress) -> dict[str, Any]:
 
 
 def _plot(out: Path, results: Mapping[str, Any], measured: Measured) -> Path:
-    from .design_plot import plot
+    from benchmarks.design_plot import plot
 
     out.mkdir(parents=True, exist_ok=True)
     return plot(results, measured, out / "design.png")
@@ -774,3 +773,34 @@ def table(results: Mapping[str, Any]) -> Table:
             part.add_row(p["design"], f"{p['rate']:,.0f}", *cells(p))
         out.add_row(part)
     return out
+
+
+@click.command(help=__doc__.split("\n\n")[0] if __doc__ else None)
+@click.option("--url", required=True, help="A PostgreSQL URL (postgresql+psycopg://…).")
+@click.option("--rows", type=click.IntRange(min=1), default=10_000_000, show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--claims", type=click.IntRange(min=1), default=CLAIMS, show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("bench-results"),
+    show_default=True,
+)
+def main(url: str, rows: int, repeat: int, claims: int, out: Path) -> None:
+    """Run the scenario, print its tables, write its JSON and ``design.png``.
+
+    :raises CannotRun: (exit 3) if the scenario refused the database or its rows.
+    """
+    from benchmarks import design
+
+    console = Console()
+    config = BenchConfig(url=url, rows=rows, repeat=repeat, out=out, options={"claims": claims})
+    try:
+        with make_progress(console) as progress:
+            run_scenario(design, config, console=console, progress=progress)
+    except (BenchError, sa.exc.SQLAlchemyError) as exc:
+        raise CannotRun(str(exc)) from exc
+
+
+if __name__ == "__main__":
+    main()
