@@ -40,8 +40,8 @@ class ConsoleApp:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
         self.metadata = sa.MetaData()
-        self.inbox = Inbox(self.metadata, consumers=False)
-        self.store = InboxStore(self.metadata, consumers=False)
+        self.inbox = Inbox(self.metadata)
+        self.store = InboxStore(self.metadata)
         self.outbox = Outbox(self.metadata)
         self.effects = sa.Table(
             "console_effects",
