@@ -25,7 +25,9 @@ stream, a NATS JetStream stream, the name as the URL's last path segment, see
 :mod:`sa_inbox.brokers.dead_letters.target`): 20 one of them holds dead letters (the count
 per queue is in the report and the JSON), 21 one of them cannot be read (broker unreachable,
 queue or stream missing, the broker's extra not installed; never taken for healthy). With
-several, the lowest code. 3: the database cannot be read (as every command).
+several, every failing check is printed (``stats --check: N check(s) failed: 11
+dead-letters, 12 worker-stuck; exit 11 (the lowest)`` on stderr) and the exit status is the
+lowest code. 3: the database cannot be read (as every command).
 """
 
 from __future__ import annotations
@@ -135,7 +137,9 @@ def stats_command(
     relay stuck (the oldest pending outbox row is older than --pending-threshold), 19 a
     renamed consumer (a new name claiming ids an old one had claimed), 20 a --dead-letters
     queue / stream holds dead letters, 21 one cannot be read (broker unreachable, queue
-    missing); the lowest when several; 3 the database cannot be read.
+    missing); 3 the database cannot be read. When several checks fail, every one is
+    printed (in the report, and on stderr as one line naming each code) and the exit
+    status is the lowest of their codes.
     """
     from ..stats import collect, stats_warnings
 
@@ -162,7 +166,20 @@ def stats_command(
             stats, found = sample(db.engine)
             _print(stats, found, as_json)
     if check and found:
-        click.get_current_context().exit(min(w.code for w in found))
+        click.get_current_context().exit(_failed(found))
+
+
+def _failed(found: list[StatsWarning]) -> int:
+    """Say every failing check on stderr (the exit status can only carry one); return the
+    lowest code, the exit status."""
+    ordered = sorted(found, key=lambda w: w.code)
+    listed = ", ".join(f"{w.code} {w.kind}" for w in ordered)
+    click.echo(
+        f"stats --check: {len(ordered)} check(s) failed: {listed}; exit {ordered[0].code} "
+        "(the lowest)",
+        err=True,
+    )
+    return ordered[0].code
 
 
 def _targets(values: tuple[str, ...]) -> tuple[DeadLetterTarget, ...]:
