@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import jinja2
@@ -33,6 +32,7 @@ from ..outbox.schema import DEFAULT_OUTBOX_TABLE
 from ..schema import DEFAULT_TABLE_NAME
 from ..store.schema import DEFAULT_STORE_TABLE
 from .queries import Tables
+from .routes import routes
 from .security import (
     AuthHook,
     Credentials,
@@ -42,6 +42,7 @@ from .security import (
     Sessions,
     new_secret_key,
 )
+from .settings import Console
 
 __all__ = ["Console", "create_app"]
 
@@ -49,31 +50,6 @@ logger = logging.getLogger("sa_inbox.console")
 
 #: Seconds a login session and a CSRF token stay valid.
 SESSION_SECONDS = 8 * 3600
-
-
-@dataclass
-class Console:
-    """The settings and helpers one console app runs with (``app.state.sa_inbox_console``)."""
-
-    engine: sa.Engine
-    tables: Tables
-    allow_replay: bool
-    credentials: Credentials | None
-    auth_hook: AuthHook | None
-    sessions: Sessions
-    csrf: CsrfTokens
-    limiter: RateLimiter
-    templates: Jinja2Templates
-    dead_letter_queues: list[Any]
-    broker_timeout: float
-    retention: datetime.timedelta | None
-    pending_threshold: datetime.timedelta
-    metrics: Any | None
-
-    @property
-    def authenticated(self) -> bool:
-        """Whether users authenticate (own credentials or the host's hook)."""
-        return self.credentials is not None or self.auth_hook is not None
 
 
 def create_app(
@@ -147,8 +123,6 @@ def create_app(
         pending_threshold=pending_threshold,
         metrics=_metrics(engine, tables) if metrics else None,
     )
-    from .routes import routes
-
     app = Starlette(
         routes=[
             *routes(),

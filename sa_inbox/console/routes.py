@@ -40,7 +40,7 @@ from ..exc import DeadLetterQueueUnavailable, InvalidArgument
 from ..stats import DeadLetterFilter
 from ..store.schema import DEAD
 from . import queries
-from .app import Console
+from .settings import Console
 
 __all__ = ["endpoint", "routes"]
 
@@ -80,16 +80,17 @@ def endpoint(*, api: bool, write: bool = False, public: bool = False) -> Callabl
             try:
                 visit.user, bearer = await _user(console, request)
                 if not public and console.authenticated and visit.user is None:
-                    raise _Unauthenticated
+                    raise HTTPException(401, "authentication required")
                 if request.method == "POST" and not bearer:
                     await _check_csrf(console, request, cookie)
                 if write:
                     _check_write(console, visit.user)
                 response = await handler(request, visit)
-            except _Unauthenticated:
-                response = _unauthenticated(request, visit)
             except HTTPException as exc:
-                response = _error(request, visit, exc.status_code, str(exc.detail))
+                if exc.status_code == 401:
+                    response = _unauthenticated(request, visit)
+                else:
+                    response = _error(request, visit, exc.status_code, str(exc.detail))
             except InvalidArgument as exc:
                 response = _error(request, visit, 400, str(exc))
             except DeadLetterQueueUnavailable as exc:
@@ -102,10 +103,6 @@ def endpoint(*, api: bool, write: bool = False, public: bool = False) -> Callabl
         return guarded
 
     return decorate
-
-
-class _Unauthenticated(Exception):
-    pass
 
 
 async def _user(console: Console, request: Request) -> tuple[str | None, bool]:
@@ -161,7 +158,7 @@ def _check_write(console: Console, user: str | None) -> None:
     if not console.allow_replay:
         raise HTTPException(403, "this console is read-only (start it with --allow-replay)")
     if user is None:
-        raise _Unauthenticated
+        raise HTTPException(401, "authentication required")
     if not console.limiter.allow(user):
         logger.warning(
             "console replay refused: %s is over the rate limit",

@@ -133,7 +133,14 @@ def log_in(driver: Any, base: str) -> None:
     driver.find_element(By.ID, "user").send_keys(USER)
     driver.find_element(By.ID, "password").send_keys(PASSWORD)
     driver.find_element(By.ID, "login").click()
-    assert "Overview" in driver.find_element(By.TAG_NAME, "h1").text
+    driver.find_element(By.ID, "verdicts")  # waits for the overview (implicit wait)
+
+
+def arrived(driver: Any, url: str) -> None:
+    """Wait until the page a click opened is ``url``."""
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    WebDriverWait(driver, 30).until(lambda d: d.current_url == url)
 
 
 def fill(capp: ConsoleApp) -> dict[str, int]:
@@ -240,13 +247,13 @@ def test_refused_without_csrf_token_session_or_with_a_forged_session(
         browser.delete_cookie("sa_inbox_console_session")
         browser.find_element(By.ID, f"select-{ids['dead']}").click()
         browser.find_element(By.ID, "replay-selected").click()
-        assert browser.find_element(By.TAG_NAME, "h1").text == "Log in"
+        browser.find_element(By.ID, "login")  # the login page's button: waited for
         # a session signed with another key
         forged = console(capp, secret_key="an-attacker-key-0123456789")
         value = forged.state.sa_inbox_console.sessions.dump(USER)
         browser.add_cookie({"name": "sa_inbox_console_session", "value": value, "path": "/"})
         browser.get(f"{base}/dead-letters?source=store")
-        assert browser.find_element(By.TAG_NAME, "h1").text == "Log in"
+        assert browser.find_element(By.ID, "login").text == "Log in"
     assert capp.statuses()["pay-1"] == "dead"
 
 
@@ -260,11 +267,13 @@ def test_the_console_mounted_under_a_path(capp: ConsoleApp, browser: Any, tmp_pa
         browser.find_element(By.ID, "user").send_keys(USER)
         browser.find_element(By.ID, "password").send_keys(PASSWORD)
         browser.find_element(By.ID, "login").click()
+        browser.find_element(By.ID, "dead-letters")  # waited for
         assert browser.current_url == f"{base}/dead-letters"
         browser.find_element(By.LINK_TEXT, "Outbox dead letters").click()
-        assert browser.current_url.startswith(f"{base}/dead-letters?source=outbox")
+        arrived(browser, f"{base}/dead-letters?source=outbox")
         assert "NOT_FOUND - no queue" in browser.find_element(By.ID, "dead-letters").text
         browser.find_element(By.LINK_TEXT, "Store dead letters").click()
+        arrived(browser, f"{base}/dead-letters?source=store")
         browser.find_element(By.ID, f"open-{ids['dead']}").click()
         browser.find_element(By.ID, "replay-one").click()
         browser.find_element(By.ID, "confirm").click()
