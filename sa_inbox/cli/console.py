@@ -11,6 +11,7 @@ missing, 3 the database cannot be opened.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import click
@@ -92,6 +93,8 @@ def console_command(
         )
     except InvalidArgument as exc:
         raise click.UsageError(str(exc)) from exc
+    # the replays and logins logged with their user (logger sa_inbox.console) go to stderr
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     click.echo(
         f"sa-inbox console on http://{host}:{port}{root_path}/ "
         f"({'replay allowed' if allow_replay else 'read-only'})",

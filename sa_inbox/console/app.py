@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +51,8 @@ logger = logging.getLogger("sa_inbox.console")
 
 #: Seconds a login session and a CSRF token stay valid.
 SESSION_SECONDS = 8 * 3600
+#: Login form posts per client address per minute (a password guessed slowly, if at all).
+LOGIN_ATTEMPTS = 10
 
 
 def create_app(
@@ -106,6 +109,13 @@ def create_app(
         raise InvalidArgument("secret_key must be a str or bytes of at least 16 characters")
     key = secret_key if secret_key is not None else new_secret_key()
     targets = _targets(dead_letter_queues, broker_timeout)
+    for name, value in (("retention", retention), ("pending_threshold", pending_threshold)):
+        if not (value is None and name == "retention") and not (
+            isinstance(value, datetime.timedelta) and value > datetime.timedelta(0)
+        ):
+            raise InvalidArgument(f"{name} must be a positive datetime.timedelta: {value!r}")
+    if not isinstance(replay_rate, tuple) or len(replay_rate) != 2:
+        raise InvalidArgument(f"replay_rate is (requests, seconds): {replay_rate!r}")
     limit, window = replay_rate
     console = Console(
         engine=engine,
@@ -116,6 +126,7 @@ def create_app(
         sessions=Sessions(key, SESSION_SECONDS),
         csrf=CsrfTokens(key, SESSION_SECONDS),
         limiter=RateLimiter(limit, window),
+        login_limiter=RateLimiter(LOGIN_ATTEMPTS, 60.0),
         templates=_templates(),
         dead_letter_queues=targets,
         broker_timeout=float(broker_timeout),
@@ -137,9 +148,10 @@ def create_app(
 
 
 def _engine(engine_or_url: Any) -> sa.Engine:
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
-    if isinstance(engine_or_url, AsyncEngine):
+    # an AsyncEngine exists only once its module is imported: not imported here (without
+    # greenlet the import itself fails)
+    asyncio_module = sys.modules.get("sqlalchemy.ext.asyncio")
+    if asyncio_module is not None and isinstance(engine_or_url, asyncio_module.AsyncEngine):
         raise SyncAsyncMismatch(
             "the console reads with a sync Engine: pass create_engine() of the same database "
             "on a sync driver (postgresql+psycopg, mysql+pymysql, sqlite), not an AsyncEngine"

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, QueryParams
@@ -136,17 +137,14 @@ async def _check_csrf(console: Console, request: Request, cookie: str | None) ->
     """Refuse (403) a POST without a valid CSRF token for its cookie, or from another
     origin (the ``Origin`` header, where the browser sends one)."""
     origin = request.headers.get("origin")
-    if origin and origin != "null" and origin.rstrip("/") != _origin(request):
+    if origin and origin != "null" and urlsplit(origin).netloc != request.url.netloc:
+        # the host only: behind a TLS-terminating proxy the scheme the app sees may differ
         raise HTTPException(403, "cross-origin POST refused")
     token = request.headers.get(console.csrf.HEADER)
     if token is None and _is_form(request):
         token = _field(await request.form(), console.csrf.FIELD)
     if not console.csrf.valid(cookie, token):
         raise HTTPException(403, "missing or invalid CSRF token: reload the page and try again")
-
-
-def _origin(request: Request) -> str:
-    return f"{request.url.scheme}://{request.url.netloc}"
 
 
 def _is_form(request: Request) -> bool:
@@ -659,6 +657,14 @@ async def login(request: Request, visit: Visit) -> Response:
         target = str(request.url_for("overview").path)
     if request.method == "GET":
         return _page(request, visit, "login.html", {"failed": False, "next": target})
+    client = request.client.host if request.client is not None else "unknown"
+    if not console.login_limiter.allow(client):
+        logger.warning(
+            "console login refused: too many attempts from %s",
+            client,
+            extra={"event": "console.login.rate_limited", "client": client},
+        )
+        raise HTTPException(429, "too many login attempts: wait a minute")
     form = await request.form()
     user = console.credentials.check_login(
         _field(form, "user") or "", _field(form, "password") or ""

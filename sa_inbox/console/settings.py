@@ -29,6 +29,7 @@ class Console:
     sessions: Sessions
     csrf: CsrfTokens
     limiter: RateLimiter
+    login_limiter: RateLimiter
     templates: Jinja2Templates
     dead_letter_queues: list[Any]
     broker_timeout: float

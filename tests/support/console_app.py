@@ -60,10 +60,16 @@ class ConsoleApp:
 
     # -- rows ---------------------------------------------------------------------------
 
-    def receive(self, message_id: str, payload: Any, consumer: str = "billing") -> int:
-        """Store a message for ``consumer``; its row id."""
+    def receive(
+        self,
+        message_id: str,
+        payload: Any,
+        consumer: str = "billing",
+        now: datetime.datetime | None = None,
+    ) -> int:
+        """Store a message for ``consumer`` (received ``now``, default now); its row id."""
         with Session(self.engine) as session, session.begin():
-            self.store.receive(session, message_id, payload, consumer_name=consumer)
+            self.store.receive(session, message_id, payload, consumer_name=consumer, now=now)
         return self.row(message_id, consumer)["id"]  # type: ignore[no-any-return]
 
     def kill(self, message_id: str, error: str, consumer: str = "billing", **values: Any) -> int:

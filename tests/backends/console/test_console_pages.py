@@ -61,12 +61,14 @@ def fill(capp: ConsoleApp) -> dict[str, int]:
 
 def test_the_overview_shows_what_stats_check_reads(capp: ConsoleApp) -> None:
     fill(capp)
+    capp.receive("m-old", {"amount": 0}, consumer="refunds", now=ago(days=2, hours=12))
+    capp.receive("m-older", {"amount": 0}, consumer="refunds", now=ago(days=9))
     c = client(capp)
     data = c.get("/api/overview").json()
     store = {s["consumer_name"]: s["counts"] for s in data["store"]["consumers"]}
     assert store == {
         "billing": {"pending": 1, "processing": 0, "done": 1, "dead": 3},
-        "refunds": {"pending": 0, "processing": 0, "done": 0, "dead": 1},
+        "refunds": {"pending": 2, "processing": 0, "done": 0, "dead": 1},
     }
     assert {c["consumer_name"]: c["rows"] for c in data["consumers"]} == {"audit": 1, "billing": 1}
     outbox = {d["destination"]: d["counts"] for d in data["outbox"]["destinations"]}
@@ -76,6 +78,7 @@ def test_the_overview_shows_what_stats_check_reads(capp: ConsoleApp) -> None:
     assert data["exit_code"] == min(WARNING_CODES[k] for k in kinds)
     growth = {(g["table"], g["group"]): g["rows"] for g in data["growth"]}
     assert growth[("inbox_store", "billing")] == [5, 0, 0, 0, 0, 0, 0]
+    assert growth[("inbox_store", "refunds")] == [1, 0, 1, 0, 0, 0, 0], "9 days ago: not shown"
     assert growth[("inbox_processed_messages", "audit")][0] == 1
     assert growth[("outbox_messages", "payments")][0] == 2
     page = c.get("/")

@@ -5,6 +5,7 @@ headers, escaping, loopback-only without credentials, and the host's auth when m
 from __future__ import annotations
 
 import base64
+import datetime
 import os
 import subprocess
 import sys
@@ -277,7 +278,9 @@ def test_bad_settings_are_refused_before_any_sql(tmp_path: Path) -> None:
     with pytest.raises(SyncAsyncMismatch):
         create_app(create_async_engine("sqlite+aiosqlite://"))
     for bad in ({"auth": "token"}, {"secret_key": "short"}, {"store_table": ""},
-                {"dead_letter_queues": "redis://x/0/q"}, {"replay_rate": (0, 60.0)}):  # fmt: skip
+                {"dead_letter_queues": "redis://x/0/q"}, {"replay_rate": (0, 60.0)},
+                {"replay_rate": 5}, {"retention": 7}, {"pending_threshold": None},
+                {"pending_threshold": datetime.timedelta(0)}):  # fmt: skip
         with pytest.raises(InvalidArgument):
             create_app("sqlite://", **bad)
     with pytest.raises(InvalidArgument):
@@ -326,3 +329,28 @@ def test_the_login_redirects_only_within_the_console(capp: ConsoleApp) -> None:
         login = {"user": USER, "password": PASSWORD, "csrf_token": token}
         response = c.post(f"/login?next={target}", data=login)
         assert response.headers["location"] == expected
+
+
+def test_login_attempts_are_rate_limited_per_client(capp: ConsoleApp) -> None:
+    c = TestClient(app_of(capp), follow_redirects=False)
+    token = csrf_token(c.get("/login").text)
+    wrong = {"user": USER, "password": "guess", "csrf_token": token}
+    codes = [c.post("/login", data=wrong).status_code for _ in range(11)]
+    assert codes == [401] * 10 + [429]
+    right = {"user": USER, "password": PASSWORD, "csrf_token": token}
+    assert c.post("/login", data=right).status_code == 429, "refused before the password"
+
+
+def test_the_origin_check_compares_hosts_not_schemes(capp: ConsoleApp) -> None:
+    """Behind a TLS proxy the browser's Origin is https while the app sees http: the
+    same host passes (the CSRF token still checked), another host is refused."""
+    capp.receive("m-1", {"amount": 1})
+    capp.kill("m-1", "boom")
+    c = TestClient(app_of(capp), base_url="http://console.internal", follow_redirects=False)
+    token = csrf_token(c.get("/login").text)
+    c.post("/login", data={"user": USER, "password": PASSWORD, "csrf_token": token})
+    form = {"source": "store", "scope": "filter", "csrf_token": token}
+    same = c.post("/replay", data=form, headers={"Origin": "https://console.internal"})
+    assert same.status_code == 200 and 'id="would-replay">1<' in same.text
+    other = c.post("/replay", data=form, headers={"Origin": "https://console.internal.evil"})
+    assert other.status_code == 403
