@@ -37,6 +37,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "asyncio": ("greenlet",),
     "bench": ("matplotlib",),
     "celery": ("celery",),
+    "console": ("starlette", "jinja2", "itsdangerous"),
     "faststream": ("faststream", "greenlet"),
     "nats": ("nats", "greenlet"),
     "opentelemetry": ("opentelemetry",),

@@ -10,6 +10,8 @@ path):
 * the outbox (:mod:`sa_inbox.outbox`), if it exists: rows by status per destination and the
   age of the oldest pending row (a relay that is down, or cannot reach its broker, leaves
   rows pending: no attempt is counted while the broker is unreachable);
+* each of those tables' growth: rows arrived per day over the last :data:`GROWTH_DAYS` days,
+  per consumer or destination (:class:`DailyGrowth`);
 * each table's size: PostgreSQL ``pg_relation_size`` / ``pg_indexes_size`` (manual 9.27.7,
   "Database Object Management Functions"); MySQL/MariaDB ``information_schema.TABLES``
   ``DATA_LENGTH`` / ``INDEX_LENGTH`` (InnoDB's estimates, refreshed by ``ANALYZE TABLE``;
@@ -38,7 +40,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .collision import COLLISIONS_TABLE
-from .exc import InvalidTable
+from .exc import InvalidArgument, InvalidTable
 from .outbox.schema import DEFAULT_OUTBOX_TABLE
 from .outbox.schema import STATUSES as OUTBOX_STATUSES
 from .replication import (
@@ -52,10 +54,13 @@ from .store.schema import DEAD, DEFAULT_STORE_TABLE, PENDING, STATUSES, UTCDateT
 
 __all__ = [
     "DEAD_LETTERS_SHOWN",
+    "GROWTH_DAYS",
     "WARNING_CODES",
     "ConsumerRename",
     "ConsumerStats",
+    "DailyGrowth",
     "DeadLetter",
+    "DeadLetterFilter",
     "DeadLetterQueueStats",
     "InboxStats",
     "OutboxDestinationStats",
@@ -67,11 +72,14 @@ __all__ = [
     "TableStats",
     "WarningCode",
     "collect",
+    "dead_letters",
     "stats_warnings",
 ]
 
 #: Dead letters listed (the newest first); the count covers them all.
 DEAD_LETTERS_SHOWN = 20
+#: Days of :class:`DailyGrowth` per table.
+GROWTH_DAYS = 7
 
 
 @dataclass(frozen=True)
@@ -126,13 +134,47 @@ class StoreConsumerStats:
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """A ``dead`` store row and its last error."""
+    """A ``dead`` row and its last error: a store row (``consumer_name`` its consumer) or an
+    outbox row (``consumer_name`` its destination), ``arrived_at`` its ``received_at`` /
+    ``created_at`` (aware, UTC)."""
 
     id: int
     message_id: str
     consumer_name: str
     attempts: int
     last_error: str | None
+    arrived_at: datetime.datetime | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetterFilter:
+    """Which dead letters :func:`dead_letters` lists: those matching every filter given.
+
+    :param group: the consumer (store) or destination (outbox).
+    :param error: a substring of ``last_error`` (the database's ``LIKE``, its wildcards
+        escaped: case-insensitive under MySQL's default collations).
+    :param arrived_from: arrived at or after this aware datetime.
+    :param arrived_before: arrived before this aware datetime.
+    :param below_id: only rows whose id is lower (the next page, newest first).
+    """
+
+    group: str | None = None
+    error: str | None = None
+    arrived_from: datetime.datetime | None = None
+    arrived_before: datetime.datetime | None = None
+    below_id: int | None = None
+
+
+@dataclass(frozen=True)
+class DailyGrowth:
+    """Rows of ``table`` that arrived per day, per ``group`` (consumer or destination):
+    ``rows[0]`` in the last 24 hours, ``rows[1]`` the 24 hours before, and so on for
+    :data:`GROWTH_DAYS` days (by ``received_at`` / ``created_at``; rows purged meanwhile
+    are not counted)."""
+
+    table: str
+    group: str
+    rows: list[int]
 
 
 @dataclass(frozen=True)
@@ -208,6 +250,8 @@ class InboxStats:
     renames: list[ConsumerRename] = field(default_factory=list)
     #: The broker's dead-letter queues / streams that were counted (``stats --dead-letters``).
     dead_letter_queues: list[DeadLetterQueueStats] = field(default_factory=list)
+    #: Rows arrived per day, per table and consumer / destination.
+    growth: list[DailyGrowth] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes as ISO 8601 strings, bytes per table included."""
@@ -284,6 +328,7 @@ def collect(
         store = _store(conn, present.get("store"), schema)
         outbox = _outbox(conn, present.get("outbox"), schema)
         tables = [_table(conn, name, schema) for name in present.values()]
+        growth = _all_growth(conn, present, schema, now)
         replication = read_replication(conn)
     return InboxStats(
         backend=engine.dialect.name,
@@ -296,6 +341,7 @@ def collect(
         replication=replication,
         outbox=outbox,
         renames=renames,
+        growth=growth,
     )
 
 
@@ -437,10 +483,9 @@ def _collisions(conn: Connection, name: str | None, schema: str | None) -> dict[
     return {str(consumer): int(count) for consumer, count in conn.execute(query)}
 
 
-def _store(conn: Connection, name: str | None, schema: str | None) -> StoreStats | None:
-    if name is None:
-        return None
-    t = sa.table(
+def _store_clause(name: str, schema: str | None) -> sa.TableClause:
+    """The store table's columns :func:`collect` and :func:`dead_letters` read."""
+    return sa.table(
         name,
         sa.column("id", sa.BigInteger()),
         sa.column("message_id", sa.String()),
@@ -451,6 +496,79 @@ def _store(conn: Connection, name: str | None, schema: str | None) -> StoreStats
         sa.column("received_at", UTCDateTime()),
         schema=schema,
     )
+
+
+def _outbox_clause(name: str, schema: str | None) -> sa.TableClause:
+    """The outbox table's columns :func:`collect` and :func:`dead_letters` read."""
+    return sa.table(
+        name,
+        sa.column("id", sa.BigInteger()),
+        sa.column("message_id", sa.String()),
+        sa.column("destination", sa.String()),
+        sa.column("status", sa.String()),
+        sa.column("attempts", sa.Integer()),
+        sa.column("last_error", sa.Text()),
+        sa.column("created_at", UTCDateTime()),
+        schema=schema,
+    )
+
+
+#: The kinds of table :func:`dead_letters` reads: (its table clause, the group column,
+#: the arrival column).
+DEAD_LETTER_TABLES = {
+    "store": (_store_clause, "consumer_name", "received_at"),
+    "outbox": (_outbox_clause, "destination", "created_at"),
+}
+
+
+def dead_letters(
+    conn: Connection,
+    kind: str,
+    name: str,
+    *,
+    schema: str | None = None,
+    chosen: DeadLetterFilter = DeadLetterFilter(),
+    limit: int = DEAD_LETTERS_SHOWN,
+) -> list[DeadLetter]:
+    """The newest ``limit`` dead rows of the store or outbox table ``name`` that match
+    ``chosen``, newest (highest id) first; every filter a bound parameter.
+
+    :param conn: a connection to the table's database.
+    :param kind: ``"store"`` or ``"outbox"``.
+    :param name: the table's name.
+    :param schema: its schema.
+    :param chosen: the filters.
+    :param limit: the most rows returned.
+    :raises InvalidArgument: for an unknown ``kind``, or a naive filter time.
+    """
+    if kind not in DEAD_LETTER_TABLES:
+        raise InvalidArgument(f"kind must be one of {', '.join(DEAD_LETTER_TABLES)}: {kind!r}")
+    clause, group, arrived = DEAD_LETTER_TABLES[kind]
+    t = clause(name, schema)
+    c = t.c
+    query = sa.select(c.id, c.message_id, c[group], c.attempts, c.last_error, c[arrived])
+    query = query.where(c.status == DEAD)
+    if chosen.group is not None:
+        query = query.where(c[group] == chosen.group)
+    if chosen.error:
+        query = query.where(c.last_error.contains(chosen.error, autoescape=True))
+    if chosen.arrived_from is not None:
+        query = query.where(c[arrived] >= chosen.arrived_from)
+    if chosen.arrived_before is not None:
+        query = query.where(c[arrived] < chosen.arrived_before)
+    if chosen.below_id is not None:
+        query = query.where(c.id < chosen.below_id)
+    query = query.order_by(c.id.desc()).limit(limit)
+    return [
+        DeadLetter(int(i), str(mid), str(g), int(a), e, at)
+        for i, mid, g, a, e, at in conn.execute(query)
+    ]
+
+
+def _store(conn: Connection, name: str | None, schema: str | None) -> StoreStats | None:
+    if name is None:
+        return None
+    t = _store_clause(name, schema)
     consumers = [
         StoreConsumerStats(*backlog)
         for backlog in _backlogs(conn, t, "consumer_name", "received_at", STATUSES)
@@ -459,28 +577,14 @@ def _store(conn: Connection, name: str | None, schema: str | None) -> StoreStats
     attempts = {
         int(made): int(count) for made, count in conn.execute(histogram.group_by(t.c.attempts))
     }
-    dead = (
-        sa.select(t.c.id, t.c.message_id, t.c.consumer_name, t.c.attempts, t.c.last_error)
-        .where(t.c.status == DEAD)
-        .order_by(t.c.id.desc())
-        .limit(DEAD_LETTERS_SHOWN)
-    )
-    letters = [
-        DeadLetter(int(i), str(mid), str(c), int(a), e) for i, mid, c, a, e in conn.execute(dead)
-    ]
+    letters = dead_letters(conn, "store", name, schema=schema)
     return StoreStats(name, consumers, attempts, letters)
 
 
 def _outbox(conn: Connection, name: str | None, schema: str | None) -> OutboxStats | None:
     if name is None:
         return None
-    t = sa.table(
-        name,
-        sa.column("destination", sa.String()),
-        sa.column("status", sa.String()),
-        sa.column("created_at", UTCDateTime()),
-        schema=schema,
-    )
+    t = _outbox_clause(name, schema)
     backlogs = _backlogs(conn, t, "destination", "created_at", OUTBOX_STATUSES)
     return OutboxStats(name, [OutboxDestinationStats(*backlog) for backlog in backlogs])
 
@@ -505,6 +609,53 @@ def _backlogs(
     return [
         (name, counts[name], (now - oldest[name]).total_seconds() if name in oldest else None)
         for name in sorted(counts)
+    ]
+
+
+def _all_growth(
+    conn: Connection, present: dict[str, str], schema: str | None, now: datetime.datetime
+) -> list[DailyGrowth]:
+    """:func:`_growth` of the processed-messages table (on the database's clock ``now``,
+    the clock of its ``received_at`` default), the store and the outbox (on Python's UTC
+    clock, the one their rows are written with)."""
+    found = []
+    utc = datetime.datetime.now(datetime.UTC)
+    if "inbox" in present:
+        t = sa.table(
+            present["inbox"],
+            sa.column("consumer_name", sa.String()),
+            sa.column("received_at", sa.DateTime(timezone=True)),
+            schema=schema,
+        )
+        found += _growth(conn, t, "consumer_name", "received_at", now)
+    if "store" in present:
+        t = _store_clause(present["store"], schema)
+        found += _growth(conn, t, "consumer_name", "received_at", utc)
+    if "outbox" in present:
+        t = _outbox_clause(present["outbox"], schema)
+        found += _growth(conn, t, "destination", "created_at", utc)
+    return found
+
+
+def _growth(
+    conn: Connection, t: sa.TableClause, group: str, arrived: str, now: datetime.datetime
+) -> list[DailyGrowth]:
+    """Rows of ``t`` arrived in each of the :data:`GROWTH_DAYS` 24-hour windows before
+    ``now`` (the first one open-ended), per value of column ``group``: one query, a
+    ``SUM(CASE ...)`` per day over the rows since the first window's start (the day
+    boundaries bound parameters)."""
+    c = t.c
+    edges = [now - datetime.timedelta(days=day) for day in range(GROWTH_DAYS + 1)]
+    # the last window has no upper end: a row stamped in the very second of ``now`` (whole
+    # seconds on MySQL's DATETIME) or ahead of it (clock skew) is today's
+    windows = [c[arrived] >= edges[1]] + [
+        sa.and_(c[arrived] >= edges[d + 1], c[arrived] < edges[d]) for d in range(1, GROWTH_DAYS)
+    ]
+    per_day = [sa.func.sum(sa.case((window, 1), else_=0)) for window in windows]
+    query = sa.select(c[group], *per_day).where(c[arrived] >= edges[-1]).group_by(c[group])
+    return [
+        DailyGrowth(t.name, str(name), [int(n or 0) for n in days])
+        for name, *days in sorted(conn.execute(query), key=lambda row: str(row[0]))
     ]
 
 

@@ -2,6 +2,8 @@
 # Throwaway database servers and message brokers for the sa-inbox test suite.
 #
 #   scripts/servers.sh install [NAME...]    apt-get install what is missing
+#   scripts/servers.sh install browser      Debian's chromium and chromium-driver (the
+#                                           console's browser tests; nothing to start)
 #   scripts/servers.sh start DIR [NAME...]  start servers with all data in DIR
 #                                           (DIR is created if missing)
 #   scripts/servers.sh stop DIR             stop whatever runs from DIR
@@ -87,6 +89,7 @@ servers_or_all() {
         case "$name" in
             postgresql | mysql | galera | rabbitmq | redis | nats) ;;
             pg-sync | pg-async) ;;
+            browser) [ "${FUNCNAME[1]}" = cmd_install ] || die "browser is installed, never started" ;;
             *) die "unknown server '$name' (expected postgresql, mysql, galera, rabbitmq, redis, nats, pg-sync or pg-async)" ;;
         esac
     done
@@ -133,6 +136,8 @@ have_rabbitmq() {
 }
 have_redis() { find_program redis-server >/dev/null && find_program redis-cli >/dev/null; }
 have_nats() { find_program nats-server >/dev/null; }
+# Debian's browser and its WebDriver (selenium is pointed at /usr/bin/chromedriver).
+have_browser() { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; }
 
 # Runs apt-get as root (via sudo when not root and sudo exists).
 as_root() {
@@ -172,6 +177,7 @@ cmd_install() {
             rabbitmq) have_rabbitmq || packages+=(rabbitmq-server) ;;
             redis) have_redis || packages+=(redis-server redis-tools) ;;
             nats) have_nats || packages+=(nats-server) ;;
+            browser) have_browser || packages+=(chromium chromium-driver) ;;
         esac
     done
     if [ ${#packages[@]} -eq 0 ]; then
@@ -192,6 +198,7 @@ cmd_install() {
             rabbitmq) have_rabbitmq || die "still no $RABBITMQ_BIN/rabbitmq-server or epmd" ;;
             redis) have_redis || die "still no redis-server/redis-cli" ;;
             nats) have_nats || die "still no nats-server" ;;
+            browser) have_browser || die "still no /usr/bin/chromium or /usr/bin/chromedriver" ;;
         esac
     done
 }

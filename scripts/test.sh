@@ -3,7 +3,8 @@
 #
 # Works on a bare Debian 12 machine (as root, or with sudo for the first run):
 #   1. installs PostgreSQL 15, MariaDB (and Galera), RabbitMQ, Redis and NATS if missing
-#      (scripts/servers.sh install)
+#      (scripts/servers.sh install), and Debian's chromium + chromium-driver for the
+#      console's browser tests (scripts/servers.sh install browser)
 #   2. makes the virtualenv .venv with the project and its test extras
 #   3. starts throwaway servers in a temporary directory, removed at exit
 #   4. runs pytest (arguments passed through), then ruff check, ruff format --check,
@@ -159,6 +160,9 @@ if [ ${#SERVERS[@]} -gt 0 ]; then
     section "Servers: install (${SERVERS[*]})"
     scripts/servers.sh install "${SERVERS[@]}"
 fi
+
+section "Browser: install (chromium, chromium-driver)"
+scripts/servers.sh install browser
 
 section "Python environment (.venv)"
 scripts/venv.sh '.[postgresql,mysql,oracle,test]'

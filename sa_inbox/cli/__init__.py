@@ -36,6 +36,7 @@ from ._common import Group
 from .alembic import alembic_group
 from .bench import bench
 from .chaos import chaos
+from .console import console_command
 from .dead_letters import dead_letters_group
 from .demo import demo
 from .outbox import outbox_group
@@ -66,3 +67,4 @@ main.add_command(chaos)
 main.add_command(relay_command)
 main.add_command(outbox_group)
 main.add_command(dead_letters_group)
+main.add_command(console_command)

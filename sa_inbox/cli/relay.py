@@ -33,6 +33,7 @@ from ._common import (
     setting,
     url_option,
 )
+from .metrics import metrics_options, serve_metrics
 
 if TYPE_CHECKING:
     from ..asyncio import AsyncOutboxRelay
@@ -80,12 +81,15 @@ __all__ = ["relay_command"]
     help="Stop once nothing is pending or in flight (while the broker cannot be reached, "
     "rows stay pending and the relay waits).",
 )
+@metrics_options
 def relay_command(
     url: str,
     broker: str,
     table: str,
     schema: str | None,
     until_empty: bool,
+    metrics_port: int | None,
+    metrics_host: str,
     **settings: Any,
 ) -> None:
     """Publish committed outbox rows to the broker, each confirmed, then mark them.
@@ -93,12 +97,18 @@ def relay_command(
     On an async driver's URL (postgresql+asyncpg, postgresql+psycopg_async,
     mysql+aiomysql, sqlite+aiosqlite) the asyncio relay runs, on that driver, with the
     broker's asyncio publisher (aio-pika, redis.asyncio, nats-py).
+
+    With --metrics-port the relay's counts (sa_inbox_relay_messages_total by outcome,
+    sa_inbox_relay_batches_total) are served for Prometheus on
+    http://--metrics-host:PORT/metrics (the [prometheus] extra).
     """
     from ..outbox import Outbox, OutboxRelay
     from ..store.worker import Backoff
 
     settings["backoff"] = Backoff(settings.pop("backoff"), settings.pop("max_backoff"))
     _check_broker(broker)
+    if metrics_port is not None:
+        settings["on_batch"] = serve_metrics(metrics_port, metrics_host, "relay")
     with connected(url, "the relay failed") as db:
         publisher = _publisher(broker, asynchronous=db.async_engine is not None)
         try:

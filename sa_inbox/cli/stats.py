@@ -3,9 +3,9 @@
 Prints :func:`sa_inbox.stats.collect`'s sample as a rich report, or JSON with ``--json``;
 ``--watch`` refreshes it every ``--interval`` seconds. Warnings
 (:func:`sa_inbox.stats.stats_warnings`, which lists them) are printed with the report; with
-``--check`` the exit status is the lowest warning's code
-(:data:`sa_inbox.stats.WARNING_CODES`, 9-21; 0 for none), for a probe or a cron job, and 3
-when the database cannot be read (as every command).
+``--check`` every failing check is printed on one stderr line and the exit status is the
+lowest warning's code (:data:`sa_inbox.stats.WARNING_CODES`, 9-21; 0 for none), for a probe
+or a cron job, and 3 when the database cannot be read (as every command).
 """
 
 from __future__ import annotations
@@ -106,7 +106,9 @@ def stats_command(
     relay stuck (the oldest pending outbox row is older than --pending-threshold), 19 a
     renamed consumer (a new name claiming ids an old one had claimed), 20 a --dead-letters
     queue / stream holds dead letters, 21 one cannot be read (broker unreachable, queue
-    missing); the lowest when several; 3 the database cannot be read.
+    missing); 3 the database cannot be read. When several checks fail, every one is
+    printed (in the report, and on stderr as one line naming each code) and the exit
+    status is the lowest of their codes.
     """
     from ..stats import collect, stats_warnings
 
@@ -133,7 +135,20 @@ def stats_command(
             stats, found = sample(db.engine)
             _print(stats, found, as_json)
     if check and found:
-        click.get_current_context().exit(min(w.code for w in found))
+        click.get_current_context().exit(_failed(found))
+
+
+def _failed(found: list[StatsWarning]) -> int:
+    """Say every failing check on stderr (the exit status can only carry one); return the
+    lowest code, the exit status."""
+    ordered = sorted(found, key=lambda w: w.code)
+    listed = ", ".join(f"{w.code} {w.kind}" for w in ordered)
+    click.echo(
+        f"stats --check: {len(ordered)} check(s) failed: {listed}; exit {ordered[0].code} "
+        "(the lowest)",
+        err=True,
+    )
+    return ordered[0].code
 
 
 def _targets(values: tuple[str, ...]) -> tuple[DeadLetterTarget, ...]:

@@ -122,8 +122,8 @@ def run_replay(
     dry_run: bool,
     yes: bool,
 ) -> None:
-    """A replay command's body: print ``{"would_replay": N}`` (``--dry-run``) or
-    ``{"replayed": N}``.
+    """A replay command's body (the rule of :func:`sa_inbox.store.replay.guarded_replay`):
+    print ``{"would_replay": N}`` (``--dry-run``) or ``{"replayed": N}``.
 
     :param count: counts the rows the replay would reset, of the given status (``None``:
         the command's ``--status``, as given).
@@ -137,16 +137,19 @@ def run_replay(
         nothing changed.
     :raises click.UsageError: (exit 2) for filters the library refuses (a ``ValueError``).
     """
+    from ..store.replay import guarded_replay
+
     try:
-        chosen = count(status)
-        if dry_run:
-            click.echo(json.dumps({"would_replay": chosen}))
-            return
-        if not yes and status in (None, finished) and (sent := count(finished)):
-            raise ConfirmationNeeded(
-                f"{sent} {again}: pass --yes to replay them (or --dry-run to only count)"
-            )
-        replayed = replay()
+        outcome = guarded_replay(
+            count, replay, status=status, finished=finished, dry_run=dry_run, confirmed=yes
+        )
     except ValueError as exc:  # InvalidArgument
         raise click.UsageError(str(exc)) from exc
-    click.echo(json.dumps({"replayed": replayed}))
+    if dry_run:
+        click.echo(json.dumps({"would_replay": outcome.chosen}))
+    elif outcome.needs_confirmation:
+        raise ConfirmationNeeded(
+            f"{outcome.finished} {again}: pass --yes to replay them (or --dry-run to only count)"
+        )
+    else:
+        click.echo(json.dumps({"replayed": outcome.replayed}))

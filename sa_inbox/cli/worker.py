@@ -21,6 +21,7 @@ import click
 from ..exc import InvalidHandler
 from ..handlers import check_handler, is_async_callable
 from ._common import POSITIVE, SECONDS, WAIT, CannotRun, Database, bind_store, connected, setting
+from .metrics import metrics_options, serve_metrics
 from .store import store_options
 
 if TYPE_CHECKING:
@@ -127,6 +128,7 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
     click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
     "The lowest level of log lines written to stderr.",
 )
+@metrics_options
 def worker_command(
     url: str,
     table: str,
@@ -148,6 +150,8 @@ def worker_command(
     max_seconds: float | None,
     app_dir: str,
     log_level: str,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Process the inbox store's messages with HANDLER until SIGTERM/SIGINT.
 
@@ -173,6 +177,10 @@ def worker_command(
     consumer would run this handler on other consumers' messages and mark them done,
     which cannot be undone. (store counts and store replay, which only read or reset
     rows, cover every consumer without --consumer, as the library's counts() does.)
+
+    With --metrics-port the worker's metrics (sa_inbox.hooks.prometheus: claims, handler
+    failures and seconds, retries, database outages) are served for Prometheus on
+    http://--metrics-host:PORT/metrics (the [prometheus] extra).
     """
     from ..exc import ConfigurationError
     from ..store import Backoff, Worker
@@ -196,6 +204,7 @@ def worker_command(
         "ordered": ordered,
         "backoff": Backoff(base=backoff, maximum=max_backoff),
         "poll_interval": poll_interval,
+        "hooks": serve_metrics(metrics_port, metrics_host, "worker"),
     }
     limits: dict[str, Any] = {
         "until_empty": until_empty,

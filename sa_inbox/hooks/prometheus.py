@@ -26,7 +26,13 @@ metric                                         type        labels
 ``sa_inbox_store_messages``                    gauge       table, consumer, status
 ``sa_inbox_store_oldest_pending_seconds``      gauge       table, consumer
 ``sa_inbox_store_attempts``                    gauge       table, attempts (non-done rows)
+``sa_inbox_relay_messages_total``              counter     outcome (:class:`RelayMetrics`)
+``sa_inbox_relay_batches_total``               counter     (:class:`RelayMetrics`)
 =============================================  ==========  ==============================
+
+``sa-inbox worker --metrics-port N`` and ``sa-inbox relay --metrics-port N`` serve the
+process's metrics (:class:`PrometheusHooks`, :class:`RelayMetrics`) with
+``prometheus_client.start_http_server``.
 
 The dedup hit rate per consumer is ``rate(sa_inbox_duplicates_total[5m]) /
 (rate(sa_inbox_claims_total[5m]) + rate(sa_inbox_duplicates_total[5m]))`` (the Grafana
@@ -41,6 +47,7 @@ from contextlib import AbstractContextManager, nullcontext
 import sqlalchemy as sa
 
 from .._optional import optional_dependencies
+from ..outbox.relay import RelayBatch
 from ..stats import InboxStats, Sampler
 
 with optional_dependencies(__name__, "prometheus", "prometheus_client"):
@@ -48,7 +55,7 @@ with optional_dependencies(__name__, "prometheus", "prometheus_client"):
     from prometheus_client.core import GaugeMetricFamily, Metric
     from prometheus_client.registry import REGISTRY, Collector
 
-__all__ = ["InboxCollector", "PrometheusHooks"]
+__all__ = ["InboxCollector", "PrometheusHooks", "RelayMetrics"]
 
 _NULL = nullcontext()
 
@@ -130,6 +137,47 @@ class PrometheusHooks:
         headers: Mapping[str, str] | None = None,
     ) -> AbstractContextManager[object]:
         return _NULL
+
+
+class RelayMetrics:
+    """Counts what an outbox relay does: pass :meth:`observe` as the relay's ``on_batch``
+    (:class:`~sa_inbox.outbox.OutboxRelay`, :class:`~sa_inbox.asyncio.AsyncOutboxRelay`).
+
+    ``sa_inbox_relay_messages_total{outcome}``: rows ``dispatched`` (confirmed by the
+    broker), ``retried`` (refused, pending again after the back-off), ``dead`` and
+    ``released`` (given back unpublished: the broker could not be reached);
+    ``sa_inbox_relay_batches_total``: batches leased.
+
+    :param registry: as :class:`PrometheusHooks`.
+    :param namespace: the metric name prefix.
+    """
+
+    OUTCOMES = ("dispatched", "retried", "dead", "released")
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, namespace: str = "sa_inbox"
+    ) -> None:
+        registry = REGISTRY if registry is None else registry
+        self.messages = Counter(
+            "relay_messages",
+            "Outbox rows the relay handled, by outcome.",
+            ["outcome"],
+            namespace=namespace,
+            registry=registry,
+        )
+        self.batches = Counter(
+            "relay_batches", "Batches the relay leased.", namespace=namespace, registry=registry
+        )
+        for outcome in self.OUTCOMES:
+            self.messages.labels(outcome)
+
+    def observe(self, batch: RelayBatch) -> None:
+        """Count one batch (never raises)."""
+        self.batches.inc()
+        for outcome in self.OUTCOMES:
+            count = getattr(batch, outcome)
+            if count:
+                self.messages.labels(outcome).inc(count)
 
 
 class InboxCollector(Collector):

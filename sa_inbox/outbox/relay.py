@@ -167,6 +167,7 @@ class RelayCore:
 
     :param engine: the outbox's database (the ``sync_engine`` of an AsyncEngine).
     :param outbox: the outbox.
+    :param on_batch: called with each batch's :class:`RelayBatch` (it must not raise).
     :raises InvalidArgument: for a bad setting (see :class:`OutboxRelay`).
     """
 
@@ -181,6 +182,7 @@ class RelayCore:
         backoff: Backoff = DEFAULT_BACKOFF,
         ordered: bool = False,
         outage_backoff: Backoff = DEFAULT_OUTAGE_BACKOFF,
+        on_batch: Callable[[RelayBatch], None] | None = None,
     ) -> None:
         self.engine = engine
         self.outbox = require(
@@ -202,6 +204,10 @@ class RelayCore:
         self.backoff = backoff
         self.outage_backoff = outage_backoff
         self.ordered = bool(ordered)
+        if on_batch is not None and not callable(on_batch):
+            raise InvalidArgument(f"on_batch must be a callable, not {on_batch!r}")
+        #: Told of each batch's counts (e.g. :class:`sa_inbox.hooks.prometheus.RelayMetrics`).
+        self.on_batch = on_batch
         #: The leased-row statements on the outbox table (:mod:`sa_inbox.store.leases`).
         self.leased_rows = LeasedRows(self.table, _SHAPE)
         #: Rides out database outages; the relays set its ``sleep`` to their stoppable wait.
@@ -423,6 +429,8 @@ class OutboxRelay:
     :param outage_backoff: the wait before the next lease after a batch that found the
         broker unreachable, doubling per such batch in a row (see the module).
     :param poll_interval: seconds to wait when nothing is leasable.
+    :param on_batch: called with each batch's :class:`RelayBatch`, e.g.
+        :meth:`RelayMetrics.observe <sa_inbox.hooks.prometheus.RelayMetrics.observe>`.
     :raises InvalidArgument: for a bad setting.
 
     Example::
@@ -444,6 +452,7 @@ class OutboxRelay:
         ordered: bool = False,
         outage_backoff: Backoff = DEFAULT_OUTAGE_BACKOFF,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
+        on_batch: Callable[[RelayBatch], None] | None = None,
     ) -> None:
         engine = require(
             engine,
@@ -463,6 +472,7 @@ class OutboxRelay:
             backoff=backoff,
             ordered=ordered,
             outage_backoff=outage_backoff,
+            on_batch=on_batch,
         )
         self.publisher = publisher
         self.poll_interval = positive_seconds(poll_interval, "poll_interval", InvalidArgument)
@@ -544,9 +554,12 @@ def relay_batch(core: RelayCore, publisher: Publisher, resolve: Callable[[Any], 
     confirmed = [m for m, error in outcomes if error is None]
     dispatched = core.retrying(lambda: core.mark_dispatched(confirmed))
     released = core.retrying(lambda: _give_back(core, unreachable))
-    return RelayBatch(
+    batch = RelayBatch(
         len(messages), dispatched, len(refused) - went_dead, dead + went_dead, released
     )
+    if core.on_batch is not None:
+        core.on_batch(batch)
+    return batch
 
 
 def _record_refusal(core: RelayCore, message: OutboxMessage, error: Exception) -> bool:

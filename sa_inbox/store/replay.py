@@ -4,18 +4,23 @@ The inbox store's ``dead`` and ``done`` rows (:meth:`~sa_inbox.store.InboxStore.
 ``sa-inbox store replay``) and the outbox's ``dead`` and ``dispatched`` rows
 (:meth:`~sa_inbox.outbox.relay.RelayCore.replay`, ``sa-inbox outbox replay``) follow one
 rule set, :class:`ReplayRules`, on their own column names.
+
+:func:`guarded_replay` is the one confirmation rule of every replay front end (``sa-inbox
+store replay`` / ``outbox replay`` and the console, :mod:`sa_inbox.console`): count first; a
+replay that would reset rows whose messages went through (``done``, ``dispatched``) runs
+only once confirmed, since their messages are handled a second time.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
-__all__ = ["ReplayFilter", "ReplayRules"]
+__all__ = ["ReplayFilter", "ReplayOutcome", "ReplayRules", "guarded_replay"]
 
 
 @dataclass(frozen=True)
@@ -122,3 +127,53 @@ class ReplayRules:
         if not isinstance(moment, datetime.datetime) or moment.tzinfo is None:
             raise self.error(f"a replay time must be a time-zone aware datetime: {moment!r}")
         return moment.astimezone(datetime.UTC)
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """What :func:`guarded_replay` found and did.
+
+    :param chosen: rows the filters chose when counted.
+    :param finished: of those, rows whose messages went through (0 when the replay's
+        status is ``dead``: never counted then).
+    :param replayed: rows reset to pending; None when nothing was reset (a dry run, or a
+        replay of finished rows that was not confirmed).
+    """
+
+    chosen: int
+    finished: int
+    replayed: int | None
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """Whether the replay was refused for want of a confirmation (nothing changed)."""
+        return self.replayed is None and self.finished > 0
+
+
+def guarded_replay(
+    count: Callable[[str | None], int],
+    replay: Callable[[], int],
+    *,
+    status: str | None,
+    finished: str,
+    dry_run: bool,
+    confirmed: bool,
+) -> ReplayOutcome:
+    """Count the rows a replay chooses, then reset them unless it is a dry run or it would
+    reset ``finished`` rows without ``confirmed``.
+
+    :param count: counts the rows the replay would reset, of the given status (None: the
+        replay's ``status``, as given).
+    :param replay: resets them; returns how many.
+    :param status: the replay's status filter (None: every replayable status).
+    :param finished: the status of rows whose messages went through (``done``,
+        ``dispatched``): resetting any (chosen by status or by id) needs ``confirmed``.
+    :param dry_run: only count.
+    :param confirmed: the caller confirmed that finished rows are handled again.
+    :raises InvalidArgument: (from ``count`` / ``replay``) for filters the replay refuses.
+    """
+    chosen = count(status)
+    again = count(finished) if chosen and status in (None, finished) else 0
+    if dry_run or (again and not confirmed):
+        return ReplayOutcome(chosen, again, None)
+    return ReplayOutcome(chosen, again, replay())

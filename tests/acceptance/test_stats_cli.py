@@ -190,8 +190,13 @@ def test_check_exit_codes_in_subprocesses(tmp_path: Path) -> None:
         several = stats(url, *CHECK, names=cases["dead-letters"].names)
         code, text = finish(healthy)
         assert code == WARNING_CODES["collisions"], text
-        code, text = finish(several)  # several warnings: the lowest code
+        code, text = finish(several)  # several warnings: every one said, the lowest code
         assert code == WARNING_CODES["dead-letters"] < WARNING_CODES["collisions"], text
+        failed = [line for line in text.splitlines() if line.startswith("stats --check:")]
+        assert failed == [
+            f"stats --check: 2 check(s) failed: {WARNING_CODES['dead-letters']} dead-letters, "
+            f"{WARNING_CODES['collisions']} collisions; exit {code} (the lowest)"
+        ], text
     engine.dispose()
 
 

@@ -76,6 +76,6 @@ def test_exit_codes_and_the_error_class_are_defined_once() -> None:
 def test_every_command_is_registered() -> None:
     assert isinstance(main, click.Group)
     assert sorted(main.commands) == [
-        "alembic", "bench", "chaos", "dead-letters", "demo", "outbox", "partitions", "purge",
-        "relay", "stats", "store", "worker",
+        "alembic", "bench", "chaos", "console", "dead-letters", "demo", "outbox", "partitions",
+        "purge", "relay", "stats", "store", "worker",
     ]  # fmt: skip
