@@ -26,7 +26,7 @@ from .exc import (
     InvalidTable,
     InvalidTableType,
 )
-from .hooks import NOOP, InboxHooks
+from .hooks import InboxHooks, as_hooks
 from .schema import (
     DEFAULT_MESSAGE_ID_LENGTH,
     DEFAULT_TABLE_NAME,
@@ -122,7 +122,7 @@ class Inbox:
     ) -> None:
         consumers = consumers_flag(consumers)
         #: The hooks every claim reports to (:mod:`sa_inbox.hooks`).
-        self.hooks: InboxHooks = NOOP if hooks is None else hooks
+        self.hooks: InboxHooks = as_hooks(hooks)
         if table is None:
             if metadata is None:
                 raise InvalidTableType("Inbox() needs a MetaData (or table=)")

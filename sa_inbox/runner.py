@@ -46,7 +46,7 @@ from .exc import (
 )
 from .guard import JOINED, owned_transaction
 from .handlers import call_handler, check_handler
-from .hooks import NOOP, InboxHooks
+from .hooks import NOOP, InboxHooks, as_hooks
 from .outage import is_guarded, is_unavailable
 from .validation import positive_int
 
@@ -222,6 +222,7 @@ def run_in_transaction(
     check_session_factory(
         session_factory, entry="sa_inbox.run_in_transaction()", asynchronous=False
     )
+    hooks = as_hooks(hooks)
     for attempt in range(1, max_attempts + 1):
         session = new_session(session_factory)
         try:

@@ -29,6 +29,7 @@ from contextlib import AbstractContextManager, contextmanager
 
 from .._optional import optional_dependencies
 from ..stats import Sampler
+from . import InboxHooks
 
 with optional_dependencies(__name__, "opentelemetry", "opentelemetry.trace"):
     from opentelemetry import metrics, trace
@@ -50,7 +51,7 @@ DEAD_LETTER_REASON_ATTRIBUTE = "sa_inbox.dead_letter.reason"
 _W3C = TraceContextTextMapPropagator()
 
 
-class OpenTelemetryHooks:
+class OpenTelemetryHooks(InboxHooks):
     """:class:`~sa_inbox.hooks.InboxHooks` on the OpenTelemetry API.
 
     :param tracer_provider: default: the global one (``trace.get_tracer_provider()``).

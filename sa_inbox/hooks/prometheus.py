@@ -35,13 +35,13 @@ dashboard in ``dashboards/sa-inbox.json`` plots it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
 
 import sqlalchemy as sa
 
 from .._optional import optional_dependencies
 from ..stats import InboxStats, Sampler
+from . import InboxHooks
 
 with optional_dependencies(__name__, "prometheus", "prometheus_client"):
     from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -50,10 +50,8 @@ with optional_dependencies(__name__, "prometheus", "prometheus_client"):
 
 __all__ = ["InboxCollector", "PrometheusHooks"]
 
-_NULL = nullcontext()
 
-
-class PrometheusHooks:
+class PrometheusHooks(InboxHooks):
     """:class:`~sa_inbox.hooks.InboxHooks` that feed ``prometheus_client`` metrics.
 
     :param registry: where the metrics are registered (default: the process-wide
@@ -121,15 +119,6 @@ class PrometheusHooks:
 
     def dead_lettered(self, consumer_name: str, reason: str) -> None:
         self.dead_letters.labels(consumer_name, reason).inc()
-
-    def span(
-        self,
-        name: str,
-        consumer_name: str,
-        message_id: str,
-        headers: Mapping[str, str] | None = None,
-    ) -> AbstractContextManager[object]:
-        return _NULL
 
 
 class InboxCollector(Collector):

@@ -59,7 +59,7 @@ from ..exc import (
     SyncAsyncMismatch,
 )
 from ..handlers import check_handler
-from ..hooks import NOOP, InboxHooks
+from ..hooks import InboxHooks, as_hooks
 from ..outage import OutageGate, Verdict
 from ..validation import positive_int, positive_seconds
 from .batch import BATCH_RERUNS, run_batch
@@ -324,7 +324,7 @@ class Worker:
         self.on_lease = on_lease
         self.on_message = on_message
         #: Told of each handler run and transient retry (:mod:`sa_inbox.hooks`).
-        self.hooks: InboxHooks = NOOP if hooks is None else hooks
+        self.hooks: InboxHooks = as_hooks(hooks)
         self.transaction = transaction
         #: Set to stop: by :meth:`stop`, SIGTERM/SIGINT during :meth:`run`, or the caller.
         self.stop_event = threading.Event()

@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from sa_inbox import Outcome, Result, TransientClaimError, handle
-from sa_inbox.hooks import NoopHooks
+from sa_inbox.hooks import InboxHooks
 from tests.support.app import CONSUMER, App
 from tests.support.galera import GaleraCluster
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.backend
 AMOUNT = Decimal(5)
 
 
-class Retries(NoopHooks):
+class Retries(InboxHooks):
     """Counts the runner's retries (:meth:`~sa_inbox.hooks.InboxHooks.retried`)."""
 
     def __init__(self) -> None:
