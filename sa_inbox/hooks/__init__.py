@@ -17,7 +17,8 @@ A hook must not raise: it runs inside the caller's transaction (an exception wou
 business change back). The implementations here never do.
 
 Structured log events (logger ``sa_inbox.*``, the id in the text and in ``extra``, with the
-event name as ``extra["event"]``): see :data:`EVENTS`.
+event name as ``extra["event"]``): see :data:`EVENTS`. Every event, span and metric name is
+in one table, :mod:`sa_inbox.hooks.names`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import warnings
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from typing import Any
+
+from . import names
 
 __all__ = [
     "EVENTS",
@@ -37,30 +40,9 @@ __all__ = [
     "as_hooks",
 ]
 
-#: The stable event names of sa-inbox's log records (``extra["event"]``).
-EVENTS = {
-    "inbox.claim.duplicate": "a delivery met its id already claimed: acked, handler skipped",
-    "inbox.claim.collision": "a claim's payload digest differs from the stored one",
-    "inbox.claim.failed": "the claim failed (e.g. a collision raised): rolled back, nacked",
-    "inbox.handler.failed": "the handler or the database failed: rolled back, nacked",
-    "inbox.commit.failed": (
-        "the commit failed, e.g. a Galera certification failure (1213) on the last attempt: "
-        "rolled back, nacked"
-    ),
-    "inbox.transaction.retry": "a deadlock or serialization failure: the transaction reruns",
-    "inbox.configuration.error": "a configuration error: neither acked nor nacked",
-    "inbox.purge.done": "a purge finished (rows deleted, seconds)",
-    "inbox.purge.retry": "a purge batch rolled back by a transient error (e.g. Galera 1213) reruns",
-    "inbox.database.unavailable": (
-        "the database cannot be reached: deliveries held uncounted, the database probed "
-        "with back-off (once per outage, WARNING)"
-    ),
-    "inbox.database.available": "the database answers again: the outage's seconds (INFO)",
-    "inbox.delivery.dead_lettered": (
-        "a broker delivery went to the dead-letter queue / stream, unprocessed (reason in "
-        'extra["reason"]: a DeadLetterReason value)'
-    ),
-}
+#: The stable event names of sa-inbox's log records (``extra["event"]``) and what each means
+#: (the events of :data:`sa_inbox.hooks.names.NAMES`).
+EVENTS = {event.name: event.description for event in names.EVENTS}
 
 #: Span names of :meth:`InboxHooks.span`: ``inbox.process`` (one delivery, the parent),
 #: ``inbox.claim``, ``inbox.handler``, ``inbox.commit`` (per attempt) and ``inbox.ack``.
