@@ -13,6 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from .._compat import session_options
 from .._optional import optional_dependencies
 from ..claim import Inbox
 from ..exc import InvalidShardMap
@@ -33,7 +34,7 @@ def _async_shard(name: object, shard: object) -> tuple[AsyncEngine, Callable[[],
     if isinstance(shard, AsyncEngine):
         return shard, async_sessionmaker(shard)
     if isinstance(shard, async_sessionmaker):
-        bind: Any = shard.kw.get("bind")
+        bind: Any = session_options(shard).get("bind")
         if isinstance(bind, AsyncEngine):
             return bind, shard
         raise InvalidShardMap(
