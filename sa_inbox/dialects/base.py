@@ -93,7 +93,29 @@ class ClaimDialect(abc.ABC):
       ``RETURNING message_id`` where the backend supports it, else one statement per row.
 
     Neither commits nor rolls back the caller's transaction.
+
+    Its methods are of two kinds: the claim's :attr:`FLOW` (how a claim is sent and read),
+    which a claim strategy defines, and everything else, the backend's knowledge (its checks,
+    its error codes, its driver's state), which a strategy over another backend's dialect
+    takes from that dialect (:class:`~sa_inbox.dialects.generic.SavepointClaim`).
     """
+
+    #: The methods of the claim's flow; every other public method is backend knowledge.
+    FLOW: ClassVar[frozenset[str]] = frozenset(
+        {
+            "insert_or_skip",
+            "supports_returning",
+            "claim_one",
+            "claim_many",
+            "claim_chunk",
+            "execute",
+            "inserted_count",
+            "translate_errors",
+            "translate_configuration_errors",
+            "raise_translated",
+            "duplicate_or_raise",
+        }
+    )
 
     def check_backend(self, conn: Connection) -> None:
         """Raise :class:`~sa_inbox.exc.UnsupportedBackend` if ``conn``'s server is too old.
