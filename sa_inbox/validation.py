@@ -11,7 +11,13 @@ from collections.abc import Iterable
 
 from .exc import InboxError, InvalidMessageId
 
-__all__ = ["positive_int", "positive_seconds", "validate_key", "validate_keys"]
+__all__ = [
+    "non_negative_int",
+    "positive_int",
+    "positive_seconds",
+    "validate_key",
+    "validate_keys",
+]
 
 
 def positive_int(value: object, name: str, error: type[InboxError]) -> int:
@@ -24,6 +30,18 @@ def positive_int(value: object, name: str, error: type[InboxError]) -> int:
     """
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise error(f"{name} must be a positive int, not {value!r}")
+    return value
+
+
+def non_negative_int(value: object, name: str, error: type[InboxError]) -> int:
+    """``value`` if it is an int >= 0 (``bool`` is refused).
+
+    :param name: the argument's name, for the message.
+    :param error: the exception class the caller documents.
+    :raises error: otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise error(f"{name} must be an int >= 0, not {value!r}")
     return value
 
 

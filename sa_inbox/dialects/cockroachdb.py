@@ -10,8 +10,8 @@ batch). What differs, from CockroachDB's documentation:
   gets SQLSTATE 40001 ("restart transaction", CockroachDB docs, "Transaction Retry Error
   Reference"): the normal path, not an anomaly. The runner rolls back and re-runs the whole
   transaction with full-jitter exponential back-off, as those docs ask; its default budget
-  (5 attempts, 20 ms doubling, at most 1 s) is short for a contended SERIALIZABLE workload,
-  so pass ``max_attempts=10`` or more there (not measured here: no CockroachDB server).
+  (4 re-runs, 20 ms doubling, at most 1 s) is short for a contended SERIALIZABLE workload,
+  so pass ``max_retries=9`` or more there (not measured here: no CockroachDB server).
 * **40003 "statement completion unknown"** (an ambiguous commit: CockroachDB could not tell
   whether the COMMIT applied, "Transaction Retry Error Reference", "Ambiguous commit
   errors") is transient *for the inbox*: re-running is safe because the claim commits with

@@ -11,7 +11,7 @@ documentation:
   set (YugabyteDB docs, Architecture, "Transaction isolation levels"). Under Snapshot a
   conflict aborts a transaction with 40001 (Fail-on-Conflict) or after waiting
   (Wait-on-Conflict, "Concurrency control"): retries are the normal path, so pass
-  ``max_attempts=10`` or more to the runner on a contended workload (not measured here).
+  ``max_retries=9`` or more to the runner on a contended workload (not measured here).
 * **No ``ctid``** (yugabyte-db issues #11689 and #24843: "System column ... is not
   supported yet"): the purge deletes by primary key, ``DELETE … WHERE (message_id,
   consumer_name) IN (SELECT … LIMIT n FOR UPDATE SKIP LOCKED)``.

@@ -122,7 +122,7 @@ def test_with_one_attempt_the_loser_fails_and_its_redelivery_is_a_duplicate(
 ) -> None:
     broker = Broker()
     with caplog.at_level(logging.WARNING, logger="sa_inbox"):
-        results, retries = race(cluster, "m-1", broker, max_attempts=1)
+        results, retries = race(cluster, "m-1", broker, max_retries=0)
     events = [getattr(r, "event", None) for r in caplog.records]
     assert events == ["inbox.commit.failed"]  # not the handler's failure: the commit's
 
