@@ -18,6 +18,7 @@ from ..dialects.store_claim import StoreClaimDialect
 from ..exc import InvalidArgument
 from ..hooks import InboxHooks, as_hooks
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
+from ..validation import JSONSerializer, check_json_serializer
 from .leases import LeasedRows, LeaseShape
 from .receive import receive_insert
 from .schema import (
@@ -107,8 +108,11 @@ class StoreBase:
         on_collision: CollisionMode = "raise",
         hooks: InboxHooks | None = None,
         consumers: bool = True,
+        json_serializer: JSONSerializer | None = None,
     ) -> None:
         consumers = consumers_flag(consumers)
+        #: What a receive serialises payloads with (``None``: :func:`json.dumps`).
+        self.json_serializer = check_json_serializer(json_serializer)
         #: Told of every receive as of a claim (new, duplicates, collisions, seconds:
         #: :mod:`sa_inbox.hooks`); default the no-op hooks.
         self.hooks: InboxHooks = as_hooks(hooks)
