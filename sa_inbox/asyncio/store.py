@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import functools
 import signal
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
@@ -34,10 +33,10 @@ from ._bridge import (
     async_session_of,
     call_handler_awaiting,
     in_greenlet,
-    loop_sleep,
     on_sync_bind,
     sync_session_factory,
 )
+from .waiting import LoopWaiting
 
 __all__ = ["CANCEL_GRACE", "AsyncBoundStore", "AsyncHandler", "AsyncInboxStore", "AsyncWorker"]
 
@@ -170,21 +169,6 @@ def _async_engine(engine: object, entry: str) -> AsyncEngine:
     )
 
 
-class _LoopWorker(Worker):
-    """The worker with its waits on the event loop (its loops run in greenlets)."""
-
-    on_event_loop = True
-
-    def _wait_for_stop(self, seconds: float) -> None:
-        # Slices, so that a stop request or a halting limit ends the wait within 50 ms.
-        end = time.monotonic() + seconds
-        while not self.stop_event.is_set() and (left := end - time.monotonic()) > 0:
-            loop_sleep(min(left, 0.05))
-
-    def _sleep(self, seconds: float) -> None:
-        loop_sleep(seconds)
-
-
 class AsyncWorker:
     """Process stored messages with an ``async def`` handler, on asyncio tasks.
 
@@ -197,7 +181,9 @@ class AsyncWorker:
     :param options: every other keyword of :class:`~sa_inbox.Worker` (``consumer_name``,
         ``batch_size``, ``visibility_timeout``, ``max_attempts``, ``ordered``, ``backoff``,
         ``poll_interval``, ``error_backoff``, ``reap_interval``, ``name``, ``clock``,
-        ``on_lease``, ``on_message``, ``transaction``), with the same meaning and checks;
+        ``on_lease``, ``on_message``, ``transaction``; not ``waiting``: the tasks wait on
+        the event loop, :class:`~sa_inbox.asyncio.waiting.LoopWaiting`), with the same
+        meaning and checks;
         ``transaction="batch"`` runs the sync worker's batch code
         (:mod:`sa_inbox.store.batch`) in the task's greenlet, savepoints included.
     :raises InvalidHandler: if ``handler`` cannot be called as ``handler(session,
@@ -231,10 +217,18 @@ class AsyncWorker:
             return call_handler_awaiting(handler, async_session_of(session), message)
 
         self.handler = handler
+        #: The stop signal the tasks wait on, on the event loop (the sync worker's
+        #: ``stop_event``).
+        self.waiting = LoopWaiting()
         #: The synchronous worker whose loops the tasks run: its ``stats``, ``summary``
         #: and ``stop_event`` are this worker's.
-        self.sync_worker = _LoopWorker(
-            store, sync_handler, consumer_name=consumer_name, concurrency=concurrency, **options
+        self.sync_worker = Worker(
+            store,
+            sync_handler,
+            consumer_name=consumer_name,
+            concurrency=concurrency,
+            waiting=self.waiting,
+            **options,
         )
 
     @property
@@ -294,9 +288,14 @@ class AsyncWorker:
 
     async def _join(self, tasks: list[asyncio.Task[None]], shutdown_timeout: float) -> None:
         """Wait for every task; after a stop, at most ``shutdown_timeout`` seconds more."""
+        stopped = asyncio.create_task(self.waiting.until_set())
         pending = set(tasks)
-        while pending and not self.sync_worker.stop_event.is_set():
-            _, pending = await asyncio.wait(pending, timeout=0.1)
+        try:
+            while pending and not stopped.done():
+                await asyncio.wait({*pending, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                pending = {task for task in pending if not task.done()}
+        finally:
+            stopped.cancel()
         if pending:
             _, pending = await asyncio.wait(pending, timeout=shutdown_timeout)
         await self._give_up(pending)

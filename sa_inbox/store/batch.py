@@ -103,6 +103,7 @@ from .protocol import (
     StoredMessage,
 )
 from .schema import DONE
+from .waiting import Waiting
 
 __all__ = ["BATCH_RERUNS", "SAVEPOINTS_FIRST", "BatchWorker", "run_batch"]
 
@@ -133,6 +134,8 @@ class BatchWorker(Protocol):
     @property
     def hooks(self) -> InboxHooks: ...
     @property
+    def waiting(self) -> Waiting: ...
+    @property
     def _lock(self) -> threading.Lock: ...
     @property
     def _unstarted(self) -> dict[str, Sequence[StoredMessage]]: ...
@@ -142,7 +145,6 @@ class BatchWorker(Protocol):
     def _retry_at(self, message: StoredMessage) -> datetime.datetime | None: ...
     def _configuration_error(self, exc: ConfigurationError) -> None: ...
     def _process_messages(self, token: str, batch: Sequence[StoredMessage]) -> None: ...
-    def _sleep(self, seconds: float) -> None: ...
     def _count(self, outcome: str, amount: int = 1) -> None: ...
     def _notify(self, message: StoredMessage, outcome: str) -> None: ...
     def _log_failure(
@@ -207,7 +209,7 @@ def _commit(worker: BatchWorker, token: str, batch: Sequence[StoredMessage]) -> 
             reruns += 1
             _log_rerun(worker, token, "transient error; re-run", exc)
             worker.hooks.retried(batch[0].consumer_name, attempt=reruns)
-            worker._sleep(random.uniform(0, 0.01 * 2**reruns))
+            worker.waiting.sleep(random.uniform(0, 0.01 * 2**reruns))
         worker._count("batch_reruns")
 
 

@@ -65,6 +65,7 @@ from ..validation import positive_int, positive_seconds
 from .batch import BATCH_RERUNS, run_batch
 from .protocol import LOST, RELEASED, RETRY, Handler, MessageStore, StoredMessage
 from .schema import DEAD, DEFAULT_CONSUMER, DONE, utc_now
+from .waiting import ThreadWaiting, Waiting
 
 __all__ = [
     "BATCH",
@@ -236,6 +237,10 @@ class Worker:
         message; ``"batch"`` (:data:`BATCH`): the messages of one leased batch in one
         transaction, a failing one still failing alone (see :mod:`sa_inbox.store.batch`
         for the design, its measurements and the trade-off).
+    :param waiting: how the loops wait for a stop request and sleep
+        (:class:`~sa_inbox.store.waiting.Waiting`); default a
+        :class:`~sa_inbox.store.waiting.ThreadWaiting` (threads).
+        :class:`~sa_inbox.asyncio.AsyncWorker` passes its event loop's.
     :raises InvalidArgument: for a non-positive size, count or time, a ``backoff``
         that is not a :class:`Backoff`, a ``transaction`` that is neither mode, or
         ``"batch"`` on a store without ``complete_batch``.
@@ -248,10 +253,6 @@ class Worker:
     The same ``visibility_timeout`` and ``max_attempts`` must be used by every worker of a
     consumer.
     """
-
-    #: Whether the worker's loops run in greenlets on an event loop (the asyncio worker's,
-    #: whose store is bound to an AsyncEngine).
-    on_event_loop = False
 
     def __init__(
         self,
@@ -275,9 +276,12 @@ class Worker:
         hooks: InboxHooks | None = None,
         transaction: str = MESSAGE,
         on_claim: Callable[[str, Sequence[StoredMessage]], None] | None = None,
+        waiting: Waiting | None = None,
     ) -> None:
         on_lease = _renamed_hook(on_lease, on_claim)
-        if not self.on_event_loop:
+        #: How the loops wait and sleep (:mod:`sa_inbox.store.waiting`).
+        self.waiting: Waiting = ThreadWaiting() if waiting is None else waiting
+        if not self.waiting.on_event_loop:
             _check_store(store)
         check_handler(handler, ("session", "message"))
         _check_transaction(transaction, store)
@@ -326,8 +330,9 @@ class Worker:
         #: Told of each handler run and transient retry (:mod:`sa_inbox.hooks`).
         self.hooks: InboxHooks = as_hooks(hooks)
         self.transaction = transaction
-        #: Set to stop: by :meth:`stop`, SIGTERM/SIGINT during :meth:`run`, or the caller.
-        self.stop_event = threading.Event()
+        #: Set to stop: by :meth:`stop`, SIGTERM/SIGINT during :meth:`run`, or the caller
+        #: (:attr:`waiting` itself: a :class:`threading.Event` by default).
+        self.stop_event: Waiting = self.waiting
         #: Counts since the worker was made, keyed by outcome (``done``, ``retry``,
         #: ``dead``, ``lost``, ``released``) and ``errors``, ``transient_retries``,
         #: ``reaped_dead``: the same numbers as :attr:`summary`, updated live.
@@ -491,7 +496,7 @@ class Worker:
                     extra={"action": "retry", "message_id": message.message_id, "error": str(exc)},
                 )
                 self._count("transient_retries")
-                self._sleep(random.uniform(0, 0.05 * 2**retry))
+                self.waiting.sleep(random.uniform(0, 0.05 * 2**retry))
                 retry += 1
 
     def _ride_out(self, exc: Exception) -> Verdict | None:
@@ -796,17 +801,7 @@ class Worker:
         run = self._run
         if run is not None and run.deadline is not None:
             seconds = min(seconds, max(0.0, run.deadline - time.monotonic()))
-        self._wait_for_stop(seconds)
-
-    # -- the edges an event loop replaces (sa_inbox.asyncio.AsyncWorker) -----------------
-
-    def _wait_for_stop(self, seconds: float) -> None:
-        """Block for ``seconds`` at most, returning early on a stop request."""
-        self.stop_event.wait(seconds)
-
-    def _sleep(self, seconds: float) -> None:
-        """Sleep ``seconds`` (between re-runs of a transaction after a deadlock)."""
-        time.sleep(seconds)
+        self.waiting.wait(seconds)
 
     def _error_delay(self, errors_in_a_row: int) -> float:
         delay = self.error_backoff.delay(errors_in_a_row)
