@@ -26,7 +26,7 @@ from ..handlers import check_handler
 from ..store.protocol import Incoming, StoredMessage
 from ..store.schema import DEFAULT_CONSUMER
 from ..store.store import BoundStore, InboxStore
-from ..store.worker import DEFAULT_SHUTDOWN_TIMEOUT, Worker, WorkerSummary, logger
+from ..store.worker import DEFAULT_SHUTDOWN_TIMEOUT, Worker, WorkerRun, WorkerSummary, logger
 from . import consumers
 from ._bridge import (
     AsyncBind,
@@ -267,26 +267,30 @@ class AsyncWorker:
             ``shutdown_timeout``.
         """
         worker = self.sync_worker
-        before = worker._start(until_empty, max_messages, max_seconds)
-        if not await in_greenlet(worker._owns_consumer_name):
-            return worker._finish(before)
+        run = worker.begin_run(
+            until_empty=until_empty, max_messages=max_messages, max_seconds=max_seconds
+        )
+        if not await in_greenlet(run.owns_consumer_name):
+            return run.finish()
         with self._signals(handle_signals):
             tasks = [
-                asyncio.create_task(in_greenlet(worker._loop, i)) for i in range(worker.concurrency)
+                asyncio.create_task(in_greenlet(run.loop, i)) for i in range(worker.concurrency)
             ]
             try:
-                await self._join(tasks, shutdown_timeout)
+                await self._join(run, tasks, shutdown_timeout)
             except asyncio.CancelledError:
                 # run() itself cancelled (an application shutting down): stop as for a
                 # stop request (messages in hand finished, the rest of each batch released)
                 # within the shutdown timeout, then let the cancellation through.
                 self.stop()
                 _, pending = await asyncio.wait(tasks, timeout=shutdown_timeout)
-                await self._give_up(pending)
+                await self._give_up(run, pending)
                 raise
-        return worker._finish(before)
+        return run.finish()
 
-    async def _join(self, tasks: list[asyncio.Task[None]], shutdown_timeout: float) -> None:
+    async def _join(
+        self, run: WorkerRun, tasks: list[asyncio.Task[None]], shutdown_timeout: float
+    ) -> None:
         """Wait for every task; after a stop, at most ``shutdown_timeout`` seconds more."""
         stopped = asyncio.create_task(self.waiting.until_set())
         pending = set(tasks)
@@ -298,12 +302,12 @@ class AsyncWorker:
             stopped.cancel()
         if pending:
             _, pending = await asyncio.wait(pending, timeout=shutdown_timeout)
-        await self._give_up(pending)
+        await self._give_up(run, pending)
         for task in tasks:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
 
-    async def _give_up(self, pending: set[asyncio.Task[None]]) -> None:
+    async def _give_up(self, run: WorkerRun, pending: set[asyncio.Task[None]]) -> None:
         """Cancel the tasks whose handler outlasted the shutdown timeout (the message in hand
         is leased again after the visibility timeout) and give back the unstarted rest of
         their batches, taken before the cancellations run."""
@@ -311,7 +315,7 @@ class AsyncWorker:
             return
         for task in pending:
             task.cancel()
-        await in_greenlet(self.sync_worker._abandon)
+        await in_greenlet(run.abandon)
         # Let the cancelled handlers roll back before run() returns: the caller disposes
         # the engine next, and a rollback on a disposed connection would never complete.
         await asyncio.wait(pending, timeout=CANCEL_GRACE)

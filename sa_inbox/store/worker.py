@@ -88,6 +88,7 @@ __all__ = [
     "TRANSIENT_RETRIES",
     "Backoff",
     "Worker",
+    "WorkerRun",
     "WorkerSummary",
 ]
 
@@ -618,14 +619,33 @@ class Worker:
         :raises ConsumerNameTaken: before anything is leased, if another handler owns
             ``consumer_name`` (see :mod:`sa_inbox.consumers`).
         """
-        before = self._start(until_empty, max_messages, max_seconds)
-        if self._owns_consumer_name():
+        run = self.begin_run(
+            until_empty=until_empty, max_messages=max_messages, max_seconds=max_seconds
+        )
+        if run.owns_consumer_name():
             with self._signals(handle_signals):
                 if self.concurrency == 1:
-                    self._loop(0)
+                    run.loop(0)
                 else:
                     self._run_threads(shutdown_timeout)
-        return self._finish(before)
+        return run.finish()
+
+    def begin_run(
+        self,
+        *,
+        until_empty: bool = False,
+        max_messages: int | None = None,
+        max_seconds: float | None = None,
+    ) -> WorkerRun:
+        """Begin a run with these limits (as :meth:`run`'s) and return it, for a caller that
+        runs the loops itself (:class:`~sa_inbox.asyncio.AsyncWorker` runs them as tasks):
+        :meth:`WorkerRun.owns_consumer_name`, then :meth:`WorkerRun.loop` once per thread
+        or task, :meth:`WorkerRun.abandon` for loops that outlast the shutdown, and
+        :meth:`WorkerRun.finish`.
+
+        :raises InvalidArgument: for a bad ``max_messages`` or ``max_seconds``.
+        """
+        return WorkerRun(self, self._start(until_empty, max_messages, max_seconds))
 
     def own_consumer_name(self) -> None:
         """Make this worker's handler the owner of its ``consumer_name``, or check that it is
@@ -971,6 +991,37 @@ class Worker:
     def _count(self, outcome: str, amount: int = 1) -> None:
         with self._lock:
             self.stats[outcome] += amount
+
+
+class WorkerRun:
+    """One run of a :class:`Worker` (:meth:`Worker.begin_run`): the steps of
+    :meth:`Worker.run` for a caller that runs the loops itself."""
+
+    def __init__(self, worker: Worker, before: Counter[str]) -> None:
+        self.worker = worker
+        self._before = before
+
+    def owns_consumer_name(self) -> bool:
+        """Take or check the consumer name (:meth:`Worker.own_consumer_name`); False when a
+        configuration error ended the run (:meth:`finish` raises it)."""
+        return self.worker._owns_consumer_name()
+
+    def loop(self, thread: int) -> None:
+        """One thread's (or task's) loop: reap (thread 0), lease, process, wait; returns
+        when the run ends (a stop, a limit, a configuration error)."""
+        self.worker._loop(thread)
+
+    def abandon(self) -> None:
+        """Give back the unstarted messages of the batches whose loops outlasted the
+        shutdown timeout."""
+        self.worker._abandon()
+
+    def finish(self) -> WorkerSummary:
+        """End the run: its :class:`WorkerSummary`.
+
+        :raises ConfigurationError: the one that stopped the run.
+        """
+        return self.worker._finish(self._before)
 
 
 @dataclass

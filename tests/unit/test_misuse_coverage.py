@@ -68,6 +68,7 @@ TAKES_NO_OBJECT = {
     "Worker.stop": "nothing",
     "Worker.run": "limits and a signal switch",
     "Worker.own_consumer_name": "the worker's own store and handler, checked when it was made",
+    "Worker.begin_run": "limits, as Worker.run",
     "AsyncWorker.run": "limits and a signal switch",
     "AsyncWorker.stop": "nothing",
     "OutboxRelay.run_once": "the relay's own engine and publisher, checked when it was made",
