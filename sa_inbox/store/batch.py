@@ -86,26 +86,15 @@ from __future__ import annotations
 import datetime
 import logging
 import random
-import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..exc import ConfigurationError, HandlerFailed
 from ..hooks import InboxHooks
-from .protocol import (
-    LOST,
-    RELEASED,
-    BatchFailure,
-    BatchResult,
-    Handler,
-    MessageStore,
-    StoredMessage,
-)
-from .schema import DONE
+from .protocol import BatchFailure, BatchResult, Handler, MessageStore, StoredMessage
 from .waiting import Waiting
 
-__all__ = ["BATCH_RERUNS", "SAVEPOINTS_FIRST", "BatchWorker", "run_batch"]
+__all__ = ["BATCH_RERUNS", "SAVEPOINTS_FIRST", "BatchWorker", "commit_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,17 +102,14 @@ logger = logging.getLogger(__name__)
 #: messages are processed one transaction each.
 BATCH_RERUNS = 5
 #: Whether the first run of a batch already has a savepoint per message (see the module's
-#: docstring: measured, it does not).
+#: docstring: it does not).
 SAVEPOINTS_FIRST = False
 
 
 class BatchWorker(Protocol):
-    """What :func:`run_batch` needs of its worker: :class:`~sa_inbox.store.Worker` has it.
-
-    The store, handler, clock and hooks it runs the batch with; the lock and the record of
-    unstarted messages it shares with the worker's stop; and the worker's own steps for a
-    stop, a release, a failure, a configuration error, a count and a notification.
-    """
+    """What :func:`commit_batch` needs of its worker (:class:`~sa_inbox.store.Worker` has
+    it): the store, handler, clock, hooks and waiting it runs the batch with, whether to
+    stop, when a failed message may be retried, and its counters."""
 
     @property
     def store(self) -> MessageStore: ...
@@ -135,53 +121,26 @@ class BatchWorker(Protocol):
     def hooks(self) -> InboxHooks: ...
     @property
     def waiting(self) -> Waiting: ...
-    @property
-    def _lock(self) -> threading.Lock: ...
-    @property
-    def _unstarted(self) -> dict[str, Sequence[StoredMessage]]: ...
 
-    def _stopping(self) -> bool: ...
-    def _release(self, messages: Sequence[StoredMessage], *, quietly: bool = False) -> None: ...
-    def _retry_at(self, message: StoredMessage) -> datetime.datetime | None: ...
-    def _configuration_error(self, exc: ConfigurationError) -> None: ...
-    def _process_messages(self, token: str, batch: Sequence[StoredMessage]) -> None: ...
-    def _count(self, outcome: str, amount: int = 1) -> None: ...
-    def _notify(self, message: StoredMessage, outcome: str) -> None: ...
-    def _log_failure(
-        self,
-        message: StoredMessage,
-        exc: BaseException,
-        retry_at: datetime.datetime | None,
-        recorded: bool,
-    ) -> str: ...
+    def stopping(self) -> bool: ...
+    def retry_at(self, message: StoredMessage) -> datetime.datetime | None: ...
+    def count(self, key: str, amount: int = 1) -> None: ...
 
 
-def run_batch(worker: BatchWorker, token: str, batch: Sequence[StoredMessage]) -> None:
-    """Process one leased batch in one transaction and count and report its outcomes.
+def commit_batch(
+    worker: BatchWorker, token: str, batch: Sequence[StoredMessage]
+) -> BatchResult | None:
+    """Run one leased batch's transaction until it commits: re-run without a failed handler's
+    message (with savepoints), or after a transient error (at most :data:`BATCH_RERUNS`
+    times; each counted as ``batch_reruns`` and told to the hooks as a retry).
 
-    :param worker: the worker (its store, handler, clock, counters and hooks).
+    :param worker: the worker (its store, handler, clock, hooks, waiting, counters).
     :param token: the batch's lease token.
     :param batch: the leased messages, in lease order.
-    :raises ConfigurationError: from the store or a handler: every thread stops, the batch
-        is released (attempts not counted), nothing committed.
-    :raises Exception: as the worker's ``_process_messages``, when the batch fell back to one
-        transaction per message and a failure could not be recorded there.
+    :returns: what the committed transaction did; ``None`` if it failed otherwise, or
+        transiently once too often (logged): process the batch one transaction per message.
+    :raises ConfigurationError: from the store or a handler (nothing committed).
     """
-    if worker._stopping():
-        worker._release(batch)
-        return
-    with worker._lock:  # locked by the batch transaction: never released from outside
-        worker._unstarted[token] = ()
-    start = time.perf_counter()
-    result = _commit(worker, token, batch)
-    if result is not None:
-        # Handlers of one transaction are not timed apart: each gets its share.
-        _report(worker, result, (time.perf_counter() - start) / len(batch))
-
-
-def _commit(worker: BatchWorker, token: str, batch: Sequence[StoredMessage]) -> BatchResult | None:
-    """Run the batch's transaction until it commits; ``None`` if it fell back to one
-    transaction per message (done then)."""
     failed: list[BatchFailure] = []
     reruns = 0
     while True:
@@ -192,31 +151,26 @@ def _commit(worker: BatchWorker, token: str, batch: Sequence[StoredMessage]) -> 
                 now=worker.clock(),
                 savepoints=SAVEPOINTS_FIRST or bool(failed),
                 failed=failed,
-                retry_at=worker._retry_at,
-                stopping=worker._stopping,
+                retry_at=worker.retry_at,
+                stopping=worker.stopping,
             )
-        except ConfigurationError as exc:
-            worker._configuration_error(exc)
-            worker._release(batch, quietly=True)
+        except ConfigurationError:
             raise
         except HandlerFailed as exc:
-            failed.append(BatchFailure(exc.message, exc.error, worker._retry_at(exc.message)))
-            _log_rerun(worker, token, "a handler raised; re-run without it, with savepoints", exc)
+            failed.append(BatchFailure(exc.message, exc.error, worker.retry_at(exc.message)))
+            _log_rerun(token, "a handler raised; re-run without it, with savepoints", exc)
         except Exception as exc:
             if reruns == BATCH_RERUNS or not worker.store.is_transient(exc):
-                _fall_back(worker, token, batch, exc)
+                _log_fall_back(token, batch, exc)
                 return None
             reruns += 1
-            _log_rerun(worker, token, "transient error; re-run", exc)
+            _log_rerun(token, "transient error; re-run", exc)
             worker.hooks.retried(batch[0].consumer_name, attempt=reruns)
             worker.waiting.sleep(random.uniform(0, 0.01 * 2**reruns))
-        worker._count("batch_reruns")
+        worker.count("batch_reruns")
 
 
-def _fall_back(
-    worker: BatchWorker, token: str, batch: Sequence[StoredMessage], exc: BaseException
-) -> None:
-    """Process the batch one transaction per message, after its transaction failed."""
+def _log_fall_back(token: str, batch: Sequence[StoredMessage], exc: BaseException) -> None:
     logger.warning(
         "batch %s: its transaction failed (%s: %s); processing its %d messages one "
         "transaction each",
@@ -226,10 +180,9 @@ def _fall_back(
         len(batch),
         extra={"action": "batch_fallback", "token": token, "error": str(exc)},
     )
-    worker._process_messages(token, batch)
 
 
-def _log_rerun(worker: BatchWorker, token: str, why: str, exc: BaseException) -> None:
+def _log_rerun(token: str, why: str, exc: BaseException) -> None:
     logger.info(
         "batch %s: %s: %s: %s",
         token,
@@ -238,24 +191,3 @@ def _log_rerun(worker: BatchWorker, token: str, why: str, exc: BaseException) ->
         exc,
         extra={"action": "batch_rerun", "token": token, "error": str(exc)},
     )
-
-
-def _report(worker: BatchWorker, result: BatchResult, seconds: float) -> None:
-    """Count, log and notify every outcome of a committed batch; tell the hooks of each
-    handler run (``seconds``: the transaction's time over the batch's messages)."""
-    for message in result.done:
-        worker._count(DONE)
-        worker._notify(message, DONE)
-        worker.hooks.handled(message.consumer_name, seconds=seconds, failed=False)
-    for failure in result.failed:
-        worker.hooks.handled(failure.message.consumer_name, seconds=seconds, failed=True)
-        outcome = worker._log_failure(failure.message, failure.error, failure.retry_at, True)
-        worker._count(outcome)
-        worker._notify(failure.message, outcome)
-    for message in result.lost:
-        worker._count(LOST)
-        worker._notify(message, LOST)
-    if result.released:
-        worker._count(RELEASED, len(result.released))
-        for message in result.released:
-            worker._notify(message, RELEASED)

@@ -62,7 +62,7 @@ from ..handlers import check_handler
 from ..hooks import InboxHooks, as_hooks
 from ..outage import OutageGate, Verdict
 from ..validation import positive_int, positive_seconds
-from .batch import BATCH_RERUNS, run_batch
+from .batch import BATCH_RERUNS, commit_batch
 from .protocol import LOST, RELEASED, RETRY, Handler, MessageStore, StoredMessage
 from .schema import DEAD, DEFAULT_CONSUMER, DONE, utc_now
 from .waiting import ThreadWaiting, Waiting
@@ -395,7 +395,7 @@ class Worker:
                 exc,
                 extra={"action": "lease", "error": str(exc)},
             )
-            self._count("transient_retries")
+            self.count("transient_retries")
             return None
         if batch:
             logger.debug("leased", extra={"action": "lease", "token": token, "count": len(batch)})
@@ -420,16 +420,57 @@ class Worker:
         token = batch[0].claimed_by
         try:
             if self.transaction == BATCH:
-                run_batch(self, token, batch)
+                self._commit_batch(token, batch)
             else:
                 self._process_messages(token, batch)
         finally:
             with self._lock:
                 self._unstarted.pop(token, None)
 
+    def _commit_batch(self, token: str, batch: Sequence[StoredMessage]) -> None:
+        """Process a leased batch in one transaction (:func:`~sa_inbox.store.batch.commit_batch`),
+        or one transaction per message if that transaction cannot commit.
+
+        :raises ConfigurationError: from the store or a handler: every thread stops, the
+            batch is released (attempts not counted), nothing committed.
+        """
+        if self.stopping():
+            self._release(batch)
+            return
+        with self._lock:  # locked by the batch transaction: never released from outside
+            self._unstarted[token] = ()
+        start = time.perf_counter()
+        try:
+            result = commit_batch(self, token, batch)
+        except ConfigurationError as exc:
+            self._configuration_error(exc)
+            self._release(batch, quietly=True)
+            raise
+        if result is None:
+            self._process_messages(token, batch)
+            return
+        # Handlers of one transaction are not timed apart: each gets its share.
+        seconds = (time.perf_counter() - start) / len(batch)
+        for message in result.done:
+            self.count(DONE)
+            self._notify(message, DONE)
+            self.hooks.handled(message.consumer_name, seconds=seconds, failed=False)
+        for failure in result.failed:
+            self.hooks.handled(failure.message.consumer_name, seconds=seconds, failed=True)
+            outcome = self._log_failure(failure.message, failure.error, failure.retry_at, True)
+            self.count(outcome)
+            self._notify(failure.message, outcome)
+        for message in result.lost:
+            self.count(LOST)
+            self._notify(message, LOST)
+        if result.released:
+            self.count(RELEASED, len(result.released))
+            for message in result.released:
+                self._notify(message, RELEASED)
+
     def _process_messages(self, token: str, batch: Sequence[StoredMessage]) -> None:
         for index, message in enumerate(batch):
-            if self._stopping():
+            if self.stopping():
                 self._release(batch[index:])
                 return
             with self._lock:  # what a shutdown may give back if this handler outlasts it
@@ -447,7 +488,7 @@ class Worker:
                 # the visibility timeout; the unstarted rest is given back if possible
                 self._release(batch[index + 1 :], quietly=True)
                 raise
-            self._count(outcome)
+            self.count(outcome)
             self._notify(message, outcome)
 
     def process(self, message: StoredMessage) -> str:
@@ -496,7 +537,7 @@ class Worker:
                     exc,
                     extra={"action": "retry", "message_id": message.message_id, "error": str(exc)},
                 )
-                self._count("transient_retries")
+                self.count("transient_retries")
                 self.waiting.sleep(random.uniform(0, 0.05 * 2**retry))
                 retry += 1
 
@@ -528,7 +569,7 @@ class Worker:
     def _outage_sleep(self, seconds: float) -> bool:
         """The outage gate's wait: :meth:`_wait`; whether the worker stops."""
         self._wait(seconds)
-        return self._stopping()
+        return self.stopping()
 
     def reap(self) -> None:
         """Move abandoned leases back to pending, or to dead once their attempts are used.
@@ -557,7 +598,7 @@ class Worker:
                 exc,
                 extra={"action": "reap", "error": str(exc)},
             )
-            self._count("transient_retries")
+            self.count("transient_retries")
             return
         if result.released or result.dead:
             logger.info(
@@ -567,7 +608,7 @@ class Worker:
                 extra={"action": "reap", "released": result.released, "dead": result.dead},
             )
         if result.dead:
-            self._count("reaped_dead", result.dead)
+            self.count("reaped_dead", result.dead)
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -754,7 +795,7 @@ class Worker:
         assert run is not None
         next_reap = 0.0
         errors_in_a_row = 0
-        while not self._stopping():
+        while not self.stopping():
             try:
                 if thread == 0 and time.monotonic() >= next_reap:
                     next_reap = time.monotonic() + self.reap_interval
@@ -797,8 +838,9 @@ class Worker:
                 continue
             self._wait(self.poll_interval)
 
-    def _stopping(self) -> bool:
-        """Whether this thread should stop: a stop request, or the run's time is up."""
+    def stopping(self) -> bool:
+        """Whether the loops should stop: a stop request, or the run's time is up (which
+        ends the run for every thread)."""
         if self.stop_event.is_set():
             return True
         run = self._run
@@ -844,7 +886,7 @@ class Worker:
     def _step_failed(self, exc: Exception, errors_in_a_row: int) -> None:
         """Log an error of the worker itself (full traceback only the first time in a
         row), count it, and wait before the next try."""
-        self._count("errors")
+        self.count("errors")
         delay = self._error_delay(errors_in_a_row)
         if errors_in_a_row == 1:
             logger.exception(
@@ -895,7 +937,7 @@ class Worker:
         try:
             hook(*args)
         except Exception:
-            self._count("errors")
+            self.count("errors")
             logger.exception("%s hook raised", name, extra={"action": "error"})
 
     @contextmanager
@@ -919,14 +961,14 @@ class Worker:
 
     # -- helpers ----------------------------------------------------------------------
 
-    def _retry_at(self, message: StoredMessage) -> datetime.datetime | None:
+    def retry_at(self, message: StoredMessage) -> datetime.datetime | None:
         """When ``message``, failed on this attempt, may be leased again; ``None``: dead."""
         if message.attempts >= self.max_attempts:
             return None
         return self.clock() + datetime.timedelta(seconds=self.backoff.delay(message.attempts))
 
     def _failed(self, message: StoredMessage, exc: BaseException) -> str:
-        retry_at = self._retry_at(message)
+        retry_at = self.retry_at(message)
         error = f"{type(exc).__name__}: {exc}"
         recorded = self.store.fail(message, error, retry_at=retry_at, now=self.clock())
         return self._log_failure(message, exc, retry_at, recorded)
@@ -984,13 +1026,15 @@ class Worker:
             released,
             extra={"action": "release", "count": released},
         )
-        self._count(RELEASED, released)
+        self.count(RELEASED, released)
         for message in messages:
             self._notify(message, RELEASED)
 
-    def _count(self, outcome: str, amount: int = 1) -> None:
+    def count(self, key: str, amount: int = 1) -> None:
+        """Add ``amount`` to :attr:`stats` under ``key`` (an outcome, ``errors``,
+        ``transient_retries``, ``batch_reruns``, ``reaped_dead``); thread-safe."""
         with self._lock:
-            self.stats[outcome] += amount
+            self.stats[key] += amount
 
 
 class WorkerRun:
