@@ -42,30 +42,37 @@ import socket
 import threading
 import time
 import uuid
-import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from types import FrameType
 
 from ..backoff import Backoff
-from ..checks import NEEDS_BIND, is_asyncio_object
 from ..exc import (
     ConfigurationError,
     DatabaseUnavailable,
     InvalidArgument,
-    InvalidObject,
-    SyncAsyncMismatch,
 )
 from ..handlers import check_handler
 from ..hooks import InboxHooks, as_hooks
 from ..outage import OutageGate, Verdict
-from ..validation import positive_int, positive_seconds
 from .batch import BATCH_RERUNS, commit_batch
 from .protocol import LOST, RELEASED, RETRY, Handler, MessageStore, StoredMessage
 from .schema import DEAD, DEFAULT_CONSUMER, DONE, utc_now
+from .summary import EMPTY, ERROR, MAX_MESSAGES, MAX_SECONDS, STOPPED, WorkerSummary
 from .waiting import ThreadWaiting, Waiting
+from .worker_arguments import (
+    BATCH,
+    MESSAGE,
+    TRANSACTION_MODES,
+    check_positive_int,
+    check_positive_seconds,
+    check_store,
+    check_transaction,
+    lease_of,
+    renamed_hook,
+)
 
 __all__ = [
     "BATCH",
@@ -104,83 +111,6 @@ DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 #: Immediate re-runs of a message's transaction after a deadlock or serialization failure.
 TRANSIENT_RETRIES = 3
-#: The worker's transaction modes: one transaction per message, or per leased batch.
-MESSAGE, BATCH = "message", "batch"
-TRANSACTION_MODES = (MESSAGE, BATCH)
-#: Why :meth:`Worker.run` returned (:attr:`WorkerSummary.reason`).
-EMPTY, STOPPED, MAX_MESSAGES, MAX_SECONDS, ERROR = (
-    "empty",
-    "stopped",
-    "max_messages",
-    "max_seconds",
-    "error",
-)
-
-#: The :attr:`Worker.stats` key of each :class:`WorkerSummary` field.
-_STAT_KEYS = {
-    "processed": DONE,
-    "retried": RETRY,
-    "dead": DEAD,
-    "lost": LOST,
-    "released": RELEASED,
-    "errors": "errors",
-    "transient_retries": "transient_retries",
-    "batch_reruns": "batch_reruns",
-    "reaped_dead": "reaped_dead",
-}
-
-
-@dataclass(frozen=True)
-class WorkerSummary:
-    """What a worker did: the result of :meth:`Worker.run` (and :attr:`Worker.summary`).
-
-    :param processed: messages whose handler committed with ``done`` (:attr:`Worker.stats`
-        key ``"done"``).
-    :param retried: failed attempts sent back to ``pending`` after their back-off
-        (``"retry"``).
-    :param dead: failed attempts that used up ``max_attempts`` (``"dead"``).
-    :param lost: messages whose lease had expired and been taken by another worker;
-        nothing ran (``"lost"``).
-    :param released: leased messages given back unstarted on a stop (``"released"``).
-    :param errors: errors of the worker itself (not of a handler), logged and survived: a
-        lease or record that failed (database unreachable), an ``on_message`` or
-        ``on_lease`` hook that raised.
-    :param transient_retries: transactions re-run at once after a deadlock, serialization
-        failure or busy database (a message's, or a lease's).
-    :param batch_reruns: batch transactions (``transaction="batch"``) rolled back and run
-        again: after a deadlock or serialization failure, or, without savepoints, after a
-        handler raised (the batch re-runs without that message, recorded as failed). Not
-        attempts: no message's ``attempts`` changes, and no failure is recorded for them.
-    :param reaped_dead: abandoned leases the reaper moved to ``dead``.
-    :param reason: why :meth:`Worker.run` returned: :data:`EMPTY`, :data:`STOPPED`,
-        :data:`MAX_MESSAGES`, :data:`MAX_SECONDS` or :data:`ERROR` (a configuration error,
-        which ``run`` raises); ``None`` before the end of a run.
-    """
-
-    processed: int = 0
-    retried: int = 0
-    dead: int = 0
-    lost: int = 0
-    released: int = 0
-    errors: int = 0
-    transient_retries: int = 0
-    batch_reruns: int = 0
-    reaped_dead: int = 0
-    reason: str | None = None
-
-    @classmethod
-    def from_stats(cls, stats: Mapping[str, int], reason: str | None = None) -> WorkerSummary:
-        """The summary of :attr:`Worker.stats`-style counts (missing keys are 0)."""
-        return cls(
-            **{field: int(stats.get(key, 0)) for field, key in _STAT_KEYS.items()},
-            reason=reason,
-        )
-
-    def as_dict(self) -> dict[str, int | str | None]:
-        """The fields as a JSON-ready dict (what ``sa-inbox worker`` prints)."""
-        return asdict(self)
-
-
 #: The wait of a thread after an error of the worker itself, doubling per error in a row.
 DEFAULT_ERROR_BACKOFF = Backoff(base=0.1, maximum=30.0)
 
@@ -279,25 +209,25 @@ class Worker:
         on_claim: Callable[[str, Sequence[StoredMessage]], None] | None = None,
         waiting: Waiting | None = None,
     ) -> None:
-        on_lease = _renamed_hook(on_lease, on_claim)
+        on_lease = renamed_hook(on_lease, on_claim)
         #: How the loops wait and sleep (:mod:`sa_inbox.store.waiting`).
         self.waiting: Waiting = ThreadWaiting() if waiting is None else waiting
         if not self.waiting.on_event_loop:
-            _check_store(store)
+            check_store(store)
         check_handler(handler, ("session", "message"))
-        _check_transaction(transaction, store)
+        check_transaction(transaction, store)
         for label, count in (
             ("batch_size", batch_size),
             ("concurrency", concurrency),
             ("max_attempts", max_attempts),
         ):
-            _positive_int(count, label)
+            check_positive_int(count, label)
         for label, seconds in (
             ("visibility_timeout", visibility_timeout),
             ("poll_interval", poll_interval),
             ("reap_interval", visibility_timeout if reap_interval is None else reap_interval),
         ):
-            _positive_seconds(seconds, label)
+            check_positive_seconds(seconds, label)
         for label, given in (("backoff", backoff), ("error_backoff", error_backoff)):
             if given is not None and not isinstance(given, Backoff):
                 raise InvalidArgument(
@@ -306,7 +236,7 @@ class Worker:
         if consumer_name is not None and not isinstance(consumer_name, str):
             raise InvalidArgument(f"consumer_name must be a str or None, not {consumer_name!r}")
         self.store = store
-        self._store_lease = _lease_of(store)
+        self._store_lease = lease_of(store)
         self.handler = handler
         self.consumer_name = consumer_name
         self.batch_size = batch_size
@@ -714,9 +644,9 @@ class Worker:
     ) -> Counter[str]:
         """Check a run's limits and begin it; return the counts before it."""
         if max_messages is not None:
-            _positive_int(max_messages, "max_messages")
+            check_positive_int(max_messages, "max_messages")
         if max_seconds is not None:
-            _positive_seconds(max_seconds, "max_seconds")
+            check_positive_seconds(max_seconds, "max_seconds")
         deadline = None if max_seconds is None else time.monotonic() + float(max_seconds)
         with self._lock:
             before = Counter(self.stats)
@@ -1081,82 +1011,6 @@ class _Run:
     deadline: float | None
     budget: int | None
     halted_by: str | None = None
-
-
-def _renamed_hook(
-    on_lease: Callable[[str, Sequence[StoredMessage]], None] | None,
-    on_claim: Callable[[str, Sequence[StoredMessage]], None] | None,
-) -> Callable[[str, Sequence[StoredMessage]], None] | None:
-    """``on_lease``, or the deprecated ``on_claim`` given instead (with a warning).
-
-    :raises InvalidArgument: if both are given.
-    """
-    if on_claim is None:
-        return on_lease
-    if on_lease is not None:
-        raise InvalidArgument("give on_lease only (on_claim is its deprecated name)")
-    warnings.warn(
-        "Worker(on_claim=...) is renamed on_lease=...; on_claim goes in the next release",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return on_claim
-
-
-def _lease_of(store: MessageStore) -> Callable[..., list[StoredMessage]]:
-    """The store's ``lease``; for a store of the protocol's former shape, which has
-    ``claim`` only, that method (with a :class:`DeprecationWarning`)."""
-    lease = getattr(store, "lease", None)
-    if lease is None and callable(getattr(store, "claim", None)):
-        warnings.warn(
-            f"{type(store).__name__}.claim() is renamed lease() in the MessageStore protocol; "
-            "a store with claim() only is refused in the next release",
-            DeprecationWarning,
-            stacklevel=4,
-        )
-        return store.claim  # type: ignore[attr-defined, no-any-return]
-    return store.lease
-
-
-def _check_store(store: object) -> None:
-    """Refuse a store the worker cannot run on, before anything is sent.
-
-    :raises SyncAsyncMismatch: for a store of the asyncio API (bound to an AsyncEngine).
-    :raises InvalidObject: for an unbound :class:`~sa_inbox.InboxStore`.
-    """
-    if is_asyncio_object(store):
-        raise SyncAsyncMismatch(
-            f"Worker() was given {type(store).__name__}, a store of sa-inbox's asyncio API "
-            "(bound to an AsyncEngine): run it with sa_inbox.asyncio.AsyncWorker, or bind the "
-            "InboxStore to an Engine for this Worker: store.bind(engine)"
-        )
-    if getattr(type(store), NEEDS_BIND, False):
-        raise InvalidObject(
-            "Worker() takes the store bound to an engine, store.bind(engine), not the "
-            f"{type(store).__name__} itself"
-        )
-
-
-def _check_transaction(transaction: object, store: object) -> None:
-    """:raises InvalidArgument: unless ``transaction`` is a mode the store supports."""
-    if transaction not in TRANSACTION_MODES:
-        raise InvalidArgument(
-            f"transaction must be one of {', '.join(map(repr, TRANSACTION_MODES))}, "
-            f"not {transaction!r}"
-        )
-    if transaction == BATCH and not callable(getattr(store, "complete_batch", None)):
-        raise InvalidArgument(
-            f"transaction='batch' needs a store with complete_batch(); "
-            f"{type(store).__name__} has none"
-        )
-
-
-def _positive_int(value: object, label: str) -> None:
-    positive_int(value, label, InvalidArgument)
-
-
-def _positive_seconds(value: object, label: str) -> None:
-    positive_seconds(value, label, InvalidArgument)
 
 
 def _outcome_text(outcome: str, retry_at: datetime.datetime | None, recorded: bool) -> str:
