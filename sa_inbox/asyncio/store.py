@@ -77,9 +77,9 @@ class AsyncInboxStore:
         """Store one message in the caller's transaction; False if it was already stored.
 
         Keywords and errors as :meth:`sa_inbox.InboxStore.receive`, whose code runs here
-        (``run_sync``): one greenlet per receive, as ``await conn.exec_driver_sql()`` would
-        spawn too (measured the same; ``benchmarks/RESULTS.md``, "Receive throughput against
-        pactix 0.2.0"), so the sync and async receives share one path.
+        (``run_sync``, one greenlet per receive): the sync and async receives share one path.
+
+        .. seealso:: ``benchmarks/RESULTS.md``, "Receive throughput against pactix 0.2.0".
         """
         return on_sync_bind(bind, self.sync_store.receive, message_id, payload, **kw)
 

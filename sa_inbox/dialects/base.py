@@ -40,8 +40,7 @@ MAX_ROWS_PER_STATEMENT = 1000
 
 #: The execution options of every claim statement: ``rowcount`` kept (psycopg 3 reports -1
 #: without ``preserve_rowcount``), and batches of at most :data:`MAX_ROWS_PER_STATEMENT`
-#: rows per multi-row INSERT. (Setting them on the cached statement instead was measured:
-#: no difference within the noise, 8-10 µs per execute either way on SQLite.)
+#: rows per multi-row INSERT; given per execute (see ``docs/discussions/claim-statements.md``).
 EXECUTION_OPTIONS: Mapping[str, Any] = {
     "preserve_rowcount": True,
     "insertmanyvalues_page_size": MAX_ROWS_PER_STATEMENT,

@@ -513,9 +513,8 @@ def drop_expired_partitions(
     Given an Engine, **one transaction per partition**: ``DROP TABLE`` of a partition takes
     an ``ACCESS EXCLUSIVE`` lock on the partitioned table as well (PostgreSQL manual, 5.11.2.2
     "Partition Maintenance", and 13.3.1 "Table-Level Locks"), held to the commit, and every
-    claim waits behind it: dropping 72 hourly partitions in one transaction held claims up
-    to 147 ms (``benchmarks/RESULTS.md``, "The 10^9-row design"), one at a time a few ms
-    each. Given a Connection, one transaction on it drops them all.
+    claim waits behind it (``benchmarks/RESULTS.md``, "The 10^9-row design", has the
+    waits). Given a Connection, one transaction on it drops them all.
 
     :param bind: an Engine, or a Connection with no transaction begun.
     :param table: the partitioned inbox table.

@@ -25,9 +25,8 @@ failed message is retried after its back-off first, or goes ``dead``), after
 ``max_messages`` leased messages, or after ``max_seconds``; a
 :class:`~sa_inbox.exc.ConfigurationError` stops every thread and is raised.
 
-Why one module of this size: the :class:`Worker` is one state machine shared by its threads
-(the run's budget, deadline, halt reason and counters under one lock); split across modules,
-its locking rules would be too.
+.. seealso:: ``docs/discussions/store-worker.md`` (one state machine under one lock, the
+   search for abandoned leases, waiting on an event loop).
 """
 
 from __future__ import annotations
@@ -145,10 +144,8 @@ class Worker:
         most, a lease looks for abandoned leases (``processing`` past the visibility
         timeout): at the worker's first lease, then at most once per ``poll_interval`` (or
         ``visibility_timeout``, if shorter) of its clock; the leases in between take
-        pending rows only. So a crashed worker's message is leased again within
-        ``poll_interval`` of its timeout, the latency a worker already has for a new
-        message when idle; a busy worker saves a search that almost always finds nothing
-        (on MariaDB, 0.37 ms of a 6.5 ms lease-and-drain of 100 no-op messages).
+        pending rows only: a crashed worker's message is leased again within
+        ``poll_interval`` of its timeout.
     :param error_backoff: a :class:`Backoff`: the wait of a thread after an error of the
         worker itself (a lease the database aborted, a database that cannot be reached),
         doubling with each error in a row and reset by the next successful lease; default
@@ -166,8 +163,7 @@ class Worker:
         logged and counted in :attr:`WorkerSummary.errors`; the message is unaffected.
     :param transaction: ``"message"`` (:data:`MESSAGE`, the default): one transaction per
         message; ``"batch"`` (:data:`BATCH`): the messages of one leased batch in one
-        transaction, a failing one still failing alone (see :mod:`sa_inbox.store.batch`
-        for the design, its measurements and the trade-off).
+        transaction, a failing one still failing alone (:mod:`sa_inbox.store.batch`).
     :param waiting: how the loops wait for a stop request and sleep
         (:class:`~sa_inbox.store.waiting.Waiting`); default a
         :class:`~sa_inbox.store.waiting.ThreadWaiting` (threads).
