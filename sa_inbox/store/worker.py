@@ -60,7 +60,7 @@ from .batch import BATCH_RERUNS, commit_batch
 from .protocol import LOST, RELEASED, RETRY, Handler, MessageStore, StoredMessage
 from .schema import DEAD, DEFAULT_CONSUMER, DONE, utc_now
 from .summary import EMPTY, ERROR, MAX_MESSAGES, MAX_SECONDS, STOPPED, WorkerSummary
-from .waiting import ThreadWaiting, Waiting
+from .waiting import Waiting
 from .worker_arguments import (
     BATCH,
     MESSAGE,
@@ -69,6 +69,7 @@ from .worker_arguments import (
     check_positive_seconds,
     check_store,
     check_transaction,
+    check_waiting,
     lease_of,
     renamed_hook,
 )
@@ -174,8 +175,10 @@ class Worker:
     :raises InvalidHandler: if ``handler`` cannot be called as ``handler(session,
         message)`` (checked with :func:`inspect.signature`).
     :raises SyncAsyncMismatch: for a store bound to an AsyncEngine (use
-        :class:`~sa_inbox.asyncio.AsyncWorker`); :class:`~sa_inbox.exc.InvalidObject` for an
-        unbound :class:`~sa_inbox.InboxStore`.
+        :class:`~sa_inbox.asyncio.AsyncWorker`), or an event loop's ``waiting`` with a
+        synchronous store; :class:`~sa_inbox.exc.InvalidObject` for an unbound
+        :class:`~sa_inbox.InboxStore`, or a ``waiting`` that is not a
+        :class:`~sa_inbox.store.waiting.Waiting`.
 
     The same ``visibility_timeout`` and ``max_attempts`` must be used by every worker of a
     consumer.
@@ -207,7 +210,7 @@ class Worker:
     ) -> None:
         on_lease = renamed_hook(on_lease, on_claim)
         #: How the loops wait and sleep (:mod:`sa_inbox.store.waiting`).
-        self.waiting: Waiting = ThreadWaiting() if waiting is None else waiting
+        self.waiting: Waiting = check_waiting(waiting, store)
         if not self.waiting.on_event_loop:
             check_store(store)
         check_handler(handler, ("session", "message"))

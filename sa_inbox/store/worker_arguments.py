@@ -10,6 +10,7 @@ from ..checks import NEEDS_BIND, is_asyncio_object
 from ..exc import InvalidArgument, InvalidObject, SyncAsyncMismatch
 from ..validation import positive_int, positive_seconds
 from .protocol import MessageStore, StoredMessage
+from .waiting import ThreadWaiting, Waiting
 
 __all__ = [
     "BATCH",
@@ -19,6 +20,7 @@ __all__ = [
     "check_positive_seconds",
     "check_store",
     "check_transaction",
+    "check_waiting",
     "lease_of",
     "renamed_hook",
 ]
@@ -80,6 +82,34 @@ def check_store(store: object) -> None:
             "Worker() takes the store bound to an engine, store.bind(engine), not the "
             f"{type(store).__name__} itself"
         )
+
+
+def check_waiting(waiting: object, store: object) -> Waiting:
+    """``waiting`` (default a new :class:`~sa_inbox.store.waiting.ThreadWaiting`) if it has
+    what :class:`~sa_inbox.store.waiting.Waiting` lists and suits ``store``.
+
+    :raises InvalidObject: for an object without those members.
+    :raises SyncAsyncMismatch: for an event loop's waiting with a store of the synchronous
+        API (its waits need the asyncio worker's greenlets: use
+        :class:`~sa_inbox.asyncio.AsyncWorker`).
+    """
+    if waiting is None:
+        return ThreadWaiting()
+    members = ("is_set", "set", "clear", "wait", "sleep")
+    if not all(callable(getattr(waiting, name, None)) for name in members) or not isinstance(
+        getattr(waiting, "on_event_loop", None), bool
+    ):
+        raise InvalidObject(
+            f"waiting must be a sa_inbox.store.waiting.Waiting ({', '.join(members)}, "
+            f"on_event_loop), not {type(waiting).__name__}"
+        )
+    if waiting.on_event_loop and not is_asyncio_object(store):  # type: ignore[attr-defined]
+        raise SyncAsyncMismatch(
+            f"Worker(waiting={type(waiting).__name__}) waits on an event loop, which needs a "
+            "store of the asyncio API in sa_inbox.asyncio.AsyncWorker, not "
+            f"{type(store).__name__}"
+        )
+    return waiting  # type: ignore[return-value]
 
 
 def check_transaction(transaction: object, store: object) -> None:

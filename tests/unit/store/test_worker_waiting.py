@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
+from sa_inbox.asyncio.waiting import LoopWaiting
+from sa_inbox.exc import InvalidObject, SyncAsyncMismatch
 from sa_inbox.store import DONE, StoredMessage, Worker
 from sa_inbox.store.waiting import ThreadWaiting
 from sa_inbox.testing import MemoryStore
@@ -59,3 +63,13 @@ def test_the_default_is_a_threading_event() -> None:
     assert isinstance(worker.waiting, ThreadWaiting)
     assert isinstance(worker.stop_event, threading.Event)
     assert worker.waiting.on_event_loop is False
+
+
+def test_a_waiting_that_is_not_one_is_refused_when_the_worker_is_made() -> None:
+    with pytest.raises(InvalidObject, match="waiting must be"):
+        Worker(MemoryStore(), lambda context, message: None, waiting=threading.Event())  # type: ignore[arg-type]
+
+
+def test_an_event_loop_s_waiting_with_a_synchronous_store_is_refused() -> None:
+    with pytest.raises(SyncAsyncMismatch, match="AsyncWorker"):
+        Worker(MemoryStore(), lambda context, message: None, waiting=LoopWaiting())
