@@ -32,6 +32,7 @@ __all__ = [
     "cache_key",
     "greenlet_spawn",
     "result_cursor",
+    "session_options",
     "sort_indexes",
     "task_failed_unseen",
     "unawaited_coroutine_hook",
@@ -233,6 +234,44 @@ class _NameOrderedIndexes(set[sa.Index]):
 
     def __iter__(self) -> Iterator[sa.Index]:
         return iter(_by_name(super().__iter__()))
+
+
+# -- sessionmaker.kw ------------------------------------------------------------------------
+
+
+def session_options(maker: Any) -> dict[str, Any]:
+    """The keyword arguments a ``sessionmaker`` or ``async_sessionmaker`` makes its sessions
+    with (``bind``, ``info``, ``sync_session_class``...), as a copy (``info`` too).
+
+    Reads ``sessionmaker.kw`` / ``async_sessionmaker.kw`` (SQLAlchemy 2.0 and 2.1, not in the
+    API reference; ``configure()`` updates it). Change them with the documented
+    ``maker.configure(**options)``. Without ``kw``: :func:`_options_of_a_session`.
+
+    :param maker: a ``sessionmaker`` or ``async_sessionmaker``.
+    """
+    kw = getattr(maker, "kw", None)
+    if not isinstance(kw, dict):
+        return _options_of_a_session(maker)
+    options = dict(kw)
+    if isinstance(options.get("info"), dict):
+        options["info"] = dict(options["info"])
+    return options
+
+
+def _options_of_a_session(maker: Any) -> dict[str, Any]:
+    """The fallback of :func:`session_options`: what a session the maker makes reports
+    through documented attributes (``Session.bind``, ``Session.info``; an AsyncSession's
+    ``sync_session``), read off one new session that is closed unused (no connection is
+    checked out)."""
+    session = maker()
+    sync_session = getattr(session, "sync_session", session)
+    try:
+        options: dict[str, Any] = {"bind": session.bind, "info": dict(sync_session.info)}
+        if sync_session is not session:
+            options["sync_session_class"] = type(sync_session)
+        return options
+    finally:
+        sync_session.close()
 
 
 # -- CPython: warnings._warn_unawaited_coroutine, Task._log_traceback ------------------------

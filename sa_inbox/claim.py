@@ -15,7 +15,7 @@ from sqlalchemy.exc import UnboundExecutionError
 from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.sql.expression import Executable
 
-from .collision import CollisionCheck, CollisionMode, check_mode, judge_skipped
+from .collision import CollisionCheck, CollisionMode, check_mode
 from .consumers import Consumers, consumers_flag, consumers_for
 from .dialects import ClaimDialect, Strategy, claim_dialect_for, is_autocommit
 from .dialects.driver_sql import DriverSQL
@@ -25,8 +25,9 @@ from .exc import (
     InvalidMessageId,
     InvalidTable,
     InvalidTableType,
+    MessageIdCollision,
 )
-from .hooks import NOOP, InboxHooks
+from .hooks import InboxHooks, as_hooks
 from .schema import (
     DEFAULT_MESSAGE_ID_LENGTH,
     DEFAULT_TABLE_NAME,
@@ -36,7 +37,15 @@ from .schema import (
 )
 from .validation import validate_key, validate_keys
 
-__all__ = ["Bind", "ClaimPath", "Inbox", "PreparedInsert", "connection_for", "message_id_of"]
+__all__ = [
+    "Bind",
+    "ClaimPath",
+    "ClaimReport",
+    "Inbox",
+    "PreparedInsert",
+    "connection_for",
+    "message_id_of",
+]
 
 #: What a claim runs on: a Session (or scoped_session) or Connection, in the caller's
 #: transaction (never an AUTOCOMMIT one).
@@ -122,7 +131,7 @@ class Inbox:
     ) -> None:
         consumers = consumers_flag(consumers)
         #: The hooks every claim reports to (:mod:`sa_inbox.hooks`).
-        self.hooks: InboxHooks = NOOP if hooks is None else hooks
+        self.hooks: InboxHooks = as_hooks(hooks)
         if table is None:
             if metadata is None:
                 raise InvalidTableType("Inbox() needs a MetaData (or table=)")
@@ -375,13 +384,10 @@ class Inbox:
     ) -> None:
         """Raise or record the copies of one id within a poll whose digests differ."""
         assert self.collisions is not None
-        found = 0
-        try:
+        with ClaimReport(self.hooks, consumer) as report:
             for message_id, first, digest in repeats:
-                found += 1
+                report.collisions += 1
                 self.collisions.found(conn, message_id, consumer, first, digest)
-        finally:
-            self.hooks.claimed(consumer, new=0, duplicates=0, collisions=found, seconds=0.0)
 
     def is_processed(
         self, bind: Bind, message_id: str, consumer_name: str, *, causal: bool = False
@@ -498,14 +504,13 @@ class ClaimPath:
         start = time.perf_counter()
         conn = self.connection(bind)
         dialect, statement = self._single(conn)
-        consumer = row["consumer_name"]
-        if dialect.claim_one(conn, self.table, statement, row):
-            hooks.claimed(
-                consumer, new=1, duplicates=0, collisions=0, seconds=time.perf_counter() - start
-            )
-            return True
-        digests = {} if digest is None else {row["message_id"]: digest}
-        self.skipped(conn, consumer, 0, [row["message_id"]], digests, hooks, start)
+        inserted = dialect.claim_one(conn, self.table, statement, row)
+        with ClaimReport(hooks, row["consumer_name"], start) as report:
+            if inserted:
+                report.new = 1
+                return True
+            digests = {} if digest is None else {row["message_id"]: digest}
+            self.skipped(conn, [row["message_id"]], digests, report)
         return False
 
     def many(
@@ -522,34 +527,35 @@ class ClaimPath:
         claimed = dialect.claim_many(conn, self.table, rows, statement)
         skipped = [row["message_id"] for row in rows if row["message_id"] not in claimed]
         pending = {mid: digest for mid, digest in digests.items() if mid not in claimed}
-        self.skipped(conn, rows[0]["consumer_name"], len(claimed), skipped, pending, hooks, start)
+        with ClaimReport(hooks, rows[0]["consumer_name"], start) as report:
+            report.new = len(claimed)
+            self.skipped(conn, skipped, pending, report)
         return claimed
 
     def skipped(
         self,
         conn: Connection,
-        consumer: str,
-        new: int,
         skipped: list[str],
         digests: Mapping[str, bytes],
-        hooks: InboxHooks,
-        start: float,
+        report: ClaimReport,
     ) -> set[str]:
-        """The duplicate path: compare the ``skipped`` ids' digests, report, log.
+        """The duplicate path: compare the ``skipped`` ids' digests (where given), count
+        duplicates and collisions into ``report``, log the duplicates.
 
-        :returns: the ids that collided (recorded).
-        :raises MessageIdCollision: in ``"raise"`` mode (reported first).
+        :returns: the ids that collided and were recorded (``on_collision="record"``).
+        :raises MessageIdCollision: in ``"raise"`` mode (counted as one collision; the
+            other ids were not judged).
         """
-        collided = judge_skipped(
-            self.collisions,
-            hooks,
-            conn,
-            consumer,
-            new=new,
-            skipped=skipped,
-            digests=digests,
-            start=start,
-        )
+        consumer = report.consumer_name
+        report.duplicates = len(skipped)
+        collided: set[str] = set()
+        if digests and self.collisions is not None:
+            try:
+                collided = self.collisions.check(conn, consumer, digests)
+            except MessageIdCollision:
+                report.collisions, report.duplicates = 1, len(skipped) - 1
+                raise
+        report.collisions, report.duplicates = len(collided), len(skipped) - len(collided)
         if logger.isEnabledFor(logging.DEBUG):
             for message_id in skipped:
                 if message_id not in collided:
@@ -564,6 +570,38 @@ class ClaimPath:
                         },
                     )
         return collided
+
+
+class ClaimReport:
+    """The one report of a finished claim to the hooks
+    (:meth:`~sa_inbox.hooks.InboxHooks.claimed`): a context manager entered once the
+    claim's statement ran, whose counts are filled in the block and told to ``hooks`` when
+    it ends, an error in it included (a collision raised, a failed collision record).
+
+    :param hooks: the hooks told.
+    :param consumer_name: the consumer.
+    :param start: the claim's :func:`time.perf_counter` start, or ``None`` for no claim
+        time (0 seconds: collisions found within one poll).
+    """
+
+    def __init__(self, hooks: InboxHooks, consumer_name: str, start: float | None = None) -> None:
+        self.hooks = hooks
+        self.consumer_name = consumer_name
+        self.start = start
+        self.new = self.duplicates = self.collisions = 0
+
+    def __enter__(self) -> ClaimReport:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        seconds = 0.0 if self.start is None else time.perf_counter() - self.start
+        self.hooks.claimed(
+            self.consumer_name,
+            new=self.new,
+            duplicates=self.duplicates,
+            collisions=self.collisions,
+            seconds=seconds,
+        )
 
 
 class PreparedInsert:

@@ -29,18 +29,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .exc import InvalidArgument, MessageIdCollision
 from .schema import PAYLOAD_HASH, TIMESTAMP_TZ, key_type
-
-if TYPE_CHECKING:
-    from .hooks import InboxHooks
 
 __all__ = [
     "COLLISIONS_TABLE",
@@ -264,41 +260,3 @@ def store_digests(
             )
         digests[message_id] = digest
     return digests
-
-
-def judge_skipped(
-    check: CollisionCheck | None,
-    hooks: InboxHooks,
-    conn: Connection,
-    consumer_name: str,
-    *,
-    new: int,
-    skipped: Sequence[str],
-    digests: Mapping[str, bytes],
-    start: float,
-) -> set[str]:
-    """The duplicate path of a claim or a store receive: compare the ``skipped`` ids'
-    digests (where given), then report the claim to ``hooks`` (new, duplicates,
-    collisions, seconds since ``start``, a :func:`time.perf_counter` reading).
-
-    :returns: the ids that collided and were recorded (``on_collision="record"``).
-    :raises MessageIdCollision: in ``"raise"`` mode (reported first, as one collision).
-    """
-    collided: set[str] = set()
-    collisions = 0
-    try:
-        if digests and check is not None:
-            collided = check.check(conn, consumer_name, digests)
-        collisions = len(collided)
-    except MessageIdCollision:
-        collisions = 1  # the first colliding id raised; the others were not judged
-        raise
-    finally:
-        hooks.claimed(
-            consumer_name,
-            new=new,
-            duplicates=len(skipped) - collisions,
-            collisions=collisions,
-            seconds=time.perf_counter() - start,
-        )
-    return collided

@@ -49,7 +49,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .backoff import Backoff
 from .dialects import classifier_for
-from .hooks import NOOP, InboxHooks
+from .hooks import NOOP, InboxHooks, as_hooks
 
 __all__ = [
     "DEFAULT_OUTAGE_BACKOFF",
@@ -195,7 +195,7 @@ class OutageGate:
     ) -> None:
         self.consumer_name = consumer_name
         self.backoff = backoff
-        self.hooks = hooks
+        self.hooks = as_hooks(hooks)
         self.sleep = sleep
         self.keep_alive = keep_alive
         self.keep_alive_every = keep_alive_every
@@ -291,9 +291,7 @@ class OutageGate:
                 "seconds": seconds,
             },
         )
-        outage = getattr(self.hooks, "database_outage", None)  # hooks written before it
-        if outage is not None:
-            outage(self.consumer_name, seconds=seconds)
+        self.hooks.database_outage(self.consumer_name, seconds=seconds)
 
     # -- the drivers -------------------------------------------------------------------
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import enum
 import logging
-import random
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
@@ -33,6 +33,7 @@ from sqlalchemy.exc import DBAPIError, UnboundExecutionError
 from sqlalchemy.orm import Session
 from typing_extensions import deprecated
 
+from .backoff import Backoff
 from .checks import check_session_factory, require
 from .claim import Inbox
 from .dialects import classifier_for
@@ -46,18 +47,21 @@ from .exc import (
 )
 from .guard import JOINED, owned_transaction
 from .handlers import call_handler, check_handler
-from .hooks import NOOP, InboxHooks
+from .hooks import NOOP, InboxHooks, as_hooks
 from .outage import is_guarded, is_unavailable
-from .validation import positive_int
+from .validation import non_negative_int, positive_int, positive_seconds
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_RETRIES",
+    "DEFAULT_RETRY_BACKOFF",
     "Outcome",
     "Result",
     "check_max_attempts",
     "handle",
     "is_transient",
     "new_session",
+    "retry_options",
     "run_in_transaction",
 ]
 
@@ -65,10 +69,15 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DEFAULT_MAX_ATTEMPTS = 5
-#: First back-off in seconds; doubled per attempt, with full jitter.
-DEFAULT_BACKOFF = 0.02
-MAX_BACKOFF = 1.0
+#: Re-runs of a transaction after a deadlock or serialization failure (``max_retries``).
+DEFAULT_MAX_RETRIES = 4
+#: The wait before each re-run: 20 ms doubling, at most 1 s, with full jitter.
+DEFAULT_RETRY_BACKOFF = Backoff(base=0.02, maximum=1.0)
+#: The former ``max_attempts`` default (attempts in all: ``DEFAULT_MAX_RETRIES + 1``).
+DEFAULT_MAX_ATTEMPTS = DEFAULT_MAX_RETRIES + 1
+#: The former ``backoff`` default and its cap, in seconds (``DEFAULT_RETRY_BACKOFF``).
+DEFAULT_BACKOFF = DEFAULT_RETRY_BACKOFF.base
+MAX_BACKOFF = DEFAULT_RETRY_BACKOFF.maximum
 
 
 def _run_once(
@@ -161,6 +170,53 @@ def check_max_attempts(max_attempts: int) -> int:
     return positive_int(max_attempts, "max_attempts", InvalidArgument)
 
 
+def retry_options(
+    entry: str,
+    max_retries: int | None,
+    retry_backoff: Backoff | None,
+    *,
+    max_attempts: int | None = None,
+    backoff: float | None = None,
+) -> tuple[int, Backoff]:
+    """The checked ``(max_retries, retry_backoff)`` of a runner entry point, defaults filled,
+    the deprecated names translated: ``max_attempts=N`` (attempts in all) is
+    ``max_retries=N - 1``, ``backoff=seconds`` is ``retry_backoff=Backoff(seconds, 1.0)``
+    (each with a :class:`DeprecationWarning` naming ``entry``).
+
+    :raises InvalidArgument: for a ``max_retries`` that is not an int >= 0, a
+        ``retry_backoff`` that is not a :class:`~sa_inbox.backoff.Backoff`, a bad deprecated
+        value, or a name given with its deprecated one; before anything is sent.
+    """
+    if max_attempts is not None:
+        if max_retries is not None:
+            raise InvalidArgument(f"{entry}: give max_retries only (max_attempts is its old name)")
+        _renamed(entry, "max_attempts=N", "max_retries=N - 1 (the re-runs, not the attempts)")
+        max_retries = check_max_attempts(max_attempts) - 1
+    if backoff is not None:
+        if retry_backoff is not None:
+            raise InvalidArgument(f"{entry}: give retry_backoff only (backoff is its old name)")
+        _renamed(entry, "backoff=seconds", "retry_backoff=Backoff(base=seconds, maximum=1.0)")
+        seconds = positive_seconds(backoff, "backoff", InvalidArgument)
+        retry_backoff = Backoff(base=seconds, maximum=MAX_BACKOFF)
+    if max_retries is None:
+        max_retries = DEFAULT_MAX_RETRIES
+    if retry_backoff is None:
+        retry_backoff = DEFAULT_RETRY_BACKOFF
+    if not isinstance(retry_backoff, Backoff):
+        raise InvalidArgument(
+            f"retry_backoff must be a Backoff(base=seconds, maximum=seconds), not {retry_backoff!r}"
+        )
+    return non_negative_int(max_retries, "max_retries", InvalidArgument), retry_backoff
+
+
+def _renamed(entry: str, old: str, new: str) -> None:
+    warnings.warn(
+        f"{entry}: {old} is renamed {new}; the old name goes in the next release",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+
+
 def is_transient(exc: BaseException, dialect_name: str | None) -> bool:
     """Whether ``exc`` means "roll back and retry the whole transaction".
 
@@ -183,25 +239,32 @@ def run_in_transaction(
     session_factory: Callable[[], Session],
     work: Callable[[Session], T],
     *,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    backoff: float = DEFAULT_BACKOFF,
+    max_retries: int | None = None,
+    retry_backoff: Backoff | None = None,
     sleep: Callable[[float], None] = time.sleep,
     hooks: InboxHooks = NOOP,
     consumer_name: str = "",
     commit_span: Callable[[], AbstractContextManager[object]] | None = None,
+    max_attempts: int | None = None,
+    backoff: float | None = None,
 ) -> T:
     """Run ``work(session)`` in a new session and transaction, committing on success.
 
     On a transient error (see :func:`is_transient`) the transaction is rolled back and
-    ``work`` runs again in a fresh session, up to ``max_attempts`` times in all, sleeping a
-    random time up to ``backoff * 2 ** (attempt - 1)`` seconds (at most 1 s) in between.
-    Any other exception rolls back and propagates at once.
+    ``work`` runs again in a fresh session, up to ``max_retries`` times, after a random wait
+    of up to ``retry_backoff.delay(n)`` seconds before the ``n``-th re-run
+    (:meth:`~sa_inbox.backoff.Backoff.jittered`). Any other exception rolls back and
+    propagates at once.
 
     :param session_factory: makes a new :class:`~sqlalchemy.orm.Session` (a sessionmaker).
     :param work: the unit of work; it must not commit. It may run several times, so it must
         not have effects outside the transaction.
-    :param max_attempts: attempts in all, >= 1.
-    :param backoff: first back-off in seconds.
+    :param max_retries: re-runs after a transient error, an int >= 0 (default
+        :data:`DEFAULT_MAX_RETRIES`; ``0``: one attempt).
+    :param retry_backoff: a :class:`~sa_inbox.backoff.Backoff`, the waits before the
+        re-runs (default :data:`DEFAULT_RETRY_BACKOFF`: 20 ms doubling, at most 1 s).
+    :param max_attempts: the deprecated spelling of ``max_retries + 1``.
+    :param backoff: the deprecated spelling of ``retry_backoff=Backoff(backoff, 1.0)``.
     :param sleep: the sleep function (tests pass a fake).
     :param hooks: told of each retry (:meth:`~sa_inbox.hooks.InboxHooks.retried`).
     :param consumer_name: the consumer the retries are reported for.
@@ -216,12 +279,21 @@ def run_in_transaction(
         column, :class:`~sa_inbox.exc.AutocommitConnection` for an engine that commits each
         statement on its own, :class:`~sa_inbox.exc.InvalidSessionFactory` for a factory
         that does not make Sessions; never retried.
-    :raises InvalidArgument: if ``max_attempts`` is not an int >= 1, before anything.
+    :raises InvalidArgument: for a bad ``max_retries`` or ``retry_backoff`` (see
+        :func:`retry_options`), before anything.
     """
-    check_max_attempts(max_attempts)
+    max_retries, retry_backoff = retry_options(
+        "sa_inbox.run_in_transaction()",
+        max_retries,
+        retry_backoff,
+        max_attempts=max_attempts,
+        backoff=backoff,
+    )
     check_session_factory(
         session_factory, entry="sa_inbox.run_in_transaction()", asynchronous=False
     )
+    hooks = as_hooks(hooks)
+    max_attempts = max_retries + 1
     for attempt in range(1, max_attempts + 1):
         session = new_session(session_factory)
         try:
@@ -235,7 +307,7 @@ def run_in_transaction(
                 raise TransientClaimError(
                     f"gave up after {max_attempts} attempts: {exc.orig}"
                 ) from exc
-            delay = random.uniform(0, min(MAX_BACKOFF, backoff * 2 ** (attempt - 1)))
+            delay = retry_backoff.jittered(attempt)
             hooks.retried(consumer_name, attempt=attempt)
             logger.info(
                 "transient error, retrying",
@@ -290,9 +362,10 @@ def handle(
     *,
     ack: Callable[[], Any],
     nack: Callable[[], Any],
-    max_attempts: int = ...,
+    max_retries: int | None = ...,
     sleep: Callable[[float], None] = ...,
     headers: Mapping[str, str] | None = ...,
+    max_attempts: int | None = ...,
     **claim_extra: Any,
 ) -> Result: ...
 
@@ -307,9 +380,10 @@ def handle(
     *,
     ack: Callable[[], Any],
     nack: Callable[[], Any],
-    max_attempts: int = ...,
+    max_retries: int | None = ...,
     sleep: Callable[[float], None] = ...,
     headers: Mapping[str, str] | None = ...,
+    max_attempts: int | None = ...,
     **claim_extra: Any,
 ) -> Result: ...
 
@@ -323,9 +397,10 @@ def handle(
     *,
     ack: Callable[[], Any],
     nack: Callable[[], Any],
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    max_retries: int | None = None,
     sleep: Callable[[float], None] = time.sleep,
     headers: Mapping[str, str] | None = None,
+    max_attempts: int | None = None,
     **claim_extra: Any,
 ) -> Result:
     """Process one delivery exactly once in effect: claim, handle, commit, then ack.
@@ -344,8 +419,10 @@ def handle(
         redelivery will be a duplicate.
     :param nack: rejects the delivery for redelivery; called after the rollback when the
         handler or the database fails.
-    :param max_attempts: attempts for transient errors (deadlock, serialization failure).
-    :param sleep: sleeps between those attempts, in seconds (tests pass a fake; the asyncio
+    :param max_retries: re-runs of the transaction after a transient error (deadlock,
+        serialization failure), an int >= 0; default :data:`DEFAULT_MAX_RETRIES`.
+    :param max_attempts: the deprecated spelling of ``max_retries + 1``.
+    :param sleep: sleeps between those re-runs, in seconds (tests pass a fake; the asyncio
         runner sleeps on the event loop).
     :param headers: the message's headers, if the adapter has them: a W3C ``traceparent``
         among them makes the hooks' ``inbox.process`` span continue that trace.
@@ -360,7 +437,8 @@ def handle(
         ``nack`` propagates (chained to the handler's error).
     :raises InvalidMessageId: for an invalid id, before anything is sent (not acked: the
         caller decides whether such a message goes to a dead-letter queue).
-    :raises InvalidArgument: if ``max_attempts`` is not an int >= 1, before anything.
+    :raises InvalidArgument: for a bad ``max_retries`` (see :func:`retry_options`), before
+        anything.
     :raises ConfigurationError: raised to the caller with **neither ack nor nack** (the same
         error would fail every message; nacking would loop the queue through it), nothing
         committed: :class:`~sa_inbox.exc.InvalidHandler` (not callable as
@@ -424,14 +502,16 @@ def handle(
             hooks.handled(consumer_name, seconds=handler_seconds[0], failed=failed)
 
     inbox.validate(message_id, consumer_name, **claim_extra)
-    check_max_attempts(max_attempts)
+    max_retries, _ = retry_options(
+        "sa_inbox.handle()", max_retries, None, max_attempts=max_attempts
+    )
     with hooks.span("inbox.process", consumer_name, message_id, headers):
         try:
             check_handler(handler, ("session",))
             outcome = run_in_transaction(
                 session_factory,
                 unit_of_work,
-                max_attempts=max_attempts,
+                max_retries=max_retries,
                 sleep=sleep,
                 hooks=hooks,
                 consumer_name=consumer_name,

@@ -8,10 +8,14 @@ index to maintain on every claim.
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, oracle
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Mapped, declared_attr, mapped_column
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from .checks import check_metadata
 from .exc import InvalidTable
@@ -21,7 +25,10 @@ __all__ = [
     "DEFAULT_MESSAGE_ID_LENGTH",
     "DEFAULT_TABLE_NAME",
     "INSERT_COLUMNS_INFO",
+    "RECEIVED_AT",
+    "RECEIVED_NOW",
     "REQUIRED_COLUMNS",
+    "CurrentTimestamp",
     "InboxMessageMixin",
     "claim_columns",
     "insert_columns",
@@ -60,6 +67,39 @@ def insert_columns(table: sa.Table) -> list[str]:
 TIMESTAMP_TZ = sa.DateTime(timezone=True).with_variant(oracle.TIMESTAMP(timezone=True), "oracle")
 #: ``CURRENT_TIMESTAMP`` is understood by every backend (MySQL 5.7 has no expression defaults).
 NOW = sa.text("CURRENT_TIMESTAMP")
+#: ``received_at`` of the processed-messages table: :data:`TIMESTAMP_TZ` with microseconds
+#: on MySQL/MariaDB too, ``DATETIME(6)`` (a plain ``DATETIME`` keeps whole seconds: MySQL
+#: manual, "Fractional Seconds in Time Values"; MariaDB KB, "DATETIME"), as the store's.
+RECEIVED_AT = TIMESTAMP_TZ.with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+
+
+class CurrentTimestamp(FunctionElement[datetime.datetime]):
+    """``CURRENT_TIMESTAMP`` with the precision of :data:`RECEIVED_AT`: ``CURRENT_TIMESTAMP(6)``
+    on MySQL/MariaDB (whose ``CURRENT_TIMESTAMP`` has whole seconds, and whose
+    ``DATETIME(6)`` default must name the same precision: MySQL manual, "Automatic
+    Initialization and Updating for TIMESTAMP and DATETIME"), ``CURRENT_TIMESTAMP``
+    elsewhere. The server default of ``received_at``."""
+
+    type = sa.DateTime(timezone=True)
+    name = "current_timestamp"
+    inherit_cache = True
+
+
+@compiles(CurrentTimestamp)
+def _current_timestamp(element: CurrentTimestamp, compiler: SQLCompiler, **kw: Any) -> str:
+    return "CURRENT_TIMESTAMP"
+
+
+@compiles(CurrentTimestamp, "mysql")
+@compiles(CurrentTimestamp, "mariadb")
+def _current_timestamp_microseconds(
+    element: CurrentTimestamp, compiler: SQLCompiler, **kw: Any
+) -> str:
+    return "CURRENT_TIMESTAMP(6)"
+
+
+#: The server default of ``received_at`` (:class:`CurrentTimestamp`).
+RECEIVED_NOW = CurrentTimestamp()
 #: Up to 64 bytes. MySQL/MariaDB store ``BLOB(64)`` as ``TINYBLOB`` (MySQL manual, "13.3.4
 #: The BLOB and TEXT Types"), so that is what the MetaData says there: Alembic's type
 #: comparison then finds the reflected column equal and ``alembic check`` stays clean.
@@ -84,7 +124,7 @@ def _columns(message_id_length: int) -> list[sa.Column[object]]:
     return [
         sa.Column("message_id", key_type(message_id_length), nullable=False),
         sa.Column("consumer_name", key_type(message_id_length), nullable=False),
-        sa.Column("received_at", TIMESTAMP_TZ, nullable=False, server_default=NOW),
+        sa.Column("received_at", RECEIVED_AT, nullable=False, server_default=RECEIVED_NOW),
         sa.Column("message_type", sa.String(255), nullable=True),
         sa.Column("correlation_id", sa.String(255), nullable=True),
         sa.Column("payload_hash", PAYLOAD_HASH, nullable=True),
@@ -112,7 +152,8 @@ def processed_messages_table(
 
     Columns: ``message_id`` and ``consumer_name`` (``VARCHAR(message_id_length)``, NOT NULL,
     together the primary key ``pk_<table_name>``), ``received_at`` (timestamp with time
-    zone, server default ``now()``, indexed as ``ix_<table_name>_received_at`` for the
+    zone and microseconds, :data:`RECEIVED_AT`, server default :class:`CurrentTimestamp`,
+    indexed as ``ix_<table_name>_received_at`` for the
     purge), and the optional debugging columns ``message_type``, ``correlation_id`` and
     ``payload_hash`` (up to 64 bytes, e.g. a SHA-256 digest).
 
@@ -160,7 +201,7 @@ class InboxMessageMixin:
     consumer_name: Mapped[str] = mapped_column(
         key_type(DEFAULT_MESSAGE_ID_LENGTH), primary_key=True
     )
-    received_at: Mapped[datetime.datetime] = mapped_column(TIMESTAMP_TZ, server_default=NOW)
+    received_at: Mapped[datetime.datetime] = mapped_column(RECEIVED_AT, server_default=RECEIVED_NOW)
     message_type: Mapped[str | None] = mapped_column(sa.String(255))
     correlation_id: Mapped[str | None] = mapped_column(sa.String(255))
     payload_hash: Mapped[bytes | None] = mapped_column(PAYLOAD_HASH)

@@ -45,6 +45,7 @@ from sqlalchemy.orm import (
     sessionmaker,
 )
 
+from ._compat import session_options
 from .checks import is_asyncio_object, require
 from .claim import Inbox
 from .exc import (
@@ -236,11 +237,12 @@ _installed_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
 
 def _mark(target: SessionTarget, on: bool) -> None:
     if isinstance(target, sessionmaker):
-        info = target.kw.setdefault("info", {})
+        info = dict(session_options(target).get("info") or {})
         if on:
             info[_INSTALLED] = True
         else:
             info.pop(_INSTALLED, None)
+        target.configure(info=info)
         return
     targets: weakref.WeakSet[Any] = (
         _installed_classes if isinstance(target, type) else _installed_sessions
@@ -253,7 +255,7 @@ def _mark(target: SessionTarget, on: bool) -> None:
 
 def _marked(target: SessionTarget) -> bool:
     if isinstance(target, sessionmaker):
-        return bool(target.kw.get("info", {}).get(_INSTALLED))
+        return bool((session_options(target).get("info") or {}).get(_INSTALLED))
     if isinstance(target, type):
         return target in _installed_classes
     return target in _installed_sessions

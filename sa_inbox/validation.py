@@ -7,11 +7,22 @@ up front instead of trusting the database to reject them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
 
-from .exc import InboxError, InvalidMessageId
+from .exc import InboxError, InvalidArgument, InvalidMessageId
 
-__all__ = ["positive_int", "positive_seconds", "validate_key", "validate_keys"]
+__all__ = [
+    "JSONSerializer",
+    "check_json_serializer",
+    "json_text",
+    "non_negative_int",
+    "positive_int",
+    "positive_seconds",
+    "validate_key",
+    "validate_keys",
+]
 
 
 def positive_int(value: object, name: str, error: type[InboxError]) -> int:
@@ -24,6 +35,18 @@ def positive_int(value: object, name: str, error: type[InboxError]) -> int:
     """
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise error(f"{name} must be a positive int, not {value!r}")
+    return value
+
+
+def non_negative_int(value: object, name: str, error: type[InboxError]) -> int:
+    """``value`` if it is an int >= 0 (``bool`` is refused).
+
+    :param name: the argument's name, for the message.
+    :param error: the exception class the caller documents.
+    :raises error: otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise error(f"{name} must be an int >= 0, not {value!r}")
     return value
 
 
@@ -92,3 +115,52 @@ def validate_keys(values: Iterable[object], field: str, max_length: int) -> list
             f"{field}s must be an iterable of str, not {type(values).__name__}"
         ) from None
     return sorted({validate_key(value, field, max_length) for value in candidates})
+
+
+#: Turns a value into a JSON document, as ``create_engine(json_serializer=...)`` takes:
+#: ``json.dumps``-like, returning text (or UTF-8 bytes, as ``orjson.dumps`` does).
+JSONSerializer = Callable[[Any], str | bytes]
+
+
+def check_json_serializer(serializer: object) -> JSONSerializer | None:
+    """``serializer`` if it is ``None`` or callable.
+
+    :raises InvalidArgument: otherwise, when the Inbox store or the outbox is made.
+    """
+    if serializer is not None and not callable(serializer):
+        raise InvalidArgument(
+            f"json_serializer must be a callable such as json.dumps, not {serializer!r}"
+        )
+    return serializer
+
+
+def json_text(
+    value: Any,
+    serializer: JSONSerializer | None,
+    error: type[InboxError],
+    *,
+    separators: tuple[str, str] | None = None,
+) -> str:
+    """``value`` as JSON text: ``serializer(value)`` where one is given (its bytes decoded
+    as UTF-8), else ``json.dumps(value, allow_nan=False, separators=separators)`` (NaN and
+    Infinity refused: RFC 8259 has no such numbers).
+
+    :param serializer: the caller's ``json_serializer`` (e.g. one that writes ``Decimal``),
+        trusted to return a JSON document.
+    :param error: raised for a value the serialiser refuses (its :class:`TypeError` or
+        :class:`ValueError`, chained) or a result that is not text.
+    """
+    try:
+        if serializer is None:
+            return json.dumps(value, allow_nan=False, separators=separators)
+        text = serializer(value)
+    except (TypeError, ValueError) as exc:
+        raise error(f"payload is not JSON-serialisable: {exc}") from exc
+    if isinstance(text, bytes):
+        try:
+            return text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise error(f"json_serializer returned bytes that are not UTF-8: {exc}") from exc
+    if not isinstance(text, str):
+        raise error(f"json_serializer returned {type(text).__name__}, not str or bytes")
+    return text

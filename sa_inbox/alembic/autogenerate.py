@@ -38,6 +38,7 @@ from .operations import (
     DropInboxTableOp,
 )
 from .pairing import resolve_drops
+from .received_at import fractional_received_at
 from .refusal import RefuseInboxTableDropOp
 from .rename import RenameInboxTableOp
 from .tables import build_table, marker, matches_factory
@@ -88,8 +89,10 @@ def rewrite_inbox_tables(
     removed table recognised by :func:`dropped_inbox_operation` becomes ``drop_<kind>``,
     its ``drop_index`` ops dropped (so the downgrade re-creates it with the sa-inbox op).
     Then :func:`~sa_inbox.alembic.pairing.resolve_drops` turns a drop + create into a
-    rename, or refuses the drop. Idempotent: run twice (global hook and plugin both
-    enabled), it changes nothing more.
+    rename, or refuses the drop, and an existing inbox table whose ``received_at`` has
+    whole seconds gets its ``alter_column``
+    (:func:`~sa_inbox.alembic.received_at.fractional_received_at`). Idempotent: run twice
+    (global hook and plugin both enabled), it changes nothing more.
     """
     dialect = autogen_context.dialect
     assert dialect is not None
@@ -118,6 +121,7 @@ def rewrite_inbox_tables(
             if not _drop_covered(op, covered) and not _is_partition(op, partitions)
         ]
     )
+    upgrade_ops.ops.extend(fractional_received_at(autogen_context, upgrade_ops))
     return PriorityDispatchResult.CONTINUE
 
 

@@ -41,8 +41,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-_unawaited.install()
-
 #: What an async claim runs on, in the caller's transaction.
 AsyncBind = AsyncSession | async_scoped_session[Any] | AsyncConnection
 

@@ -16,8 +16,9 @@ it, and the transaction guard cannot see either (no statement is sent in the tra
   event loop's task factory (``loop.create_task``; asyncio docs, "Event Loop",
   ``loop.set_task_factory``), called in the context of the code creating it.
 
-:func:`install` wraps CPython's hook once per process, and :func:`tracking` wraps the
-running loop's task factory once per loop (chaining to a factory already set, e.g.
+The first :func:`tracking` block (the first async handler call, never the import of
+:mod:`sa_inbox.asyncio`) wraps CPython's hook once per process (:func:`install`), and each
+block wraps the running loop's task factory once per loop (chaining to a factory already set, e.g.
 ``asyncio.eager_task_factory``). While a :func:`tracking` block is active **in the current
 context** (a ContextVar: each asyncio task, greenlet and thread has its own), a coroutine
 finalised un-awaited is recorded there instead of warned about, and every task created is
@@ -83,7 +84,13 @@ def _on_gc(phase: str, info: dict[str, int]) -> None:
 
 
 def install() -> bool:
-    """Wrap ``warnings._warn_unawaited_coroutine`` (once per process; idempotent).
+    """Wrap ``warnings._warn_unawaited_coroutine`` and watch the garbage collector, once per
+    process; :func:`tracking` calls it.
+
+    Idempotent, and without a lock (an event loop's thread never waits on one): a call finds
+    the wrapper in place and returns. Two threads racing the first call may both wrap; the
+    outer wrapper then passes what it does not record to the inner one, which does the same,
+    so a coroutine is recorded or warned about once either way.
 
     :returns: True if the interpreter has the hook (CPython), so dropped coroutines are seen.
     """
@@ -92,7 +99,8 @@ def install() -> bool:
         return False
     if getattr(current, _WRAPPED, None) is None:
         unawaited_coroutine_hook(_recording)
-        gc.callbacks.append(_on_gc)
+        if _on_gc not in gc.callbacks:
+            gc.callbacks.append(_on_gc)
     return True
 
 
@@ -139,6 +147,7 @@ def tracking() -> Iterator[Unfinished]:
     :returns: (as the ``with`` target) an :class:`Unfinished`, filled as things happen;
         nested blocks each have their own.
     """
+    install()
     with contextlib.suppress(RuntimeError):  # no running loop: no task can be created
         _watch_tasks(asyncio.get_running_loop())
     sink = Unfinished()

@@ -17,10 +17,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from .. import runner
+from ..backoff import Backoff
 from ..checks import check_session_factory, unwrap
 from ..claim import Inbox
 from ..handlers import check_handler
-from ..runner import DEFAULT_MAX_ATTEMPTS, Result
+from ..runner import Result
 from ._bridge import (
     async_session_of,
     call_handler_awaiting,
@@ -48,7 +49,8 @@ async def handle(
     *,
     ack: MaybeAsync,
     nack: MaybeAsync,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    max_retries: int | None = None,
+    max_attempts: int | None = None,
     **claim_extra: Any,
 ) -> Result:
     """Process one delivery exactly once in effect: claim, ``await handler(session)``,
@@ -70,7 +72,9 @@ async def handle(
         for a duplicate.
     :param nack: rejects the delivery for redelivery (``async def`` or plain), after the
         rollback when the handler or the database fails.
-    :param max_attempts: attempts for transient errors.
+    :param max_retries: re-runs of the transaction after a transient error, an int >= 0
+        (as :func:`sa_inbox.handle`).
+    :param max_attempts: the deprecated spelling of ``max_retries + 1``.
     :param claim_extra: ``message_type``, ``correlation_id``, ``payload_hash``.
     :returns: a :class:`~sa_inbox.Result`.
     :raises InvalidMessageId, InvalidArgument: before anything is sent.
@@ -86,6 +90,9 @@ async def handle(
         not by the runner's wrapper), before anything is claimed.
     """
     sync_inbox = unwrap(inbox, Inbox, "inbox", entry="sa_inbox.asyncio.handle()")
+    max_retries, _ = runner.retry_options(
+        "sa_inbox.asyncio.handle()", max_retries, None, max_attempts=max_attempts
+    )
     check_session_factory(session_factory, entry="sa_inbox.asyncio.handle()", asynchronous=True)
     check_handler(handler, ("session",), asynchronous=True)
 
@@ -102,7 +109,7 @@ async def handle(
         sync_handler,
         ack=lambda: maybe_await(ack()),
         nack=lambda: maybe_await(nack()),
-        max_attempts=max_attempts,
+        max_retries=max_retries,
         sleep=loop_sleep,
         **claim_extra,
     )
@@ -112,22 +119,34 @@ async def run_in_transaction(
     session_factory: Callable[[], AsyncSession],
     work: Callable[[AsyncSession], Awaitable[T]],
     *,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    backoff: float = runner.DEFAULT_BACKOFF,
+    max_retries: int | None = None,
+    retry_backoff: Backoff | None = None,
+    max_attempts: int | None = None,
+    backoff: float | None = None,
 ) -> T:
     """``await work(session)`` in a new AsyncSession and transaction, committing on success,
     retried on transient errors: :func:`sa_inbox.run_in_transaction` on the event loop.
 
     :param session_factory: an ``async_sessionmaker``.
     :param work: ``async def work(session)``; it must not commit.
-    :param max_attempts: attempts in all, >= 1.
-    :param backoff: first back-off in seconds (full jitter, doubling, at most 1 s).
+    :param max_retries: re-runs after a transient error, an int >= 0.
+    :param retry_backoff: a :class:`~sa_inbox.backoff.Backoff`, the waits before the
+        re-runs (as :func:`sa_inbox.run_in_transaction`).
+    :param max_attempts: the deprecated spelling of ``max_retries + 1``.
+    :param backoff: the deprecated spelling of ``retry_backoff=Backoff(backoff, 1.0)``.
     :returns: what ``work`` returned on the attempt that committed.
     :raises: as :func:`sa_inbox.run_in_transaction`; and
         :class:`~sa_inbox.exc.AsyncHandlerError` (rolled back, not retried) if ``work``
         dropped a coroutine without awaiting it (``session.execute(...)`` without ``await``).
     """
 
+    max_retries, retry_backoff = runner.retry_options(
+        "sa_inbox.asyncio.run_in_transaction()",
+        max_retries,
+        retry_backoff,
+        max_attempts=max_attempts,
+        backoff=backoff,
+    )
     check_session_factory(
         session_factory, entry="sa_inbox.asyncio.run_in_transaction()", asynchronous=True
     )
@@ -140,7 +159,7 @@ async def run_in_transaction(
         runner.run_in_transaction,
         sync_session_factory(session_factory),
         sync_work,
-        max_attempts=max_attempts,
-        backoff=backoff,
+        max_retries=max_retries,
+        retry_backoff=retry_backoff,
         sleep=loop_sleep,
     )

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session
 
 from .. import session as sync_extension
+from .._compat import session_options
 from ..checks import unwrap
 from ..claim import Inbox
 from ..exc import InvalidBind
@@ -44,7 +45,7 @@ def install(target: async_sessionmaker[Any] | AsyncSession) -> None:
         raise InvalidBind(
             f"install() takes an async_sessionmaker or AsyncSession, not {type(target).__name__}"
         )
-    base: type[Session] = target.kw.get("sync_session_class") or Session
+    base: type[Session] = session_options(target).get("sync_session_class") or Session
     if not getattr(base, _OWN_CLASS, False):
         base = type(f"Inbox{base.__name__}", (base,), {_OWN_CLASS: True})
         target.configure(sync_session_class=base)

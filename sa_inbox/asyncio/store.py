@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import functools
 import signal
-import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
@@ -27,17 +26,17 @@ from ..handlers import check_handler
 from ..store.protocol import Incoming, StoredMessage
 from ..store.schema import DEFAULT_CONSUMER
 from ..store.store import BoundStore, InboxStore
-from ..store.worker import DEFAULT_SHUTDOWN_TIMEOUT, Worker, WorkerSummary, logger
+from ..store.worker import DEFAULT_SHUTDOWN_TIMEOUT, Worker, WorkerRun, WorkerSummary, logger
 from . import consumers
 from ._bridge import (
     AsyncBind,
     async_session_of,
     call_handler_awaiting,
     in_greenlet,
-    loop_sleep,
     on_sync_bind,
     sync_session_factory,
 )
+from .waiting import LoopWaiting
 
 __all__ = ["CANCEL_GRACE", "AsyncBoundStore", "AsyncHandler", "AsyncInboxStore", "AsyncWorker"]
 
@@ -78,9 +77,9 @@ class AsyncInboxStore:
         """Store one message in the caller's transaction; False if it was already stored.
 
         Keywords and errors as :meth:`sa_inbox.InboxStore.receive`, whose code runs here
-        (``run_sync``): one greenlet per receive, as ``await conn.exec_driver_sql()`` would
-        spawn too (measured the same; ``benchmarks/RESULTS.md``, "Receive throughput against
-        pactix 0.2.0"), so the sync and async receives share one path.
+        (``run_sync``, one greenlet per receive): the sync and async receives share one path.
+
+        .. seealso:: ``benchmarks/RESULTS.md``, "Receive throughput against pactix 0.2.0".
         """
         return on_sync_bind(bind, self.sync_store.receive, message_id, payload, **kw)
 
@@ -170,21 +169,6 @@ def _async_engine(engine: object, entry: str) -> AsyncEngine:
     )
 
 
-class _LoopWorker(Worker):
-    """The worker with its waits on the event loop (its loops run in greenlets)."""
-
-    on_event_loop = True
-
-    def _wait_for_stop(self, seconds: float) -> None:
-        # Slices, so that a stop request or a halting limit ends the wait within 50 ms.
-        end = time.monotonic() + seconds
-        while not self.stop_event.is_set() and (left := end - time.monotonic()) > 0:
-            loop_sleep(min(left, 0.05))
-
-    def _sleep(self, seconds: float) -> None:
-        loop_sleep(seconds)
-
-
 class AsyncWorker:
     """Process stored messages with an ``async def`` handler, on asyncio tasks.
 
@@ -197,7 +181,9 @@ class AsyncWorker:
     :param options: every other keyword of :class:`~sa_inbox.Worker` (``consumer_name``,
         ``batch_size``, ``visibility_timeout``, ``max_attempts``, ``ordered``, ``backoff``,
         ``poll_interval``, ``error_backoff``, ``reap_interval``, ``name``, ``clock``,
-        ``on_lease``, ``on_message``, ``transaction``), with the same meaning and checks;
+        ``on_lease``, ``on_message``, ``transaction``; not ``waiting``: the tasks wait on
+        the event loop, :class:`~sa_inbox.asyncio.waiting.LoopWaiting`), with the same
+        meaning and checks;
         ``transaction="batch"`` runs the sync worker's batch code
         (:mod:`sa_inbox.store.batch`) in the task's greenlet, savepoints included.
     :raises InvalidHandler: if ``handler`` cannot be called as ``handler(session,
@@ -231,10 +217,18 @@ class AsyncWorker:
             return call_handler_awaiting(handler, async_session_of(session), message)
 
         self.handler = handler
+        #: The stop signal the tasks wait on, on the event loop (the sync worker's
+        #: ``stop_event``).
+        self.waiting = LoopWaiting()
         #: The synchronous worker whose loops the tasks run: its ``stats``, ``summary``
         #: and ``stop_event`` are this worker's.
-        self.sync_worker = _LoopWorker(
-            store, sync_handler, consumer_name=consumer_name, concurrency=concurrency, **options
+        self.sync_worker = Worker(
+            store,
+            sync_handler,
+            consumer_name=consumer_name,
+            concurrency=concurrency,
+            waiting=self.waiting,
+            **options,
         )
 
     @property
@@ -273,38 +267,47 @@ class AsyncWorker:
             ``shutdown_timeout``.
         """
         worker = self.sync_worker
-        before = worker._start(until_empty, max_messages, max_seconds)
-        if not await in_greenlet(worker._owns_consumer_name):
-            return worker._finish(before)
+        run = worker.begin_run(
+            until_empty=until_empty, max_messages=max_messages, max_seconds=max_seconds
+        )
+        if not await in_greenlet(run.owns_consumer_name):
+            return run.finish()
         with self._signals(handle_signals):
             tasks = [
-                asyncio.create_task(in_greenlet(worker._loop, i)) for i in range(worker.concurrency)
+                asyncio.create_task(in_greenlet(run.loop, i)) for i in range(worker.concurrency)
             ]
             try:
-                await self._join(tasks, shutdown_timeout)
+                await self._join(run, tasks, shutdown_timeout)
             except asyncio.CancelledError:
                 # run() itself cancelled (an application shutting down): stop as for a
                 # stop request (messages in hand finished, the rest of each batch released)
                 # within the shutdown timeout, then let the cancellation through.
                 self.stop()
                 _, pending = await asyncio.wait(tasks, timeout=shutdown_timeout)
-                await self._give_up(pending)
+                await self._give_up(run, pending)
                 raise
-        return worker._finish(before)
+        return run.finish()
 
-    async def _join(self, tasks: list[asyncio.Task[None]], shutdown_timeout: float) -> None:
+    async def _join(
+        self, run: WorkerRun, tasks: list[asyncio.Task[None]], shutdown_timeout: float
+    ) -> None:
         """Wait for every task; after a stop, at most ``shutdown_timeout`` seconds more."""
+        stopped = asyncio.create_task(self.waiting.until_set())
         pending = set(tasks)
-        while pending and not self.sync_worker.stop_event.is_set():
-            _, pending = await asyncio.wait(pending, timeout=0.1)
+        try:
+            while pending and not stopped.done():
+                await asyncio.wait({*pending, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                pending = {task for task in pending if not task.done()}
+        finally:
+            stopped.cancel()
         if pending:
             _, pending = await asyncio.wait(pending, timeout=shutdown_timeout)
-        await self._give_up(pending)
+        await self._give_up(run, pending)
         for task in tasks:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
 
-    async def _give_up(self, pending: set[asyncio.Task[None]]) -> None:
+    async def _give_up(self, run: WorkerRun, pending: set[asyncio.Task[None]]) -> None:
         """Cancel the tasks whose handler outlasted the shutdown timeout (the message in hand
         is leased again after the visibility timeout) and give back the unstarted rest of
         their batches, taken before the cancellations run."""
@@ -312,7 +315,7 @@ class AsyncWorker:
             return
         for task in pending:
             task.cancel()
-        await in_greenlet(self.sync_worker._abandon)
+        await in_greenlet(run.abandon)
         # Let the cancelled handlers roll back before run() returns: the caller disposes
         # the engine next, and a rollback on a disposed connection would never complete.
         await asyncio.wait(pending, timeout=CANCEL_GRACE)

@@ -40,7 +40,7 @@ MAX_ROWS_PER_STATEMENT = 1000
 
 #: The execution options of every claim statement: ``rowcount`` kept (psycopg 3 reports -1
 #: without ``preserve_rowcount``), and batches of at most :data:`MAX_ROWS_PER_STATEMENT`
-#: rows per multi-row INSERT.
+#: rows per multi-row INSERT; given per execute (see ``docs/discussions/claim-statements.md``).
 EXECUTION_OPTIONS: Mapping[str, Any] = {
     "preserve_rowcount": True,
     "insertmanyvalues_page_size": MAX_ROWS_PER_STATEMENT,
@@ -92,7 +92,29 @@ class ClaimDialect(abc.ABC):
       ``RETURNING message_id`` where the backend supports it, else one statement per row.
 
     Neither commits nor rolls back the caller's transaction.
+
+    Its methods are of two kinds: the claim's :attr:`FLOW` (how a claim is sent and read),
+    which a claim strategy defines, and everything else, the backend's knowledge (its checks,
+    its error codes, its driver's state), which a strategy over another backend's dialect
+    takes from that dialect (:class:`~sa_inbox.dialects.generic.SavepointClaim`).
     """
+
+    #: The methods of the claim's flow; every other public method is backend knowledge.
+    FLOW: ClassVar[frozenset[str]] = frozenset(
+        {
+            "insert_or_skip",
+            "supports_returning",
+            "claim_one",
+            "claim_many",
+            "claim_chunk",
+            "execute",
+            "inserted_count",
+            "translate_errors",
+            "translate_configuration_errors",
+            "raise_translated",
+            "duplicate_or_raise",
+        }
+    )
 
     def check_backend(self, conn: Connection) -> None:
         """Raise :class:`~sa_inbox.exc.UnsupportedBackend` if ``conn``'s server is too old.

@@ -15,17 +15,19 @@ re-raised unchanged.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.expression import Executable
 
 from .base import ClaimDialect, Row, sqlstate_of
 from .driver_sql import DriverSQL
 
-__all__ = ["SavepointClaim"]
+__all__ = ["FORWARDED", "SavepointClaim"]
 
 #: SQLSTATE class 23, "integrity constraint violation" (SQL:2011, and e.g. the PostgreSQL
 #: manual, Appendix A); drivers like pyodbc report only "23000".
@@ -35,19 +37,17 @@ INTEGRITY_CLASS = "23"
 class SavepointClaim(ClaimDialect):
     """Claims through ``SAVEPOINT`` + ``INSERT``, recognising the duplicate after the fact.
 
-    :param native: the backend's own :class:`ClaimDialect`, whose error classification is
-        used when present; ``None`` on an unknown backend.
+    The claim's flow (:attr:`ClaimDialect.FLOW`) is this class's own; every other method
+    (:data:`FORWARDED`: the checks, the error classifiers, the driver's state, the causal
+    read, the JSON text) is the native dialect's, or :class:`ClaimDialect`'s default without
+    one.
+
+    :param native: the backend's own :class:`ClaimDialect`, or ``None`` on an unknown
+        backend.
     """
 
     def __init__(self, native: ClaimDialect | None = None) -> None:
         self.native = native
-
-    def check_backend(self, conn: Connection) -> None:
-        if self.native is not None:
-            self.native.check_backend(conn)
-
-    def check_table(self, conn: Connection, table: sa.Table) -> bool:
-        return self.native.check_table(conn, table) if self.native is not None else True
 
     def insert_or_skip(self, table: sa.Table) -> Executable:
         return sa.insert(table)
@@ -58,8 +58,7 @@ class SavepointClaim(ClaimDialect):
     def claim_one(
         self, conn: Connection, table: sa.Table, statement: Executable | DriverSQL, row: Row
     ) -> bool:
-        if self.native is not None:
-            self.native.before_savepoint(conn)
+        self.before_savepoint(conn)
         savepoint = conn.begin_nested()
         try:
             with self.translate_errors():
@@ -88,21 +87,30 @@ class SavepointClaim(ClaimDialect):
         )
         return conn.execute(sa.select(sa.literal(1)).where(key)).first() is not None
 
-    def is_duplicate(self, exc: DBAPIError, table: sa.Table) -> bool:
-        return self.native is not None and self.native.is_duplicate(exc, table)
 
-    def is_transient(self, exc: DBAPIError) -> bool:
-        return self.native is not None and self.native.is_transient(exc)
+def _forwarded(name: str) -> Callable[..., Any]:
+    """``SavepointClaim.<name>``: the native dialect's, else :class:`ClaimDialect`'s."""
+    default = getattr(ClaimDialect, name)
 
-    def is_missing_table(self, exc: DBAPIError) -> bool:
-        return self.native is not None and self.native.is_missing_table(exc)
+    @functools.wraps(default)
+    def forward(self: SavepointClaim, *args: Any, **kwargs: Any) -> Any:
+        if self.native is None:
+            return default(self, *args, **kwargs)
+        return getattr(self.native, name)(*args, **kwargs)
 
-    def is_unavailable(self, exc: DBAPIError) -> bool:
-        if self.native is not None:
-            return self.native.is_unavailable(exc)
-        return super().is_unavailable(exc)
+    return forward
 
-    def driver_autocommit(self, dbapi_connection: Any) -> bool:
-        if self.native is not None:
-            return self.native.driver_autocommit(dbapi_connection)
-        return super().driver_autocommit(dbapi_connection)
+
+#: What :class:`SavepointClaim` takes from the native dialect: every public method of
+#: :class:`ClaimDialect` outside its flow (a method added there is forwarded too).
+FORWARDED = tuple(
+    sorted(
+        name
+        for name in dir(ClaimDialect)
+        if not name.startswith("_")
+        and callable(getattr(ClaimDialect, name))
+        and name not in ClaimDialect.FLOW
+    )
+)
+for _name in FORWARDED:
+    setattr(SavepointClaim, _name, _forwarded(_name))

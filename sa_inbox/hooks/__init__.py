@@ -1,8 +1,9 @@
 """The hook interface: what the runner, the worker, the claim and the purge report.
 
-One small protocol, :class:`InboxHooks`. The default, :data:`NOOP`, does nothing and costs
-a method call per event (measured by the repository's ``benchmarks/hooks_cost.py``); the
-Prometheus (:mod:`sa_inbox.hooks.prometheus`, extra ``[prometheus]``) and OpenTelemetry
+:class:`InboxHooks` is a base class whose every method does nothing: subclass it and
+override the events you want; an event added in a later release is a no-op for your class
+until you override it. :data:`NOOP` is the default. The Prometheus
+(:mod:`sa_inbox.hooks.prometheus`, extra ``[prometheus]``) and OpenTelemetry
 (:mod:`sa_inbox.hooks.opentelemetry`, extra ``[opentelemetry]``) implementations count and
 time, and the latter traces. Pass one as ``Inbox(..., hooks=...)`` (the claim, the session
 extension and :func:`sa_inbox.handle` use the inbox's), ``Worker(..., hooks=...)`` and
@@ -16,58 +17,53 @@ A hook must not raise: it runs inside the caller's transaction (an exception wou
 business change back). The implementations here never do.
 
 Structured log events (logger ``sa_inbox.*``, the id in the text and in ``extra``, with the
-event name as ``extra["event"]``): see :data:`EVENTS`.
+event name as ``extra["event"]``): see :data:`EVENTS`. Every event, span and metric name is
+in one table, :mod:`sa_inbox.hooks.names`.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, ExitStack, nullcontext
-from typing import Protocol, runtime_checkable
+from typing import Any
+
+from . import names
 
 __all__ = [
     "EVENTS",
+    "HOOK_METHODS",
     "NOOP",
     "InboxHooks",
     "MultiHooks",
-    "NoopHooks",
     "SpanName",
+    "as_hooks",
 ]
 
-#: The stable event names of sa-inbox's log records (``extra["event"]``).
-EVENTS = {
-    "inbox.claim.duplicate": "a delivery met its id already claimed: acked, handler skipped",
-    "inbox.claim.collision": "a claim's payload digest differs from the stored one",
-    "inbox.claim.failed": "the claim failed (e.g. a collision raised): rolled back, nacked",
-    "inbox.handler.failed": "the handler or the database failed: rolled back, nacked",
-    "inbox.commit.failed": (
-        "the commit failed, e.g. a Galera certification failure (1213) on the last attempt: "
-        "rolled back, nacked"
-    ),
-    "inbox.transaction.retry": "a deadlock or serialization failure: the transaction reruns",
-    "inbox.configuration.error": "a configuration error: neither acked nor nacked",
-    "inbox.purge.done": "a purge finished (rows deleted, seconds)",
-    "inbox.purge.retry": "a purge batch rolled back by a transient error (e.g. Galera 1213) reruns",
-    "inbox.database.unavailable": (
-        "the database cannot be reached: deliveries held uncounted, the database probed "
-        "with back-off (once per outage, WARNING)"
-    ),
-    "inbox.database.available": "the database answers again: the outage's seconds (INFO)",
-    "inbox.delivery.dead_lettered": (
-        "a broker delivery went to the dead-letter queue / stream, unprocessed (reason in "
-        'extra["reason"]: a DeadLetterReason value)'
-    ),
-}
+#: The stable event names of sa-inbox's log records (``extra["event"]``) and what each means
+#: (the events of :data:`sa_inbox.hooks.names.NAMES`).
+EVENTS = {event.name: event.description for event in names.EVENTS}
 
 #: Span names of :meth:`InboxHooks.span`: ``inbox.process`` (one delivery, the parent),
 #: ``inbox.claim``, ``inbox.handler``, ``inbox.commit`` (per attempt) and ``inbox.ack``.
 SpanName = str
 
+_NULL = nullcontext()
 
-@runtime_checkable
-class InboxHooks(Protocol):
-    """What sa-inbox reports. Every method is called synchronously, on the caller's thread
-    (inside its transaction for :meth:`claimed`); none may raise."""
+
+class InboxHooks:
+    """What sa-inbox reports; every method here does nothing.
+
+    Subclass it and override the events you want::
+
+        class Failures(InboxHooks):
+            def handled(self, consumer_name, *, seconds, failed):
+                if failed:
+                    alert(consumer_name)
+
+    Every method is called synchronously, on the caller's thread (inside its transaction
+    for :meth:`claimed`); none may raise.
+    """
 
     def claimed(
         self, consumer_name: str, *, new: int, duplicates: int, collisions: int, seconds: float
@@ -92,8 +88,8 @@ class InboxHooks(Protocol):
     def purged(self, table: str, *, rows: int, seconds: float) -> None:
         """A purge of ``table`` deleted ``rows`` rows in ``seconds`` seconds."""
 
-    # ``database_outage(consumer_name, *, seconds)``: an outage of the database ended after
-    # ``seconds`` (:mod:`sa_inbox.outage`). Optional: hooks without it are not told.
+    def database_outage(self, consumer_name: str, *, seconds: float) -> None:
+        """An outage of the database ended after ``seconds`` seconds (:mod:`sa_inbox.outage`)."""
 
     def dead_lettered(self, consumer_name: str, reason: str) -> None:
         """A broker delivery was dead-lettered: the adapter published it to the dead-letter
@@ -111,62 +107,63 @@ class InboxHooks(Protocol):
         message_id: str,
         headers: Mapping[str, str] | None = None,
     ) -> AbstractContextManager[object]:
-        """A context manager around one step of a delivery (see :data:`SpanName`).
+        """A context manager around one step of a delivery (see :data:`SpanName`); here one
+        that does nothing.
 
         :param headers: the message's headers, for ``inbox.process`` only: where they carry
             a W3C ``traceparent``, the span continues that trace.
         """
-        ...
-
-
-_NULL = nullcontext()
-
-
-class NoopHooks:
-    """Hooks that do nothing: the default."""
-
-    def claimed(
-        self, consumer_name: str, *, new: int, duplicates: int, collisions: int, seconds: float
-    ) -> None:
-        return None
-
-    def handled(self, consumer_name: str, *, seconds: float, failed: bool) -> None:
-        return None
-
-    def retried(self, consumer_name: str, *, attempt: int) -> None:
-        return None
-
-    def purged(self, table: str, *, rows: int, seconds: float) -> None:
-        return None
-
-    def database_outage(self, consumer_name: str, *, seconds: float) -> None:
-        return None
-
-    def dead_lettered(self, consumer_name: str, reason: str) -> None:
-        return None
-
-    def span(
-        self,
-        name: SpanName,
-        consumer_name: str,
-        message_id: str,
-        headers: Mapping[str, str] | None = None,
-    ) -> AbstractContextManager[object]:
         return _NULL
 
 
-#: The shared no-op hooks.
-NOOP = NoopHooks()
+#: The events of :class:`InboxHooks`: its public methods, in definition order.
+HOOK_METHODS = tuple(name for name in vars(InboxHooks) if not name.startswith("_"))
+
+#: The shared no-op hooks: the default.
+NOOP = InboxHooks()
 
 
-class MultiHooks:
+def as_hooks(hooks: object) -> InboxHooks:
+    """``hooks`` as :class:`InboxHooks`: :data:`NOOP` for ``None``, an instance as it is.
+
+    An object of another class (hooks written for the former protocol) is adapted once,
+    with a :class:`DeprecationWarning`: the methods it has are called, the others are the
+    base class's no-ops. Such objects are refused in the next release: subclass
+    :class:`InboxHooks`.
+    """
+    if hooks is None:
+        return NOOP
+    if isinstance(hooks, InboxHooks):
+        return hooks
+    warnings.warn(
+        f"{type(hooks).__name__} does not subclass sa_inbox.hooks.InboxHooks: its missing "
+        "events are taken as no-ops for now, and such hooks are refused in the next "
+        "release; subclass InboxHooks",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return _Adapted(hooks)
+
+
+class _Adapted(InboxHooks):
+    """An object of the former hook protocol, its missing events the base class's."""
+
+    def __init__(self, hooks: object) -> None:
+        self.hooks = hooks
+        for name in HOOK_METHODS:
+            own = getattr(hooks, name, None)
+            if callable(own):
+                setattr(self, name, own)
+
+
+class MultiHooks(InboxHooks):
     """Several hooks as one: each event goes to each, in order; spans nest in order.
 
     :param hooks: the hooks, e.g. ``MultiHooks(PrometheusHooks(), OpenTelemetryHooks())``.
     """
 
     def __init__(self, *hooks: InboxHooks) -> None:
-        self.hooks = hooks
+        self.hooks = tuple(as_hooks(hook) for hook in hooks)
 
     def claimed(
         self, consumer_name: str, *, new: int, duplicates: int, collisions: int, seconds: float
@@ -194,9 +191,7 @@ class MultiHooks:
 
     def database_outage(self, consumer_name: str, *, seconds: float) -> None:
         for hook in self.hooks:
-            outage = getattr(hook, "database_outage", None)
-            if outage is not None:
-                outage(consumer_name, seconds=seconds)
+            hook.database_outage(consumer_name, seconds=seconds)
 
     def dead_lettered(self, consumer_name: str, reason: str) -> None:
         for hook in self.hooks:
@@ -213,3 +208,15 @@ class MultiHooks:
         for hook in self.hooks:
             stack.enter_context(hook.span(name, consumer_name, message_id, headers))
         return stack
+
+
+def __getattr__(name: str) -> Any:
+    if name == "NoopHooks":
+        warnings.warn(
+            "sa_inbox.hooks.NoopHooks is InboxHooks, whose methods do nothing: subclass "
+            "InboxHooks; NoopHooks goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return InboxHooks
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,14 +1,9 @@
 """OpenTelemetry metrics and traces for sa-inbox (extra ``sa-inbox[opentelemetry]``).
 
 :class:`OpenTelemetryHooks` records the counters and histograms of
-:class:`~sa_inbox.hooks.prometheus.PrometheusHooks` through the OpenTelemetry metrics API
-(names ``sa_inbox.claims``, ``sa_inbox.duplicates``, ``sa_inbox.collisions``,
-``sa_inbox.transient_retries``, ``sa_inbox.handler_failures``, ``sa_inbox.dead_letters``
-(also attribute ``sa_inbox.dead_letter.reason``), ``sa_inbox.claim.duration``,
-``sa_inbox.handler.duration``, ``sa_inbox.purge.rows``, ``sa_inbox.purge.duration``,
-``sa_inbox.database.outages``, ``sa_inbox.database.outage.duration``;
-attribute ``messaging.consumer.group.name`` or ``db.collection.name``), and traces each
-delivery of :func:`sa_inbox.handle`::
+:class:`~sa_inbox.hooks.prometheus.PrometheusHooks` through the OpenTelemetry metrics API,
+built from :data:`sa_inbox.hooks.names.METRICS` (each metric's ``otel_name``, kind, unit
+and attributes), and traces each delivery of :func:`sa_inbox.handle`::
 
     inbox.process            (kind CONSUMER; parent: the W3C traceparent of the headers)
     ├── inbox.claim          (per attempt)
@@ -29,6 +24,13 @@ from contextlib import AbstractContextManager, contextmanager
 
 from .._optional import optional_dependencies
 from ..stats import Sampler
+from . import InboxHooks, names
+from .names import (
+    CONSUMER_ATTRIBUTE,
+    DEAD_LETTER_REASON_ATTRIBUTE,
+    MESSAGE_ID_ATTRIBUTE,
+    TABLE_ATTRIBUTE,
+)
 
 with optional_dependencies(__name__, "opentelemetry", "opentelemetry.trace"):
     from opentelemetry import metrics, trace
@@ -42,15 +44,10 @@ __all__ = [
     "OpenTelemetryHooks",
 ]
 
-MESSAGE_ID_ATTRIBUTE = "messaging.message.id"
-CONSUMER_ATTRIBUTE = "messaging.consumer.group.name"
-TABLE_ATTRIBUTE = "db.collection.name"
-#: Why a delivery was dead-lettered (a :class:`~sa_inbox.brokers.DeadLetterReason` value).
-DEAD_LETTER_REASON_ATTRIBUTE = "sa_inbox.dead_letter.reason"
 _W3C = TraceContextTextMapPropagator()
 
 
-class OpenTelemetryHooks:
+class OpenTelemetryHooks(InboxHooks):
     """:class:`~sa_inbox.hooks.InboxHooks` on the OpenTelemetry API.
 
     :param tracer_provider: default: the global one (``trace.get_tracer_provider()``).
@@ -64,26 +61,24 @@ class OpenTelemetryHooks:
     ) -> None:
         self.tracer = trace.get_tracer("sa_inbox", tracer_provider=tracer_provider)
         self.meter = meter = metrics.get_meter("sa_inbox", meter_provider=meter_provider)
-        self.claims = meter.create_counter("sa_inbox.claims", description="New claims")
-        self.duplicates = meter.create_counter("sa_inbox.duplicates", description="Redeliveries")
-        self.collisions = meter.create_counter("sa_inbox.collisions", description="Collisions")
-        self.retries = meter.create_counter("sa_inbox.transient_retries")
-        self.failures = meter.create_counter("sa_inbox.handler_failures")
-        self.dead_letters = meter.create_counter(
-            "sa_inbox.dead_letters", description="Deliveries dead-lettered"
-        )
-        self.claim_duration = meter.create_histogram("sa_inbox.claim.duration", unit="s")
-        self.handler_duration = meter.create_histogram("sa_inbox.handler.duration", unit="s")
-        self.purge_rows = meter.create_counter("sa_inbox.purge.rows")
-        self.purge_duration = meter.create_histogram("sa_inbox.purge.duration", unit="s")
-        self.outages = meter.create_counter("sa_inbox.database.outages")
-        self.outage_duration = meter.create_histogram("sa_inbox.database.outage.duration", unit="s")
+        self.claims = _counter(meter, names.CLAIMS)
+        self.duplicates = _counter(meter, names.DUPLICATES)
+        self.collisions = _counter(meter, names.COLLISIONS)
+        self.retries = _counter(meter, names.TRANSIENT_RETRIES)
+        self.failures = _counter(meter, names.HANDLER_FAILURES)
+        self.dead_letters = _counter(meter, names.DEAD_LETTERS)
+        self.claim_duration = _histogram(meter, names.CLAIM_SECONDS)
+        self.handler_duration = _histogram(meter, names.HANDLER_SECONDS)
+        self.purge_rows = _counter(meter, names.PURGE_ROWS)
+        self.purge_duration = _histogram(meter, names.PURGE_SECONDS)
+        self.outages = _counter(meter, names.DATABASE_OUTAGES)
+        self.outage_duration = _histogram(meter, names.DATABASE_OUTAGE_SECONDS)
 
     def observe(self, sampler: Sampler) -> None:
         """Register observable gauges read from ``sampler`` at each collection (never on
-        the hot path): ``sa_inbox.table.rows`` and ``sa_inbox.table.bytes`` (attribute
-        ``db.collection.name``), ``sa_inbox.consumer.rows``, ``sa_inbox.store.messages``
-        (consumer and ``status``) and ``sa_inbox.store.oldest_pending_age`` (seconds).
+        the hot path): the sampled metrics of :data:`sa_inbox.hooks.names.METRICS` that
+        have an OpenTelemetry name (table rows and bytes, rows per consumer, store rows by
+        status, the oldest pending row's age).
 
         :param sampler: e.g. ``Sampler(engine, store_table="inbox_store")``.
         """
@@ -124,12 +119,20 @@ class OpenTelemetryHooks:
                 if c.oldest_pending_seconds is not None
             ]
 
-        gauge = self.meter.create_observable_gauge
-        gauge("sa_inbox.table.rows", [tables])
-        gauge("sa_inbox.table.bytes", [sizes], unit="By")
-        gauge("sa_inbox.consumer.rows", [consumers])
-        gauge("sa_inbox.store.messages", [store])
-        gauge("sa_inbox.store.oldest_pending_age", [oldest], unit="s")
+        for metric, callback in (
+            (names.TABLE_ROWS, tables),
+            (names.TABLE_BYTES, sizes),
+            (names.CONSUMER_ROWS, consumers),
+            (names.STORE_MESSAGES, store),
+            (names.STORE_OLDEST_PENDING_SECONDS, oldest),
+        ):
+            assert metric.otel_name is not None
+            self.meter.create_observable_gauge(
+                metric.otel_name,
+                [callback],
+                unit=metric.unit or "",
+                description=metric.description,
+            )
 
     def claimed(
         self, consumer_name: str, *, new: int, duplicates: int, collisions: int, seconds: float
@@ -185,3 +188,19 @@ class OpenTelemetryHooks:
             name, context=context, kind=kind, attributes=attributes
         ) as span:
             yield span
+
+
+def _counter(meter: metrics.Meter, metric: names.Name) -> metrics.Counter:
+    """The counter of ``metric`` on ``meter`` (its OpenTelemetry name, unit, description)."""
+    assert (metric.otel_kind or metric.kind) == "counter" and metric.otel_name is not None
+    return meter.create_counter(
+        metric.otel_name, unit=metric.unit or "", description=metric.description
+    )
+
+
+def _histogram(meter: metrics.Meter, metric: names.Name) -> metrics.Histogram:
+    """The histogram of ``metric`` on ``meter`` (its OpenTelemetry name, unit, description)."""
+    assert (metric.otel_kind or metric.kind) == "histogram" and metric.otel_name is not None
+    return meter.create_histogram(
+        metric.otel_name, unit=metric.unit or "", description=metric.description
+    )

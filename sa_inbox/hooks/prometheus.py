@@ -2,33 +2,9 @@
 
 :class:`PrometheusHooks` counts and times what the runner, worker, claim and purge report;
 :class:`InboxCollector` samples the tables on each scrape (never on the hot path), from
-:func:`sa_inbox.stats.collect`, cached for ``min_interval`` seconds.
-
-=============================================  ==========  ==============================
-metric                                         type        labels
-=============================================  ==========  ==============================
-``sa_inbox_claims_total``                      counter     consumer (new claims)
-``sa_inbox_duplicates_total``                  counter     consumer (redeliveries skipped)
-``sa_inbox_collisions_total``                  counter     consumer
-``sa_inbox_transient_retries_total``           counter     consumer
-``sa_inbox_handler_failures_total``            counter     consumer
-``sa_inbox_dead_letters_total``                counter     consumer, reason (broker adapters)
-``sa_inbox_claim_seconds``                     histogram   consumer
-``sa_inbox_handler_seconds``                   histogram   consumer
-``sa_inbox_purge_rows_total``                  counter     table
-``sa_inbox_purge_seconds``                     histogram   table
-``sa_inbox_database_outages_total``            counter     consumer (outages ridden out)
-``sa_inbox_database_outage_seconds_total``     counter     consumer (their seconds)
-``sa_inbox_table_rows``                        gauge       table (sampled)
-``sa_inbox_table_bytes``                       gauge       table (sampled; data + indexes)
-``sa_inbox_consumer_rows``                     gauge       table, consumer (sampled)
-``sa_inbox_recorded_collisions``               gauge       consumer (sampled)
-``sa_inbox_store_messages``                    gauge       table, consumer, status
-``sa_inbox_store_oldest_pending_seconds``      gauge       table, consumer
-``sa_inbox_store_attempts``                    gauge       table, attempts (non-done rows)
-``sa_inbox_relay_messages_total``              counter     outcome (:class:`RelayMetrics`)
-``sa_inbox_relay_batches_total``               counter     (:class:`RelayMetrics`)
-=============================================  ==========  ==============================
+:func:`sa_inbox.stats.collect`, cached for ``min_interval`` seconds. Both build their
+metrics from :data:`sa_inbox.hooks.names.METRICS` (names, kinds, labels, help texts; the
+reference page lists them).
 
 ``sa-inbox worker --metrics-port N`` and ``sa-inbox relay --metrics-port N`` serve the
 process's metrics (:class:`PrometheusHooks`, :class:`RelayMetrics`) with
@@ -41,14 +17,14 @@ dashboard in ``dashboards/sa-inbox.json`` plots it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
 
 import sqlalchemy as sa
 
 from .._optional import optional_dependencies
 from ..outbox.relay import RelayBatch
 from ..stats import InboxStats, Sampler
+from . import InboxHooks, names
 
 with optional_dependencies(__name__, "prometheus", "prometheus_client"):
     from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -57,10 +33,8 @@ with optional_dependencies(__name__, "prometheus", "prometheus_client"):
 
 __all__ = ["InboxCollector", "PrometheusHooks", "RelayMetrics"]
 
-_NULL = nullcontext()
 
-
-class PrometheusHooks:
+class PrometheusHooks(InboxHooks):
     """:class:`~sa_inbox.hooks.InboxHooks` that feed ``prometheus_client`` metrics.
 
     :param registry: where the metrics are registered (default: the process-wide
@@ -74,30 +48,25 @@ class PrometheusHooks:
         self, registry: CollectorRegistry | None = None, *, namespace: str = "sa_inbox"
     ) -> None:
         registry = REGISTRY if registry is None else registry
-        labels = ["consumer"]
 
-        def counter(name: str, doc: str, names: list[str] = labels) -> Counter:
-            return Counter(name, doc, names, namespace=namespace, registry=registry)
+        def counter(metric: names.Name) -> Counter:
+            return Counter(*_spec(metric), namespace=namespace, registry=registry)
 
-        def histogram(name: str, doc: str, names: list[str] = labels) -> Histogram:
-            return Histogram(name, doc, names, namespace=namespace, registry=registry)
+        def histogram(metric: names.Name) -> Histogram:
+            return Histogram(*_spec(metric), namespace=namespace, registry=registry)
 
-        self.claims = counter("claims", "Messages newly claimed.")
-        self.duplicates = counter("duplicates", "Redeliveries skipped as already claimed.")
-        self.collisions = counter("collisions", "Ids claimed by a different message.")
-        self.retries = counter("transient_retries", "Transactions rerun after a deadlock.")
-        self.failures = counter("handler_failures", "Handler runs rolled back.")
-        self.dead_letters = counter(
-            "dead_letters", "Deliveries dead-lettered, by reason.", ["consumer", "reason"]
-        )
-        self.claim_seconds = histogram("claim_seconds", "Claim latency in seconds.")
-        self.handler_seconds = histogram("handler_seconds", "Handler latency in seconds.")
-        self.purge_rows = counter("purge_rows", "Rows deleted by purges.", ["table"])
-        self.purge_seconds = histogram("purge_seconds", "Purge duration in seconds.", ["table"])
-        self.outages = counter("database_outages", "Database outages ridden out.")
-        self.outage_seconds = counter(
-            "database_outage_seconds", "Seconds the database could not be reached."
-        )
+        self.claims = counter(names.CLAIMS)
+        self.duplicates = counter(names.DUPLICATES)
+        self.collisions = counter(names.COLLISIONS)
+        self.retries = counter(names.TRANSIENT_RETRIES)
+        self.failures = counter(names.HANDLER_FAILURES)
+        self.dead_letters = counter(names.DEAD_LETTERS)
+        self.claim_seconds = histogram(names.CLAIM_SECONDS)
+        self.handler_seconds = histogram(names.HANDLER_SECONDS)
+        self.purge_rows = counter(names.PURGE_ROWS)
+        self.purge_seconds = histogram(names.PURGE_SECONDS)
+        self.outages = counter(names.DATABASE_OUTAGES)
+        self.outage_seconds = counter(names.DATABASE_OUTAGE_SECONDS)
 
     def claimed(
         self, consumer_name: str, *, new: int, duplicates: int, collisions: int, seconds: float
@@ -129,14 +98,10 @@ class PrometheusHooks:
     def dead_lettered(self, consumer_name: str, reason: str) -> None:
         self.dead_letters.labels(consumer_name, reason).inc()
 
-    def span(
-        self,
-        name: str,
-        consumer_name: str,
-        message_id: str,
-        headers: Mapping[str, str] | None = None,
-    ) -> AbstractContextManager[object]:
-        return _NULL
+
+def _spec(metric: names.Name) -> tuple[str, str, tuple[str, ...]]:
+    """The name (without namespace), help text and labels of ``metric``'s instrument."""
+    return metric.prometheus_name, metric.description, metric.labels
 
 
 class RelayMetrics:
@@ -159,15 +124,9 @@ class RelayMetrics:
     ) -> None:
         registry = REGISTRY if registry is None else registry
         self.messages = Counter(
-            "relay_messages",
-            "Outbox rows the relay handled, by outcome.",
-            ["outcome"],
-            namespace=namespace,
-            registry=registry,
+            *_spec(names.RELAY_MESSAGES), namespace=namespace, registry=registry
         )
-        self.batches = Counter(
-            "relay_batches", "Batches the relay leased.", namespace=namespace, registry=registry
-        )
+        self.batches = Counter(*_spec(names.RELAY_BATCHES), namespace=namespace, registry=registry)
         for outcome in self.OUTCOMES:
             self.messages.labels(outcome)
 
@@ -216,10 +175,7 @@ class InboxCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         stats = self.sample()
-        rows = GaugeMetricFamily("sa_inbox_table_rows", "Rows per table.", labels=["table"])
-        size = GaugeMetricFamily(
-            "sa_inbox_table_bytes", "Table plus index bytes.", labels=["table"]
-        )
+        rows, size = _gauge(names.TABLE_ROWS), _gauge(names.TABLE_BYTES)
         for table in stats.tables:
             rows.add_metric([table.name], table.rows)
             if table.total_bytes is not None:
@@ -230,13 +186,13 @@ class InboxCollector(Collector):
         yield from _store_gauges(stats)
 
 
+def _gauge(metric: names.Name) -> GaugeMetricFamily:
+    """An empty sampled gauge of ``metric`` (:data:`sa_inbox.hooks.names.METRICS`)."""
+    return GaugeMetricFamily(metric.name, metric.description, labels=metric.labels)
+
+
 def _consumer_gauges(stats: InboxStats) -> Iterator[Metric]:
-    consumers = GaugeMetricFamily(
-        "sa_inbox_consumer_rows", "Processed-message rows per consumer.", labels=["consumer"]
-    )
-    collisions = GaugeMetricFamily(
-        "sa_inbox_recorded_collisions", "Rows in the collisions table.", labels=["consumer"]
-    )
+    consumers, collisions = _gauge(names.CONSUMER_ROWS), _gauge(names.RECORDED_COLLISIONS)
     for consumer in stats.consumers:
         consumers.add_metric([consumer.consumer_name], consumer.rows)
         collisions.add_metric([consumer.consumer_name], consumer.collisions)
@@ -248,17 +204,9 @@ def _store_gauges(stats: InboxStats) -> Iterator[Metric]:
     store = stats.store
     if store is None:
         return
-    messages = GaugeMetricFamily(
-        "sa_inbox_store_messages", "Store rows by status.", labels=["consumer", "status"]
-    )
-    oldest = GaugeMetricFamily(
-        "sa_inbox_store_oldest_pending_seconds",
-        "Age of the oldest pending row.",
-        labels=["consumer"],
-    )
-    attempts = GaugeMetricFamily(
-        "sa_inbox_store_attempts", "Unfinished rows by attempts made.", labels=["attempts"]
-    )
+    messages = _gauge(names.STORE_MESSAGES)
+    oldest = _gauge(names.STORE_OLDEST_PENDING_SECONDS)
+    attempts = _gauge(names.STORE_ATTEMPTS)
     for consumer in store.consumers:
         for status, count in consumer.counts.items():
             messages.add_metric([consumer.consumer_name, status], count)

@@ -10,13 +10,12 @@ header table values, Redis stream fields, NATS headers (text lines, hence no CR 
 from __future__ import annotations
 
 import datetime
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..exc import InvalidMessageId, InvalidOutboxMessage
-from ..validation import validate_key
+from ..validation import JSONSerializer, json_text, validate_key
 
 __all__ = ["MAX_DESTINATION_LENGTH", "OutboxMessage", "encode_payload", "validate_headers"]
 
@@ -71,20 +70,16 @@ def validate_message_id(message_id: object, max_length: int) -> str:
     return _key(message_id, "message_id", max_length)
 
 
-def encode_payload(payload: Any) -> bytes:
+def encode_payload(payload: Any, json_serializer: JSONSerializer | None = None) -> bytes:
     """The body's bytes: ``bytes``/``bytearray``/``memoryview`` as they are, anything else
-    as compact JSON (``separators=(",", ":")``, NaN and Infinity refused) in UTF-8.
+    as JSON in UTF-8: ``json_serializer(payload)``, or by default compact JSON
+    (``separators=(",", ":")``, NaN and Infinity refused).
 
     :raises InvalidOutboxMessage: if the value is not JSON-serialisable.
     """
     if isinstance(payload, bytes | bytearray | memoryview):
         return bytes(payload)
-    try:
-        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise InvalidOutboxMessage(
-            f"payload is neither bytes nor JSON-serialisable: {exc}"
-        ) from exc
+    text = json_text(payload, json_serializer, InvalidOutboxMessage, separators=(",", ":"))
     return text.encode("utf-8")
 
 

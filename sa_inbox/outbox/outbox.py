@@ -21,6 +21,7 @@ from ..claim import Bind, connection_for
 from ..dialects import is_autocommit
 from ..exc import AutocommitConnection
 from ..store.schema import utc_now
+from ..validation import JSONSerializer, check_json_serializer
 from .ids import uuid7
 from .message import encode_payload, validate_destination, validate_headers, validate_message_id
 from .schema import DEFAULT_MESSAGE_ID_LENGTH, DEFAULT_OUTBOX_TABLE, PENDING, outbox_table
@@ -37,7 +38,12 @@ class Outbox:
     :param table_name: the table's name.
     :param schema: the table's schema, or ``None``.
     :param message_id_length: length in characters of ``message_id`` (>= 36).
+    :param json_serializer: turns a payload that is not ``bytes`` into its JSON text, as
+        ``create_engine(json_serializer=...)`` does (e.g. ``functools.partial(json.dumps,
+        default=str)`` for ``Decimal`` amounts); it may return text or UTF-8 bytes. Default
+        compact :func:`json.dumps` (NaN and Infinity refused).
     :raises InvalidTable: for a bad ``message_id_length``.
+    :raises InvalidArgument: for a ``json_serializer`` that is not callable.
 
     Example::
 
@@ -56,7 +62,10 @@ class Outbox:
         table_name: str = DEFAULT_OUTBOX_TABLE,
         schema: str | None = None,
         message_id_length: int = DEFAULT_MESSAGE_ID_LENGTH,
+        json_serializer: JSONSerializer | None = None,
     ) -> None:
+        #: What :meth:`publish` serialises a payload that is not bytes with.
+        self.json_serializer = check_json_serializer(json_serializer)
         self.table = outbox_table(
             metadata, table_name=table_name, schema=schema, message_id_length=message_id_length
         )
@@ -82,7 +91,7 @@ class Outbox:
             else validate_message_id(message_id, self.message_id_length),
             "destination": validate_destination(destination),
             "headers": validate_headers(headers),
-            "payload": encode_payload(payload),
+            "payload": encode_payload(payload, self.json_serializer),
             "status": PENDING,
             "created_at": now,
             "available_at": now,
@@ -110,7 +119,8 @@ class Outbox:
             (the handler's session in :func:`sa_inbox.handle` / the broker adapters).
         :param destination: the queue (RabbitMQ routing key on the publisher's exchange),
             stream (Redis) or subject (NATS); at most 255 characters.
-        :param payload: the body: ``bytes`` as they are, any other value as JSON (UTF-8).
+        :param payload: the body: ``bytes`` as they are, any other value as JSON (UTF-8,
+            through the outbox's ``json_serializer``).
         :param headers: optional string headers, sent with the message.
         :param message_id: the producer's key, default a new UUIDv7 (assigned here, once).
             Give your own only if it is unique per message (the column is unique: a second

@@ -35,7 +35,8 @@ from ..exc import (
 from ..schema import (
     DEFAULT_MESSAGE_ID_LENGTH,
     DEFAULT_TABLE_NAME,
-    NOW,
+    RECEIVED_AT,
+    RECEIVED_NOW,
     TIMESTAMP_TZ,
     key_type,
 )
@@ -112,7 +113,7 @@ def partitioned_processed_messages_table(
         sa.Column("message_id", key_type(message_id_length), nullable=False),
         sa.Column("consumer_name", key_type(message_id_length), nullable=False),
         sa.Column(partition_key, TIMESTAMP_TZ, nullable=False),
-        sa.Column("received_at", TIMESTAMP_TZ, nullable=False, server_default=NOW),
+        sa.Column("received_at", RECEIVED_AT, nullable=False, server_default=RECEIVED_NOW),
         sa.Column("message_type", sa.String(255), nullable=True),
         sa.Column("correlation_id", sa.String(255), nullable=True),
         sa.Column("payload_hash", sa.LargeBinary(64), nullable=True),

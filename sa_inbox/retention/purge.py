@@ -33,7 +33,7 @@ from ..exc import (
     InvalidTableType,
     UnsupportedBackend,
 )
-from ..hooks import NOOP, InboxHooks
+from ..hooks import InboxHooks, as_hooks
 from ..schema import DEFAULT_TABLE_NAME, processed_messages_table
 from ..store.schema import DEAD, DONE, utc_now
 from ..store.store import InboxStore
@@ -400,8 +400,7 @@ def purge(
     target = purge_target_of(table)
     bind = _check_bind(bind)
     window = resolve_window(older_than, policy)
-    if hooks is None:
-        hooks = table.hooks if isinstance(table, Inbox) else NOOP
+    hooks = as_hooks(table.hooks if hooks is None and isinstance(table, Inbox) else hooks)
     start = time.perf_counter()
     deleted = purge_target(
         bind,

@@ -13,10 +13,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from .. import runner
+from .._compat import session_options
 from .._optional import optional_dependencies
 from ..claim import Inbox
 from ..exc import InvalidShardMap
-from ..runner import DEFAULT_MAX_ATTEMPTS, Result
+from ..runner import Result
 from .inbox import ShardedInbox
 from .keys import claim_digest
 
@@ -33,7 +35,7 @@ def _async_shard(name: object, shard: object) -> tuple[AsyncEngine, Callable[[],
     if isinstance(shard, AsyncEngine):
         return shard, async_sessionmaker(shard)
     if isinstance(shard, async_sessionmaker):
-        bind: Any = shard.kw.get("bind")
+        bind: Any = session_options(shard).get("bind")
         if isinstance(bind, AsyncEngine):
             return bind, shard
         raise InvalidShardMap(
@@ -128,13 +130,17 @@ class AsyncShardedInbox:
         *,
         ack: Callable[[], Any],
         nack: Callable[[], Any],
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_retries: int | None = None,
         payload_hash: bytes | None = None,
         message_type: str | None = None,
         correlation_id: str | None = None,
+        max_attempts: int | None = None,
     ) -> Result:
-        """:func:`sa_inbox.asyncio.handle` on the shard of ``shard_key`` (outcomes and errors
-        as :meth:`ShardedInbox.handle`)."""
+        """:func:`sa_inbox.asyncio.handle` on the shard of ``shard_key`` (outcomes, errors and
+        ``max_retries`` as :meth:`ShardedInbox.handle`)."""
+        max_retries, _ = runner.retry_options(
+            "AsyncShardedInbox.handle()", max_retries, None, max_attempts=max_attempts
+        )
         shard = self.shard_for(shard_key)
         return await async_runner.handle(
             self._factories[shard],
@@ -144,7 +150,7 @@ class AsyncShardedInbox:
             handler,
             ack=ack,
             nack=nack,
-            max_attempts=max_attempts,
+            max_retries=max_retries,
             payload_hash=claim_digest(shard_key, payload_hash),
             message_type=message_type,
             correlation_id=correlation_id,

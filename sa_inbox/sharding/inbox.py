@@ -48,7 +48,7 @@ from ..exc import (
     ShardUnavailable,
     WrongShard,
 )
-from ..runner import DEFAULT_MAX_ATTEMPTS, Result
+from ..runner import Result
 from .identity import ServerIdentity, server_identity
 from .keys import claim_digest, rendezvous_shard, split_digest, validate_shard_key
 from .shardmap import ShardTarget, build_shard_map
@@ -247,17 +247,20 @@ class ShardedInbox:
         *,
         ack: Callable[[], Any],
         nack: Callable[[], Any],
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_retries: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
         headers: Mapping[str, str] | None = None,
         payload_hash: bytes | None = None,
         message_type: str | None = None,
         correlation_id: str | None = None,
+        max_attempts: int | None = None,
     ) -> Result:
         """:func:`sa_inbox.handle` on the shard of ``shard_key``: a new Session of that
         shard, the claim (as :meth:`claim`), ``handler(session)``, the commit, then ack.
 
         :param shard_key: the message's shard key.
+        :param max_retries: as :func:`sa_inbox.handle` (``max_attempts``: its deprecated
+            spelling, ``max_retries + 1``).
         :returns: a :class:`~sa_inbox.Result`; a
             :class:`~sa_inbox.exc.ShardKeyChanged` or
             :class:`~sa_inbox.exc.MessageIdCollision` is a FAILED delivery (rolled back,
@@ -271,6 +274,9 @@ class ShardedInbox:
             neither acked nor nacked.
         :raises: everything :func:`sa_inbox.handle` raises.
         """
+        max_retries, _ = runner.retry_options(
+            "ShardedInbox.handle()", max_retries, None, max_attempts=max_attempts
+        )
         target = self.target(shard_key)
         return runner.handle(
             target.session_factory,
@@ -280,7 +286,7 @@ class ShardedInbox:
             handler,
             ack=ack,
             nack=nack,
-            max_attempts=max_attempts,
+            max_retries=max_retries,
             sleep=sleep,
             headers=headers,
             payload_hash=claim_digest(shard_key, payload_hash),

@@ -9,6 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
+from .._compat import session_options
 from ..exc import InvalidMessageId, InvalidShardMap
 from ..validation import validate_key
 
@@ -80,7 +81,7 @@ def _engine_of(name: str, shard: object) -> tuple[sa.Engine, Callable[[], Sessio
     if isinstance(shard, sa.Engine):
         return shard, sessionmaker(shard)
     if isinstance(shard, sessionmaker):
-        bind: Any = shard.kw.get("bind")
+        bind: Any = session_options(shard).get("bind")
         if isinstance(bind, sa.Engine):
             return bind, shard
         raise InvalidShardMap(

@@ -16,8 +16,9 @@ from ..collision import CollisionCheck, CollisionMode, payload_hash_of_row
 from ..consumers import Consumers, consumers_flag, consumers_for
 from ..dialects.store_claim import StoreClaimDialect
 from ..exc import InvalidArgument
-from ..hooks import NOOP, InboxHooks
+from ..hooks import InboxHooks, as_hooks
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
+from ..validation import JSONSerializer, check_json_serializer
 from .leases import LeasedRows, LeaseShape
 from .receive import receive_insert
 from .schema import (
@@ -107,11 +108,14 @@ class StoreBase:
         on_collision: CollisionMode = "raise",
         hooks: InboxHooks | None = None,
         consumers: bool = True,
+        json_serializer: JSONSerializer | None = None,
     ) -> None:
         consumers = consumers_flag(consumers)
+        #: What a receive serialises payloads with (``None``: :func:`json.dumps`).
+        self.json_serializer = check_json_serializer(json_serializer)
         #: Told of every receive as of a claim (new, duplicates, collisions, seconds:
         #: :mod:`sa_inbox.hooks`); default the no-op hooks.
-        self.hooks: InboxHooks = NOOP if hooks is None else hooks
+        self.hooks: InboxHooks = as_hooks(hooks)
         self.table = inbox_store_table(
             metadata, table_name=table_name, schema=schema, message_id_length=message_id_length
         )

@@ -4,7 +4,6 @@ the insert-or-skip of :meth:`sa_inbox.Inbox.claim` (a redelivery is skipped)."""
 from __future__ import annotations
 
 import datetime
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -17,7 +16,7 @@ from ..collision import store_digests
 from ..dialects import ClaimDialect
 from ..exc import InvalidArgument
 from ..hooks import InboxHooks
-from ..validation import validate_key
+from ..validation import JSONSerializer, json_text, validate_key
 from .protocol import Incoming
 from .schema import DEFAULT_CONSUMER, PENDING, SerialisedJSON
 from .values import aware
@@ -31,6 +30,7 @@ class StoreReceive:
 
     table: sa.Table
     hooks: InboxHooks
+    json_serializer: JSONSerializer | None
     message_id_length: int
     _insert: PreparedInsert
     _receives: ClaimPath
@@ -63,7 +63,8 @@ class StoreReceive:
         :param bind: a Session or Connection in the caller's transaction (never committed
             here).
         :param message_id: the producer-assigned id.
-        :param payload: any JSON-serialisable value.
+        :param payload: any value the store's ``json_serializer`` (default
+            :func:`json.dumps`) turns into JSON.
         :param consumer_name: the consumer (queue) the message is stored for.
         :param aggregate_id: the aggregate the message is about (per-aggregate ordering).
         :param message_type: optional type name, at most 255 characters.
@@ -150,7 +151,7 @@ class StoreReceive:
             "consumer_name": validate_key(consumer_name, "consumer_name", length),
             "aggregate_id": None if aggregate_id is None else _key(aggregate_id, "aggregate_id"),
             "message_type": None if message_type is None else _key(message_type, "message_type"),
-            "payload": _json(payload),
+            "payload": _json(payload, self.json_serializer),
             "status": PENDING,
             "received_at": when,
             "available_at": when,
@@ -167,18 +168,14 @@ def _key(value: str, field: str) -> str:
     return validate_key(value, field, 255)
 
 
-def _json(payload: Any) -> SerialisedJSON:
-    """``payload`` as JSON text, if JSON can represent it exactly (no NaN/Infinity).
+def _json(payload: Any, serializer: JSONSerializer | None = None) -> SerialisedJSON:
+    """``payload`` as JSON text (:func:`~sa_inbox.validation.json_text`, with the store's
+    ``json_serializer``): the one serialisation of a received payload, whose text the receive
+    statement binds (:func:`receive_insert`).
 
-    The one serialisation of a received payload: its text is what the receive statement
-    binds (:func:`receive_insert`), so the column type does not serialise it again.
-
-    :raises InvalidArgument: if it cannot.
+    :raises InvalidArgument: if it cannot be serialised.
     """
-    try:
-        return SerialisedJSON(json.dumps(payload, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"payload is not JSON-serialisable: {exc}") from exc
+    return SerialisedJSON(json_text(payload, serializer, InvalidArgument))
 
 
 def receive_insert(dialect: ClaimDialect, table: sa.Table) -> Executable:

@@ -54,8 +54,15 @@ class InboxStore(StoreReceive, StoreTransitions, StoreAdmin):
         (``inbox_consumers``, on the same MetaData; :mod:`sa_inbox.consumers`): a worker
         whose handler is not the owner is refused before it leases anything. ``False``: no
         such check.
+    :param json_serializer: turns a received payload into its JSON text, as
+        ``create_engine(json_serializer=...)`` does (e.g. ``functools.partial(json.dumps,
+        default=str)`` to store ``Decimal`` amounts as strings); it may return text or UTF-8
+        bytes. Default :func:`json.dumps` (NaN and Infinity refused). The worker reads
+        payloads through the engine's JSON type: give the engine a ``json_deserializer`` to
+        read them back as other types.
     :raises InvalidTable: for a ``consumers`` that is not a bool (as for
         :class:`~sa_inbox.Inbox`).
+    :raises InvalidArgument: for a ``json_serializer`` that is not callable.
 
     Example::
 

@@ -25,9 +25,8 @@ failed message is retried after its back-off first, or goes ``dead``), after
 ``max_messages`` leased messages, or after ``max_seconds``; a
 :class:`~sa_inbox.exc.ConfigurationError` stops every thread and is raised.
 
-Why one module of this size: the :class:`Worker` is one state machine shared by its threads
-(the run's budget, deadline, halt reason and counters under one lock); split across modules,
-its locking rules would be too.
+.. seealso:: ``docs/discussions/store-worker.md`` (one state machine under one lock, the
+   search for abandoned leases, waiting on an event loop).
 """
 
 from __future__ import annotations
@@ -42,29 +41,38 @@ import socket
 import threading
 import time
 import uuid
-import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from types import FrameType
 
 from ..backoff import Backoff
-from ..checks import NEEDS_BIND, is_asyncio_object
 from ..exc import (
     ConfigurationError,
     DatabaseUnavailable,
     InvalidArgument,
-    InvalidObject,
-    SyncAsyncMismatch,
 )
 from ..handlers import check_handler
-from ..hooks import NOOP, InboxHooks
+from ..hooks import InboxHooks, as_hooks
 from ..outage import OutageGate, Verdict
-from ..validation import positive_int, positive_seconds
-from .batch import BATCH_RERUNS, run_batch
+from .batch import BATCH_RERUNS, commit_batch
 from .protocol import LOST, RELEASED, RETRY, Handler, MessageStore, StoredMessage
 from .schema import DEAD, DEFAULT_CONSUMER, DONE, utc_now
+from .summary import EMPTY, ERROR, MAX_MESSAGES, MAX_SECONDS, STOPPED, WorkerSummary
+from .waiting import Waiting
+from .worker_arguments import (
+    BATCH,
+    MESSAGE,
+    TRANSACTION_MODES,
+    check_positive_int,
+    check_positive_seconds,
+    check_store,
+    check_transaction,
+    check_waiting,
+    lease_of,
+    renamed_hook,
+)
 
 __all__ = [
     "BATCH",
@@ -87,6 +95,7 @@ __all__ = [
     "TRANSIENT_RETRIES",
     "Backoff",
     "Worker",
+    "WorkerRun",
     "WorkerSummary",
 ]
 
@@ -102,83 +111,6 @@ DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 #: Immediate re-runs of a message's transaction after a deadlock or serialization failure.
 TRANSIENT_RETRIES = 3
-#: The worker's transaction modes: one transaction per message, or per leased batch.
-MESSAGE, BATCH = "message", "batch"
-TRANSACTION_MODES = (MESSAGE, BATCH)
-#: Why :meth:`Worker.run` returned (:attr:`WorkerSummary.reason`).
-EMPTY, STOPPED, MAX_MESSAGES, MAX_SECONDS, ERROR = (
-    "empty",
-    "stopped",
-    "max_messages",
-    "max_seconds",
-    "error",
-)
-
-#: The :attr:`Worker.stats` key of each :class:`WorkerSummary` field.
-_STAT_KEYS = {
-    "processed": DONE,
-    "retried": RETRY,
-    "dead": DEAD,
-    "lost": LOST,
-    "released": RELEASED,
-    "errors": "errors",
-    "transient_retries": "transient_retries",
-    "batch_reruns": "batch_reruns",
-    "reaped_dead": "reaped_dead",
-}
-
-
-@dataclass(frozen=True)
-class WorkerSummary:
-    """What a worker did: the result of :meth:`Worker.run` (and :attr:`Worker.summary`).
-
-    :param processed: messages whose handler committed with ``done`` (:attr:`Worker.stats`
-        key ``"done"``).
-    :param retried: failed attempts sent back to ``pending`` after their back-off
-        (``"retry"``).
-    :param dead: failed attempts that used up ``max_attempts`` (``"dead"``).
-    :param lost: messages whose lease had expired and been taken by another worker;
-        nothing ran (``"lost"``).
-    :param released: leased messages given back unstarted on a stop (``"released"``).
-    :param errors: errors of the worker itself (not of a handler), logged and survived: a
-        lease or record that failed (database unreachable), an ``on_message`` or
-        ``on_lease`` hook that raised.
-    :param transient_retries: transactions re-run at once after a deadlock, serialization
-        failure or busy database (a message's, or a lease's).
-    :param batch_reruns: batch transactions (``transaction="batch"``) rolled back and run
-        again: after a deadlock or serialization failure, or, without savepoints, after a
-        handler raised (the batch re-runs without that message, recorded as failed). Not
-        attempts: no message's ``attempts`` changes, and no failure is recorded for them.
-    :param reaped_dead: abandoned leases the reaper moved to ``dead``.
-    :param reason: why :meth:`Worker.run` returned: :data:`EMPTY`, :data:`STOPPED`,
-        :data:`MAX_MESSAGES`, :data:`MAX_SECONDS` or :data:`ERROR` (a configuration error,
-        which ``run`` raises); ``None`` before the end of a run.
-    """
-
-    processed: int = 0
-    retried: int = 0
-    dead: int = 0
-    lost: int = 0
-    released: int = 0
-    errors: int = 0
-    transient_retries: int = 0
-    batch_reruns: int = 0
-    reaped_dead: int = 0
-    reason: str | None = None
-
-    @classmethod
-    def from_stats(cls, stats: Mapping[str, int], reason: str | None = None) -> WorkerSummary:
-        """The summary of :attr:`Worker.stats`-style counts (missing keys are 0)."""
-        return cls(
-            **{field: int(stats.get(key, 0)) for field, key in _STAT_KEYS.items()},
-            reason=reason,
-        )
-
-    def as_dict(self) -> dict[str, int | str | None]:
-        """The fields as a JSON-ready dict (what ``sa-inbox worker`` prints)."""
-        return asdict(self)
-
-
 #: The wait of a thread after an error of the worker itself, doubling per error in a row.
 DEFAULT_ERROR_BACKOFF = Backoff(base=0.1, maximum=30.0)
 
@@ -213,10 +145,8 @@ class Worker:
         most, a lease looks for abandoned leases (``processing`` past the visibility
         timeout): at the worker's first lease, then at most once per ``poll_interval`` (or
         ``visibility_timeout``, if shorter) of its clock; the leases in between take
-        pending rows only. So a crashed worker's message is leased again within
-        ``poll_interval`` of its timeout, the latency a worker already has for a new
-        message when idle; a busy worker saves a search that almost always finds nothing
-        (on MariaDB, 0.37 ms of a 6.5 ms lease-and-drain of 100 no-op messages).
+        pending rows only: a crashed worker's message is leased again within
+        ``poll_interval`` of its timeout.
     :param error_backoff: a :class:`Backoff`: the wait of a thread after an error of the
         worker itself (a lease the database aborted, a database that cannot be reached),
         doubling with each error in a row and reset by the next successful lease; default
@@ -234,24 +164,25 @@ class Worker:
         logged and counted in :attr:`WorkerSummary.errors`; the message is unaffected.
     :param transaction: ``"message"`` (:data:`MESSAGE`, the default): one transaction per
         message; ``"batch"`` (:data:`BATCH`): the messages of one leased batch in one
-        transaction, a failing one still failing alone (see :mod:`sa_inbox.store.batch`
-        for the design, its measurements and the trade-off).
+        transaction, a failing one still failing alone (:mod:`sa_inbox.store.batch`).
+    :param waiting: how the loops wait for a stop request and sleep
+        (:class:`~sa_inbox.store.waiting.Waiting`); default a
+        :class:`~sa_inbox.store.waiting.ThreadWaiting` (threads).
+        :class:`~sa_inbox.asyncio.AsyncWorker` passes its event loop's.
     :raises InvalidArgument: for a non-positive size, count or time, a ``backoff``
         that is not a :class:`Backoff`, a ``transaction`` that is neither mode, or
         ``"batch"`` on a store without ``complete_batch``.
     :raises InvalidHandler: if ``handler`` cannot be called as ``handler(session,
         message)`` (checked with :func:`inspect.signature`).
     :raises SyncAsyncMismatch: for a store bound to an AsyncEngine (use
-        :class:`~sa_inbox.asyncio.AsyncWorker`); :class:`~sa_inbox.exc.InvalidObject` for an
-        unbound :class:`~sa_inbox.InboxStore`.
+        :class:`~sa_inbox.asyncio.AsyncWorker`), or an event loop's ``waiting`` with a
+        synchronous store; :class:`~sa_inbox.exc.InvalidObject` for an unbound
+        :class:`~sa_inbox.InboxStore`, or a ``waiting`` that is not a
+        :class:`~sa_inbox.store.waiting.Waiting`.
 
     The same ``visibility_timeout`` and ``max_attempts`` must be used by every worker of a
     consumer.
     """
-
-    #: Whether the worker's loops run in greenlets on an event loop (the asyncio worker's,
-    #: whose store is bound to an AsyncEngine).
-    on_event_loop = False
 
     def __init__(
         self,
@@ -275,24 +206,27 @@ class Worker:
         hooks: InboxHooks | None = None,
         transaction: str = MESSAGE,
         on_claim: Callable[[str, Sequence[StoredMessage]], None] | None = None,
+        waiting: Waiting | None = None,
     ) -> None:
-        on_lease = _renamed_hook(on_lease, on_claim)
-        if not self.on_event_loop:
-            _check_store(store)
+        on_lease = renamed_hook(on_lease, on_claim)
+        #: How the loops wait and sleep (:mod:`sa_inbox.store.waiting`).
+        self.waiting: Waiting = check_waiting(waiting, store)
+        if not self.waiting.on_event_loop:
+            check_store(store)
         check_handler(handler, ("session", "message"))
-        _check_transaction(transaction, store)
+        check_transaction(transaction, store)
         for label, count in (
             ("batch_size", batch_size),
             ("concurrency", concurrency),
             ("max_attempts", max_attempts),
         ):
-            _positive_int(count, label)
+            check_positive_int(count, label)
         for label, seconds in (
             ("visibility_timeout", visibility_timeout),
             ("poll_interval", poll_interval),
             ("reap_interval", visibility_timeout if reap_interval is None else reap_interval),
         ):
-            _positive_seconds(seconds, label)
+            check_positive_seconds(seconds, label)
         for label, given in (("backoff", backoff), ("error_backoff", error_backoff)):
             if given is not None and not isinstance(given, Backoff):
                 raise InvalidArgument(
@@ -301,7 +235,7 @@ class Worker:
         if consumer_name is not None and not isinstance(consumer_name, str):
             raise InvalidArgument(f"consumer_name must be a str or None, not {consumer_name!r}")
         self.store = store
-        self._store_lease = _lease_of(store)
+        self._store_lease = lease_of(store)
         self.handler = handler
         self.consumer_name = consumer_name
         self.batch_size = batch_size
@@ -324,10 +258,11 @@ class Worker:
         self.on_lease = on_lease
         self.on_message = on_message
         #: Told of each handler run and transient retry (:mod:`sa_inbox.hooks`).
-        self.hooks: InboxHooks = NOOP if hooks is None else hooks
+        self.hooks: InboxHooks = as_hooks(hooks)
         self.transaction = transaction
-        #: Set to stop: by :meth:`stop`, SIGTERM/SIGINT during :meth:`run`, or the caller.
-        self.stop_event = threading.Event()
+        #: Set to stop: by :meth:`stop`, SIGTERM/SIGINT during :meth:`run`, or the caller
+        #: (:attr:`waiting` itself: a :class:`threading.Event` by default).
+        self.stop_event: Waiting = self.waiting
         #: Counts since the worker was made, keyed by outcome (``done``, ``retry``,
         #: ``dead``, ``lost``, ``released``) and ``errors``, ``transient_retries``,
         #: ``reaped_dead``: the same numbers as :attr:`summary`, updated live.
@@ -389,7 +324,7 @@ class Worker:
                 exc,
                 extra={"action": "lease", "error": str(exc)},
             )
-            self._count("transient_retries")
+            self.count("transient_retries")
             return None
         if batch:
             logger.debug("leased", extra={"action": "lease", "token": token, "count": len(batch)})
@@ -414,16 +349,57 @@ class Worker:
         token = batch[0].claimed_by
         try:
             if self.transaction == BATCH:
-                run_batch(self, token, batch)
+                self._commit_batch(token, batch)
             else:
                 self._process_messages(token, batch)
         finally:
             with self._lock:
                 self._unstarted.pop(token, None)
 
+    def _commit_batch(self, token: str, batch: Sequence[StoredMessage]) -> None:
+        """Process a leased batch in one transaction (:func:`~sa_inbox.store.batch.commit_batch`),
+        or one transaction per message if that transaction cannot commit.
+
+        :raises ConfigurationError: from the store or a handler: every thread stops, the
+            batch is released (attempts not counted), nothing committed.
+        """
+        if self.stopping():
+            self._release(batch)
+            return
+        with self._lock:  # locked by the batch transaction: never released from outside
+            self._unstarted[token] = ()
+        start = time.perf_counter()
+        try:
+            result = commit_batch(self, token, batch)
+        except ConfigurationError as exc:
+            self._configuration_error(exc)
+            self._release(batch, quietly=True)
+            raise
+        if result is None:
+            self._process_messages(token, batch)
+            return
+        # Handlers of one transaction are not timed apart: each gets its share.
+        seconds = (time.perf_counter() - start) / len(batch)
+        for message in result.done:
+            self.count(DONE)
+            self._notify(message, DONE)
+            self.hooks.handled(message.consumer_name, seconds=seconds, failed=False)
+        for failure in result.failed:
+            self.hooks.handled(failure.message.consumer_name, seconds=seconds, failed=True)
+            outcome = self._log_failure(failure.message, failure.error, failure.retry_at, True)
+            self.count(outcome)
+            self._notify(failure.message, outcome)
+        for message in result.lost:
+            self.count(LOST)
+            self._notify(message, LOST)
+        if result.released:
+            self.count(RELEASED, len(result.released))
+            for message in result.released:
+                self._notify(message, RELEASED)
+
     def _process_messages(self, token: str, batch: Sequence[StoredMessage]) -> None:
         for index, message in enumerate(batch):
-            if self._stopping():
+            if self.stopping():
                 self._release(batch[index:])
                 return
             with self._lock:  # what a shutdown may give back if this handler outlasts it
@@ -441,7 +417,7 @@ class Worker:
                 # the visibility timeout; the unstarted rest is given back if possible
                 self._release(batch[index + 1 :], quietly=True)
                 raise
-            self._count(outcome)
+            self.count(outcome)
             self._notify(message, outcome)
 
     def process(self, message: StoredMessage) -> str:
@@ -490,8 +466,8 @@ class Worker:
                     exc,
                     extra={"action": "retry", "message_id": message.message_id, "error": str(exc)},
                 )
-                self._count("transient_retries")
-                self._sleep(random.uniform(0, 0.05 * 2**retry))
+                self.count("transient_retries")
+                self.waiting.sleep(random.uniform(0, 0.05 * 2**retry))
                 retry += 1
 
     def _ride_out(self, exc: Exception) -> Verdict | None:
@@ -522,7 +498,7 @@ class Worker:
     def _outage_sleep(self, seconds: float) -> bool:
         """The outage gate's wait: :meth:`_wait`; whether the worker stops."""
         self._wait(seconds)
-        return self._stopping()
+        return self.stopping()
 
     def reap(self) -> None:
         """Move abandoned leases back to pending, or to dead once their attempts are used.
@@ -551,7 +527,7 @@ class Worker:
                 exc,
                 extra={"action": "reap", "error": str(exc)},
             )
-            self._count("transient_retries")
+            self.count("transient_retries")
             return
         if result.released or result.dead:
             logger.info(
@@ -561,7 +537,7 @@ class Worker:
                 extra={"action": "reap", "released": result.released, "dead": result.dead},
             )
         if result.dead:
-            self._count("reaped_dead", result.dead)
+            self.count("reaped_dead", result.dead)
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -613,14 +589,33 @@ class Worker:
         :raises ConsumerNameTaken: before anything is leased, if another handler owns
             ``consumer_name`` (see :mod:`sa_inbox.consumers`).
         """
-        before = self._start(until_empty, max_messages, max_seconds)
-        if self._owns_consumer_name():
+        run = self.begin_run(
+            until_empty=until_empty, max_messages=max_messages, max_seconds=max_seconds
+        )
+        if run.owns_consumer_name():
             with self._signals(handle_signals):
                 if self.concurrency == 1:
-                    self._loop(0)
+                    run.loop(0)
                 else:
                     self._run_threads(shutdown_timeout)
-        return self._finish(before)
+        return run.finish()
+
+    def begin_run(
+        self,
+        *,
+        until_empty: bool = False,
+        max_messages: int | None = None,
+        max_seconds: float | None = None,
+    ) -> WorkerRun:
+        """Begin a run with these limits (as :meth:`run`'s) and return it, for a caller that
+        runs the loops itself (:class:`~sa_inbox.asyncio.AsyncWorker` runs them as tasks):
+        :meth:`WorkerRun.owns_consumer_name`, then :meth:`WorkerRun.loop` once per thread
+        or task, :meth:`WorkerRun.abandon` for loops that outlast the shutdown, and
+        :meth:`WorkerRun.finish`.
+
+        :raises InvalidArgument: for a bad ``max_messages`` or ``max_seconds``.
+        """
+        return WorkerRun(self, self._start(until_empty, max_messages, max_seconds))
 
     def own_consumer_name(self) -> None:
         """Make this worker's handler the owner of its ``consumer_name``, or check that it is
@@ -648,9 +643,9 @@ class Worker:
     ) -> Counter[str]:
         """Check a run's limits and begin it; return the counts before it."""
         if max_messages is not None:
-            _positive_int(max_messages, "max_messages")
+            check_positive_int(max_messages, "max_messages")
         if max_seconds is not None:
-            _positive_seconds(max_seconds, "max_seconds")
+            check_positive_seconds(max_seconds, "max_seconds")
         deadline = None if max_seconds is None else time.monotonic() + float(max_seconds)
         with self._lock:
             before = Counter(self.stats)
@@ -729,7 +724,7 @@ class Worker:
         assert run is not None
         next_reap = 0.0
         errors_in_a_row = 0
-        while not self._stopping():
+        while not self.stopping():
             try:
                 if thread == 0 and time.monotonic() >= next_reap:
                     next_reap = time.monotonic() + self.reap_interval
@@ -772,8 +767,9 @@ class Worker:
                 continue
             self._wait(self.poll_interval)
 
-    def _stopping(self) -> bool:
-        """Whether this thread should stop: a stop request, or the run's time is up."""
+    def stopping(self) -> bool:
+        """Whether the loops should stop: a stop request, or the run's time is up (which
+        ends the run for every thread)."""
         if self.stop_event.is_set():
             return True
         run = self._run
@@ -796,17 +792,7 @@ class Worker:
         run = self._run
         if run is not None and run.deadline is not None:
             seconds = min(seconds, max(0.0, run.deadline - time.monotonic()))
-        self._wait_for_stop(seconds)
-
-    # -- the edges an event loop replaces (sa_inbox.asyncio.AsyncWorker) -----------------
-
-    def _wait_for_stop(self, seconds: float) -> None:
-        """Block for ``seconds`` at most, returning early on a stop request."""
-        self.stop_event.wait(seconds)
-
-    def _sleep(self, seconds: float) -> None:
-        """Sleep ``seconds`` (between re-runs of a transaction after a deadlock)."""
-        time.sleep(seconds)
+        self.waiting.wait(seconds)
 
     def _error_delay(self, errors_in_a_row: int) -> float:
         delay = self.error_backoff.delay(errors_in_a_row)
@@ -829,7 +815,7 @@ class Worker:
     def _step_failed(self, exc: Exception, errors_in_a_row: int) -> None:
         """Log an error of the worker itself (full traceback only the first time in a
         row), count it, and wait before the next try."""
-        self._count("errors")
+        self.count("errors")
         delay = self._error_delay(errors_in_a_row)
         if errors_in_a_row == 1:
             logger.exception(
@@ -880,7 +866,7 @@ class Worker:
         try:
             hook(*args)
         except Exception:
-            self._count("errors")
+            self.count("errors")
             logger.exception("%s hook raised", name, extra={"action": "error"})
 
     @contextmanager
@@ -904,14 +890,14 @@ class Worker:
 
     # -- helpers ----------------------------------------------------------------------
 
-    def _retry_at(self, message: StoredMessage) -> datetime.datetime | None:
+    def retry_at(self, message: StoredMessage) -> datetime.datetime | None:
         """When ``message``, failed on this attempt, may be leased again; ``None``: dead."""
         if message.attempts >= self.max_attempts:
             return None
         return self.clock() + datetime.timedelta(seconds=self.backoff.delay(message.attempts))
 
     def _failed(self, message: StoredMessage, exc: BaseException) -> str:
-        retry_at = self._retry_at(message)
+        retry_at = self.retry_at(message)
         error = f"{type(exc).__name__}: {exc}"
         recorded = self.store.fail(message, error, retry_at=retry_at, now=self.clock())
         return self._log_failure(message, exc, retry_at, recorded)
@@ -969,13 +955,46 @@ class Worker:
             released,
             extra={"action": "release", "count": released},
         )
-        self._count(RELEASED, released)
+        self.count(RELEASED, released)
         for message in messages:
             self._notify(message, RELEASED)
 
-    def _count(self, outcome: str, amount: int = 1) -> None:
+    def count(self, key: str, amount: int = 1) -> None:
+        """Add ``amount`` to :attr:`stats` under ``key`` (an outcome, ``errors``,
+        ``transient_retries``, ``batch_reruns``, ``reaped_dead``); thread-safe."""
         with self._lock:
-            self.stats[outcome] += amount
+            self.stats[key] += amount
+
+
+class WorkerRun:
+    """One run of a :class:`Worker` (:meth:`Worker.begin_run`): the steps of
+    :meth:`Worker.run` for a caller that runs the loops itself."""
+
+    def __init__(self, worker: Worker, before: Counter[str]) -> None:
+        self.worker = worker
+        self._before = before
+
+    def owns_consumer_name(self) -> bool:
+        """Take or check the consumer name (:meth:`Worker.own_consumer_name`); False when a
+        configuration error ended the run (:meth:`finish` raises it)."""
+        return self.worker._owns_consumer_name()
+
+    def loop(self, thread: int) -> None:
+        """One thread's (or task's) loop: reap (thread 0), lease, process, wait; returns
+        when the run ends (a stop, a limit, a configuration error)."""
+        self.worker._loop(thread)
+
+    def abandon(self) -> None:
+        """Give back the unstarted messages of the batches whose loops outlasted the
+        shutdown timeout."""
+        self.worker._abandon()
+
+    def finish(self) -> WorkerSummary:
+        """End the run: its :class:`WorkerSummary`.
+
+        :raises ConfigurationError: the one that stopped the run.
+        """
+        return self.worker._finish(self._before)
 
 
 @dataclass
@@ -991,82 +1010,6 @@ class _Run:
     deadline: float | None
     budget: int | None
     halted_by: str | None = None
-
-
-def _renamed_hook(
-    on_lease: Callable[[str, Sequence[StoredMessage]], None] | None,
-    on_claim: Callable[[str, Sequence[StoredMessage]], None] | None,
-) -> Callable[[str, Sequence[StoredMessage]], None] | None:
-    """``on_lease``, or the deprecated ``on_claim`` given instead (with a warning).
-
-    :raises InvalidArgument: if both are given.
-    """
-    if on_claim is None:
-        return on_lease
-    if on_lease is not None:
-        raise InvalidArgument("give on_lease only (on_claim is its deprecated name)")
-    warnings.warn(
-        "Worker(on_claim=...) is renamed on_lease=...; on_claim goes in the next release",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return on_claim
-
-
-def _lease_of(store: MessageStore) -> Callable[..., list[StoredMessage]]:
-    """The store's ``lease``; for a store of the protocol's former shape, which has
-    ``claim`` only, that method (with a :class:`DeprecationWarning`)."""
-    lease = getattr(store, "lease", None)
-    if lease is None and callable(getattr(store, "claim", None)):
-        warnings.warn(
-            f"{type(store).__name__}.claim() is renamed lease() in the MessageStore protocol; "
-            "a store with claim() only is refused in the next release",
-            DeprecationWarning,
-            stacklevel=4,
-        )
-        return store.claim  # type: ignore[attr-defined, no-any-return]
-    return store.lease
-
-
-def _check_store(store: object) -> None:
-    """Refuse a store the worker cannot run on, before anything is sent.
-
-    :raises SyncAsyncMismatch: for a store of the asyncio API (bound to an AsyncEngine).
-    :raises InvalidObject: for an unbound :class:`~sa_inbox.InboxStore`.
-    """
-    if is_asyncio_object(store):
-        raise SyncAsyncMismatch(
-            f"Worker() was given {type(store).__name__}, a store of sa-inbox's asyncio API "
-            "(bound to an AsyncEngine): run it with sa_inbox.asyncio.AsyncWorker, or bind the "
-            "InboxStore to an Engine for this Worker: store.bind(engine)"
-        )
-    if getattr(type(store), NEEDS_BIND, False):
-        raise InvalidObject(
-            "Worker() takes the store bound to an engine, store.bind(engine), not the "
-            f"{type(store).__name__} itself"
-        )
-
-
-def _check_transaction(transaction: object, store: object) -> None:
-    """:raises InvalidArgument: unless ``transaction`` is a mode the store supports."""
-    if transaction not in TRANSACTION_MODES:
-        raise InvalidArgument(
-            f"transaction must be one of {', '.join(map(repr, TRANSACTION_MODES))}, "
-            f"not {transaction!r}"
-        )
-    if transaction == BATCH and not callable(getattr(store, "complete_batch", None)):
-        raise InvalidArgument(
-            f"transaction='batch' needs a store with complete_batch(); "
-            f"{type(store).__name__} has none"
-        )
-
-
-def _positive_int(value: object, label: str) -> None:
-    positive_int(value, label, InvalidArgument)
-
-
-def _positive_seconds(value: object, label: str) -> None:
-    positive_seconds(value, label, InvalidArgument)
 
 
 def _outcome_text(outcome: str, retry_at: datetime.datetime | None, recorded: bool) -> str:

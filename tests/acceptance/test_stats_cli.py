@@ -45,10 +45,12 @@ class Tables:
         self.metadata.drop_all(self.engine)
         self.metadata.create_all(self.engine)
         with self.engine.begin() as conn:  # healthy: fresh rows, a done store row
-            # two consumers of one stream (audit's first claim before billing's last: a
-            # fan-out, not a rename, on any clock resolution)
+            # two consumers of one stream, their claims interleaved (billing's first claim
+            # before audit's, audit's before billing's last): a fan-out, not a rename, on
+            # any clock resolution (CURRENT_TIMESTAMP(6) is per statement on MariaDB)
+            self.inbox.claim(conn, "m-0", "billing")
             self.inbox.claim(conn, "m-0", "audit")
-            for i in range(3):
+            for i in range(1, 3):
                 self.inbox.claim(conn, f"m-{i}", "billing")
             self.store.receive_many(conn, [Incoming("s-1", {"n": 1}), Incoming("s-2", {"n": 2})])
             t = self.store.table

@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from sa_inbox.backoff import Backoff
+from sa_inbox.hooks import InboxHooks
 from sa_inbox.outage import OutageGate, Verdict
 
 
@@ -35,7 +36,7 @@ class Probe:
             raise ConnectionRefusedError("refused")
 
 
-class Hooks:
+class Hooks(InboxHooks):
     def __init__(self) -> None:
         self.outages: list[tuple[str, float]] = []
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -130,3 +132,78 @@ def test_tasks_created_in_the_block_are_recorded_and_judged() -> None:
         return left, [n for n in recorded if n in ("running", "unseen", "seen")]
 
     assert asyncio.run(main()) == (["running", "unseen"], ["running", "unseen", "seen"])
+
+
+IMPORT_THEN_HANDLE = r"""
+import asyncio, gc, sys, warnings
+original, callbacks = warnings._warn_unawaited_coroutine, list(gc.callbacks)
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+import sa_inbox, sa_inbox.asyncio
+from sa_inbox import Inbox
+from sa_inbox.asyncio import handle
+assert warnings._warn_unawaited_coroutine is original, "patched at import"
+assert gc.callbacks == callbacks, "gc.callbacks changed at import"
+
+async def main():
+    engine = create_async_engine(f"sqlite+aiosqlite:///{sys.argv[1]}")
+    metadata = sa.MetaData()
+    inbox = Inbox(metadata, consumers=False)
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+    async def handler(session):
+        return None
+    result = await handle(
+        async_sessionmaker(engine), inbox, "m-1", "c", handler, ack=lambda: None, nack=lambda: None
+    )
+    await engine.dispose()
+    return result
+
+assert asyncio.run(main()).error is None
+hook = warnings._warn_unawaited_coroutine
+assert hook.__sa_inbox_wrapped__ is original, "not installed by the first handler call"
+assert len(gc.callbacks) == len(callbacks) + 1
+print("ok")
+"""
+
+
+def test_the_hooks_are_installed_by_the_first_async_handler_call_not_the_import(
+    tmp_path: object,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", IMPORT_THEN_HANDLE, f"{tmp_path}/lazy.db"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+RACE = r"""
+import gc, threading, warnings
+original, callbacks = warnings._warn_unawaited_coroutine, list(gc.callbacks)
+from sa_inbox.asyncio import _unawaited
+threads, barrier = 8, threading.Barrier(8)
+def first_call():
+    barrier.wait()
+    assert _unawaited.install()
+workers = [threading.Thread(target=first_call) for _ in range(threads)]
+for w in workers: w.start()
+for w in workers: w.join()
+async def statement(): pass
+with _unawaited.tracking() as started:
+    statement()
+    gc.collect()
+assert started.dropped == ["statement"]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    statement()
+    gc.collect()
+assert len([w for w in caught if "never awaited" in str(w.message)]) == 1, caught
+print("ok")
+"""
+
+
+def test_racing_first_calls_install_without_a_lock_and_warn_once() -> None:
+    done = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from sa_inbox import TransientClaimError
 from sa_inbox.asyncio import AsyncInbox, run_in_transaction
+from sa_inbox.backoff import Backoff
 from tests.backends.asyncio.test_async import run
 from tests.backends.claim.test_concurrency import AMOUNT, ISOLATION
 from tests.support.app import CONSUMER, App
@@ -105,7 +106,7 @@ def test_snapshot_loser_is_transient_and_succeeds_on_retry(
                 await app.apply_payment_async(session, "pay-1", 1, AMOUNT)
             return claimed
 
-        return await run_in_transaction(factory, work, backoff=0.01)
+        return await run_in_transaction(factory, work, retry_backoff=Backoff(0.01, 1.0))
 
     assert run(async_url, scenario, **sqlite_timeout(async_url)) is False
     assert app.ledger_rows("pay-1") == 1 and app.balance(1) == AMOUNT and app.inbox_rows() == 1
@@ -148,7 +149,7 @@ def test_deadlocked_unit_of_work_is_retried(app: App, async_url: str) -> None:
                     raise
                 return True
 
-            return await run_in_transaction(Session, work, backoff=0.01)
+            return await run_in_transaction(Session, work, retry_backoff=Backoff(0.01, 1.0))
 
         return list(await asyncio.wait_for(asyncio.gather(pay(0), pay(1)), 60))
 

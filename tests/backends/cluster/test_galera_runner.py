@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from sa_inbox import Outcome, Result, TransientClaimError, handle
-from sa_inbox.hooks import NoopHooks
+from sa_inbox.hooks import InboxHooks
 from tests.support.app import CONSUMER, App
 from tests.support.galera import GaleraCluster
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.backend
 AMOUNT = Decimal(5)
 
 
-class Retries(NoopHooks):
+class Retries(InboxHooks):
     """Counts the runner's retries (:meth:`~sa_inbox.hooks.InboxHooks.retried`)."""
 
     def __init__(self) -> None:
@@ -122,7 +122,7 @@ def test_with_one_attempt_the_loser_fails_and_its_redelivery_is_a_duplicate(
 ) -> None:
     broker = Broker()
     with caplog.at_level(logging.WARNING, logger="sa_inbox"):
-        results, retries = race(cluster, "m-1", broker, max_attempts=1)
+        results, retries = race(cluster, "m-1", broker, max_retries=0)
     events = [getattr(r, "event", None) for r in caplog.records]
     assert events == ["inbox.commit.failed"]  # not the handler's failure: the commit's
 

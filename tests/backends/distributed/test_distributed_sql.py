@@ -105,7 +105,7 @@ def concurrent_payments(engine: sa.Engine, threads: int = 6, messages: int = 10)
                 lambda session, i=i: app.apply_payment(session, f"m-{i}", 1, AMOUNT),
                 ack=lambda: None,
                 nack=lambda: None,
-                max_attempts=MAX_ATTEMPTS,
+                max_retries=MAX_ATTEMPTS - 1,
             )
             with lock:
                 outcomes.append(result.outcome)

@@ -358,7 +358,7 @@ def test_scoped_session_is_a_bind(app: App) -> None:
 
 
 def test_handle_rejects_max_attempts_below_one(app: App) -> None:
-    with pytest.raises(ValueError, match="max_attempts"):
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="max_attempts"):
         handle(
             app.Session,
             app.inbox,

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, Executable
 
@@ -236,6 +237,37 @@ def test_adapter_executing_without_the_adapter_lock() -> None:
 
     assert _compat.adapter_executing(sqlite3.connect(":memory:")) is False
     assert _compat.adapter_executing(SimpleNamespace(_execute_mutex=object())) is False
+
+
+# -- sessionmaker.kw ------------------------------------------------------------------------
+
+
+class OwnSession(Session):
+    """A Session class of the application's."""
+
+
+def test_session_options_of_a_sessionmaker(engine: sa.Engine) -> None:
+    maker = sessionmaker(engine, info={"tenant": "a"})
+    options = _compat.session_options(maker)
+    assert options["bind"] is engine and options["info"] == {"tenant": "a"}
+    options["info"]["tenant"] = "b"  # a copy: the maker is unchanged
+    fallback = _compat._options_of_a_session(maker)
+    assert fallback["bind"] is engine and fallback["info"] == {"tenant": "a"}
+    maker.configure(info={"tenant": "c"})
+    assert _compat.session_options(maker)["info"] == {"tenant": "c"}
+    assert _compat._options_of_a_session(maker)["info"] == {"tenant": "c"}
+    assert _compat.session_options(sessionmaker()).get("bind") is None
+    assert _compat._options_of_a_session(sessionmaker())["bind"] is None
+
+
+def test_session_options_of_an_async_sessionmaker(tmp_path: object) -> None:
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/compat_async.db")
+    maker = async_sessionmaker(engine, sync_session_class=OwnSession)
+    for options in (_compat.session_options(maker), _compat._options_of_a_session(maker)):
+        assert options["bind"] is engine and options["sync_session_class"] is OwnSession
+    asyncio.run(engine.dispose())
 
 
 # -- CPython: warnings._warn_unawaited_coroutine, Task._log_traceback ------------------------

@@ -251,6 +251,16 @@ def test_private_sqlalchemy_names_only_in_compat() -> None:
         assert not markers, f"{path.relative_to(PACKAGE)} mentions {markers}"
 
 
+def test_sessionmaker_options_are_read_only_in_compat() -> None:
+    """``sessionmaker.kw`` (undocumented) is read through ``_compat.session_options``."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "_compat.py":
+            continue
+        tree = ast.parse(path.read_text())
+        uses = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "kw"]
+        assert not uses, f"{path.relative_to(PACKAGE)} reads .kw at lines {uses}"
+
+
 def _mentions(text: str, name: str) -> bool:
     """``name`` in ``text``, not as the tail of a longer identifier (the public
     ``get_execution_options`` is not the private ``_execution_options``)."""

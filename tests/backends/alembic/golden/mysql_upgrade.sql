@@ -8,7 +8,7 @@ CREATE TABLE alembic_version (
 CREATE TABLE inbox_processed_messages (
     message_id VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, 
     consumer_name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, 
-    received_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP, 
+    received_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), 
     message_type VARCHAR(255), 
     correlation_id VARCHAR(255), 
     payload_hash TINYBLOB, 
