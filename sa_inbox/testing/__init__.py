@@ -23,6 +23,7 @@ from .messages import BrokerDelivery as BrokerDelivery
 from .messages import Message as Message
 from .modes import MODES as MODES
 from .modes import FailureMode as FailureMode
+from .proxy import DatabaseProxy as DatabaseProxy
 from .report import Finding as Finding
 from .report import Report as Report
 
@@ -30,6 +31,7 @@ __all__ = [
     "MODES",
     "AdapterProfile",
     "BrokerDelivery",
+    "DatabaseProxy",
     "FailureMode",
     "Finding",
     "MemoryRow",

@@ -66,6 +66,7 @@ def is_async(url: str) -> bool:
 def setup(url: str) -> Any:
     """Fresh tables on ``url``'s database; its session factory (also :data:`SESSION`)."""
     global SESSION
+    teardown()
     engine = sa.create_engine(sync_url(url))
     metadata.drop_all(engine)
     metadata.create_all(engine)
@@ -75,9 +76,18 @@ def setup(url: str) -> Any:
 
         SESSION = async_sessionmaker(create_async_engine(url))
     else:
-        SESSION = sessionmaker(sa.create_engine(url))
+        # SQLite: a writer waits for another's lock up to 30 s (the default is 5 s)
+        options = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}
+        SESSION = sessionmaker(sa.create_engine(url, **options))
     CHARGES.clear()
     return SESSION
+
+
+def teardown() -> None:
+    """Close the connections of the last :func:`setup`'s synchronous engine."""
+    bind = None if SESSION is None else SESSION.kw.get("bind")
+    if isinstance(bind, sa.Engine):
+        bind.dispose()
 
 
 # -- the message, its state --------------------------------------------------------------
