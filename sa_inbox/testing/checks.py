@@ -286,9 +286,12 @@ async def fresh(run: Run, message: Message) -> Any:
     return state
 
 
-async def check_concurrent(run: Run, report: Report) -> None:
+async def check_concurrent(run: Run, report: Report) -> tuple[list[Delivered], Gate]:
     """Deliver one message ``workers`` times at once, each delivery held just before its
-    claim until all are there: exactly one applies it, the others skip and ack."""
+    claim until all are there: exactly one applies it, the others skip and ack.
+
+    :returns: the deliveries that ended, and the gate they met at.
+    """
     check = "concurrent"
     n = run.workers
     message = run.new_message()
@@ -306,9 +309,8 @@ async def check_concurrent(run: Run, report: Report) -> None:
             f"{hung} of {n} deliveries released together at their claim had not ended "
             f"after {run.timeout:g} s (a deadlock or a lock wait that never ends)",
         )
-        return
-    if gate.together < n:
-        report.note(check, f"{gate.together} of {n} reached the claim together")
+        return results, gate
+    report.note(check, f"{gate.together} held together at the claim")
     end = await run.read(message)
     applied = [r for r in results if r.watch.commits]
     failed = [r for r in results if r.failed]
@@ -370,6 +372,7 @@ async def check_concurrent(run: Run, report: Report) -> None:
     winners = [r for r in results if r.watch.handler_calls] if run.target.counts_handler else []
     if end == run.once and run.target.counts_handler and len(winners) > 1 and not failed:
         report.note(check, f"the handler ran in {len(winners)} deliveries, one committed")
+    return results, gate
 
 
 # -- crashes ---------------------------------------------------------------------------------

@@ -106,6 +106,8 @@ class Watch:
     read_before_write: bool = False
     #: The first write's rowcount (the claim's), or None before any write.
     claim_rows: int | None = None
+    #: The first write's text (the claim), shortened.
+    claim: str | None = None
     #: The delivery waited at the gate.
     gated: bool = False
     #: Changed rows not committed yet, per connection.
@@ -227,6 +229,7 @@ def _before(
         watch.read_before_write = True
     if kind == "write" and watch.claim_rows is None and not watch.gated:
         watch.gated = True
+        watch.claim = " ".join(statement.split())[:200]
         if watch.gate is not None:
             watch.gate.arrive()
 

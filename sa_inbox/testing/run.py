@@ -79,6 +79,15 @@ def outbound_lines(calls: Sequence[OutboundCall]) -> list[dict[str, Any]]:
     return [{"name": c.name, "keys": list(c.keys), "text": c.text} for c in calls]
 
 
+async def _dispose(session_factory: Any) -> None:
+    """Close the pooled connections of an ``async_sessionmaker``'s engine (the pool opens
+    new ones when asked)."""
+    kw = getattr(session_factory, "kw", None)
+    engine = kw.get("bind") if isinstance(kw, dict) else None
+    if engine is not None:
+        await engine.dispose()
+
+
 class Run:
     """The objects under test and the means to deliver to them.
 
@@ -319,6 +328,8 @@ class Run:
         reaches the database). Its lines: ``at`` (the crash point) with ``ack_problems``,
         ``commits`` and ``outbound``; or ``settled`` (it ended first) or ``error``."""
         self.close_threads()
+        if self.asynchronous_factory:
+            await _dispose(self.session_factory)  # its connections closed, not inherited
         message = delivery.message
 
         def report(pipe: Pipe, at: str) -> Callable[[Watch], None]:

@@ -24,7 +24,8 @@ PASSED = (
     "*exactly once: *every check passed*",
     "*key stability*passed*",
     "*sequential duplicate*passed*",
-    "*concurrent duplicate*passed*(4 * 1 applied, 3 skipped and acked)*",
+    "*concurrent duplicate*passed*(4 *; 4 held together at the claim; 1 applied, 3 skipped "
+    "and acked)*",
     "*crash between commit and ack*passed*(a child process SIGKILLed at its ack)*",
     "*crash before commit*passed*(a child process SIGKILLed at its commit*",
 )
