@@ -249,6 +249,7 @@ async def diagnose_duplicate(
                 if now != state:
                     fields.append(name)
                 state = now
+            run.key_fields = fields
             report.add(
                 check,
                 KEY_CHANGES_PER_DELIVERY,
@@ -266,6 +267,12 @@ async def diagnose_duplicate(
         )
         return
     report.add(check, DUPLICATE_APPLIED, f"{seen}, which was {delivered.describe()}")
+
+
+def _learnt(run: Run) -> str:
+    """What the sequential duplicate found of a consumer's own key."""
+    fields = f": the {_names(run.key_fields)}" if run.key_fields else ""
+    return f"as the sequential duplicate found, the key comes from the broker's metadata{fields}"
 
 
 # -- concurrent ------------------------------------------------------------------------------
@@ -328,6 +335,8 @@ async def check_concurrent(run: Run, report: Report) -> tuple[list[Delivered], G
             report.add(
                 check, KEY_CHANGES_PER_DELIVERY, f"{seen}; they were keyed {sorted(map(str, keys))}"
             )
+        elif run.key_fields is not None:
+            report.add(check, KEY_CHANGES_PER_DELIVERY, f"{seen}; {_learnt(run)}")
         elif checked:
             report.add(
                 check,
@@ -440,6 +449,8 @@ async def check_crash_after_commit(run: Run, report: Report) -> None:
         )
         if run.target.knows_key and run.target.key(first) != run.target.key(redelivery):
             report.add(check, KEY_CHANGES_PER_DELIVERY, f"{seen}: the redelivery was keyed apart")
+        elif run.key_fields is not None:
+            report.add(check, KEY_CHANGES_PER_DELIVERY, f"{seen}; {_learnt(run)}")
         else:
             report.add(check, CRASH_REDELIVERY_APPLIED, f"{seen} ({again.describe()})")
     elif final != run.once:

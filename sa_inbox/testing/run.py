@@ -59,12 +59,23 @@ class Delivered:
     def describe(self) -> str:
         """How it ended, in a few words (the error's type and text)."""
         settled = self.settled
-        text = settled.outcome
+        text = _OUTCOMES.get(settled.outcome, settled.outcome)
         if settled.error is not None:
             text += f" ({type(settled.error).__name__}: {_short(settled.error)})"
         elif settled.reason:
             text += f" ({settled.reason})"
         return text
+
+
+#: How each outcome reads in a report.
+_OUTCOMES = {
+    "processed": "processed and acked",
+    "duplicate": "acked as a duplicate",
+    "retry": "handed back for redelivery",
+    "dead_lettered": "dead-lettered",
+    "raised": "raised",
+    "returned": "returned",
+}
 
 
 def _short(error: BaseException, limit: int = 300) -> str:
@@ -129,6 +140,8 @@ class Run:
         self._pool: ThreadPoolExecutor | None = None
         #: Set when a delivery never finished: later checks cannot run beside it.
         self.stuck = False
+        #: The broker fields a consumer of one's own keys on, once a check found them.
+        self.key_fields: list[str] | None = None
 
     # -- messages and state -----------------------------------------------------------------
 

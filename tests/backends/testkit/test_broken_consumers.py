@@ -24,13 +24,17 @@ pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.slow
 
 
-def failing(check: str, mode: str, title: str, seen: str, fix: str) -> tuple[str, ...]:
-    """What the report shows of one finding: the check's line tagged with the mode, the
-    finding's heading, what was seen, the fix."""
+def failing(
+    check: str, mode: str, title: str, seen: str, fix: str, also: tuple[str, ...] = ()
+) -> tuple[str, ...]:
+    """What the report shows of one finding: the check's line tagged with the mode (and
+    the later checks of ``also`` tagged with it too), the finding's heading, what was seen,
+    the fix."""
     tag = literal(f"[{mode}]")
     return (
         "*ExactlyOnceViolation: exactly once: *checks failed*",
         f"*{check}*FAILED*{tag}*",
+        *(f"*{later}*FAILED*{tag}*" for later in also),
         f"*{tag} {title} ({check})",
         f"*  seen: {literal(seen)}",
         f"*  fix: {literal(fix)}",
@@ -59,6 +63,7 @@ TAG_KEY = failing(
     "one message was keyed 'tag-*' on its first delivery, 'tag-*' on a producer's retry, "
     "'tag-*' on the broker's redelivery; the key changes with the delivery tag",
     "Key the claim on the producer's id*",
+    also=("sequential duplicate", "concurrent duplicate", "crash between commit and ack"),
 )
 TAG_KEYED_CONSUMER = failing(
     "sequential duplicate",
@@ -67,6 +72,7 @@ TAG_KEYED_CONSUMER = failing(
     "the state went from 1 to 2 on the second delivery; the first delivery's exact metadata "
     "again was skipped, so the key comes from the broker's metadata: the delivery tag",
     "Key the claim on the producer's id*",
+    also=("concurrent duplicate", "crash between commit and ack"),
 )
 LOOSE_CLAIM = failing(
     "sequential duplicate",
@@ -80,7 +86,7 @@ COMMITS = failing(
     "sequential duplicate",
     "handler-ends-transaction",
     "a handler that commits or rolls back",
-    "the first delivery was retry (HandlerEndedTransaction: *",
+    "the first delivery was handed back for redelivery (HandlerEndedTransaction: *",
     "Remove the handler's commit() / rollback()*",
 )
 UNKEYED_CALL = failing(
@@ -127,7 +133,8 @@ def cases(asynchronous: bool) -> list[Case]:
                     "sequential duplicate",
                     "work-left-running",
                     "a handler that leaves work running",
-                    "the first delivery was retry (AsyncHandlerError: *receipt-mailer*",
+                    "the first delivery was handed back for redelivery (AsyncHandlerError: "
+                    "*receipt-mailer*",
                     "Await every coroutine and task*",
                 ),
             )
