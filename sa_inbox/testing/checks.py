@@ -451,6 +451,13 @@ async def check_crash_after_commit(run: Run, report: Report) -> None:
             report.add(check, KEY_CHANGES_PER_DELIVERY, f"{seen}: the redelivery was keyed apart")
         elif run.key_fields is not None:
             report.add(check, KEY_CHANGES_PER_DELIVERY, f"{seen}; {_learnt(run)}")
+        elif (again.watch.claim_rows or 0) > 0:
+            report.add(
+                check,
+                NO_UNIQUE_CONSTRAINT,
+                f"{seen}: its claim (its first write) inserted {again.watch.claim_rows} row(s) "
+                "for an id already committed, instead of conflicting",
+            )
         else:
             report.add(check, CRASH_REDELIVERY_APPLIED, f"{seen} ({again.describe()})")
     elif final != run.once:

@@ -81,6 +81,7 @@ LOOSE_CLAIM = failing(
     "the state went from 1 to 2 on the second delivery: its claim (its first write) "
     "inserted 1 row(s) for an id the first delivery had committed, instead of conflicting",
     "Make (message_id, consumer_name) the dedup table's primary key*",
+    also=("concurrent duplicate", "crash between commit and ack"),
 )
 COMMITS = failing(
     "sequential duplicate",
