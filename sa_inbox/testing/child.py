@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import time
+import warnings
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,7 +107,11 @@ async def run_child(
     :param timeout: seconds the parent waits for the child before killing it.
     """
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns on a fork while other threads run (a lock one of them holds
+        # stays held in the child); the child runs one delivery and leaves by os._exit
+        warnings.filterwarnings("ignore", ".*fork.*", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # the child: never returns
         os.close(read_fd)
         pipe = Pipe(write_fd)
