@@ -44,6 +44,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "prometheus": ("prometheus_client",),
     "rabbitmq": ("pika", "aio_pika", "greenlet"),
     "redis": ("redis", "greenlet"),
+    "testing": ("pytest",),
 }
 
 

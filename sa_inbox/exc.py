@@ -56,6 +56,7 @@ The tree (each class under its first base, its other bases in brackets)::
         RetentionWindowTooShort [ValueError]
         UnsafePartitionKey [ValueError]
         PurgeLockTimeout
+        ExactlyOnceViolation [AssertionError]
 
 Deprecated aliases of :class:`InvalidArgument`, importable from here for one release:
 ``InvalidConsumerArgument``, ``InvalidDeadLetterArgument``, ``InvalidKeySetting``,
@@ -81,6 +82,7 @@ __all__ = [
     "DeadLetterQueueUnavailable",
     "DeliveryLimitExceeded",
     "DuplicateMessage",
+    "ExactlyOnceViolation",
     "HandlerEndedTransaction",
     "HandlerFailed",
     "InboxError",
@@ -758,6 +760,25 @@ class PurgeLockTimeout(InboxError):
     MySQL/MariaDB purges take the named lock ``GET_LOCK()`` around each batch (MySQL
     manual, "Locking Functions"); nothing was deleted by the batch that timed out.
     """
+
+
+class ExactlyOnceViolation(InboxError, AssertionError):
+    """A consumer failed :func:`sa_inbox.testing.check_exactly_once`: a duplicate applied
+    twice, a key taken from the broker's metadata, an ack before the commit...
+
+    An :class:`AssertionError`, so a test runner reports it as a failed test. Its message is
+    the whole report: each check's verdict, then each finding with the failure mode it
+    names, what was seen, the rule it breaks and the fix.
+
+    :param report: the :class:`sa_inbox.testing.Report`.
+    """
+
+    def __init__(self, report: Any) -> None:
+        super().__init__(str(report))
+        self.report = report
+
+    def __reduce__(self) -> tuple[type[ExactlyOnceViolation], tuple[Any]]:
+        return type(self), (self.report,)
 
 
 def _hex(digest: bytes | None) -> str:

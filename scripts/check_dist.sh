@@ -44,6 +44,7 @@ declare -A REQUIRES=(
     [rabbitmq]="sqlalchemy.ext.asyncio" [redis]="sqlalchemy.ext.asyncio"
     [nats]="sqlalchemy.ext.asyncio" [faststream]="sqlalchemy.ext.asyncio"
     [bench]="matplotlib" [celery]="" [alembic]="" [prometheus]="" [opentelemetry]=""
+    [testing]=""
 )
 
 # install_into DIR REQUIREMENT...: the requirements installed into the virtualenv DIR (made

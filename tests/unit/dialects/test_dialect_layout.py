@@ -213,12 +213,17 @@ def _defined_names(trees: list[ast.AST]) -> set[str]:
     return names
 
 
+#: Names with a leading underscore that are documented public API outside SQLAlchemy
+#: (``os._exit``: Python docs, "os", "Process Management").
+PUBLIC = frozenset({"_exit"})
+
+
 def _private_uses(tree: ast.AST) -> set[str]:
     """Private names read off objects (``x._y``, ``getattr(x, "_y")``) or imported from
     SQLAlchemy."""
     used: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and _private(node.attr):
+        if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in PUBLIC:
             used.add(node.attr)
         elif (
             isinstance(node, ast.Call)

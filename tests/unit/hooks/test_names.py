@@ -18,7 +18,7 @@ from sa_inbox import Inbox, InboxStore
 from sa_inbox.hooks import EVENTS
 from sa_inbox.hooks.names import METRICS, NAMES, SPANS, reference
 from sa_inbox.hooks.opentelemetry import OpenTelemetryHooks
-from sa_inbox.hooks.prometheus import InboxCollector, PrometheusHooks
+from sa_inbox.hooks.prometheus import InboxCollector, PrometheusHooks, RelayMetrics
 from sa_inbox.stats import Sampler
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -66,6 +66,7 @@ def test_prometheus_exports_exactly_the_table(tmp_path: Path) -> None:
     hooks.database_outage("c", seconds=1.0)
     hooks.dead_lettered("c", "delivery_limit")
     InboxCollector(engine, store_table="inbox_store", registry=registry)
+    RelayMetrics(registry)
     scraped = scraped_names(generate_latest(registry).decode())
     engine.dispose()
     known = {m.name for m in METRICS}

@@ -1,4 +1,4 @@
-"""Helpers for users' own tests: an in-memory inbox store.
+"""The in-memory inbox store, for unit tests of a handler and the store's worker.
 
 :class:`MemoryStore` follows the same rules as the database store (deduplicated receive,
 leasable rows, attempts counted at lease time, lease tokens, back-off, dead letters, reap,
@@ -26,9 +26,9 @@ from typing import Any
 
 from typing_extensions import deprecated
 
-from .exc import ConfigurationError, InvalidArgument
-from .handlers import call_handler
-from .store.protocol import (
+from ..exc import ConfigurationError, InvalidArgument
+from ..handlers import call_handler
+from ..store.protocol import (
     BatchFailure,
     BatchResult,
     Handler,
@@ -37,7 +37,7 @@ from .store.protocol import (
     RetryAt,
     StoredMessage,
 )
-from .store.schema import (
+from ..store.schema import (
     DEAD,
     DEFAULT_CONSUMER,
     DONE,
@@ -47,7 +47,7 @@ from .store.schema import (
     STATUSES,
     utc_now,
 )
-from .validation import positive_int, positive_seconds, validate_key
+from ..validation import positive_int, positive_seconds, validate_key
 
 __all__ = ["MemoryRow", "MemoryStore"]
 
