@@ -212,7 +212,7 @@ class CreateProcessedMessagesTableOp(CreateInboxTableOp):
         :param schema: the schema, or ``None`` for the connection's default.
         :param message_id_length: length in characters of ``message_id`` and
             ``consumer_name``; must equal the ``Inbox(...)`` the application builds.
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
         """
         operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
 
@@ -237,7 +237,7 @@ class DropProcessedMessagesTableOp(DropInboxTableOp):
         :param table_name: the table's name.
         :param schema: the schema, or ``None`` for the connection's default.
         :param message_id_length: kept for the reverse operation (the re-created table).
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
         """
         operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
 
@@ -280,7 +280,7 @@ class CreateInboxStoreTableOp(CreateInboxTableOp):
         :param schema: the schema, or ``None`` for the connection's default.
         :param message_id_length: length in characters of ``message_id`` and
             ``consumer_name``; must equal the ``InboxStore(...)`` the application builds.
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
         """
         operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
 
@@ -303,7 +303,7 @@ class DropInboxStoreTableOp(DropInboxTableOp):
         """Drop the sa-inbox store table (its indexes go with it).
 
         :param message_id_length: kept for the reverse operation (the re-created table).
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
         """
         operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
 
@@ -346,7 +346,7 @@ class CreateOutboxTableOp(CreateInboxTableOp):
         :param schema: the schema, or ``None`` for the connection's default.
         :param message_id_length: length in characters of ``message_id`` (>= 36); must
             equal the ``Outbox(...)`` the application builds.
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
         """
         operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
 
@@ -369,7 +369,7 @@ class DropOutboxTableOp(DropInboxTableOp):
         """Drop the outbox table (its indexes go with it).
 
         :param message_id_length: kept for the reverse operation (the re-created table).
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
         """
         operations.invoke(cls(table_name, schema=schema, message_id_length=message_id_length))
 
@@ -417,7 +417,7 @@ class CreateInboxConsumersTableOp(CreateInboxTableOp):
         :param consumer_name_length: length in characters of ``consumer_name``: at least the
             ``message_id_length`` of each inbox and store of the schema (``Inbox(metadata)``
             defines it with ``max(255, message_id_length)``).
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
         """
         operations.invoke(cls(table_name, schema=schema, consumer_name_length=consumer_name_length))
 
@@ -441,7 +441,7 @@ class DropInboxConsumersTableOp(DropInboxTableOp):
         to claim under a name becomes its owner).
 
         :param consumer_name_length: kept for the reverse operation (the re-created table).
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
         """
         operations.invoke(cls(table_name, schema=schema, consumer_name_length=consumer_name_length))
 
@@ -488,7 +488,7 @@ class CreatePartitionedInboxTableOp(CreateInboxTableOp):
         the partitions of a marked partitioned table.
 
         :param partition_key: the column of the message's own time.
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, or an
+        :raises sa_inbox.exc.InvalidArgument: for a bad name or length, or an
             arrival-time partition key, before SQL.
         :raises sa_inbox.exc.UnsupportedBackend: on any database but PostgreSQL.
         """
@@ -520,7 +520,7 @@ class DropPartitionedInboxTableOp(DropInboxTableOp):
     ) -> None:
         """Drop the partitioned table; PostgreSQL drops its partitions with it.
 
-        :raises sa_inbox.alembic.InvalidArgument: for bad options, before SQL.
+        :raises sa_inbox.exc.InvalidArgument: for bad options, before SQL.
         :raises sa_inbox.exc.UnsupportedBackend: on any database but PostgreSQL.
         """
         operations.invoke(
@@ -548,7 +548,7 @@ def create_inbox_table(
 ) -> None:
     """Typed spelling of ``op.create_inbox_table(...)``; ``op`` is ``alembic.op``.
 
-    :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+    :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
     """
     op.invoke(
         CreateProcessedMessagesTableOp(
@@ -566,7 +566,7 @@ def drop_inbox_table(
 ) -> None:
     """Typed spelling of ``op.drop_inbox_table(...)``; ``op`` is ``alembic.op``.
 
-    :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+    :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
     """
     op.invoke(
         DropProcessedMessagesTableOp(table_name, schema=schema, message_id_length=message_id_length)

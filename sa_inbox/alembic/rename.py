@@ -301,7 +301,7 @@ class RenameProcessedMessagesTableOp(RenameInboxTableOp):
 
         :param message_id_length: the table's length of ``message_id`` and ``consumer_name``
             (SQLite copies the rows into a new table of that length).
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
         :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
         """
         operations.invoke(
@@ -330,7 +330,7 @@ class RenameInboxStoreTableOp(RenameInboxTableOp):
     ) -> None:
         """Rename the inbox store table, its rows kept (``uq_``, ``ck_``, ``ix_`` names too).
 
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
         :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
         """
         operations.invoke(
@@ -359,7 +359,7 @@ class RenameOutboxTableOp(RenameInboxTableOp):
     ) -> None:
         """Rename the outbox table, its rows kept (``uq_``, ``ck_``, ``ix_`` names too).
 
-        :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+        :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
         :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
         """
         operations.invoke(

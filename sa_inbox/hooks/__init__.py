@@ -53,6 +53,10 @@ EVENTS = {
         "with back-off (once per outage, WARNING)"
     ),
     "inbox.database.available": "the database answers again: the outage's seconds (INFO)",
+    "inbox.connection.invalidated": (
+        "a connection left busy or inside a transaction was invalidated instead of going back "
+        "to its pool"
+    ),
     "inbox.delivery.dead_lettered": (
         "a broker delivery went to the dead-letter queue / stream, unprocessed (reason in "
         'extra["reason"]: a DeadLetterReason value)'
