@@ -87,12 +87,17 @@ def test_the_tutorial_runs_against_postgresql_and_rabbitmq(tmp_path: Path) -> No
     _delete_queues(amqp_url)
     work = tmp_path / "tutorial"
     shutil.copytree(EXAMPLE, work)
+    script = (work / "tutorial.sh").read_text()
+    for variable, url in (("DATABASE_URL", database_url), ("AMQP_URL", amqp_url)):
+        script, replaced = re.subn(
+            rf"^export {variable}=.*$", f"export {variable}='{url}'", script, flags=re.M
+        )
+        assert replaced == 1, f"step 1 sets {variable} once"
+    (work / "tutorial.sh").write_text(script)
     bin_dir = str(Path(sys.executable).parent)  # python and sa-inbox of this environment
     environment = {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "DATABASE_URL": database_url,
-        "AMQP_URL": amqp_url,
     }
     try:
         done = subprocess.run(

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The commands of the tutorial (docs/tutorial.md includes each step from here), run in this
-# order by tests/docs/test_tutorial.py against the live servers. Run it yourself from this
-# directory with DATABASE_URL and AMQP_URL set (step 1).
+# order by tests/docs/test_tutorial.py against the live servers (it puts their URLs in the
+# two lines of step 1). Run it yourself from this directory, with your URLs in step 1.
 set -euo pipefail
 
 # [step 1]
-export DATABASE_URL=${DATABASE_URL:-postgresql+psycopg://postgres@127.0.0.1:5432/tutorial}
-export AMQP_URL=${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}
+export DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:5432/tutorial
+export AMQP_URL=amqp://guest:guest@127.0.0.1:5672/
 # [step 1 end]
 
 # [step 3]
