@@ -59,6 +59,7 @@ myst_heading_anchors = 3  # links to a page's sections: [text](page.md#a-heading
 # ---------------------------------------------------------------- references
 
 nitpicky = True
+smartquotes = False  # `--autogenerate` stays two hyphens, as typed in a terminal
 default_role = "py:obj"
 
 #: Libraries the docstrings name whose inventories are not in the repository: a reference to
