@@ -4,6 +4,7 @@ live broker. A page cannot show code that does not run."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -110,6 +111,33 @@ def test_broker_example(name: str, database: tuple[str, str], tmp_path: Path) ->
         environment["DATABASE_URL"] = url
     out = run_example(name, tmp_path, **environment)
     assert "PROCESSED" in out
+
+
+def test_the_commands_of_the_pages_run(tmp_path: Path) -> None:
+    """docs/examples/cli.sh (the sa-inbox commands the how-to pages include) on the tables
+    retention.py makes in a SQLite file, and against the live Redis."""
+    redis_url = broker_url("redis")
+    run_example("retention", tmp_path)
+    bin_dir = str(Path(sys.executable).parent)  # the sa-inbox of this environment
+    done = subprocess.run(
+        ["bash", str(EXAMPLES / "cli.sh")],
+        cwd=tmp_path,
+        env={
+            **os.environ,
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+            "DATABASE_URL": f"sqlite:///{tmp_path}/retention.db",
+            "REDIS_URL": redis_url.rstrip("/"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((tmp_path / "stats.json").read_text())["warnings"] == []
+    pages = "\n".join(path.read_text() for path in DOCS.rglob("*.md"))
+    for section in re.findall(r"^# \[([a-z-]+)\]$", (EXAMPLES / "cli.sh").read_text(), re.M):
+        assert f'"# [{section}]"' in pages, f"cli.sh's [{section}] is on no page"
 
 
 def test_every_example_is_run_and_shown() -> None:
