@@ -53,8 +53,6 @@ NOT_RUN = {
     "and test_celery.py run the same wiring in real worker processes on the live brokers",
 }
 
-pytestmark = pytest.mark.xdist_group(name="docs-examples")  # fixed queue and stream names
-
 
 def run_example(name: str, cwd: Path, **environment: str) -> str:
     done = subprocess.run(

@@ -24,8 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 EXAMPLE = ROOT / "docs" / "examples" / "tutorial"
 
-pytestmark = pytest.mark.xdist_group(name="docs-tutorial")  # one "payments" queue
-
 
 def test_the_install_command_names_extras_this_project_declares() -> None:
     page = TUTORIAL.read_text()
