@@ -147,7 +147,7 @@ class CollisionCheck:
     """The duplicate path's comparison for one table (the inbox's or the store's).
 
     :param table: the table claimed into (``message_id``, ``consumer_name`` columns).
-    :param columns: the columns to read for :paramref:`stored`.
+    :param columns: the columns to read for ``stored``.
     :param stored: the stored digest of a read row (``payload_hash`` for the inbox; the
         :func:`payload_hash` of the stored payload for the store).
     :param mode: ``"raise"`` or ``"record"``.

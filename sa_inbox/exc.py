@@ -123,7 +123,10 @@ __all__ = [
 
 
 class InboxError(Exception):
-    """Root of every exception raised by sa-inbox."""
+    """Root of every exception raised by sa-inbox.
+
+    .. seealso:: :ref:`error-inboxerror` on the errors page.
+    """
 
 
 class ConfigurationError(InboxError):
@@ -133,6 +136,8 @@ class ConfigurationError(InboxError):
     (:func:`sa_inbox.handle`) raises it to the caller without ack or nack, and the
     :class:`~sa_inbox.Worker` stops with it instead of counting a failed attempt (the
     message's row is left for a worker that is set up right). Nothing has been committed.
+
+    .. seealso:: :ref:`error-configurationerror` on the errors page.
     """
 
 
@@ -144,6 +149,8 @@ class MissingTable(ConfigurationError):
     MySQL/MariaDB errors 1146 / 1054 (``ER_NO_SUCH_TABLE`` / ``ER_BAD_FIELD_ERROR``),
     SQLite's "no such table" / "no such column", Oracle ORA-00942 / ORA-00904. Create the
     tables (``metadata.create_all()`` or an Alembic migration) before consuming.
+
+    .. seealso:: :ref:`error-missingtable` on the errors page.
     """
 
 
@@ -160,6 +167,8 @@ class InvalidArgument(ConfigurationError, ValueError):
     consumer setting, or dead-letter argument that the broker cannot serve; an Alembic
     operation's table name, schema or factory option; a replay whose filters choose no
     rows. The message names the argument and what it accepts.
+
+    .. seealso:: :ref:`error-invalidargument` on the errors page.
     """
 
 
@@ -169,6 +178,8 @@ class InvalidBind(ConfigurationError, TypeError):
     A claim runs on a :class:`~sqlalchemy.orm.Session`, a
     :class:`~sqlalchemy.orm.scoped_session` or a :class:`~sqlalchemy.engine.Connection`; a
     purge on an :class:`~sqlalchemy.engine.Engine` or a Connection. Checked before any SQL.
+
+    .. seealso:: :ref:`error-invalidbind` on the errors page.
     """
 
 
@@ -177,6 +188,8 @@ class InvalidObject(ConfigurationError, TypeError):
     expected: ``handle()`` given a Table instead of an :class:`~sa_inbox.Inbox`, a
     :class:`~sa_inbox.Worker` given an unbound :class:`~sa_inbox.InboxStore`. Checked before
     any SQL; the message says what to pass instead.
+
+    .. seealso:: :ref:`error-invalidobject` on the errors page.
     """
 
 
@@ -189,6 +202,8 @@ class SyncAsyncMismatch(InvalidObject):
     The synchronous code would call the async object's methods without awaiting them (the
     claim would never be made, and every redelivery applied again), so it is refused
     before any SQL, with neither ack nor nack; the message names the object to pass.
+
+    .. seealso:: :ref:`error-syncasyncmismatch` on the errors page.
     """
 
 
@@ -198,6 +213,8 @@ class InvalidSessionFactory(ConfigurationError, TypeError):
     The runner needs a factory such as ``sessionmaker(engine)`` (called with no arguments,
     returning a new Session). ``Session.begin`` or ``sessionmaker.begin``, which return a
     transaction context manager, are the usual mistake.
+
+    .. seealso:: :ref:`error-invalidsessionfactory` on the errors page.
     """
 
 
@@ -207,6 +224,8 @@ class InvalidHandler(ConfigurationError, TypeError):
     :func:`sa_inbox.handle` calls ``handler(session)``; the :class:`~sa_inbox.Worker` calls
     ``handler(session, message)``. Checked with :func:`inspect.signature` before anything
     is sent.
+
+    .. seealso:: :ref:`error-invalidhandler` on the errors page.
     """
 
 
@@ -218,6 +237,8 @@ class InvalidTable(ConfigurationError, ValueError):
     ``message_id_length`` that is not a positive int, a ``MERGE`` (Oracle) built without the
     table's key columns, and a partition name over PostgreSQL's 63 characters. Raised while
     the table or statement is defined, before any SQL.
+
+    .. seealso:: :ref:`error-invalidtable` on the errors page.
     """
 
 
@@ -226,6 +247,8 @@ class InvalidTableType(InvalidTable, TypeError):
 
     ``Inbox()`` with neither a MetaData nor ``table=``, or a purge given something other
     than an :class:`~sa_inbox.Inbox` or a :class:`~sqlalchemy.Table`.
+
+    .. seealso:: :ref:`error-invalidtabletype` on the errors page.
     """
 
 
@@ -242,6 +265,8 @@ class ConsumerNameTaken(ConfigurationError):
     :param consumer_name: the name.
     :param owner: the qualified name of the handler that owns it.
     :param handler: the qualified name of the handler refused.
+
+    .. seealso:: :ref:`error-consumernametaken` on the errors page.
     """
 
     def __init__(self, consumer_name: str, owner: str, handler: str) -> None:
@@ -273,6 +298,8 @@ class MissingKeyHeader(ConfigurationError):
     :param carried: the header names those deliveries carried, with how many carried each.
     :param wrong_types: the types of the values found under ``key`` that are not text
         (``int``...), with their counts.
+
+    .. seealso:: :ref:`error-missingkeyheader` on the errors page.
     """
 
     def __init__(
@@ -308,6 +335,8 @@ class MissingExtra(ConfigurationError, ImportError):
 
     :ivar module: the sa-inbox module that needs it (``"sa_inbox.brokers.rabbitmq"``).
     :ivar extra: the extra that installs it (``"rabbitmq"``).
+
+    .. seealso:: :ref:`error-missingextra` on the errors page.
     """
 
     def __init__(self, module: str, extra: str, dependency: str) -> None:
@@ -326,7 +355,10 @@ class MissingExtra(ConfigurationError, ImportError):
 
 class UnsupportedBroker(ConfigurationError, ValueError):
     """No adapter or chaos driver for this broker URL's scheme (``amqp://``, ``redis://`` and
-    ``nats://`` have one)."""
+    ``nats://`` have one).
+
+    .. seealso:: :ref:`error-unsupportedbroker` on the errors page.
+    """
 
 
 class AsyncPublisherInSyncRelay(ConfigurationError, TypeError):
@@ -335,7 +367,10 @@ class AsyncPublisherInSyncRelay(ConfigurationError, TypeError):
     :class:`~sa_inbox.brokers.redis.RedisStreamPublisher` on a ``redis.asyncio`` client):
     nothing was published, and no confirm can be awaited. Raised to the caller, the batch's
     rows given back unpublished; use :class:`~sa_inbox.asyncio.AsyncOutboxRelay`, or a
-    plain publisher."""
+    plain publisher.
+
+    .. seealso:: :ref:`error-asyncpublisherinsyncrelay` on the errors page.
+    """
 
 
 class AlembicSetupError(ConfigurationError):
@@ -343,6 +378,8 @@ class AlembicSetupError(ConfigurationError):
 
     For example a ``[sa_inbox] target_metadata`` option in ``alembic.ini`` that names no
     importable :class:`~sqlalchemy.MetaData`.
+
+    .. seealso:: :ref:`error-alembicsetuperror` on the errors page.
     """
 
 
@@ -353,6 +390,8 @@ class InboxSettingsConflict(AlembicSetupError):
     the application claims through, so it is the one migrated; an ``alembic.ini`` option that
     disagrees with it (``table_name``, ``store_table_name``, ``schema``,
     ``message_id_length``) is refused instead of being ignored. Remove the option.
+
+    .. seealso:: :ref:`error-inboxsettingsconflict` on the errors page.
     """
 
 
@@ -363,6 +402,8 @@ class InboxTableDropRefused(AlembicSetupError):
     autogenerate writes where a table left the models and could not be paired with exactly
     one compatible new table to rename it to. Nothing of the revision has run before it (it
     is the first operation). The message says how to edit the revision.
+
+    .. seealso:: :ref:`error-inboxtabledroprefused` on the errors page.
     """
 
 
@@ -381,6 +422,8 @@ class InvalidShardMap(ConfigurationError, ValueError):
     table has no ``payload_hash`` column (the shard key's digest is stored there) or whose
     ``on_collision`` is not ``"raise"``; an ``assign`` function that returns a name
     that is not in the map (raised at the claim, see :class:`WrongShard`).
+
+    .. seealso:: :ref:`error-invalidshardmap` on the errors page.
     """
 
 
@@ -394,6 +437,8 @@ class WrongShard(ConfigurationError):
     written (at most one read-only query asked the server which it is, see
     :mod:`sa_inbox.sharding.identity`); the caller's code routes wrongly, so it is a
     configuration error (raised, never nacked, by :func:`sa_inbox.handle`).
+
+    .. seealso:: :ref:`error-wrongshard` on the errors page.
     """
 
 
@@ -403,7 +448,10 @@ class UnknownShardIdentity(WrongShard):
     an in-memory database: see :mod:`sa_inbox.sharding.identity`). Refused, as a wrong shard
     is: the check never passes on an unknown identity. Claim on a Session of
     :meth:`~sa_inbox.sharding.ShardedInbox.session_factory` (the shard's own Engine, which
-    needs no identity)."""
+    needs no identity).
+
+    .. seealso:: :ref:`error-unknownshardidentity` on the errors page.
+    """
 
 
 class ShardAssignmentFailed(WrongShard):
@@ -414,6 +462,8 @@ class ShardAssignmentFailed(WrongShard):
 
     :param shard_key: the key that could not be routed.
     :param cause: the function's exception.
+
+    .. seealso:: :ref:`error-shardassignmentfailed` on the errors page.
     """
 
     def __init__(self, shard_key: str, cause: Exception) -> None:
@@ -431,6 +481,8 @@ class AsyncHandlerError(InboxError, TypeError):
     committed, so the message would be acked without being applied. The attempt is refused
     before anything commits (a nack, or a failed attempt in the worker). Use the asyncio
     API for coroutine handlers.
+
+    .. seealso:: :ref:`error-asynchandlererror` on the errors page.
     """
 
 
@@ -440,12 +492,17 @@ class InvalidMessageId(InboxError, ValueError):
     Raised for ``None``, non-``str`` values, the empty string, values with leading or
     trailing whitespace, values containing NUL, and values longer than the column
     (counted in characters). Nothing has been written when this is raised.
+
+    .. seealso:: :ref:`error-invalidmessageid` on the errors page.
     """
 
 
 class InvalidShardKey(InboxError, ValueError):
     """A shard key is not a non-empty string of at most 255 characters (no NUL, no
-    surrounding whitespace); raised before any SQL, nothing sent."""
+    surrounding whitespace); raised before any SQL, nothing sent.
+
+    .. seealso:: :ref:`error-invalidshardkey` on the errors page.
+    """
 
 
 class InvalidOutboxMessage(InboxError, ValueError):
@@ -457,6 +514,8 @@ class InvalidOutboxMessage(InboxError, ValueError):
     strings to strings without NUL, CR or LF (NATS and AMQP carry headers as text lines or
     short strings); a ``message_id`` that is not a valid key (see
     :func:`sa_inbox.validation.validate_key`). Nothing has been written.
+
+    .. seealso:: :ref:`error-invalidoutboxmessage` on the errors page.
     """
 
 
@@ -469,6 +528,8 @@ class DuplicateMessage(InboxError):
 
     :param message_id: the producer-assigned id of the duplicate message.
     :param consumer_name: the consumer that already processed it.
+
+    .. seealso:: :ref:`error-duplicatemessage` on the errors page.
     """
 
     def __init__(self, message_id: str, consumer_name: str) -> None:
@@ -494,6 +555,8 @@ class MessageIdCollision(InboxError):
     :param consumer_name: the consumer.
     :param stored_hash: the digest stored with the earlier claim.
     :param payload_hash: the digest of this delivery.
+
+    .. seealso:: :ref:`error-messageidcollision` on the errors page.
     """
 
     def __init__(
@@ -529,6 +592,8 @@ class ShardKeyChanged(InboxError):
     :param consumer_name: the consumer.
     :param shard: the shard this delivery was routed to.
     :param found_on: the shard holding the earlier claim.
+
+    .. seealso:: :ref:`error-shardkeychanged` on the errors page.
     """
 
     def __init__(self, message_id: str, consumer_name: str, shard: str, found_on: str) -> None:
@@ -553,6 +618,8 @@ class TransientClaimError(InboxError):
     timeout), Oracle ORA-08177 / ORA-00060, SQLite SQLITE_BUSY / SQLITE_LOCKED. The caller's
     transaction is no longer usable: roll back and run the whole unit of work again (see
     :func:`sa_inbox.run_in_transaction`). The driver's error is chained as ``__cause__``.
+
+    .. seealso:: :ref:`error-transientclaimerror` on the errors page.
     """
 
 
@@ -560,7 +627,10 @@ class DatabaseUnavailable(InboxError):
     """A consumer was stopped while it waited for its database to come back
     (:mod:`sa_inbox.outage`): the delivery in hand is left unsettled, uncounted where the
     broker allows, for the broker to hand out again. The failure that began the outage is
-    chained as ``__cause__``. Consumers' ``run()`` catch it and return."""
+    chained as ``__cause__``. Consumers' ``run()`` catch it and return.
+
+    .. seealso:: :ref:`error-databaseunavailable` on the errors page.
+    """
 
 
 class ClaimWarning(InboxError):
@@ -572,6 +642,8 @@ class ClaimWarning(InboxError):
     (duplicate entry). The row may have been written: the caller must roll back.
 
     :param warnings: the ``(level, code, message)`` rows of ``SHOW WARNINGS``.
+
+    .. seealso:: :ref:`error-claimwarning` on the errors page.
     """
 
     def __init__(self, warnings: list[tuple[str, int, str]]) -> None:
@@ -585,6 +657,8 @@ class UnsafeTransaction(InboxError):
 
     The base of :class:`AutocommitConnection` (a configuration error) and
     :class:`HandlerEndedTransaction` (a failed attempt).
+
+    .. seealso:: :ref:`error-unsafetransaction` on the errors page.
     """
 
 
@@ -596,6 +670,8 @@ class AutocommitConnection(UnsafeTransaction, ConfigurationError):
     ``isolation_level="AUTOCOMMIT"`` and for driver-level autocommit (psycopg 3
     ``autocommit=True``, PyMySQL ``autocommit=True``, :mod:`sqlite3` with
     ``isolation_level=None`` outside a transaction or ``autocommit=True``).
+
+    .. seealso:: :ref:`error-autocommitconnection` on the errors page.
     """
 
 
@@ -606,6 +682,8 @@ class SplitTransaction(UnsafeTransaction, ConfigurationError):
     commits them one after the other, not atomically (no two-phase commit): a failure at
     the second commit leaves the claim committed and the message lost. Bind the inbox table
     and the business tables to one engine.
+
+    .. seealso:: :ref:`error-splittransaction` on the errors page.
     """
 
 
@@ -616,6 +694,8 @@ class HandlerEndedTransaction(UnsafeTransaction):
     refused before it reaches the database (nothing is committed); a rollback is detected
     when the handler returns. Either way the attempt fails (nack, or a failed attempt in
     the worker) and is never acked.
+
+    .. seealso:: :ref:`error-handlerendedtransaction` on the errors page.
     """
 
 
@@ -624,6 +704,8 @@ class UnsupportedBackend(InboxError):
 
     For example SQLite older than 3.24.0 has no ``ON CONFLICT DO NOTHING`` (SQLite manual,
     "UPSERT").
+
+    .. seealso:: :ref:`error-unsupportedbackend` on the errors page.
     """
 
 
@@ -633,6 +715,8 @@ class ClaimLost(InboxError):
     The claim's visibility timeout passed and another worker claimed the row again (or it
     was reaped or replayed). The transaction is rolled back, so the message is processed
     once, by the row's current claim holder.
+
+    .. seealso:: :ref:`error-claimlost` on the errors page.
     """
 
 
@@ -644,6 +728,8 @@ class HandlerFailed(InboxError):
     :param message: the :class:`~sa_inbox.store.StoredMessage` whose handler raised (typed
         loosely: this module imports nothing of the package).
     :param error: what it raised (also the ``__cause__``).
+
+    .. seealso:: :ref:`error-handlerfailed` on the errors page.
     """
 
     def __init__(self, message: Any, error: BaseException) -> None:
@@ -657,14 +743,20 @@ class HandlerFailed(InboxError):
 
 
 class DeliveryLimitExceeded(InboxError):
-    """The broker delivered a message more often than ``max_deliveries``; not processed."""
+    """The broker delivered a message more often than ``max_deliveries``; not processed.
+
+    .. seealso:: :ref:`error-deliverylimitexceeded` on the errors page.
+    """
 
 
 class NoPubAckError(InboxError):
     """No PubAck came for a message although JetStream answers (its account info, asked
     right after): no stream stores the subject, yet a plain subscriber took the publish, so
     the server sent no "no responders" either. The message's fault, not an outage: the
-    relay counts an attempt."""
+    relay counts an attempt.
+
+    .. seealso:: :ref:`error-nopubackerror` on the errors page.
+    """
 
 
 class ShardUnavailable(InboxError):
@@ -680,6 +772,8 @@ class ShardUnavailable(InboxError):
 
     :param shard: the shard that could not be read.
     :param message_id: the message being claimed.
+
+    .. seealso:: :ref:`error-shardunavailable` on the errors page.
     """
 
     def __init__(self, shard: str, message_id: str, cause: BaseException) -> None:
@@ -702,6 +796,8 @@ class DeadLetterQueueUnavailable(InboxError):
 
     :param target: the queue as ``scheme://host/queue``, its password hidden.
     :param why: the broker client's error, on one line.
+
+    .. seealso:: :ref:`error-deadletterqueueunavailable` on the errors page.
     """
 
     def __init__(self, target: str, why: str) -> None:
@@ -717,7 +813,10 @@ class SourceRefused(InboxError):
     """The source queue / stream refused a dead letter's publish (no such queue, no stream
     for the subject, JetStream's duplicate window): the dead letter was left in place.
     Raised by a broker's dead-letter queue's ``move`` and counted by
-    :func:`sa_inbox.brokers.dead_letters.replay`, never raised to its caller."""
+    :func:`sa_inbox.brokers.dead_letters.replay`, never raised to its caller.
+
+    .. seealso:: :ref:`error-sourcerefused` on the errors page.
+    """
 
 
 class RetentionWindowTooShort(InboxError, ValueError):
@@ -731,6 +830,8 @@ class RetentionWindowTooShort(InboxError, ValueError):
 
     :param older_than: the window asked for.
     :param minimum: the shortest window the policy allows.
+
+    .. seealso:: :ref:`error-retentionwindowtooshort` on the errors page.
     """
 
     def __init__(self, older_than: object, minimum: object) -> None:
@@ -751,6 +852,8 @@ class UnsafePartitionKey(InboxError, ValueError):
     collides with the primary key ``(message_id, consumer_name, key)``. A key taken from
     arrival time (``received_at``, a server or Python default) differs on each delivery: a
     redelivery would land in another partition and be processed twice. Nothing is created.
+
+    .. seealso:: :ref:`error-unsafepartitionkey` on the errors page.
     """
 
 
@@ -759,6 +862,8 @@ class PurgeLockTimeout(InboxError):
 
     MySQL/MariaDB purges take the named lock ``GET_LOCK()`` around each batch (MySQL
     manual, "Locking Functions"); nothing was deleted by the batch that timed out.
+
+    .. seealso:: :ref:`error-purgelocktimeout` on the errors page.
     """
 
 
@@ -771,6 +876,8 @@ class ExactlyOnceViolation(InboxError, AssertionError):
     names, what was seen, the rule it breaks and the fix.
 
     :param report: the :class:`sa_inbox.testing.Report`.
+
+    .. seealso:: :ref:`error-exactlyonceviolation` on the errors page.
     """
 
     def __init__(self, report: Any) -> None:

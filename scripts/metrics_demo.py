@@ -8,8 +8,8 @@ messages go dead), with :class:`PrometheusHooks` and an :class:`InboxCollector` 
 --out docs/metrics.png`` reads the dashboard's queries back from the Prometheus server's
 HTTP API (``/api/v1/query_range``) and draws them with matplotlib.
 
-Used to make the README's figure from a real Prometheus scrape (the dashboard itself,
-``dashboards/sa-inbox.json``, is for Grafana, which is not installed here).
+Used to make docs/metrics.png (docs/how-to/metrics.md) from a real Prometheus scrape (the
+dashboard itself, ``dashboards/sa-inbox.json``, is for Grafana, which is not installed here).
 """
 
 from __future__ import annotations

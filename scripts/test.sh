@@ -9,7 +9,8 @@
 #   3. starts throwaway servers in a temporary directory, removed at exit
 #   4. runs pytest (arguments passed through), then ruff check, ruff format --check,
 #      lint-imports (the import contracts of pyproject.toml) and mypy (the versions the
-#      test extra pins)
+#      test extra pins), then builds the documentation with warnings as errors and every
+#      reference resolved, and checks its links (scripts/docs.sh build)
 #   5. checks the built artifacts (scripts/check_dist.sh): the sdist and the wheel, the
 #      wheel alone and with each extra in fresh virtualenvs, ./scripts/demo.sh in a fresh
 #      clone of HEAD (commit first: the clone does not see uncommitted changes)
@@ -31,6 +32,8 @@
 #       it in one process
 #   SA_INBOX_SKIP_LINT=1
 #       skip ruff, ruff format, lint-imports and mypy (any non-empty value)
+#   SA_INBOX_SKIP_DOCS=1
+#       skip the documentation build (any non-empty value; never in CI)
 #   SA_INBOX_SKIP_DIST=1
 #       skip the artifact check (any non-empty value; never in CI)
 set -euo pipefail
@@ -188,6 +191,12 @@ if [ -z "${SA_INBOX_SKIP_LINT:-}" ]; then
     run_check "mypy" .venv/bin/mypy
 else
     section "ruff, ruff format, import contracts, mypy: skipped (SA_INBOX_SKIP_LINT is set)"
+fi
+
+if [ -z "${SA_INBOX_SKIP_DOCS:-}" ] || [ "${CI:-}" = true ]; then
+    run_check "docs" scripts/docs.sh build
+else
+    section "docs: skipped (SA_INBOX_SKIP_DOCS is set)"
 fi
 
 if [ -z "${SA_INBOX_SKIP_DIST:-}" ] || [ "${CI:-}" = true ]; then

@@ -159,7 +159,7 @@ def target_metadata(config: alembic.config.Config) -> sa.MetaData:
         integer.
     :raises InboxSettingsConflict: if ``table_name`` / ``store_table_name``, ``schema`` or
         ``message_id_length`` is set and no table of that kind in the models has it.
-    :raises sa_inbox.alembic.InvalidArgument: if the table options are invalid, or the
+    :raises sa_inbox.exc.InvalidArgument: if the table options are invalid, or the
         MetaData has a table named as the consumers table that is not one.
     """
 
@@ -205,7 +205,7 @@ def _add_consumers_table(table: sa.Table, length: int) -> None:
     """The consumers table that an ``Inbox`` / ``InboxStore`` on ``table`` claims with
     (``consumers=True``, the default), added next to it.
 
-    :raises sa_inbox.alembic.InvalidArgument: if the MetaData has a table of that
+    :raises sa_inbox.exc.InvalidArgument: if the MetaData has a table of that
         name that is not a consumers table.
     """
     try:

@@ -106,7 +106,7 @@ class RenameInboxConsumerOp(MigrateOperation):
         (``op.rename_inbox_consumer(table_name, new, old)``) copies them back.
 
         :raises sa_inbox.exc.InvalidMessageId: for a bad consumer name, before SQL.
-        :raises sa_inbox.alembic.InvalidArgument: for a bad table name or length, or the
+        :raises sa_inbox.exc.InvalidArgument: for a bad table name or length, or the
             same name twice, before SQL.
         """
         operations.invoke(

@@ -354,7 +354,7 @@ def spelling(operation: Any, like: Callable[P, None]) -> Callable[P, None]:
     spell.__doc__ = (
         f"Typed spelling of ``op.{name}(...)`` (``op`` is ``alembic.op``), with the "
         f"parameters of :func:`{like.__name__}`.\n\n"
-        ":raises sa_inbox.alembic.InvalidArgument: for a bad name or option, before SQL."
+        ":raises sa_inbox.exc.InvalidArgument: for a bad name or option, before SQL."
     )
     return spell
 
@@ -377,7 +377,7 @@ def create_inbox_table(
     :param schema: the schema, or ``None`` for the connection's default.
     :param message_id_length: length in characters of ``message_id`` and
         ``consumer_name``; must equal the ``Inbox(...)`` the application builds.
-    :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+    :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
     """
     op.invoke(
         CreateProcessedMessagesTableOp(
@@ -410,7 +410,7 @@ def create_inbox_consumers_table(
     :param consumer_name_length: length in characters of ``consumer_name``: at least the
         ``message_id_length`` of each inbox and store of the schema (``Inbox(metadata)``
         defines it with ``max(255, message_id_length)``).
-    :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+    :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
     """
     op.invoke(
         CreateInboxConsumersTableOp(
@@ -437,7 +437,7 @@ def create_partitioned_inbox_table(
     maintain``) before the first claim.
 
     :param partition_key: the column of the message's own time.
-    :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, or an arrival-time
+    :raises sa_inbox.exc.InvalidArgument: for a bad name or length, or an arrival-time
         partition key, before SQL.
     :raises sa_inbox.exc.UnsupportedBackend: on any database but PostgreSQL.
     """

@@ -344,7 +344,7 @@ def rename_inbox_table(
 ) -> None:
     """Typed spelling of ``op.rename_inbox_table(...)``; ``op`` is ``alembic.op``.
 
-    :raises sa_inbox.alembic.InvalidArgument: for a bad name or length, before SQL.
+    :raises sa_inbox.exc.InvalidArgument: for a bad name or length, before SQL.
     :raises sa_inbox.exc.UnsupportedBackend: on a backend without a rename here.
     """
     names = (old_table_name, new_table_name)

@@ -49,8 +49,8 @@ def inbox_operations(
         ``Inbox`` or ``InboxStore`` built with the default ``consumers=True`` claims
         through (``consumer_name`` of
         :func:`~sa_inbox.consumers.consumer_name_length_for` ``message_id_length``).
-    :raises sa_inbox.alembic.InvalidArgument: for a bad name, schema or length.
-    :raises sa_inbox.alembic.InvalidArgument: if no table is asked for.
+    :raises sa_inbox.exc.InvalidArgument: for a bad name, schema or length.
+    :raises sa_inbox.exc.InvalidArgument: if no table is asked for.
     """
     operations: list[CreateInboxTableOp] = []
     if processed_messages:

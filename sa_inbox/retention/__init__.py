@@ -6,7 +6,7 @@ module                     what it holds
 =========================  ================================================================
 :mod:`.policy`             :class:`RetentionPolicy`: the window a purge may not cut into
 :mod:`.purge`              :func:`purge`, :func:`purge_store`: short batched deletes
-:mod:`.partitions`         :class:`PartitionedInbox`, partition maintenance (PostgreSQL)
+:mod:`.partitions`         :class:`.partitions.PartitionedInbox`, partition maintenance (PostgreSQL)
 =========================  ================================================================
 
 Every name of the former ``sa_inbox.retention`` module is importable from here.

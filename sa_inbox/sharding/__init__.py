@@ -3,12 +3,11 @@
 The claim must live in the same database as the business change, so the inbox is sharded
 with the business data, and every delivery of one message must reach the same shard.
 
-=============================================  =========================================
-:class:`ShardedInbox`                          route by shard key, claim on that shard,
-                                               refuse a changed shard key
-:func:`~sa_inbox.sharding.keys.rendezvous_shard`  the default, stable assignment (SHA-256)
-:class:`~sa_inbox.sharding.asyncio.AsyncShardedInbox`  the same on AsyncEngines
-=============================================  =========================================
+* :class:`ShardedInbox`: route by shard key, claim on that shard, refuse a changed shard
+  key;
+* :func:`~sa_inbox.sharding.keys.rendezvous_shard`: the default, stable assignment
+  (SHA-256);
+* :class:`~sa_inbox.sharding.asyncio.AsyncShardedInbox`: the same on AsyncEngines.
 """
 
 from __future__ import annotations

@@ -82,6 +82,7 @@ class ShardedInbox:
         with :class:`~sa_inbox.exc.ShardUnavailable` (naming the shard; a FAILED
         delivery, nacked, so a broker with a redelivery limit dead-letters it): requeue on
         it with a delay. Default False.
+
     Claim a consumer's messages through the ShardedInbox only: a plain
     :class:`~sa_inbox.Inbox` on the same table stores a bare payload digest, which the
     ShardedInbox cannot read a shard key from (it then judges the payload only), and the

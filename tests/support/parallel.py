@@ -42,11 +42,14 @@ WORKER_VARIABLE = "PYTEST_XDIST_WORKER"
 #: Node id prefixes of the tests that share one thing across workers, and their group: the
 #: Galera cluster's one test database (its chaos test SIGKILLs a node), the second
 #: PostgreSQL server the sharding tests start once per session (once per worker otherwise),
-#: and the servers the outage tests start once for their package, then kill and restart.
+#: the servers the outage tests start once for their package, then kill and restart, and
+#: the documentation's examples and tutorial (the broker queues and streams they name).
 GROUPS = {
     "tests/backends/cluster/test_galera_": "galera",
     "tests/backends/sharding/": "shards",
     "tests/backends/outages/": "outages",
+    "tests/docs/test_examples.py": "docs",
+    "tests/docs/test_tutorial.py": "docs",
 }
 
 #: The fixture behind each group: a test using it must live where its group's tests do.

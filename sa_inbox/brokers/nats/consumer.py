@@ -231,6 +231,7 @@ async def consume(
         :func:`ensure_consumer`; the first message whose handling raised one (that message
         is left unsettled; see :func:`~sa_inbox.brokers.process_async`);
         :class:`~sa_inbox.exc.MissingKeyHeader` (see ``max_keyless``).
+
     **Outages and reconnects.** While the database cannot be reached the message in hand is
     held, uncounted: nothing new is fetched, and every third of the consumer's ``ack_wait``
     each unsettled message of the batch gets ``+WPI`` (``in_progress()``: JetStream resets

@@ -154,12 +154,13 @@ class AsyncConsumer(QueueConsumer):
     :param handler: ``async def handler(session, delivery)`` (or a plain function); the
         business change, it must not commit.
     :param inbox: the :class:`~sa_inbox.Inbox`, or its :class:`~sa_inbox.asyncio.AsyncInbox`.
-    :param max_deliveries, prefetch, key_header, max_keyless, keyless_wait,
-        dead_letter_queue, on_settled, consumer_name: as for
-        :class:`~.blocking.BlockingConsumer`.
     :raises InvalidArgument: if ``prefetch`` is not an int >= 1.
     :raises ConfigurationError: when it is made, as :class:`~.blocking.BlockingConsumer`
         (here a ``sessionmaker`` is the other half's factory).
+
+    ``max_deliveries``, ``prefetch``, ``key_header``, ``max_keyless``, ``keyless_wait``,
+    ``dead_letter_queue``, ``on_settled`` and ``consumer_name`` are as for
+    :class:`~.blocking.BlockingConsumer`.
 
     **Readiness.** :meth:`run` first awaits :meth:`check`; await it from a health endpoint
     too.

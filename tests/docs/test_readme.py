@@ -1,0 +1,41 @@
+"""The README is the front door: at most 8 KB, its example runs (on SQLite, as written),
+and every link it has into the repository names a file that exists. (Its second example,
+the testing fixture's, runs in ``tests/backends/testkit/test_docs_example.py``.)"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+
+def test_the_readme_fits_on_a_screen_or_two() -> None:
+    assert len(README.read_bytes()) <= 8 * 1024
+
+
+def test_the_readme_example_runs(tmp_path: Path) -> None:
+    blocks = re.findall(r"^```python\n(.*?)^```$", README.read_text(), re.MULTILINE | re.DOTALL)
+    assert len(blocks) == 2, "the example, and the testing fixture's"
+    assert "exactly_once" in blocks[1]
+    done = subprocess.run(
+        [sys.executable, "-c", blocks[0]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ack", "Outcome.PROCESSED", "ack", "Outcome.DUPLICATE"]
+
+
+def test_every_link_into_the_repository_exists() -> None:
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README.read_text())
+    local = [link for link in links if "://" not in link]
+    assert local, "the README links into the docs"
+    for link in local:
+        assert (ROOT / link).exists(), f"README links to {link}, which does not exist"
