@@ -38,6 +38,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "bench": ("matplotlib",),
     "celery": ("celery",),
     "faststream": ("faststream", "greenlet"),
+    "kafka": ("aiokafka", "confluent_kafka", "greenlet"),
     "nats": ("nats", "greenlet"),
     "opentelemetry": ("opentelemetry",),
     "prometheus": ("prometheus_client",),

