@@ -50,7 +50,7 @@ from ...store.batch import BATCH_RERUNS
 from ..delivery import DeadLetterReason, Delivery, Disposition, Settlement
 from ..process import _detail
 from .records import Record, by_partition
-from .state import Attempts, Offsets
+from .state import Attempts, Offsets, savepoint
 
 __all__ = ["Failure", "PollResult", "PollRunner", "next_offsets"]
 
@@ -312,7 +312,7 @@ class PollRunner:
         """Run the handler of one newly claimed record; True if it succeeded. Without
         savepoints a failure ends the transaction; with them it is rolled back to the
         record's savepoint, its claim deleted, and the record recorded as failed."""
-        savepoint = session.begin_nested() if savepoints else None
+        nested = savepoint(session) if savepoints else None
         try:
             delivery = record.delivery
             if delivery.delivery_count > self.max_deliveries:
@@ -321,17 +321,17 @@ class PollRunner:
                     f"{self.max_deliveries}"
                 )
             self.handler(session, delivery)
-            if savepoint is not None:
-                savepoint.commit()
+            if nested is not None:
+                nested.commit()
             return True
         except ConfigurationError:
             raise
         except Exception as exc:
             if is_unavailable(exc) or is_transient(exc, None):
                 raise  # the database's, not the record's: the whole poll runs again
-            if savepoint is None:
+            if nested is None:
                 raise _HandlerFailed(record, exc) from exc
-            savepoint.rollback()
+            nested.rollback()
             self._unclaim(session, record)
             failures.append(self._failed(record, exc))
             return False

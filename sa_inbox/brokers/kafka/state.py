@@ -12,11 +12,12 @@ from collections.abc import Collection, Mapping
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, SessionTransaction
 
+from ...dialects import claim_dialect_for
 from .schema import MAX_ERROR_LENGTH, KafkaTables
 
-__all__ = ["Attempts", "Offsets"]
+__all__ = ["Attempts", "Offsets", "savepoint"]
 
 Position = tuple[str, int]
 
@@ -103,6 +104,15 @@ class Offsets:
             _upsert(session, t, key, {"next_offset": offset}, t.c.next_offset < offset)
 
 
+def savepoint(session: Session) -> SessionTransaction:
+    """``session.begin_nested()``, after the backend's step before a savepoint
+    (:meth:`~sa_inbox.dialects.ClaimDialect.before_savepoint`: on SQLite, the driver's
+    ``BEGIN``, without which the savepoint would open and commit a transaction of its own)."""
+    conn = session.connection()
+    claim_dialect_for(conn.dialect.name, "native").before_savepoint(conn)
+    return session.begin_nested()
+
+
 def _upsert(
     session: Session,
     table: sa.Table,
@@ -122,7 +132,7 @@ def _upsert(
     if exists is not None:
         return  # the guard held it back
     try:
-        with session.begin_nested():
+        with savepoint(session):
             session.execute(table.insert().values(**key, **values))
     except IntegrityError:
         session.execute(update)

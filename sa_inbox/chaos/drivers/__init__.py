@@ -60,7 +60,13 @@ class ChaosDriver(Protocol):
 
 
 #: URL scheme → module (under this package) whose ``Driver(url)`` is the driver.
-SCHEMES = {"amqp": "rabbitmq", "amqps": "rabbitmq", "redis": "redis", "nats": "nats"}
+SCHEMES = {
+    "amqp": "rabbitmq",
+    "amqps": "rabbitmq",
+    "redis": "redis",
+    "nats": "nats",
+    "kafka": "kafka",
+}
 
 
 def driver_for(url: str) -> ChaosDriver:

@@ -13,7 +13,8 @@ import sqlalchemy as sa
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from sa_inbox.brokers.kafka import DEAD_LETTER_MESSAGE_ID, DEAD_LETTER_REASON, kafka_tables
+from sa_inbox.brokers.kafka import DEAD_LETTER_MESSAGE_ID, DEAD_LETTER_REASON
+from sa_inbox.brokers.kafka import kafka_tables as kafka_tables
 from tests.support.app import App
 
 __all__ = [

@@ -10,10 +10,15 @@ offsets, the dead-letter topic) are both asserted.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -216,4 +221,101 @@ def test_async_duplicate_publishes_are_applied_once(
     assert sum(offsets.values()) == 27, offsets
 
 
-_ = (DeadLetterReason, attempts, dead_letters, stored_offsets)
+# -- poison: dead-lettered at the limit, its partition goes on ---------------------------
+
+
+def test_poison_goes_to_the_dead_letter_topic_without_stopping_its_partition(
+    servers: str, sync_app: App
+) -> None:
+    topic = create_topic(servers, partitions=1)
+    publish(servers, topic, amounts(["a", "poison", "b", "c"]))
+    seen = Collected()
+    consumer = sync_consumer(
+        servers, topic, sync_app, handler=pay(sync_app, poison="poison"), on_settled=seen,
+        max_deliveries=3,
+    )  # fmt: skip
+    run_sync_until(consumer, lambda: seen.final() >= 4 and committed_past(servers, topic, 4))
+    assert ledger(sync_app) == ["a", "b", "c"], "the records behind it were processed"
+    poison = [s for s in seen.items if s.delivery.message_id == "poison"]
+    assert [(s.disposition, s.delivery.delivery_count) for s in poison] == [
+        (Disposition.RETRY, 1),
+        (Disposition.RETRY, 2),
+        (Disposition.DEAD_LETTERED, 3),
+    ]
+    assert poison[-1].reason is DeadLetterReason.DELIVERY_LIMIT
+    (dead,) = dead_letters(servers, topic, 1)
+    assert dead["sa-inbox-message-id"] == "poison"
+    assert dead["sa-inbox-dead-letter-reason"] == "delivery_limit"
+    assert (dead["sa-inbox-offset"], dead["value"]) == ("1", "1.00")
+    assert attempts(sync_app) == {"poison": 3}, "counted in the database, Kafka has no count"
+    assert committed(servers, f"group-{topic}", topic, 1) == {0: 4}
+
+
+def committed_past(servers: str, topic: str, offset: int) -> bool:
+    return committed(servers, f"group-{topic}", topic, 1).get(0, -1) >= offset
+
+
+def test_async_poison_is_dead_lettered_and_the_rest_applied(
+    servers: str, aio_app: App, aio_url: str
+) -> None:
+    topic = create_topic(servers, partitions=1)
+    publish(servers, topic, amounts(["a", "poison", "b"]))
+    seen = Collected()
+    consumer = async_consumer(
+        servers, topic, aio_app, aio_url, handler=pay_async(aio_app, poison="poison"),
+        on_settled=seen, max_deliveries=2,
+    )  # fmt: skip
+    asyncio.run(run_async_until(consumer, lambda: seen.final() >= 3))
+    assert ledger(aio_app) == ["a", "b"]
+    assert seen.count(Disposition.DEAD_LETTERED) == 1
+    assert dead_letters(servers, topic, 1)[0]["sa-inbox-message-id"] == "poison"
+    assert attempts(aio_app) == {"poison": 2}
+
+
+# -- crashes: a real consumer process SIGKILLed after the database commit ------------------
+
+ROOT = Path(__file__).resolve().parents[3]
+CHILD = "tests.backends.brokers.kafka_child"
+
+
+def child(db_url: str, servers: str, topic: str, offsets: str, mode: str, n: int) -> list[str]:
+    """Run the consumer process to its end (exit, or SIGKILL) and return its lines."""
+    process = subprocess.run(
+        [sys.executable, "-m", CHILD, db_url, servers, topic, f"group-{topic}", offsets, mode,
+         str(n)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    expected = -signal.SIGKILL if mode.startswith("crash") else 0
+    assert process.returncode == expected, process.stderr[-3000:]
+    return process.stdout.splitlines()
+
+
+def test_killed_after_the_commit_before_the_offset_commit_is_redelivered_as_duplicates(
+    url: str, servers: str, sync_app: App
+) -> None:
+    topic = create_topic(servers, partitions=1)
+    publish(servers, topic, amounts(["p1", "p2", "p3"]))
+    assert child(url, servers, topic, "kafka", "crash-after-commit", 3) == ["COMMITTED"]
+    assert ledger(sync_app) == ["p1", "p2", "p3"], "committed before the kill"
+    assert committed(servers, f"group-{topic}", topic, 1) == {}, "the offsets never were"
+    lines = child(url, servers, topic, "kafka", "deliver", 3)
+    assert lines == ["duplicate 1 p1", "duplicate 1 p2", "duplicate 1 p3"]
+    assert ledger(sync_app) == ["p1", "p2", "p3"] and balance(sync_app) == Decimal(3)
+    assert committed(servers, f"group-{topic}", topic, 1) == {0: 3}
+
+
+def test_offsets_in_the_database_replay_nothing_after_that_crash(
+    url: str, servers: str, sync_app: App
+) -> None:
+    topic = create_topic(servers, partitions=1)
+    publish(servers, topic, amounts(["p1", "p2", "p3"]))
+    assert child(url, servers, topic, "database", "crash-after-commit", 3) == ["COMMITTED"]
+    assert ledger(sync_app) == ["p1", "p2", "p3"]
+    assert stored_offsets(sync_app) == {(topic, 0): 3}, "in the claim's own transaction"
+    assert committed(servers, f"group-{topic}", topic, 1) == {}
+    publish(servers, topic, amounts(["p4"]))
+    assert child(url, servers, topic, "database", "deliver", 1) == ["processed 1 p4"]
+    assert ledger(sync_app) == ["p1", "p2", "p3", "p4"] and balance(sync_app) == Decimal(4)
+    assert stored_offsets(sync_app) == {(topic, 0): 4}
+    assert committed(servers, f"group-{topic}", topic, 1) == {0: 4}
