@@ -57,6 +57,9 @@ Position = tuple[str, int]
 #: come again, as duplicates).
 COMMIT_TIMEOUT = 15.0
 
+#: Seconds a fetch may wait for a rebalance in progress before the loop looks at its stop.
+REBALANCE_WAIT = 1.0
+
 #: aiokafka consumer options the adapter sets itself (refused in ``config``).
 OWN_OPTIONS = ("group_id", "enable_auto_commit", "bootstrap_servers", "isolation_level")
 
@@ -284,9 +287,17 @@ class AsyncConsumer(ConsumerCore):
     async def _poll_once(self) -> None:
         assert self.consumer is not None and self._lock is not None
         try:
-            fetched = await self.consumer.getmany(
-                timeout_ms=round(self.poll_timeout * 1000), max_records=self.max_records
+            # getmany waits without a timeout while the group rebalances ("fetched_records":
+            # no records of a partition that may not be this member's): bounded here, so
+            # a stop is seen within it.
+            fetched = await asyncio.wait_for(
+                self.consumer.getmany(
+                    timeout_ms=round(self.poll_timeout * 1000), max_records=self.max_records
+                ),
+                self.poll_timeout + REBALANCE_WAIT,
             )
+        except TimeoutError:
+            return  # rebalancing: nothing fetched, nothing held is decided
         except KafkaError as exc:
             await self._lost(exc)
             return

@@ -10,6 +10,7 @@ offsets, the dead-letter topic) are both asserted.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import subprocess
@@ -25,8 +26,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
+from sa_inbox import ConfigurationError
 from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
 from sa_inbox.brokers.kafka import AsyncConsumer, Consumer
+from sa_inbox.exc import AsyncHandlerError, InvalidArgument, InvalidSessionFactory
 from tests.backends.brokers.kafka_support import (
     FAST_ASYNC,
     FAST_SYNC,
@@ -319,3 +322,149 @@ def test_offsets_in_the_database_replay_nothing_after_that_crash(
     assert ledger(sync_app) == ["p1", "p2", "p3", "p4"] and balance(sync_app) == Decimal(4)
     assert stored_offsets(sync_app) == {(topic, 0): 4}
     assert committed(servers, f"group-{topic}", topic, 1) == {0: 4}
+
+
+# -- the rebalance: a second consumer joins while the first holds a claimed poll ------------
+
+
+def test_async_revocation_waits_for_the_poll_in_hand(
+    servers: str, aio_app: App, aio_url: str
+) -> None:
+    """aiokafka keeps A in the group while its handler holds the poll (heartbeats in the
+    background): B's arrival revokes A's partitions, and the revocation waits until A's
+    transaction and offsets are committed; B then starts after A's records and applies only
+    what comes next."""
+    topic = create_topic(servers, partitions=2)
+    first = [f"r{i}" for i in range(6)]
+    publish(servers, topic, amounts(first))
+    holding = asyncio.Event()
+    release = asyncio.Event()
+    paying = pay_async(aio_app)
+
+    @functools.wraps(paying)
+    async def slow(session: Any, delivery: Any) -> None:
+        await paying(session, delivery)
+        if not release.is_set():
+            holding.set()
+            await release.wait()
+
+    seen_a, seen_b = Collected(), Collected()
+
+    async def scenario() -> None:
+        a = async_consumer(servers, topic, aio_app, aio_url, handler=slow, on_settled=seen_a)
+        b = async_consumer(servers, topic, aio_app, aio_url, on_settled=seen_b)
+        task_a = asyncio.create_task(a.run())
+        await asyncio.wait_for(holding.wait(), SETTLE_S)
+        task_b = asyncio.create_task(b.run())
+        await asyncio.sleep(2.0)  # B's JoinGroup is in: the rebalance waits on A
+        assert not b.assignment.owned, "B got partitions while A held its poll"
+        release.set()
+        deadline = time.monotonic() + SETTLE_S
+        while not b.assignment.owned:
+            assert time.monotonic() < deadline, "no partition ever moved to B"
+            await asyncio.sleep(0.1)
+        publish(servers, topic, amounts([f"s{i}" for i in range(6)]))
+        while seen_a.final() + seen_b.final() < 12:
+            assert time.monotonic() < deadline, (seen_a.items, seen_b.items)
+            await asyncio.sleep(0.1)
+        a.stop()
+        b.stop()
+        await asyncio.wait_for(asyncio.gather(task_a, task_b), 60)
+
+    asyncio.run(scenario())
+    assert seen_a.count(Disposition.DUPLICATE) + seen_b.count(Disposition.DUPLICATE) == 0
+    assert {s.delivery.message_id for s in seen_b.items} <= {f"s{i}" for i in range(6)}
+    assert len(ledger(aio_app)) == 12 and balance(aio_app) == Decimal(12)
+    assert sum(committed(servers, f"group-{topic}", topic, 2).values()) == 12
+
+
+def test_rebalance_mid_poll_both_see_the_records_each_effect_lands_once(
+    servers: str, aio_app: App, aio_url: str
+) -> None:
+    """THE REBALANCE. A's handler holds its poll's transaction open (claims written, not
+    committed); B joins; A's revocation waits for that poll, past A's rebalance timeout, so
+    the coordinator drops A and gives the partition to B, which fetches the same records
+    from the last committed offset and claims them (waiting on A's uncommitted rows). A
+    commits: B finds every record a duplicate. A's offset commit is refused (no longer a
+    member); B's ends past every record."""
+    topic = create_topic(servers, partitions=1)
+    ids = [f"r{i}" for i in range(5)]
+    publish(servers, topic, amounts(ids))
+    holding = asyncio.Event()
+    release = asyncio.Event()
+    paying = pay_async(aio_app)
+
+    @functools.wraps(paying)
+    async def slow(session: Any, delivery: Any) -> None:
+        await paying(session, delivery)
+        if not release.is_set():
+            holding.set()
+            await release.wait()
+
+    seen_a, seen_b = Collected(), Collected()
+    evicted = {**FAST_ASYNC, "rebalance_timeout_ms": 7000, "max_poll_interval_ms": 7000}
+
+    async def scenario() -> None:
+        a = async_consumer(
+            servers, topic, aio_app, aio_url, handler=slow, on_settled=seen_a, config=evicted
+        )
+        b = async_consumer(servers, topic, aio_app, aio_url, on_settled=seen_b)
+        task_a = asyncio.create_task(a.run())
+        await asyncio.wait_for(holding.wait(), SETTLE_S)
+        task_b = asyncio.create_task(b.run())
+        deadline = time.monotonic() + SETTLE_S
+        while (topic, 0) not in b.assignment.owned:
+            assert time.monotonic() < deadline, "the partition never moved to B"
+            await asyncio.sleep(0.1)
+        assert not seen_a.items, "A still holds its poll"
+        await asyncio.sleep(1.0)  # B fetches the same records, its claims wait on A's rows
+        release.set()
+        while seen_a.final() < 5 or seen_b.final() < 5:
+            assert time.monotonic() < deadline, (seen_a.items, seen_b.items)
+            await asyncio.sleep(0.1)
+        a.stop()
+        b.stop()
+        done, pending = await asyncio.wait([task_a, task_b], timeout=60)
+        assert not pending, ("A" if task_a in pending else "B") + " did not stop"
+        for task in done:
+            task.result()
+
+    asyncio.run(scenario())
+    assert seen_a.count(Disposition.PROCESSED) == 5
+    assert seen_b.count(Disposition.DUPLICATE) == 5, "B saw the same records"
+    assert ledger(aio_app) == ids and balance(aio_app) == Decimal(5)
+    with aio_app.engine.connect() as conn:
+        claims = conn.execute(sa.select(sa.func.count()).select_from(aio_app.inbox.table))
+        assert claims.scalar_one() == 5
+    assert committed(servers, f"group-{topic}", topic, 1) == {0: 5}
+
+
+# -- misuse: refused when made, before any SQL or connection -------------------------------
+
+
+@pytest.mark.parametrize("header", ["offset", "partition", "topic", "kafka_offset", "Offset"])
+def test_a_key_header_naming_the_records_coordinates_is_refused(
+    servers: str, sync_app: App, header: str
+) -> None:
+    with pytest.raises(InvalidArgument, match="position in the log"):
+        sync_consumer(servers, "t", sync_app, key_header=header)
+
+
+def test_the_wrong_half_of_the_api_is_refused_before_any_sql(
+    servers: str, sync_app: App, aio_url: str
+) -> None:
+    engine = create_async_engine(aio_url, poolclass=sa.NullPool)
+    with pytest.raises(InvalidSessionFactory):
+        sync_consumer(servers, "t", sync_app, session_factory=async_sessionmaker(engine))
+    with pytest.raises(ConfigurationError):
+        async_consumer(servers, "t", sync_app, aio_url, session_factory=sync_app.Session)
+    with pytest.raises(AsyncHandlerError):  # an async def handler on the sync consumer
+        sync_consumer(servers, "t", sync_app, handler=pay_async(sync_app))
+    with pytest.raises(InvalidArgument, match="enable_auto_commit"):
+        async_consumer(servers, "t", sync_app, aio_url, config={"enable_auto_commit": True})
+    with pytest.raises(InvalidArgument, match=r"enable\.auto\.commit"):
+        sync_consumer(servers, "t", sync_app, config={"enable.auto.commit": True})
+    with pytest.raises(InvalidArgument, match="offsets"):
+        sync_consumer(servers, "t", sync_app, offsets="zookeeper")
+    with pytest.raises(InvalidArgument, match="dead_letter_topic"):
+        sync_consumer(servers, "t", sync_app, dead_letter_topic="t")
