@@ -287,7 +287,8 @@ class PollRunner:
             cleared: list[str] = []
             for record in new:
                 stored = counts.get(_message_id(record), 0)
-                record = record.counted(stored + 1)
+                if stored:  # a delivery's count is 1 unless an attempt failed before
+                    record = record.counted(stored + 1)
                 if self._handle(session, record, savepoints, failures):
                     result.processed.append(record)
                     if stored:
