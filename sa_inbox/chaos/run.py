@@ -187,10 +187,13 @@ def _until_quiet(
     status: Status | None,
 ) -> None:
     """Step the killer until everything is published and the logs show as many final
-    settlements as publishes, or nothing new for :data:`QUIET_S` after at least one new
-    line since this call (a kill can lose the log line of a delivery it acked; and the
-    consumers just (re)started, still importing, log nothing: stopping them then would
-    restart them for ever on a slow machine), or nothing new for :data:`LAST_RESORT_S`.
+    settlements as publishes (the first time only: when the consumers run again because the
+    broker still held something, such as Kafka records whose offsets a stopping consumer
+    could not commit, their duplicates count as final settlements too), or nothing new for
+    :data:`QUIET_S` after at least one new line since this call (a kill can lose the log
+    line of a delivery it acked; and the consumers just (re)started, still importing, log
+    nothing: stopping them then would restart them for ever on a slow machine), or nothing
+    new for :data:`LAST_RESORT_S`.
 
     :raises ChaosError: if the producer or a consumer failed, or at the deadline.
     """
@@ -215,7 +218,7 @@ def _until_quiet(
                 )
         quiet = now - quiet_since
         if producer.done.is_set() and (
-            follower.final >= published
+            (follower.final >= published and not lines_before)
             or (quiet >= QUIET_S and follower.lines > lines_before)
             or quiet >= LAST_RESORT_S
         ):

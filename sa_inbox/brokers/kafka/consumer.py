@@ -173,6 +173,8 @@ class Consumer(ConsumerCore):
         self._extra_stop: Any = None
         self.consumer: KafkaConsumer | None = None
         self.producer: Producer | None = None
+        #: Offsets a rebalance refused, committed at the partitions' revocation.
+        self._uncommitted: dict[Position, int] = {}
 
     def check(self) -> None:
         """The start-up check :meth:`run` makes first; returns None or raises.
@@ -225,7 +227,7 @@ class Consumer(ConsumerCore):
             list(self.topics),
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
-            on_lost=self._on_revoke,
+            on_lost=self._on_lost,
         )
         try:
             while not self._stopping():
@@ -284,10 +286,13 @@ class Consumer(ConsumerCore):
                 offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
                 asynchronous=False,
             )
+            for position in offsets:  # superseded: never committed back over these
+                self._uncommitted.pop(position, None)
         except KafkaException as exc:
             code = exc.args[0].code() if exc.args and isinstance(exc.args[0], KafkaError) else None
             if code not in _REBALANCED and code not in _UNREACHABLE:
                 raise
+            self._uncommitted.update(offsets)  # tried again when the partitions are revoked
             logger.warning(
                 "consumer %s: offsets not committed (%s); the records come again to their "
                 "partitions' owners, as duplicates",
@@ -340,6 +345,27 @@ class Consumer(ConsumerCore):
         consumer.assign(partitions)
 
     def _on_revoke(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
+        """Before the partitions go: the offsets a rebalance in progress refused are
+        committed now (still this member's; Kafka's "commit in onPartitionsRevoked"), then
+        the partitions are forgotten."""
+        positions = {(p.topic, p.partition) for p in partitions}
+        pending = {p: o for p, o in self._uncommitted.items() if p in positions}
+        if pending and self.assignment.owned >= set(pending):
+            try:
+                consumer.commit(
+                    offsets=[TopicPartition(t, p, o) for (t, p), o in pending.items()],
+                    asynchronous=False,
+                )
+            except KafkaException as exc:
+                logger.info(
+                    "consumer %s: offsets not committed at revocation: %s", self.consumer_name, exc
+                )
+        self._uncommitted.clear()
+        self.revoked(positions)
+
+    def _on_lost(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
+        """Partitions lost (the member was dropped): nothing may be committed for them."""
+        self._uncommitted.clear()
         self.revoked((p.topic, p.partition) for p in partitions)
 
     def _on_error(self, error: KafkaError) -> None:
