@@ -44,6 +44,14 @@ PARTITIONS = 4
 #: The consumers' session timeout: a killed consumer's partitions move this soon (Tansu
 #: also holds each JoinGroup for half of it while the group forms).
 SESSION_TIMEOUT_MS = 6000
+#: Records per poll of the run's consumers: each poll is one transaction holding its rows'
+#: locks (the payments' accounts) until it commits; small polls keep the consumers' lock
+#: waits and deadlocks short.
+MAX_RECORDS = 50
+#: Seconds without a settlement after which the run looks at what is left (the chaos run's
+#: ``quiet_seconds``): a killed member's partitions move after its session timeout and a
+#: rebalance, which Tansu holds for half the session timeout per JoinGroup.
+QUIET_SECONDS = 3 * SESSION_TIMEOUT_MS / 1000
 #: Seconds without a record after which a read of a topic is taken as complete.
 QUIET_READ_S = 2.0
 #: Records per producer flush when publishing.
@@ -60,6 +68,9 @@ class Driver:
 
     :param url: ``kafka://host:port`` (one bootstrap server).
     """
+
+    #: See :data:`QUIET_SECONDS`.
+    quiet_seconds = QUIET_SECONDS
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -126,6 +137,7 @@ class Driver:
             max_deliveries=max_deliveries,
             on_settled=on_settled,
             poll_timeout=0.5,
+            max_records=MAX_RECORDS,
             config={
                 "session.timeout.ms": SESSION_TIMEOUT_MS,
                 "heartbeat.interval.ms": 500,
@@ -147,12 +159,16 @@ class Driver:
         return len(self._read(starts))
 
     def dead_letters(self, name: str) -> list[str]:
-        """The ``sa-inbox-message-id`` header of each record of ``<name>.dead`` (``""`` for
-        a record that had no key)."""
-        return [
+        """The distinct ``sa-inbox-message-id`` headers of the records of ``<name>.dead``
+        (``""`` for a record that had no key). A consumer killed after a dead letter's
+        publish and before its offset commit publishes it again when the record comes
+        back (Kafka drops no duplicate publish across producers): the dead-letter topic
+        holds it twice, with the same header, and its reader deduplicates on it."""
+        ids = [
             (dict(headers).get(DEAD_LETTER_MESSAGE_ID) or b"").decode()
             for headers in self._read([TopicPartition(_dead(name), 0, 0)])
         ]
+        return list(dict.fromkeys(ids))
 
     def _read(self, starts: list[TopicPartition]) -> list[list[tuple[str, Any]]]:
         """The headers of every record from ``starts`` on, read until nothing more came for
