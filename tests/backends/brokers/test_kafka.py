@@ -28,8 +28,10 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from sa_inbox import ConfigurationError
 from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
-from sa_inbox.brokers.kafka import AsyncConsumer, Consumer
+from sa_inbox.brokers.kafka import AsyncConsumer, AsyncPublisher, Consumer, Publisher
 from sa_inbox.exc import AsyncHandlerError, InvalidArgument, InvalidSessionFactory
+from sa_inbox.outbox.message import OutboxMessage
+from sa_inbox.outbox.publisher import async_publisher_for, broker_unavailable, publisher_for
 from tests.backends.brokers.kafka_support import (
     FAST_ASYNC,
     FAST_SYNC,
@@ -468,3 +470,68 @@ def test_the_wrong_half_of_the_api_is_refused_before_any_sql(
         sync_consumer(servers, "t", sync_app, offsets="zookeeper")
     with pytest.raises(InvalidArgument, match="dead_letter_topic"):
         sync_consumer(servers, "t", sync_app, dead_letter_topic="t")
+
+
+# -- the outbox publishers ---------------------------------------------------------------
+
+
+def outbox_message(topic: str, message_id: str, account: str) -> OutboxMessage:
+    return OutboxMessage(
+        id=1, message_id=message_id, destination=topic, payload=b"1.00",
+        headers={"account_id": account},
+    )  # fmt: skip
+
+
+def test_the_publisher_sends_the_outbox_id_as_the_key_header_and_a_key_per_topic(
+    servers: str, sync_app: App
+) -> None:
+    """Through publisher_for("kafka://..."): librdkafka's idempotent producer, acks=all;
+    the consumer reads the outbox id from the header and applies each message once (a
+    row published twice, as after a relay killed before its mark, is a duplicate)."""
+    topic = create_topic(servers, partitions=3)
+    publisher = publisher_for(f"kafka://{servers}")
+    assert isinstance(publisher, Publisher)
+    assert publisher.config["enable.idempotence"] is True and publisher.config["acks"] == "all"
+    publisher.keys = {topic: lambda m: m.headers["account_id"]}
+    messages = [outbox_message(topic, f"o{i}", f"acct-{i % 2}") for i in range(6)]
+    assert publisher.publish_many([*messages, messages[0]]) == [None] * 7
+    publisher.close()
+    seen = Collected()
+    consumer = sync_consumer(servers, topic, sync_app, on_settled=seen)
+    run_sync_until(consumer, lambda: seen.final() >= 7)
+    assert ledger(sync_app) == [f"o{i}" for i in range(6)]
+    assert seen.count(Disposition.DUPLICATE) == 1
+    partitions = {s.delivery.headers["account_id"]: set() for s in seen.items}
+    for s in seen.items:
+        partitions[s.delivery.headers["account_id"]].add(s.delivery.broker_ref.split("@")[0])
+    assert all(len(p) == 1 for p in partitions.values()), "one key, one partition"
+
+
+def test_the_publisher_tells_an_unreachable_broker_from_a_refused_message() -> None:
+    unreachable = Publisher("127.0.0.1:1", timeout=3, config={"message.timeout.ms": 2000})
+    (error,) = unreachable.publish_many([outbox_message("t", "m1", "a")])
+    assert error is not None and unreachable.is_unavailable(error)
+    assert broker_unavailable(unreachable, error)
+    unreachable.close()
+    refused = Publisher("127.0.0.1:1", config={"message.max.bytes": 1000})
+    big = OutboxMessage(id=1, message_id="m2", destination="t", payload=b"x" * 5000)
+    (error,) = refused.publish_many([big])
+    assert error is not None and not refused.is_unavailable(error), error
+
+
+def test_the_async_publisher_publishes_once_awaited(servers: str, sync_app: App) -> None:
+    topic = create_topic(servers)
+    publisher = async_publisher_for(f"kafka://{servers}")
+    assert isinstance(publisher, AsyncPublisher)
+
+    async def publish_two() -> None:
+        await publisher.publish(outbox_message(topic, "a1", "x"))
+        await publisher.publish(outbox_message(topic, "a1", "x"))  # the relay again
+        await publisher.close()
+
+    asyncio.run(publish_two())
+    seen = Collected()
+    run_sync_until(
+        sync_consumer(servers, topic, sync_app, on_settled=seen), lambda: seen.final() >= 2
+    )
+    assert ledger(sync_app) == ["a1"] and seen.count(Disposition.DUPLICATE) == 1
