@@ -20,7 +20,10 @@ dead-letter publishes are awaited on the loop.
    limit, published to the dead-letter topic at once; the poll runs again without it, with
    a savepoint per handler, so a further failure is isolated (its savepoint rolled back,
    its claim deleted) without a third run: the shape of the inbox store's batch mode
-   (:mod:`sa_inbox.store.batch`), for the same reasons and by the same measurement.
+   (:mod:`sa_inbox.store.batch`). One transaction per poll rather than per record was
+   chosen by ``benchmarks/kafka_poll.py`` (``benchmarks/RESULTS.md``, "Kafka: a poll in
+   one transaction"); its cost is the batch mode's: the poll holds the locks of every row
+   its handlers touch until it commits.
 3. **the database cannot be reached** (:func:`sa_inbox.outage.is_unavailable`): the
    consumer's :class:`~sa_inbox.outage.OutageGate` probes with back-off and the same poll
    runs again, uncounted (nothing was committed, no attempt written); a consumer stopped or
