@@ -29,7 +29,12 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sa_inbox import ConfigurationError
 from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
 from sa_inbox.brokers.kafka import AsyncConsumer, AsyncPublisher, Consumer, Publisher
-from sa_inbox.exc import AsyncHandlerError, InvalidArgument, InvalidSessionFactory
+from sa_inbox.exc import (
+    AsyncHandlerError,
+    InvalidArgument,
+    InvalidSessionFactory,
+    MissingKeyHeader,
+)
 from sa_inbox.outbox.message import OutboxMessage
 from sa_inbox.outbox.publisher import async_publisher_for, broker_unavailable, publisher_for
 from tests.backends.brokers.kafka_support import (
@@ -535,3 +540,26 @@ def test_the_async_publisher_publishes_once_awaited(servers: str, sync_app: App)
         sync_consumer(servers, topic, sync_app, on_settled=seen), lambda: seen.final() >= 2
     )
     assert ledger(sync_app) == ["a1"] and seen.count(Disposition.DUPLICATE) == 1
+
+
+def test_a_misspelled_key_header_stops_the_consumer_with_nothing_dead_lettered(
+    servers: str, sync_app: App
+) -> None:
+    """``max_keyless`` keyless records in a row: the consumer raises MissingKeyHeader with
+    none of them dead-lettered, none applied, no offset committed (a consumer started
+    again with the right header fetches them all)."""
+    topic = create_topic(servers)
+    publish(servers, topic, amounts([f"k{i}" for i in range(5)]))
+    seen = Collected()
+    consumer = sync_consumer(
+        servers, topic, sync_app, key_header="Message-Id", max_keyless=3, on_settled=seen
+    )
+    with pytest.raises(MissingKeyHeader, match="Message-Id"):
+        run_sync_until(consumer, lambda: False)
+    assert seen.items == [] and ledger(sync_app) == []
+    assert dead_letters(servers, topic, 1, seconds=3) == []
+    assert committed(servers, f"group-{topic}", topic, 1) == {}
+    fixed = Collected()
+    consumer = sync_consumer(servers, topic, sync_app, on_settled=fixed)
+    run_sync_until(consumer, lambda: fixed.final() >= 5)
+    assert ledger(sync_app) == [f"k{i}" for i in range(5)]
