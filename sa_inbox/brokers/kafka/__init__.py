@@ -6,8 +6,9 @@ Each poll is claimed (:meth:`~sa_inbox.Inbox.claim_batch`, one statement) and ha
 one database transaction; the partitions' offsets are committed only after it commits, as
 contiguous watermarks that never pass a record to retry; failed attempts are counted in
 the database (Kafka keeps no delivery count) and a record past ``max_deliveries`` goes to
-the dead-letter topic, so its partition moves on. With ``offsets="database"`` the offsets
-are also stored in the claim's own transaction and sought to on assignment. The key is
+the dead-letter topic, so its partition moves on. With ``offsets="database"`` (the sync
+:class:`Consumer`) the offsets are also stored in the claim's own transaction and each
+assigned partition starts there. The key is
 the producer's header (``message_id`` by default), never the record's topic, partition or
 offset.
 

@@ -118,10 +118,11 @@ class AsyncConsumer(ConsumerCore):
         committed (a misspelled ``key_header``); fewer are dead-lettered
         ``missing_message_id``. None: each at once.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
-    :param offsets: ``"kafka"`` (default): committed to the group after the database
-        commit; a consumer killed between the two replays the poll (duplicates, skipped).
-        ``"database"``: also stored in ``inbox_kafka_offsets`` in the poll's own
-        transaction and sought to on assignment, so such a crash replays nothing.
+    :param offsets: ``"kafka"`` (the only value here): committed to the group after the
+        database commit; a consumer killed between the two replays the poll (duplicates,
+        skipped). ``"database"`` (offsets stored in the poll's own transaction and sought
+        to on assignment) is the sync :class:`~sa_inbox.brokers.kafka.Consumer`'s: refused
+        here with :class:`~sa_inbox.exc.InvalidArgument`.
     :param max_records: records per poll (one transaction), >= 1.
     :param poll_timeout: seconds one fetch waits (a stop is seen within it).
     :param config: more aiokafka ``AIOKafkaConsumer`` options (``session_timeout_ms``,
@@ -195,6 +196,13 @@ class AsyncConsumer(ConsumerCore):
         )
         if not isinstance(bootstrap_servers, str) or not bootstrap_servers:
             raise InvalidArgument(f"{self.entry}: bootstrap_servers must be 'host:port'")
+        if self.offsets_in_database:
+            raise InvalidArgument(
+                f"{self.entry}: offsets='database' is served by the sync Consumer only: "
+                "aiokafka's seek in on_partitions_assigned was overtaken by its reset of a "
+                "partition the group had no offset for (records before the stored offset "
+                "fetched again), so the asyncio consumer cannot promise it replays nothing"
+            )
         self.bootstrap_servers = bootstrap_servers
         self.config = {"auto_offset_reset": "earliest", **client_options(config, entry=self.entry)}
         self.producer_config = {"acks": "all", **dict(producer_config or {})}

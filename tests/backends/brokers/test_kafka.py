@@ -473,6 +473,8 @@ def test_the_wrong_half_of_the_api_is_refused_before_any_sql(
         sync_consumer(servers, "t", sync_app, config={"enable.auto.commit": True})
     with pytest.raises(InvalidArgument, match="offsets"):
         sync_consumer(servers, "t", sync_app, offsets="zookeeper")
+    with pytest.raises(InvalidArgument, match="sync Consumer only"):
+        async_consumer(servers, "t", sync_app, aio_url, offsets="database")
     with pytest.raises(InvalidArgument, match="dead_letter_topic"):
         sync_consumer(servers, "t", sync_app, dead_letter_topic="t")
 
