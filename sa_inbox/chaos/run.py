@@ -184,12 +184,16 @@ def _until_quiet(
     follower: LogFollower,
     deadline: float,
     status: Status | None,
+    quiet_s: float = QUIET_S,
 ) -> None:
     """Step the killer until everything is published and the logs show as many final
-    settlements as publishes, or nothing new for :data:`QUIET_S` after at least one new
-    line since this call (a kill can lose the log line of a delivery it acked; and the
-    consumers just (re)started, still importing, log nothing: stopping them then would
-    restart them for ever on a slow machine), or nothing new for :data:`LAST_RESORT_S`.
+    settlements as publishes (the first time only: when the consumers run again because the
+    broker still held something, such as Kafka records whose offsets a stopping consumer
+    could not commit, their duplicates count as final settlements too), or nothing new for
+    :data:`QUIET_S` after at least one new line since this call (a kill can lose the log
+    line of a delivery it acked; and the consumers just (re)started, still importing, log
+    nothing: stopping them then would restart them for ever on a slow machine), or nothing
+    new for :data:`LAST_RESORT_S`.
 
     :raises ChaosError: if the producer or a consumer failed, or at the deadline.
     """
@@ -214,8 +218,8 @@ def _until_quiet(
                 )
         quiet = now - quiet_since
         if producer.done.is_set() and (
-            follower.final >= published
-            or (quiet >= QUIET_S and follower.lines > lines_before)
+            (follower.final >= published and not lines_before)
+            or (quiet >= quiet_s and follower.lines > lines_before)
             or quiet >= LAST_RESORT_S
         ):
             return
@@ -238,8 +242,11 @@ def consume_until_settled(
 ) -> None:
     """Run until the consumers are stopped with nothing unsettled (the module's step 5).
 
-    The consumers are stopped before each look at ``driver.unsettled`` (on RabbitMQ only a
-    queue without consumers tells its unsettled count: the unacked ones are back to ready);
+    A driver whose broker needs longer than :data:`QUIET_S` to hand a killed consumer's
+    deliveries to the others (Kafka: the session timeout, then a rebalance) says so in its
+    ``quiet_seconds``. The consumers are stopped before each look at
+    ``driver.unsettled`` (on RabbitMQ only a queue without consumers tells its unsettled
+    count: the unacked ones are back to ready);
     if something is left (the logs were quiet for a while in the middle of the run, or a
     redelivery was waiting out its visibility timeout), they are started again and the
     kills go on.
@@ -248,8 +255,9 @@ def consume_until_settled(
     """
     assert config.name is not None
     deadline = time.monotonic() + config.timeout
+    quiet_s = float(getattr(driver, "quiet_seconds", QUIET_S))
     while True:
-        _until_quiet(config, supervisor, producer, follower, deadline, status)
+        _until_quiet(config, supervisor, producer, follower, deadline, status, quiet_s)
         supervisor.stop()
         unsettled = driver.unsettled(config.name)
         if unsettled == 0:

@@ -106,6 +106,7 @@ SCHEMES = {
     "rediss": "redis",
     "nats": "nats",
     "tls": "nats",
+    "kafka": "kafka",
 }
 
 
@@ -142,7 +143,8 @@ def publisher_for(url: str) -> Publisher:
     ``amqp://``, ``amqps://``: :class:`~sa_inbox.brokers.rabbitmq.RabbitMQPublisher` on the
     default exchange; ``redis://``, ``rediss://``:
     :class:`~sa_inbox.brokers.redis.RedisStreamPublisher`; ``nats://``, ``tls://``:
-    :class:`~sa_inbox.brokers.nats.BlockingJetStreamPublisher` (connects at its first publish).
+    :class:`~sa_inbox.brokers.nats.BlockingJetStreamPublisher` (connects at its first publish);
+    ``kafka://host:port``: :class:`~sa_inbox.brokers.kafka.Publisher`.
 
     :raises UnsupportedBroker: for any other scheme (a :class:`ValueError`).
     :raises sa_inbox.exc.MissingExtra: (an ImportError) if the broker's extra is not installed.
@@ -159,6 +161,10 @@ def publisher_for(url: str) -> Publisher:
             import redis
 
         return RedisStreamPublisher(redis.Redis.from_url(url))
+    if broker == "kafka":
+        from ..brokers.kafka import Publisher as KafkaPublisher
+
+        return KafkaPublisher(url.partition("://")[2].rstrip("/"))
     from ..brokers.nats import BlockingJetStreamPublisher
 
     return BlockingJetStreamPublisher(url)
@@ -187,6 +193,10 @@ def async_publisher_for(url: str) -> Publisher:
         from ..brokers.redis import RedisStreamPublisher
 
         return RedisStreamPublisher(redis.asyncio.Redis.from_url(url))
+    if broker == "kafka":
+        from ..brokers.kafka import AsyncPublisher as AsyncKafkaPublisher
+
+        return AsyncKafkaPublisher(url.partition("://")[2].rstrip("/"))
     from ..brokers.nats import ConnectingJetStreamPublisher
 
     return ConnectingJetStreamPublisher(url)

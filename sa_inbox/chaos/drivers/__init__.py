@@ -93,7 +93,13 @@ class ChaosDriver(abc.ABC):
 
 
 #: URL scheme → module (under this package) whose ``Driver(url)`` is the driver.
-SCHEMES = {"amqp": "rabbitmq", "amqps": "rabbitmq", "redis": "redis", "nats": "nats"}
+SCHEMES = {
+    "amqp": "rabbitmq",
+    "amqps": "rabbitmq",
+    "redis": "redis",
+    "nats": "nats",
+    "kafka": "kafka",
+}
 
 
 def driver_for(url: str) -> ChaosDriver:
