@@ -43,6 +43,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "prometheus": ("prometheus_client",),
     "rabbitmq": ("pika", "aio_pika", "greenlet"),
     "redis": ("redis", "greenlet"),
+    "sqs": ("boto3", "aiobotocore", "greenlet"),
 }
 
 

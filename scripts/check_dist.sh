@@ -43,6 +43,7 @@ declare -A REQUIRES=(
     [aiomysql]="aiomysql sqlalchemy.ext.asyncio" [aiosqlite]="aiosqlite sqlalchemy.ext.asyncio"
     [rabbitmq]="sqlalchemy.ext.asyncio" [redis]="sqlalchemy.ext.asyncio"
     [nats]="sqlalchemy.ext.asyncio" [faststream]="sqlalchemy.ext.asyncio"
+    [sqs]="sqlalchemy.ext.asyncio"
     [bench]="matplotlib" [celery]="" [alembic]="" [prometheus]="" [opentelemetry]=""
 )
 

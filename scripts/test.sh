@@ -2,7 +2,8 @@
 # The test command of sa-inbox:   ./scripts/test.sh [pytest arguments...]
 #
 # Works on a bare Debian 12 machine (as root, or with sudo for the first run):
-#   1. installs PostgreSQL 15, MariaDB (and Galera), RabbitMQ, Redis and NATS if missing
+#   1. installs PostgreSQL 15, MariaDB (and Galera), RabbitMQ, Redis, NATS and moto (SQS)
+#      if missing
 #      (scripts/servers.sh install)
 #   2. makes the virtualenv .venv with the project and its test extras
 #   3. starts throwaway servers in a temporary directory, removed at exit
@@ -16,7 +17,8 @@
 #
 # Environment:
 #   SA_INBOX_TEST_POSTGRESQL_URL, SA_INBOX_TEST_MYSQL_URL, SA_INBOX_TEST_AMQP_URL,
-#   SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL, SA_INBOX_TEST_GALERA_URLS
+#   SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL, SA_INBOX_TEST_SQS_URL,
+#   SA_INBOX_TEST_GALERA_URLS
 #       if set, that server is used and no throwaway one is installed/started
 #       (a 3-node MariaDB Galera cluster for the last one; the tests that kill
 #       a node also need SA_INBOX_TEST_GALERA_DIR, the directory it was started
@@ -73,7 +75,7 @@ trap 'on_signal 143 TERM' TERM
 # Each server and the variable holding its URL.
 SERVER_URLS=(postgresql:SA_INBOX_TEST_POSTGRESQL_URL mysql:SA_INBOX_TEST_MYSQL_URL
     rabbitmq:SA_INBOX_TEST_AMQP_URL redis:SA_INBOX_TEST_REDIS_URL nats:SA_INBOX_TEST_NATS_URL
-    galera:SA_INBOX_TEST_GALERA_URLS)
+    sqs:SA_INBOX_TEST_SQS_URL galera:SA_INBOX_TEST_GALERA_URLS)
 
 # Servers to start: those whose URL the developer did not export.
 servers_needed() {
