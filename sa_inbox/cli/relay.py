@@ -38,7 +38,8 @@ __all__ = ["relay_command"]
 @click.option(
     "--broker",
     required=True,
-    help="Broker URL: amqp:// (RabbitMQ), redis:// (Redis Streams), nats:// (JetStream).",
+    help="Broker URL: amqp:// (RabbitMQ), redis:// (Redis Streams), nats:// (JetStream), "
+    "sqs:// (Amazon SQS).",
 )
 @click.option("--table", default="outbox_messages", show_default=True, help="The outbox table.")
 @click.option("--schema", default=None, help="The outbox table's schema.")

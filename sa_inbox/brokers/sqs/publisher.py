@@ -131,10 +131,9 @@ class Publisher(_SendMessage):
     ) -> None:
         super().__init__(client, key_attribute=key_attribute, group_header=group_header)
 
-    def publish(self, message: OutboxMessage) -> str:
-        """``SendMessage``; its reply is the confirm.
+    def publish(self, message: OutboxMessage) -> None:
+        """``SendMessage``; its reply (SQS's ``MessageId``) is the confirm.
 
-        :returns: SQS's ``MessageId``.
         :raises botocore.exceptions.ClientError: SQS refused it (or could not take it now:
             see :meth:`is_unavailable`).
         :raises botocore.exceptions.BotoCoreError: SQS could not be reached.
@@ -142,8 +141,7 @@ class Publisher(_SendMessage):
         lookup = self.url_call(message.destination)
         if lookup is not None:
             self.remember(message.destination, drive(_one(lookup), self.client))
-        reply = drive(_one(self.send_call(message)), self.client)
-        return str(reply["MessageId"])
+        drive(_one(self.send_call(message)), self.client)
 
     def close(self) -> None:
         """Close the client's connections."""
@@ -186,7 +184,7 @@ class AsyncPublisher(_SendMessage):
             self.client = await self._context.__aenter__()
         return self.client
 
-    async def publish(self, message: OutboxMessage) -> str:
+    async def publish(self, message: OutboxMessage) -> None:
         """``SendMessage``, awaited; as :meth:`Publisher.publish`."""
         from .aio import drive_async
 
@@ -194,8 +192,7 @@ class AsyncPublisher(_SendMessage):
         lookup = self.url_call(message.destination)
         if lookup is not None:
             self.remember(message.destination, await drive_async(_one(lookup), client))
-        reply = await drive_async(_one(self.send_call(message)), client)
-        return str(reply["MessageId"])
+        await drive_async(_one(self.send_call(message)), client)
 
     async def close(self) -> None:
         """Close the client this publisher made (a client given to it is the caller's)."""
