@@ -23,7 +23,14 @@ if TYPE_CHECKING:
 __all__ = ["BROKER_EXTRAS", "chaos", "check_broker", "database_url", "run_and_report"]
 
 #: The ``pip install 'sa-inbox[extra]'`` extra of each broker URL scheme's client library.
-BROKER_EXTRAS = {"amqp": "rabbitmq", "amqps": "rabbitmq", "redis": "redis", "nats": "nats"}
+BROKER_EXTRAS = {
+    "amqp": "rabbitmq",
+    "amqps": "rabbitmq",
+    "redis": "redis",
+    "nats": "nats",
+    "sqs": "sqs",
+    "sqss": "sqs",
+}
 
 
 def _missing_client(broker: str, exc: ImportError) -> str:
@@ -75,7 +82,7 @@ def database_url(url: str) -> str:
     "--broker",
     required=True,
     callback=check_broker,
-    help="Broker URL: amqp://..., redis://..., nats://...",
+    help="Broker URL: amqp://..., redis://..., nats://..., sqs://...",
 )
 @click.option(
     "--url",
