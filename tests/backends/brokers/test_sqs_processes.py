@@ -270,4 +270,3 @@ def test_queue_misconfigurations_are_refused_before_any_sql(
         finally:
             other.delete()
     assert statements == [], "each refusal came before the database was asked anything"
-
