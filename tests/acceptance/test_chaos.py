@@ -28,10 +28,20 @@ import pytest
 import sqlalchemy as sa
 
 import sa_inbox
-from sa_inbox.chaos.consumer import AFTER_COMMIT, IN_HANDLER, crash_chosen
+from sa_inbox.brokers import Delivery, Disposition, Settlement
+from sa_inbox.chaos.consumer import AFTER_COMMIT, IN_HANDLER, crash_chosen, record_line
 from sa_inbox.chaos.drivers import ChaosDriver, driver_for
 from sa_inbox.chaos.drivers.nats import CHAOS_ACK_WAIT
 from sa_inbox.chaos.drivers.redis import VISIBILITY_TIMEOUT as REDIS_VISIBILITY_TIMEOUT
+from sa_inbox.chaos.run import (
+    ChaosConfig,
+    Producer,
+    consume_until_settled,
+    consumer_configs,
+    prepared_engine,
+)
+from sa_inbox.chaos.supervisor import Supervisor
+from sa_inbox.chaos.tally import LogFollower
 from sa_inbox.chaos.workload import PREFIX, make_plan
 from sa_inbox.demo.app import DemoSchema
 from sa_inbox.demo.stream import generate_stream
@@ -216,6 +226,54 @@ def test_chaos_run_applies_every_payment_once_through_kills(
     # The broker's state, read here: nothing unsettled, the dead letters are the poison.
     assert driver.unsettled(name) == 0
     assert sorted(driver.dead_letters(name)) == sorted(plan.poison_ids)
+
+
+#: Payments of the restart test, and the seconds its run may take: a consumer process's start
+#: and a few redelivery waits on a loaded machine (the run without the fix loops until then).
+RESTART_MESSAGES, RESTART_TIMEOUT = 20, 120.0
+
+
+@pytest.mark.parametrize("driver", [*BROKERS, "sqs"], indirect=True)
+def test_consumers_restarted_for_what_is_left_settle_it_before_the_next_look(
+    driver: ChaosDriver, name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Redeliveries skipped as duplicates are final settlements too, so the logs can show one
+    per publish while messages are still on the broker (SQS's visibility timeout and a
+    crash after a commit both redeliver). The run then stops the consumers, finds messages
+    left and starts them again: it must wait for them to settle what is left, not stop
+    them again at once because the logs already show one final settlement per publish (a
+    loop that SIGTERMed every restarted consumer while it was still starting, until the
+    timeout)."""
+    broker = request.node.callspec.params["driver"]
+    url = backend_url("sqlite", tmp_path)
+    config = ChaosConfig(
+        broker=broker_url(broker), url=url, messages=RESTART_MESSAGES, consumers=1,
+        kill_every=0, duplicates=0, seed=SEED, timeout=RESTART_TIMEOUT, name=name,
+    )  # fmt: skip
+    plan = make_plan(RESTART_MESSAGES, seed=SEED, duplicates=0)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    # An earlier generation of consumers' log: a redelivery skipped per publish.
+    with (logs / "consumer-9-1.jsonl").open("w") as log:
+        for message_id, body in plan.publishes:
+            delivery = Delivery(message_id=message_id, body=body, delivery_count=2)
+            log.write(record_line(Settlement(Disposition.DUPLICATE, delivery)))
+    engine = prepared_engine(url, DemoSchema(PREFIX), plan)
+    engine.dispose()
+    driver.prepare(name, max_deliveries=5)
+    producer = Producer(config.broker, name, plan)
+    producer.start()
+    producer.join()
+    assert producer.error is None and driver.unsettled(name) == RESTART_MESSAGES
+    supervisor = Supervisor(consumer_configs(config), kill_every=0, seed=SEED, log_dir=logs)
+    supervisor.start()
+    try:
+        consume_until_settled(config, driver, supervisor, producer, LogFollower(logs))
+    finally:
+        supervisor.stop()
+
+    assert driver.unsettled(name) == 0
+    assert_applied_once(url, PREFIX, plan.expected_balances(), RESTART_MESSAGES)
 
 
 def first_live_broker() -> str:
