@@ -24,13 +24,17 @@ with optional_dependencies(__name__, "sqs", "boto3"):
 
     from ...brokers.sqs import DEFAULT_KEY_ATTRIBUTE, Consumer, client_options
 
-__all__ = ["MAX_BACKLOG", "VISIBILITY_TIMEOUT", "Driver"]
+__all__ = ["BACKLOG_EVERY", "MAX_BACKLOG", "VISIBILITY_TIMEOUT", "Driver"]
 
 #: Seconds before a killed consumer's messages show again (short, for the run).
 VISIBILITY_TIMEOUT = 2
-#: Messages the queue may hold before the producer waits: an emulator such as moto scans
-#: its whole queue on each receive and delete, so a backlog of 10^5 would slow every call.
-MAX_BACKLOG = 2000
+#: Messages the queue may hold (visible, in flight or delayed) before the producer waits.
+#: moto's cost of each message sent or received grows with the queue's length (it counts
+#: the queue's messages by visibility for every one: its ``queue.attributes``), so a long
+#: backlog slows every receive past the heartbeat and the visibility timeout.
+MAX_BACKLOG = 100
+#: Messages sent between two looks at the backlog.
+BACKLOG_EVERY = 20
 
 
 class Driver:
@@ -67,9 +71,9 @@ class Driver:
         pending = iter(messages)
         sent = 0
         while chunk := list(islice(pending, 10)):
-            if sent % 500 == 0:
+            if sent % BACKLOG_EVERY == 0:
                 while self._held(url) >= MAX_BACKLOG:
-                    time.sleep(0.2)
+                    time.sleep(0.05)
             entries = [
                 {
                     "Id": str(n),
