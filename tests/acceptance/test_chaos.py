@@ -33,6 +33,7 @@ from sa_inbox.chaos.consumer import AFTER_COMMIT, IN_HANDLER, crash_chosen, reco
 from sa_inbox.chaos.drivers import ChaosDriver, driver_for
 from sa_inbox.chaos.drivers.nats import CHAOS_ACK_WAIT
 from sa_inbox.chaos.drivers.redis import VISIBILITY_TIMEOUT as REDIS_VISIBILITY_TIMEOUT
+from sa_inbox.chaos.drivers.sqs import VISIBILITY_TIMEOUT as SQS_VISIBILITY_TIMEOUT
 from sa_inbox.chaos.run import (
     ChaosConfig,
     Producer,
@@ -66,12 +67,19 @@ MAX_KILLS = 5
 #: Deliveries before a dead letter: above every delivery a kill or a crash can end.
 MAX_DELIVERIES = MAX_KILLS + sum(CHOSEN.values()) + 1
 #: Seconds between two deliveries of a message whose consumer failed it or died, at most:
-#: the chaos drivers' Redis visibility timeout and JetStream AckWait (RabbitMQ: at once).
-REDELIVERY_WAIT = max(REDIS_VISIBILITY_TIMEOUT, CHAOS_ACK_WAIT)
+#: the chaos drivers' Redis and SQS visibility timeouts and JetStream AckWait (RabbitMQ: at
+#: once).
+REDELIVERY_WAIT = max(REDIS_VISIBILITY_TIMEOUT, CHAOS_ACK_WAIT, SQS_VISIBILITY_TIMEOUT)
+#: Seconds a consumer process may take to start on a loaded machine (a Python start with
+#: the broker's client and SQLAlchemy imported): each kill and each crash costs one.
+CONSUMER_START = 10
 #: Seconds a run may take before the CLI fails it (the poison's deliveries are spaced by
-#: REDELIVERY_WAIT); the test's own limit is a bit longer.
-RUN_TIMEOUT = 60 + MAX_DELIVERIES * REDELIVERY_WAIT
-BROKERS = {"rabbitmq": "amqp", "redis": "redis", "nats": "nats"}
+#: REDELIVERY_WAIT, and each kill or crash restarts a consumer); the test's own limit is a
+#: bit longer.
+RUN_TIMEOUT = (
+    60 + MAX_DELIVERIES * REDELIVERY_WAIT + (MAX_KILLS + sum(CHOSEN.values())) * CONSUMER_START
+)
+BROKERS = {"rabbitmq": "amqp", "redis": "redis", "nats": "nats", "sqs": "sqs"}
 
 
 def live_broker(broker: str) -> str:
@@ -233,7 +241,7 @@ def test_chaos_run_applies_every_payment_once_through_kills(
 RESTART_MESSAGES, RESTART_TIMEOUT = 20, 120.0
 
 
-@pytest.mark.parametrize("driver", [*BROKERS, "sqs"], indirect=True)
+@pytest.mark.parametrize("driver", list(BROKERS), indirect=True)
 def test_consumers_restarted_for_what_is_left_settle_it_before_the_next_look(
     driver: ChaosDriver, name: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:

@@ -134,10 +134,12 @@ class Driver:
         return 0 if url is None else self._held(url)
 
     def dead_letters(self, name: str) -> list[str]:
-        """The ``message_id`` attribute of each message of ``name-dead`` (received hidden for
-        a minute, so each is read once; ``""`` where absent)."""
+        """The ``message_id`` attribute of each message of ``name-dead`` (``""`` where
+        absent). Each is received hidden for a minute, so that it is read once, and made
+        visible again once all are read: a later call reads them again."""
         url = self._url(dead_letter_queue(name))
         keys: list[str] = []
+        handles: list[str] = []
         while url is not None:
             reply = self.client.receive_message(
                 QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60,
@@ -149,6 +151,13 @@ class Driver:
             for message in messages:
                 attribute = (message.get("MessageAttributes") or {}).get(DEFAULT_KEY_ATTRIBUTE, {})
                 keys.append(str(attribute.get("StringValue", "")))
+                handles.append(str(message["ReceiptHandle"]))
+        for start in range(0, len(handles), 10):
+            entries = [
+                {"Id": str(n), "ReceiptHandle": handle, "VisibilityTimeout": 0}
+                for n, handle in enumerate(handles[start : start + 10])
+            ]
+            self.client.change_message_visibility_batch(QueueUrl=url, Entries=entries)
         return keys
 
     def delete(self, name: str) -> None:
