@@ -2,7 +2,10 @@
 
 The run's queue ``name`` has the dead-letter queue ``<name>-dead``, the consumer's own (its
 dead letters carry their reason). A killed consumer's messages show again once their
-:data:`VISIBILITY_TIMEOUT` passes, counted by SQS, and another consumer receives them.
+:data:`VISIBILITY_TIMEOUT` passes, counted by SQS, and another consumer receives them. Each
+receive takes :data:`BATCH_SIZE` messages: every kill returns all the messages of the
+receive in hand, counted, so a small batch keeps healthy messages far from
+``max_deliveries`` (as the RabbitMQ driver's prefetch).
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ with optional_dependencies(__name__, "sqs", "boto3"):
 
     from ...brokers.sqs import DEFAULT_KEY_ATTRIBUTE, Consumer, client_options
 
-__all__ = ["BACKLOG_EVERY", "MAX_BACKLOG", "VISIBILITY_TIMEOUT", "Driver"]
+__all__ = ["BACKLOG_EVERY", "BATCH_SIZE", "MAX_BACKLOG", "VISIBILITY_TIMEOUT", "Driver"]
 
 #: Seconds before a killed consumer's messages show again (short, for the run).
 VISIBILITY_TIMEOUT = 2
+#: Messages per receive (``MaxNumberOfMessages``).
+BATCH_SIZE = 4
 #: Messages the queue may hold (visible, in flight or delayed) before the producer waits.
 #: moto's cost of each message sent or received grows with the queue's length (it counts
 #: the queue's messages by visibility for every one: its ``queue.attributes``), so a long
@@ -124,6 +129,7 @@ class Driver:
             max_deliveries=max_deliveries,
             on_settled=on_settled,
             visibility_timeout=VISIBILITY_TIMEOUT,
+            batch_size=BATCH_SIZE,
             wait_time=1,
             retry_delay=lambda count: 0,
         ).run(stop)
