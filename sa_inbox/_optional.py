@@ -46,6 +46,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "rabbitmq": ("pika", "aio_pika", "greenlet"),
     "redis": ("redis", "greenlet"),
     "testing": ("pytest",),
+    "sqs": ("boto3", "aiobotocore", "greenlet"),
 }
 
 

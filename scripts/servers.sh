@@ -18,7 +18,8 @@
 #
 # NAME is postgresql, mysql (MariaDB), galera (a 3-node MariaDB Galera
 # cluster), rabbitmq, redis, nats (NATS with JetStream), kafka (Tansu, a
-# Kafka-compatible broker: see the Kafka section), or pg-sync /
+# Kafka-compatible broker: see the Kafka section), sqs (moto's SQS server: see the SQS
+# section), or pg-sync /
 # pg-async: a PostgreSQL primary plus a synchronous / asynchronous streaming
 # standby (one of the two per DIR; see the PostgreSQL primary + standby
 # section). Without names, the two databases are meant. `start` listens on
@@ -27,6 +28,7 @@
 #   SA_INBOX_TEST_POSTGRESQL_URL, SA_INBOX_TEST_MYSQL_URL,
 #   SA_INBOX_TEST_AMQP_URL, SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL,
 #   SA_INBOX_TEST_KAFKA_URL (kafka://127.0.0.1:PORT);
+#   SA_INBOX_TEST_SQS_URL;
 #   galera: SA_INBOX_TEST_GALERA_URLS (the three nodes' URLs, comma-separated)
 #   and SA_INBOX_TEST_GALERA_DIR (DIR, for galera-kill and galera-restart);
 #   pg-sync/pg-async: SA_INBOX_TEST_PG_PRIMARY_URL, SA_INBOX_TEST_PG_STANDBY_URL,
@@ -35,7 +37,7 @@
 # `stop` is idempotent and never fails. start/stop write nothing outside DIR;
 # as root, DIR is made traversable (o+x) for the postgres user.
 #
-# kill and restart take one of postgresql, mysql, rabbitmq, redis, nats, kafka (for a
+# kill and restart take one of postgresql, mysql, rabbitmq, redis, nats, kafka, sqs (for a
 # Galera node or the pg-sync/pg-async primary, the galera-* and pg-* commands).
 # `kill` SIGKILLs the server's whole process group (PostgreSQL: the postmaster
 # and every backend; RabbitMQ: the Erlang VM and its helpers, its epmd kept)
@@ -89,10 +91,10 @@ servers_or_all() {
     local name
     for name in "$@"; do
         case "$name" in
-            postgresql | mysql | galera | rabbitmq | redis | nats | kafka) ;;
+            postgresql | mysql | galera | rabbitmq | redis | nats | kafka | sqs) ;;
             pg-sync | pg-async) ;;
             browser) [ "${FUNCNAME[1]}" = cmd_install ] || die "browser is installed, never started" ;;
-            *) die "unknown server '$name' (expected postgresql, mysql, galera, rabbitmq, redis, nats, kafka, pg-sync or pg-async)" ;;
+            *) die "unknown server '$name' (expected postgresql, mysql, galera, rabbitmq, redis, nats, kafka, sqs, pg-sync or pg-async)" ;;
         esac
     done
     echo "$@"
@@ -143,6 +145,32 @@ have_browser() { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; }
 
 have_kafka() { [ -x "$TANSU_BIN" ]; }
 
+# SQS: moto's server mode, in a virtualenv of its own under the cache directory (moto is
+# no Debian package, and its Flask would clash with nothing of the project's there). Only
+# what moto's SQS server imports is installed: moto with the SQS extra, Flask and
+# flask-cors (the server mode's own parts of moto[server]; the rest serves other services).
+MOTO_VERSION=5.2.5
+MOTO_VENV=${SA_INBOX_MOTO_VENV:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/sa-inbox/moto-$MOTO_VERSION}
+# SA_INBOX_MOTO_SERVER names a moto_server of your own instead (a moto on PATH may be of
+# any version, or a shim of another interpreter: it is not looked for).
+moto_server_program() {
+    local program=${SA_INBOX_MOTO_SERVER:-$MOTO_VENV/bin/moto_server}
+    [ -x "$program" ] && echo "$program"
+}
+have_sqs() { moto_server_program >/dev/null; }
+
+install_moto() {
+    local python=${SA_INBOX_PYTHON:-python3}
+    "$python" -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+    log "installing moto $MOTO_VERSION (SQS server mode) into $MOTO_VENV"
+    rm -rf "$MOTO_VENV"
+    mkdir -p "$(dirname "$MOTO_VENV")"
+    "$python" -m venv "$MOTO_VENV"
+    "$MOTO_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "moto[sqs]==$MOTO_VERSION" flask flask-cors 2>&1 | grep -v "^WARNING: Location" >&2 || true
+    [ -x "$MOTO_VENV/bin/moto_server" ] || die "moto_server missing in $MOTO_VENV after pip install"
+}
+
 # Runs apt-get as root (via sudo when not root and sudo exists).
 as_root() {
     if is_root; then
@@ -185,6 +213,7 @@ cmd_install() {
             kafka) have_kafka || install_tansu ;;
         esac
     done
+    case " $servers " in *" sqs "*) have_sqs || install_moto ;; esac
     if [ ${#packages[@]} -eq 0 ]; then
         log "already installed: $servers"
         return
@@ -204,6 +233,8 @@ cmd_install() {
             redis) have_redis || die "still no redis-server/redis-cli" ;;
             nats) have_nats || die "still no nats-server" ;;
             browser) have_browser || die "still no /usr/bin/chromium or /usr/bin/chromedriver" ;;
+            kafka) have_kafka || die "still no $TANSU_BIN" ;;
+            sqs) have_sqs || die "still no moto_server" ;;
         esac
     done
 }
@@ -979,6 +1010,39 @@ start_kafka() {
     log "kafka: Tansu ready on 127.0.0.1:$port (started in $(since "$t0"); memory storage)"
 }
 
+# ---------------------------------------------------------------- SQS (moto)
+
+# Starts moto's server (its SQS service) of DIR on 127.0.0.1:PORT and waits for the port.
+# moto keeps every queue and message in memory: a kill or a stop loses them, and a restart
+# on the same port starts empty (the same URL and queue URLs; the queues must be made again).
+spawn_sqs() {
+    local dir=$1 port=$2
+    setsid "$(moto_server_program)" -H 127.0.0.1 -p "$port" \
+        </dev/null >>"$dir/sqs/server.log" 2>&1 &
+    echo $! >"$dir/sqs/sqs.pid"
+    wait_for_port "$port" "$dir/sqs/sqs.pid" 60
+}
+
+start_sqs() {
+    local dir=$1 port attempt
+    have_sqs || die "moto not installed: run scripts/servers.sh install sqs"
+    mkdir -p "$dir/sqs"
+    local t0; t0=$(now_us)
+    for attempt in $(seq "$START_ATTEMPTS"); do
+        port=$(free_ports 1)
+        if spawn_sqs "$dir" "$port"; then
+            break
+        fi
+        log "sqs: start on port $port failed (attempt $attempt)"
+        stop_pidfile "$dir/sqs/sqs.pid"
+        [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$dir/sqs/server.log" >&2; die "moto did not start"; }
+    done
+    echo "$port" >"$dir/sqs/sqs.port"
+    # moto takes any credentials; boto3 needs some to sign with.
+    echo "export SA_INBOX_TEST_SQS_URL='sqs://testing:testing@127.0.0.1:$port'" >>"$dir/env.sh"
+    log "sqs: moto ready on 127.0.0.1:$port (started in $(since "$t0"))"
+}
+
 # ---------------------------------------------------------------- commands
 
 # Absolute path of an existing directory.
@@ -1013,6 +1077,7 @@ cmd_start() {
             redis) start_redis "$dir" ;;
             nats) start_nats "$dir" ;;
             kafka) start_kafka "$dir" ;;
+            sqs) start_sqs "$dir" ;;
         esac
     done
     trap - EXIT
@@ -1037,13 +1102,14 @@ cmd_stop() {
     stop_pidfile "$dir/redis/redis.pid"
     stop_pidfile "$dir/nats/nats.pid"
     stop_pidfile "$dir/kafka/kafka.pid"
+    stop_pidfile "$dir/sqs/sqs.pid"
 }
 
 # ---------------------------------------------------------------- kill, restart
 
 # The checked arguments of `kill/restart DIR NAME`: prints the absolute DIR.
 one_server_arg() {
-    [ $# -eq 3 ] || die "usage: servers.sh $1 DIR NAME (NAME: postgresql, mysql, rabbitmq, redis, nats or kafka)"
+    [ $# -eq 3 ] || die "usage: servers.sh $1 DIR NAME (NAME: postgresql, mysql, rabbitmq, redis, nats, kafka or sqs)"
     local dir
     dir=$(absolute_dir "$2")
     case "$3" in
@@ -1053,7 +1119,8 @@ one_server_arg() {
         redis) [ -f "$dir/redis/redis.port" ] ;;
         nats) [ -f "$dir/nats/nats.port" ] ;;
         kafka) [ -f "$dir/kafka/kafka.port" ] ;;
-        *) die "$1 takes postgresql, mysql, rabbitmq, redis, nats or kafka, not '$3'" ;;
+        sqs) [ -f "$dir/sqs/sqs.port" ] ;;
+        *) die "$1 takes postgresql, mysql, rabbitmq, redis, nats, kafka or sqs, not '$3'" ;;
     esac || die "$3 was not started in $dir (by scripts/servers.sh start)"
     echo "$dir"
 }
@@ -1065,13 +1132,14 @@ server_leader_pid() {
     case "$2" in
         postgresql) pg_postmaster_pid "$dir/pg" ;;
         mysql) mariadbd_pid "$dir" ;;
-        rabbitmq | redis | nats | kafka)
+        rabbitmq | redis | nats | kafka | sqs)
             local pidfile
             case "$2" in
                 rabbitmq) pidfile=$dir/rabbitmq/rabbitmq.pid ;;
                 redis) pidfile=$dir/redis/redis.pid ;;
                 nats) pidfile=$dir/nats/nats.pid ;;
                 kafka) pidfile=$dir/kafka/kafka.pid ;;
+                sqs) pidfile=$dir/sqs/sqs.pid ;;
             esac
             pid=$(cat "$pidfile" 2>/dev/null) || return 1
             [ -n "$pid" ] && process_alive "$pid" || return 1
@@ -1144,6 +1212,11 @@ cmd_restart() {
             port_free "$(cat "$dir/kafka/kafka.port")"
             spawn_kafka "$dir" "$(cat "$dir/kafka/kafka.port")" ||
                 { tail -n 30 "$dir/kafka/server.log" >&2; die "Tansu did not start"; }
+            ;;
+        sqs) # moto keeps nothing: the server starts empty on its port
+            port_free "$(cat "$dir/sqs/sqs.port")"
+            spawn_sqs "$dir" "$(cat "$dir/sqs/sqs.port")" ||
+                { tail -n 30 "$dir/sqs/server.log" >&2; die "moto did not start"; }
             ;;
     esac
     log "$2: restarted on its port (in $(since "$t0"))"

@@ -62,6 +62,7 @@ BROKER_URL_VARIABLES = {
     "redis": "SA_INBOX_TEST_REDIS_URL",
     "nats": "SA_INBOX_TEST_NATS_URL",
     "kafka": "SA_INBOX_TEST_KAFKA_URL",
+    "sqs": "SA_INBOX_TEST_SQS_URL",
 }
 
 

@@ -39,6 +39,8 @@ BROKER_EXTRAS = {
     "redis": "redis",
     "nats": "nats",
     "kafka": "kafka",
+    "sqs": "sqs",
+    "sqss": "sqs",
 }
 
 
@@ -91,7 +93,7 @@ def database_url(url: str) -> str:
     "--broker",
     required=True,
     callback=check_broker,
-    help="Broker URL: amqp://..., redis://..., nats://..., kafka://...",
+    help="Broker URL: amqp://..., redis://..., nats://..., kafka://..., sqs://...",
 )
 @url_option("Database URL; the run drops and creates its own chaos_* tables there.")
 @setting("--messages", 1000, POSITIVE, "Unique payment messages.")

@@ -48,6 +48,7 @@ ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg
 #: Pages whose inline Python is not run, and why. Everything else is included from
 #: docs/examples/ (``literalinclude``) and run here.
 NOT_RUN = {
+    "how-to/sqs.md": "the consumer shown runs in tests/backends/brokers/test_sqs.py, against moto",
     "how-to/kafka.md": "the consumer shown runs in tests/backends/brokers/test_kafka.py, "
     "against Tansu",
     "how-to/faststream-celery.md": "application wiring: tests/backends/brokers/test_faststream.py "

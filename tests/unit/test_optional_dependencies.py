@@ -34,6 +34,7 @@ PACKAGE = Path(sa_inbox.__file__).parent
 GREENLET_EXTRAS = {
     "asyncio", "asyncpg", "aiomysql", "aiosqlite", "rabbitmq", "redis", "nats", "faststream",
     "kafka",
+    "sqs",
 }  # fmt: skip
 
 

@@ -99,11 +99,13 @@ SCHEMES = {
     "redis": "redis",
     "nats": "nats",
     "kafka": "kafka",
+    "sqs": "sqs",
+    "sqss": "sqs",
 }
 
 
 def driver_for(url: str) -> ChaosDriver:
-    """The driver for a broker URL (``amqp://``, ``redis://``, ``nats://``).
+    """The driver for a broker URL (``amqp://``, ``redis://``, ``nats://``, ``sqs://``).
 
     :raises UnsupportedBroker: for another scheme.
     :raises ImportError: if the broker's client library (its extra) is not installed.
