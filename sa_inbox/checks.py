@@ -21,7 +21,13 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
-from .exc import InvalidObject, InvalidSessionFactory, InvalidTableType, SyncAsyncMismatch
+from .exc import (
+    InvalidBind,
+    InvalidObject,
+    InvalidSessionFactory,
+    InvalidTableType,
+    SyncAsyncMismatch,
+)
 
 __all__ = [
     "ASYNCIO_FACE",
@@ -31,6 +37,8 @@ __all__ = [
     "is_asyncio_object",
     "require",
     "require_asyncio",
+    "require_bind",
+    "require_table",
     "sync_face",
     "unwrap",
 ]
@@ -116,6 +124,44 @@ def require_asyncio(value: object, expected: type[T], what: str, *, entry: str, 
         f"{entry} was given {given} as {what}; it takes {_article(expected.__name__)} "
         f"(sa-inbox's asyncio API): {instead}"
     )
+
+
+def require_bind(
+    value: object, kinds: tuple[type, ...], what: str, *, entry: str, instead: str
+) -> Any:
+    """``value``, if it is one of ``kinds`` (an Engine, a Connection...); for the synchronous
+    half's entry points that take a bind.
+
+    :param instead: what to do with an asyncio object, completing the message.
+    :raises SyncAsyncMismatch: for an object of the asyncio half (an AsyncEngine...).
+    :raises InvalidBind: for anything else that is not one of ``kinds``.
+    """
+    if isinstance(value, kinds) and not is_asyncio_object(value):
+        return value
+    wanted = " or ".join(_article(kind.__name__) for kind in kinds)
+    given = type(value).__name__
+    if is_asyncio_object(value):
+        raise SyncAsyncMismatch(
+            f"{entry} was given {given} as {what}, an object of the asyncio API; it takes "
+            f"{wanted}: {instead}"
+        )
+    raise InvalidBind(f"{entry} takes {wanted} as {what}, not {given}")
+
+
+def require_table(table: object, *, entry: str) -> sa.Table:
+    """``table``, if it is a :class:`~sqlalchemy.Table`.
+
+    :raises InvalidTableType: otherwise; for an object holding one (an Inbox, an
+        InboxStore) the message says to pass its ``.table``.
+    """
+    if isinstance(table, sa.Table):
+        return table
+    hint = (
+        f": pass its .table ({_factory_name(table)}.table)"
+        if isinstance(getattr(table, "table", None), sa.Table)
+        else ""
+    )
+    raise InvalidTableType(f"{entry} takes a Table, not {_factory_name(table)}{hint}")
 
 
 def unwrap(value: object, expected: type[T], what: str, *, entry: str) -> T:

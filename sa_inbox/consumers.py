@@ -242,7 +242,11 @@ def consumers_flag(enabled: object) -> bool:
     return enabled
 
 
-def _check_engine(engine: object, entry: str) -> sa.Engine:
+def _check_engine(
+    engine: object,
+    entry: str,
+    instead: str = "await the AsyncInbox's or AsyncInboxStore's hand_over()",
+) -> sa.Engine:
     """``engine``, if it is a synchronous :class:`~sqlalchemy.engine.Engine`.
 
     :raises SyncAsyncMismatch: for an ``AsyncEngine``.
@@ -251,10 +255,7 @@ def _check_engine(engine: object, entry: str) -> sa.Engine:
     if isinstance(engine, sa.Engine):
         return engine
     if is_asyncio_object(engine):
-        raise SyncAsyncMismatch(
-            f"{entry} takes an Engine, not an AsyncEngine: await the AsyncInbox's or "
-            "AsyncInboxStore's hand_over()"
-        )
+        raise SyncAsyncMismatch(f"{entry} takes an Engine, not an AsyncEngine: {instead}")
     raise InvalidBind(f"{entry} takes an Engine, not {type(engine).__name__}")
 
 
@@ -292,7 +293,10 @@ class Consumers:
 
         :raises ConsumerNameTaken: if another handler owns the name.
         :raises MissingTable: if the consumers table does not exist.
+        :raises SyncAsyncMismatch: for an AsyncEngine (the runners pass the Engine behind
+            it), :class:`~sa_inbox.exc.InvalidBind` for anything else, before any SQL.
         """
+        engine = _check_engine(engine, "ensure()", "pass its sync_engine")
         name = handler_name(handler)
         known = self._owners.setdefault(engine, {})
         if known.get(consumer_name) == name:

@@ -32,6 +32,7 @@ The tree (each class under its first base, its other bases in brackets)::
                 UnknownShardIdentity
                 ShardAssignmentFailed
         AsyncHandlerError [TypeError]
+            AsyncHandlerInSyncRunner [SyncAsyncMismatch]
         InvalidMessageId [ValueError]
         InvalidShardKey [ValueError]
         InvalidOutboxMessage [ValueError]
@@ -71,6 +72,7 @@ from typing import Any
 __all__ = [
     "AlembicSetupError",
     "AsyncHandlerError",
+    "AsyncHandlerInSyncRunner",
     "AsyncPublisherInSyncRelay",
     "AutocommitConnection",
     "ClaimLost",
@@ -429,6 +431,18 @@ class AsyncHandlerError(InboxError, TypeError):
     committed, so the message would be acked without being applied. The attempt is refused
     before anything commits (a nack, or a failed attempt in the worker). Use the asyncio
     API for coroutine handlers.
+    """
+
+
+class AsyncHandlerInSyncRunner(AsyncHandlerError, SyncAsyncMismatch):
+    """An ``async def`` handler (a coroutine function, a ``functools.partial`` of one, an
+    object whose ``__call__`` is ``async def``) given to the synchronous API: the runner,
+    the worker or a synchronous broker adapter.
+
+    Seen from the handler itself, before anything is sent: a configuration error (every
+    message would fail the same way), raised to the caller with neither ack nor nack. A
+    plain function that returns an awaitable is only seen when called: that is an
+    :class:`AsyncHandlerError`, a failed delivery.
     """
 
 

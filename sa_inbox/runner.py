@@ -364,7 +364,9 @@ def handle(
     :raises ConfigurationError: raised to the caller with **neither ack nor nack** (the same
         error would fail every message; nacking would loop the queue through it), nothing
         committed: :class:`~sa_inbox.exc.InvalidHandler` (not callable as
-        ``handler(session)``), :class:`~sa_inbox.exc.InvalidSessionFactory`,
+        ``handler(session)``), :class:`~sa_inbox.exc.AsyncHandlerInSyncRunner` (an
+        ``async def`` handler: use :func:`sa_inbox.asyncio.handle`),
+        :class:`~sa_inbox.exc.InvalidSessionFactory`,
         :class:`~sa_inbox.exc.MissingTable` (the inbox's or a business table or column),
         :class:`~sa_inbox.exc.AutocommitConnection` (SQLAlchemy's or the driver's
         autocommit), :class:`~sa_inbox.exc.SyncAsyncMismatch` for an asyncio object (an
@@ -375,8 +377,9 @@ def handle(
     What is refused as a failed delivery (:attr:`Outcome.FAILED` and a nack, never an ack
     of a change that did not commit, nothing committed):
 
-    * an ``async def`` handler, or a handler whose result is awaitable
-      (:class:`~sa_inbox.exc.AsyncHandlerError`): its body would never run;
+    * a handler whose result is awaitable (:class:`~sa_inbox.exc.AsyncHandlerError`: a
+      plain function returning a coroutine, seen only when called): its work would never
+      run;
     * a handler that commits or rolls back the transaction holding the claim, through the
       Session, its connection or a nested Session on that connection
       (:class:`~sa_inbox.exc.HandlerEndedTransaction`; see :mod:`sa_inbox.guard`). A raw

@@ -68,8 +68,10 @@ def case(entry: str, wrong: str, expect: Literal["refused", "once"] = "refused",
     return register
 
 
-def _acks() -> dict[str, Any]:
-    return {"ack": lambda: None, "nack": lambda: None}
+def acks(env: Env) -> dict[str, Any]:
+    """``ack`` and ``nack`` that record their calls in ``env.settled``: a refusal calls
+    neither."""
+    return {"ack": lambda: env.settled.append("ack"), "nack": lambda: env.settled.append("nack")}
 
 
 # -- the synchronous runner and claim -----------------------------------------------------
@@ -82,7 +84,7 @@ def _pay(env: Env, message_id: str) -> Callable[[Session], None]:
 @case("sa_inbox.handle", "AsyncInbox")
 def _(env: Env, mid: str) -> None:
     sa_inbox.handle(
-        env.app.Session, env.wrong("AsyncInbox"), mid, CONSUMER, _pay(env, mid), **_acks()
+        env.app.Session, env.wrong("AsyncInbox"), mid, CONSUMER, _pay(env, mid), **acks(env)
     )
 
 
@@ -90,7 +92,9 @@ for _factory in ("async_sessionmaker", "async_sessionmaker.begin", "sessionmaker
 
     @case("sa_inbox.handle", _factory)
     def _(env: Env, mid: str, factory: str = _factory) -> None:
-        sa_inbox.handle(env.wrong(factory), env.app.inbox, mid, CONSUMER, _pay(env, mid), **_acks())
+        sa_inbox.handle(
+            env.wrong(factory), env.app.inbox, mid, CONSUMER, _pay(env, mid), **acks(env)
+        )
 
     @case("sa_inbox.run_in_transaction", _factory)
     def _(env: Env, mid: str, factory: str = _factory) -> None:
@@ -103,7 +107,9 @@ for _factory in ("async_sessionmaker", "async_sessionmaker.begin", "sessionmaker
 
 @case("sa_inbox.handle", "a Table")
 def _(env: Env, mid: str) -> None:
-    sa_inbox.handle(env.app.Session, env.wrong("a Table"), mid, CONSUMER, _pay(env, mid), **_acks())
+    sa_inbox.handle(
+        env.app.Session, env.wrong("a Table"), mid, CONSUMER, _pay(env, mid), **acks(env)
+    )
 
 
 for _method in ("claim", "claim_many", "claim_batch", "is_processed"):
@@ -224,7 +230,7 @@ for _inbox in ("Inbox", "AsyncInbox"):
     @case("sa_inbox.asyncio.handle", _inbox, expect="once")
     async def _(env: Env, mid: str, inbox: str = _inbox) -> None:
         await sa_inbox.asyncio.handle(
-            env.ASession, env.wrong(inbox), mid, CONSUMER, lambda s: _apay(env, mid, s), **_acks()
+            env.ASession, env.wrong(inbox), mid, CONSUMER, lambda s: _apay(env, mid, s), **acks(env)
         )
 
 
@@ -238,7 +244,7 @@ for _factory in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin
             mid,
             CONSUMER,
             lambda s: _apay(env, mid, s),
-            **_acks(),
+            **acks(env),
         )
 
     @case("sa_inbox.asyncio.run_in_transaction", _factory)
@@ -255,7 +261,7 @@ for _factory in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin
 @case("sa_inbox.asyncio.handle", "a Table")
 async def _(env: Env, mid: str) -> None:
     await sa_inbox.asyncio.handle(
-        env.ASession, env.wrong("a Table"), mid, CONSUMER, lambda s: _apay(env, mid, s), **_acks()
+        env.ASession, env.wrong("a Table"), mid, CONSUMER, lambda s: _apay(env, mid, s), **acks(env)
     )
 
 
@@ -392,7 +398,7 @@ def _(env: Env, mid: str) -> None:
     handler = _pay(env, mid)
     assert env.app.inbox.consumers is not None
     env.app.inbox.consumers.hand_over(env.wrong("AsyncEngine"), CONSUMER, handler)
-    sa_inbox.handle(env.app.Session, env.app.inbox, mid, CONSUMER, handler, **_acks())
+    sa_inbox.handle(env.app.Session, env.app.inbox, mid, CONSUMER, handler, **acks(env))
 
 
 @case("AsyncInbox.hand_over", "Engine")
@@ -402,7 +408,7 @@ async def _(env: Env, mid: str) -> None:
 
     inbox = AsyncInbox(env.app.inbox)
     await inbox.hand_over(env.wrong("Engine"), CONSUMER, handler)
-    await sa_inbox.asyncio.handle(env.ASession, inbox, mid, CONSUMER, handler, **_acks())
+    await sa_inbox.asyncio.handle(env.ASession, inbox, mid, CONSUMER, handler, **acks(env))
 
 
 @case("AsyncInboxStore.hand_over", "Engine", state=_worked)
@@ -500,16 +506,16 @@ async def _in_thread(fn: Callable[..., None], *args: Any) -> None:
 
 @case("sa_inbox.purge", "AsyncEngine", state=_purged)
 def _(env: Env, mid: str) -> None:
-    _claim_and_pay(env, mid)
+    claim_and_pay(env, mid)
     _receive_then(env, mid)
-    sa_inbox.purge(env.wrong("AsyncEngine"), older_than=_policy(), table=env.app.inbox)
+    sa_inbox.purge(env.wrong("AsyncEngine"), older_than=policy(), table=env.app.inbox)
 
 
 @case("sa_inbox.asyncio.purge", "Engine", state=_purged)
 async def _(env: Env, mid: str) -> None:
-    await _in_thread(_claim_and_pay, env, mid)
+    await _in_thread(claim_and_pay, env, mid)
     await _in_thread(_receive_then, env, mid)
-    await sa_inbox.asyncio.purge(env.wrong("Engine"), older_than=_policy(), table=env.app.inbox)
+    await sa_inbox.asyncio.purge(env.wrong("Engine"), older_than=policy(), table=env.app.inbox)
 
 
 for _entry, _wrong in (
@@ -520,20 +526,20 @@ for _entry, _wrong in (
     @case(_entry, _wrong, state=_purged)
     async def _(env: Env, mid: str, entry: str = _entry, wrong: str = _wrong) -> None:
         await _in_thread(_receive_then, env, mid)
-        await _in_thread(_claim_and_pay, env, mid)
+        await _in_thread(claim_and_pay, env, mid)
         if entry == "sa_inbox.retention.purge_store":
-            sa_inbox.retention.purge_store(env.wrong(wrong), env.store, older_than=_policy())
+            sa_inbox.retention.purge_store(env.wrong(wrong), env.store, older_than=policy())
         else:
-            await sa_inbox.asyncio.purge_store(env.wrong(wrong), env.store, older_than=_policy())
+            await sa_inbox.asyncio.purge_store(env.wrong(wrong), env.store, older_than=policy())
 
 
-def _claim_and_pay(env: Env, mid: str) -> None:
+def claim_and_pay(env: Env, mid: str) -> None:
     with env.app.Session.begin() as session:
         if env.app.inbox.claim(session, mid, CONSUMER):
             env.app.apply_payment(session, mid, 1, AMOUNT)
 
 
-def _policy() -> sa_inbox.RetentionPolicy:
+def policy() -> sa_inbox.RetentionPolicy:
     import datetime
 
     second = datetime.timedelta(seconds=1)
@@ -613,14 +619,17 @@ def _(env: Env, mid: str) -> None:
 def _(env: Env, mid: str) -> None:
     from sa_inbox.outbox import purge_dispatched
 
-    _claim_and_pay(env, mid)
+    claim_and_pay(env, mid)
     _receive_then(env, mid)
-    purge_dispatched(env.wrong("AsyncEngine"), env.outbox, older_than=_policy().max_replay)
+    purge_dispatched(env.wrong("AsyncEngine"), env.outbox, older_than=policy().max_replay)
 
 
-from . import broker_cases as broker_cases  # noqa: E402  (registers the adapters' cases)
+# the other modules' cases register themselves on import
+from . import api_cases as api_cases  # noqa: E402
+from . import broker_cases as broker_cases  # noqa: E402
+from . import sharding_cases as sharding_cases  # noqa: E402
 
 #: Every entry point a case covers.
 ENTRY_POINTS = frozenset(c.entry for c in CASES)
 
-__all__ = ["CASES", "ENTRY_POINTS", "Case", "Inbox"]
+__all__ = ["CASES", "ENTRY_POINTS", "Case", "Inbox", "acks", "case", "claim_and_pay", "policy"]

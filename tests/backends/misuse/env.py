@@ -42,6 +42,8 @@ class Env:
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     #: What a case keeps between its deliveries (its queue's name...).
     kept: dict[str, Any] = field(default_factory=dict)
+    #: ``"ack"`` / ``"nack"`` for each call of the cases' ack and nack (``cases.acks``).
+    settled: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.store = InboxStore(self.app.metadata, table_name="misuse_store")

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sa_inbox import ConfigurationError, InboxStore, Outcome, handle
 from sa_inbox.exc import (
     AsyncHandlerError,
+    AsyncHandlerInSyncRunner,
     AutocommitConnection,
     HandlerEndedTransaction,
     InvalidHandler,
@@ -104,20 +105,25 @@ def async_handlers(app: App) -> dict[str, Callable[[Session], object]]:
     }
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "async def",
-        "partial of async def",
-        "async __call__",
-        "lambda returning a coroutine",
-        "returning an awaitable",
-    ],
-)
-def test_async_handler_is_refused_and_nacked(app: App, kind: str) -> None:
+@pytest.mark.parametrize("kind", ["async def", "partial of async def", "async __call__"])
+def test_async_handler_is_a_configuration_error_neither_acked_nor_nacked(
+    app: App, kind: str
+) -> None:
+    handler = async_handlers(app)[kind]
+    broker = Broker()
+    with pytest.raises(AsyncHandlerInSyncRunner, match="coroutine function"):
+        handle(app.Session, app.inbox, "m1", CONSUMER, handler, ack=broker.ack, nack=broker.nack)
+    assert (broker.acks, broker.nacks) == (0, 0)
+    assert app.inbox_rows() == 0 and app.ledger_rows() == 0
+    assert_redelivery_applies(app)
+
+
+@pytest.mark.parametrize("kind", ["lambda returning a coroutine", "returning an awaitable"])
+def test_a_handler_returning_an_awaitable_is_refused_and_nacked(app: App, kind: str) -> None:
     handler = async_handlers(app)[kind]
     result, broker = deliver(app, handler)
     assert result.outcome is Outcome.FAILED and isinstance(result.error, AsyncHandlerError)
+    assert not isinstance(result.error, ConfigurationError)
     assert (broker.acks, broker.nacks) == (0, 1)
     assert app.inbox_rows() == 0 and app.ledger_rows() == 0
     assert_redelivery_applies(app)
