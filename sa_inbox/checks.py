@@ -19,7 +19,7 @@ import sys
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from .exc import (
     InvalidBind,
@@ -198,8 +198,9 @@ def check_metadata(metadata: object, *, entry: str) -> sa.MetaData:
 def check_session_factory(factory: object, *, entry: str, asynchronous: bool) -> None:
     """Refuse, before any SQL, a session factory ``entry`` cannot use.
 
-    Refused: the other half's factory (an ``async_sessionmaker`` or AsyncSession class for
-    the synchronous API, a ``sessionmaker`` or Session class for the asyncio one),
+    Refused: the other half's factory (an ``async_sessionmaker``, ``async_scoped_session``
+    or AsyncSession class for the synchronous API, a ``sessionmaker``, ``scoped_session`` or
+    Session class for the asyncio one),
     ``sessionmaker.begin`` / ``Session.begin`` (they make transactions, not sessions), a
     Session instead of a factory, and anything not callable. Any other callable (a factory
     of the caller's) is checked when it is first called.
@@ -230,10 +231,10 @@ def check_session_factory(factory: object, *, entry: str, asynchronous: bool) ->
 
 
 def _is_sync_factory(factory: object) -> bool:
-    """A ``sessionmaker`` or a Session class."""
+    """A ``sessionmaker``, a ``scoped_session`` or a Session class."""
     if isinstance(factory, type):
         return issubclass(factory, Session)
-    return isinstance(factory, sessionmaker)
+    return isinstance(factory, sessionmaker | scoped_session)
 
 
 def _factory_name(factory: Any) -> str:

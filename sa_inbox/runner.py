@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, UnboundExecutionError
@@ -82,7 +82,7 @@ def _run_once(
     dialect = classifier_for(_dialect_name(session))
     with session, dialect.translate_configuration_errors():
         with ExitStack() as commit, owned_transaction(session):
-            result = work(session)
+            result = cast(T, call_handler(work, session))
             if commit_span is not None:
                 commit.enter_context(commit_span())
         return result
@@ -217,11 +217,17 @@ def run_in_transaction(
         statement on its own, :class:`~sa_inbox.exc.InvalidSessionFactory` for a factory
         that does not make Sessions; never retried.
     :raises InvalidArgument: if ``max_attempts`` is not an int >= 1, before anything.
+    :raises InvalidHandler: if ``work`` cannot be called as ``work(session)``, and
+        :class:`~sa_inbox.exc.AsyncHandlerInSyncRunner` if it is ``async def`` (use
+        :func:`sa_inbox.asyncio.run_in_transaction`), before anything.
+    :raises AsyncHandlerError: if ``work`` returns an awaitable (rolled back: its work would
+        never run).
     """
     check_max_attempts(max_attempts)
     check_session_factory(
         session_factory, entry="sa_inbox.run_in_transaction()", asynchronous=False
     )
+    check_handler(work, ("session",))
     for attempt in range(1, max_attempts + 1):
         session = new_session(session_factory)
         try:

@@ -49,6 +49,9 @@ class Case:
     #: What a refusal also is besides a ConfigurationError: a TypeError for an object of
     #: the wrong kind; the configuration error itself for a wrong setting (AUTOCOMMIT).
     kind: type[Exception] = TypeError
+    #: For a delivery through a live broker: how many of the case's messages are still
+    #: on it, neither acked nor dead-lettered (a refusal leaves every one there).
+    left: Callable[[Env], int] | None = None
 
     @property
     def id(self) -> str:
@@ -265,6 +268,103 @@ async def _(env: Env, mid: str) -> None:
     )
 
 
+# -- a handler of the wrong kind, a session factory of the wrong shape ----------------------
+
+
+@case("sa_inbox.handle", "async def handler")
+def _(env: Env, mid: str) -> None:
+    async def pay(session: Session) -> None:
+        env.app.apply_payment(session, mid, 1, AMOUNT)
+
+    sa_inbox.handle(env.app.Session, env.app.inbox, mid, CONSUMER, pay, **acks(env))
+
+
+@case("sa_inbox.run_in_transaction", "async def work")
+def _(env: Env, mid: str) -> None:
+    async def work(session: Session) -> None:
+        if env.app.inbox.claim(session, mid, CONSUMER):
+            env.app.apply_payment(session, mid, 1, AMOUNT)
+
+    sa_inbox.run_in_transaction(env.app.Session, work)
+
+
+@case("sa_inbox.asyncio.handle", "plain def handler", expect="once")
+async def _(env: Env, mid: str) -> None:
+    def pay(session: AsyncSession) -> Awaitable[None]:  # returns the coroutine: awaited
+        return env.app.apply_payment_async(session, mid, 1, AMOUNT)
+
+    await sa_inbox.asyncio.handle(env.ASession, env.app.inbox, mid, CONSUMER, pay, **acks(env))
+
+
+@case("sa_inbox.asyncio.run_in_transaction", "plain def work", expect="once")
+async def _(env: Env, mid: str) -> None:
+    inbox = AsyncInbox(env.app.inbox)
+
+    def work(session: AsyncSession) -> Awaitable[None]:
+        async def claim_and_pay() -> None:
+            if await inbox.claim(session, mid, CONSUMER):
+                await _apay(env, mid, session)
+
+        return claim_and_pay()
+
+    await sa_inbox.asyncio.run_in_transaction(env.ASession, work)
+
+
+for _factory in ("scoped_session", "Connection", "async_scoped_session", "AsyncConnection"):
+    _sync = _factory in ("scoped_session", "Connection")
+
+    @case("sa_inbox.handle", _factory, expect="once" if _factory == "scoped_session" else "refused")
+    def _(env: Env, mid: str, factory: str = _factory) -> None:
+        handler = _pay(env, mid)
+        sa_inbox.handle(env.wrong(factory), env.app.inbox, mid, CONSUMER, handler, **acks(env))
+
+    @case(
+        "sa_inbox.asyncio.handle",
+        _factory,
+        expect="once" if _factory == "async_scoped_session" else "refused",
+    )
+    async def _(env: Env, mid: str, factory: str = _factory) -> None:
+        handler = _apay_handler(env, mid)
+        await sa_inbox.asyncio.handle(
+            env.wrong(factory), env.app.inbox, mid, CONSUMER, handler, **acks(env)
+        )
+
+    if _factory in ("Connection", "AsyncConnection"):
+
+        @case("sa_inbox.run_in_transaction", _factory)
+        def _(env: Env, mid: str, factory: str = _factory) -> None:
+            def work(session: Session) -> None:
+                if env.app.inbox.claim(session, mid, CONSUMER):
+                    env.app.apply_payment(session, mid, 1, AMOUNT)
+
+            sa_inbox.run_in_transaction(env.wrong(factory), work)
+
+        @case("sa_inbox.asyncio.run_in_transaction", _factory)
+        async def _(env: Env, mid: str, factory: str = _factory) -> None:
+            inbox = AsyncInbox(env.app.inbox)
+
+            async def work(session: AsyncSession) -> None:
+                if await inbox.claim(session, mid, CONSUMER):
+                    await _apay(env, mid, session)
+
+            await sa_inbox.asyncio.run_in_transaction(env.wrong(factory), work)
+
+
+@case("sa_inbox.install", "scoped_session")
+def _(env: Env, mid: str) -> None:
+    sa_inbox.install(env.wrong("scoped_session"))
+    with env.app.Session.begin() as session:
+        sa_inbox.register_claim(session, env.app.inbox, mid, CONSUMER)
+        env.app.apply_payment(session, mid, 1, AMOUNT)
+
+
+def _apay_handler(env: Env, mid: str) -> Callable[[AsyncSession], Awaitable[None]]:
+    async def pay(session: AsyncSession) -> None:
+        await _apay(env, mid, session)
+
+    return pay
+
+
 # -- the store ------------------------------------------------------------------------------
 
 
@@ -357,6 +457,25 @@ for _store in ("InboxStore", "AsyncInboxStore", "BoundStore"):
 
         await _in_thread(_receive_then, env, mid)
         await AsyncWorker(env.wrong(store), handler, consumer_name=CONSUMER).run(until_empty=True)
+
+
+@case("Worker()", "async def handler", state=_worked)
+def _(env: Env, mid: str) -> None:
+    async def handler(session: Session, message: StoredMessage) -> None:
+        env.app.apply_payment(session, message.message_id, 1, AMOUNT)
+
+    _receive_then(env, mid)
+    Worker(env.store, handler, consumer_name=CONSUMER).run(until_empty=True)
+
+
+@case("AsyncWorker()", "plain def handler", expect="once", state=_worked)
+async def _(env: Env, mid: str) -> None:
+    def handler(session: AsyncSession, message: StoredMessage) -> Awaitable[None]:
+        return _apay(env, message.message_id, session)
+
+    await _in_thread(_receive_then, env, mid)
+    store = AsyncInboxStore(env.store).bind(env.aengine)
+    await AsyncWorker(store, handler, consumer_name=CONSUMER).run(until_empty=True)
 
 
 for _engine, _factory in (("AsyncEngine", None), ("Engine", "async_sessionmaker")):
