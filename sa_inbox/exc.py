@@ -20,6 +20,7 @@ The tree (each class under its first base, its other bases in brackets)::
             InvalidTable [ValueError]
                 InvalidTableType [TypeError]
             ConsumerNameTaken
+            AnonymousHandler [TypeError]
             MissingKeyHeader
             MissingExtra [ImportError]
             UnsupportedBroker [ValueError]
@@ -71,6 +72,7 @@ from typing import Any
 
 __all__ = [
     "AlembicSetupError",
+    "AnonymousHandler",
     "AsyncHandlerError",
     "AsyncHandlerInSyncRunner",
     "AsyncPublisherInSyncRelay",
@@ -258,6 +260,24 @@ class ConsumerNameTaken(ConfigurationError):
     def __reduce__(self) -> tuple[type[ConsumerNameTaken], tuple[str, str, str]]:
         """Pickled with its three values (a worker process reporting it to its parent)."""
         return type(self), (self.consumer_name, self.owner, self.handler)
+
+
+class AnonymousHandler(ConfigurationError, TypeError):
+    """A lambda was to own a consumer name (:mod:`sa_inbox.consumers`).
+
+    Every lambda of one scope is ``module.<lambda>``: two of them under one consumer name
+    would share its claims unseen. Raised before anything is claimed; define the handler as
+    a function, or name its owner with :func:`sa_inbox.consumers.owned_as`.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"the handler {name!r} is a lambda: it cannot own a consumer name, since every "
+            "lambda of one scope has that name. Define it as a function "
+            "(functools.partial(fn, message=...) passes it the message), or name its owner: "
+            "sa_inbox.consumers.owned_as('billing.apply_payment', handler)"
+        )
+        self.handler_name = name
 
 
 class MissingKeyHeader(ConfigurationError):

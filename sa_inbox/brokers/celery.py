@@ -18,6 +18,12 @@ running the body::
     # the producer sets the key: a re-sent payment carries the same key
     pay.apply_async(kwargs={"account": 1, "amount": "10.00", "idempotency_key": payment_id})
 
+**The task owns its consumer name** by the task's name (``task.name``: unique in its app,
+``module.function`` unless ``name=`` is given; :mod:`sa_inbox.consumers`), whatever the
+body's own name: two tasks under one ``consumer_name`` are refused with
+:class:`~sa_inbox.exc.ConsumerNameTaken`, and a task renamed in a new release takes the
+name over with ``inbox.consumers.hand_over(engine, consumer_name, new_task.name)``.
+
 **The key is a keyword argument the producer sets** (``key_kwarg``, ``"idempotency_key"`` by
 default), passed on to the body with the others; a body without that parameter (a misspelled
 ``key_kwarg``) is refused when it is decorated. Each task is settled before the worker hands
@@ -74,6 +80,7 @@ from sqlalchemy.orm import Session
 
 from .._optional import optional_dependencies
 from ..claim import Inbox
+from ..consumers import owned_as
 from ..exc import ConfigurationError, InvalidArgument, InvalidHandler
 from ..handlers import check_handler, is_async_callable
 from ..outage import OutageGate
@@ -301,9 +308,12 @@ def _run(
 ) -> Any:
     returned: list[Any] = []
 
-    def handler(session: Session, delivery: Delivery) -> None:
+    def call(session: Session, delivery: Delivery) -> None:
         returned[:] = [body(session, *args, **kwargs)]
 
+    # the task owns the consumer name by the task's name: unique in its app, the same in
+    # every release (sa_inbox.consumers), whatever the body's own name
+    handler = owned_as(task.name, call)
     decision = _Decision()
     settlement = process(
         delivery_of(task, kwargs, config.key_kwarg),

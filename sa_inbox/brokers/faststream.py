@@ -33,6 +33,12 @@ it::
     app = FastStream(broker)
     app.on_startup(inbox_mw.check)  # fails the start if the table or the engine is wrong
 
+**The subscriber's handler owns the consumer name** (:mod:`sa_inbox.consumers`): the
+function decorated with ``@broker.subscriber``, by its ``module.qualname``; two subscribers
+under one ``consumer_name`` are refused with :class:`~sa_inbox.exc.ConsumerNameTaken`;
+:func:`sa_inbox.consumers.owned_as` names the owner otherwise (``@broker.subscriber(...)``
+above ``@owned_as("billing.pay")``).
+
 The middleware checks its objects when made and, in ``check()``, the database (see
 :meth:`InboxMiddleware.check`). It settles each message before FastStream delivers the
 next, so it cannot hold a run of keyless messages as the other adapters do
@@ -86,13 +92,16 @@ results to replay; an RPC caller of a duplicate gets no reply).
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._compat import faststream_handler
 from .._optional import optional_dependencies
 from ..claim import Inbox
+from ..consumers import stands_for
 from ..exc import ConfigurationError
 from ..outage import OutageGate
 from .delivery import DeadLetterReason, Delivery, Disposition
@@ -239,10 +248,13 @@ class _InboxScope(BaseMiddleware[Any, Any]):
         config = self.config
         returned: list[Any] = []
 
-        async def handler(session: AsyncSession, delivery: Delivery) -> None:
+        async def call(session: AsyncSession, delivery: Delivery) -> None:
             with self.context.scope(config.context_key, session):
                 returned[:] = [await call_next(msg)]
 
+        # the subscriber's handler owns the consumer name (sa_inbox.consumers), not this
+        # closure, which every middleware of every subscriber shares
+        handler = stands_for(call, subscriber_handler(call_next))
         settlement = await process_async(
             await delivery_of(msg, config.key_header),
             _Settler(msg, config.dead_letter_suffix),
@@ -259,6 +271,38 @@ class _InboxScope(BaseMiddleware[Any, Any]):
             # handler's return value exists only for the delivery that processed it)
             raise SkipMessage
         return returned[0]
+
+
+#: How many layers of middlewares :func:`subscriber_handler` looks through.
+MAX_MIDDLEWARES = 100
+
+
+def subscriber_handler(call_next: Callable[..., Any]) -> Callable[..., Any]:
+    """The subscriber's handler (the user's function) that ``call_next`` ends in.
+
+    FastStream calls each middleware's ``consume_scope`` with the rest of the chain:
+    ``functools.partial(next_middleware.consume_scope, rest)`` down to the bound method
+    ``call_wrapped`` of the handler's ``HandlerCallWrapper``, which holds the decorated
+    function (``faststream/_internal/endpoint/subscriber/call_item.py``, ``HandlerItem.call``;
+    :func:`sa_inbox._compat.faststream_handler`).
+
+    :raises ConfigurationError: if the chain ends in no such wrapper (a FastStream release
+        that builds it otherwise): the consumer name's owner would be unknown.
+    """
+    layer: Any = call_next
+    for _ in range(MAX_MIDDLEWARES):
+        if isinstance(layer, functools.partial) and layer.args:
+            layer = layer.args[0]
+            continue
+        original = faststream_handler(getattr(layer, "__self__", None))
+        if original is not None:
+            return original
+        break
+    raise ConfigurationError(
+        f"InboxMiddleware cannot find the subscriber's handler behind {call_next!r}: this "
+        "FastStream release builds its middleware chain otherwise, and the consumer name's "
+        "owner (sa_inbox.consumers) would be unknown"
+    )
 
 
 def _check(msg: StreamMessage[Any]) -> None:

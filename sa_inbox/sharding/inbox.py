@@ -101,7 +101,7 @@ class ShardedInbox:
         sharded = ShardedInbox(Inbox(Base.metadata), {"eu": eu_engine, "us": us_engine})
         result = sharded.handle(
             message.tenant_id, message.id, "billing",
-            lambda session: apply_payment(session, message),
+            functools.partial(apply_payment, message=message),
             ack=message.ack, nack=message.nack,
         )
     """

@@ -338,6 +338,8 @@ TAKES_NO_OBJECT = {
     "sa_inbox.consumers.consumers_for": "made by the Inbox and the InboxStore for their table",
     "sa_inbox.consumers.shared_consumers_table": "the consumers table of a checked table",
     "sa_inbox.consumers.stands_for": "sa-inbox's own wrappers of a handler",
+    "sa_inbox.consumers.owned_as": "a name and a handler, of either half (kept as it is)",
+    "sa_inbox.consumers.owner_name": "a handler's name; sends nothing",
     "sa_inbox.retention.database_now": "a PurgeTarget clock, run on the purge's connection",
     "sa_inbox.retention.python_utc_now": "a PurgeTarget clock, run on the purge's connection",
     "sa_inbox.retention.store_purge_targets": (

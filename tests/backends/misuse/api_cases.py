@@ -11,6 +11,7 @@ delivery never runs.
 from __future__ import annotations
 
 import datetime
+import functools
 from typing import Any
 
 import sqlalchemy as sa
@@ -31,7 +32,7 @@ from .env import AMOUNT, CONSUMER, Env
 
 
 def _pay(env: Env, mid: str) -> Any:
-    return lambda session: env.app.apply_payment(session, mid, 1, AMOUNT)
+    return functools.partial(env.app.apply_payment, message_id=mid, account_id=1, amount=AMOUNT)
 
 
 # -- readiness ----------------------------------------------------------------------------

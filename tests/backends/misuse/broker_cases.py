@@ -31,9 +31,10 @@ DEADLINE = 20.0
 
 
 def _pay(env: Env) -> Callable[[Session, Delivery], None]:
-    return lambda session, delivery: env.app.apply_payment(
-        session, delivery.message_id or "", 1, AMOUNT
-    )
+    def pay(session: Session, delivery: Delivery) -> None:
+        env.app.apply_payment(session, delivery.message_id or "", 1, AMOUNT)
+
+    return pay
 
 
 def _apay(env: Env) -> Callable[[AsyncSession, Delivery], Any]:

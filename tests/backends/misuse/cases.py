@@ -10,6 +10,7 @@ configuration error that is also a TypeError, nothing committed, or applied exac
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -81,7 +82,10 @@ def acks(env: Env) -> dict[str, Any]:
 
 
 def _pay(env: Env, message_id: str) -> Callable[[Session], None]:
-    return lambda session: env.app.apply_payment(session, message_id, 1, AMOUNT)
+    # a function of its own (a lambda cannot own a consumer name), the same for every case
+    return functools.partial(
+        env.app.apply_payment, message_id=message_id, account_id=1, amount=AMOUNT
+    )
 
 
 @case("sa_inbox.handle", "AsyncInbox")
@@ -233,7 +237,7 @@ for _inbox in ("Inbox", "AsyncInbox"):
     @case("sa_inbox.asyncio.handle", _inbox, expect="once")
     async def _(env: Env, mid: str, inbox: str = _inbox) -> None:
         await sa_inbox.asyncio.handle(
-            env.ASession, env.wrong(inbox), mid, CONSUMER, lambda s: _apay(env, mid, s), **acks(env)
+            env.ASession, env.wrong(inbox), mid, CONSUMER, _apay_handler(env, mid), **acks(env)
         )
 
 
@@ -246,7 +250,7 @@ for _factory in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin
             env.app.inbox,
             mid,
             CONSUMER,
-            lambda s: _apay(env, mid, s),
+            _apay_handler(env, mid),
             **acks(env),
         )
 
@@ -264,7 +268,7 @@ for _factory in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin
 @case("sa_inbox.asyncio.handle", "a Table")
 async def _(env: Env, mid: str) -> None:
     await sa_inbox.asyncio.handle(
-        env.ASession, env.wrong("a Table"), mid, CONSUMER, lambda s: _apay(env, mid, s), **acks(env)
+        env.ASession, env.wrong("a Table"), mid, CONSUMER, _apay_handler(env, mid), **acks(env)
     )
 
 
@@ -437,7 +441,10 @@ def _purged(env: Env) -> tuple[int, int]:
 
 
 def _store_handler(env: Env) -> Callable[[Session, StoredMessage], None]:
-    return lambda session, message: env.app.apply_payment(session, message.message_id, 1, AMOUNT)
+    def pay(session: Session, message: StoredMessage) -> None:
+        env.app.apply_payment(session, message.message_id, 1, AMOUNT)
+
+    return pay
 
 
 for _store in ("InboxStore", "AsyncInboxStore", "AsyncBoundStore"):

@@ -3,6 +3,7 @@ case's own database, through the synchronous router and its asyncio face."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -44,9 +45,7 @@ for _wrong in ("AsyncInbox", "AsyncEngine"):
         inbox = env.wrong(wrong) if wrong == "AsyncInbox" else env.app.inbox
         engine = env.wrong(wrong) if wrong == "AsyncEngine" else env.app.engine
         router = ShardedInbox(inbox, {"a": engine})
-        router.handle(
-            KEY, mid, CONSUMER, lambda s: env.app.apply_payment(s, mid, 1, AMOUNT), **acks(env)
-        )
+        router.handle(KEY, mid, CONSUMER, functools.partial(_pay, env, mid), **acks(env))
 
 
 @case("ShardedInbox.claim", "AsyncSession")
@@ -76,14 +75,14 @@ def _(env: Env, mid: str) -> None:
 @case("AsyncShardedInbox()", "Engine")
 async def _(env: Env, mid: str) -> None:
     router = AsyncShardedInbox(env.app.inbox, {"a": env.wrong("Engine")})
-    await router.handle(KEY, mid, CONSUMER, lambda s: _apay(env, mid, s), **acks(env))
+    await router.handle(KEY, mid, CONSUMER, functools.partial(_apay, env, mid), **acks(env))
 
 
 @case("AsyncShardedInbox()", "AsyncInbox", expect="once")
 async def _(env: Env, mid: str) -> None:
     _binds_bytes(env)
     router = AsyncShardedInbox(env.wrong("AsyncInbox"), {"a": env.aengine})  # unwrapped
-    await router.handle(KEY, mid, CONSUMER, lambda s: _apay(env, mid, s), **acks(env))
+    await router.handle(KEY, mid, CONSUMER, functools.partial(_apay, env, mid), **acks(env))
 
 
 @case("AsyncShardedInbox.claim", "Session")
@@ -112,6 +111,10 @@ async def _(env: Env, mid: str) -> None:
 
     _binds_bytes(env)
     await _async_router(env).handle(KEY, mid, CONSUMER, pay, **acks(env))
+
+
+def _pay(env: Env, mid: str, session: Session) -> None:
+    env.app.apply_payment(session, mid, 1, AMOUNT)
 
 
 async def _apay(env: Env, mid: str, session: AsyncSession) -> None:

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from sa_inbox import ConfigurationError, InboxStore, Outcome, handle
+from sa_inbox.consumers import owned_as
 from sa_inbox.exc import (
     AsyncHandlerError,
     AsyncHandlerInSyncRunner,
@@ -46,6 +47,15 @@ class Broker:
 
     def nack(self) -> None:
         self.nacks += 1
+
+
+def paying(app: App, message_id: str = "m1") -> Callable[[Session], None]:
+    """A handler paying 3.00 into account 1 for ``message_id``."""
+
+    def pay(session: Session) -> None:
+        app.apply_payment(session, message_id, 1, Decimal(3))
+
+    return pay
 
 
 def deliver(app: App, handler: Callable[[Session], object], message_id: str = "m1") -> Any:
@@ -100,8 +110,9 @@ def async_handlers(app: App) -> dict[str, Callable[[Session], object]]:
         "async def": coroutine_function,
         "partial of async def": functools.partial(coroutine_function),
         "async __call__": AsyncCallable(),
-        "lambda returning a coroutine": lambda session: coroutine_function(session),
-        "returning an awaitable": lambda session: Awaitable(),
+        # lambdas own no consumer name: named, so that the result is what is refused
+        "lambda returning a coroutine": owned_as("t.coro", lambda s: coroutine_function(s)),
+        "returning an awaitable": owned_as("t.awaitable", lambda session: Awaitable()),
     }
 
 
@@ -362,7 +373,7 @@ def test_missing_inbox_table_is_raised_not_nacked(app: App) -> None:
             app.inbox,
             "m1",
             CONSUMER,
-            lambda session: app.apply_payment(session, "m1", 1, Decimal(3)),
+            paying(app),
             ack=broker.ack,
             nack=broker.nack,
         )
@@ -380,7 +391,7 @@ def test_missing_business_table_is_raised_not_nacked(app: App) -> None:
             app.inbox,
             "m1",
             CONSUMER,
-            lambda session: app.apply_payment(session, "m1", 1, Decimal(3)),
+            paying(app),
             ack=broker.ack,
             nack=broker.nack,
         )
@@ -529,7 +540,7 @@ def test_nack_log_line_names_the_message(app: App, caplog: pytest.LogCaptureFixt
 def test_sessions_and_connections_no_guard_holds_commit_as_usual(app: App) -> None:
     """The guard listens once per Session class and Engine; for everything it does not
     hold (the application's own sessions and connections) its listeners do nothing."""
-    result, _ = deliver(app, lambda session: app.apply_payment(session, "m1", 1, Decimal(3)))
+    result, _ = deliver(app, paying(app))
     assert result.outcome is Outcome.PROCESSED
     with app.Session() as session:  # the same session class and engine, no guard
         app.apply_payment(session, "own-1", 2, Decimal(5))

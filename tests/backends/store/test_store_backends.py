@@ -511,13 +511,17 @@ def test_a_configuration_error_in_the_handler_releases_the_batch_and_is_raised(
     assert worker.summary == WorkerSummary(processed=1, released=3, reason=ERROR)
 
 
+def do_nothing(session: Any, message: Any) -> None:
+    """A handler that changes nothing."""
+
+
 def test_a_worker_on_a_database_without_the_table_stops_with_missing_table(
     url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     engine = make_engine(url)
     try:
         store = InboxStore(sa.MetaData(), table_name="store_test_never_created")
-        worker = Worker(store.bind(engine), lambda session, message: None, concurrency=2)
+        worker = Worker(store.bind(engine), do_nothing, concurrency=2)
         with caplog.at_level("INFO", logger="sa_inbox.store.worker"), pytest.raises(MissingTable):
             worker.run(until_empty=True, max_seconds=5, handle_signals=False)
         assert worker.summary.reason == ERROR and worker.summary.errors == 0

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -95,12 +100,15 @@ def test_the_awaitables_run_under_await_asyncio_run_and_tasks(
     router = AsyncShardedInbox(inbox, {"a": aengine})
     applied: list[str] = []
 
+    def apply(session: AsyncSession) -> None:
+        applied.append("m1")
+
     async def scenario() -> list[bool]:
         await router.handle(
             "t-1",
             "m1",
             CONSUMER,
-            lambda session: applied.append("m1"),
+            apply,
             ack=lambda: None,
             nack=lambda: None,
         )
