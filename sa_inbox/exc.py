@@ -284,15 +284,19 @@ class MissingKeyHeader(ConfigurationError):
     """The key header was missing (or not text) on ``deliveries`` consecutive deliveries.
 
     One delivery without the key is the producer's bug and is dead-lettered; a run of them
-    is the consumer's: a misspelled ``key_header`` would dead-letter the whole queue. The
-    consumer gives those deliveries back to the broker unprocessed (nothing is
-    dead-lettered) and ``run()`` / ``consume()`` raises this.
+    is the consumer's: a misspelled ``key_header`` would dead-letter the whole queue. A run
+    counts every keyless delivery since the last keyed one, however far apart; at the limit
+    the consumer gives the deliveries it holds back to the broker unprocessed and
+    ``run()`` / ``consume()`` raises this. Those of the run that came one at a time on a
+    quiet queue were dead-lettered before the limit (``dead_lettered``: at most the limit
+    less one).
 
     :param key: the header (stream field, keyword argument) the consumer reads the key from.
     :param deliveries: how many consecutive deliveries lacked it.
     :param carried: the header names those deliveries carried, with how many carried each.
     :param wrong_types: the types of the values found under ``key`` that are not text
         (``int``...), with their counts.
+    :param dead_lettered: how many of them were dead-lettered before the limit.
     """
 
     def __init__(
@@ -301,21 +305,30 @@ class MissingKeyHeader(ConfigurationError):
         deliveries: int,
         carried: dict[str, int],
         wrong_types: dict[str, int] | None = None,
+        *,
+        dead_lettered: int = 0,
     ) -> None:
         wrong_types = wrong_types or {}
         seen = ", ".join(f"{name!r} ({count})" for name, count in list(carried.items())[:10])
         typed = ", ".join(f"{kind} ({count})" for kind, count in wrong_types.items())
+        settled = (
+            f"{deliveries - dead_lettered} of them were given back to the broker unprocessed, "
+            f"{dead_lettered} dead-lettered before the run reached the limit"
+            if dead_lettered
+            else "the deliveries were given back to the broker unprocessed, nothing was "
+            "dead-lettered"
+        )
         super().__init__(
             f"{key!r} was missing on {deliveries} consecutive deliveries"
             + (f" (present but not text: {typed})" if typed else "")
             + f"; they carried {seen or 'no headers'}. Check the consumer's key setting "
-            "(names are matched exactly) and the producers; the deliveries were given back "
-            "to the broker unprocessed, nothing was dead-lettered"
+            f"(names are matched exactly) and the producers; {settled}"
         )
         self.key = key
         self.deliveries = deliveries
         self.carried = carried
         self.wrong_types = wrong_types
+        self.dead_lettered = dead_lettered
 
 
 class MissingExtra(ConfigurationError, ImportError):

@@ -26,14 +26,15 @@ name over with ``inbox.consumers.hand_over(engine, consumer_name, new_task.name)
 
 **The key is a keyword argument the producer sets** (``key_kwarg``, ``"idempotency_key"`` by
 default), passed on to the body with the others; a body without that parameter (a misspelled
-``key_kwarg``) is refused when it is decorated. Each task is settled before the worker hands
-the pool process the next, so a run of keyless tasks cannot be held as the other adapters do
-(:mod:`sa_inbox.brokers.keys`): each is rejected at once. Celery's task id is never the key:
-a task sent again (the producer retrying ``apply_async`` after a timeout) gets a new id. A
-message without the key is rejected with ``Reject(reason, requeue=False)`` (Celery docs,
-"Tasks" → "Reject"), which RabbitMQ routes to the queue's dead-letter exchange when the
-queue has one (``x-dead-letter-exchange``, RabbitMQ docs "Dead Letter Exchanges"); nothing
-is processed.
+``key_kwarg``) is refused when it is decorated, so a keyless task is its producer's, not
+the consumer's misspelling: each is rejected at once (the other adapters count a run of
+keyless deliveries and stop at ``max_keyless``, :mod:`sa_inbox.brokers.keys`; a task has no
+way to stop its worker's consumer short of a broadcast control command). Celery's task id
+is never the key: a task sent again (the producer retrying ``apply_async`` after a timeout)
+gets a new id. A message without the key is rejected with ``Reject(reason,
+requeue=False)`` (Celery docs, "Tasks" → "Reject"), which RabbitMQ routes to the queue's
+dead-letter exchange when the queue has one (``x-dead-letter-exchange``, RabbitMQ docs
+"Dead Letter Exchanges"); nothing is processed.
 
 **A database outage costs no retry.** While the database cannot be reached the task waits
 in the worker (the message unacked, ``request.retries`` unchanged) while the task's
