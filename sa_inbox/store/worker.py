@@ -113,6 +113,9 @@ EMPTY, STOPPED, MAX_MESSAGES, MAX_SECONDS, ERROR = (
     "max_seconds",
     "error",
 )
+#: Seconds between two looks, while a thread waits out an outage, at whether another thread
+#: found the database back (:meth:`Worker._outage_sleep`).
+OUTAGE_POLL_SECONDS = 0.1
 
 #: The :attr:`Worker.stats` key of each :class:`WorkerSummary` field.
 _STAT_KEYS = {
@@ -507,7 +510,26 @@ class Worker:
         verdict = self.outage.wait(exc, probe)
         if verdict is Verdict.STOPPED:
             raise DatabaseUnavailable("stopped while the database could not be reached") from exc
+        if verdict is Verdict.RECOVERED:
+            self._renew_leases()
         return verdict
+
+    def _renew_leases(self) -> None:
+        """After an outage: start again the leases of the batches this worker's threads hold
+        (the store's ``renew``, where it has one), so that no worker, this one or another,
+        takes them over as abandoned and counts a second attempt for messages the outage
+        only delayed. A renewal that fails leaves them to :meth:`_after_outage`'s guard."""
+        renew = getattr(self.store, "renew", None)
+        with self._lock:
+            tokens = list(self._unstarted)
+        if renew is None or not tokens:
+            return
+        try:
+            renewed = renew(tokens, now=self.clock())
+        except Exception as exc:
+            logger.info("leases not renewed after the outage: %s", exc, extra={"action": "renew"})
+            return
+        logger.debug("renewed %d leases after the outage", renewed, extra={"action": "renew"})
 
     def _after_outage(self) -> bool:
         """Whether a database outage is in progress or ended less than ``visibility_timeout``
@@ -520,8 +542,22 @@ class Worker:
         return gate.in_outage or time.monotonic() - gate.ended_at < self.visibility_timeout
 
     def _outage_sleep(self, seconds: float) -> bool:
-        """The outage gate's wait: :meth:`_wait`; whether the worker stops."""
-        self._wait(seconds)
+        """The outage gate's wait: :meth:`_wait`, cut short once another thread found the
+        database back; whether the worker stops.
+
+        Each thread waits its own jittered back-off (up to the gate's maximum, 15 s): a
+        thread holding a batch that slept on after another thread ended the outage came
+        back past :meth:`_after_outage`'s guard, and its batch, leased before the outage,
+        was taken over as abandoned, each message's attempt counted twice.
+        """
+        gate = self.outage
+        began = gate.clock()
+        left = seconds
+        while left > 0 and not self._stopping():
+            self._wait(min(left, OUTAGE_POLL_SECONDS))
+            if not gate.in_outage and gate.ended_at >= began:
+                break  # another thread found the database back: probe now
+            left = seconds - (gate.clock() - began)
         return self._stopping()
 
     def reap(self) -> None:

@@ -285,6 +285,7 @@ TAKES_NO_OBJECT = {
             ".is_unavailable",
             ".probe",
             ".ensure_owner",
+            ".renew",
         )
     },
     **{

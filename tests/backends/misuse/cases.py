@@ -687,6 +687,7 @@ for _method in (
     "counts",
     "has_unfinished",
     "transaction",
+    "renew",
 ):
 
     @case(f"InboxStore.{_method}", "AsyncEngine", state=_worked)
