@@ -46,6 +46,7 @@ from ..exc import DatabaseUnavailable, DeliveryLimitExceeded, InvalidArgument, I
 from ..outage import (
     OutageGate,
     Verdict,
+    database_of,
     guarded,
     is_unavailable,
     probe_sessions,
@@ -121,6 +122,8 @@ def process(
     assert delivery.message_id is not None
     message_id = delivery.message_id
     gate = outage or OutageGate(consumer_name, hooks=inbox.hooks)
+    if gate.database is None:
+        gate.database = database_of(session_factory)
     probe = probe_sessions(session_factory)
     reachable = contended = 0
     while True:
@@ -190,6 +193,8 @@ async def process_async(
     assert delivery.message_id is not None
     message_id = delivery.message_id
     gate = outage or OutageGate(consumer_name, hooks=inbox.hooks)
+    if gate.database is None:
+        gate.database = database_of(session_factory)
     probe = probe_sessions_async(session_factory)
     reachable = contended = 0
     while True:

@@ -671,13 +671,27 @@ class Worker:
 
     def _owns_consumer_name(self) -> bool:
         """:meth:`own_consumer_name` at the start of a run; False (the run stops, and
-        :meth:`run` raises) on a configuration error."""
-        try:
-            self.own_consumer_name()
-        except ConfigurationError as exc:
-            self._configuration_error(exc)
-            return False
-        return True
+        :meth:`run` raises) on a configuration error, or if the worker is stopped while it
+        waits out a database that cannot be reached (:attr:`outage`, as a message would:
+        a worker started during an outage waits for the database, it does not stop). A
+        failure that looks like an outage while the database answers, twice in a row, is
+        raised."""
+        reachable = 0
+        while True:
+            try:
+                self.own_consumer_name()
+                return True
+            except ConfigurationError as exc:
+                self._configuration_error(exc)
+                return False
+            except Exception as exc:
+                try:
+                    verdict = self._ride_out(exc)
+                except DatabaseUnavailable:
+                    return False
+                if verdict is None or (verdict is Verdict.REACHABLE and reachable):
+                    raise
+                reachable = reachable + 1 if verdict is Verdict.REACHABLE else 0
 
     def _start(
         self, until_empty: bool, max_messages: int | None, max_seconds: float | None
