@@ -7,9 +7,10 @@ all have every name used here), but it keeps sa-inbox working, perhaps a little 
 less strict, should a release remove one. ``tests/unit/test_compat.py`` runs each function
 on the installed SQLAlchemy and calls each fallback directly.
 
-Outside this module, sa-inbox uses SQLAlchemy's public API only. The last section holds the
+Outside this module, sa-inbox uses SQLAlchemy's public API only. The last sections hold the
 two private names of CPython's own library that sa-inbox uses (:mod:`asyncio` and
-:mod:`warnings`), under the same rule: one function each, a fallback where they are missing.
+:mod:`warnings`) and the one of FastStream's, under the same rule: one function each, a
+fallback where they are missing.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "autocommit_isolation",
     "await_only",
     "cache_key",
+    "faststream_handler",
     "greenlet_spawn",
     "result_cursor",
     "session_options",
@@ -311,3 +313,18 @@ def task_failed_unseen(task: asyncio.Task[Any]) -> bool:
     tasks still running are judged by the caller).
     """
     return not task.cancelled() and bool(getattr(task, "_log_traceback", False))
+
+
+# -- FastStream: HandlerCallWrapper._original_call -------------------------------------------
+
+
+def faststream_handler(wrapper: object) -> Callable[..., Any] | None:
+    """The function ``@broker.subscriber`` decorated, from FastStream's ``HandlerCallWrapper``
+    of it (the owner of ``call_wrapped``, where a subscriber's middleware chain ends).
+
+    FastStream keeps it as ``_original_call`` (``faststream/_internal/endpoint/
+    call_wrapper.py``; FastStream 0.5 to 0.7); FastStream documents no public name for it.
+    Without it: ``None`` (the caller refuses to guess an owner).
+    """
+    original = getattr(wrapper, "_original_call", None)
+    return original if callable(original) else None

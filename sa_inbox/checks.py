@@ -19,9 +19,15 @@ import sys
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
-from .exc import InvalidObject, InvalidSessionFactory, InvalidTableType, SyncAsyncMismatch
+from .exc import (
+    InvalidBind,
+    InvalidObject,
+    InvalidSessionFactory,
+    InvalidTableType,
+    SyncAsyncMismatch,
+)
 
 __all__ = [
     "ASYNCIO_FACE",
@@ -31,6 +37,8 @@ __all__ = [
     "is_asyncio_object",
     "require",
     "require_asyncio",
+    "require_bind",
+    "require_table",
     "sync_face",
     "unwrap",
 ]
@@ -118,6 +126,44 @@ def require_asyncio(value: object, expected: type[T], what: str, *, entry: str, 
     )
 
 
+def require_bind(
+    value: object, kinds: tuple[type, ...], what: str, *, entry: str, instead: str
+) -> Any:
+    """``value``, if it is one of ``kinds`` (an Engine, a Connection...); for the synchronous
+    half's entry points that take a bind.
+
+    :param instead: what to do with an asyncio object, completing the message.
+    :raises SyncAsyncMismatch: for an object of the asyncio half (an AsyncEngine...).
+    :raises InvalidBind: for anything else that is not one of ``kinds``.
+    """
+    if isinstance(value, kinds) and not is_asyncio_object(value):
+        return value
+    wanted = " or ".join(_article(kind.__name__) for kind in kinds)
+    given = type(value).__name__
+    if is_asyncio_object(value):
+        raise SyncAsyncMismatch(
+            f"{entry} was given {given} as {what}, an object of the asyncio API; it takes "
+            f"{wanted}: {instead}"
+        )
+    raise InvalidBind(f"{entry} takes {wanted} as {what}, not {given}")
+
+
+def require_table(table: object, *, entry: str) -> sa.Table:
+    """``table``, if it is a :class:`~sqlalchemy.Table`.
+
+    :raises InvalidTableType: otherwise; for an object holding one (an Inbox, an
+        InboxStore) the message says to pass its ``.table``.
+    """
+    if isinstance(table, sa.Table):
+        return table
+    hint = (
+        f": pass its .table ({_factory_name(table)}.table)"
+        if isinstance(getattr(table, "table", None), sa.Table)
+        else ""
+    )
+    raise InvalidTableType(f"{entry} takes a Table, not {_factory_name(table)}{hint}")
+
+
 def unwrap(value: object, expected: type[T], what: str, *, entry: str) -> T:
     """``value`` itself, or the synchronous ``expected`` behind its asyncio face: for the
     asyncio half's entry points that run the synchronous object (where passing either is
@@ -152,8 +198,9 @@ def check_metadata(metadata: object, *, entry: str) -> sa.MetaData:
 def check_session_factory(factory: object, *, entry: str, asynchronous: bool) -> None:
     """Refuse, before any SQL, a session factory ``entry`` cannot use.
 
-    Refused: the other half's factory (an ``async_sessionmaker`` or AsyncSession class for
-    the synchronous API, a ``sessionmaker`` or Session class for the asyncio one),
+    Refused: the other half's factory (an ``async_sessionmaker``, ``async_scoped_session``
+    or AsyncSession class for the synchronous API, a ``sessionmaker``, ``scoped_session`` or
+    Session class for the asyncio one),
     ``sessionmaker.begin`` / ``Session.begin`` (they make transactions, not sessions), a
     Session instead of a factory, and anything not callable. Any other callable (a factory
     of the caller's) is checked when it is first called.
@@ -184,10 +231,10 @@ def check_session_factory(factory: object, *, entry: str, asynchronous: bool) ->
 
 
 def _is_sync_factory(factory: object) -> bool:
-    """A ``sessionmaker`` or a Session class."""
+    """A ``sessionmaker``, a ``scoped_session`` or a Session class."""
     if isinstance(factory, type):
         return issubclass(factory, Session)
-    return isinstance(factory, sessionmaker)
+    return isinstance(factory, sessionmaker | scoped_session)
 
 
 def _factory_name(factory: Any) -> str:

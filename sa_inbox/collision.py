@@ -35,6 +35,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from .checks import check_metadata
 from .exc import InvalidArgument, MessageIdCollision
 from .schema import PAYLOAD_HASH, TIMESTAMP_TZ, key_type
 
@@ -111,7 +112,9 @@ def collisions_table(metadata: sa.MetaData, *, schema: str | None = None) -> sa.
 
     :param metadata: the MetaData of the inbox table.
     :param schema: the schema of the inbox table.
+    :raises InvalidTableType: if ``metadata`` is not a MetaData (a declarative base).
     """
+    check_metadata(metadata, entry="collisions_table()")
     key = f"{schema}.{COLLISIONS_TABLE}" if schema else COLLISIONS_TABLE
     existing = metadata.tables.get(key)
     if existing is not None:

@@ -13,17 +13,36 @@ module run as a script by the name it would be imported under): the same functio
 release keeps its name; a ``functools.partial`` or :func:`functools.wraps` wrapper is known
 by its function, a callable object by its class. A handler renamed in a new release takes
 the name over with :meth:`Consumers.hand_over`.
+
+**A name must tell one handler from another.** Every lambda of one scope is
+``module.<lambda>``, however different their bodies: two lambdas under one consumer name
+would share its claims unseen, and a lambda has no name to keep across releases. So a
+lambda (a name holding ``<lambda>``, in a function or not) cannot own a consumer name by its
+name: recording or checking it raises :class:`~sa_inbox.exc.AnonymousHandler` (a
+configuration error, before anything is claimed). Define the handler as a function
+(``functools.partial(apply_payment, message=message)`` gives it the message and keeps its
+name), or name its owner yourself with :func:`owned_as` (``owned_as("billing.pay", lambda
+session: ...)``): the name is then yours to keep unique and stable across releases.
+
+A function defined inside another is known by its path (``outer.<locals>.inner``): two of
+one scope have two names, and the path stays as long as the code does, so it owns a name as
+a module-level function does. One case it cannot tell: a factory that makes several
+handlers (``make_handler(kind)`` returning ``handler``) gives them all one name, whatever
+they close over; give each its own with :func:`owned_as`. sa-inbox's own adapters name the
+user's handler, never their wrappers (FastStream: the subscriber's function; Celery: the
+task's name).
 """
 
 from __future__ import annotations
 
 import functools
 import sys
+import types
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast, overload
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -31,7 +50,9 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from .checks import check_metadata, is_asyncio_object
 from .dialects import classifier_for
 from .exc import (
+    AnonymousHandler,
     ConsumerNameTaken,
+    InvalidArgument,
     InvalidBind,
     InvalidHandler,
     InvalidTable,
@@ -50,6 +71,8 @@ __all__ = [
     "consumers_for",
     "consumers_table",
     "handler_name",
+    "owned_as",
+    "owner_name",
     "shared_consumers_table",
     "stands_for",
 ]
@@ -148,9 +171,9 @@ def _widened(table: sa.Table, length: int) -> sa.Table:
 
 
 def handler_name(handler: object) -> str:
-    """The name a handler is known by: ``module.qualname`` of the function, seen through
-    ``functools.partial`` and :func:`functools.wraps` wrappers (``__wrapped__``), or of a
-    callable object's class.
+    """The name a handler is known by: the name given by :func:`owned_as`, else
+    ``module.qualname`` of the function, seen through ``functools.partial`` and
+    :func:`functools.wraps` wrappers (``__wrapped__``), or of a callable object's class.
 
     A function defined in the module run as ``__main__`` is named after the module it
     would be imported as (``python -m pkg.mod`` and ``python pkg/mod.py``: ``pkg.mod``), so
@@ -158,6 +181,9 @@ def handler_name(handler: object) -> str:
     (no ``__init__.py``) run as a script is known by its file's stem only: run it with
     ``python -m``.
     """
+    given = _given_owner(handler)
+    if given is not None:
+        return given
     target = _unwrapped(handler)
     if not hasattr(target, "__qualname__"):
         target = type(target)
@@ -165,6 +191,84 @@ def handler_name(handler: object) -> str:
     if module == "__main__":
         module = _main_module_name()
     return f"{module}.{getattr(target, '__qualname__', type(target).__name__)}"
+
+
+#: The part of a qualified name every lambda of one scope shares.
+ANONYMOUS = "<lambda>"
+#: The attribute holding the owner name :func:`owned_as` gave a handler.
+OWNER_ATTRIBUTE = "__sa_inbox_owner__"
+
+
+def owner_name(handler: object) -> str:
+    """The name under which ``handler`` owns a consumer name: :func:`handler_name`, if it
+    tells this handler from every other.
+
+    :raises AnonymousHandler: for a lambda (its name holds ``<lambda>``) that
+        :func:`owned_as` gave no name.
+    """
+    name = handler_name(handler)
+    if _given_owner(handler) is None and ANONYMOUS in name:
+        raise AnonymousHandler(name)
+    return name
+
+
+@overload
+def owned_as(owner: str) -> Callable[[F], F]: ...
+
+
+@overload
+def owned_as(owner: str, handler: F) -> F: ...
+
+
+def owned_as(owner: str, handler: F | None = None) -> F | Callable[[F], F]:
+    """Name the owner ``handler`` is known by (:mod:`sa_inbox.consumers`), instead of its
+    qualified name: for a lambda, each handler a factory makes, or a handler to keep its
+    consumer names across a rename. The name is yours to keep unique (two handlers
+    given one name share its claims) and the same in every release.
+
+    ``owned_as("billing.pay", handler)`` returns ``handler`` itself, marked, if it is a
+    plain function (a lambda is one), else a wrapper of it (an ``async def`` one for an
+    asynchronous handler); ``@owned_as("billing.pay")`` decorates.
+
+    :param owner: the name, a non-empty string of at most 512 characters.
+    :raises InvalidArgument: for another ``owner``.
+    :raises InvalidHandler: for a ``handler`` that is not callable.
+    """
+    owner = _owner_string(owner)
+    if handler is None:
+        return lambda decorated: owned_as(owner, decorated)
+    _callable(handler)
+    marked: Any = handler if isinstance(handler, types.FunctionType) else _wrapper(handler)
+    setattr(marked, OWNER_ATTRIBUTE, owner)
+    return cast(F, marked)
+
+
+def _wrapper(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """A function calling ``handler``, of its kind (``async def`` for an asynchronous one)."""
+    from .handlers import is_async_callable
+
+    if is_async_callable(handler):
+
+        @functools.wraps(handler)
+        async def awaiting(*args: Any, **kwargs: Any) -> Any:
+            return await handler(*args, **kwargs)
+
+        return awaiting
+
+    @functools.wraps(handler)
+    def calling(*args: Any, **kwargs: Any) -> Any:
+        return handler(*args, **kwargs)
+
+    return calling
+
+
+def _given_owner(handler: object) -> str | None:
+    """The owner name :func:`owned_as` gave ``handler`` or a handler it wraps, if any."""
+    for layer in _layers(handler):
+        given = getattr(layer, OWNER_ATTRIBUTE, None)
+        if isinstance(given, str):
+            return given
+    return None
 
 
 #: How many wrappers :func:`_unwrapped` looks through (as :func:`inspect.unwrap` guards).
@@ -189,15 +293,25 @@ def _unwrapped(handler: object) -> object:
     """``handler`` without its ``functools.partial``, :func:`stands_for` and ``__wrapped__``
     layers: the sync wrapper :func:`sa_inbox.asyncio.handle` puts around an async handler,
     and a broker adapter's around a delivery handler, are known by it."""
+    *_, innermost = _layers(handler)
+    return innermost
+
+
+def _layers(handler: object) -> Iterator[object]:
+    """``handler``, then each handler its ``functools.partial``, :func:`stands_for` and
+    ``__wrapped__`` layers wrap, outermost first."""
+    yield handler
     for _ in range(MAX_WRAPPERS):
         if isinstance(handler, functools.partial):
             handler = handler.func
-            continue
-        wrapped = getattr(handler, HANDLER_ATTRIBUTE, None) or getattr(handler, "__wrapped__", None)
-        if wrapped is None or wrapped is handler:
-            return handler
-        handler = wrapped
-    return handler
+        else:
+            wrapped = getattr(handler, HANDLER_ATTRIBUTE, None) or getattr(
+                handler, "__wrapped__", None
+            )
+            if wrapped is None or wrapped is handler:
+                return
+            handler = wrapped
+        yield handler
 
 
 def _main_module_name() -> str:
@@ -242,7 +356,11 @@ def consumers_flag(enabled: object) -> bool:
     return enabled
 
 
-def _check_engine(engine: object, entry: str) -> sa.Engine:
+def _check_engine(
+    engine: object,
+    entry: str,
+    instead: str = "await the AsyncInbox's or AsyncInboxStore's hand_over()",
+) -> sa.Engine:
     """``engine``, if it is a synchronous :class:`~sqlalchemy.engine.Engine`.
 
     :raises SyncAsyncMismatch: for an ``AsyncEngine``.
@@ -251,10 +369,7 @@ def _check_engine(engine: object, entry: str) -> sa.Engine:
     if isinstance(engine, sa.Engine):
         return engine
     if is_asyncio_object(engine):
-        raise SyncAsyncMismatch(
-            f"{entry} takes an Engine, not an AsyncEngine: await the AsyncInbox's or "
-            "AsyncInboxStore's hand_over()"
-        )
+        raise SyncAsyncMismatch(f"{entry} takes an Engine, not an AsyncEngine: {instead}")
     raise InvalidBind(f"{entry} takes an Engine, not {type(engine).__name__}")
 
 
@@ -291,9 +406,14 @@ class Consumers:
         each time, so a hand-over made elsewhere reaches it).
 
         :raises ConsumerNameTaken: if another handler owns the name.
+        :raises AnonymousHandler: for a lambda that :func:`owned_as` gave no name (see
+            :func:`owner_name`), before any SQL.
         :raises MissingTable: if the consumers table does not exist.
+        :raises SyncAsyncMismatch: for an AsyncEngine (the runners pass the Engine behind
+            it), :class:`~sa_inbox.exc.InvalidBind` for anything else, before any SQL.
         """
-        name = handler_name(handler)
+        engine = _check_engine(engine, "ensure()", "pass its sync_engine")
+        name = owner_name(handler)
         known = self._owners.setdefault(engine, {})
         if known.get(consumer_name) == name:
             return
@@ -311,16 +431,22 @@ class Consumers:
         restart: stop the old handler's consumers first.
 
         :param engine: the database of the consumers table (a synchronous Engine).
+        :param handler: the new owner: a handler, or an owner name (``str``, as
+            :func:`owned_as` gives).
         :returns: the previous owner's name, or None if the name had none.
         :raises InvalidMessageId: for a consumer name a claim would refuse, before SQL.
-        :raises InvalidHandler: for a handler that is not callable, before SQL.
+        :raises InvalidHandler: for a handler that is not callable, and
+            :class:`~sa_inbox.exc.AnonymousHandler` for one whose name tells it from no
+            other (:func:`owner_name`), before SQL.
         :raises SyncAsyncMismatch: for an AsyncEngine; :class:`~sa_inbox.exc.InvalidBind`
             for anything else that is not an Engine.
         :raises MissingTable: if the consumers table does not exist.
         """
         engine = _check_engine(engine, "hand_over()")
         consumer_name = validate_key(consumer_name, "consumer_name", self.max_length)
-        name = handler_name(_callable(handler))
+        name = (
+            _owner_string(handler) if isinstance(handler, str) else owner_name(_callable(handler))
+        )
         with self._translated(engine):
             previous = self._owner(engine, consumer_name)
             try:
@@ -407,6 +533,19 @@ class Consumers:
                 if duplicate or attempt == REGISTER_ATTEMPTS:
                     raise  # not a duplicate key after all, or the conflicts go on
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _owner_string(owner: object) -> str:
+    """``owner``, if it is an owner name as :func:`owned_as` takes it.
+
+    :raises InvalidArgument: otherwise.
+    """
+    if not isinstance(owner, str) or not owner.strip() or len(owner) > HANDLER_LENGTH:
+        raise InvalidArgument(
+            f"an owner name is a non-empty string of at most {HANDLER_LENGTH} characters, "
+            f"not {owner!r:.80}"
+        )
+    return owner
 
 
 def _callable(handler: object) -> object:

@@ -20,6 +20,7 @@ The tree (each class under its first base, its other bases in brackets)::
             InvalidTable [ValueError]
                 InvalidTableType [TypeError]
             ConsumerNameTaken
+            AnonymousHandler [TypeError]
             MissingKeyHeader
             MissingExtra [ImportError]
             UnsupportedBroker [ValueError]
@@ -32,6 +33,7 @@ The tree (each class under its first base, its other bases in brackets)::
                 UnknownShardIdentity
                 ShardAssignmentFailed
         AsyncHandlerError [TypeError]
+            AsyncHandlerInSyncRunner [SyncAsyncMismatch]
         InvalidMessageId [ValueError]
         InvalidShardKey [ValueError]
         InvalidOutboxMessage [ValueError]
@@ -71,7 +73,9 @@ from typing import Any
 
 __all__ = [
     "AlembicSetupError",
+    "AnonymousHandler",
     "AsyncHandlerError",
+    "AsyncHandlerInSyncRunner",
     "AsyncPublisherInSyncRelay",
     "AutocommitConnection",
     "ClaimLost",
@@ -285,19 +289,41 @@ class ConsumerNameTaken(ConfigurationError):
         return type(self), (self.consumer_name, self.owner, self.handler)
 
 
+class AnonymousHandler(ConfigurationError, TypeError):
+    """A lambda was to own a consumer name (:mod:`sa_inbox.consumers`).
+
+    Every lambda of one scope is ``module.<lambda>``: two of them under one consumer name
+    would share its claims unseen. Raised before anything is claimed; define the handler as
+    a function, or name its owner with :func:`sa_inbox.consumers.owned_as`.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"the handler {name!r} is a lambda: it cannot own a consumer name, since every "
+            "lambda of one scope has that name. Define it as a function "
+            "(functools.partial(fn, message=...) passes it the message), or name its owner: "
+            "sa_inbox.consumers.owned_as('billing.apply_payment', handler)"
+        )
+        self.handler_name = name
+
+
 class MissingKeyHeader(ConfigurationError):
     """The key header was missing (or not text) on ``deliveries`` consecutive deliveries.
 
     One delivery without the key is the producer's bug and is dead-lettered; a run of them
-    is the consumer's: a misspelled ``key_header`` would dead-letter the whole queue. The
-    consumer gives those deliveries back to the broker unprocessed (nothing is
-    dead-lettered) and ``run()`` / ``consume()`` raises this.
+    is the consumer's: a misspelled ``key_header`` would dead-letter the whole queue. A run
+    counts every keyless delivery since the last keyed one, however far apart; at the limit
+    the consumer gives the deliveries it holds back to the broker unprocessed and
+    ``run()`` / ``consume()`` raises this. Those of the run that came one at a time on a
+    quiet queue were dead-lettered before the limit (``dead_lettered``: at most the limit
+    less one).
 
     :param key: the header (stream field, keyword argument) the consumer reads the key from.
     :param deliveries: how many consecutive deliveries lacked it.
     :param carried: the header names those deliveries carried, with how many carried each.
     :param wrong_types: the types of the values found under ``key`` that are not text
         (``int``...), with their counts.
+    :param dead_lettered: how many of them were dead-lettered before the limit.
 
     .. seealso:: :ref:`error-missingkeyheader` on the errors page.
     """
@@ -308,21 +334,30 @@ class MissingKeyHeader(ConfigurationError):
         deliveries: int,
         carried: dict[str, int],
         wrong_types: dict[str, int] | None = None,
+        *,
+        dead_lettered: int = 0,
     ) -> None:
         wrong_types = wrong_types or {}
         seen = ", ".join(f"{name!r} ({count})" for name, count in list(carried.items())[:10])
         typed = ", ".join(f"{kind} ({count})" for kind, count in wrong_types.items())
+        settled = (
+            f"{deliveries - dead_lettered} of them were given back to the broker unprocessed, "
+            f"{dead_lettered} dead-lettered before the run reached the limit"
+            if dead_lettered
+            else "the deliveries were given back to the broker unprocessed, nothing was "
+            "dead-lettered"
+        )
         super().__init__(
             f"{key!r} was missing on {deliveries} consecutive deliveries"
             + (f" (present but not text: {typed})" if typed else "")
             + f"; they carried {seen or 'no headers'}. Check the consumer's key setting "
-            "(names are matched exactly) and the producers; the deliveries were given back "
-            "to the broker unprocessed, nothing was dead-lettered"
+            f"(names are matched exactly) and the producers; {settled}"
         )
         self.key = key
         self.deliveries = deliveries
         self.carried = carried
         self.wrong_types = wrong_types
+        self.dead_lettered = dead_lettered
 
 
 class MissingExtra(ConfigurationError, ImportError):
@@ -483,6 +518,18 @@ class AsyncHandlerError(InboxError, TypeError):
     API for coroutine handlers.
 
     .. seealso:: :ref:`error-asynchandlererror` on the errors page.
+    """
+
+
+class AsyncHandlerInSyncRunner(AsyncHandlerError, SyncAsyncMismatch):
+    """An ``async def`` handler (a coroutine function, a ``functools.partial`` of one, an
+    object whose ``__call__`` is ``async def``) given to the synchronous API: the runner,
+    the worker or a synchronous broker adapter.
+
+    Seen from the handler itself, before anything is sent: a configuration error (every
+    message would fail the same way), raised to the caller with neither ack nor nack. A
+    plain function that returns an awaitable is only seen when called: that is an
+    :class:`AsyncHandlerError`, a failed delivery.
     """
 
 

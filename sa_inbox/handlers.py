@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .exc import AsyncHandlerError, InvalidHandler
+from .exc import AsyncHandlerError, AsyncHandlerInSyncRunner, InvalidHandler
 
 __all__ = ["call_handler", "check_handler", "is_async_callable"]
 
@@ -53,8 +53,8 @@ def check_handler(
     :raises InvalidHandler: if ``handler`` is not callable, or its signature cannot bind
         that many positional arguments (:func:`inspect.signature`; a callable whose
         signature cannot be read, as some built-ins and C extensions, is accepted).
-    :raises AsyncHandlerError: if ``handler`` is a coroutine function (see
-        :func:`is_async_callable`).
+    :raises AsyncHandlerInSyncRunner: (an AsyncHandlerError and a configuration error) if
+        ``handler`` is a coroutine function (see :func:`is_async_callable`).
     :raises InvalidHandler: also for a generator or async generator function: calling it
         runs none of its body.
     """
@@ -70,7 +70,7 @@ def check_handler(
             "handler"
         )
     if not asynchronous and is_async_callable(handler):
-        raise AsyncHandlerError(
+        raise AsyncHandlerInSyncRunner(
             f"{label} is a coroutine function: the synchronous runner cannot await it (its "
             "body would never run while the claim commits); use a synchronous handler"
         )

@@ -55,6 +55,7 @@ __all__ = [
     "DEFAULT_OUTAGE_BACKOFF",
     "OutageGate",
     "Verdict",
+    "database_of",
     "guarded",
     "is_guarded",
     "is_unavailable",
@@ -180,6 +181,9 @@ class OutageGate:
         at DEBUG and ignored.
     :param keep_alive_every: seconds, > 0; None: never.
     :param clock: monotonic seconds (tests pass a fake).
+    :param database: where the database is, as the outage's WARNING names it
+        (``host:port/name``: a wrong URL shows there); None until a consumer sets it
+        (:func:`database_of` its session factory).
     """
 
     def __init__(
@@ -192,8 +196,10 @@ class OutageGate:
         keep_alive: Callable[[], Any] | None = None,
         keep_alive_every: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        database: str | None = None,
     ) -> None:
         self.consumer_name = consumer_name
+        self.database = database
         self.backoff = backoff
         self.hooks = as_hooks(hooks)
         self.sleep = sleep
@@ -258,14 +264,16 @@ class OutageGate:
                 return
             self._started = observed_at
         logger.warning(
-            "consumer %s: the database cannot be reached (%s); deliveries are held, "
+            "consumer %s: the database%s cannot be reached (%s); deliveries are held, "
             "uncounted, and the database probed with back-off",
             self.consumer_name,
+            "" if self.database is None else f" at {self.database}",
             _describe(probed),
             extra={
                 "event": "inbox.database.unavailable",
                 "action": "outage",
                 "consumer_name": self.consumer_name,
+                "database": self.database,
                 "error": _describe(error),
             },
         )
@@ -416,6 +424,27 @@ def probe_engine(engine: sa.Engine) -> Callable[[], None]:
             conn.execute(_SELECT_ONE)
 
     return probe
+
+
+def database_of(session_factory: object) -> str | None:
+    """Where the engine of ``session_factory`` (a ``sessionmaker`` or
+    ``async_sessionmaker`` bound to an Engine or AsyncEngine) connects: ``host:port/name``
+    of its URL (no user, no password; the driver's defaults where the URL has none), or
+    None for another factory."""
+    bind = getattr(session_factory, "kw", {}).get("bind")
+    url = getattr(getattr(bind, "sync_engine", bind), "url", None)
+    if not isinstance(url, sa.URL):
+        return None
+    if url.get_backend_name() == "sqlite":
+        return url.database or ":memory:"
+    port = url.port if url.port is not None else _DEFAULT_PORTS.get(url.get_backend_name())
+    host = url.host or "localhost"
+    where = host if port is None else f"{host}:{port}"
+    return f"{where}/{url.database}" if url.database else where
+
+
+#: The port a driver connects to when the URL names none.
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "oracle": 1521}
 
 
 def _describe(error: BaseException) -> str:

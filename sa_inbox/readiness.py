@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from .checks import check_session_factory
+from .checks import check_session_factory, require, unwrap
 from .claim import Inbox
 from .dialects import classifier_for, is_autocommit
 from .exc import AutocommitConnection, InvalidSessionFactory
@@ -95,7 +95,12 @@ async def check_ready_async(
 def inbox_tables(inbox: Inbox) -> list[sa.Table]:
     """The tables a claim in ``inbox`` writes: its own, the collisions table when it
     records collisions (``on_collision="record"``), and the consumers table when it checks
-    the owner of each consumer name (:mod:`sa_inbox.consumers`)."""
+    the owner of each consumer name (:mod:`sa_inbox.consumers`).
+
+    :param inbox: an :class:`~sa_inbox.Inbox` or its AsyncInbox (unwrapped).
+    :raises InvalidObject: for anything else.
+    """
+    inbox = unwrap(inbox, Inbox, "inbox", entry="inbox_tables()")
     recorded = inbox.collisions.collisions if inbox.collisions is not None else None
     owners = inbox.consumers.table if inbox.consumers is not None else None
     return [inbox.table, *(t for t in (recorded, owners) if t is not None)]
@@ -133,7 +138,16 @@ def probe_tables(session: Session, tables: Iterable[sa.Table]) -> None:
     :raises AutocommitConnection: if a table's connection is autocommit
         (:func:`sa_inbox.dialects.is_autocommit`).
     :raises MissingTable: for a table or column the database does not have.
+    :raises SyncAsyncMismatch: for an AsyncSession (run it with ``session.run_sync``), and
+        :class:`~sa_inbox.exc.InvalidObject` for anything but a Session, before any SQL.
     """
+    session = require(
+        session,
+        Session,
+        "session",
+        entry="probe_tables()",
+        instead="await session.run_sync(probe_tables, tables), or check_ready_async()",
+    )
     try:
         for table in tables:
             query = sa.select(sa.literal(1)).select_from(table).where(sa.false())

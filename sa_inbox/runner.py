@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, UnboundExecutionError
@@ -91,7 +91,7 @@ def _run_once(
     dialect = classifier_for(_dialect_name(session))
     with session, dialect.translate_configuration_errors():
         with ExitStack() as commit, owned_transaction(session):
-            result = work(session)
+            result = cast(T, call_handler(work, session))
             if commit_span is not None:
                 commit.enter_context(commit_span())
         return result
@@ -281,6 +281,11 @@ def run_in_transaction(
         that does not make Sessions; never retried.
     :raises InvalidArgument: for a bad ``max_retries`` or ``retry_backoff`` (see
         :func:`retry_options`), before anything.
+    :raises InvalidHandler: if ``work`` cannot be called as ``work(session)``, and
+        :class:`~sa_inbox.exc.AsyncHandlerInSyncRunner` if it is ``async def`` (use
+        :func:`sa_inbox.asyncio.run_in_transaction`), before anything.
+    :raises AsyncHandlerError: if ``work`` returns an awaitable (rolled back: its work would
+        never run).
     """
     max_retries, retry_backoff = retry_options(
         "sa_inbox.run_in_transaction()",
@@ -292,6 +297,7 @@ def run_in_transaction(
     check_session_factory(
         session_factory, entry="sa_inbox.run_in_transaction()", asynchronous=False
     )
+    check_handler(work, ("session",))
     hooks = as_hooks(hooks)
     max_attempts = max_retries + 1
     for attempt in range(1, max_attempts + 1):
@@ -442,7 +448,9 @@ def handle(
     :raises ConfigurationError: raised to the caller with **neither ack nor nack** (the same
         error would fail every message; nacking would loop the queue through it), nothing
         committed: :class:`~sa_inbox.exc.InvalidHandler` (not callable as
-        ``handler(session)``), :class:`~sa_inbox.exc.InvalidSessionFactory`,
+        ``handler(session)``), :class:`~sa_inbox.exc.AsyncHandlerInSyncRunner` (an
+        ``async def`` handler: use :func:`sa_inbox.asyncio.handle`),
+        :class:`~sa_inbox.exc.InvalidSessionFactory`,
         :class:`~sa_inbox.exc.MissingTable` (the inbox's or a business table or column),
         :class:`~sa_inbox.exc.AutocommitConnection` (SQLAlchemy's or the driver's
         autocommit), :class:`~sa_inbox.exc.SyncAsyncMismatch` for an asyncio object (an
@@ -453,8 +461,9 @@ def handle(
     What is refused as a failed delivery (:attr:`Outcome.FAILED` and a nack, never an ack
     of a change that did not commit, nothing committed):
 
-    * an ``async def`` handler, or a handler whose result is awaitable
-      (:class:`~sa_inbox.exc.AsyncHandlerError`): its body would never run;
+    * a handler whose result is awaitable (:class:`~sa_inbox.exc.AsyncHandlerError`: a
+      plain function returning a coroutine, seen only when called): its work would never
+      run;
     * a handler that commits or rolls back the transaction holding the claim, through the
       Session, its connection or a nested Session on that connection
       (:class:`~sa_inbox.exc.HandlerEndedTransaction`; see :mod:`sa_inbox.guard`). A raw

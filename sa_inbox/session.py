@@ -52,6 +52,7 @@ from .exc import (
     ConfigurationError,
     DuplicateMessage,
     InvalidBind,
+    InvalidObject,
     InvalidSessionFactory,
 )
 
@@ -221,7 +222,23 @@ def _kind(target: object) -> str:
 
 
 def uninstall(target: SessionTarget) -> None:
-    """Remove what :func:`install` added to ``target``."""
+    """Remove what :func:`install` added to ``target``.
+
+    :raises InvalidBind: for an ``async_sessionmaker`` or AsyncSession (what
+        :func:`sa_inbox.asyncio.install` did stays: the listeners are on a Session class of
+        its own), :class:`~sa_inbox.exc.InvalidSessionFactory` for anything else that
+        :func:`install` refuses.
+    """
+    if is_asyncio_object(target):
+        raise InvalidBind(
+            f"sa_inbox.uninstall() takes a sessionmaker, Session class or Session, not "
+            f"{_kind(target)} (sa_inbox.asyncio.install() cannot be undone)"
+        )
+    if not _is_target(target):
+        raise InvalidSessionFactory(
+            f"sa_inbox.uninstall() takes a sessionmaker, Session class or Session, not "
+            f"{target!r}: {_install_hint(target)}"
+        )
     if not _marked(target):
         return
     for name, listener in _LISTENERS:
@@ -262,7 +279,12 @@ def _marked(target: SessionTarget) -> bool:
 
 
 def installed(session: Session) -> bool:
-    """Whether the extension is installed on ``session``, its class or its sessionmaker."""
+    """Whether the extension is installed on ``session``, its class or its sessionmaker.
+
+    :param session: a Session, or an AsyncSession (its ``sync_session`` is read).
+    :raises InvalidObject: for anything else.
+    """
+    session = _session(session, "installed()")
     return (
         bool(session.info.get(_INSTALLED))
         or session in _installed_sessions
@@ -330,6 +352,24 @@ def register_claim(
 
 
 def pending_claims(session: Session) -> list[tuple[str, str]]:
-    """The ``(message_id, consumer_name)`` claims registered on ``session`` and not yet sent."""
-    state = _state(session)
+    """The ``(message_id, consumer_name)`` claims registered on ``session`` and not yet sent.
+
+    :param session: a Session, or an AsyncSession (its ``sync_session`` is read).
+    :raises InvalidObject: for anything else.
+    """
+    state = _state(_session(session, "pending_claims()"))
     return [] if state is None else [(c.message_id, c.consumer_name) for c in state.pending]
+
+
+def _session(session: object, entry: str) -> Session:
+    """``session``, or the Session behind an AsyncSession (unambiguous: the extension
+    lives on it).
+
+    :raises InvalidObject: for anything else.
+    """
+    if isinstance(session, Session):
+        return session
+    sync_session = getattr(session, "sync_session", None)
+    if is_asyncio_object(session) and isinstance(sync_session, Session):
+        return sync_session
+    raise InvalidObject(f"{entry} takes a Session or AsyncSession, not {type(session).__name__}")

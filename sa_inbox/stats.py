@@ -39,6 +39,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from .checks import require_bind
 from .collision import COLLISIONS_TABLE
 from .exc import InvalidArgument, InvalidTable
 from .outbox.schema import DEFAULT_OUTBOX_TABLE
@@ -298,7 +299,10 @@ def collect(
     :raises InvalidTable: if the table named as the inbox's or the store's has no
         ``message_id`` column (the consumers table ``inbox_consumers``, say), before it is read.
     :raises sqlalchemy.exc.DBAPIError: if the database cannot be read (not wrapped).
+    :raises SyncAsyncMismatch: for an AsyncEngine (pass its ``sync_engine``), and
+        :class:`~sa_inbox.exc.InvalidBind` for anything but an Engine, before any SQL.
     """
+    engine = _engine(engine, "collect()")
     inspector = sa.inspect(engine)
     names = {
         "inbox": inbox_table,
@@ -349,6 +353,17 @@ def collect(
 CLAIM_TABLES = {"inbox": "a processed-messages table", "store": "an inbox store table"}
 
 
+def _engine(engine: object, entry: str) -> sa.Engine:
+    checked: sa.Engine = require_bind(
+        engine,
+        (sa.Engine,),
+        "engine",
+        entry=entry,
+        instead="the sample is read on a synchronous Engine (AsyncEngine.sync_engine is one)",
+    )
+    return checked
+
+
 def _check_claim_tables(inspector: Any, present: dict[str, str], schema: str | None) -> None:
     """Refuse an inbox or store table that is not one: every claim table has ``message_id``
     (the consumers table, :mod:`sa_inbox.consumers`, has ``inbox_table`` and
@@ -380,6 +395,7 @@ class Sampler:
     :param store_table: the inbox store's table name, or None.
     :param schema: the tables' schema.
     :param min_interval: seconds a sample is reused for.
+    :raises SyncAsyncMismatch, InvalidBind: as :func:`collect`, when made.
     """
 
     def __init__(
@@ -391,7 +407,7 @@ class Sampler:
         schema: str | None = None,
         min_interval: float = 15.0,
     ) -> None:
-        self.engine = engine
+        self.engine = _engine(engine, "Sampler()")
         self.inbox_table = inbox_table
         self.store_table = store_table
         self.schema = schema

@@ -37,6 +37,10 @@
 # `stop` is idempotent and never fails. start/stop write nothing outside DIR;
 # as root, DIR is made traversable (o+x) for the postgres user.
 #
+# SA_INBOX_RABBITMQ_CONSUMER_TIMEOUT=MS sets the started RabbitMQ's consumer_timeout
+# (milliseconds a delivery may stay unacked before RabbitMQ closes its channel; the default,
+# 30 minutes, otherwise): for a test of its own servers, never the suite's shared broker.
+#
 # kill and restart take one of postgresql, mysql, rabbitmq, redis, nats, kafka, sqs (for a
 # Galera node or the pg-sync/pg-async primary, the galera-* and pg-* commands).
 # `kill` SIGKILLs the server's whole process group (PostgreSQL: the postmaster
@@ -864,6 +868,9 @@ start_rabbitmq() {
         echo "${ports[1]}" >"$rdir/dist.port"
         echo "${ports[2]}" >"$rdir/epmd.port"
         printf 'listeners.tcp.default = 127.0.0.1:%s\n' "${ports[0]}" >"$rdir/rabbitmq.conf"
+        if [ -n "${SA_INBOX_RABBITMQ_CONSUMER_TIMEOUT:-}" ]; then
+            printf 'consumer_timeout = %s\n' "$SA_INBOX_RABBITMQ_CONSUMER_TIMEOUT" >>"$rdir/rabbitmq.conf"
+        fi
         if spawn_rabbitmq "$dir"; then
             break
         fi

@@ -24,7 +24,6 @@ from __future__ import annotations
 import gc
 import importlib
 import os
-import warnings
 from collections.abc import Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -38,7 +37,7 @@ from tests.support.app import App
 if TYPE_CHECKING:
     from tests.support.store_app import StoreApp
 
-pytest_plugins = ["tests.support.reports"]
+pytest_plugins = ["tests.support.reports", "tests.support.unawaited"]
 
 BACKENDS = ("sqlite", "postgresql", "mysql", "oracle")
 URL_VARIABLES = {
@@ -106,7 +105,6 @@ def chosen_backends(values: list[str]) -> set[str]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _record_unawaited_coroutines()
     CHOSEN.clear()
     CHOSEN.update(chosen_backends(config.getoption("db")))
     parallel.start_worker(
@@ -254,26 +252,6 @@ def app(engine: sa.Engine) -> Iterator[App]:
     app.drop()
 
 
-#: Coroutines made by sa-inbox's own code and finalised without ever being awaited.
-_UNAWAITED: list[str] = []
-
-
-def _record_unawaited_coroutines() -> None:
-    """Record every coroutine of sa-inbox's code that is never awaited (CPython reports each
-    through ``warnings._warn_unawaited_coroutine``); the session fails if there was one."""
-    report = getattr(warnings, "_warn_unawaited_coroutine", None)
-    if report is None:
-        return
-
-    def recording(coro: object) -> None:
-        code = getattr(coro, "cr_code", None)
-        if code is not None and f"{os.sep}sa_inbox{os.sep}" in code.co_filename:
-            _UNAWAITED.append(str(getattr(coro, "__qualname__", coro)))
-        report(coro)
-
-    warnings._warn_unawaited_coroutine = recording  # type: ignore[attr-defined]
-
-
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Move everything alive after the collection (modules, test items, parametrisations)
     out of the collector's reach (:func:`gc.freeze`): it lives until the session ends, and
@@ -281,10 +259,3 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     tests make are collected as before."""
     gc.collect()
     gc.freeze()
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    gc.collect()
-    if _UNAWAITED:
-        print(f"\nsa-inbox coroutines never awaited: {sorted(set(_UNAWAITED))}")
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED

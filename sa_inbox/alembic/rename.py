@@ -24,6 +24,12 @@ renamed table is exactly what ``op.create_<kind>(new)`` would have made. Per bac
   … RENAME TO`` for the indexes, including those of the primary key and unique constraints
   (they carry the constraint's name; Oracle SQL Language Reference, "ALTER INDEX").
 
+The owners of the table's consumer names (:mod:`sa_inbox.consumers`: rows of
+``inbox_consumers`` keyed by the table's name) move with the processed-messages and store
+tables: ``UPDATE inbox_consumers SET inbox_table = <new> WHERE inbox_table = <old>``, in the
+same transaction, when that table exists (offline, always printed). Without it every consumer
+name of the renamed table would be free again, for any handler to take.
+
 Offline (``--sql``) the same statements are printed. The reverse renames back.
 """
 
@@ -36,6 +42,7 @@ import sqlalchemy as sa
 from alembic.operations import MigrateOperation, Operations
 
 from .._compat import sort_indexes
+from ..consumers import DEFAULT_CONSUMERS_TABLE
 from ..exc import InvalidArgument, UnsupportedBackend
 from ..schema import DEFAULT_MESSAGE_ID_LENGTH
 from .operations import OUTBOX, PROCESSED_MESSAGES, STORE, Invoker, classmethod_named, spelling
@@ -47,6 +54,7 @@ __all__ = [
     "RenameInboxTableOp",
     "RenameOutboxTableOp",
     "RenameProcessedMessagesTableOp",
+    "move_owners",
     "rename_inbox_store_table",
     "rename_inbox_table",
     "rename_outbox_table",
@@ -72,6 +80,9 @@ class RenameInboxTableOp(MigrateOperation):
     op_name: ClassVar[str]
     #: What the rows are, for the comment autogenerate writes above the operation.
     rows: ClassVar[str]
+    #: Whether the table's consumer names have owners in the consumers table, which move
+    #: with it (:func:`move_owners`).
+    owned: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -263,6 +274,32 @@ def _rename(operations: Operations, operation: RenameInboxTableOp) -> None:
             f"{', '.join(sorted(RENAMERS))}, not on {name}"
         )
     renamer(operations, *operation.tables())
+    if operation.owned:
+        move_owners(
+            operations, operation.old_table_name, operation.new_table_name, operation.schema
+        )
+
+
+def move_owners(
+    operations: Operations, old_table_name: str, new_table_name: str, schema: str | None
+) -> None:
+    """Point the consumers table's owner rows of ``old_table_name`` at ``new_table_name``
+    (see the module); nothing when that table does not exist (online)."""
+    if not operations.get_context().as_sql:
+        inspector = sa.inspect(operations.get_bind())
+        if not inspector.has_table(DEFAULT_CONSUMERS_TABLE, schema=schema):
+            return
+    owners = sa.table(DEFAULT_CONSUMERS_TABLE, sa.column("inbox_table", sa.String), schema=schema)
+    update = (
+        sa.update(owners)
+        .where(owners.c.inbox_table == old_table_name)
+        .values(inbox_table=new_table_name)
+    )
+    # the names as literals (quoted by the dialect), so that --sql prints runnable SQL
+    compiled = update.compile(
+        dialect=operations.impl.dialect, compile_kwargs={"literal_binds": True}
+    )
+    operations.execute(str(compiled))
 
 
 #: The rename operation of each table kind that has one, by kind name (read by autogenerate).
@@ -291,9 +328,11 @@ class _RenameOp(RenameInboxTableOp):
     """A rename registered as ``op.<op_name>(old, new)`` for ``kind`` (the subclass's
     keywords), with ``rows`` saying what the kept rows are."""
 
-    def __init_subclass__(cls, *, kind: InboxTableKind, op_name: str, rows: str, **kw: Any) -> None:
+    def __init_subclass__(
+        cls, *, kind: InboxTableKind, op_name: str, rows: str, owned: bool = False, **kw: Any
+    ) -> None:
         super().__init_subclass__(**kw)
-        cls.kind, cls.op_name, cls.rows = kind, op_name, rows
+        cls.kind, cls.op_name, cls.rows, cls.owned = kind, op_name, rows, owned
         setattr(cls, op_name, _operation(kind, op_name))
         Operations.register_operation(op_name)(cls)
         RENAME_OPERATIONS[kind.name] = cls
@@ -304,11 +343,13 @@ class RenameProcessedMessagesTableOp(
     kind=PROCESSED_MESSAGES,
     op_name="rename_inbox_table",
     rows="the message ids claimed in it",
+    owned=True,
 ):
     """``op.rename_inbox_table(old, new)``: rename the processed-messages table, its rows
     (the claimed ids) kept: ``pk_<old>`` and ``ix_<old>_received_at`` become ``pk_<new>``
     and ``ix_<new>_received_at`` (see :mod:`sa_inbox.alembic.rename` for each backend's SQL;
-    SQLite copies the rows into a new table of ``message_id_length``)."""
+    SQLite copies the rows into a new table of ``message_id_length``); the owners of its
+    consumer names in ``inbox_consumers`` move with it."""
 
 
 class RenameInboxStoreTableOp(
@@ -316,9 +357,11 @@ class RenameInboxStoreTableOp(
     kind=STORE,
     op_name="rename_inbox_store_table",
     rows="the messages stored in it and their dedup keys",
+    owned=True,
 ):
     """``op.rename_inbox_store_table(old, new)``: rename the inbox store table, its rows kept
-    (``uq_``, ``ck_``, ``ix_`` names too)."""
+    (``uq_``, ``ck_``, ``ix_`` names too), and the owners of its consumer names in
+    ``inbox_consumers`` with it."""
 
 
 class RenameOutboxTableOp(

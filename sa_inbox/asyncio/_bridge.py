@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
 from sqlalchemy.orm import Session
 
 from .._compat import await_only, greenlet_spawn
-from ..exc import AsyncHandlerError, InvalidBind, InvalidSessionFactory
+from ..exc import AsyncHandlerError, InvalidBind, InvalidSessionFactory, SyncAsyncMismatch
 from ..guard import enlisted_connections
 from ..pool_guard import BUSY_POLL_SECONDS, BUSY_WAIT_SECONDS, statement_running
 from . import _unawaited
@@ -29,6 +29,7 @@ from . import _unawaited
 __all__ = [
     "ASYNC_SESSION",
     "AsyncBind",
+    "AwaitOnly",
     "async_session_of",
     "call_handler_awaiting",
     "call_on_loop",
@@ -237,6 +238,47 @@ async def _run_on_sync_bind(
 ) -> T:
     # sa-inbox's own coroutine (not SQLAlchemy's run_sync): one left un-awaited is ours
     return await bind.run_sync(fn, *args, **kwargs)
+
+
+class AwaitOnly(Coroutine[Any, Any, T]):
+    """A coroutine that refuses to be read as true or false: ``if router.is_processed(...):``
+    in synchronous code (a coroutine object is always true) raises at once instead of
+    skipping every message as processed.
+
+    It is a :class:`collections.abc.Coroutine` delegating to ``coro``, so ``await``,
+    ``asyncio.run`` and ``asyncio.create_task`` take it as they take ``coro`` (asyncio
+    accepts any such coroutine: ``asyncio.iscoroutine``).
+
+    :param coro: the coroutine to run.
+    :param entry: the entry point, as the error names it (``"AsyncShardedInbox.is_processed()"``).
+    :param instead: what synchronous code uses instead, completing the message.
+    """
+
+    __slots__ = ("_coro", "_entry", "_instead")
+
+    def __init__(self, coro: Coroutine[Any, Any, T], entry: str, instead: str) -> None:
+        self._coro = coro
+        self._entry = entry
+        self._instead = instead
+
+    def send(self, value: Any) -> Any:
+        return self._coro.send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._coro.throw(*args)
+
+    def close(self) -> None:
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._coro.__await__()
+
+    def __bool__(self) -> bool:
+        self._coro.close()  # it will never run: no "never awaited" warning on top
+        raise SyncAsyncMismatch(
+            f"{self._entry} returns a coroutine, which is always true and does nothing "
+            f"until awaited: await it (sa-inbox's asyncio API), or {self._instead}"
+        )
 
 
 def sync_session_factory(factory: Callable[[], AsyncSession]) -> Callable[[], Session]:

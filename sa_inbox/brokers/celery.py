@@ -18,16 +18,23 @@ running the body::
     # the producer sets the key: a re-sent payment carries the same key
     pay.apply_async(kwargs={"account": 1, "amount": "10.00", "idempotency_key": payment_id})
 
+**The task owns its consumer name** by the task's name (``task.name``: unique in its app,
+``module.function`` unless ``name=`` is given; :mod:`sa_inbox.consumers`), whatever the
+body's own name: two tasks under one ``consumer_name`` are refused with
+:class:`~sa_inbox.exc.ConsumerNameTaken`, and a task renamed in a new release takes the
+name over with ``inbox.consumers.hand_over(engine, consumer_name, new_task.name)``.
+
 **The key is a keyword argument the producer sets** (``key_kwarg``, ``"idempotency_key"`` by
 default), passed on to the body with the others; a body without that parameter (a misspelled
-``key_kwarg``) is refused when it is decorated. Each task is settled before the worker hands
-the pool process the next, so a run of keyless tasks cannot be held as the other adapters do
-(:mod:`sa_inbox.brokers.keys`): each is rejected at once. Celery's task id is never the key:
-a task sent again (the producer retrying ``apply_async`` after a timeout) gets a new id. A
-message without the key is rejected with ``Reject(reason, requeue=False)`` (Celery docs,
-"Tasks" → "Reject"), which RabbitMQ routes to the queue's dead-letter exchange when the
-queue has one (``x-dead-letter-exchange``, RabbitMQ docs "Dead Letter Exchanges"); nothing
-is processed.
+``key_kwarg``) is refused when it is decorated, so a keyless task is its producer's, not
+the consumer's misspelling: each is rejected at once (the other adapters count a run of
+keyless deliveries and stop at ``max_keyless``, :mod:`sa_inbox.brokers.keys`; a task has no
+way to stop its worker's consumer short of a broadcast control command). Celery's task id
+is never the key: a task sent again (the producer retrying ``apply_async`` after a timeout)
+gets a new id. A message without the key is rejected with ``Reject(reason,
+requeue=False)`` (Celery docs, "Tasks" → "Reject"), which RabbitMQ routes to the queue's
+dead-letter exchange when the queue has one (``x-dead-letter-exchange``, RabbitMQ docs
+"Dead Letter Exchanges"); nothing is processed.
 
 **A database outage costs no retry.** While the database cannot be reached the task waits
 in the worker (the message unacked, ``request.retries`` unchanged) while the task's
@@ -74,6 +81,7 @@ from sqlalchemy.orm import Session
 
 from .._optional import optional_dependencies
 from ..claim import Inbox
+from ..consumers import owned_as
 from ..exc import ConfigurationError, InvalidArgument, InvalidHandler
 from ..handlers import check_handler, is_async_callable
 from ..outage import OutageGate
@@ -301,9 +309,12 @@ def _run(
 ) -> Any:
     returned: list[Any] = []
 
-    def handler(session: Session, delivery: Delivery) -> None:
+    def call(session: Session, delivery: Delivery) -> None:
         returned[:] = [body(session, *args, **kwargs)]
 
+    # the task owns the consumer name by the task's name: unique in its app, the same in
+    # every release (sa_inbox.consumers), whatever the body's own name
+    handler = owned_as(task.name, call)
     decision = _Decision()
     settlement = process(
         delivery_of(task, kwargs, config.key_kwarg),

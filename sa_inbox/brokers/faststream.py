@@ -33,10 +33,27 @@ it::
     app = FastStream(broker)
     app.on_startup(inbox_mw.check)  # fails the start if the table or the engine is wrong
 
+**The subscriber's handler owns the consumer name** (:mod:`sa_inbox.consumers`): the
+function decorated with ``@broker.subscriber``, by its ``module.qualname``; two subscribers
+under one ``consumer_name`` are refused with :class:`~sa_inbox.exc.ConsumerNameTaken`;
+:func:`sa_inbox.consumers.owned_as` names the owner otherwise (``@broker.subscriber(...)``
+above ``@owned_as("billing.pay")``).
+
 The middleware checks its objects when made and, in ``check()``, the database (see
-:meth:`InboxMiddleware.check`). It settles each message before FastStream delivers the
-next, so it cannot hold a run of keyless messages as the other adapters do
-(:mod:`sa_inbox.brokers.keys`): each is dead-lettered at once.
+:meth:`InboxMiddleware.check`).
+
+**A misspelled key header stops the subscriber** (the rule of
+:mod:`sa_inbox.brokers.keys`, as far as FastStream allows). The run counts every keyless
+message since the last keyed one, however far apart. FastStream hands the middleware one
+message at a time and waits for it to be settled, so a keyless message cannot be held while
+the next shows whether a run has begun (the other adapters hold them): each of the first
+``max_keyless - 1`` of a run is dead-lettered at once, as the producer's. The
+``max_keyless``-th is given back (nacked: requeued on RabbitMQ and NATS, left pending on
+Redis) and the subscriber that got it stops consuming (FastStream's ``StopConsume``: no
+middleware can make ``FastStream.run()`` raise); the
+:class:`~sa_inbox.exc.MissingKeyHeader` is logged (ERROR, ``inbox.key.missing``) and raised
+by :meth:`InboxMiddleware.check` from then on, so a readiness probe fails. Every other
+subscriber of the middleware stops at its next keyless message.
 
 **The key is a header the producer sets** (``key_header``, ``"idempotency-key"`` by
 default), the same on all three brokers. FastStream's own ``message_id`` cannot be the key:
@@ -86,23 +103,27 @@ results to replay; an RPC caller of a duplicate gets no reply).
 
 from __future__ import annotations
 
+import functools
+import logging
 import sys
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._compat import faststream_handler
 from .._optional import optional_dependencies
 from ..claim import Inbox
-from ..exc import ConfigurationError
+from ..consumers import stands_for
+from ..exc import ConfigurationError, MissingKeyHeader
 from ..outage import OutageGate
 from .delivery import DeadLetterReason, Delivery, Disposition
-from .keys import check_key_name, read_key
+from .keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless, read_key
 from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
 from .startup import NO_HANDLER, check_consumer
 
 with optional_dependencies(__name__, "faststream", "faststream"):
     from faststream import BaseMiddleware, ContextRepo, StreamMessage
-    from faststream.exceptions import SkipMessage
+    from faststream.exceptions import SkipMessage, StopConsume
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -114,6 +135,8 @@ __all__ = [
     "InboxMiddleware",
     "delivery_of",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: The header carrying the producer's idempotency key, unless ``key_header`` names another.
 DEFAULT_KEY_HEADER = "idempotency-key"
@@ -140,10 +163,12 @@ class InboxMiddleware:
     :param dead_letter_suffix: Redis Streams only: the dead-letter stream is the stream's
         name plus this.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
+    :param max_keyless: consecutive keyless messages (``int`` >= 1) after which a subscriber
+        stops (see the module's docstring), or None: never (each is dead-lettered).
     :raises ConfigurationError: when it is made, for a session factory of the sync half or
         ``async_sessionmaker.begin`` (:class:`~sa_inbox.exc.InvalidSessionFactory`), an inbox
         that is neither an Inbox nor an AsyncInbox (:class:`~sa_inbox.exc.InvalidObject`), an
-        empty ``key_header`` (:class:`~sa_inbox.exc.InvalidArgument`).
+        empty ``key_header`` or a bad ``max_keyless`` (:class:`~sa_inbox.exc.InvalidArgument`).
 
     **Outages and reconnects.** While the database cannot be reached each message in hand is
     held in its handler, unsettled and uncounted, while one
@@ -173,6 +198,7 @@ class InboxMiddleware:
         context_key: str = SESSION_CONTEXT_KEY,
         dead_letter_suffix: str = DEFAULT_DEAD_LETTER_SUFFIX,
         on_settled: OnSettled | None = None,
+        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
     ) -> None:
         entry = "InboxMiddleware()"
         self.readiness = check_consumer(
@@ -184,16 +210,18 @@ class InboxMiddleware:
             max_deliveries=max_deliveries,
             asynchronous=True,
         )
+        key_header = check_key_name(key_header, "key_header", entry=entry)
         self.config = _Config(
             session_factory,
             self.readiness.inbox,
             consumer_name,
-            check_key_name(key_header, "key_header", entry=entry),
+            key_header,
             max_deliveries,
             context_key,
             dead_letter_suffix,
             on_settled,
             OutageGate(consumer_name, hooks=self.readiness.inbox.hooks),
+            KeylessStreak(key_header, check_max_keyless(max_keyless, entry=entry)),
         )
 
     async def check(self) -> None:
@@ -203,7 +231,11 @@ class InboxMiddleware:
         so a wrong setup fails before the broker consumes, and from a health endpoint.
 
         :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`.
+        :raises MissingKeyHeader: once a run of keyless messages stopped a subscriber (see
+            the module's docstring).
         """
+        if self.config.stopped:
+            raise self.config.stopped[0]
         await self.readiness.check_async()
 
     def __call__(self, msg: Any, /, *, context: ContextRepo) -> BaseMiddleware[Any, Any]:
@@ -222,6 +254,9 @@ class _Config:
     dead_letter_suffix: str
     on_settled: OnSettled | None
     outage: OutageGate
+    keyless: KeylessStreak
+    #: The MissingKeyHeader that stopped a subscriber, once one did.
+    stopped: list[MissingKeyHeader] = field(default_factory=list)
 
 
 class _InboxScope(BaseMiddleware[Any, Any]):
@@ -238,14 +273,20 @@ class _InboxScope(BaseMiddleware[Any, Any]):
         _check(msg)
         config = self.config
         returned: list[Any] = []
+        delivery = await delivery_of(msg, config.key_header)
+        settler = _Settler(msg, config.dead_letter_suffix)
+        await _count_keyless(config, delivery, settler)
 
-        async def handler(session: AsyncSession, delivery: Delivery) -> None:
+        async def call(session: AsyncSession, delivery: Delivery) -> None:
             with self.context.scope(config.context_key, session):
                 returned[:] = [await call_next(msg)]
 
+        # the subscriber's handler owns the consumer name (sa_inbox.consumers), not this
+        # closure, which every middleware of every subscriber shares
+        handler = stands_for(call, subscriber_handler(call_next))
         settlement = await process_async(
-            await delivery_of(msg, config.key_header),
-            _Settler(msg, config.dead_letter_suffix),
+            delivery,
+            settler,
             session_factory=config.session_factory,
             inbox=config.inbox,
             consumer_name=config.consumer_name,
@@ -259,6 +300,66 @@ class _InboxScope(BaseMiddleware[Any, Any]):
             # handler's return value exists only for the delivery that processed it)
             raise SkipMessage
         return returned[0]
+
+
+#: How many layers of middlewares :func:`subscriber_handler` looks through.
+MAX_MIDDLEWARES = 100
+
+
+def subscriber_handler(call_next: Callable[..., Any]) -> Callable[..., Any]:
+    """The subscriber's handler (the user's function) that ``call_next`` ends in.
+
+    FastStream calls each middleware's ``consume_scope`` with the rest of the chain:
+    ``functools.partial(next_middleware.consume_scope, rest)`` down to the bound method
+    ``call_wrapped`` of the handler's ``HandlerCallWrapper``, which holds the decorated
+    function (``faststream/_internal/endpoint/subscriber/call_item.py``, ``HandlerItem.call``;
+    :func:`sa_inbox._compat.faststream_handler`).
+
+    :raises ConfigurationError: if the chain ends in no such wrapper (a FastStream release
+        that builds it otherwise): the consumer name's owner would be unknown.
+    """
+    layer: Any = call_next
+    for _ in range(MAX_MIDDLEWARES):
+        if isinstance(layer, functools.partial) and layer.args:
+            layer = layer.args[0]
+            continue
+        original = faststream_handler(getattr(layer, "__self__", None))
+        if original is not None:
+            return original
+        break
+    raise ConfigurationError(
+        f"InboxMiddleware cannot find the subscriber's handler behind {call_next!r}: this "
+        "FastStream release builds its middleware chain otherwise, and the consumer name's "
+        "owner (sa_inbox.consumers) would be unknown"
+    )
+
+
+async def _count_keyless(config: _Config, delivery: Delivery, settler: _Settler) -> None:
+    """Count ``delivery`` in the run of keyless messages (see the module's docstring).
+
+    :raises StopConsume: at the run's ``max_keyless``-th message (given back first), and for
+        every keyless message after it.
+    """
+    streak = config.keyless
+    if not streak.joins(delivery):
+        streak.keyed()
+        return
+    streak.hold(delivery, settler)
+    streak.release()  # settled now: dead-lettered below, or given back
+    if not streak.full:
+        streak.settled += 1
+        return
+    error = streak.error()
+    await settler.give_back()
+    if not config.stopped:
+        config.stopped.append(error)
+        logger.error(
+            "consumer %s: %s; the subscriber stops consuming",
+            config.consumer_name,
+            error,
+            extra={"event": "inbox.key.missing", "consumer_name": config.consumer_name},
+        )
+    raise StopConsume from error
 
 
 def _check(msg: StreamMessage[Any]) -> None:
@@ -373,6 +474,10 @@ class _Settler:
 
     async def ack(self) -> None:
         await self.msg.ack()
+
+    async def give_back(self) -> None:
+        """Unprocessed and unsettled: requeued (RabbitMQ, NATS), left pending (Redis)."""
+        await self.msg.nack()
 
     async def retry(self) -> None:
         await self.msg.nack()

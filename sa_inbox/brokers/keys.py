@@ -9,13 +9,18 @@ and is dead-lettered ``invalid_message_id`` with that reason, never taken as ``s
 
 **A run of keyless deliveries** (:class:`KeylessStreak`). One delivery without the key is
 the producer's bug: dead-lettered ``missing_message_id``. ``max_keyless`` consecutive ones
-are the consumer's (a misspelled ``key_header`` would dead-letter the whole queue): the
-adapter holds each keyless delivery unsettled until it knows which it is. A keyed delivery
-following them, or no delivery for a moment (the adapter's idle wait), means a short run:
-the held deliveries are dead-lettered as before. The ``max_keyless``-th one means a
-misconfigured consumer: every held delivery is given back to the broker unprocessed
+are the consumer's (a misspelled ``key_header`` would dead-letter the whole queue). The
+run counts every keyless delivery since the last keyed one, however far apart they come:
+time never ends a run, only a keyed delivery does. The adapter holds each keyless delivery
+unsettled while more may follow at once; a keyed delivery, or no delivery for a moment (the
+adapter's idle wait), settles the held ones as the producer's (dead-lettered), and the run
+goes on counting. The ``max_keyless``-th keyless delivery of a run means a misconfigured
+consumer: every delivery still held is given back to the broker unprocessed
 (``give_back()``, each adapter's least costly redelivery) and
-:class:`~sa_inbox.exc.MissingKeyHeader` is raised from ``run()`` / ``consume()``.
+:class:`~sa_inbox.exc.MissingKeyHeader` is raised from ``run()`` / ``consume()``. So at most
+``max_keyless - 1`` deliveries of a run are ever dead-lettered, on a busy queue (held, then
+given back: none) as on a quiet one (each dead-lettered after the idle wait, the run still
+counted).
 """
 
 from __future__ import annotations
@@ -112,36 +117,56 @@ class KeylessStreak:
     limit: int | None
     stop_deliveries: Callable[[], Any] | None = None
     held: list[tuple[Delivery, Any]] = field(default_factory=list)
+    #: Keyless deliveries since the last keyed one (held, dead-lettered or given back).
+    count: int = 0
+    #: Of those, the ones settled (dead-lettered) as the producer's before the run reached
+    #: the limit.
+    settled: int = 0
+    #: The header names the run's deliveries carried, and the types of key values that
+    #: were not text, with their counts (for :meth:`error`).
+    carried: Counter[str] = field(default_factory=Counter)
+    wrong: Counter[str] = field(default_factory=Counter)
 
     def joins(self, delivery: Delivery) -> bool:
         """Whether ``delivery`` carries no usable key and is held."""
         return self.limit is not None and delivery.message_id is None
 
     def hold(self, delivery: Delivery, settler: Any) -> None:
-        """Hold ``delivery``; a redelivery of a held one (same ``broker_ref``: taken back by
-        the broker after its visibility timeout) replaces it."""
+        """Hold ``delivery`` and count it; a redelivery of a held one (same ``broker_ref``:
+        taken back by the broker after its visibility timeout) replaces it, uncounted."""
+        again = any(d.broker_ref == delivery.broker_ref for d, _ in self.held)
         self.held = [(d, s) for d, s in self.held if d.broker_ref != delivery.broker_ref]
         self.held.append((delivery, settler))
+        if not again:
+            self.count += 1
+            self.carried.update(str(name) for name in delivery.headers)
+            if delivery.key_error is not None:
+                self.wrong[type(delivery.headers.get(self.key)).__name__] += 1
+
+    def keyed(self) -> None:
+        """A keyed delivery ends the run: the count starts again."""
+        self.count = self.settled = 0
+        self.carried.clear()
+        self.wrong.clear()
 
     @property
     def full(self) -> bool:
-        return self.limit is not None and len(self.held) >= self.limit
+        return self.limit is not None and self.count >= self.limit
 
     def release(self) -> list[tuple[Delivery, Any]]:
-        """The held deliveries, in order; none are held after."""
+        """The held deliveries, in order; none are held after (the run's count stays)."""
         held, self.held = self.held, []
         return held
 
     def error(self) -> MissingKeyHeader:
-        """The error for the deliveries held now."""
-        carried: Counter[str] = Counter()
-        wrong: Counter[str] = Counter()
-        for delivery, _ in self.held:
-            carried.update(str(name) for name in delivery.headers)
-            if delivery.key_error is not None:
-                value = delivery.headers.get(self.key)
-                wrong[type(value).__name__] += 1
-        return MissingKeyHeader(self.key, len(self.held), dict(carried.most_common()), dict(wrong))
+        """The error for the run so far."""
+        return MissingKeyHeader(
+            self.key,
+            self.count,
+            dict(self.carried.most_common()),
+            dict(self.wrong),
+            dead_lettered=self.settled,
+        )
 
 
 # -- the flow, for the sync and the asyncio adapters -------------------------------------
@@ -165,12 +190,17 @@ def offer(streak: KeylessStreak, delivery: Delivery, settler: Any, settle: Settl
             give_back(streak)
             raise error
         return []
-    return [*flush(streak, settle), settle(delivery, settler)]
+    settled = flush(streak, settle)
+    streak.keyed()
+    return [*settled, settle(delivery, settler)]
 
 
 def flush(streak: KeylessStreak, settle: Settle) -> list[Any]:
-    """Settle the held deliveries (the adapter was idle: the run is short)."""
-    return [settle(delivery, settler) for delivery, settler in streak.release()]
+    """Settle the held deliveries (the adapter was idle, or a keyed delivery came: the
+    producer's), dead-lettering them; the run's count stays until a keyed delivery."""
+    held = streak.release()
+    streak.settled += len(held)
+    return [settle(delivery, settler) for delivery, settler in held]
 
 
 def give_back(streak: KeylessStreak) -> None:
@@ -193,12 +223,16 @@ async def offer_async(
             await give_back_async(streak)
             raise error
         return []
-    return [*await flush_async(streak, settle), await settle(delivery, settler)]
+    settled = await flush_async(streak, settle)
+    streak.keyed()
+    return [*settled, await settle(delivery, settler)]
 
 
 async def flush_async(streak: KeylessStreak, settle: Settle) -> list[Any]:
     """:func:`flush` with an ``async`` ``settle``."""
-    return [await settle(delivery, settler) for delivery, settler in streak.release()]
+    held = streak.release()
+    streak.settled += len(held)
+    return [await settle(delivery, settler) for delivery, settler in held]
 
 
 async def give_back_async(streak: KeylessStreak) -> None:

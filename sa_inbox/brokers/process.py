@@ -19,16 +19,25 @@ rules are the functions below them:
    is neither retried nor counted: the delivery is held while the consumer's
    :class:`~sa_inbox.outage.OutageGate` probes the database with back-off, then run again
    (see :mod:`sa_inbox.outage`); a consumer stopped meanwhile gets
-   :class:`~sa_inbox.exc.DatabaseUnavailable`, the delivery unsettled.
+   :class:`~sa_inbox.exc.DatabaseUnavailable`, the delivery unsettled. A pool timeout
+   (:class:`sqlalchemy.exc.TimeoutError`: every connection of the pool checked out for
+   ``pool_timeout`` seconds) is this process's own contention, neither the database's
+   outage nor the message's failure: the delivery waits the gate's back-off and runs
+   again, uncounted, with no probe and no outage logged. (Every delivery held through an
+   outage runs again at its end, all at once on an asyncio consumer: without this, the
+   pool timeouts of that herd began new "outages" and spent deliveries.)
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from ..claim import Inbox
@@ -37,6 +46,7 @@ from ..exc import DatabaseUnavailable, DeliveryLimitExceeded, InvalidArgument, I
 from ..outage import (
     OutageGate,
     Verdict,
+    database_of,
     guarded,
     is_unavailable,
     probe_sessions,
@@ -112,8 +122,10 @@ def process(
     assert delivery.message_id is not None
     message_id = delivery.message_id
     gate = outage or OutageGate(consumer_name, hooks=inbox.hooks)
+    if gate.database is None:
+        gate.database = database_of(session_factory)
     probe = probe_sessions(session_factory)
-    reachable = 0
+    reachable = contended = 0
     while True:
         with guarded():
             result = handle(
@@ -128,6 +140,10 @@ def process(
         if not _outage(result):
             break
         assert result.error is not None
+        if _pool_exhausted(result.error):
+            contended += 1
+            _stopped(result, (gate.sleep or time.sleep)(gate.backoff.jittered(contended)))
+            continue
         reachable = _ride_out(gate.wait(result.error, probe), result, reachable)
         if reachable > 1:
             break
@@ -177,8 +193,10 @@ async def process_async(
     assert delivery.message_id is not None
     message_id = delivery.message_id
     gate = outage or OutageGate(consumer_name, hooks=inbox.hooks)
+    if gate.database is None:
+        gate.database = database_of(session_factory)
     probe = probe_sessions_async(session_factory)
-    reachable = 0
+    reachable = contended = 0
     while True:
         with guarded():
             result = await handle_async(
@@ -193,6 +211,11 @@ async def process_async(
         if not _outage(result):
             break
         assert result.error is not None
+        if _pool_exhausted(result.error):
+            contended += 1
+            waited = (gate.sleep or asyncio.sleep)(gate.backoff.jittered(contended))
+            _stopped(result, await waited if inspect.isawaitable(waited) else waited)
+            continue
         reachable = _ride_out(await gate.wait_async(result.error, probe), result, reachable)
         if reachable > 1:
             break
@@ -231,6 +254,29 @@ def _refuse_unkeyed(
 def _outage(result: Result) -> bool:
     """Rule 5: whether ``handle()`` failed because the database could not be reached."""
     return result.outcome is Outcome.FAILED and is_unavailable(result.error)
+
+
+def _pool_exhausted(error: BaseException | None) -> bool:
+    """Rule 5: whether ``error`` (or an error it was raised from) is a pool timeout."""
+    for _ in range(8):
+        if error is None:
+            return False
+        if isinstance(error, sa.exc.TimeoutError):
+            return True
+        error = error.__cause__
+    return False
+
+
+def _stopped(result: Result, stopped: object) -> None:
+    """Rule 5: raise if the consumer was stopped while a delivery waited for the pool.
+
+    :raises DatabaseUnavailable: the delivery unsettled.
+    """
+    if stopped is True:
+        raise DatabaseUnavailable(
+            f"message {result.message_id}: stopped while waiting for a connection of the "
+            "pool; left unsettled"
+        ) from result.error
 
 
 def _ride_out(verdict: Verdict, result: Result, reachable: int) -> int:

@@ -28,7 +28,14 @@ from ..checks import check_session_factory, require, unwrap
 from ..claim import Inbox
 from ..exc import InvalidArgument
 from ..handlers import check_handler
-from ..outage import OutageGate, Verdict, is_unavailable, probe_sessions, probe_sessions_async
+from ..outage import (
+    OutageGate,
+    Verdict,
+    database_of,
+    is_unavailable,
+    probe_sessions,
+    probe_sessions_async,
+)
 from ..readiness import check_owner, check_ready, check_ready_async, inbox_tables
 from ..validation import positive_int
 
@@ -143,7 +150,11 @@ class Readiness:
         :returns: True when the check passed; False if the consumer was stopped meanwhile.
         :raises ConfigurationError: see :meth:`check`; a failure that looks like an outage
             while the database answers, twice in a row, is raised too.
+
+        The gate's WARNING names where the database is (:func:`~sa_inbox.outage.database_of`
+        the session factory): a consumer waiting on a wrong URL shows it.
         """
+        _name_database(gate, self.session_factory)
         reachable = 0
         while True:
             try:
@@ -160,6 +171,7 @@ class Readiness:
     async def start_async(self, gate: OutageGate) -> bool:
         """:meth:`start` for the asyncio adapters (:meth:`check_async`, the gate's async
         probe and sleep)."""
+        _name_database(gate, self.session_factory)
         reachable = 0
         while True:
             try:
@@ -172,6 +184,12 @@ class Readiness:
             reachable = _after_wait(verdict, reachable)
             if verdict is Verdict.STOPPED:
                 return False
+
+
+def _name_database(gate: OutageGate, session_factory: object) -> None:
+    """Tell ``gate`` where the database is, for its WARNING (once)."""
+    if gate.database is None:
+        gate.database = database_of(session_factory)
 
 
 def _after_wait(verdict: Verdict, reachable: int) -> int:

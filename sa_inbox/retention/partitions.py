@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
+from ..checks import check_metadata, require_bind, require_table
 from ..claim import Bind, Inbox
 from ..exc import (
     InvalidArgument,
@@ -101,7 +102,9 @@ def partitioned_processed_messages_table(
     :param schema: the schema, or ``None``.
     :param message_id_length: length of ``message_id`` and ``consumer_name``.
     :raises UnsafePartitionKey: if ``partition_key`` is an arrival time (``received_at``).
+    :raises InvalidTableType: if ``metadata`` is not a MetaData (a declarative base).
     """
+    check_metadata(metadata, entry="partitioned_processed_messages_table()")
     if partition_key in ARRIVAL_COLUMNS:
         raise UnsafePartitionKey(
             f"partition key {partition_key!r} is the arrival time: a redelivery would land "
@@ -170,7 +173,9 @@ def check_partition_key(table: sa.Table) -> sa.Column[Any]:
         column that is not an arrival time (``received_at``), has no default (server or
         Python, including ``onupdate``), is NOT NULL, and is in the primary key with
         ``message_id`` and ``consumer_name``.
+    :raises InvalidTableType: if ``table`` is not a Table.
     """
+    table = require_table(table, entry="check_partition_key()")
     spec = table.dialect_options["postgresql"]["partition_by"]
     match = _RANGE_KEY.match(spec or "")
     if match is None or match.group(1) not in table.c:
@@ -190,6 +195,20 @@ def check_partition_key(table: sa.Table) -> sa.Column[Any]:
     return column
 
 
+def _checked(bind: object, table: object, entry: str, kinds: tuple[type, ...]) -> Any:
+    """``bind``, refused before any SQL if it is not one of ``kinds``, or ``table`` not a
+    Table (:func:`sa_inbox.checks.require_bind`, :func:`~sa_inbox.checks.require_table`)."""
+    require_table(table, entry=entry)
+    return require_bind(
+        bind,
+        kinds,
+        "bind",
+        entry=entry,
+        instead="partition maintenance runs on a synchronous Engine or Connection "
+        "(AsyncEngine.sync_engine is one)",
+    )
+
+
 def _regclass(conn: Connection, table: sa.Table) -> str:
     return conn.dialect.identifier_preparer.format_table(table)
 
@@ -200,7 +219,9 @@ def partition_key_definition(conn: Connection, table: sa.Table) -> str | None:
     catalog: PostgreSQL manual, "System Catalogs", and "Table Partitioning").
 
     :raises UnsupportedBackend: if ``conn`` is not PostgreSQL.
+    :raises SyncAsyncMismatch, InvalidBind: for a ``conn`` that is not a Connection.
     """
+    _checked(conn, table, "partition_key_definition()", (Connection,))
     if conn.dialect.name != "postgresql":
         raise UnsupportedBackend("time partitions are a PostgreSQL feature")
     spec = conn.execute(
@@ -223,7 +244,9 @@ def check_partition_key_on_server(conn: Connection, table: sa.Table) -> str:
     :raises UnsupportedBackend: if ``conn`` is not PostgreSQL.
     :raises UnsafePartitionKey: if the table is not partitioned, or not range-partitioned on
         one safe column.
+    :raises SyncAsyncMismatch, InvalidBind: for a ``conn`` that is not a Connection.
     """
+    _checked(conn, table, "check_partition_key_on_server()", (Connection,))
     name = _regclass(conn, table)
     spec = partition_key_definition(conn, table)
     if spec is None:
@@ -271,6 +294,8 @@ class PartitionedInbox:
 
     :param table: from :func:`partitioned_processed_messages_table` (checked again here).
     :raises UnsafePartitionKey: as :func:`check_partition_key`.
+    :raises InvalidTableType: if ``table`` is not a Table (an Inbox: pass a partitioned
+        table).
 
     Example::
 
@@ -281,7 +306,7 @@ class PartitionedInbox:
     """
 
     def __init__(self, table: sa.Table) -> None:
-        self.table = table
+        self.table = require_table(table, entry="PartitionedInbox()")
         self.key = check_partition_key(table)
         # The Inbox over the same table supplies the claim's shared path: validation, the
         # bind's connection (AUTOCOMMIT refused, a Session's bind chosen by this table) and
@@ -385,7 +410,11 @@ def _partition_name(table: sa.Table, lower: datetime.datetime, interval: datetim
 
 
 def list_partitions(conn: Connection, table: sa.Table) -> list[Partition]:
-    """The range partitions of ``table``, oldest first (a DEFAULT partition is left out)."""
+    """The range partitions of ``table``, oldest first (a DEFAULT partition is left out).
+
+    :raises SyncAsyncMismatch, InvalidBind: for a ``conn`` that is not a Connection.
+    """
+    _checked(conn, table, "list_partitions()", (Connection,))
     rows = conn.execute(
         sa.text(
             "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
@@ -416,10 +445,13 @@ def create_partition(
     :raises InvalidArgument: if ``lower`` is not aligned on ``interval``, or
         ``interval`` is shorter than one minute.
     :raises InvalidTable: if the partition's name would be over 63 characters.
+    :raises SyncAsyncMismatch, InvalidBind: for a ``conn`` that is not a Connection.
     """
+    require_table(table, entry="create_partition()")
     if partition_range(lower, interval)[0] != lower:
         raise InvalidArgument(f"{lower} is not aligned on {interval}")
     name = _partition_name(table, lower, interval)
+    _checked(conn, table, "create_partition()", (Connection,))
     preparer = conn.dialect.identifier_preparer
     qualified = preparer.quote(name)
     if table.schema:
@@ -473,7 +505,10 @@ def ensure_partitions(
     :returns: the names of the partitions created.
     :raises UnsafePartitionKey: if the live table's partition key is unsafe (nothing is
         created).
+    :raises SyncAsyncMismatch, InvalidBind: for a ``bind`` that is neither an Engine nor a
+        Connection (an AsyncEngine: pass its ``sync_engine``), before any SQL.
     """
+    _checked(bind, table, "ensure_partitions()", (sa.Engine, Connection))
     with _maintenance(bind, table) as conn:
         now = database_now(conn)
         existing = {p.name for p in list_partitions(conn, table)}
@@ -510,7 +545,9 @@ def drop_expired_partitions(
     :returns: the names of the partitions dropped, oldest first.
     :raises UnsafePartitionKey: if the live table's partition key is unsafe (nothing is
         dropped).
+    :raises SyncAsyncMismatch, InvalidBind: as :func:`ensure_partitions`.
     """
+    _checked(bind, table, "drop_expired_partitions()", (sa.Engine, Connection))
     if isinstance(bind, Connection):
         with _maintenance(bind, table) as conn:
             return _drop_expired(conn, table, policy, limit=None)
@@ -550,7 +587,11 @@ def maintain_partitions(
     interval: datetime.timedelta = DEFAULT_INTERVAL,
     ahead: datetime.timedelta = DEFAULT_AHEAD,
 ) -> MaintenanceResult:
-    """:func:`ensure_partitions` then :func:`drop_expired_partitions`: run it daily."""
+    """:func:`ensure_partitions` then :func:`drop_expired_partitions`: run it daily.
+
+    :raises SyncAsyncMismatch, InvalidBind: as :func:`ensure_partitions`.
+    """
+    _checked(bind, table, "maintain_partitions()", (sa.Engine, Connection))
     created = ensure_partitions(bind, table, policy=policy, interval=interval, ahead=ahead)
     dropped = drop_expired_partitions(bind, table, policy=policy)
     return MaintenanceResult(created=created, dropped=dropped)

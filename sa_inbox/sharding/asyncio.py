@@ -8,16 +8,19 @@ the edges (the handler, ack/nack, the session factory) are async.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.orm import sessionmaker
 
 from .. import runner
 from .._compat import session_options
 from .._optional import optional_dependencies
+from ..checks import unwrap
 from ..claim import Inbox
-from ..exc import InvalidShardMap
+from ..exc import InvalidShardMap, SyncAsyncMismatch
+from ..handlers import check_handler
 from ..runner import Result
 from .inbox import ShardedInbox
 from .keys import claim_digest
@@ -26,12 +29,19 @@ with optional_dependencies(__name__, "asyncio", "greenlet"):
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
     from ..asyncio import runner as async_runner
-    from ..asyncio._bridge import AsyncBind, in_greenlet, on_sync_bind
+    from ..asyncio._bridge import AsyncBind, AwaitOnly, in_greenlet, on_sync_bind
+    from ..asyncio.claim import AsyncInbox
 
 __all__ = ["AsyncShardedInbox"]
 
 
 def _async_shard(name: object, shard: object) -> tuple[AsyncEngine, Callable[[], AsyncSession]]:
+    if isinstance(shard, sa.Engine | sessionmaker):
+        raise SyncAsyncMismatch(
+            f"shard {name!r} is {type(shard).__name__}, of the synchronous API; "
+            "AsyncShardedInbox takes an AsyncEngine or an async_sessionmaker bound to one: "
+            "use ShardedInbox (sa_inbox.sharding) for Engines"
+        )
     if isinstance(shard, AsyncEngine):
         return shard, async_sessionmaker(shard)
     if isinstance(shard, async_sessionmaker):
@@ -51,7 +61,7 @@ def _async_shard(name: object, shard: object) -> tuple[AsyncEngine, Callable[[],
 class AsyncShardedInbox:
     """:class:`~sa_inbox.sharding.ShardedInbox` on asyncio.
 
-    :param inbox: as for ShardedInbox.
+    :param inbox: as for ShardedInbox (or its AsyncInbox, unwrapped).
     :param shards: shard name -> :class:`~sqlalchemy.ext.asyncio.AsyncEngine` or
         ``async_sessionmaker`` bound to one.
     :param assign: as for ShardedInbox.
@@ -59,16 +69,27 @@ class AsyncShardedInbox:
         their engines, in the claim's greenlet).
     :raises InvalidShardMap: as ShardedInbox, and for a shard that is not an AsyncEngine or
         a bound async_sessionmaker.
+    :raises SyncAsyncMismatch: for a shard given as an Engine or sessionmaker.
+    :raises InvalidObject: for an ``inbox`` that is neither an Inbox nor an AsyncInbox
+        (an AsyncInbox is unwrapped).
+
+    Each method checks what it is given when called, before it returns the awaitable
+    (:meth:`claim` its ``bind``; :meth:`is_processed` and :meth:`handle` the shard key, and
+    :meth:`handle` its handler and ``max_attempts``), so that a mistake is not lost in a
+    coroutine never awaited; :meth:`is_processed`'s result also refuses to be read as a
+    truth value (``if router.is_processed(...)`` without ``await`` raises
+    :class:`~sa_inbox.exc.SyncAsyncMismatch`).
     """
 
     def __init__(
         self,
-        inbox: Inbox,
+        inbox: Inbox | AsyncInbox,
         shards: Mapping[str, Any],
         *,
         assign: Callable[[str], str] | None = None,
         check_other_shards: bool = False,
     ) -> None:
+        inbox = unwrap(inbox, Inbox, "inbox", entry="AsyncShardedInbox()")
         if not isinstance(shards, Mapping):
             raise InvalidShardMap(
                 f"shards must be a mapping of name -> AsyncEngine, not {type(shards).__name__}"
@@ -91,7 +112,7 @@ class AsyncShardedInbox:
         """The async session factory of the shard ``shard_key`` belongs to."""
         return self._factories[self.shard_for(shard_key)]
 
-    async def claim(
+    def claim(
         self,
         bind: AsyncBind,
         message_id: str,
@@ -101,10 +122,15 @@ class AsyncShardedInbox:
         payload_hash: bytes | None = None,
         message_type: str | None = None,
         correlation_id: str | None = None,
-    ) -> bool:
+    ) -> Coroutine[Any, Any, bool]:
         """As :meth:`ShardedInbox.claim`, on an AsyncSession or AsyncConnection of the key's
-        shard."""
-        return await on_sync_bind(
+        shard.
+
+        :raises InvalidBind: at the call, before the coroutine is made, for a ``bind`` that
+            is not an AsyncSession, async_scoped_session or AsyncConnection (a synchronous
+            Session among them).
+        """
+        return on_sync_bind(
             bind,
             self.sync_router.claim,
             message_id,
@@ -115,13 +141,24 @@ class AsyncShardedInbox:
             correlation_id=correlation_id,
         )
 
-    async def is_processed(self, message_id: str, consumer_name: str, *, shard_key: str) -> bool:
-        """As :meth:`ShardedInbox.is_processed`."""
-        return await in_greenlet(
-            self.sync_router.is_processed, message_id, consumer_name, shard_key=shard_key
+    def is_processed(
+        self, message_id: str, consumer_name: str, *, shard_key: str
+    ) -> AwaitOnly[bool]:
+        """As :meth:`ShardedInbox.is_processed`; awaited.
+
+        :raises InvalidShardKey, WrongShard: at the call, as :meth:`shard_for`.
+        :raises SyncAsyncMismatch: if the result is read as a truth value without ``await``.
+        """
+        self.shard_for(shard_key)
+        return AwaitOnly(
+            in_greenlet(
+                self.sync_router.is_processed, message_id, consumer_name, shard_key=shard_key
+            ),
+            "AsyncShardedInbox.is_processed()",
+            "use ShardedInbox (sa_inbox.sharding) on Engines in synchronous code",
         )
 
-    async def handle(
+    def handle(
         self,
         shard_key: str,
         message_id: str,
@@ -135,14 +172,21 @@ class AsyncShardedInbox:
         message_type: str | None = None,
         correlation_id: str | None = None,
         max_attempts: int | None = None,
-    ) -> Result:
+    ) -> Coroutine[Any, Any, Result]:
         """:func:`sa_inbox.asyncio.handle` on the shard of ``shard_key`` (outcomes, errors and
-        ``max_retries`` as :meth:`ShardedInbox.handle`)."""
+        ``max_retries`` as :meth:`ShardedInbox.handle`).
+
+        :raises InvalidShardKey, WrongShard: at the call, as :meth:`shard_for`.
+        :raises InvalidHandler: at the call, for a handler that cannot be called as
+            ``handler(session)``; :class:`~sa_inbox.exc.InvalidArgument` for a bad
+            ``max_retries``.
+        """
         max_retries, _ = runner.retry_options(
             "AsyncShardedInbox.handle()", max_retries, None, max_attempts=max_attempts
         )
         shard = self.shard_for(shard_key)
-        return await async_runner.handle(
+        check_handler(handler, ("session",), asynchronous=True)
+        return async_runner.handle(
             self._factories[shard],
             self.sync_router.shard_inbox(shard),
             message_id,

@@ -39,6 +39,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from .. import runner
+from ..checks import require
 from ..claim import Bind, Inbox
 from ..exc import (
     InvalidShardMap,
@@ -91,13 +92,17 @@ class ShardedInbox:
     :raises InvalidShardMap: for a bad map (see above), an inbox table without
         ``payload_hash``, or an inbox whose ``on_collision`` is ``"record"`` (a changed
         shard key must be refused, never recorded and skipped).
+    :raises SyncAsyncMismatch: for an :class:`~sa_inbox.asyncio.AsyncInbox`, or a shard
+        given as an AsyncEngine or async_sessionmaker (use
+        :class:`~sa_inbox.sharding.asyncio.AsyncShardedInbox`).
+    :raises InvalidObject: for an ``inbox`` that is not an Inbox.
 
     Example::
 
         sharded = ShardedInbox(Inbox(Base.metadata), {"eu": eu_engine, "us": us_engine})
         result = sharded.handle(
             message.tenant_id, message.id, "billing",
-            lambda session: apply_payment(session, message),
+            functools.partial(apply_payment, message=message),
             ack=message.ack, nack=message.nack,
         )
     """
@@ -110,8 +115,14 @@ class ShardedInbox:
         assign: Callable[[str], str] | None = None,
         check_other_shards: bool = False,
     ) -> None:
-        if not isinstance(inbox, Inbox):
-            raise InvalidShardMap(f"inbox must be an Inbox, not {type(inbox).__name__}")
+        inbox = require(
+            inbox,
+            Inbox,
+            "inbox",
+            entry="ShardedInbox()",
+            instead="pass the Inbox itself, or use AsyncShardedInbox "
+            "(sa_inbox.sharding.asyncio) on AsyncEngines",
+        )
         if "payload_hash" not in inbox.table.c:
             raise InvalidShardMap(
                 f"table {inbox.table.name!r} has no payload_hash column: a sharded claim "

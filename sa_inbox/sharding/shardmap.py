@@ -10,7 +10,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from .._compat import session_options
-from ..exc import InvalidMessageId, InvalidShardMap
+from ..checks import is_asyncio_object
+from ..exc import InvalidMessageId, InvalidShardMap, SyncAsyncMismatch
 from ..validation import validate_key
 
 __all__ = ["Shard", "ShardTarget", "build_shard_map", "database_identity", "url_locations"]
@@ -78,6 +79,12 @@ def _same_database(
 
 
 def _engine_of(name: str, shard: object) -> tuple[sa.Engine, Callable[[], Session]]:
+    if is_asyncio_object(shard):
+        raise SyncAsyncMismatch(
+            f"shard {name!r} is {type(shard).__name__}, of the asyncio API; ShardedInbox "
+            "takes an Engine or a sessionmaker bound to one: use AsyncShardedInbox "
+            "(sa_inbox.sharding.asyncio) for AsyncEngines"
+        )
     if isinstance(shard, sa.Engine):
         return shard, sessionmaker(shard)
     if isinstance(shard, sessionmaker):
@@ -107,6 +114,8 @@ def build_shard_map(shards: Mapping[str, Any]) -> dict[str, ShardTarget]:
         name (the rules of a message id, at most 255 characters), a shard that is not an
         Engine or bound sessionmaker, or two shards on one database as far as their URLs
         tell (:func:`database_identity`).
+    :raises SyncAsyncMismatch: for a shard of the asyncio API (an AsyncEngine, an
+        async_sessionmaker).
     """
     if not isinstance(shards, Mapping):
         raise InvalidShardMap(

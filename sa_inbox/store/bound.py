@@ -107,6 +107,10 @@ class BoundStore:
     def release(self, messages: Sequence[StoredMessage]) -> int:
         return self.store.release(self.engine, messages)
 
+    def renew(self, tokens: Sequence[str], *, now: datetime.datetime) -> int:
+        """Start the leases of ``tokens`` again at ``now`` (see :meth:`InboxStore.renew`)."""
+        return self.store.renew(self.engine, tokens, now=now)
+
     def reap(
         self,
         *,

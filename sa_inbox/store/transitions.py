@@ -446,6 +446,30 @@ class StoreTransitions(StoreBase):
         }
         return self.leased_rows.update_leases(engine, leases, values)
 
+    @on_engine
+    def renew(
+        self, engine: sa.Engine, tokens: Sequence[str], *, now: datetime.datetime | None = None
+    ) -> int:
+        """Start the leases ``tokens`` hold again at ``now``: their rows still
+        ``processing`` get ``claimed_at = now``, so that none looks abandoned for another
+        visibility timeout. The worker calls it when a database outage ends: the outage
+        took that time from its leases, and a lease taken over counts a second attempt for
+        a message that never failed.
+
+        :param tokens: lease tokens (``claimed_by``) of the worker's batches in hand.
+        :returns: the number of rows renewed.
+        """
+        if not tokens:
+            return 0
+        t = self.table
+        renewed = (
+            sa.update(t)
+            .where(t.c.claimed_by.in_(list(tokens)), t.c.status == PROCESSING)
+            .values(claimed_at=aware(now))
+        )
+        with self.transaction(engine) as (conn, _):
+            return rowcount(conn, renewed)
+
     # -- maintenance ----------------------------------------------------------------------
 
     @on_engine

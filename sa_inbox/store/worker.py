@@ -111,6 +111,9 @@ DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 #: Immediate re-runs of a message's transaction after a deadlock or serialization failure.
 TRANSIENT_RETRIES = 3
+#: Seconds between two looks, while a thread waits out an outage, at whether another thread
+#: found the database back (:meth:`Worker._outage_sleep`).
+OUTAGE_POLL_SECONDS = 0.1
 #: The wait of a thread after an error of the worker itself, doubling per error in a row.
 DEFAULT_ERROR_BACKOFF = Backoff(base=0.1, maximum=30.0)
 
@@ -483,7 +486,26 @@ class Worker:
         verdict = self.outage.wait(exc, probe)
         if verdict is Verdict.STOPPED:
             raise DatabaseUnavailable("stopped while the database could not be reached") from exc
+        if verdict is Verdict.RECOVERED:
+            self._renew_leases()
         return verdict
+
+    def _renew_leases(self) -> None:
+        """After an outage: start again the leases of the batches this worker's threads hold
+        (the store's ``renew``, where it has one), so that no worker, this one or another,
+        takes them over as abandoned and counts a second attempt for messages the outage
+        only delayed. A renewal that fails leaves them to :meth:`_after_outage`'s guard."""
+        renew = getattr(self.store, "renew", None)
+        with self._lock:
+            tokens = list(self._unstarted)
+        if renew is None or not tokens:
+            return
+        try:
+            renewed = renew(tokens, now=self.clock())
+        except Exception as exc:
+            logger.info("leases not renewed after the outage: %s", exc, extra={"action": "renew"})
+            return
+        logger.debug("renewed %d leases after the outage", renewed, extra={"action": "renew"})
 
     def _after_outage(self) -> bool:
         """Whether a database outage is in progress or ended less than ``visibility_timeout``
@@ -496,8 +518,22 @@ class Worker:
         return gate.in_outage or time.monotonic() - gate.ended_at < self.visibility_timeout
 
     def _outage_sleep(self, seconds: float) -> bool:
-        """The outage gate's wait: :meth:`_wait`; whether the worker stops."""
-        self._wait(seconds)
+        """The outage gate's wait: :meth:`_wait`, cut short once another thread found the
+        database back; whether the worker stops.
+
+        Each thread waits its own jittered back-off (up to the gate's maximum, 15 s): a
+        thread holding a batch that slept on after another thread ended the outage came
+        back past :meth:`_after_outage`'s guard, and its batch, leased before the outage,
+        was taken over as abandoned, each message's attempt counted twice.
+        """
+        gate = self.outage
+        began = gate.clock()
+        left = seconds
+        while left > 0 and not self.stopping():
+            self._wait(min(left, OUTAGE_POLL_SECONDS))
+            if not gate.in_outage and gate.ended_at >= began:
+                break  # another thread found the database back: probe now
+            left = seconds - (gate.clock() - began)
         return self.stopping()
 
     def reap(self) -> None:
@@ -630,13 +666,27 @@ class Worker:
 
     def _owns_consumer_name(self) -> bool:
         """:meth:`own_consumer_name` at the start of a run; False (the run stops, and
-        :meth:`run` raises) on a configuration error."""
-        try:
-            self.own_consumer_name()
-        except ConfigurationError as exc:
-            self._configuration_error(exc)
-            return False
-        return True
+        :meth:`run` raises) on a configuration error, or if the worker is stopped while it
+        waits out a database that cannot be reached (:attr:`outage`, as a message would:
+        a worker started during an outage waits for the database, it does not stop). A
+        failure that looks like an outage while the database answers, twice in a row, is
+        raised."""
+        reachable = 0
+        while True:
+            try:
+                self.own_consumer_name()
+                return True
+            except ConfigurationError as exc:
+                self._configuration_error(exc)
+                return False
+            except Exception as exc:
+                try:
+                    verdict = self._ride_out(exc)
+                except DatabaseUnavailable:
+                    return False
+                if verdict is None or (verdict is Verdict.REACHABLE and reachable):
+                    raise
+                reachable = reachable + 1 if verdict is Verdict.REACHABLE else 0
 
     def _start(
         self, until_empty: bool, max_messages: int | None, max_seconds: float | None

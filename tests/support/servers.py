@@ -6,11 +6,12 @@ second server of a kind.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +38,13 @@ class OwnServers:
     env: dict[str, str]
 
 
-def servers_sh(*args: str) -> subprocess.CompletedProcess[str]:
-    """``scripts/servers.sh ARGS``, its output captured; never raises for its exit code."""
+def servers_sh(
+    *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``scripts/servers.sh ARGS``, its output captured; never raises for its exit code.
+
+    :param env: variables added to its environment (``SA_INBOX_RABBITMQ_CONSUMER_TIMEOUT``).
+    """
     return subprocess.run(
         [str(SERVERS_SH), *args],
         capture_output=True,
@@ -46,6 +52,7 @@ def servers_sh(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=COMMAND_TIMEOUT,
         check=False,
         stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -60,15 +67,15 @@ def read_env(path: Path) -> dict[str, str]:
 
 
 @contextmanager
-def own_servers(*names: str) -> Iterator[OwnServers]:
+def own_servers(*names: str, env: Mapping[str, str] | None = None) -> Iterator[OwnServers]:
     """Start servers ``names`` (``postgresql``, ``mysql``, ``redis``, ``pg-sync``, ...) in a
     new directory under the system's temp directory (the postgres user must traverse it: a
     pytest ``tmp_path`` is closed to it), yield them, then stop them and remove the
     directory. If they cannot start: the test fails in CI, and is skipped locally, with
-    servers.sh's last lines."""
+    servers.sh's last lines. ``env`` is added to ``servers.sh start``'s environment."""
     directory = Path(tempfile.mkdtemp(prefix="sa-inbox-own-"))
     try:
-        started = servers_sh("start", str(directory), *names)
+        started = servers_sh("start", str(directory), *names, env=env)
         if started.returncode != 0:
             what = " ".join(names)
             message = f"scripts/servers.sh could not start {what}: {started.stderr[-2000:]}"

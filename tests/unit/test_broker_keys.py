@@ -174,3 +174,42 @@ def test_offer_async_gives_back_and_raises_like_offer() -> None:
     with pytest.raises(MissingKeyHeader):
         asyncio.run(main())
     assert log == ["give back 1", "give back 2"]
+
+
+def test_a_quiet_queue_counts_the_run_across_idle_waits() -> None:
+    """One keyless delivery per idle wait (a quiet queue with a misspelled key): each is
+    dead-lettered as it waits, the run goes on counting, and the limit-th stops the
+    consumer; at most limit - 1 are dead-lettered."""
+    log: list[str] = []
+    streak = KeylessStreak("payment_id", 3, stop_deliveries=lambda: log.append("cancel"))
+
+    def settle(delivery: Delivery, settler: Settler) -> None:
+        log.append(f"dead-letter {settler.name}")
+
+    offer(streak, keyless(1), Settler(log, "ref-1"), settle)
+    flush(streak, settle)  # the idle wait passed
+    offer(streak, keyless(2), Settler(log, "ref-2"), settle)
+    flush(streak, settle)
+    with pytest.raises(MissingKeyHeader) as info:
+        offer(streak, keyless(3), Settler(log, "ref-3"), settle)
+    assert log == ["dead-letter ref-1", "dead-letter ref-2", "cancel", "give back ref-3"]
+    assert (info.value.deliveries, info.value.dead_lettered) == (3, 2)
+    assert "1 of them were given back to the broker unprocessed, 2 dead-lettered" in str(info.value)
+
+
+def test_only_a_keyed_delivery_starts_the_count_again() -> None:
+    log: list[str] = []
+    streak = KeylessStreak("payment_id", 3)
+
+    def settle(delivery: Delivery, settler: Settler) -> None:
+        log.append(f"settle {settler.name}")
+
+    for n in (1, 2):
+        offer(streak, keyless(n), Settler(log, f"ref-{n}"), settle)
+        flush(streak, settle)
+    offer(streak, keyed(3), Settler(log, "ref-3"), settle)
+    assert streak.count == 0
+    for n in (4, 5):
+        offer(streak, keyless(n), Settler(log, f"ref-{n}"), settle)
+        flush(streak, settle)
+    assert streak.count == 2 and log == [f"settle ref-{n}" for n in (1, 2, 3, 4, 5)]

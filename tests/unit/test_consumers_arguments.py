@@ -13,6 +13,7 @@ from sa_inbox import Inbox
 from sa_inbox.asyncio import AsyncInbox, AsyncInboxStore
 from sa_inbox.exc import (
     ConfigurationError,
+    InvalidArgument,
     InvalidBind,
     InvalidHandler,
     InvalidMessageId,
@@ -45,9 +46,11 @@ def engine(sent: list[str]) -> sa.Engine:
         (" orders", handler, InvalidMessageId),
         ("o" * 65, handler, InvalidMessageId),  # longer than the inbox's consumer_name
         (None, handler, InvalidMessageId),
-        ("orders", "create_order", InvalidHandler),
+        ("orders", 42, InvalidHandler),
+        ("orders", "", InvalidArgument),
+        ("orders", "x" * 513, InvalidArgument),
     ],
-    ids=["empty", "whitespace", "too long", "None", "not callable"],
+    ids=["empty", "whitespace", "too long", "None", "not callable", "empty owner", "long owner"],
 )
 def test_hand_over_refuses_bad_values_before_sql(
     engine: sa.Engine, sent: list[str], consumer_name: Any, handler_: Any, error: type[Exception]

@@ -209,11 +209,13 @@ async def consume(
     :param key_header: the header holding the producer's dedup key (default
         ``Nats-Msg-Id``); an empty name is refused.
     :param max_deliveries: deliveries allowed per message (``num_delivered``), >= 1.
-    :param max_keyless: consecutive messages without ``key_header`` after which they are all
-        given back (``-NAK`` without delay, nothing dead-lettered; JetStream counts each in
-        ``num_delivered``) and :class:`~sa_inbox.exc.MissingKeyHeader` is raised: a misspelled
-        ``key_header``. Fewer, followed by a keyed message or by an empty fetch, are the
-        producer's: dead-lettered ``missing_message_id``. None: each at once.
+    :param max_keyless: messages without ``key_header`` since the last keyed one, however far
+        apart, after which those held are given back (``-NAK`` without delay; JetStream
+        counts each in ``num_delivered``) and :class:`~sa_inbox.exc.MissingKeyHeader` is
+        raised: a misspelled ``key_header``. A keyed message, or an empty fetch, settles
+        those held as the producer's (dead-lettered ``missing_message_id``) and the run
+        counts on: at most ``max_keyless - 1`` of a run are dead-lettered
+        (:mod:`sa_inbox.brokers.keys`). None: each at once.
     :param ack_wait: seconds, the visibility timeout, when the consumer is created.
     :param retry_delay: seconds before a failed delivery comes back, from its delivery
         count; default :func:`~sa_inbox.brokers.nats.settler.backoff` ``()`` (1 s doubling

@@ -190,13 +190,15 @@ class BlockingConsumer(QueueConsumer):
     :param key_header: the header holding the producer's key (a string or UTF-8 bytes; a
         value of another type is dead-lettered ``invalid_message_id``); None (default): the
         AMQP ``message_id`` property. An empty name is refused.
-    :param max_keyless: consecutive deliveries without the key (or with one that is no
-        text) after which :meth:`run` gives them all back (``basic.nack(requeue=True)``,
-        nothing dead-lettered) and raises :class:`~sa_inbox.exc.MissingKeyHeader`: a misspelled
-        ``key_header``. Fewer, followed by a keyed delivery or by ``keyless_wait`` seconds
-        without one (or by an empty ``basic.get``), are the producer's: dead-lettered
-        ``missing_message_id``. The run is held unacked. None: each keyless delivery is
-        dead-lettered at once.
+    :param max_keyless: deliveries without the key (or with one that is no text) since the
+        last keyed one, however far apart, after which :meth:`run` gives back those it
+        holds (``basic.nack(requeue=True)``) and raises
+        :class:`~sa_inbox.exc.MissingKeyHeader`: a misspelled ``key_header``. The run is held
+        unacked while deliveries follow one another; a keyed delivery, or ``keyless_wait``
+        seconds without one (or an empty ``basic.get``), settles those held as the
+        producer's (dead-lettered ``missing_message_id``) and the run counts on: at most
+        ``max_keyless - 1`` of a run are dead-lettered (:mod:`sa_inbox.brokers.keys`). None:
+        each keyless delivery is dead-lettered at once.
     :param keyless_wait: seconds, > 0 (see ``max_keyless``).
     :param dead_letter_queue: default :func:`~.message.dead_letter_queue_name`.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.

@@ -35,7 +35,7 @@ def is_configuration_close(reply_code: object) -> bool:
 
 
 #: Seconds a consumer holding keyless deliveries waits for the next delivery before it
-#: dead-letters them as a short run (see :mod:`sa_inbox.brokers.keys`).
+#: dead-letters them as the producer's; the run counts on (see :mod:`sa_inbox.brokers.keys`).
 DEFAULT_KEYLESS_WAIT = 1.0
 
 
@@ -45,9 +45,10 @@ class QueueConsumer:
     :param queue: the queue to consume.
     :param prefetch: ``basic.qos`` prefetch count, >= 1.
     :param key_header: the header with the producer's key, or None for ``message_id``.
-    :param max_keyless: consecutive keyless deliveries that stop the consumer, or None.
+    :param max_keyless: keyless deliveries since the last keyed one that stop the consumer,
+        or None.
     :param keyless_wait: seconds without a delivery after which held keyless deliveries are
-        dead-lettered.
+        dead-lettered (the run counts on).
     :param dead_letter_queue: the dead-letter queue, or None for the default name.
     :param asynchronous: True for the aio-pika consumer.
     :param process: the keyword arguments of ``process()`` besides the delivery and settler.

@@ -522,13 +522,15 @@ class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
     counted as Redis counts a claim. A Redis that kept no data (no AOF, no RDB) has lost the
     stream's entries: no consumer can bring those back.
 
-    :param max_keyless: consecutive entries without the key field (or with one that is not
-        UTF-8) after which ``run()`` / ``poll()`` gives them all back (left pending, their
-        delivery counters as they were, free to take at once: see
-        :meth:`RedisSettler.give_back`; nothing dead-lettered) and raises
-        :class:`~sa_inbox.exc.MissingKeyHeader`: a misspelled ``key_field``. Fewer, followed by a
-        keyed entry or by a read that brings nothing, are the producer's: dead-lettered
-        ``missing_message_id``. None: each keyless entry is dead-lettered at once.
+    :param max_keyless: entries without the key field (or with one that is not UTF-8) since
+        the last keyed one, however far apart, after which ``run()`` / ``poll()`` gives back
+        those it holds (left pending, their delivery counters as they were, free to take at
+        once: see :meth:`RedisSettler.give_back`) and raises
+        :class:`~sa_inbox.exc.MissingKeyHeader`: a misspelled ``key_field``. A keyed entry,
+        or a read that brings nothing, settles those held as the producer's (dead-lettered
+        ``missing_message_id``) and the run counts on: at most ``max_keyless - 1`` of a run
+        are dead-lettered (:mod:`sa_inbox.brokers.keys`). None: each keyless entry is
+        dead-lettered at once.
     :raises InvalidArgument: for invalid settings (see :class:`StreamSettings`).
     :raises ConfigurationError: when it is made, before any command or SQL, for objects it
         cannot use: a session factory of the other half or ``Session.begin``

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -203,7 +204,7 @@ def test_handle_awaits_the_handler_then_acks(app: App, async_url: str) -> None:
                 app.inbox,
                 "m1",
                 CONSUMER,
-                lambda session: pay(app, session, "m1"),
+                functools.partial(pay, app, message_id="m1"),
                 ack=broker.ack,
                 nack=broker.nack,
             )
@@ -259,7 +260,7 @@ def test_configuration_errors_are_raised_not_nacked(app: App, async_url: str, ca
                 app.inbox,
                 "m1",
                 CONSUMER,
-                lambda session: pay(app, session, "m1"),
+                functools.partial(pay, app, message_id="m1"),
                 ack=broker.ack,
                 nack=broker.nack,
             )

@@ -4,6 +4,7 @@ and the same outcomes, proven here on the database state."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -67,7 +68,7 @@ def test_async_claim_and_runner(app: App, async_url: str) -> None:
                 app.inbox,
                 "m",
                 CONSUMER,
-                lambda s: pay(app, s, "m"),
+                functools.partial(pay, app, message_id="m"),
                 ack=lambda: acks.append("ack"),
                 nack=lambda: acks.append("nack"),
                 payload_hash=digest,

@@ -4,6 +4,8 @@ greenlet, and the spans still nest (an outer span of the caller's task is the pa
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -41,7 +43,7 @@ def test_async_spans_nest_and_counters_match(app: App, async_url: str) -> None:
                         inbox,
                         "a-1",
                         CONSUMER,
-                        lambda s: pay(app, s, "a-1"),
+                        functools.partial(pay, app, message_id="a-1"),
                         ack=lambda: None,
                         nack=lambda: None,
                     )

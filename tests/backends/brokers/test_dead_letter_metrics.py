@@ -2,9 +2,9 @@
 {consumer, reason}`` (Prometheus, read from the real registry), ``sa_inbox.dead_letters``
 (OpenTelemetry, the SDK's in-memory reader) and the ``inbox.delivery.dead_lettered`` log
 event, from :func:`sa_inbox.brokers.process` (every adapter settles through it), then from
-each adapter's real consumer on the live RabbitMQ, Redis and NATS brokers, and FastStream's
-middleware, on SQLite and PostgreSQL. What the counter says is checked against what the
-dead-letter queue holds."""
+each adapter's real consumer on the live RabbitMQ, Redis and NATS brokers, FastStream's
+middleware and Celery's task, on SQLite and PostgreSQL. What the counter says is checked
+against what the dead-letter queue holds."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from tests.backends.brokers.dead_letter_sides import (
     Payments,
     faststream_queue,
 )
-from tests.conftest import backend_url, broker_url
+from tests.conftest import backend_url, broker_url, importorskip
 from tests.support.app import CONSUMER, App
 
 pytestmark = pytest.mark.backend
@@ -200,7 +200,7 @@ FASTSTREAM = {"rabbit": "rabbitmq", "redis": "redis", "nats": "nats"}
 
 @pytest.mark.parametrize("kind", list(FASTSTREAM))
 def test_faststream_dead_letters_are_counted_with_their_reason(kind: str, counted: Counted) -> None:
-    pytest.importorskip("faststream")
+    importorskip("faststream", "faststream")
     url = broker_url(FASTSTREAM[kind])
     app = counted.app
 
@@ -213,3 +213,53 @@ def test_faststream_dead_letters_are_counted_with_their_reason(kind: str, counte
         reasons = asyncio.run(main(name))
     assert sorted(reasons) == ["invalid_message_id", "missing_message_id"]
     assert counted.prometheus() == {"invalid_message_id": 1.0, "missing_message_id": 1.0}
+
+
+# -- Celery's task (it settles through process() too) ---------------------------------------
+
+
+def test_celery_dead_letters_are_counted_with_their_reason(counted: Counted) -> None:
+    """A task without its key, one with a key the inbox refuses, and a poison task at its
+    last delivery (``request.retries`` past ``max_deliveries``): each is rejected
+    (``Reject(requeue=False)``, to the queue's dead-letter exchange) and counted once with
+    its reason. The tasks run as the worker runs them (``Task.apply``), in this process,
+    where the counters are."""
+    importorskip("celery", "celery")
+    from celery import Celery
+    from celery.exceptions import Reject
+
+    from sa_inbox.brokers.celery import inbox_task
+
+    app = counted.app
+    celery = Celery("dead_letters", broker=broker_url("rabbitmq"))
+
+    @inbox_task(
+        celery,
+        session_factory=app.Session,
+        inbox=app.inbox,
+        consumer_name=CONSUMER,
+        max_deliveries=3,
+        name="dead_letters.pay",
+    )
+    def pay(session: Session, amount: str, idempotency_key: Any = None) -> None:
+        app.apply_payment(session, str(idempotency_key), 1, Decimal(amount))
+
+    deliveries: list[dict[str, Any]] = [
+        {"kwargs": {"amount": "1.00"}},  # no key
+        {"kwargs": {"amount": "1.00", "idempotency_key": " bad-key"}},
+        {"kwargs": {"amount": "not-a-number", "idempotency_key": "poison-1"}, "retries": 2},
+        {"kwargs": {"amount": "4.00", "idempotency_key": "pay-1"}},
+    ]
+    rejected = []
+    for delivery in deliveries:
+        result = pay.apply(**delivery)
+        if isinstance(result.result, Reject):
+            rejected.append(delivery["kwargs"].get("idempotency_key"))
+    assert rejected == [None, " bad-key", "poison-1"]
+    assert counted.prometheus() == {
+        "missing_message_id": 1.0,
+        "invalid_message_id": 1.0,
+        "delivery_limit": 1.0,
+    }
+    assert counted.opentelemetry() == counted.prometheus()
+    assert app.ledger_rows() == 1 and app.balance(1) == Decimal("4.00")

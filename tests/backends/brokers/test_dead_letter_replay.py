@@ -36,7 +36,7 @@ from tests.backends.brokers.dead_letter_sides import (
     faststream_queue,
 )
 from tests.backends.brokers.workers import Worker
-from tests.conftest import backend_url, broker_url
+from tests.conftest import backend_url, broker_url, importorskip
 from tests.support.app import App
 from tests.support.waiting import eventually
 
@@ -300,7 +300,7 @@ def test_a_faststream_dead_letter_replayed_after_the_fix_is_applied_once(
     """FastStream's middleware dead-letters a poison message (RabbitMQ: rejected through the
     queue's dead-letter exchange, no sa-inbox reason, ``x-death``; Redis: the adapter's
     dead letter); the same replay puts it back on the queue FastStream consumes."""
-    pytest.importorskip("faststream")
+    importorskip("faststream", "faststream")
     url = broker_url({"rabbit": "rabbitmq", "redis": "redis"}[kind])
     handler = Payments(app, poison={"bad-1"})
 

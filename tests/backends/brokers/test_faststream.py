@@ -374,3 +374,91 @@ def test_ack_first_is_refused() -> None:
     assert called == []
     assert "ConfigurationError" in errors[0].getMessage()
     assert "AckPolicy.MANUAL" in errors[0].getMessage()
+
+
+# -- a misspelled key header: the run of keyless messages stops the subscriber --------------
+
+MAX_KEYLESS = 3
+#: Seconds between two keyless publishes: no time ends a run.
+GAP = 0.8
+
+
+async def _keyless_run(kind: str, url: str, db_url: str, name: str) -> tuple[Any, list[str]]:
+    """A FastStream broker in this process, its middleware reading the misspelled header
+    ``payment_id`` (the producer sets ``idempotency-key``): MAX_KEYLESS + 1 messages, one
+    every GAP seconds. Returns the middleware's ``check()`` error and the dispositions."""
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+
+    from sa_inbox.brokers.faststream import InboxMiddleware
+    from tests.backends.brokers.faststream_child import make_broker
+
+    engine = create_async_engine(db_url)
+    app = App(sa.create_engine(sa.make_url(db_url).set(drivername=SYNC_DRIVERS[db_url[:5]])))
+    settled: list[str] = []
+    middleware = InboxMiddleware(
+        session_factory=async_sessionmaker(engine),
+        inbox=app.inbox,
+        consumer_name="billing",
+        key_header="payment_id",
+        max_keyless=MAX_KEYLESS,
+        on_settled=lambda s: settled.append(s.disposition.value),
+    )
+
+    async def pay(body: dict[str, Any], session: AsyncSession) -> None:
+        raise AssertionError("no keyless message reaches the handler")
+
+    broker = make_broker(kind, url, name, middleware, pay)
+    try:
+        async with broker:
+            await broker.start()
+            await asyncio.sleep(1)  # the subscribers are consuming
+            for n in range(MAX_KEYLESS + 1):
+                await _publish(kind, url, name, [(f"pay-{n}", "1.00")])
+                await asyncio.sleep(GAP)
+            await asyncio.sleep(1)
+            try:
+                await middleware.check()
+                error: Any = None
+            except Exception as exc:
+                error = exc
+    finally:
+        await engine.dispose()
+        app.engine.dispose()
+    return error, settled
+
+
+SYNC_DRIVERS = {"postg": "postgresql+psycopg", "mysql": "mysql+pymysql"}
+
+
+def _unread(side: Any) -> int:
+    """Redis: entries not yet delivered to group ``g`` (XINFO GROUPS ``lag``)."""
+    (group,) = side.client.xinfo_groups(side.name)
+    return int(group["lag"])
+
+
+@pytest.mark.parametrize("kind", list(SIDES))
+def test_a_run_of_keyless_messages_spread_over_time_stops_the_subscriber(
+    kind: str, db: tuple[str, App]
+) -> None:
+    """A misspelled key header on a quiet queue: FastStream settles each message before it
+    delivers the next, so the first MAX_KEYLESS - 1 are dead-lettered as they come; the
+    run counts on across the gaps and the MAX_KEYLESS-th is given back, the subscriber
+    stopped, ``check()`` failing with MissingKeyHeader; the one after is never taken."""
+    from sa_inbox.exc import MissingKeyHeader
+
+    db_url, app = db
+    side_class, broker_name = SIDES[kind]
+    url = broker_url(broker_name)
+    side = side_class(url)
+    try:
+        error, settled = asyncio.run(_keyless_run(kind, url, db_url, side.name))
+        assert isinstance(error, MissingKeyHeader), error
+        assert (error.deliveries, error.dead_lettered) == (MAX_KEYLESS, MAX_KEYLESS - 1)
+        assert settled == ["dead_lettered"] * (MAX_KEYLESS - 1)
+        assert (app.ledger_rows(), app.inbox_rows()) == (0, 0)
+        assert len(side.dead_letters()) == MAX_KEYLESS - 1
+        # the MAX_KEYLESS-th given back (Redis: still pending), the next never taken
+        unread = _unread(side) if kind == "redis" else 0
+        assert (side.left(), unread) == ((1, 1) if kind == "redis" else (2, 0))
+    finally:
+        side.delete()

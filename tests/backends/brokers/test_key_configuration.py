@@ -12,11 +12,14 @@ by a keyed one, or by nothing) is the producer's and is dead-lettered as before.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
 import nats
+import pika
 import pytest
 import redis
 import redis.asyncio
@@ -45,6 +48,25 @@ MISSPELLED = "payment_id"
 
 def amounts() -> Decimal:
     return Decimal("1.00") * MESSAGES
+
+
+#: Seconds between two publishes of the spread runs: longer than each consumer's idle wait
+#: (RabbitMQ's keyless_wait 0.2 s, Redis's block_timeout 0.1 s, NATS's fetch_timeout 0.3 s),
+#: so that every keyless delivery is held alone and settled by the wait, as on a quiet queue.
+GAP = 0.8
+
+
+def spread(publish_one: Callable[[int], None], count: int) -> threading.Thread:
+    """Publish ``count`` messages from another thread, one every :data:`GAP` seconds."""
+
+    def run() -> None:
+        for n in range(count):
+            time.sleep(GAP)
+            publish_one(n)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
 
 
 # -- RabbitMQ ----------------------------------------------------------------------------
@@ -92,6 +114,31 @@ def test_rabbitmq_a_misspelled_key_header_stops_the_consumer_and_loses_nothing(
     assert max(counts) <= (3 if client == "pika" else 2), counts
     assert app.ledger_rows() == MESSAGES and app.balance(1) == amounts()
     assert rmq.ready(channel, queue) == 0 and rmq.dead_letters(channel, queue) == []
+
+
+@pytest.mark.parametrize("client", rmq.CLIENTS)
+def test_rabbitmq_keyless_deliveries_spread_over_time_stop_the_consumer_at_the_limit(
+    channel: Any, queue: str, app: App, client: str
+) -> None:
+    """A misspelled key header on a quiet queue: each delivery comes alone, after the idle
+    wait; the run counts on across the waits, so the MAX_KEYLESS-th stops the consumer. The
+    ones before it were dead-lettered one by one (the rule's MAX_KEYLESS - 1), the last is
+    given back; no time ends the run."""
+
+    def publish_one(n: int) -> None:
+        connection = pika.BlockingConnection(pika.URLParameters(broker_url("rabbitmq")))
+        rabbit_publish(connection.channel(), queue, [f"pay-{n}"])
+        connection.close()
+
+    publisher = spread(publish_one, MAX_KEYLESS)
+    with pytest.raises(MissingKeyHeader) as info:
+        rabbit_run(app, queue, client, MESSAGES, key_header=MISSPELLED)
+    publisher.join()
+    assert (info.value.deliveries, info.value.dead_lettered) == (MAX_KEYLESS, MAX_KEYLESS - 1)
+    assert f"{MAX_KEYLESS - 1} dead-lettered before the run reached the limit" in str(info.value)
+    assert (app.ledger_rows(), app.inbox_rows()) == (0, 0)
+    assert len(rmq.dead_letters(channel, queue)) == MAX_KEYLESS - 1
+    rmq.eventually(lambda: rmq.ready(channel, queue) == 1)  # the last one, given back
 
 
 @pytest.mark.parametrize("prefetch", [10, 1])
@@ -230,6 +277,30 @@ def check_short_run(client: redis.Redis, stream: str, app: App, url: Any) -> Non
     assert app.ledger_rows() == 1 and rds.pending(client, stream) == 0
 
 
+def check_spread_over_time(client: redis.Redis, stream: str, app: App, url: Any) -> None:
+    """A misspelled key field on a quiet stream (see the RabbitMQ test of that name)."""
+    publisher = spread(lambda n: redis_publish(client, stream, [f"pay-{n}"]), MAX_KEYLESS)
+    with pytest.raises(MissingKeyHeader) as info:
+        redis_run(client, stream, app, url, MISSPELLED, MESSAGES)
+    publisher.join()
+    assert (info.value.deliveries, info.value.dead_lettered) == (MAX_KEYLESS, MAX_KEYLESS - 1)
+    assert (app.ledger_rows(), app.inbox_rows()) == (0, 0)
+    assert len(rds.dead_letters(client, stream)) == MAX_KEYLESS - 1
+    assert rds.pending(client, stream) == 1, "the last one given back, still pending"
+
+
+def test_redis_keyless_entries_spread_over_time_stop_the_consumer_at_the_limit(
+    client: redis.Redis, stream: str, sync_case: tuple[App, None]
+) -> None:
+    check_spread_over_time(client, stream, *sync_case)
+
+
+def test_redis_asyncio_keyless_entries_spread_over_time_stop_the_consumer_at_the_limit(
+    client: redis.Redis, stream: str, async_case: tuple[App, str]
+) -> None:
+    check_spread_over_time(client, stream, *async_case)
+
+
 def test_redis_a_misspelled_key_field_stops_the_consumer_uncounted(
     client: redis.Redis, stream: str, sync_case: tuple[App, None]
 ) -> None:
@@ -346,6 +417,57 @@ def test_nats_a_misspelled_key_header_stops_the_consumer_and_loses_nothing(
     assert [s.delivery.delivery_count for s in settled] == [2] * MESSAGES, "nak'd once"
     assert app.ledger_rows() == MESSAGES and app.balance(1) == amounts()
     assert state == {"messages": MESSAGES, "unsettled": 0, "dead": 0}
+
+
+def test_nats_keyless_messages_spread_over_time_stop_the_consumer_at_the_limit(
+    names: Names, aio_app: App, aio_url: str
+) -> None:
+    """A misspelled key header on a quiet stream (see the RabbitMQ test of that name)."""
+
+    async def main() -> None:
+        nc = await nats.connect(broker_url("nats"))
+        js = nc.jetstream()
+
+        async def publish() -> None:
+            for n in range(MAX_KEYLESS):
+                await asyncio.sleep(GAP)
+                await js.publish(names.subject, b"1.00", headers={HEADER: f"pay-{n}"})
+
+        publisher = asyncio.create_task(publish())
+        try:
+            await nats_run(names, aio_app, aio_url, [], MISSPELLED, MESSAGES)
+        finally:
+            await publisher
+            await nc.close()
+
+    with pytest.raises(MissingKeyHeader) as info:
+        asyncio.run(main())
+    assert (info.value.deliveries, info.value.dead_lettered) == (MAX_KEYLESS, MAX_KEYLESS - 1)
+    assert (aio_app.ledger_rows(), aio_app.inbox_rows()) == (0, 0)
+    state = asyncio.run(_nats_state(names))
+    # the last one given back: past the ack floor, neither acked nor dead-lettered
+    assert state == {"messages": MAX_KEYLESS, "unsettled": 1, "dead": MAX_KEYLESS - 1}
+
+
+async def _nats_state(names: Names) -> dict[str, int]:
+    """The streams' messages, the dead letters, and the messages past the durable
+    consumer's ack floor (neither acked nor terminated: delivered and held, given back, or
+    never delivered), once the server has taken the +TERMs (nats-py sends them without
+    waiting for a reply)."""
+    nc = await nats.connect(broker_url("nats"))
+    js = nc.jetstream()
+    try:
+        for _ in range(100):
+            stream = await js.stream_info(names.stream)
+            info = await js.consumer_info(names.stream, names.durable)
+            dead = (await js.stream_info(names.dead_stream)).state.messages
+            unsettled = stream.state.last_seq - info.ack_floor.stream_seq
+            if stream.state.messages - unsettled == dead:
+                break
+            await asyncio.sleep(0.05)
+        return {"messages": stream.state.messages, "unsettled": unsettled, "dead": dead}
+    finally:
+        await nc.close()
 
 
 def test_nats_a_short_run_of_keyless_messages_is_dead_lettered(

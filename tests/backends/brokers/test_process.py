@@ -131,9 +131,11 @@ def test_past_the_limit_an_unprocessed_message_is_dead_lettered_without_the_hand
     app: App,
 ) -> None:
     ran: list[str] = []
-    settlement, settler = deliver(
-        app, Delivery("p-3", b"1.00", delivery_count=4), lambda s, d: ran.append("ran")
-    )
+
+    def handler(session: Session, delivery: Delivery) -> None:
+        ran.append("ran")
+
+    settlement, settler = deliver(app, Delivery("p-3", b"1.00", delivery_count=4), handler)
     assert [call[:2] for call in settler.calls] == [
         ("dead_letter", DeadLetterReason.DELIVERY_LIMIT)
     ]

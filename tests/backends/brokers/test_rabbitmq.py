@@ -543,9 +543,11 @@ def test_a_message_whose_consumers_died_past_the_limit_is_dead_lettered_unrun(
         get(connection.channel(), queue)
         connection.close()
     ran: list[Delivery] = []
-    settlements = consume(
-        amqp_url, app, queue, 1, client, handler=lambda session, delivery: ran.append(delivery)
-    )
+
+    def handler(session: Any, delivery: Delivery) -> None:
+        ran.append(delivery)
+
+    settlements = consume(amqp_url, app, queue, 1, client, handler=handler)
     [settlement] = settlements
     assert settlement.reason is DeadLetterReason.DELIVERY_LIMIT
     assert settlement.delivery.delivery_count == 4 and ran == []

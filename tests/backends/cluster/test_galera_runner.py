@@ -11,6 +11,7 @@ is then a duplicate: the payment is applied once, on every node.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -166,7 +167,7 @@ def test_a_delivery_to_a_dead_node_is_nacked_and_its_redelivery_elsewhere_applie
             dead.inbox,
             "m-1",
             CONSUMER,
-            lambda session: dead.apply_payment(session, "m-1", 1, AMOUNT),
+            functools.partial(dead.apply_payment, message_id="m-1", account_id=1, amount=AMOUNT),
             ack=broker.ack,
             nack=broker.nack,
         )
@@ -179,7 +180,7 @@ def test_a_delivery_to_a_dead_node_is_nacked_and_its_redelivery_elsewhere_applie
             alive.inbox,
             "m-1",
             CONSUMER,
-            lambda session: alive.apply_payment(session, "m-1", 1, AMOUNT),
+            functools.partial(alive.apply_payment, message_id="m-1", account_id=1, amount=AMOUNT),
             ack=broker.ack,
             nack=broker.nack,
         )

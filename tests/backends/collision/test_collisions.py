@@ -9,6 +9,7 @@ ledger rows, balances, inbox rows and their stored digests, collision rows.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from decimal import Decimal
@@ -145,7 +146,7 @@ def test_runner_nacks_a_collision_and_acks_a_recorded_one(capp: App, mode: str) 
             capp.inbox,
             "r-1",
             CONSUMER,
-            lambda s: capp.apply_payment(s, "r-1", 1, AMOUNT),
+            functools.partial(capp.apply_payment, message_id="r-1", account_id=1, amount=AMOUNT),
             ack=lambda: events.append("ack"),
             nack=lambda: events.append("nack"),
             payload_hash=digest,

@@ -19,6 +19,7 @@ Each scenario asserts business state: ledger rows, balances, inbox rows.
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import threading
 from collections.abc import Iterator
@@ -102,7 +103,9 @@ def concurrent_payments(engine: sa.Engine, threads: int = 6, messages: int = 10)
                 app.inbox,
                 f"m-{i}",
                 CONSUMER,
-                lambda session, i=i: app.apply_payment(session, f"m-{i}", 1, AMOUNT),
+                functools.partial(
+                    app.apply_payment, message_id=f"m-{i}", account_id=1, amount=AMOUNT
+                ),
                 ack=lambda: None,
                 nack=lambda: None,
                 max_retries=MAX_ATTEMPTS - 1,

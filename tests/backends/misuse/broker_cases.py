@@ -31,9 +31,10 @@ DEADLINE = 20.0
 
 
 def _pay(env: Env) -> Callable[[Session, Delivery], None]:
-    return lambda session, delivery: env.app.apply_payment(
-        session, delivery.message_id or "", 1, AMOUNT
-    )
+    def pay(session: Session, delivery: Delivery) -> None:
+        env.app.apply_payment(session, delivery.message_id or "", 1, AMOUNT)
+
+    return pay
 
 
 def _apay(env: Env) -> Callable[[AsyncSession, Delivery], Any]:
@@ -50,6 +51,22 @@ def _autocommit(env: Env, asynchronous: bool) -> Any:
     return sessionmaker(env.app.engine.execution_options(isolation_level="AUTOCOMMIT"))
 
 
+def _handler_of_kind(env: Env, kind: str) -> Callable[..., Any]:
+    """``async def`` for a synchronous consumer; a plain ``def`` returning the coroutine
+    (awaited by the consumer) for an asyncio one."""
+    if kind == "async def handler":
+
+        async def pay(session: Session, delivery: Delivery) -> None:
+            env.app.apply_payment(session, delivery.message_id or "", 1, AMOUNT)
+
+        return pay
+
+    def apay(session: AsyncSession, delivery: Delivery) -> Any:
+        return env.app.apply_payment_async(session, delivery.message_id or "", 1, AMOUNT)
+
+    return apay
+
+
 def _objects(env: Env, wrong: str, *, asynchronous: bool) -> dict[str, Any]:
     """The consumer's objects, the one named ``wrong`` put in its place."""
     objects: dict[str, Any] = {
@@ -59,10 +76,12 @@ def _objects(env: Env, wrong: str, *, asynchronous: bool) -> dict[str, Any]:
     }
     if wrong.startswith("AUTOCOMMIT"):
         objects["session_factory"] = _autocommit(env, asynchronous)
-    elif "sessionmaker" in wrong:
+    elif "sessionmaker" in wrong or wrong in ("Connection", "AsyncConnection"):
         objects["session_factory"] = env.wrong(wrong)
     elif wrong in ("AsyncInbox", "Inbox"):
         objects["inbox"] = env.wrong(wrong)
+    elif wrong.endswith("def handler"):
+        objects["handler"] = _handler_of_kind(env, wrong)
     return objects
 
 
@@ -86,6 +105,33 @@ def _rabbit_queue(env: Env, mid: str) -> str:
     channel.basic_publish("", env.kept["queue"], b"10.00", properties, mandatory=True)
     connection.close()
     return str(env.kept["queue"])
+
+
+def _rabbit_left(env: Env) -> int:
+    """Messages ready on the case's queue (a refused consumer's channel is closed: what it
+    held is back there), once the count settles."""
+    import time
+
+    import pika
+
+    from sa_inbox.brokers.rabbitmq import dead_letter_queue_name
+
+    if "queue" not in env.kept:
+        return 0
+    connection = pika.BlockingConnection(pika.URLParameters(broker_url("rabbitmq")))
+    try:
+        channel = connection.channel()
+        deadline = time.monotonic() + 10
+        while True:
+            ready = channel.queue_declare(env.kept["queue"], passive=True).method.message_count
+            dead = channel.queue_declare(
+                dead_letter_queue_name(env.kept["queue"]), passive=True
+            ).method.message_count
+            if ready + dead >= 3 or time.monotonic() > deadline:
+                return int(ready)
+            time.sleep(0.1)
+    finally:
+        connection.close()
 
 
 def _delete_queues(*names: str) -> None:
@@ -144,21 +190,23 @@ for _wrong in (
     "async_sessionmaker",
     "async_sessionmaker.begin",
     "sessionmaker.begin",
+    "Connection",
+    "async def handler",
 ):
 
-    @case("BlockingConsumer()", _wrong)
+    @case("BlockingConsumer()", _wrong, left=_rabbit_left)
     def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         _run_blocking(env, mid, wrong)
 
 
-@case("BlockingConsumer()", "key_header ''", kind=ConfigurationError)
+@case("BlockingConsumer()", "key_header ''", kind=ConfigurationError, left=_rabbit_left)
 def _(env: Env, mid: str) -> None:
     _run_blocking(env, mid, "-", key_header="")
 
 
 for _entry in ("BlockingConsumer.run", "BlockingConsumer.check"):
 
-    @case(_entry, "AUTOCOMMIT sessionmaker", kind=ConfigurationError)
+    @case(_entry, "AUTOCOMMIT sessionmaker", kind=ConfigurationError, left=_rabbit_left)
     def _(env: Env, mid: str, entry: str = _entry) -> None:
         if entry.endswith("run"):
             _run_blocking(env, mid, "AUTOCOMMIT")
@@ -170,14 +218,14 @@ for _entry in ("BlockingConsumer.run", "BlockingConsumer.check"):
             BlockingConsumer("amqp://unused/", "q", consumer_name=CONSUMER, **objects).check()
 
 
-for _wrong in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin"):
+for _wrong in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin", "AsyncConnection"):
 
-    @case("AsyncConsumer()", _wrong)
+    @case("AsyncConsumer()", _wrong, left=_rabbit_left)
     async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         await _run_aio_pika(env, mid, wrong)
 
 
-for _inbox in ("Inbox", "AsyncInbox"):
+for _inbox in ("Inbox", "AsyncInbox", "plain def handler"):
 
     @case("AsyncConsumer()", _inbox, expect="once")
     async def _(env: Env, mid: str, inbox: str = _inbox) -> None:
@@ -186,7 +234,7 @@ for _inbox in ("Inbox", "AsyncInbox"):
 
 for _entry in ("AsyncConsumer.run", "AsyncConsumer.check"):
 
-    @case(_entry, "AUTOCOMMIT async_sessionmaker", kind=ConfigurationError)
+    @case(_entry, "AUTOCOMMIT async_sessionmaker", kind=ConfigurationError, left=_rabbit_left)
     async def _(env: Env, mid: str, entry: str = _entry) -> None:
         if entry.endswith("run"):
             await _run_aio_pika(env, mid, "AUTOCOMMIT")
@@ -214,6 +262,26 @@ def _redis_stream(env: Env, mid: str) -> str:
     client.xadd(env.kept["stream"], {"message_id": mid, "body": "10.00"})
     client.close()
     return str(env.kept["stream"])
+
+
+def _redis_left(env: Env) -> int:
+    """Entries of the case's stream its group has not acked: unread, or read and pending
+    (a dead-lettered entry is acked on the source)."""
+    import redis
+
+    if "stream" not in env.kept:
+        return 0
+    client = redis.Redis.from_url(broker_url("redis"), decode_responses=True)
+    try:
+        name = env.kept["stream"]
+        groups = {g["name"]: g for g in client.xinfo_groups(name)}
+        if CONSUMER not in groups:
+            return int(client.xlen(name))
+        unread = client.xrange(name, f"({groups[CONSUMER]['last-delivered-id']}", "+")
+        pending = client.xpending(name, CONSUMER)["pending"]
+        return len(unread) + int(pending)
+    finally:
+        client.close()
 
 
 def _delete_stream(name: str) -> None:
@@ -276,28 +344,34 @@ async def _run_redis_async(env: Env, mid: str, wrong: str, *, check_only: bool =
         await client.aclose()
 
 
-for _wrong in ("AsyncInbox", "async_sessionmaker", "sessionmaker.begin"):
+for _wrong in (
+    "AsyncInbox",
+    "async_sessionmaker",
+    "sessionmaker.begin",
+    "Connection",
+    "async def handler",
+):
 
-    @case("RedisStreamConsumer()", _wrong)
+    @case("RedisStreamConsumer()", _wrong, left=_redis_left)
     def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         _run_redis(env, mid, wrong)
 
 
 for _entry in ("RedisStreamConsumer.run", "RedisStreamConsumer.check"):
 
-    @case(_entry, "AUTOCOMMIT sessionmaker", kind=ConfigurationError)
+    @case(_entry, "AUTOCOMMIT sessionmaker", kind=ConfigurationError, left=_redis_left)
     def _(env: Env, mid: str, entry: str = _entry) -> None:
         _run_redis(env, mid, "AUTOCOMMIT", check_only=entry.endswith("check"))
 
 
-for _wrong in ("sessionmaker", "async_sessionmaker.begin"):
+for _wrong in ("sessionmaker", "async_sessionmaker.begin", "AsyncConnection"):
 
-    @case("AsyncRedisStreamConsumer()", _wrong)
+    @case("AsyncRedisStreamConsumer()", _wrong, left=_redis_left)
     async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         await _run_redis_async(env, mid, wrong)
 
 
-for _inbox in ("Inbox", "AsyncInbox"):
+for _inbox in ("Inbox", "AsyncInbox", "plain def handler"):
 
     @case("AsyncRedisStreamConsumer()", _inbox, expect="once")
     async def _(env: Env, mid: str, inbox: str = _inbox) -> None:
@@ -306,7 +380,7 @@ for _inbox in ("Inbox", "AsyncInbox"):
 
 for _entry in ("AsyncRedisStreamConsumer.run", "AsyncRedisStreamConsumer.check"):
 
-    @case(_entry, "AUTOCOMMIT async_sessionmaker", kind=ConfigurationError)
+    @case(_entry, "AUTOCOMMIT async_sessionmaker", kind=ConfigurationError, left=_redis_left)
     async def _(env: Env, mid: str, entry: str = _entry) -> None:
         await _run_redis_async(env, mid, "AUTOCOMMIT", check_only=entry.endswith("check"))
 
@@ -357,6 +431,29 @@ async def _nats_consume(env: Env, mid: str, wrong: str, *, check_only: bool = Fa
         await nc.close()
 
 
+def _nats_left(env: Env) -> int:
+    """Messages of the case's stream the durable consumer has not acked or terminated
+    (dead-lettered): not yet delivered, or delivered and awaiting their ack."""
+
+    async def count() -> int:
+        import nats
+        from nats.js.errors import NotFoundError
+
+        nc = await nats.connect(broker_url("nats"))
+        try:
+            js = nc.jetstream()
+            stream = f"misuse_{env.kept['nats']}"
+            try:
+                info = await js.consumer_info(stream, "billing")
+            except NotFoundError:
+                return int((await js.stream_info(stream)).state.messages)
+            return int(info.num_pending) + int(info.num_ack_pending)
+        finally:
+            await nc.close()
+
+    return asyncio.run(count()) if "nats" in env.kept else 0
+
+
 async def _delete_streams(token: str) -> None:
     import nats
 
@@ -367,28 +464,33 @@ async def _delete_streams(token: str) -> None:
     await nc.close()
 
 
-for _wrong in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin"):
+for _wrong in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin", "AsyncConnection"):
 
-    @case("sa_inbox.brokers.nats.consume", _wrong)
+    @case("sa_inbox.brokers.nats.consume", _wrong, left=_nats_left)
     async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         await _nats_consume(env, mid, wrong)
 
 
-for _inbox in ("Inbox", "AsyncInbox"):
+for _inbox in ("Inbox", "AsyncInbox", "plain def handler"):
 
     @case("sa_inbox.brokers.nats.consume", _inbox, expect="once")
     async def _(env: Env, mid: str, inbox: str = _inbox) -> None:
         await _nats_consume(env, mid, inbox)
 
 
-@case("sa_inbox.brokers.nats.consume", "AUTOCOMMIT async_sessionmaker", kind=ConfigurationError)
+@case(
+    "sa_inbox.brokers.nats.consume",
+    "AUTOCOMMIT async_sessionmaker",
+    kind=ConfigurationError,
+    left=_nats_left,
+)
 async def _(env: Env, mid: str) -> None:
     await _nats_consume(env, mid, "AUTOCOMMIT")
 
 
 for _wrong in ("sessionmaker", "AUTOCOMMIT async_sessionmaker"):
 
-    @case("sa_inbox.brokers.nats.check", _wrong, kind=ConfigurationError)
+    @case("sa_inbox.brokers.nats.check", _wrong, kind=ConfigurationError, left=_nats_left)
     async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         await _nats_consume(env, mid, wrong, check_only=True)
 
@@ -396,9 +498,9 @@ for _wrong in ("sessionmaker", "AUTOCOMMIT async_sessionmaker"):
 # -- FastStream and Celery: refused when made, the message left on RabbitMQ ---------------
 
 
-for _wrong in ("sessionmaker", "sessionmaker.begin", "a Table"):
+for _wrong in ("sessionmaker", "sessionmaker.begin", "a Table", "AsyncConnection"):
 
-    @case("InboxMiddleware()", _wrong)
+    @case("InboxMiddleware()", _wrong, left=_rabbit_left)
     async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         from sa_inbox.brokers.faststream import InboxMiddleware
 
@@ -410,7 +512,12 @@ for _wrong in ("sessionmaker", "sessionmaker.begin", "a Table"):
         InboxMiddleware(consumer_name=CONSUMER, **objects)
 
 
-@case("InboxMiddleware.check", "AUTOCOMMIT async_sessionmaker", kind=ConfigurationError)
+@case(
+    "InboxMiddleware.check",
+    "AUTOCOMMIT async_sessionmaker",
+    kind=ConfigurationError,
+    left=_rabbit_left,
+)
 async def _(env: Env, mid: str) -> None:
     from sa_inbox.brokers.faststream import InboxMiddleware
 
@@ -420,9 +527,9 @@ async def _(env: Env, mid: str) -> None:
     await InboxMiddleware(consumer_name=CONSUMER, **objects).check()
 
 
-for _wrong in ("AsyncInbox", "async_sessionmaker", "sessionmaker.begin"):
+for _wrong in ("AsyncInbox", "async_sessionmaker", "sessionmaker.begin", "Connection"):
 
-    @case("sa_inbox.brokers.celery.inbox_task", _wrong)
+    @case("sa_inbox.brokers.celery.inbox_task", _wrong, left=_rabbit_left)
     def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         from celery import Celery
 
@@ -440,40 +547,76 @@ for _wrong in ("AsyncInbox", "async_sessionmaker", "sessionmaker.begin"):
         pay.apply(kwargs={"idempotency_key": mid})  # what the worker would run
 
 
+@case("sa_inbox.brokers.celery.inbox_task", "async def body", left=_rabbit_left)
+def _(env: Env, mid: str) -> None:
+    from celery import Celery
+
+    from sa_inbox.brokers.celery import inbox_task
+
+    _rabbit_queue(env, mid)
+    app = Celery("misuse", broker=broker_url("rabbitmq"))
+
+    @inbox_task(app, consumer_name=CONSUMER, session_factory=env.app.Session, inbox=env.app.inbox)
+    async def pay(session: Session, idempotency_key: str) -> None:
+        env.app.apply_payment(session, idempotency_key, 1, AMOUNT)
+
+    pay.apply(kwargs={"idempotency_key": mid})
+
+
 # -- the shared flow: process() / process_async() with an in-memory settler ----------------
 
 
 class _Settler:
-    def ack(self) -> None: ...
+    """Records each settlement in ``env.settled``: a refusal makes none."""
 
-    def retry(self) -> None: ...
+    def __init__(self, env: Env) -> None:
+        self.settled = env.settled
 
-    def dead_letter(self, reason: object, detail: str) -> None: ...
+    def ack(self) -> None:
+        self.settled.append("ack")
+
+    def retry(self) -> None:
+        self.settled.append("nack")
+
+    def dead_letter(self, reason: object, detail: str) -> None:
+        self.settled.append("nack")
 
 
-for _wrong in ("AsyncInbox", "async_sessionmaker", "sessionmaker.begin"):
+for _wrong in (
+    "AsyncInbox",
+    "async_sessionmaker",
+    "sessionmaker.begin",
+    "Connection",
+    "async def handler",
+):
 
     @case("sa_inbox.brokers.process", _wrong)
     def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         from sa_inbox.brokers import process
 
         objects = _objects(env, wrong, asynchronous=False)
-        process(Delivery(mid, b"10.00"), _Settler(), consumer_name=CONSUMER, **objects)
+        process(Delivery(mid, b"10.00"), _Settler(env), consumer_name=CONSUMER, **objects)
 
 
-for _wrong in ("sessionmaker", "async_sessionmaker.begin"):
+for _wrong in ("sessionmaker", "async_sessionmaker.begin", "AsyncConnection"):
 
     @case("sa_inbox.brokers.process_async", _wrong)
     async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         from sa_inbox.brokers import process_async
 
         objects = _objects(env, wrong, asynchronous=True)
-        await process_async(Delivery(mid, b"10.00"), _Settler(), consumer_name=CONSUMER, **objects)
+        await process_async(
+            Delivery(mid, b"10.00"), _Settler(env), consumer_name=CONSUMER, **objects
+        )
 
 
-@case("sa_inbox.brokers.process_async", "AsyncInbox", expect="once")
-async def _(env: Env, mid: str) -> None:
-    from sa_inbox.brokers import process_async
+for _wrong in ("AsyncInbox", "plain def handler"):
 
-    objects = _objects(env, "AsyncInbox", asynchronous=True)
-    await process_async(Delivery(mid, b"10.00"), _Settler(), consumer_name=CONSUMER, **objects)
+    @case("sa_inbox.brokers.process_async", _wrong, expect="once")
+    async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
+        from sa_inbox.brokers import process_async
+
+        objects = _objects(env, wrong, asynchronous=True)
+        await process_async(
+            Delivery(mid, b"10.00"), _Settler(env), consumer_name=CONSUMER, **objects
+        )

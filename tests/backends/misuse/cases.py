@@ -10,6 +10,7 @@ configuration error that is also a TypeError, nothing committed, or applied exac
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class Case:
     #: What a refusal also is besides a ConfigurationError: a TypeError for an object of
     #: the wrong kind; the configuration error itself for a wrong setting (AUTOCOMMIT).
     kind: type[Exception] = TypeError
+    #: For a delivery through a live broker: how many of the case's messages are still
+    #: on it, neither acked nor dead-lettered (a refusal leaves every one there).
+    left: Callable[[Env], int] | None = None
 
     @property
     def id(self) -> str:
@@ -68,21 +72,26 @@ def case(entry: str, wrong: str, expect: Literal["refused", "once"] = "refused",
     return register
 
 
-def _acks() -> dict[str, Any]:
-    return {"ack": lambda: None, "nack": lambda: None}
+def acks(env: Env) -> dict[str, Any]:
+    """``ack`` and ``nack`` that record their calls in ``env.settled``: a refusal calls
+    neither."""
+    return {"ack": lambda: env.settled.append("ack"), "nack": lambda: env.settled.append("nack")}
 
 
 # -- the synchronous runner and claim -----------------------------------------------------
 
 
 def _pay(env: Env, message_id: str) -> Callable[[Session], None]:
-    return lambda session: env.app.apply_payment(session, message_id, 1, AMOUNT)
+    # a function of its own (a lambda cannot own a consumer name), the same for every case
+    return functools.partial(
+        env.app.apply_payment, message_id=message_id, account_id=1, amount=AMOUNT
+    )
 
 
 @case("sa_inbox.handle", "AsyncInbox")
 def _(env: Env, mid: str) -> None:
     sa_inbox.handle(
-        env.app.Session, env.wrong("AsyncInbox"), mid, CONSUMER, _pay(env, mid), **_acks()
+        env.app.Session, env.wrong("AsyncInbox"), mid, CONSUMER, _pay(env, mid), **acks(env)
     )
 
 
@@ -90,7 +99,9 @@ for _factory in ("async_sessionmaker", "async_sessionmaker.begin", "sessionmaker
 
     @case("sa_inbox.handle", _factory)
     def _(env: Env, mid: str, factory: str = _factory) -> None:
-        sa_inbox.handle(env.wrong(factory), env.app.inbox, mid, CONSUMER, _pay(env, mid), **_acks())
+        sa_inbox.handle(
+            env.wrong(factory), env.app.inbox, mid, CONSUMER, _pay(env, mid), **acks(env)
+        )
 
     @case("sa_inbox.run_in_transaction", _factory)
     def _(env: Env, mid: str, factory: str = _factory) -> None:
@@ -103,7 +114,9 @@ for _factory in ("async_sessionmaker", "async_sessionmaker.begin", "sessionmaker
 
 @case("sa_inbox.handle", "a Table")
 def _(env: Env, mid: str) -> None:
-    sa_inbox.handle(env.app.Session, env.wrong("a Table"), mid, CONSUMER, _pay(env, mid), **_acks())
+    sa_inbox.handle(
+        env.app.Session, env.wrong("a Table"), mid, CONSUMER, _pay(env, mid), **acks(env)
+    )
 
 
 for _method in ("claim", "claim_many", "claim_batch", "is_processed"):
@@ -224,7 +237,7 @@ for _inbox in ("Inbox", "AsyncInbox"):
     @case("sa_inbox.asyncio.handle", _inbox, expect="once")
     async def _(env: Env, mid: str, inbox: str = _inbox) -> None:
         await sa_inbox.asyncio.handle(
-            env.ASession, env.wrong(inbox), mid, CONSUMER, lambda s: _apay(env, mid, s), **_acks()
+            env.ASession, env.wrong(inbox), mid, CONSUMER, _apay_handler(env, mid), **acks(env)
         )
 
 
@@ -237,8 +250,8 @@ for _factory in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin
             env.app.inbox,
             mid,
             CONSUMER,
-            lambda s: _apay(env, mid, s),
-            **_acks(),
+            _apay_handler(env, mid),
+            **acks(env),
         )
 
     @case("sa_inbox.asyncio.run_in_transaction", _factory)
@@ -255,8 +268,105 @@ for _factory in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin
 @case("sa_inbox.asyncio.handle", "a Table")
 async def _(env: Env, mid: str) -> None:
     await sa_inbox.asyncio.handle(
-        env.ASession, env.wrong("a Table"), mid, CONSUMER, lambda s: _apay(env, mid, s), **_acks()
+        env.ASession, env.wrong("a Table"), mid, CONSUMER, _apay_handler(env, mid), **acks(env)
     )
+
+
+# -- a handler of the wrong kind, a session factory of the wrong shape ----------------------
+
+
+@case("sa_inbox.handle", "async def handler")
+def _(env: Env, mid: str) -> None:
+    async def pay(session: Session) -> None:
+        env.app.apply_payment(session, mid, 1, AMOUNT)
+
+    sa_inbox.handle(env.app.Session, env.app.inbox, mid, CONSUMER, pay, **acks(env))
+
+
+@case("sa_inbox.run_in_transaction", "async def work")
+def _(env: Env, mid: str) -> None:
+    async def work(session: Session) -> None:
+        if env.app.inbox.claim(session, mid, CONSUMER):
+            env.app.apply_payment(session, mid, 1, AMOUNT)
+
+    sa_inbox.run_in_transaction(env.app.Session, work)
+
+
+@case("sa_inbox.asyncio.handle", "plain def handler", expect="once")
+async def _(env: Env, mid: str) -> None:
+    def pay(session: AsyncSession) -> Awaitable[None]:  # returns the coroutine: awaited
+        return env.app.apply_payment_async(session, mid, 1, AMOUNT)
+
+    await sa_inbox.asyncio.handle(env.ASession, env.app.inbox, mid, CONSUMER, pay, **acks(env))
+
+
+@case("sa_inbox.asyncio.run_in_transaction", "plain def work", expect="once")
+async def _(env: Env, mid: str) -> None:
+    inbox = AsyncInbox(env.app.inbox)
+
+    def work(session: AsyncSession) -> Awaitable[None]:
+        async def claim_and_pay() -> None:
+            if await inbox.claim(session, mid, CONSUMER):
+                await _apay(env, mid, session)
+
+        return claim_and_pay()
+
+    await sa_inbox.asyncio.run_in_transaction(env.ASession, work)
+
+
+for _factory in ("scoped_session", "Connection", "async_scoped_session", "AsyncConnection"):
+    _sync = _factory in ("scoped_session", "Connection")
+
+    @case("sa_inbox.handle", _factory, expect="once" if _factory == "scoped_session" else "refused")
+    def _(env: Env, mid: str, factory: str = _factory) -> None:
+        handler = _pay(env, mid)
+        sa_inbox.handle(env.wrong(factory), env.app.inbox, mid, CONSUMER, handler, **acks(env))
+
+    @case(
+        "sa_inbox.asyncio.handle",
+        _factory,
+        expect="once" if _factory == "async_scoped_session" else "refused",
+    )
+    async def _(env: Env, mid: str, factory: str = _factory) -> None:
+        handler = _apay_handler(env, mid)
+        await sa_inbox.asyncio.handle(
+            env.wrong(factory), env.app.inbox, mid, CONSUMER, handler, **acks(env)
+        )
+
+    if _factory in ("Connection", "AsyncConnection"):
+
+        @case("sa_inbox.run_in_transaction", _factory)
+        def _(env: Env, mid: str, factory: str = _factory) -> None:
+            def work(session: Session) -> None:
+                if env.app.inbox.claim(session, mid, CONSUMER):
+                    env.app.apply_payment(session, mid, 1, AMOUNT)
+
+            sa_inbox.run_in_transaction(env.wrong(factory), work)
+
+        @case("sa_inbox.asyncio.run_in_transaction", _factory)
+        async def _(env: Env, mid: str, factory: str = _factory) -> None:
+            inbox = AsyncInbox(env.app.inbox)
+
+            async def work(session: AsyncSession) -> None:
+                if await inbox.claim(session, mid, CONSUMER):
+                    await _apay(env, mid, session)
+
+            await sa_inbox.asyncio.run_in_transaction(env.wrong(factory), work)
+
+
+@case("sa_inbox.install", "scoped_session")
+def _(env: Env, mid: str) -> None:
+    sa_inbox.install(env.wrong("scoped_session"))
+    with env.app.Session.begin() as session:
+        sa_inbox.register_claim(session, env.app.inbox, mid, CONSUMER)
+        env.app.apply_payment(session, mid, 1, AMOUNT)
+
+
+def _apay_handler(env: Env, mid: str) -> Callable[[AsyncSession], Awaitable[None]]:
+    async def pay(session: AsyncSession) -> None:
+        await _apay(env, mid, session)
+
+    return pay
 
 
 # -- the store ------------------------------------------------------------------------------
@@ -331,7 +441,10 @@ def _purged(env: Env) -> tuple[int, int]:
 
 
 def _store_handler(env: Env) -> Callable[[Session, StoredMessage], None]:
-    return lambda session, message: env.app.apply_payment(session, message.message_id, 1, AMOUNT)
+    def pay(session: Session, message: StoredMessage) -> None:
+        env.app.apply_payment(session, message.message_id, 1, AMOUNT)
+
+    return pay
 
 
 for _store in ("InboxStore", "AsyncInboxStore", "AsyncBoundStore"):
@@ -351,6 +464,25 @@ for _store in ("InboxStore", "AsyncInboxStore", "BoundStore"):
 
         await _in_thread(_receive_then, env, mid)
         await AsyncWorker(env.wrong(store), handler, consumer_name=CONSUMER).run(until_empty=True)
+
+
+@case("Worker()", "async def handler", state=_worked)
+def _(env: Env, mid: str) -> None:
+    async def handler(session: Session, message: StoredMessage) -> None:
+        env.app.apply_payment(session, message.message_id, 1, AMOUNT)
+
+    _receive_then(env, mid)
+    Worker(env.store, handler, consumer_name=CONSUMER).run(until_empty=True)
+
+
+@case("AsyncWorker()", "plain def handler", expect="once", state=_worked)
+async def _(env: Env, mid: str) -> None:
+    def handler(session: AsyncSession, message: StoredMessage) -> Awaitable[None]:
+        return _apay(env, message.message_id, session)
+
+    await _in_thread(_receive_then, env, mid)
+    store = AsyncInboxStore(env.store).bind(env.aengine)
+    await AsyncWorker(store, handler, consumer_name=CONSUMER).run(until_empty=True)
 
 
 for _engine, _factory in (("AsyncEngine", None), ("Engine", "async_sessionmaker")):
@@ -392,7 +524,7 @@ def _(env: Env, mid: str) -> None:
     handler = _pay(env, mid)
     assert env.app.inbox.consumers is not None
     env.app.inbox.consumers.hand_over(env.wrong("AsyncEngine"), CONSUMER, handler)
-    sa_inbox.handle(env.app.Session, env.app.inbox, mid, CONSUMER, handler, **_acks())
+    sa_inbox.handle(env.app.Session, env.app.inbox, mid, CONSUMER, handler, **acks(env))
 
 
 @case("AsyncInbox.hand_over", "Engine")
@@ -402,7 +534,7 @@ async def _(env: Env, mid: str) -> None:
 
     inbox = AsyncInbox(env.app.inbox)
     await inbox.hand_over(env.wrong("Engine"), CONSUMER, handler)
-    await sa_inbox.asyncio.handle(env.ASession, inbox, mid, CONSUMER, handler, **_acks())
+    await sa_inbox.asyncio.handle(env.ASession, inbox, mid, CONSUMER, handler, **acks(env))
 
 
 @case("AsyncInboxStore.hand_over", "Engine", state=_worked)
@@ -500,16 +632,16 @@ async def _in_thread(fn: Callable[..., None], *args: Any) -> None:
 
 @case("sa_inbox.purge", "AsyncEngine", state=_purged)
 def _(env: Env, mid: str) -> None:
-    _claim_and_pay(env, mid)
+    claim_and_pay(env, mid)
     _receive_then(env, mid)
-    sa_inbox.purge(env.wrong("AsyncEngine"), older_than=_policy(), table=env.app.inbox)
+    sa_inbox.purge(env.wrong("AsyncEngine"), older_than=policy(), table=env.app.inbox)
 
 
 @case("sa_inbox.asyncio.purge", "Engine", state=_purged)
 async def _(env: Env, mid: str) -> None:
-    await _in_thread(_claim_and_pay, env, mid)
+    await _in_thread(claim_and_pay, env, mid)
     await _in_thread(_receive_then, env, mid)
-    await sa_inbox.asyncio.purge(env.wrong("Engine"), older_than=_policy(), table=env.app.inbox)
+    await sa_inbox.asyncio.purge(env.wrong("Engine"), older_than=policy(), table=env.app.inbox)
 
 
 for _entry, _wrong in (
@@ -520,20 +652,20 @@ for _entry, _wrong in (
     @case(_entry, _wrong, state=_purged)
     async def _(env: Env, mid: str, entry: str = _entry, wrong: str = _wrong) -> None:
         await _in_thread(_receive_then, env, mid)
-        await _in_thread(_claim_and_pay, env, mid)
+        await _in_thread(claim_and_pay, env, mid)
         if entry == "sa_inbox.retention.purge_store":
-            sa_inbox.retention.purge_store(env.wrong(wrong), env.store, older_than=_policy())
+            sa_inbox.retention.purge_store(env.wrong(wrong), env.store, older_than=policy())
         else:
-            await sa_inbox.asyncio.purge_store(env.wrong(wrong), env.store, older_than=_policy())
+            await sa_inbox.asyncio.purge_store(env.wrong(wrong), env.store, older_than=policy())
 
 
-def _claim_and_pay(env: Env, mid: str) -> None:
+def claim_and_pay(env: Env, mid: str) -> None:
     with env.app.Session.begin() as session:
         if env.app.inbox.claim(session, mid, CONSUMER):
             env.app.apply_payment(session, mid, 1, AMOUNT)
 
 
-def _policy() -> sa_inbox.RetentionPolicy:
+def policy() -> sa_inbox.RetentionPolicy:
     import datetime
 
     second = datetime.timedelta(seconds=1)
@@ -555,6 +687,7 @@ for _method in (
     "counts",
     "has_unfinished",
     "transaction",
+    "renew",
 ):
 
     @case(f"InboxStore.{_method}", "AsyncEngine", state=_worked)
@@ -613,14 +746,17 @@ def _(env: Env, mid: str) -> None:
 def _(env: Env, mid: str) -> None:
     from sa_inbox.outbox import purge_dispatched
 
-    _claim_and_pay(env, mid)
+    claim_and_pay(env, mid)
     _receive_then(env, mid)
-    purge_dispatched(env.wrong("AsyncEngine"), env.outbox, older_than=_policy().max_replay)
+    purge_dispatched(env.wrong("AsyncEngine"), env.outbox, older_than=policy().max_replay)
 
 
-from . import broker_cases as broker_cases  # noqa: E402  (registers the adapters' cases)
+# the other modules' cases register themselves on import
+from . import api_cases as api_cases  # noqa: E402
+from . import broker_cases as broker_cases  # noqa: E402
+from . import sharding_cases as sharding_cases  # noqa: E402
 
 #: Every entry point a case covers.
 ENTRY_POINTS = frozenset(c.entry for c in CASES)
 
-__all__ = ["CASES", "ENTRY_POINTS", "Case", "Inbox"]
+__all__ = ["CASES", "ENTRY_POINTS", "Case", "Inbox", "acks", "case", "claim_and_pay", "policy"]

@@ -10,7 +10,8 @@ from decimal import Decimal
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, async_scoped_session, async_sessionmaker
+from sqlalchemy.orm import scoped_session
 
 from sa_inbox import InboxStore
 from sa_inbox.asyncio import AsyncInbox, AsyncInboxStore, AsyncOutbox
@@ -42,6 +43,8 @@ class Env:
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     #: What a case keeps between its deliveries (its queue's name...).
     kept: dict[str, Any] = field(default_factory=dict)
+    #: ``"ack"`` / ``"nack"`` for each call of the cases' ack and nack (``cases.acks``).
+    settled: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.store = InboxStore(self.app.metadata, table_name="misuse_store")
@@ -53,6 +56,12 @@ class Env:
     def wrong(self, name: str) -> Any:
         """The object a new user passes by mistake, by name (see :data:`WRONG`)."""
         return WRONG[name](self)
+
+    def connection(self) -> sa.Connection:
+        """A Connection of the sync engine, closed after the case."""
+        conn = self.app.engine.connect()
+        self.cleanups.append(conn.close)
+        return conn
 
     # -- business state ---------------------------------------------------------------
 
@@ -92,6 +101,18 @@ WRONG: dict[str, Callable[[Env], Any]] = {
     "Outbox": lambda env: env.outbox,
     "async publisher": lambda env: AsyncPublisher(),
     "a Table": lambda env: env.app.inbox.table,
+    "scoped_session": lambda env: scoped_session(env.app.Session),
+    "async_scoped_session": lambda env: async_scoped_session(env.ASession, _current_task),
+    "Connection": lambda env: env.connection(),
+    # not begun (an AsyncConnection connects when awaited): an object of the right type
+    "AsyncConnection": lambda env: env.aengine.connect(),
 }
+
+
+def _current_task() -> object:
+    import asyncio
+
+    return asyncio.current_task()
+
 
 __all__ = ["AMOUNT", "CONSUMER", "WRONG", "AsyncPublisher", "Env"]

@@ -46,6 +46,11 @@ def test_misuse_is_refused_or_applied_once(env: Env, case: Case) -> None:
                 f"{case.id} was not refused with a configuration error: {error!r}"
             )
         assert case.state(env) == (0, 0), f"{case.id} committed something"
+        assert env.settled == [], f"{case.id} was refused, yet settled: {env.settled}"
+        if case.left is not None:
+            left = case.left(env)
+            assert left == DELIVERIES, f"{case.id} left {left} of {DELIVERIES} on the broker"
     else:
         assert errors == [None] * DELIVERIES, errors
         assert case.state(env) == (1, 1), f"{case.id} was not applied exactly once"
+        assert "nack" not in env.settled, f"{case.id} nacked a delivery: {env.settled}"

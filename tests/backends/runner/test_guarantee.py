@@ -19,8 +19,10 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from sa_inbox import ConfigurationError, InboxStore, Outcome, handle
+from sa_inbox.consumers import owned_as
 from sa_inbox.exc import (
     AsyncHandlerError,
+    AsyncHandlerInSyncRunner,
     AutocommitConnection,
     HandlerEndedTransaction,
     InvalidHandler,
@@ -45,6 +47,15 @@ class Broker:
 
     def nack(self) -> None:
         self.nacks += 1
+
+
+def paying(app: App, message_id: str = "m1") -> Callable[[Session], None]:
+    """A handler paying 3.00 into account 1 for ``message_id``."""
+
+    def pay(session: Session) -> None:
+        app.apply_payment(session, message_id, 1, Decimal(3))
+
+    return pay
 
 
 def deliver(app: App, handler: Callable[[Session], object], message_id: str = "m1") -> Any:
@@ -99,25 +110,31 @@ def async_handlers(app: App) -> dict[str, Callable[[Session], object]]:
         "async def": coroutine_function,
         "partial of async def": functools.partial(coroutine_function),
         "async __call__": AsyncCallable(),
-        "lambda returning a coroutine": lambda session: coroutine_function(session),
-        "returning an awaitable": lambda session: Awaitable(),
+        # lambdas own no consumer name: named, so that the result is what is refused
+        "lambda returning a coroutine": owned_as("t.coro", lambda s: coroutine_function(s)),
+        "returning an awaitable": owned_as("t.awaitable", lambda session: Awaitable()),
     }
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "async def",
-        "partial of async def",
-        "async __call__",
-        "lambda returning a coroutine",
-        "returning an awaitable",
-    ],
-)
-def test_async_handler_is_refused_and_nacked(app: App, kind: str) -> None:
+@pytest.mark.parametrize("kind", ["async def", "partial of async def", "async __call__"])
+def test_async_handler_is_a_configuration_error_neither_acked_nor_nacked(
+    app: App, kind: str
+) -> None:
+    handler = async_handlers(app)[kind]
+    broker = Broker()
+    with pytest.raises(AsyncHandlerInSyncRunner, match="coroutine function"):
+        handle(app.Session, app.inbox, "m1", CONSUMER, handler, ack=broker.ack, nack=broker.nack)
+    assert (broker.acks, broker.nacks) == (0, 0)
+    assert app.inbox_rows() == 0 and app.ledger_rows() == 0
+    assert_redelivery_applies(app)
+
+
+@pytest.mark.parametrize("kind", ["lambda returning a coroutine", "returning an awaitable"])
+def test_a_handler_returning_an_awaitable_is_refused_and_nacked(app: App, kind: str) -> None:
     handler = async_handlers(app)[kind]
     result, broker = deliver(app, handler)
     assert result.outcome is Outcome.FAILED and isinstance(result.error, AsyncHandlerError)
+    assert not isinstance(result.error, ConfigurationError)
     assert (broker.acks, broker.nacks) == (0, 1)
     assert app.inbox_rows() == 0 and app.ledger_rows() == 0
     assert_redelivery_applies(app)
@@ -356,7 +373,7 @@ def test_missing_inbox_table_is_raised_not_nacked(app: App) -> None:
             app.inbox,
             "m1",
             CONSUMER,
-            lambda session: app.apply_payment(session, "m1", 1, Decimal(3)),
+            paying(app),
             ack=broker.ack,
             nack=broker.nack,
         )
@@ -374,7 +391,7 @@ def test_missing_business_table_is_raised_not_nacked(app: App) -> None:
             app.inbox,
             "m1",
             CONSUMER,
-            lambda session: app.apply_payment(session, "m1", 1, Decimal(3)),
+            paying(app),
             ack=broker.ack,
             nack=broker.nack,
         )
@@ -523,7 +540,7 @@ def test_nack_log_line_names_the_message(app: App, caplog: pytest.LogCaptureFixt
 def test_sessions_and_connections_no_guard_holds_commit_as_usual(app: App) -> None:
     """The guard listens once per Session class and Engine; for everything it does not
     hold (the application's own sessions and connections) its listeners do nothing."""
-    result, _ = deliver(app, lambda session: app.apply_payment(session, "m1", 1, Decimal(3)))
+    result, _ = deliver(app, paying(app))
     assert result.outcome is Outcome.PROCESSED
     with app.Session() as session:  # the same session class and engine, no guard
         app.apply_payment(session, "own-1", 2, Decimal(5))

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.orm import scoped_session, sessionmaker
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from sa_inbox import Outcome, handle
 from sa_inbox.exc import InvalidSessionFactory, MissingTable, SplitTransaction
@@ -20,7 +20,10 @@ pytestmark = pytest.mark.backend
 
 
 def pay(app: App, message_id: str = "m1") -> object:
-    return lambda session: app.apply_payment(session, message_id, 1, Decimal(3))
+    def apply(session: Session) -> None:  # a function: a lambda cannot own a consumer name
+        app.apply_payment(session, message_id, 1, Decimal(3))
+
+    return apply
 
 
 def test_a_session_joined_to_a_callers_transaction_is_refused(app: App) -> None:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
 from sa_inbox import Outcome, Result
-from sa_inbox.exc import InvalidShardMap, ShardKeyChanged, WrongShard
+from sa_inbox.exc import InvalidShardMap, ShardKeyChanged, SyncAsyncMismatch, WrongShard
 from sa_inbox.sharding.asyncio import AsyncShardedInbox
 from tests.support.app import CONSUMER, App
 
@@ -93,7 +93,7 @@ def test_async_routing_and_refusals(apps: dict[str, App], shard_urls: dict[str, 
 
 
 def test_async_shard_map_errors(apps: dict[str, App]) -> None:
-    with pytest.raises(InvalidShardMap, match="AsyncEngine"):
+    with pytest.raises(SyncAsyncMismatch, match="use ShardedInbox"):
         AsyncShardedInbox(apps["a"].inbox, {"a": apps["a"].engine})
     with pytest.raises(InvalidShardMap, match="bound to an AsyncEngine"):
         AsyncShardedInbox(apps["a"].inbox, {"a": async_sessionmaker()})

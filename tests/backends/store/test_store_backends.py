@@ -400,6 +400,27 @@ def test_slow_handler_past_the_visibility_timeout_is_not_taken(store_app: StoreA
     assert first.stats["done"] == 1 and second.stats["done"] == 0
 
 
+def test_renew_starts_again_only_the_leases_of_the_tokens_given(store_app: StoreApp) -> None:
+    """What the worker does when an outage ends: the rows still processing under its tokens
+    get ``claimed_at = now``; another token's rows and finished rows keep theirs."""
+    receive_stream(store_app, [Incoming(f"m-{n}", {"seq": n}) for n in range(4)])
+    store, engine = store_app.store, store_app.engine
+    leased_at = utc_now()
+    mine = store.lease(
+        engine, claimed_by="mine", limit=2, visibility_timeout=60, max_attempts=5, now=leased_at
+    )
+    theirs = store.lease(
+        engine, claimed_by="theirs", limit=2, visibility_timeout=60, max_attempts=5, now=leased_at
+    )
+    assert store.complete(engine, mine[0], store_app.apply, now=leased_at)
+    later = leased_at + datetime.timedelta(minutes=1)
+    assert store.renew(engine, ["mine", "gone"], now=later) == 1  # mine[1] alone
+    claimed = {m.message_id: store_app.row(m.message_id)["claimed_at"] for m in [*mine, *theirs]}
+    assert claimed[mine[1].message_id] == later
+    assert all(claimed[m.message_id] == leased_at for m in theirs)
+    assert store.renew(engine, [], now=later) == 0
+
+
 def test_replay_by_id_and_time_range_never_touches_rows_in_hand(store_app: StoreApp) -> None:
     store, engine = store_app.store, store_app.engine
     base = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -501,13 +522,17 @@ def test_a_configuration_error_in_the_handler_releases_the_batch_and_is_raised(
     assert worker.summary == WorkerSummary(processed=1, released=3, reason=ERROR)
 
 
+def do_nothing(session: Any, message: Any) -> None:
+    """A handler that changes nothing."""
+
+
 def test_a_worker_on_a_database_without_the_table_stops_with_missing_table(
     url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     engine = make_engine(url)
     try:
         store = InboxStore(sa.MetaData(), table_name="store_test_never_created")
-        worker = Worker(store.bind(engine), lambda session, message: None, concurrency=2)
+        worker = Worker(store.bind(engine), do_nothing, concurrency=2)
         with caplog.at_level("INFO", logger="sa_inbox.store.worker"), pytest.raises(MissingTable):
             worker.run(until_empty=True, max_seconds=5, handle_signals=False)
         assert worker.summary.reason == ERROR and worker.summary.errors == 0

@@ -314,3 +314,22 @@ def test_task_failed_unseen_without_the_private_flag() -> None:
             return False
 
     assert _compat.task_failed_unseen(NoFlag()) is False  # type: ignore[arg-type]
+
+
+def test_faststream_handler_is_the_decorated_function_or_none() -> None:
+    """FastStream's wrapper of a subscriber keeps the decorated function; anything else
+    (a FastStream without the private name) gives None."""
+    from tests.conftest import importorskip
+
+    faststream = importorskip("faststream.rabbit", "faststream")
+
+    broker = faststream.RabbitBroker("amqp://unused/")
+
+    async def pay(body: dict[str, object]) -> None:
+        pass
+
+    subscriber = broker.subscriber("q")
+    subscriber(pay)
+    (item,) = subscriber.calls
+    assert _compat.faststream_handler(item.handler) is pay
+    assert _compat.faststream_handler(object()) is None

@@ -14,7 +14,13 @@ import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
 from sa_inbox import ConfigurationError, Inbox, InboxError, processed_messages_table
-from sa_inbox.exc import InvalidMessageId, InvalidShardKey, InvalidShardMap, WrongShard
+from sa_inbox.exc import (
+    InvalidMessageId,
+    InvalidObject,
+    InvalidShardKey,
+    InvalidShardMap,
+    WrongShard,
+)
 from sa_inbox.sharding import ShardedInbox, rendezvous_shard, shard_key_digest
 from sa_inbox.sharding.keys import claim_digest, split_digest
 
@@ -135,7 +141,7 @@ def test_the_inbox_must_store_the_key_and_raise_on_a_change(tmp_path: object) ->
         ShardedInbox(Inbox.for_table(no_hash), shards)
     with pytest.raises(InvalidShardMap, match="on_collision='raise'"):
         ShardedInbox(Inbox(sa.MetaData(), on_collision="record"), shards)
-    with pytest.raises(InvalidShardMap, match="Inbox"):
+    with pytest.raises(InvalidObject, match="takes an Inbox as inbox, not Table"):
         ShardedInbox(processed_messages_table(sa.MetaData()), shards)  # type: ignore[arg-type]
     with pytest.raises(InvalidShardMap, match="callable"):
         ShardedInbox(Inbox(sa.MetaData()), shards, assign="a")  # type: ignore[arg-type]
