@@ -556,7 +556,17 @@ def dead_letters(
     :param chosen: the filters.
     :param limit: the most rows returned.
     :raises InvalidArgument: for an unknown ``kind``, or a naive filter time.
+    :raises SyncAsyncMismatch: for an AsyncConnection or AsyncEngine, and
+        :class:`~sa_inbox.exc.InvalidBind` for anything but a Connection (an Engine too),
+        before any SQL.
     """
+    conn = require_bind(
+        conn,
+        (Connection,),
+        "conn",
+        entry="sa_inbox.stats.dead_letters()",
+        instead="the dead rows are read on a synchronous Connection (engine.connect())",
+    )
     if kind not in DEAD_LETTER_TABLES:
         raise InvalidArgument(f"kind must be one of {', '.join(DEAD_LETTER_TABLES)}: {kind!r}")
     clause, group, arrived = DEAD_LETTER_TABLES[kind]

@@ -28,7 +28,7 @@ from starlette.middleware import Middleware
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from ..exc import InvalidArgument, SyncAsyncMismatch
+from ..exc import InvalidArgument, InvalidObject, SyncAsyncMismatch
 from ..outbox.schema import DEFAULT_OUTBOX_TABLE
 from ..schema import DEFAULT_TABLE_NAME
 from ..store.schema import DEFAULT_STORE_TABLE
@@ -94,6 +94,8 @@ def create_app(
     :param replay_rate: at most this many replay requests per user in this many seconds.
     :param metrics: serve ``/metrics`` (Prometheus) when ``prometheus_client`` is installed.
     :raises SyncAsyncMismatch: for an AsyncEngine (give the sync engine of the same database).
+    :raises InvalidObject: for anything else that is neither an Engine nor a URL (a
+        Connection, a sessionmaker...).
     :raises InvalidArgument: for a bad setting, or ``allow_replay`` without ``auth`` (a
         replay needs an authenticated user); before any SQL.
     """
@@ -164,7 +166,10 @@ def _engine(engine_or_url: Any) -> sa.Engine:
         except sa.exc.ArgumentError as exc:
             raise InvalidArgument(f"not a database URL: {exc}") from exc
         return sa.create_engine(url, pool_pre_ping=True)
-    raise InvalidArgument(f"the console needs an Engine or a database URL, not {engine_or_url!r}")
+    raise InvalidObject(
+        f"the console needs an Engine or a database URL, not {type(engine_or_url).__name__} "
+        f"({engine_or_url!r:.80})"
+    )
 
 
 def _auth(auth: Any) -> tuple[Credentials | None, AuthHook | None]:

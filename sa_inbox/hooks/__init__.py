@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from typing import Any
 
+from ..exc import InvalidObject
 from . import names
 
 __all__ = [
@@ -130,11 +131,24 @@ def as_hooks(hooks: object) -> InboxHooks:
     with a :class:`DeprecationWarning`: the methods it has are called, the others are the
     base class's no-ops. Such objects are refused in the next release: subclass
     :class:`InboxHooks`.
+
+    :raises InvalidObject: for a class (``PrometheusHooks`` for ``PrometheusHooks()``) and
+        for an object with none of the events (an Inbox, a RelayMetrics...): hooks that
+        would never be called.
     """
     if hooks is None:
         return NOOP
     if isinstance(hooks, InboxHooks):
         return hooks
+    if isinstance(hooks, type):
+        raise InvalidObject(
+            f"hooks= takes an instance, not the class {hooks.__name__}: pass {hooks.__name__}()"
+        )
+    if not any(callable(getattr(hooks, name, None)) for name in HOOK_METHODS):
+        raise InvalidObject(
+            f"hooks= takes an InboxHooks, not {type(hooks).__name__}, which has none of its "
+            f"events ({', '.join(HOOK_METHODS)}): subclass sa_inbox.hooks.InboxHooks"
+        )
     warnings.warn(
         f"{type(hooks).__name__} does not subclass sa_inbox.hooks.InboxHooks: its missing "
         "events are taken as no-ops for now, and such hooks are refused in the next "

@@ -41,6 +41,9 @@ class AdapterProfile:
     :param asynchronous: whether it runs on asyncio (``process_async``).
     :param to_delivery: the adapter's own mapping of a broker delivery (its key reading).
     :param max_deliveries: its delivery limit.
+
+    The checks refuse, before any SQL, a profile whose objects the adapter could not run
+    (as :func:`sa_inbox.brokers.startup.check_consumer` refuses a consumer's).
     """
 
     name: str

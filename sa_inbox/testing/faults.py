@@ -47,7 +47,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 
 from .._compat import await_only
-from ..exc import InvalidArgument, UnsupportedBroker
+from ..exc import InvalidArgument, InvalidObject, SyncAsyncMismatch, UnsupportedBroker
+from ..handlers import is_async_callable
 from ..outbox.message import OutboxMessage
 from ..outbox.publisher import Publisher, publisher_for
 from ..validation import positive_int, positive_seconds
@@ -82,10 +83,15 @@ def publish_twice(
         and its headers must be strings. JetStream drops a repeated ``Nats-Msg-Id`` inside
         its duplicate window, so the consumers see one copy there.
     :raises InvalidArgument: for a message without an id, or ``copies`` < 1.
+    :raises SyncAsyncMismatch: for a publisher whose ``publish`` is ``async def`` (it would
+        return coroutines never awaited: nothing published).
+    :raises InvalidObject: for a broker that is neither a URL nor has ``publish``.
     """
     if message.message_id is None:
         raise InvalidArgument("publish_twice() needs a message with a message_id")
     positive_int(copies, "copies", InvalidArgument)
+    if not isinstance(broker, str):
+        _check_publisher(broker)
     publisher = publisher_for(broker) if isinstance(broker, str) else broker
     outgoing = OutboxMessage(
         id=0,
@@ -100,6 +106,20 @@ def publish_twice(
     finally:
         if isinstance(broker, str):
             publisher.close()
+
+
+def _check_publisher(publisher: object) -> None:
+    publish = getattr(publisher, "publish", None)
+    if not callable(publish):
+        raise InvalidObject(
+            "publish_twice() takes a broker URL or a publisher with publish(message), not "
+            f"{type(publisher).__name__}"
+        )
+    if is_async_callable(publish):
+        raise SyncAsyncMismatch(
+            f"publish_twice() was given {type(publisher).__name__}, whose publish is async "
+            "def: it publishes synchronously; pass the broker's URL or a synchronous publisher"
+        )
 
 
 # -- claims held together ------------------------------------------------------------------

@@ -316,6 +316,16 @@ def _handler(
                 f"{ENTRY}: a broker adapter brings its own inbox, consumer name and key "
                 "reading; pass only the adapter"
             )
+        # a registered adapter's profile (register_adapter) is checked as a consumer is
+        check_consumer(
+            ENTRY,
+            session_factory=profile.session_factory,
+            inbox=profile.inbox,
+            handler=profile.handler,
+            consumer_name=profile.consumer_name,
+            max_deliveries=profile.max_deliveries,
+            asynchronous=profile.asynchronous,
+        )
         target = HandlerTarget(
             profile.handler,
             session_factory=profile.session_factory,

@@ -25,6 +25,7 @@ from .core import (
     RetryDelay,
     SqsSettler,
     Step,
+    check_client,
     delivery_of,
     queue_name,
 )
@@ -154,6 +155,9 @@ class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
     :raises InvalidArgument: for invalid settings (see
         :class:`~sa_inbox.brokers.sqs.core.QueueSettings`), before any request.
+    :raises SyncAsyncMismatch: when it is made, for a client of the other half (an
+        aiobotocore client for the sync consumer, a boto3 client for the asyncio one;
+        :func:`~sa_inbox.brokers.sqs.core.check_client`).
     :raises ConfigurationError: when it is made, before any request or SQL, for objects it
         cannot use (:func:`sa_inbox.brokers.startup.check_consumer`: a session factory of
         the other half, an asyncio inbox given to the sync consumer, a handler that cannot
@@ -200,6 +204,7 @@ class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
             max_deliveries,
             retry_delay,
         )
+        check_client(client, asynchronous=self.asynchronous, entry=entry)
         name = consumer_name or queue_name(queue)
         self.readiness = check_consumer(
             entry,

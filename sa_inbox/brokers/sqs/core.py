@@ -44,7 +44,7 @@ from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from ...backoff import Backoff
-from ...exc import ConfigurationError, InvalidArgument
+from ...exc import ConfigurationError, InvalidArgument, InvalidObject, SyncAsyncMismatch
 from ...validation import positive_int
 from ..delivery import DeadLetterReason, Delivery
 from ..process import DEFAULT_MAX_DELIVERIES
@@ -69,6 +69,7 @@ __all__ = [
     "RetryDelay",
     "SqsSettler",
     "Step",
+    "check_client",
     "drive",
     "is_connection_error",
     "is_missing_queue",
@@ -648,6 +649,43 @@ def delivery_of(settings: QueueSettings, info: QueueInfo, message: Received) -> 
         key_attribute=settings.key_attribute,
         deduplication_id_key=settings.deduplication_id_key,
     )
+
+
+# -- the client -------------------------------------------------------------------------------
+
+
+def check_client(client: object, *, asynchronous: bool, entry: str) -> None:
+    """Refuse a client the consumer or publisher cannot drive, before any request.
+
+    A boto3 client's calls return the reply; an aiobotocore client's return a coroutine,
+    which synchronous code never awaits (a ``SendMessage`` never sent, yet taken as done),
+    and awaiting a boto3 reply fails after the call was made (a message sent, then sent
+    again on the retry).
+
+    :param asynchronous: the caller drives an aiobotocore client (``await``).
+    :raises SyncAsyncMismatch: for a client of the other half.
+    :raises InvalidObject: for anything that is not an SQS client (an aiobotocore client
+        not entered with ``async with``).
+    """
+    aio = any(kind.__module__.startswith("aiobotocore") for kind in type(client).__mro__)
+    client_like = callable(getattr(client, "get_queue_url", None))
+    if asynchronous and client_like and not aio:
+        raise SyncAsyncMismatch(
+            f"{entry} was given a boto3 client, whose calls block; it takes an entered "
+            "aiobotocore client (async with get_session().create_client('sqs') as client), "
+            "or use the synchronous class on the boto3 client"
+        )
+    if not asynchronous and aio:
+        raise SyncAsyncMismatch(
+            f"{entry} was given an aiobotocore client, whose calls return coroutines this "
+            "synchronous class never awaits; it takes boto3.client('sqs'), or use the "
+            "asyncio class on the aiobotocore client"
+        )
+    if not client_like:
+        wanted = "an entered aiobotocore" if asynchronous else "a boto3"
+        raise InvalidObject(
+            f"{entry} takes {wanted} SQS client, not {type(client).__name__} ({client!r:.80})"
+        )
 
 
 # -- the sync I/O edge -----------------------------------------------------------------------

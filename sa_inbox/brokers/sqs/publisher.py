@@ -18,7 +18,7 @@ from typing import Any
 
 from ...exc import InvalidArgument, InvalidOutboxMessage
 from ...outbox.message import OutboxMessage
-from .core import Call, drive, is_connection_error
+from .core import Call, check_client, drive, is_connection_error
 from .message import DEFAULT_KEY_ATTRIBUTE, MAX_ATTRIBUTES
 
 __all__ = ["DEFAULT_GROUP_HEADER", "AsyncPublisher", "Publisher", "deduplication_id"]
@@ -117,6 +117,7 @@ class Publisher(_SendMessage):
     between the send and its mark); the inbox drops it after that.
 
     :param client: a boto3 SQS client.
+    :raises SyncAsyncMismatch: for an aiobotocore client (use :class:`AsyncPublisher`).
     :param key_attribute: the message attribute of the producer's key (default
         ``message_id``).
     :param group_header: the outbox header holding a FIFO message's group (default
@@ -130,6 +131,7 @@ class Publisher(_SendMessage):
         key_attribute: str = DEFAULT_KEY_ATTRIBUTE,
         group_header: str = DEFAULT_GROUP_HEADER,
     ) -> None:
+        check_client(client, asynchronous=False, entry="Publisher()")
         super().__init__(client, key_attribute=key_attribute, group_header=group_header)
 
     def publish(self, message: OutboxMessage) -> None:
@@ -158,6 +160,7 @@ class AsyncPublisher(_SendMessage):
     :param client: an entered aiobotocore SQS client, or None to make one from ``url`` at
         the first publish (closed by :meth:`close`).
     :param url: an ``sqs://`` URL (:mod:`sa_inbox.brokers.sqs.url`), with ``client`` None.
+    :raises SyncAsyncMismatch: for a boto3 client (use :class:`Publisher`).
     """
 
     def __init__(
@@ -171,6 +174,8 @@ class AsyncPublisher(_SendMessage):
         super().__init__(client, key_attribute=key_attribute, group_header=group_header)
         if client is None and url is None:
             raise InvalidArgument("AsyncPublisher needs a client or an sqs:// url")
+        if client is not None:
+            check_client(client, asynchronous=True, entry="AsyncPublisher()")
         self.url = url
         self._context: Any = None
 

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
 from sa_inbox.console import Credentials, check_bind, create_app
-from sa_inbox.exc import InvalidArgument, SyncAsyncMismatch
+from sa_inbox.exc import InvalidArgument, InvalidObject, SyncAsyncMismatch
 from tests.backends.console.conftest import BEARER, PASSWORD, TOKEN, USER
 from tests.support.console_app import CSRF_REFUSED, ConsoleApp, csrf_token
 
@@ -283,8 +284,9 @@ def test_bad_settings_are_refused_before_any_sql(tmp_path: Path) -> None:
                 {"pending_threshold": datetime.timedelta(0)}):  # fmt: skip
         with pytest.raises(InvalidArgument):
             create_app("sqlite://", **bad)
-    with pytest.raises(InvalidArgument):
-        create_app(42)  # type: ignore[arg-type]
+    for wrong in (42, sa.create_engine("sqlite://").connect()):
+        with pytest.raises(InvalidObject):
+            create_app(wrong)  # type: ignore[arg-type]
     for bad_credentials in ({}, {"user": "a"}, {"token": ""}, {"user": "a:b", "password": "p"}):
         with pytest.raises(InvalidArgument):
             Credentials(**bad_credentials)
