@@ -56,6 +56,38 @@ INTERNAL: dict[str, str] = {
     "sa_inbox.brokers.redis.": "exported by sa_inbox.brokers.redis",
     "sa_inbox.brokers.nats.": "exported by sa_inbox.brokers.nats",
     "sa_inbox.brokers.dead_letters.": "exported by sa_inbox.brokers.dead_letters",
+    "sa_inbox.brokers.kafka.": (
+        "the Kafka consumers' parts (records, tables, polls, offsets, attempts), run on "
+        "what the consumer checked when made; the public ones exported by sa_inbox.brokers.kafka"
+    ),
+    "sa_inbox.brokers.sqs.": (
+        "the SQS consumers' parts (queue settings, receives, settlements, held messages), "
+        "run on what the consumer checked when made; the public ones exported by "
+        "sa_inbox.brokers.sqs"
+    ),
+    # the console: create_app checks its engine; the queries, routes and security run on it
+    "sa_inbox.console.": (
+        "the console's app, queries, routes and security, run on the engine create_app "
+        "checked; the public ones exported by sa_inbox.console"
+    ),
+    # the exactly-once kit: check_exactly_once checks what it is given, then runs its parts
+    "sa_inbox.testing.adapters": "the adapters' profiles, read by check_exactly_once",
+    "sa_inbox.testing.checks": "check_exactly_once's checks, run on what it checked",
+    "sa_inbox.testing.child": "check_exactly_once's child process, given what it checked",
+    "sa_inbox.testing.kit": "check_exactly_once, exported by sa_inbox.testing",
+    "sa_inbox.testing.memory": "MemoryStore, exported by sa_inbox.testing",
+    "sa_inbox.testing.messages": (
+        "Message and BrokerDelivery, exported by sa_inbox.testing; the made-up broker "
+        "fields of check_exactly_once's deliveries"
+    ),
+    "sa_inbox.testing.modes": "the failure modes, exported by sa_inbox.testing",
+    "sa_inbox.testing.observe": "the statement watch check_exactly_once installs",
+    "sa_inbox.testing.outbound": "the recorder of the outbound= calls check_exactly_once makes",
+    "sa_inbox.testing.proxy": "DatabaseProxy, exported by sa_inbox.testing",
+    "sa_inbox.testing.report": "the report, exported by sa_inbox.testing",
+    "sa_inbox.testing.run": "check_exactly_once's deliveries, run on what it checked",
+    "sa_inbox.testing.targets": "check_exactly_once's targets, made of what it checked",
+    "sa_inbox.testing.inject": "a command line (python -m sa_inbox.testing.inject)",
     # Alembic's side: operations Alembic runs (op.create_inbox_table(...)) with table names,
     # and the hooks it calls with its own objects; tests/backends/alembic round-trips them
     "sa_inbox.alembic": "the Alembic operations and autogenerate hooks",
@@ -84,6 +116,9 @@ def public_modules() -> list[ModuleType]:
     names.sort(key=lambda name: (name.count("."), name))
     return [sa_inbox, *(importlib.import_module(name) for name in names)]
 
+
+#: The events of the hooks, as entry points (``.claimed``...).
+_HOOK_EVENTS = (".claimed", ".handled", ".retried", ".purged", ".dead_lettered", ".database_outage")
 
 #: Entry points that take no sa-inbox, SQLAlchemy or broker object: nothing to mix up.
 TAKES_NO_OBJECT = {
@@ -121,9 +156,9 @@ TAKES_NO_OBJECT = {
     "Outbox.row": "a message's values; sends nothing",
     "OutboxMessage()": "a message's values",
     "RelayBatch()": "a relay round's counts",
-    "Publisher()": "a Protocol: the relays check the publisher given to them",
-    "Publisher.publish": "a Protocol method",
-    "Publisher.close": "a Protocol method",
+    "sa_inbox.outbox.Publisher()": "a Protocol: the relays check the publisher given to them",
+    "sa_inbox.outbox.Publisher.publish": "a Protocol method",
+    "sa_inbox.outbox.Publisher.close": "a Protocol method",
     "sa_inbox.idempotency_key": "strings",
     "sa_inbox.runner.is_transient": "an exception and a dialect name",
     "sa_inbox.collision.payload_hash": "a payload",
@@ -140,7 +175,7 @@ TAKES_NO_OBJECT = {
     "StopFlag.is_set": "a Protocol method",
     "StreamSettings()": "values, validated by StreamSettings",
     "BlockingConsumer.stop": "nothing",
-    "AsyncConsumer.stop": "nothing",
+    "sa_inbox.brokers.rabbitmq.AsyncConsumer.stop": "nothing",
     "RedisStreamConsumer.poll": "a flag; the consumer's objects were checked when it was made",
     "RedisStreamConsumer.ensure_group": "the consumer's own client",
     "AsyncRedisStreamConsumer.poll": "a flag; the consumer's objects were checked when made",
@@ -186,6 +221,7 @@ TAKES_NO_OBJECT = {
             "Batch()",
             "ConsumerRename()",
             "ConsumerStats()",
+            "DailyGrowth()",
             "DeadLetterQueueStats()",
             "InboxStats()",
             "InboxStats.as_dict",
@@ -211,26 +247,13 @@ TAKES_NO_OBJECT = {
     # the hooks: called by sa-inbox with names, counts and seconds
     **{
         f"{hooks}{member}": "called by sa-inbox with names, counts and seconds"
-        for hooks in (
-            "InboxHooks",
-            "NoopHooks",
-            "MultiHooks",
-            "PrometheusHooks",
-            "OpenTelemetryHooks",
+        for hooks, members in (
+            ("InboxHooks", (*_HOOK_EVENTS, ".span")),
+            ("MultiHooks", (*_HOOK_EVENTS, ".span")),
+            ("PrometheusHooks", _HOOK_EVENTS),
+            ("OpenTelemetryHooks", (*_HOOK_EVENTS, ".span", ".observe")),
         )
-        for member in (
-            "()",
-            ".claimed",
-            ".handled",
-            ".retried",
-            ".purged",
-            ".dead_lettered",
-            ".database_outage",
-            ".span",
-            ".observe",
-        )
-        if f"{hooks}{member}" not in ("InboxHooks.database_outage", "InboxHooks.observe")
-        and not (member == ".observe" and hooks != "OpenTelemetryHooks")
+        for member in ("()", *members)
     },
     "InboxCollector.collect": "the collector's own Sampler, checked when it was made",
     "InboxCollector.sample": "the collector's own Sampler, checked when it was made",
@@ -350,10 +373,107 @@ TAKES_NO_OBJECT = {
     "sa_inbox.retention.store_purge_targets": (
         "the store's two tables (an AsyncInboxStore's are its store's); the purge checks the bind"
     ),
-    "DeadLetter()": "a dead letter's values, as a reader found them",
-    "DeadLetter.as_dict": "nothing",
+    "sa_inbox.stats.DeadLetter()": "a dead row's values, as sa_inbox.stats.dead_letters read it",
+    "sa_inbox.brokers.dead_letters.DeadLetter()": "a dead letter's values, as a reader found them",
+    "sa_inbox.brokers.dead_letters.DeadLetter.as_dict": "nothing",
     "ReplayResult()": "a replay's counts",
     "ReplayResult.as_dict": "nothing",
+    # Kafka and SQS: the consumers' objects are checked when they are made (their cases);
+    # what else they export takes values, or is the consumer's own
+    **{
+        f"sa_inbox.brokers.{consumer}.{method}": reason
+        for consumer, methods in (
+            ("kafka.Consumer", ("stop",)),
+            ("kafka.AsyncConsumer", ("stop",)),
+            ("sqs.Consumer", ("poll", "queue", "close")),
+            ("sqs.AsyncConsumer", ("poll", "queue", "aclose")),
+        )
+        for method in methods
+        for reason in (
+            {
+                "poll": "nothing; the consumer's objects were checked when it was made",
+                "queue": "nothing; the consumer's own client, checked when it was made",
+            }.get(method, "nothing"),
+        )
+    },
+    **{
+        f"sa_inbox.brokers.kafka.{publisher}{member}": (
+            "a broker address and values (outbox messages); the relays check the publisher"
+        )
+        for publisher, members in (
+            (
+                "Publisher",
+                (
+                    "()",
+                    ".publish",
+                    ".publish_many",
+                    ".close",
+                    ".is_unavailable",
+                    ".key_of",
+                    ".headers",
+                ),
+            ),
+            ("AsyncPublisher", ("()", ".publish", ".publish_many", ".close")),
+        )
+        for member in members
+    },
+    **{
+        f"sa_inbox.brokers.sqs.{member}": "outbox messages; the client was checked when made"
+        for member in (
+            "Publisher.publish",
+            "Publisher.close",
+            "AsyncPublisher.publish",
+            "AsyncPublisher.close",
+        )
+    },
+    "KafkaTables()": "made by kafka_tables (its case) for a checked Inbox",
+    "Record()": "a Kafka record's values, as the consumer read it",
+    "Record.counted": "a delivery count",
+    "sa_inbox.brokers.kafka.check_key_header": "a header name",
+    "sa_inbox.brokers.kafka.dead_letter_headers": "a Record, a reason and a detail: values",
+    "sa_inbox.brokers.kafka.to_delivery": "a record's topic, partition, offset, value and headers",
+    "QueueSettings()": "values, validated by QueueSettings",
+    "sa_inbox.brokers.sqs.client_options": "an sqs:// URL",
+    "sa_inbox.brokers.sqs.to_delivery": "a received message's values and names",
+    # the console's values: credentials, hosts; Console is made by create_app (its cases)
+    "Console()": "made by create_app (its cases) from the engine it checked",
+    "Credentials()": "strings, validated by Credentials",
+    "Credentials.from_environment": "an environment mapping of strings",
+    "Credentials.check_bearer": "a header's string",
+    "Credentials.check_password": "strings",
+    "Credentials.check_login": "strings",
+    "sa_inbox.console.check_bind": "a host and a flag",
+    "sa_inbox.console.is_loopback": "a host",
+    # the hooks' values and the relay's metrics
+    "Name()": "a metric's name, kind and description",
+    "sa_inbox.hooks.names.reference": "nothing; the names' reference text",
+    "RelayMetrics()": "a prometheus_client registry and a name prefix",
+    "RelayMetrics.observe": "a RelayBatch a relay returned",
+    "sa_inbox.runner.retry_options": "an entry's name, counts and a Backoff",
+    "DeadLetterFilter()": "the filters' strings, times and an id",
+    # the exactly-once kit: values, messages and faults armed in this process
+    "Message()": "a message's values",
+    "BrokerDelivery()": "a delivery's made-up broker values",
+    "BrokerDelivery.to_delivery": "a key header's name",
+    "FailureMode()": "a failure mode's texts",
+    "Finding()": "a value sa-inbox returns",
+    "Finding.render": "nothing",
+    **{
+        f"Report{member}": "a value sa-inbox returns"
+        for member in ("()", ".add", ".skip", ".note", ".modes", ".render")
+    },
+    **{
+        f"DatabaseProxy{member}": "a database URL, a host, a port and seconds"
+        for member in ("()", ".start", ".close", ".cut", ".restore", ".outage", ".down")
+    },
+    "HeldClaims()": "made by claims_held_together",
+    "HeldClaims.arrive": "nothing: called by the claim it holds",
+    "sa_inbox.testing.faults.broker_fault": "a broker URL, a fault's name and its values",
+    "sa_inbox.testing.faults.register_broker_fault": "a URL scheme, a name and the fault function",
+    "sa_inbox.testing.faults.claims_held_together": "a count and seconds",
+    "sa_inbox.testing.faults.clear_faults": "nothing",
+    "sa_inbox.testing.faults.crash_after_commit": "a count",
+    "sa_inbox.testing.faults.stall_before_commit": "seconds and a count",
     **{
         f"sa_inbox.brokers.{name}": "a broker message's, channel's or consumer's values"
         for name in (
@@ -400,11 +520,27 @@ def _own_members(cls: type) -> Iterator[tuple[str, object]]:
                 yield attribute, member
 
 
+def _shared_class_names(modules: list[ModuleType]) -> set[str]:
+    """Names that several public classes bear (``Consumer`` of Kafka and of SQS): each is
+    known by its module, ``sa_inbox.brokers.kafka.Consumer()``, so a case of one cannot
+    stand for the other."""
+    classes: dict[str, set[int]] = {}
+    for module in modules:
+        for name in getattr(module, "__all__", ()):
+            value = getattr(module, name)
+            if isinstance(value, type):
+                classes.setdefault(value.__name__, set()).add(id(value))
+    return {name for name, found in classes.items() if len(found) > 1}
+
+
 def public_entry_points() -> Iterator[str]:
     """``module.function``, ``Class()`` and ``Class.method`` for each public name (each
-    object once, named after the shallowest public module exporting it)."""
+    object once, named after the shallowest public module exporting it; a class name
+    several classes bear, after its module too: ``module.Class()``)."""
     seen: set[int] = set()
-    for module in public_modules():
+    modules = public_modules()
+    shared = _shared_class_names(modules)
+    for module in modules:
         for name in getattr(module, "__all__", ()):
             value = getattr(module, name)
             if id(value) in seen:
@@ -415,12 +551,15 @@ def public_entry_points() -> Iterator[str]:
                     continue
                 if not value.__module__.startswith("sa_inbox"):
                     continue  # a type alias of a builtin (WarningCode = str)
-                yield f"{value.__name__}()"
+                known = value.__name__
+                if known in shared:
+                    known = f"{module.__name__}.{known}"
+                yield f"{known}()"
                 for attribute, member in _own_members(value):
                     if attribute.startswith("_"):
                         continue
                     if inspect.isfunction(member) or isinstance(member, classmethod):
-                        yield f"{value.__name__}.{attribute}"
+                        yield f"{known}.{attribute}"
             elif inspect.isfunction(value):  # not a type alias (Handler = Callable[...])
                 yield f"{module.__name__}.{name}"
 

@@ -87,6 +87,9 @@ def _objects(env: Env, wrong: str, *, asynchronous: bool) -> dict[str, Any]:
 
 # -- RabbitMQ ----------------------------------------------------------------------------
 
+#: The aio-pika consumer, known by its module (Kafka and SQS have an AsyncConsumer too).
+_RABBIT = "sa_inbox.brokers.rabbitmq.AsyncConsumer"
+
 
 def _rabbit_queue(env: Env, mid: str) -> str:
     """The case's quorum queue (made once), with ``mid`` published to it once more."""
@@ -220,19 +223,19 @@ for _entry in ("BlockingConsumer.run", "BlockingConsumer.check"):
 
 for _wrong in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin", "AsyncConnection"):
 
-    @case("AsyncConsumer()", _wrong, left=_rabbit_left)
+    @case(f"{_RABBIT}()", _wrong, left=_rabbit_left)
     async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         await _run_aio_pika(env, mid, wrong)
 
 
 for _inbox in ("Inbox", "AsyncInbox", "plain def handler"):
 
-    @case("AsyncConsumer()", _inbox, expect="once")
+    @case(f"{_RABBIT}()", _inbox, expect="once")
     async def _(env: Env, mid: str, inbox: str = _inbox) -> None:
         await _run_aio_pika(env, mid, inbox)
 
 
-for _entry in ("AsyncConsumer.run", "AsyncConsumer.check"):
+for _entry in (f"{_RABBIT}.run", f"{_RABBIT}.check"):
 
     @case(_entry, "AUTOCOMMIT async_sessionmaker", kind=ConfigurationError, left=_rabbit_left)
     async def _(env: Env, mid: str, entry: str = _entry) -> None:

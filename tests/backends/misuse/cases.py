@@ -755,6 +755,8 @@ def _(env: Env, mid: str) -> None:
 from . import api_cases as api_cases  # noqa: E402
 from . import broker_cases as broker_cases  # noqa: E402
 from . import sharding_cases as sharding_cases  # noqa: E402
+from . import stream_cases as stream_cases  # noqa: E402
+from . import tool_cases as tool_cases  # noqa: E402
 
 #: Every entry point a case covers.
 ENTRY_POINTS = frozenset(c.entry for c in CASES)
