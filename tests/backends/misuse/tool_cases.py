@@ -53,6 +53,19 @@ def _(env: Env, mid: str) -> None:
     claim_and_pay(env, mid)
 
 
+@case("sa_inbox.hooks.as_hooks", "RelayMetrics")
+def _(env: Env, mid: str) -> None:
+    from tests.conftest import importorskip
+
+    prometheus = importorskip("sa_inbox.hooks.prometheus", "prometheus")
+    from prometheus_client import CollectorRegistry
+
+    from sa_inbox.hooks import as_hooks
+
+    as_hooks(prometheus.RelayMetrics(CollectorRegistry()))  # the relay's metrics as hooks=
+    claim_and_pay(env, mid)
+
+
 @case("sa_inbox.hooks.as_hooks", "a hooks class")
 def _(env: Env, mid: str) -> None:
     from sa_inbox.hooks import MultiHooks, as_hooks
