@@ -36,7 +36,7 @@ as estimates (``TableStats.estimated``, ``ConsumerStats.estimated``,
 * the table's oldest and newest ``received_at``: exact (``MIN``/``MAX`` on the index);
 * per consumer: :data:`SAMPLE_ROWS` index entries read at the start of each of
   :data:`SAMPLE_STRATA` strata of equal time between the oldest and the newest row (cut
-  again at the growth's day boundaries; the newest stratum read from the newest row back),
+  again at the growth's day boundaries), and the newest ones read back (who claimed last),
   each stratum weighted by the planner's estimate of its rows (``EXPLAIN`` of the range: a
   bias common to every range cancels out) and the whole scaled to the table's estimate. A
   consumer's oldest (newest) claim is exact when it is among the table's first (last) rows
@@ -664,22 +664,24 @@ def _strata(
     conn: Connection, t: sa.TableClause, oldest: Any, newest: Any, days: list[Any]
 ) -> list[_Stratum]:
     """The sample: :data:`SAMPLE_STRATA` strata of equal time from ``oldest`` to
-    ``newest``, cut again at each day edge of ``days``; the first read from its start (the
-    table's oldest rows), the last from the newest row back."""
+    ``newest``, cut again at each day edge of ``days``, each read from its start (the first:
+    the table's oldest rows); then the tail, the newest rows read back (weight 0: it tells
+    who claimed last, not how much)."""
     step = (newest - oldest) / SAMPLE_STRATA
     starts = {oldest + step * i for i in range(SAMPLE_STRATA)} if step else {oldest}
     starts |= {edge for edge in days[1:] if oldest < edge <= newest}
     edges = sorted(starts)
     strata = []
     for index, start in enumerate(edges):
-        last = index == len(edges) - 1
-        end = None if last else edges[index + 1]
-        seen = _probe(conn, t, start, end, newest_first=last and index > 0)
+        end = None if index == len(edges) - 1 else edges[index + 1]
+        seen = _probe(conn, t, start, end)
         if len(seen) < SAMPLE_ROWS:  # every row of the stratum was read
             weight: float = len(seen)
         else:
             weight = _stratum_rows(conn, t, start, end, oldest, newest)
         strata.append(_Stratum(start, end, seen, weight))
+    tail = _probe(conn, t, oldest, None, newest_first=True)
+    strata.append(_Stratum(min(at for _, at in tail), None, tail, 0.0))
     return strata
 
 
@@ -706,9 +708,10 @@ def _sampled_consumers(
     conn: Connection, t: sa.TableClause, strata: list[_Stratum], scale: float
 ) -> tuple[list[ConsumerStats], int]:
     """Each consumer seen in the sample: rows estimated (each entry read stands for
-    ``weight / entries read`` rows of its stratum, times ``scale``); its oldest (newest)
-    claim exact if every row before (after) the first (last) one seen was read, else
-    bisected. Also returns the entries the bisections read."""
+    ``weight / entries read`` rows of its stratum, times ``scale``; at least the tail's
+    rows); its oldest (newest) claim exact if every row before (after) the first (last) one
+    seen was read (the tail: the newest rows), else bisected. Also returns the entries the
+    bisections read."""
     rows: dict[str, float] = defaultdict(float)
     first: dict[str, tuple[int, Any]] = {}
     last: dict[str, tuple[int, Any]] = {}
@@ -721,6 +724,7 @@ def _sampled_consumers(
                 last[consumer] = (index, at)
     found, probes = [], 0
     whole = [len(stratum.seen) < SAMPLE_ROWS for stratum in strata]
+    tail = strata[-1]
     for consumer in sorted(rows):
         estimated = ["rows"]
         (begin, oldest), (end, newest) = first[consumer], last[consumer]
@@ -728,11 +732,11 @@ def _sampled_consumers(
             oldest, read = _bisect(conn, t, consumer, oldest, _before(strata, begin))
             probes += read
             estimated.append("oldest")
-        if end < len(strata) - 1 and not all(whole[end:]):
+        if end < len(strata) - 1 and not all(whole[end:-1]):
             newest, read = _bisect(conn, t, consumer, newest, _after(strata, end))
             probes += read
             estimated.append("newest")
-        count = max(1, round(rows[consumer]))
+        count = max(1, round(rows[consumer]), sum(name == consumer for name, _ in tail.seen))
         found.append(ConsumerStats(consumer, count, oldest, newest, estimated=tuple(estimated)))
     return found, probes
 
@@ -812,7 +816,7 @@ def _sampled_growth(
     per_day: dict[str, list[float]] = defaultdict(lambda: [0.0] * GROWTH_DAYS)
     for stratum in strata:
         day = _day_of(stratum.start, days)
-        if day is None:
+        if day is None or not stratum.weight:
             continue
         for consumer, _ in stratum.seen:
             per_day[consumer][day] += stratum.weight / len(stratum.seen) * scale
