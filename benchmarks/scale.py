@@ -46,7 +46,8 @@ The sizes measured so far are written to ``<out>/scale-<backend>.partial.json`` 
 one (removed when the run ends). A size whose fill would leave the database's disk under
 ``--min-free-gb`` (predicted from :data:`PEAK_BYTES_PER_ROW`, checked when the server's
 data directory is on this machine) is refused before it starts. ``--keep`` leaves the
-largest table in place, ``--reuse`` measures a kept table again without filling it.
+largest table in place, ``--reuse`` measures a kept table again without filling it (if it
+holds the size's rows, plus at most 1 % more: the claims of the run that kept it).
 """
 
 from __future__ import annotations
@@ -244,17 +245,23 @@ def _count(engine: sa.Engine) -> tuple[int, float]:
 
 
 def _fill(
-    engine: sa.Engine, backend: str, rows: int, progress: Progress, *, reuse: bool
+    engine: sa.Engine, backend: str, rows: int, progress: Progress, options: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Fill ``bench_scale`` with ``rows`` rows from empty (or keep it, with ``reuse``, if
-    it holds them), analyze, count."""
+    it holds them: the fill's and the claims a former run measured), analyze, count."""
     inbox = inbox_table()
     method, fill = _fill_method(engine, backend)
-    if reuse and sa.inspect(engine).has_table(TABLE):
+    if options.get("reuse") and sa.inspect(engine).has_table(TABLE):
         counted, count_seconds = _count(engine)
-        if counted == rows:
-            return {"method": "reused", "seconds": 0.0, "count_seconds": count_seconds}
+        if rows <= counted <= rows * 1.01:
+            return {
+                "method": "reused",
+                "seconds": 0.0,
+                "count_seconds": count_seconds,
+                "disk": {"free_bytes": None},
+            }
     inbox.table.metadata.drop_all(engine, checkfirst=True)
+    disk = _check_disk(engine, rows, float(options.get("min_free_gb", 25)))
     inbox.table.metadata.create_all(engine)
     task = progress.add_task(f"scale: fill {rows:,} rows", total=rows)
     started = time.perf_counter()
@@ -267,6 +274,7 @@ def _fill(
         raise BenchError(f"{TABLE} holds {counted:,} rows, not {rows:,}")
     return {
         "method": method,
+        "disk": disk,
         "seconds": filled,
         "rows_per_second": rows / filled,
         "analyze_seconds": analyzed,
@@ -682,8 +690,7 @@ def _size(
     claims = int(options.get("claims", 2000))
     load_before = os.getloadavg()
     with _engines(config.url) as (engine, monitor):
-        disk = _check_disk(monitor, rows, float(options.get("min_free_gb", 25)))
-        filled = _fill(monitor, backend, rows, progress, reuse=bool(options.get("reuse")))
+        filled = _fill(monitor, backend, rows, progress, options)
         sizes = _sizes(monitor)
         claimed = _claims(engine, monitor, rows, claims, progress)
         watched = _monitoring(monitor, config.url)
@@ -692,7 +699,7 @@ def _size(
     return {
         "rows": rows,
         "fill": filled,
-        "disk": disk,
+        "disk": filled.pop("disk", {"free_bytes": None}),
         **sizes,
         "claims": claimed,
         "monitoring": watched,

@@ -120,12 +120,13 @@ GROWTH_DAYS = 7
 #: cheap); larger processed-messages tables are sampled (see the module docstring).
 EXACT_BELOW = 100_000
 #: Time strata of the sample, and the index entries read in each.
-SAMPLE_STRATA = 64
+SAMPLE_STRATA = 32
 SAMPLE_ROWS = 64
 #: Probes of the bisection for a consumer's first or last claim inside the table.
-BISECT_PROBES = 24
-#: The bisection stops when its interval is this short.
-BISECT_RESOLUTION = datetime.timedelta(milliseconds=1)
+BISECT_PROBES = 20
+#: The bisection stops when its interval is this short: the claim it finds is at most
+#: that far from the consumer's true first (last) one.
+BISECT_RESOLUTION = datetime.timedelta(seconds=1)
 #: Index entries from a new consumer's first claim compared with an old one's claims.
 RENAME_SCAN = 20_000
 
