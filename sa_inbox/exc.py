@@ -295,6 +295,8 @@ class AnonymousHandler(ConfigurationError, TypeError):
     Every lambda of one scope is ``module.<lambda>``: two of them under one consumer name
     would share its claims unseen. Raised before anything is claimed; define the handler as
     a function, or name its owner with :func:`sa_inbox.consumers.owned_as`.
+
+    .. seealso:: :ref:`error-anonymoushandler` on the errors page.
     """
 
     def __init__(self, name: str) -> None:
@@ -530,6 +532,8 @@ class AsyncHandlerInSyncRunner(AsyncHandlerError, SyncAsyncMismatch):
     message would fail the same way), raised to the caller with neither ack nor nack. A
     plain function that returns an awaitable is only seen when called: that is an
     :class:`AsyncHandlerError`, a failed delivery.
+
+    .. seealso:: :ref:`error-asynchandlerinsyncrunner` on the errors page.
     """
 
 

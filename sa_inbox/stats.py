@@ -12,13 +12,42 @@ path):
   rows pending: no attempt is counted while the broker is unreachable);
 * each of those tables' growth: rows arrived per day over the last :data:`GROWTH_DAYS` days,
   per consumer or destination (:class:`DailyGrowth`);
-* each table's size: PostgreSQL ``pg_relation_size`` / ``pg_indexes_size`` (manual 9.27.7,
-  "Database Object Management Functions"); MySQL/MariaDB ``information_schema.TABLES``
-  ``DATA_LENGTH`` / ``INDEX_LENGTH`` (InnoDB's estimates, refreshed by ``ANALYZE TABLE``;
-  MySQL manual, "The INFORMATION_SCHEMA TABLES Table"); SQLite the ``dbstat`` virtual table
-  (SQLite manual, "The DBSTAT Virtual Table"; None where it is not compiled in);
+* each table's rows and size: rows a ``COUNT(*)``, or the planner's estimate from
+  :data:`EXACT_BELOW` rows on (see "Exact and estimated" below); bytes PostgreSQL
+  ``pg_relation_size`` / ``pg_indexes_size`` (manual 9.27.7, "Database Object Management
+  Functions"); MySQL/MariaDB ``information_schema.TABLES`` ``DATA_LENGTH`` /
+  ``INDEX_LENGTH`` (InnoDB's estimates, refreshed by ``ANALYZE TABLE``; MySQL manual, "The
+  INFORMATION_SCHEMA TABLES Table"); SQLite the ``dbstat`` virtual table (SQLite manual,
+  "The DBSTAT Virtual Table"; None where it is not compiled in);
 * on PostgreSQL, the server's replication (:func:`sa_inbox.replication.read_replication`):
   connected standbys and whether a COMMIT waits for one.
+
+Exact and estimated. Counting a table, or grouping it by consumer, reads every row: linear in
+the table, past a scrape's timeout on a large one. So, unless ``exact=True`` (``sa-inbox
+stats --exact``), a table the planner estimates at :data:`EXACT_BELOW` rows or more is not
+counted, and a processed-messages table that large is read through its ``received_at`` index
+in a bounded number of rows (:func:`_sampled_inbox`). The figures read that way are flagged
+as estimates (``TableStats.estimated``, ``ConsumerStats.estimated``,
+``DailyGrowth.estimated``, ``ConsumerRename.checked``; the report prints them with ``~``):
+
+* rows: the planner's estimate, PostgreSQL ``EXPLAIN`` (``pg_class.reltuples`` scaled to the
+  table's current pages; manual 14.2 "Statistics Used by the Planner"), MySQL/MariaDB
+  ``information_schema.TABLES.TABLE_ROWS`` (InnoDB's estimate);
+* the table's oldest and newest ``received_at``: exact (``MIN``/``MAX`` on the index);
+* per consumer: :data:`SAMPLE_ROWS` index entries read at the start of each of
+  :data:`SAMPLE_STRATA` strata of equal time between the oldest and the newest row (cut
+  again at the growth's day boundaries), and the newest ones read back (who claimed last),
+  each stratum weighted by the planner's estimate of its rows (``EXPLAIN`` of the range: a
+  bias common to every range cancels out) and the whole scaled to the table's estimate. A
+  consumer's oldest (newest) claim is exact when it is among the table's first (last) rows
+  read, else found by bisection on time (:data:`BISECT_PROBES` probes, taking the consumer
+  to claim continuously while it runs) and flagged. A consumer holding under about one row
+  in ``SAMPLE_STRATA * SAMPLE_ROWS`` can be missed: ``--exact`` lists every one;
+* a renamed consumer (:class:`ConsumerRename`): the :data:`RENAME_SCAN` index entries from
+  the new name's first claim, their ids looked up under the old name (primary-key reads).
+
+SQLite and other backends have no cheap estimate: they are always counted. The store's and
+the outbox's rows by status are always counted.
 
 The broker's dead-letter queues / streams are not in the database: ``sa-inbox stats
 --dead-letters URL/QUEUE`` counts them with :func:`sa_inbox.brokers.dead_letters.sample`
@@ -31,9 +60,11 @@ exit status of ``sa-inbox stats --check``).
 from __future__ import annotations
 
 import datetime
+import json
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -54,8 +85,13 @@ from .schema import DEFAULT_TABLE_NAME
 from .store.schema import DEAD, DEFAULT_STORE_TABLE, PENDING, STATUSES, UTCDateTime
 
 __all__ = [
+    "BISECT_PROBES",
     "DEAD_LETTERS_SHOWN",
+    "EXACT_BELOW",
     "GROWTH_DAYS",
+    "RENAME_SCAN",
+    "SAMPLE_ROWS",
+    "SAMPLE_STRATA",
     "WARNING_CODES",
     "ConsumerRename",
     "ConsumerStats",
@@ -81,16 +117,31 @@ __all__ = [
 DEAD_LETTERS_SHOWN = 20
 #: Days of :class:`DailyGrowth` per table.
 GROWTH_DAYS = 7
+#: Tables the planner estimates at fewer rows are counted exactly (scanning so few rows is
+#: cheap); larger processed-messages tables are sampled (see the module docstring).
+EXACT_BELOW = 100_000
+#: Time strata of the sample, and the index entries read in each.
+SAMPLE_STRATA = 32
+SAMPLE_ROWS = 64
+#: Probes of the bisection for a consumer's first or last claim inside the table.
+BISECT_PROBES = 20
+#: The bisection stops when its interval is this short: the claim it finds is at most
+#: that far from the consumer's true first (last) one.
+BISECT_RESOLUTION = datetime.timedelta(seconds=1)
+#: Index entries from a new consumer's first claim compared with an old one's claims.
+RENAME_SCAN = 20_000
 
 
 @dataclass(frozen=True)
 class TableStats:
-    """One table: ``rows`` (an exact ``COUNT(*)``), and bytes (None where unknown)."""
+    """One table: ``rows`` (a ``COUNT(*)``, or the planner's estimate if ``estimated``),
+    and bytes (None where unknown)."""
 
     name: str
     rows: int
     data_bytes: int | None = None
     index_bytes: int | None = None
+    estimated: bool = False
 
     @property
     def total_bytes(self) -> int | None:
@@ -103,24 +154,28 @@ class TableStats:
 @dataclass(frozen=True)
 class ConsumerStats:
     """One consumer's processed-message rows (``oldest``/``newest``: ``received_at``, as the
-    database returns it) and the collisions recorded for it."""
+    database returns it) and the collisions recorded for it; ``estimated`` names those of
+    ``rows``, ``oldest`` and ``newest`` that are estimates (see the module docstring)."""
 
     consumer_name: str
     rows: int
     oldest: datetime.datetime | None
     newest: datetime.datetime | None
     collisions: int = 0
+    estimated: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class ConsumerRename:
     """A consumer that looks renamed: ``old`` stopped claiming (its newest claim is older
     than ``new``'s oldest) and ``new`` claimed ``shared`` ids that ``old`` had claimed: each
-    of them applied a second time."""
+    of them applied a second time. ``checked``: None if every claim of ``new`` was compared,
+    else how many of its first claims were (a sampled table: ``shared`` is a lower bound)."""
 
     old: str
     new: str
     shared: int
+    checked: int | None = None
 
 
 @dataclass(frozen=True)
@@ -171,11 +226,12 @@ class DailyGrowth:
     """Rows of ``table`` that arrived per day, per ``group`` (consumer or destination):
     ``rows[0]`` in the last 24 hours, ``rows[1]`` the 24 hours before, and so on for
     :data:`GROWTH_DAYS` days (by ``received_at`` / ``created_at``; rows purged meanwhile
-    are not counted)."""
+    are not counted); ``estimated``: scaled from a sample (see the module docstring)."""
 
     table: str
     group: str
     rows: list[int]
+    estimated: bool = False
 
 
 @dataclass(frozen=True)
@@ -253,12 +309,21 @@ class InboxStats:
     dead_letter_queues: list[DeadLetterQueueStats] = field(default_factory=list)
     #: Rows arrived per day, per table and consumer / destination.
     growth: list[DailyGrowth] = field(default_factory=list)
+    #: Index entries of the processed-messages table the sample read (0: not sampled).
+    sampled_rows: int = 0
+
+    @property
+    def estimated(self) -> bool:
+        """Whether any figure of the sample is an estimate."""
+        return bool(self.sampled_rows) or any(t.estimated for t in self.tables)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready: datetimes as ISO 8601 strings, bytes per table included."""
+        """JSON-ready: datetimes as ISO 8601 strings, bytes per table and ``estimated``
+        included."""
         data = _jsonable(asdict(self))
         for table, raw in zip(data["tables"], self.tables, strict=True):
             table["total_bytes"] = raw.total_bytes
+        data["estimated"] = self.estimated
         return data  # type: ignore[no-any-return]
 
     def oldest_processed(self) -> datetime.datetime | None:
@@ -284,6 +349,7 @@ def collect(
     store_table: str | None = DEFAULT_STORE_TABLE,
     schema: str | None = None,
     outbox_table: str | None = DEFAULT_OUTBOX_TABLE,
+    exact: bool = False,
 ) -> InboxStats:
     """Read one sample of the inbox's tables (see the module docstring).
 
@@ -296,6 +362,8 @@ def collect(
     :param store_table: the inbox store's table name (None: not read).
     :param schema: the tables' schema.
     :param outbox_table: the outbox table's name (None: not read).
+    :param exact: count every table and group every row, however large (a full scan of
+        each); False: estimate a large processed-messages table (see the module docstring).
     :raises InvalidTable: if the table named as the inbox's or the store's has no
         ``message_id`` column (the consumers table ``inbox_consumers``, say), before it is read.
     :raises sqlalchemy.exc.DBAPIError: if the database cannot be read (not wrapped).
@@ -327,25 +395,30 @@ def collect(
     with engine.connect() as conn:
         now = conn.execute(sa.select(sa.func.current_timestamp())).scalar_one()
         collisions = _collisions(conn, present.get("collisions"), schema)
-        consumers = _consumers(conn, present.get("inbox"), schema, collisions)
-        renames = _renames(conn, present.get("inbox"), schema, consumers)
+        inbox = _inbox(conn, present.get("inbox"), schema, now, exact=exact)
         store = _store(conn, present.get("store"), schema)
         outbox = _outbox(conn, present.get("outbox"), schema)
-        tables = [_table(conn, name, schema) for name in present.values()]
-        growth = _all_growth(conn, present, schema, now)
+        tables = [
+            inbox.table
+            if role == "inbox" and inbox.table is not None
+            else _table(conn, name, schema, exact=exact)
+            for role, name in present.items()
+        ]
+        growth = inbox.growth + _all_growth(conn, present, schema)
         replication = read_replication(conn)
     return InboxStats(
         backend=engine.dialect.name,
         taken_at=now,
         tables=tables,
-        consumers=consumers,
+        consumers=_with_collisions(inbox.consumers, collisions),
         collisions=sum(collisions.values()),
         store=store,
         missing=missing,
         replication=replication,
         outbox=outbox,
-        renames=renames,
+        renames=inbox.renames,
         growth=growth,
+        sampled_rows=inbox.sampled_rows,
     )
 
 
@@ -395,6 +468,7 @@ class Sampler:
     :param store_table: the inbox store's table name, or None.
     :param schema: the tables' schema.
     :param min_interval: seconds a sample is reused for.
+    :param exact: as :func:`collect` (a full scan per sample: for small tables only).
     :raises SyncAsyncMismatch, InvalidBind: as :func:`collect`, when made.
     """
 
@@ -406,12 +480,14 @@ class Sampler:
         store_table: str | None = None,
         schema: str | None = None,
         min_interval: float = 15.0,
+        exact: bool = False,
     ) -> None:
         self.engine = _engine(engine, "Sampler()")
         self.inbox_table = inbox_table
         self.store_table = store_table
         self.schema = schema
         self.min_interval = min_interval
+        self.exact = exact
         self._lock = threading.Lock()
         self._sample: tuple[float, InboxStats] | None = None
 
@@ -429,66 +505,411 @@ class Sampler:
                     store_table=self.store_table,
                     schema=self.schema,
                     outbox_table=None,
+                    exact=self.exact,
                 )
                 self._sample = (now, stats)
             return self._sample[1]
 
 
-def _consumers(
-    conn: Connection, name: str | None, schema: str | None, collisions: dict[str, int]
-) -> list[ConsumerStats]:
-    found: dict[str, ConsumerStats] = {}
-    if name is not None:
-        t = sa.table(
-            name,
-            sa.column("consumer_name", sa.String()),
-            sa.column("received_at", sa.DateTime(timezone=True)),
-            schema=schema,
-        )
-        query = sa.select(
-            t.c.consumer_name,
-            sa.func.count(),
-            sa.func.min(t.c.received_at),
-            sa.func.max(t.c.received_at),
-        ).group_by(t.c.consumer_name)
-        for consumer, rows, oldest, newest in conn.execute(query):
-            found[consumer] = ConsumerStats(consumer, int(rows), oldest, newest)
-    for consumer, count in collisions.items():
-        base = found.get(consumer) or ConsumerStats(consumer, 0, None, None)
-        found[consumer] = ConsumerStats(
-            base.consumer_name, base.rows, base.oldest, base.newest, count
-        )
-    return [found[key] for key in sorted(found)]
+@dataclass(frozen=True)
+class _InboxFigures:
+    """What :func:`collect` reads from the processed-messages table."""
+
+    consumers: list[ConsumerStats] = field(default_factory=list)
+    renames: list[ConsumerRename] = field(default_factory=list)
+    growth: list[DailyGrowth] = field(default_factory=list)
+    table: TableStats | None = None
+    sampled_rows: int = 0
 
 
-def _renames(
-    conn: Connection, name: str | None, schema: str | None, consumers: list[ConsumerStats]
-) -> list[ConsumerRename]:
-    """The consumers that look renamed (see :class:`ConsumerRename`): for each pair where
-    one stopped before the other started, the ids both claimed (one query per such pair)."""
-    if name is None:
-        return []
-    t = sa.table(
+def _inbox_clause(name: str, schema: str | None) -> sa.TableClause:
+    """The processed-messages table's columns :func:`collect` reads."""
+    return sa.table(
         name,
         sa.column("message_id", sa.String()),
         sa.column("consumer_name", sa.String()),
+        sa.column("received_at", sa.DateTime(timezone=True)),
         schema=schema,
     )
+
+
+def _inbox(
+    conn: Connection, name: str | None, schema: str | None, now: Any, *, exact: bool
+) -> _InboxFigures:
+    """The processed-messages table's figures: every row grouped (``exact``, a table the
+    planner estimates under :data:`EXACT_BELOW` rows, or a backend with no estimate), else
+    :func:`_sampled_inbox`. ``now``: the database's clock, that of ``received_at``'s
+    default."""
+    if name is None:
+        return _InboxFigures()
+    t = _inbox_clause(name, schema)
+    estimate = None if exact else _estimated_rows(conn, name, schema)
+    if estimate is not None and estimate >= EXACT_BELOW:
+        data, index = _sizes(conn, name, schema)
+        table = TableStats(name, estimate, data, index, estimated=True)
+        return _sampled_inbox(conn, t, table, now)
+    consumers = _consumers(conn, t)
+    return _InboxFigures(
+        consumers=consumers,
+        renames=_renames(conn, t, consumers),
+        growth=_growth(conn, t, "consumer_name", "received_at", now),
+        table=_table(conn, name, schema, exact=True),
+    )
+
+
+def _consumers(conn: Connection, t: sa.TableClause) -> list[ConsumerStats]:
+    """Every consumer's rows, oldest and newest claim: one ``GROUP BY`` over every row."""
+    query = sa.select(
+        t.c.consumer_name,
+        sa.func.count(),
+        sa.func.min(t.c.received_at),
+        sa.func.max(t.c.received_at),
+    ).group_by(t.c.consumer_name)
+    return [
+        ConsumerStats(consumer, int(rows), oldest, newest)
+        for consumer, rows, oldest, newest in conn.execute(query)
+    ]
+
+
+def _with_collisions(
+    consumers: list[ConsumerStats], collisions: dict[str, int]
+) -> list[ConsumerStats]:
+    """``consumers`` with their recorded collisions (a consumer with collisions only gets
+    a row of its own), sorted by name."""
+    found = {c.consumer_name: c for c in consumers}
+    for consumer, count in collisions.items():
+        base = found.get(consumer) or ConsumerStats(consumer, 0, None, None)
+        found[consumer] = replace(base, collisions=count)
+    return [found[key] for key in sorted(found)]
+
+
+def _rename_pairs(consumers: list[ConsumerStats]) -> list[tuple[ConsumerStats, ConsumerStats]]:
+    """The (old, new) pairs where ``old``'s newest claim is older than ``new``'s oldest."""
+    return [
+        (old, new)
+        for old in consumers
+        for new in consumers
+        if old.newest is not None and new.oldest is not None and old.newest < new.oldest
+    ]
+
+
+def _renames(
+    conn: Connection, t: sa.TableClause, consumers: list[ConsumerStats]
+) -> list[ConsumerRename]:
+    """The consumers that look renamed (see :class:`ConsumerRename`): for each pair where
+    one stopped before the other started, the ids both claimed (one query per such pair,
+    over every row of the new name)."""
     earlier = t.alias("earlier")
     found = []
-    for old in consumers:
-        for new in consumers:
-            if old.newest is None or new.oldest is None or not old.newest < new.oldest:
-                continue
-            shared = sa.exists().where(
-                earlier.c.message_id == t.c.message_id,
-                earlier.c.consumer_name == old.consumer_name,
-            )
-            count = sa.select(sa.func.count()).where(t.c.consumer_name == new.consumer_name, shared)
-            claimed = int(conn.execute(count).scalar_one())
-            if claimed:
-                found.append(ConsumerRename(old.consumer_name, new.consumer_name, claimed))
+    for old, new in _rename_pairs(consumers):
+        shared = sa.exists().where(
+            earlier.c.message_id == t.c.message_id,
+            earlier.c.consumer_name == old.consumer_name,
+        )
+        count = sa.select(sa.func.count()).where(t.c.consumer_name == new.consumer_name, shared)
+        claimed = int(conn.execute(count).scalar_one())
+        if claimed:
+            found.append(ConsumerRename(old.consumer_name, new.consumer_name, claimed))
     return found
+
+
+# -- the sample of a large processed-messages table (see the module docstring) -----------
+
+
+@dataclass(frozen=True)
+class _Stratum:
+    """The rows ``[start, end)`` (``end`` None: to the newest) of the ``received_at``
+    index: ``seen`` the (consumer, received_at) of the entries read, ``weight`` the rows
+    the stratum holds (every one read, or the planner's estimate)."""
+
+    start: Any
+    end: Any
+    seen: list[tuple[str, Any]]
+    weight: float
+
+
+def _sampled_inbox(
+    conn: Connection, t: sa.TableClause, table: TableStats, now: Any
+) -> _InboxFigures:
+    """The figures of a large processed-messages table, from its ``received_at`` index in
+    a bounded number of rows: about ``SAMPLE_STRATA * SAMPLE_ROWS`` entries, plus
+    :data:`BISECT_PROBES` probes per consumer that started or stopped inside the table and
+    :data:`RENAME_SCAN` entries per pair that looks renamed."""
+    c = t.c
+    oldest, newest = conn.execute(
+        sa.select(sa.func.min(c.received_at), sa.func.max(c.received_at))
+    ).one()
+    if oldest is None:  # emptied since the planner's statistics were taken
+        return _InboxFigures(table=replace(table, rows=0))
+    days = _day_edges(now)
+    strata = _strata(conn, t, oldest, newest, days)
+    scale = table.rows / (sum(s.weight for s in strata) or 1)
+    consumers, probes = _sampled_consumers(conn, t, strata, scale)
+    renames = [
+        rename
+        for old, new in _rename_pairs(consumers)
+        if (rename := _sampled_rename(conn, t, old, new)) is not None
+    ]
+    return _InboxFigures(
+        consumers=consumers,
+        renames=renames,
+        growth=_sampled_growth(t.name, strata, days, scale),
+        table=table,
+        sampled_rows=sum(len(s.seen) for s in strata) + probes,
+    )
+
+
+def _day_edges(now: Any) -> list[Any]:
+    """The :data:`GROWTH_DAYS` + 1 window edges of :func:`_growth`, newest first."""
+    return [now - datetime.timedelta(days=day) for day in range(GROWTH_DAYS + 1)]
+
+
+def _probe(
+    conn: Connection, t: sa.TableClause, start: Any, end: Any, *, newest_first: bool = False
+) -> list[tuple[str, Any]]:
+    """The (consumer, received_at) of the first :data:`SAMPLE_ROWS` index entries of
+    ``[start, end)`` (``end`` None: open), or of the last ones with ``newest_first``."""
+    c = t.c
+    query = sa.select(c.consumer_name, c.received_at).where(c.received_at >= start)
+    if end is not None:
+        query = query.where(c.received_at < end)
+    order = c.received_at.desc() if newest_first else c.received_at
+    return [(str(name), at) for name, at in conn.execute(query.order_by(order).limit(SAMPLE_ROWS))]
+
+
+def _strata(
+    conn: Connection, t: sa.TableClause, oldest: Any, newest: Any, days: list[Any]
+) -> list[_Stratum]:
+    """The sample: :data:`SAMPLE_STRATA` strata of equal time from ``oldest`` to
+    ``newest``, cut again at each day edge of ``days``, each read from its start (the first:
+    the table's oldest rows); then the tail, the newest rows read back (weight 0: it tells
+    who claimed last, not how much)."""
+    step = (newest - oldest) / SAMPLE_STRATA
+    starts = {oldest + step * i for i in range(SAMPLE_STRATA)} if step else {oldest}
+    starts |= {edge for edge in days[1:] if oldest < edge <= newest}
+    edges = sorted(starts)
+    strata = []
+    for index, start in enumerate(edges):
+        end = None if index == len(edges) - 1 else edges[index + 1]
+        seen = _probe(conn, t, start, end)
+        if len(seen) < SAMPLE_ROWS:  # every row of the stratum was read
+            weight: float = len(seen)
+        else:
+            weight = _stratum_rows(conn, t, start, end, oldest, newest)
+        strata.append(_Stratum(start, end, seen, weight))
+    tail = _probe(conn, t, oldest, None, newest_first=True)
+    strata.append(_Stratum(min(at for _, at in tail), None, tail, 0.0))
+    return strata
+
+
+def _stratum_rows(
+    conn: Connection, t: sa.TableClause, start: Any, end: Any, oldest: Any, newest: Any
+) -> float:
+    """The planner's estimate of the rows in ``[start, end)``; without one (a plan of
+    unknown shape), the share of the table's time span the stratum covers, in rows of a
+    table of ``SAMPLE_STRATA`` full strata (rows arriving evenly)."""
+    c = t.c
+    query: sa.Select[Any] = sa.select(sa.literal_column("1")).select_from(t)
+    query = query.where(c.received_at >= start)
+    if end is not None:
+        query = query.where(c.received_at < end)
+    planned = _planned_rows(conn, query)
+    if planned is not None:
+        return planned
+    span = (newest - oldest).total_seconds() or 1.0
+    share = ((end or newest) - start).total_seconds() / span
+    return float(share * SAMPLE_STRATA * SAMPLE_ROWS)
+
+
+def _sampled_consumers(
+    conn: Connection, t: sa.TableClause, strata: list[_Stratum], scale: float
+) -> tuple[list[ConsumerStats], int]:
+    """Each consumer seen in the sample: rows estimated (each entry read stands for
+    ``weight / entries read`` rows of its stratum, times ``scale``; at least the tail's
+    rows); its oldest (newest) claim exact if every row before (after) the first (last) one
+    seen was read (the tail: the newest rows), else bisected. Also returns the entries the
+    bisections read."""
+    rows: dict[str, float] = defaultdict(float)
+    first: dict[str, tuple[int, Any]] = {}
+    last: dict[str, tuple[int, Any]] = {}
+    for index, stratum in enumerate(strata):
+        for consumer, at in stratum.seen:
+            rows[consumer] += stratum.weight / len(stratum.seen) * scale
+            if consumer not in first or at < first[consumer][1]:
+                first[consumer] = (index, at)
+            if consumer not in last or at > last[consumer][1]:
+                last[consumer] = (index, at)
+    found, probes = [], 0
+    whole = [len(stratum.seen) < SAMPLE_ROWS for stratum in strata]
+    tail = strata[-1]
+    for consumer in sorted(rows):
+        estimated = ["rows"]
+        (begin, oldest), (end, newest) = first[consumer], last[consumer]
+        if not all(whole[:begin]):
+            oldest, read = _bisect(conn, t, consumer, oldest, _before(strata, begin))
+            probes += read
+            estimated.append("oldest")
+        if end < len(strata) - 1 and not all(whole[end:-1]):
+            newest, read = _bisect(conn, t, consumer, newest, _after(strata, end))
+            probes += read
+            estimated.append("newest")
+        count = max(1, round(rows[consumer]), sum(name == consumer for name, _ in tail.seen))
+        found.append(ConsumerStats(consumer, count, oldest, newest, estimated=tuple(estimated)))
+    return found, probes
+
+
+def _before(strata: list[_Stratum], index: int) -> Any:
+    """A time before stratum ``index`` where the sample saw no row of the consumer first
+    seen in it: the newest entry read of the stratum before (its start if none was)."""
+    seen = strata[index - 1].seen
+    return max((at for _, at in seen), default=strata[index - 1].start)
+
+
+def _after(strata: list[_Stratum], index: int) -> Any:
+    """A time after stratum ``index`` where the sample saw no row of the consumer last
+    seen in it: the oldest entry read of the stratum after (its start if none was)."""
+    seen = strata[index + 1].seen
+    return min((at for _, at in seen), default=strata[index + 1].start)
+
+
+def _bisect(
+    conn: Connection, t: sa.TableClause, consumer: str, inside: Any, outside: Any
+) -> tuple[Any, int]:
+    """The consumer's first claim (``outside < inside``) or last one (``inside <
+    outside``): ``inside`` is the ``received_at`` of one of its rows, ``outside`` a time the
+    sample saw none of them. Each probe reads :data:`SAMPLE_ROWS` entries from the middle
+    of the interval: a row of the consumer moves ``inside`` to it, none moves ``outside``
+    to the middle (the consumer is taken to claim continuously while it runs). Returns the
+    claim found and the entries read."""
+    found, read = inside, 0
+    for _ in range(BISECT_PROBES):
+        if abs(outside - inside) <= BISECT_RESOLUTION:
+            break
+        middle = inside + (outside - inside) / 2
+        seen = _probe(conn, t, middle, max(inside, outside))
+        read += len(seen)
+        mine = [at for name, at in seen if name == consumer]
+        if not mine:
+            outside = middle
+        elif outside < inside:
+            inside = found = min(min(mine), found)
+        else:
+            inside = found = max(max(mine), found)
+    return found, read
+
+
+def _sampled_rename(
+    conn: Connection, t: sa.TableClause, old: ConsumerStats, new: ConsumerStats
+) -> ConsumerRename | None:
+    """``new``'s claims among the :data:`RENAME_SCAN` index entries from its first claim,
+    and how many of their ids ``old`` had claimed (primary-key lookups)."""
+    c = t.c
+    scan = (
+        sa.select(c.message_id, c.consumer_name)
+        .where(c.received_at >= new.oldest)
+        .order_by(c.received_at)
+        .limit(RENAME_SCAN)
+        .subquery()
+    )
+    earlier = t.alias("earlier")
+    shared = sa.exists().where(
+        earlier.c.message_id == scan.c.message_id,
+        earlier.c.consumer_name == old.consumer_name,
+    )
+    query = sa.select(sa.func.count(), sa.func.sum(sa.case((shared, 1), else_=0))).where(
+        scan.c.consumer_name == new.consumer_name
+    )
+    checked, claimed = conn.execute(query).one()
+    if not claimed:
+        return None
+    return ConsumerRename(old.consumer_name, new.consumer_name, int(claimed), int(checked))
+
+
+def _sampled_growth(
+    name: str, strata: list[_Stratum], days: list[Any], scale: float
+) -> list[DailyGrowth]:
+    """:func:`_growth` from the sample: each stratum's estimated rows, per consumer, added
+    to the day window its start falls in (the day edges are strata edges)."""
+    per_day: dict[str, list[float]] = defaultdict(lambda: [0.0] * GROWTH_DAYS)
+    for stratum in strata:
+        day = _day_of(stratum.start, days)
+        if day is None or not stratum.weight:
+            continue
+        for consumer, _ in stratum.seen:
+            per_day[consumer][day] += stratum.weight / len(stratum.seen) * scale
+    return [
+        DailyGrowth(name, consumer, [round(n) for n in per_day[consumer]], estimated=True)
+        for consumer in sorted(per_day)
+    ]
+
+
+def _day_of(at: Any, days: list[Any]) -> int | None:
+    """The :func:`_growth` window ``at`` falls in (0: the last 24 hours), None if older."""
+    for day in range(GROWTH_DAYS):
+        if at >= days[day + 1]:
+            return day
+    return None
+
+
+def _estimated_rows(conn: Connection, name: str, schema: str | None) -> int | None:
+    """The planner's estimate of the table's rows (see the module docstring), or None
+    where the backend has none."""
+    backend = conn.dialect.name
+    if backend == "postgresql":
+        every: sa.Select[Any] = sa.select(sa.literal_column("1"))
+        every = every.select_from(sa.table(name, schema=schema))
+        planned = _planned_rows(conn, every)
+        return None if planned is None else round(planned)
+    if backend in ("mysql", "mariadb"):
+        catalog = sa.text(
+            "SELECT TABLE_ROWS FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = COALESCE(:s, DATABASE()) AND TABLE_NAME = :n"
+        )
+        rows = conn.execute(catalog, {"s": schema, "n": name}).scalar()
+        return None if rows is None else int(rows)
+    return None
+
+
+def _planned_rows(conn: Connection, query: sa.Select[Any]) -> float | None:
+    """The rows the planner expects ``query`` to return: PostgreSQL ``EXPLAIN (FORMAT
+    JSON)``'s ``Plan Rows`` (manual, "EXPLAIN"); MySQL/MariaDB ``EXPLAIN FORMAT=JSON``'s
+    rows times ``filtered`` (MariaDB knowledge base, "EXPLAIN FORMAT=JSON"); None on other
+    backends."""
+    backend = conn.dialect.name
+    compiled = query.compile(dialect=conn.dialect)
+    if backend == "postgresql":
+        sql = f"EXPLAIN (FORMAT JSON) {compiled.string}"
+        plan = conn.exec_driver_sql(sql, compiled.params).scalar_one()
+        plan = json.loads(plan) if isinstance(plan, str) else plan
+        return float(plan[0]["Plan"]["Plan Rows"])
+    if backend in ("mysql", "mariadb"):
+        sql = f"EXPLAIN FORMAT=JSON {compiled.string}"
+        text = conn.exec_driver_sql(sql, compiled.params).scalar_one()
+        scanned = _explained_table(json.loads(text))
+        if scanned is None:
+            return None
+        rows = scanned.get("rows", scanned.get("rows_examined_per_scan"))
+        if rows is None:
+            return None
+        return float(rows) * float(scanned.get("filtered", 100)) / 100
+    return None
+
+
+def _explained_table(node: Any) -> dict[str, Any] | None:
+    """The first ``"table"`` object of a MySQL/MariaDB JSON plan."""
+    if isinstance(node, dict):
+        if isinstance(node.get("table"), dict):
+            return node["table"]  # type: ignore[no-any-return]
+        values: list[Any] = list(node.values())
+    elif isinstance(node, list):
+        values = node
+    else:
+        return None
+    for value in values:
+        found = _explained_table(value)
+        if found is not None:
+            return found
+    return None
 
 
 def _collisions(conn: Connection, name: str | None, schema: str | None) -> dict[str, int]:
@@ -638,22 +1059,11 @@ def _backlogs(
     ]
 
 
-def _all_growth(
-    conn: Connection, present: dict[str, str], schema: str | None, now: datetime.datetime
-) -> list[DailyGrowth]:
-    """:func:`_growth` of the processed-messages table (on the database's clock ``now``,
-    the clock of its ``received_at`` default), the store and the outbox (on Python's UTC
-    clock, the one their rows are written with)."""
+def _all_growth(conn: Connection, present: dict[str, str], schema: str | None) -> list[DailyGrowth]:
+    """:func:`_growth` of the store and the outbox (on Python's UTC clock, the one their
+    rows are written with; the processed-messages table's is :func:`_inbox`'s)."""
     found = []
     utc = datetime.datetime.now(datetime.UTC)
-    if "inbox" in present:
-        t = sa.table(
-            present["inbox"],
-            sa.column("consumer_name", sa.String()),
-            sa.column("received_at", sa.DateTime(timezone=True)),
-            schema=schema,
-        )
-        found += _growth(conn, t, "consumer_name", "received_at", now)
     if "store" in present:
         t = _store_clause(present["store"], schema)
         found += _growth(conn, t, "consumer_name", "received_at", utc)
@@ -685,10 +1095,15 @@ def _growth(
     ]
 
 
-def _table(conn: Connection, name: str, schema: str | None) -> TableStats:
+def _table(conn: Connection, name: str, schema: str | None, *, exact: bool) -> TableStats:
+    """The table's rows (counted if ``exact``, if the planner has no estimate or estimates
+    fewer than :data:`EXACT_BELOW`) and bytes."""
+    data, index = _sizes(conn, name, schema)
+    estimate = None if exact else _estimated_rows(conn, name, schema)
+    if estimate is not None and estimate >= EXACT_BELOW:
+        return TableStats(name, estimate, data, index, estimated=True)
     t = sa.table(name, schema=schema)
     rows = int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one())
-    data, index = _sizes(conn, name, schema)
     return TableStats(name, rows, data, index)
 
 
@@ -849,11 +1264,12 @@ def stats_warnings(
     if stats.collisions:
         warn("collisions", f"{stats.collisions} message-id collision(s) recorded")
     for rename in stats.renames:
+        among = "" if rename.checked is None else f" (in its first {rename.checked} claims)"
         warn(
             "renamed-consumer",
             f"consumer {rename.new!r} started after {rename.old!r} stopped and claimed "
-            f"{rename.shared} id(s) {rename.old!r} had claimed (applied again): a renamed "
-            f"consumer? copy the claims with op.rename_inbox_consumer",
+            f"{rename.shared} id(s) {rename.old!r} had claimed{among} (applied again): a "
+            f"renamed consumer? copy the claims with op.rename_inbox_consumer",
         )
     if stats.outbox is not None:
         for kind, text in _outbox_warnings(stats.outbox, pending_threshold):

@@ -1,5 +1,6 @@
 """Claim in your own consumer: by hand, through the runner, and for a whole poll."""
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -51,7 +52,7 @@ for delivery in (second, second):
         inbox,
         delivery.message_id,
         "billing",
-        lambda session, delivery=delivery: apply_payment(session, delivery),
+        functools.partial(apply_payment, message=delivery),  # a function: it owns "billing"
         ack=lambda: acked.append("ack"),
         nack=lambda: acked.append("nack"),
     )

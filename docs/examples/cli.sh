@@ -8,6 +8,7 @@ set -euo pipefail
 # [stats]
 sa-inbox stats --url "$DATABASE_URL"                      # rich tables
 sa-inbox stats --url "$DATABASE_URL" --json > stats.json  # for scripts
+sa-inbox stats --url "$DATABASE_URL" --exact             # count every row (a full scan)
 # a probe or a cron job: exit 0, or the code of the first thing to look at
 sa-inbox stats --url "$DATABASE_URL" --check --retention 7d --pending-threshold 10m \
     --dead-letters "$REDIS_URL/payments:dead"

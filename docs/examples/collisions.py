@@ -18,13 +18,17 @@ Session = sessionmaker(engine)
 settled = []
 
 
+def record_order(session):
+    """The business change."""
+
+
 def deliver(message_id, body):
     return handle(
         Session,
         inbox,
         message_id,
         "billing",
-        lambda session: None,  # the business change
+        record_order,
         ack=lambda: settled.append("ack"),
         nack=lambda: settled.append("nack"),
         payload_hash=payload_hash(body),  # SHA-256 of canonical JSON; bytes hashed raw

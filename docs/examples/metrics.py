@@ -20,13 +20,19 @@ metadata.create_all(engine)
 InboxCollector(engine, registry=registry)  # table rows and bytes, sampled on scrape
 Session = sessionmaker(engine)
 
+
+
+def bill(session):
+    """The business change."""
+
+
 for message_id in ("m-1", "m-2", "m-1"):
     handle(
         Session,
         inbox,
         message_id,
         "billing",
-        lambda session: None,
+        bill,
         ack=lambda: None,
         nack=lambda: None,
     )

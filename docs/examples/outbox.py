@@ -3,6 +3,7 @@ commit. The publisher here keeps them in a list; in production it is a broker's
 (``sa_inbox.brokers.rabbitmq.RabbitMQPublisher``, ``RedisStreamPublisher``,
 ``JetStreamPublisher``) or ``sa-inbox relay``."""
 
+import functools
 import os
 
 import sqlalchemy as sa
@@ -33,7 +34,7 @@ for delivery in ("payment-1", "payment-1", "payment-2"):  # payment-1 delivered 
         inbox,
         delivery,
         "billing",
-        lambda session, d=delivery: apply(session, d),
+        functools.partial(apply, payment_id=delivery),
         ack=lambda: None,  # your broker's ack and nack
         nack=lambda: None,
     )

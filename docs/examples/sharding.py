@@ -1,6 +1,8 @@
 """The inbox sharded with the business data: every delivery of a message reaches the
 shard of its key. Two SQLite files stand in for two database servers."""
 
+import functools
+
 import sqlalchemy as sa
 
 from sa_inbox import Inbox, Outcome
@@ -20,14 +22,18 @@ for engine in shards.values():
     metadata.create_all(engine)
 
 sharded = ShardedInbox(inbox, shards)
+
+
+def pay(session, payment_id, tenant):
+    session.execute(ledger.insert().values(payment_id=payment_id, tenant=tenant))
+
+
 for tenant, payment_id in [("acme", "p-1"), ("globex", "p-2"), ("acme", "p-1")]:
     result = sharded.handle(
         tenant,  # the shard key: the same on every delivery of the message
         payment_id,
         "billing",
-        lambda session, p=payment_id, t=tenant: session.execute(
-            ledger.insert().values(payment_id=p, tenant=t)
-        ),
+        functools.partial(pay, payment_id=payment_id, tenant=tenant),
         ack=lambda: None,
         nack=lambda: None,
     )

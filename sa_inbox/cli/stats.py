@@ -46,6 +46,12 @@ __all__ = ["render", "stats_command"]
 )
 @click.option("--schema", default=None, help="The tables' schema.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (the sample and warnings).")
+@click.option(
+    "--exact",
+    is_flag=True,
+    help="Count every row, however large the table (a full scan); without it, a large "
+    "processed-messages table is estimated and sampled (printed with ~).",
+)
 @click.option("--watch", is_flag=True, help="Refresh in place every --interval seconds.")
 @setting("--interval", 2.0, float, "For --watch.")
 @click.option("--check", is_flag=True, help="Exit non-zero for a warning (see the help).")
@@ -87,6 +93,7 @@ def stats_command(
     outbox_table: str,
     schema: str | None,
     as_json: bool,
+    exact: bool,
     watch: bool,
     interval: float,
     check: bool,
@@ -120,6 +127,7 @@ def stats_command(
             store_table=store_table or None,
             schema=schema,
             outbox_table=outbox_table or None,
+            exact=exact,
         )
         if dead_letter_targets:  # outside db.call: not on an async driver's event loop
             stats = replace(stats, dead_letter_queues=_count(dead_letter_targets, broker_timeout))
@@ -215,7 +223,12 @@ def render(stats: InboxStats, found: list[StatsWarning]) -> RenderableType:
     consumers = Table("consumer", "rows", "oldest", "newest", "collisions", title="Consumers")
     for c in stats.consumers:
         consumers.add_row(
-            c.consumer_name, str(c.rows), str(c.oldest), str(c.newest), str(c.collisions)
+            c.consumer_name,
+            *(
+                _marked(getattr(c, name), name in c.estimated)
+                for name in ("rows", "oldest", "newest")
+            ),
+            str(c.collisions),
         )
     parts.append(consumers)
     if stats.store is not None:
@@ -267,8 +280,18 @@ def render(stats: InboxStats, found: list[StatsWarning]) -> RenderableType:
         parts.append(_dead_letter_queues(stats.dead_letter_queues))
     sizes = Table("table", "rows", "data bytes", "index bytes", title="Tables")
     for t in stats.tables:
-        sizes.add_row(t.name, str(t.rows), _or_dash(t.data_bytes), _or_dash(t.index_bytes))
+        sizes.add_row(
+            t.name, _marked(t.rows, t.estimated), _or_dash(t.data_bytes), _or_dash(t.index_bytes)
+        )
     parts.append(sizes)
+    if stats.estimated:
+        parts.append(
+            Text(
+                f"~ estimated: the planner's statistics and {stats.sampled_rows} index entries "
+                "read; sa-inbox stats --exact counts every row",
+                style="dim",
+            )
+        )
     for name in stats.missing:
         parts.append(Text(f"table {name} does not exist", style="yellow"))
     for w in found:
@@ -315,6 +338,11 @@ def _replication(state: ReplicationState) -> RenderableType:
     for s in state.standbys:
         table.add_row(*(value or "?" for value in (s.application_name, s.state, s.sync_state)))
     return table
+
+
+def _marked(value: object, estimated: bool) -> str:
+    """``value`` as text, with ``~`` in front if it is an estimate."""
+    return f"~{value}" if estimated else str(value)
 
 
 def _or_dash(value: int | None) -> str:

@@ -160,6 +160,11 @@ EVENTS = (
         "inbox.connection.invalidated",
         "a failed transaction's connection was not clean: invalidated, not pooled",
     ),
+    _event(
+        "inbox.key.missing",
+        "a run of deliveries without the key header passed the limit: the consumer stops "
+        "(MissingKeyHeader, ERROR)",
+    ),
 )
 
 SPANS = (

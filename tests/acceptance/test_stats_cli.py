@@ -111,11 +111,17 @@ def test_report_and_json(tables: Tables, url: str) -> None:
             .values(status="dead", attempts=5, last_error="ValueError: bad amount")
         )
     shown, as_json = stats(url), stats(url, "--json")
+    exact = stats(url, "--json", "--exact")
     code, text = finish(shown)
     assert code == 0, text  # warnings change the exit status only with --check
     assert "billing" in text and "ValueError: bad amount" in text and "dead-letters" in text
+    assert "~" not in text  # tables this small are counted, not estimated
     code, text = finish(as_json)
     document = json.loads(text)
+    code, text = finish(exact)
+    assert code == 0 and json.loads(text)["tables"] == document["tables"]
+    assert document["estimated"] is False and document["sampled_rows"] == 0
+    assert not any(t["estimated"] for t in document["tables"])
     consumers = {c["consumer_name"]: c for c in document["consumers"]}
     assert consumers["billing"]["rows"] == 3 and consumers["audit"]["rows"] == 1
     store = document["store"]

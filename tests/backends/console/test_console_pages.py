@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from sa_inbox import stats as stats_module
 from sa_inbox.collision import payload_hash
 from sa_inbox.console import Credentials, create_app
 from sa_inbox.stats import WARNING_CODES
@@ -85,6 +86,24 @@ def test_the_overview_shows_what_stats_check_reads(capp: ConsoleApp) -> None:
     assert page.status_code == 200
     for text in ("refunds", "payments", "[11 dead-letters]", "[17 outbox-dead]", "card declined"):
         assert text in page.text
+
+
+def test_the_overview_marks_the_estimates_of_a_sampled_table(
+    capp: ConsoleApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table taken for a large one (EXACT_BELOW lowered to 0) is estimated: its figures
+    carry ``~`` on the page and ``estimated`` in the API, as in ``sa-inbox stats``."""
+    if capp.engine.dialect.name == "sqlite":
+        pytest.skip("SQLite is always counted")
+    fill(capp)
+    monkeypatch.setattr(stats_module, "EXACT_BELOW", 0)
+    c = client(capp)
+    data = c.get("/api/overview").json()
+    inbox = next(t for t in data["tables"] if t["name"] == "inbox_processed_messages")
+    assert inbox["estimated"] and data["sampled_rows"] > 0
+    assert {tuple(c["estimated"]) for c in data["consumers"]} == {("rows",)}
+    page = c.get("/").text
+    assert "~ estimated" in page and f">~{inbox['rows']}<" in page
 
 
 def test_the_lookup_finds_a_message_in_every_table(capp: ConsoleApp) -> None:
