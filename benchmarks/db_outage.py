@@ -1,13 +1,14 @@
 """Database outages under every broker adapter: PostgreSQL and MariaDB SIGKILLed and
-restarted while the seven adapters consume at a steady rate.
+restarted while every adapter consumes at a steady rate.
 
 Run from the repository root with the servers of ``scripts/servers.sh start DIR postgresql
-mysql rabbitmq redis nats`` (``source DIR/env.sh``)::
+mysql rabbitmq redis nats sqs`` (``source DIR/env.sh``)::
 
     PYTHONPATH=. python benchmarks/db_outage.py --server-dir DIR --rate 100 --outage 15 --outage 60
 
 Each cell (:func:`tests.support.db_outage.run_outage`) runs every lane at once (pika,
-aio-pika, Redis sync and asyncio, NATS, FastStream on RabbitMQ, Celery), each on its own
+aio-pika, Redis sync and asyncio, NATS, FastStream on RabbitMQ, Celery, SQS sync and
+asyncio on moto; ``--lanes`` picks some), each on its own
 queue or stream at ``--rate`` messages per second, kills the database after 1 s, restarts
 it ``--outage`` seconds later, publishes 2 s more and waits for the drain; then counts per
 lane: published, applied, lost, doubled, dead letters, retries, the largest delivery count,

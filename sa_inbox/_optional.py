@@ -39,12 +39,14 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "celery": ("celery",),
     "console": ("starlette", "jinja2", "itsdangerous"),
     "faststream": ("faststream", "greenlet"),
+    "kafka": ("aiokafka", "confluent_kafka", "greenlet"),
     "nats": ("nats", "greenlet"),
     "opentelemetry": ("opentelemetry",),
     "prometheus": ("prometheus_client",),
     "rabbitmq": ("pika", "aio_pika", "greenlet"),
     "redis": ("redis", "greenlet"),
     "testing": ("pytest",),
+    "sqs": ("boto3", "aiobotocore", "greenlet"),
 }
 
 

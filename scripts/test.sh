@@ -2,9 +2,9 @@
 # The test command of sa-inbox:   ./scripts/test.sh [pytest arguments...]
 #
 # Works on a bare Debian 12 machine (as root, or with sudo for the first run):
-#   1. installs PostgreSQL 15, MariaDB (and Galera), RabbitMQ, Redis and NATS if missing
-#      (scripts/servers.sh install), and Debian's chromium + chromium-driver for the
-#      console's browser tests (scripts/servers.sh install browser)
+#   1. installs PostgreSQL 15, MariaDB (and Galera), RabbitMQ, Redis, NATS, Tansu (Kafka)
+#      and moto (SQS) if missing (scripts/servers.sh install), and Debian's chromium +
+#      chromium-driver for the console's browser tests (scripts/servers.sh install browser)
 #   2. makes the virtualenv .venv with the project and its test extras
 #   3. starts throwaway servers in a temporary directory, removed at exit
 #   4. runs pytest (arguments passed through), then ruff check, ruff format --check,
@@ -19,7 +19,8 @@
 #
 # Environment:
 #   SA_INBOX_TEST_POSTGRESQL_URL, SA_INBOX_TEST_MYSQL_URL, SA_INBOX_TEST_AMQP_URL,
-#   SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL, SA_INBOX_TEST_GALERA_URLS
+#   SA_INBOX_TEST_REDIS_URL, SA_INBOX_TEST_NATS_URL, SA_INBOX_TEST_SQS_URL,
+#   SA_INBOX_TEST_GALERA_URLS
 #       if set, that server is used and no throwaway one is installed/started
 #       (a 3-node MariaDB Galera cluster for the last one; the tests that kill
 #       a node also need SA_INBOX_TEST_GALERA_DIR, the directory it was started
@@ -78,6 +79,7 @@ trap 'on_signal 143 TERM' TERM
 # Each server and the variable holding its URL.
 SERVER_URLS=(postgresql:SA_INBOX_TEST_POSTGRESQL_URL mysql:SA_INBOX_TEST_MYSQL_URL
     rabbitmq:SA_INBOX_TEST_AMQP_URL redis:SA_INBOX_TEST_REDIS_URL nats:SA_INBOX_TEST_NATS_URL
+    kafka:SA_INBOX_TEST_KAFKA_URL sqs:SA_INBOX_TEST_SQS_URL
     galera:SA_INBOX_TEST_GALERA_URLS)
 
 # Servers to start: those whose URL the developer did not export.

@@ -61,6 +61,8 @@ BROKER_URL_VARIABLES = {
     "rabbitmq": "SA_INBOX_TEST_AMQP_URL",
     "redis": "SA_INBOX_TEST_REDIS_URL",
     "nats": "SA_INBOX_TEST_NATS_URL",
+    "kafka": "SA_INBOX_TEST_KAFKA_URL",
+    "sqs": "SA_INBOX_TEST_SQS_URL",
 }
 
 

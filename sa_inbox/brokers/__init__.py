@@ -1,4 +1,4 @@
-"""Broker adapters: consume from RabbitMQ, Redis Streams or NATS JetStream exactly once.
+"""Broker adapters: consume from RabbitMQ, Redis Streams, NATS JetStream or Kafka exactly once.
 
 Each adapter (an optional extra on the broker's own client library) turns the broker's
 message into a :class:`Delivery` and settles it through :func:`process` /

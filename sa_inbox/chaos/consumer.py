@@ -155,6 +155,8 @@ def _crash_after_commits(log: SettlementLog) -> None:
     """
 
     def maybe_die(session: Session) -> None:
+        if session.in_nested_transaction():
+            return  # a savepoint released (SQLAlchemy fires after_commit for it too)
         message_id = session.info.pop(AFTER_COMMIT, None)
         if message_id is not None:
             log.crash(AFTER_COMMIT, message_id)

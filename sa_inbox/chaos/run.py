@@ -11,8 +11,10 @@
    (ack or dead letter) per publish, or nothing new for :data:`QUIET_S`, the killer stops
    and the consumers are stopped (SIGTERM: they finish what they hold); if
    ``driver.unsettled(name)`` is then 0 the run is over, else the consumers start again
-   (and the kills) and the end is sought again; past ``timeout`` the run fails
-   (:class:`ChaosError`);
+   (and the kills) and the end is sought again, now once they have logged a final
+   settlement per message left unsettled (redeliveries skipped as duplicates count as
+   final settlements too, so the logs may show one per publish while messages are still
+   on the broker); past ``timeout`` the run fails (:class:`ChaosError`);
 6. the consumers are stopped (SIGTERM), their logs tallied (:mod:`.tally`), and the
    database and the broker verified (:mod:`.verify`).
 
@@ -184,13 +186,21 @@ def _until_quiet(
     follower: LogFollower,
     deadline: float,
     status: Status | None,
+    settled_at: int,
+    quiet_s: float = QUIET_S,
 ) -> None:
-    """Step the killer until everything is published and the logs show as many final
-    settlements as publishes, or nothing new for :data:`QUIET_S` after at least one new
+    """Step the killer until everything is published and the logs show ``settled_at``
+    final settlements in all, or nothing new for ``quiet_s`` after at least one new
     line since this call (a kill can lose the log line of a delivery it acked; and the
     consumers just (re)started, still importing, log nothing: stopping them then would
     restart them for ever on a slow machine), or nothing new for :data:`LAST_RESORT_S`.
 
+    :param settled_at: the count of final settlements (:attr:`LogFollower.final`) that
+        ends the wait: the publishes at first; after a restart, the count then plus what
+        the broker still held, so the restarted consumers are not stopped before they
+        settled anything.
+    :param quiet_s: seconds without a new log line that end the wait (a driver's
+        ``quiet_seconds``: a Kafka rebalance is silent for longer than :data:`QUIET_S`).
     :raises ChaosError: if the producer or a consumer failed, or at the deadline.
     """
     published = len(producer.plan.publishes)
@@ -214,8 +224,8 @@ def _until_quiet(
                 )
         quiet = now - quiet_since
         if producer.done.is_set() and (
-            follower.final >= published
-            or (quiet >= QUIET_S and follower.lines > lines_before)
+            follower.final >= settled_at
+            or (quiet >= quiet_s and follower.lines > lines_before)
             or quiet >= LAST_RESORT_S
         ):
             return
@@ -238,8 +248,11 @@ def consume_until_settled(
 ) -> None:
     """Run until the consumers are stopped with nothing unsettled (the module's step 5).
 
-    The consumers are stopped before each look at ``driver.unsettled`` (on RabbitMQ only a
-    queue without consumers tells its unsettled count: the unacked ones are back to ready);
+    A driver whose broker needs longer than :data:`QUIET_S` to hand a killed consumer's
+    deliveries to the others (Kafka: the session timeout, then a rebalance) says so in its
+    ``quiet_seconds``. The consumers are stopped before each look at
+    ``driver.unsettled`` (on RabbitMQ only a queue without consumers tells its unsettled
+    count: the unacked ones are back to ready);
     if something is left (the logs were quiet for a while in the middle of the run, or a
     redelivery was waiting out its visibility timeout), they are started again and the
     kills go on.
@@ -248,14 +261,18 @@ def consume_until_settled(
     """
     assert config.name is not None
     deadline = time.monotonic() + config.timeout
+    settled_at = len(producer.plan.publishes)
+    quiet_s = float(getattr(driver, "quiet_seconds", QUIET_S))
     while True:
-        _until_quiet(config, supervisor, producer, follower, deadline, status)
+        _until_quiet(config, supervisor, producer, follower, deadline, status, settled_at, quiet_s)
         supervisor.stop()
         unsettled = driver.unsettled(config.name)
         if unsettled == 0:
             return
         if time.monotonic() > deadline:
             raise ChaosError(f"timeout after {config.timeout:.0f} s: {unsettled} unsettled")
+        follower.poll()  # what the stopped consumers logged last
+        settled_at = follower.final + unsettled
         supervisor.start()
         supervisor.resume_killing()
 

@@ -33,7 +33,15 @@ if TYPE_CHECKING:
 __all__ = ["BROKER_EXTRAS", "chaos", "check_broker", "database_url", "run_and_report"]
 
 #: The ``pip install 'sa-inbox[extra]'`` extra of each broker URL scheme's client library.
-BROKER_EXTRAS = {"amqp": "rabbitmq", "amqps": "rabbitmq", "redis": "redis", "nats": "nats"}
+BROKER_EXTRAS = {
+    "amqp": "rabbitmq",
+    "amqps": "rabbitmq",
+    "redis": "redis",
+    "nats": "nats",
+    "kafka": "kafka",
+    "sqs": "sqs",
+    "sqss": "sqs",
+}
 
 
 def _missing_client(broker: str, exc: ImportError) -> str:
@@ -85,7 +93,7 @@ def database_url(url: str) -> str:
     "--broker",
     required=True,
     callback=check_broker,
-    help="Broker URL: amqp://..., redis://..., nats://...",
+    help="Broker URL: amqp://..., redis://..., nats://..., kafka://..., sqs://...",
 )
 @url_option("Database URL; the run drops and creates its own chaos_* tables there.")
 @setting("--messages", 1000, POSITIVE, "Unique payment messages.")

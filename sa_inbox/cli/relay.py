@@ -49,7 +49,8 @@ __all__ = ["relay_command"]
 @click.option(
     "--broker",
     required=True,
-    help="Broker URL: amqp:// (RabbitMQ), redis:// (Redis Streams), nats:// (JetStream).",
+    help="Broker URL: amqp:// (RabbitMQ), redis:// (Redis Streams), nats:// (JetStream), "
+    "sqs:// (Amazon SQS).",
 )
 @setting("--table", "outbox_messages", None, "The outbox table.")
 @click.option("--schema", default=None, help="The outbox table's schema.")

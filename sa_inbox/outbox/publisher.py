@@ -2,7 +2,8 @@
 
 The broker packages provide one each: :class:`sa_inbox.brokers.rabbitmq.RabbitMQPublisher`
 (pika, publisher confirms), :class:`sa_inbox.brokers.redis.RedisStreamPublisher` (``XADD``'s
-reply), :class:`sa_inbox.brokers.nats.JetStreamPublisher` (the JetStream ``PubAck``).
+reply), :class:`sa_inbox.brokers.nats.JetStreamPublisher` (the JetStream ``PubAck``),
+:class:`sa_inbox.brokers.sqs.Publisher` (``SendMessage``'s reply).
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ SCHEMES = {
     "rediss": "redis",
     "nats": "nats",
     "tls": "nats",
+    "kafka": "kafka",
+    "sqs": "sqs",
+    "sqss": "sqs",
 }
 
 
@@ -142,7 +146,10 @@ def publisher_for(url: str) -> Publisher:
     ``amqp://``, ``amqps://``: :class:`~sa_inbox.brokers.rabbitmq.RabbitMQPublisher` on the
     default exchange; ``redis://``, ``rediss://``:
     :class:`~sa_inbox.brokers.redis.RedisStreamPublisher`; ``nats://``, ``tls://``:
-    :class:`~sa_inbox.brokers.nats.BlockingJetStreamPublisher` (connects at its first publish).
+    :class:`~sa_inbox.brokers.nats.BlockingJetStreamPublisher` (connects at its first publish);
+    ``kafka://host:port``: :class:`~sa_inbox.brokers.kafka.Publisher`.
+    ``sqs://``, ``sqss://``: :class:`~sa_inbox.brokers.sqs.Publisher` (the destination is a
+    queue name or URL; see :mod:`sa_inbox.brokers.sqs.url`).
 
     :raises UnsupportedBroker: for any other scheme (a :class:`ValueError`).
     :raises sa_inbox.exc.MissingExtra: (an ImportError) if the broker's extra is not installed.
@@ -159,6 +166,18 @@ def publisher_for(url: str) -> Publisher:
             import redis
 
         return RedisStreamPublisher(redis.Redis.from_url(url))
+    if broker == "kafka":
+        from ..brokers.kafka import Publisher as KafkaPublisher
+
+        return KafkaPublisher(url.partition("://")[2].rstrip("/"))
+    if broker == "sqs":
+        from ..brokers.sqs import Publisher as SqsPublisher
+        from ..brokers.sqs import client_options
+
+        with optional_dependencies(__name__, "sqs", "boto3"):
+            import boto3
+
+        return SqsPublisher(boto3.client("sqs", **client_options(url)))
     from ..brokers.nats import BlockingJetStreamPublisher
 
     return BlockingJetStreamPublisher(url)
@@ -171,7 +190,8 @@ def async_publisher_for(url: str) -> Publisher:
     ``amqp://``, ``amqps://``: :class:`~sa_inbox.brokers.rabbitmq.AioPikaPublisher` on the
     default exchange; ``redis://``, ``rediss://``:
     :class:`~sa_inbox.brokers.redis.RedisStreamPublisher` on a ``redis.asyncio`` client;
-    ``nats://``, ``tls://``: :class:`~sa_inbox.brokers.nats.ConnectingJetStreamPublisher`.
+    ``nats://``, ``tls://``: :class:`~sa_inbox.brokers.nats.ConnectingJetStreamPublisher`;
+    ``sqs://``, ``sqss://``: :class:`~sa_inbox.brokers.sqs.AsyncPublisher`.
 
     :raises UnsupportedBroker: for any other scheme (a :class:`ValueError`).
     :raises ImportError: if the broker's client library (the extra) is not installed.
@@ -187,6 +207,14 @@ def async_publisher_for(url: str) -> Publisher:
         from ..brokers.redis import RedisStreamPublisher
 
         return RedisStreamPublisher(redis.asyncio.Redis.from_url(url))
+    if broker == "kafka":
+        from ..brokers.kafka import AsyncPublisher as AsyncKafkaPublisher
+
+        return AsyncKafkaPublisher(url.partition("://")[2].rstrip("/"))
+    if broker == "sqs":
+        from ..brokers.sqs import AsyncPublisher as AsyncSqsPublisher
+
+        return AsyncSqsPublisher(url=url)
     from ..brokers.nats import ConnectingJetStreamPublisher
 
     return ConnectingJetStreamPublisher(url)

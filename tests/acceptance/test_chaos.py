@@ -25,10 +25,21 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from sa_inbox.chaos.consumer import AFTER_COMMIT, IN_HANDLER, crash_chosen
+from sa_inbox.brokers import Delivery, Disposition, Settlement
+from sa_inbox.chaos.consumer import AFTER_COMMIT, IN_HANDLER, crash_chosen, record_line
 from sa_inbox.chaos.drivers import ChaosDriver, driver_for
 from sa_inbox.chaos.drivers.nats import CHAOS_ACK_WAIT
 from sa_inbox.chaos.drivers.redis import VISIBILITY_TIMEOUT as REDIS_VISIBILITY_TIMEOUT
+from sa_inbox.chaos.drivers.sqs import VISIBILITY_TIMEOUT as SQS_VISIBILITY_TIMEOUT
+from sa_inbox.chaos.run import (
+    ChaosConfig,
+    Producer,
+    consume_until_settled,
+    consumer_configs,
+    prepared_engine,
+)
+from sa_inbox.chaos.supervisor import Supervisor
+from sa_inbox.chaos.tally import LogFollower
 from sa_inbox.chaos.workload import PREFIX, make_plan
 from sa_inbox.demo.app import DemoSchema
 from sa_inbox.demo.stream import generate_stream
@@ -53,12 +64,19 @@ MAX_KILLS = 5
 #: Deliveries before a dead letter: above every delivery a kill or a crash can end.
 MAX_DELIVERIES = MAX_KILLS + sum(CHOSEN.values()) + 1
 #: Seconds between two deliveries of a message whose consumer failed it or died, at most:
-#: the chaos drivers' Redis visibility timeout and JetStream AckWait (RabbitMQ: at once).
-REDELIVERY_WAIT = max(REDIS_VISIBILITY_TIMEOUT, CHAOS_ACK_WAIT)
+#: the chaos drivers' Redis and SQS visibility timeouts and JetStream AckWait (RabbitMQ: at
+#: once).
+REDELIVERY_WAIT = max(REDIS_VISIBILITY_TIMEOUT, CHAOS_ACK_WAIT, SQS_VISIBILITY_TIMEOUT)
+#: Seconds a consumer process may take to start on a loaded machine (a Python start with
+#: the broker's client and SQLAlchemy imported): each kill and each crash costs one.
+CONSUMER_START = 10
 #: Seconds a run may take before the CLI fails it (the poison's deliveries are spaced by
-#: REDELIVERY_WAIT); the test's own limit is a bit longer.
-RUN_TIMEOUT = 60 + MAX_DELIVERIES * REDELIVERY_WAIT
-BROKERS = {"rabbitmq": "amqp", "redis": "redis", "nats": "nats"}
+#: REDELIVERY_WAIT, and each kill or crash restarts a consumer); the test's own limit is a
+#: bit longer.
+RUN_TIMEOUT = (
+    60 + MAX_DELIVERIES * REDELIVERY_WAIT + (MAX_KILLS + sum(CHOSEN.values())) * CONSUMER_START
+)
+BROKERS = {"rabbitmq": "amqp", "redis": "redis", "nats": "nats", "sqs": "sqs"}
 
 
 def live_broker(broker: str) -> str:
@@ -206,6 +224,54 @@ def test_chaos_run_applies_every_payment_once_through_kills(
     assert sorted(driver.dead_letters(name)) == sorted(plan.poison_ids)
 
 
+#: Payments of the restart test, and the seconds its run may take: a consumer process's start
+#: and a few redelivery waits on a loaded machine (the run without the fix loops until then).
+RESTART_MESSAGES, RESTART_TIMEOUT = 20, 120.0
+
+
+@pytest.mark.parametrize("driver", list(BROKERS), indirect=True)
+def test_consumers_restarted_for_what_is_left_settle_it_before_the_next_look(
+    driver: ChaosDriver, name: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Redeliveries skipped as duplicates are final settlements too, so the logs can show one
+    per publish while messages are still on the broker (SQS's visibility timeout and a
+    crash after a commit both redeliver). The run then stops the consumers, finds messages
+    left and starts them again: it must wait for them to settle what is left, not stop
+    them again at once because the logs already show one final settlement per publish (a
+    loop that SIGTERMed every restarted consumer while it was still starting, until the
+    timeout)."""
+    broker = request.node.callspec.params["driver"]
+    url = backend_url("sqlite", tmp_path)
+    config = ChaosConfig(
+        broker=broker_url(broker), url=url, messages=RESTART_MESSAGES, consumers=1,
+        kill_every=0, duplicates=0, seed=SEED, timeout=RESTART_TIMEOUT, name=name,
+    )  # fmt: skip
+    plan = make_plan(RESTART_MESSAGES, seed=SEED, duplicates=0)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    # An earlier generation of consumers' log: a redelivery skipped per publish.
+    with (logs / "consumer-9-1.jsonl").open("w") as log:
+        for message_id, body in plan.publishes:
+            delivery = Delivery(message_id=message_id, body=body, delivery_count=2)
+            log.write(record_line(Settlement(Disposition.DUPLICATE, delivery)))
+    engine = prepared_engine(url, DemoSchema(PREFIX), plan)
+    engine.dispose()
+    driver.prepare(name, max_deliveries=5)
+    producer = Producer(config.broker, name, plan)
+    producer.start()
+    producer.join()
+    assert producer.error is None and driver.unsettled(name) == RESTART_MESSAGES
+    supervisor = Supervisor(consumer_configs(config), kill_every=0, seed=SEED, log_dir=logs)
+    supervisor.start()
+    try:
+        consume_until_settled(config, driver, supervisor, producer, LogFollower(logs))
+    finally:
+        supervisor.stop()
+
+    assert driver.unsettled(name) == 0
+    assert_applied_once(url, PREFIX, plan.expected_balances(), RESTART_MESSAGES)
+
+
 def first_live_broker() -> str:
     """The demo needs one live broker (RabbitMQ); the drivers are proven each by the chaos
     test above."""
@@ -250,7 +316,7 @@ def run_errors(*args: str) -> tuple[int, str]:
     ("args", "message"),
     [
         (["chaos", "--broker", "http://x", "--url", "sqlite://"], "expected a broker URL"),
-        (["demo", "--broker", "kafka://x"], "expected a broker URL"),
+        (["demo", "--broker", "mqtt://x"], "expected a broker URL"),
         (["demo", "--broker", "redis://127.0.0.1:1/0", "--no-inbox"], "--no-inbox runs only"),
     ],
 )

@@ -83,8 +83,8 @@ def test_relay_until_empty_then_sigterm_and_errors(tmp_path: Path) -> None:
         connection.close()
         engine.dispose()
 
-    bad_scheme = cli("relay", "--url", url, "--broker", "kafka://localhost:9092")
-    assert bad_scheme.returncode == 2 and "no outbox publisher for 'kafka'" in bad_scheme.stderr
+    bad_scheme = cli("relay", "--url", url, "--broker", "mqtt://localhost:1883")
+    assert bad_scheme.returncode == 2 and "no outbox publisher for 'mqtt'" in bad_scheme.stderr
     missing = cli("relay", "--url", url, "--broker", amqp, "--table", "nope")
     assert missing.returncode == 3
     assert "the outbox table 'nope' does not exist" in missing.stderr

@@ -48,7 +48,9 @@ ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg
 #: Pages whose inline Python is not run, and why. Everything else is included from
 #: docs/examples/ (``literalinclude``) and run here.
 NOT_RUN = {
-    "how-to/kafka.md": "no Kafka broker can run on this project's machines",
+    "how-to/sqs.md": "the consumer shown runs in tests/backends/brokers/test_sqs.py, against moto",
+    "how-to/kafka.md": "the consumer shown runs in tests/backends/brokers/test_kafka.py, "
+    "against Tansu",
     "how-to/faststream-celery.md": "application wiring: tests/backends/brokers/test_faststream.py "
     "and test_celery.py run the same wiring in real worker processes on the live brokers",
     "testing-your-handlers.md": "its test runs as written in "

@@ -5,7 +5,8 @@ is SIGKILLed, left down, and restarted (``scripts/servers.sh kill`` / ``restart`
 stream, its own consumer name and account), each consumed in a thread of this process by
 the adapter under test (pika ``BlockingConsumer``, aio-pika ``AsyncConsumer``,
 ``RedisStreamConsumer``, ``AsyncRedisStreamConsumer``, NATS ``consume()``, the FastStream
-``InboxMiddleware`` on RabbitMQ, a Celery ``inbox_task`` in an embedded worker), publishes
+``InboxMiddleware`` on RabbitMQ, a Celery ``inbox_task`` in an embedded worker, the SQS
+``Consumer`` and ``AsyncConsumer`` on moto), publishes
 to every lane at ``rate`` messages per second, kills the database after ``lead`` seconds,
 restarts it ``outage`` seconds later, publishes ``tail`` seconds more, and waits until
 every lane has applied what it was sent. Then it reads the business state: each lane's
@@ -57,6 +58,8 @@ LANES = (
     "celery",
     "store-worker",
     "relay",
+    "sqs",
+    "sqs-async",
 )
 #: The sync and async driver of each database under test.
 DRIVERS = {
@@ -100,6 +103,10 @@ class LaneFigures:
     stopped_early: bool = False
     drain_seconds: float = 0.0
     outage_measured: float = 0.0
+    #: Messages the broker still hid from every receiver when the server came back (the
+    #: SQS lanes: ``ApproximateNumberOfMessagesNotVisible``, the ones the consumer held
+    #: through the outage); None where not measured.
+    hidden_at_restart: int | None = None
 
 
 @dataclass
@@ -203,6 +210,7 @@ class Urls:
     amqp: str
     redis: str
     nats: str
+    sqs: str
 
     @classmethod
     def from_environment(cls, database: str) -> Urls:
@@ -215,6 +223,7 @@ class Urls:
             os.environ["SA_INBOX_TEST_AMQP_URL"],
             os.environ["SA_INBOX_TEST_REDIS_URL"],
             os.environ["SA_INBOX_TEST_NATS_URL"],
+            os.environ["SA_INBOX_TEST_SQS_URL"],
         )
 
 
@@ -266,6 +275,9 @@ class Lane:
         settlements = list(self.settlements)
         counts = [s.delivery.delivery_count for s in settlements]
         return Counter(s.disposition for s in settlements), max(counts, default=0)
+
+    def outage_ending(self) -> None:
+        """Called just before the killed server is restarted (the broker's state then)."""
 
     # specialised by each lane
     def setup(self) -> None: ...
@@ -803,6 +815,149 @@ class RelayLane(Lane):
         self.engine.dispose()
 
 
+class SqsLane(Lane):
+    """The boto3 :class:`~sa_inbox.brokers.sqs.Consumer` on the live moto server, its queue
+    hiding a received message :data:`LEASE` seconds (the heartbeat and the outage gate keep
+    it hidden while held), its own dead-letter queue.
+
+    For a server restart (:meth:`make_queues` again: moto keeps queues in memory) and a
+    message in flight through it: :attr:`paused` makes publishes fail (attempted, not
+    sent); with :attr:`hold_next` set, the next message the handler gets waits in it until
+    :attr:`release` is set (:attr:`holding` says it is there)."""
+
+    name = "sqs"
+
+    def setup(self) -> None:
+        self.client = self.make_client()
+        self.dead = f"{self.token}-dead"
+        self.make_queues()
+        self.paused = threading.Event()
+        self.hold_next = threading.Event()
+        self.holding = threading.Event()
+        self.release = threading.Event()
+
+    def make_client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        from sa_inbox.brokers.sqs import client_options
+
+        config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=2)
+        return boto3.client("sqs", config=config, **client_options(self.urls.sqs))
+
+    def make_queues(self) -> None:
+        """Create the queue and its dead-letter queue (again, after a restart)."""
+        self.client.create_queue(QueueName=self.dead)
+        attributes = {"VisibilityTimeout": str(int(LEASE))}
+        self.url = self.client.create_queue(QueueName=self.token, Attributes=attributes)["QueueUrl"]
+
+    def count(self, *attributes: str) -> int:
+        """The sum of the queue's ``ApproximateNumberOfMessages...`` ``attributes``."""
+        names = [f"ApproximateNumberOfMessages{a}" for a in attributes]
+        reply = self.client.get_queue_attributes(QueueUrl=self.url, AttributeNames=names)
+        return sum(int(n) for n in reply["Attributes"].values())
+
+    def waiting(self) -> int:
+        """Messages the queue holds that no receive took (visible or delayed)."""
+        return self.count("", "Delayed")
+
+    def outage_ending(self) -> None:
+        self.hidden_at_restart = self.count("NotVisible")
+
+    def consumer_options(self) -> dict[str, Any]:
+        return {
+            "consumer_name": self.consumer_name,
+            "inbox": self.ledger.inbox,
+            "dead_letter_queue": self.dead,
+            "visibility_timeout": int(LEASE),
+            "wait_time": 1,
+            "on_settled": self.settled,
+        }
+
+    def consume(self) -> None:
+        from sa_inbox.brokers.sqs import Consumer
+
+        engine = sa.create_engine(self.urls.sync_db)
+        self.consumer = Consumer(
+            self.make_client(),
+            self.token,
+            session_factory=sessionmaker(engine),
+            handler=self.handler,
+            **self.consumer_options(),
+        )
+        try:
+            self.consumer.run()
+        finally:
+            engine.dispose()
+
+    def held(self) -> bool:
+        """Whether this message is the one to hold (the first after :attr:`hold_next`)."""
+        if not self.hold_next.is_set() or self.holding.is_set():
+            return False
+        self.holding.set()
+        return True
+
+    def handler(self, session: Session, delivery: Delivery) -> None:
+        if self.held():
+            self.release.wait(60)
+        super().handler(session, delivery)
+
+    def publish(self, message_id: str) -> None:
+        if self.paused.is_set():
+            raise RuntimeError("publishing paused")
+        self.client.send_message(
+            QueueUrl=self.url,
+            MessageBody="{}",
+            MessageAttributes={"message_id": {"DataType": "String", "StringValue": message_id}},
+        )
+
+    def stop(self) -> None:
+        self.consumer.stop()
+
+    def close(self) -> None:
+        for name in (self.token, self.dead):
+            with contextlib.suppress(Exception):
+                url = self.client.get_queue_url(QueueName=name)["QueueUrl"]
+                self.client.delete_queue(QueueUrl=url)
+
+
+class AsyncSqsLane(_LoopLane, SqsLane):
+    """The aiobotocore :class:`~sa_inbox.brokers.sqs.AsyncConsumer`, as :class:`SqsLane`."""
+
+    name = "sqs-async"
+
+    async def consume_async(self) -> None:
+        from aiobotocore.config import AioConfig
+        from aiobotocore.session import get_session
+
+        from sa_inbox.brokers.sqs import AsyncConsumer, client_options
+
+        engine = create_async_engine(self.urls.async_db)
+        config = AioConfig(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=2)
+        options = client_options(self.urls.sqs)
+        try:
+            async with get_session().create_client("sqs", config=config, **options) as client:
+                self.consumer = AsyncConsumer(
+                    client,
+                    self.token,
+                    session_factory=async_sessionmaker(engine),
+                    handler=self.handler_async,
+                    **self.consumer_options(),
+                )
+                await self.consumer.run()
+        finally:
+            await engine.dispose()
+
+    async def handler_async(self, session: AsyncSession, delivery: Delivery) -> None:
+        if self.held():
+            while not self.release.is_set():
+                await asyncio.sleep(0.05)
+        await super().handler_async(session, delivery)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.consumer.stop)
+
+
 LANE_TYPES: dict[str, type[Lane]] = {
     lane.name: lane
     for lane in (
@@ -815,6 +970,8 @@ LANE_TYPES: dict[str, type[Lane]] = {
         CeleryLane,
         StoreWorkerLane,
         RelayLane,
+        SqsLane,
+        AsyncSqsLane,
     )
 }
 
@@ -925,6 +1082,7 @@ def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -
             time.sleep(settings.lead)
             if settings.at_start:
                 time.sleep(max(0.0, killed_at + settings.outage - time.monotonic()))
+                _outage_ending(lanes)
                 servers_sh("restart", directory, settings.killed)
             elif settings.disrupt is not None:
                 killed_at = time.monotonic()
@@ -934,6 +1092,7 @@ def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -
                 killed_at = time.monotonic()
                 servers_sh("kill", directory, settings.killed)
                 time.sleep(settings.outage)
+                _outage_ending(lanes)
                 servers_sh("restart", directory, settings.killed)
             restarted_at = time.monotonic()
             time.sleep(settings.tail)
@@ -977,6 +1136,14 @@ def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -
             with contextlib.suppress(Exception):
                 lane.close()
         ledger.drop()
+
+
+def _outage_ending(lanes: list[Lane]) -> None:
+    for lane in lanes:
+        try:
+            lane.outage_ending()
+        except Exception as exc:  # a measure, not the run
+            logger.warning("lane %s: outage_ending failed: %s", lane.name, exc)
 
 
 def _publish_steadily(
@@ -1053,6 +1220,7 @@ def _figures(
         tracebacks=len(tracebacks),
         drain_seconds=round(drain, 2),
         outage_measured=round(measured, 2),
+        hidden_at_restart=getattr(lane, "hidden_at_restart", None),
     )
 
 

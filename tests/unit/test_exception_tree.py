@@ -23,6 +23,8 @@ LAB = ("sa_inbox.bench", "sa_inbox.chaos", "sa_inbox.demo", "sa_inbox.cli")
 PRIVATE = {
     # the reconnect loop's signal that aio-pika's queue iterator ended; caught by it
     ("sa_inbox.brokers.rabbitmq.aio", "_ChannelEnded"),
+    # the Kafka poll's signal that one record's handler failed; caught by the poll runner
+    ("sa_inbox.brokers.kafka.poll", "_HandlerFailed"),
 }
 
 ENTRY = re.compile(r"^(?P<indent> *)(?P<name>\w+)(?: \[(?P<bases>[\w, ]+)\])?$")

@@ -33,6 +33,8 @@ PACKAGE = Path(sa_inbox.__file__).parent
 #: an asyncio adapter (its AsyncSession needs it). SQLAlchemy 2.1 does not install it.
 GREENLET_EXTRAS = {
     "asyncio", "asyncpg", "aiomysql", "aiosqlite", "rabbitmq", "redis", "nats", "faststream",
+    "kafka",
+    "sqs",
 }  # fmt: skip
 
 

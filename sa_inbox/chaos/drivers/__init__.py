@@ -93,11 +93,19 @@ class ChaosDriver(abc.ABC):
 
 
 #: URL scheme → module (under this package) whose ``Driver(url)`` is the driver.
-SCHEMES = {"amqp": "rabbitmq", "amqps": "rabbitmq", "redis": "redis", "nats": "nats"}
+SCHEMES = {
+    "amqp": "rabbitmq",
+    "amqps": "rabbitmq",
+    "redis": "redis",
+    "nats": "nats",
+    "kafka": "kafka",
+    "sqs": "sqs",
+    "sqss": "sqs",
+}
 
 
 def driver_for(url: str) -> ChaosDriver:
-    """The driver for a broker URL (``amqp://``, ``redis://``, ``nats://``).
+    """The driver for a broker URL (``amqp://``, ``redis://``, ``nats://``, ``sqs://``).
 
     :raises UnsupportedBroker: for another scheme.
     :raises ImportError: if the broker's client library (its extra) is not installed.

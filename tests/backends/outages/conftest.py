@@ -16,7 +16,7 @@ from tests.conftest import BROKER_URL_VARIABLES, URL_VARIABLES
 from tests.support.servers import own_servers
 
 #: The servers the lanes need: both databases and every broker.
-SERVERS = ("postgresql", "mysql", "rabbitmq", "redis", "nats")
+SERVERS = ("postgresql", "mysql", "rabbitmq", "redis", "nats", "kafka", "sqs")
 
 
 @pytest.fixture(scope="package")

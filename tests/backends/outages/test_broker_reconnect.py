@@ -10,13 +10,15 @@ unsettled comes back once, counted by the broker), and, for sa-inbox's own consu
 WARNING when the connection was lost and one INFO when it was made again. FastStream and
 Celery reconnect by their frameworks' own means (aio-pika's ``connect_robust``, kombu). And
 a pika or aio-pika consumer whose handler blocks past the heartbeat gets its connection
-closed by RabbitMQ, and reconnects.
+closed by RabbitMQ, and reconnects. moto, SQS's emulator, is SIGKILLed while the SQS
+consumers hold a message in their handler, and restarted: they reconnect.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,12 +28,15 @@ from sqlalchemy.orm import Session
 from sa_inbox.brokers import Delivery
 from tests.support.db_outage import (
     AioPikaLane,
+    AsyncSqsLane,
     Lane,
     LaneFigures,
     Outage,
     PikaLane,
+    SqsLane,
     rabbitmqctl,
     run_outage,
+    servers_sh,
 )
 
 pytestmark = [
@@ -46,7 +51,7 @@ RATE = 10.0
 DOWN = 3.0
 #: The lanes of each broker, and which of them are sa-inbox's own consumers.
 RABBITMQ_LANES = ("pika", "aio-pika", "faststream", "celery")
-OWN = {"pika", "aio-pika", "redis", "redis-async", "nats"}
+OWN = {"pika", "aio-pika", "redis", "redis-async", "nats", "sqs", "sqs-async"}
 
 
 def check_reconnected(figures: list[LaneFigures], *, losses: int) -> None:
@@ -144,3 +149,76 @@ def test_a_consumer_blocked_past_its_heartbeat_reconnects(server_dir: Path, brok
     figures = run_outage(settings, types)
     check_reconnected(figures, losses=1)
     assert all((f.connection_losses, f.duplicates) == (1, 1) for f in figures), figures
+
+
+#: Seconds the restart test waits for a step (a message in the handler, the queue drained).
+STEP = 30.0
+
+
+def wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + STEP
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {STEP} s: {what}"
+        time.sleep(0.05)
+
+
+def restart_moto(server_dir: Path, lanes: list[SqsLane]) -> Callable[[], None]:
+    """The disruption: with a message in each lane's handler and nothing else waiting in
+    its queue (publishing paused), moto is SIGKILLed; the handlers go on (they commit, and
+    the deletes find no server); moto is restarted after :data:`DOWN` seconds, empty, and
+    the queues are made again (as a deployment would), then publishing resumes.
+
+    moto keeps its queues in memory: a message it held unreceived at the kill would be
+    gone, which SQS never does; hence the drained queue at the kill."""
+
+    def disrupt() -> None:
+        for lane in lanes:
+            lane.hold_next.set()
+        wait_for(lambda: all(lane.holding.is_set() for lane in lanes), "a message held")
+        for lane in lanes:
+            lane.paused.set()
+        wait_for(lambda: all(lane.waiting() == 0 for lane in lanes), "the queues drained")
+        servers_sh("kill", str(server_dir), "sqs")
+        for lane in lanes:
+            lane.release.set()
+        time.sleep(DOWN)
+        servers_sh("restart", str(server_dir), "sqs")
+        for lane in lanes:
+            lane.make_queues()
+            lane.paused.clear()
+
+    return disrupt
+
+
+def test_moto_killed_and_restarted_under_the_sqs_consumers(server_dir: Path, brokers: None) -> None:
+    """Each SQS consumer holds a message in its handler when moto dies: it commits, its
+    delete fails, the loss is logged once (WARNING), the consumer reconnects with back-off
+    (the queue missing after the restart is part of the loss) and applies every message
+    published after it, once. No receive was made twice: moto lost what it held, and
+    nothing it held was waiting (every ``ApproximateReceiveCount`` 1)."""
+    made: list[SqsLane] = []
+
+    def registered(lane_type: type[SqsLane]) -> type[Lane]:
+        class Registered(lane_type):  # type: ignore[valid-type,misc]
+            def setup(self) -> None:
+                super().setup()
+                made.append(self)
+
+        return Registered
+
+    types = {"sqs": registered(SqsLane), "sqs-async": registered(AsyncSqsLane)}
+    settings = Outage(
+        "postgresql",
+        server_dir,
+        lanes=tuple(types),
+        rate=RATE,
+        outage=DOWN,
+        disrupt=restart_moto(server_dir, made),
+    )
+    figures = run_outage(settings, types)
+    check_reconnected(figures, losses=1)
+    for lane in figures:
+        assert lane.connection_losses == lane.reconnections == 1, lane
+        assert lane.max_delivery_count == 1, lane
+        # publishing went on after the restart
+        assert lane.published > RATE * DOWN, lane

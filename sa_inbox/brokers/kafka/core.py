@@ -1,0 +1,373 @@
+"""What the sync and asyncio Kafka consumers share: the options, the start-up check, the
+keyless records, one poll's settlement and the offsets it lets the consumer commit.
+
+The clients differ (confluent-kafka's ``Consumer`` on a thread, aiokafka's
+``AIOKafkaConsumer`` on an event loop); everything between the fetched records and the
+offsets to commit is here, in synchronous code (the asyncio consumer runs it in a
+greenlet): :meth:`ConsumerCore.settle` takes one poll's :class:`~.records.Record` list and
+returns a :class:`Settled` (the settlements, each partition's next offset, the partitions
+to seek back to a record to retry).
+
+**Offsets.** A partition's offset is committed only after the poll's database transaction
+committed, once per poll and partition, as a contiguous watermark: past every record of the
+poll, never past a record to retry (its partition is sought back to it, so it is fetched
+again with the records behind it, which are then duplicates) nor past a keyless record held
+until the adapter knows whether the run of them is the producer's or the consumer's (see
+:mod:`sa_inbox.brokers.keys`). Commits are made only for partitions still assigned under
+the assignment the records were fetched in (:class:`Assignment`): a rebalance in between
+leaves their progress to their new owner, who fetches them again (duplicates).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from ...claim import Inbox
+from ...exc import InvalidArgument, MissingKeyHeader
+from ...readiness import check_ready, check_ready_async
+from ...validation import positive_int, positive_seconds
+from ..delivery import DeadLetterReason, Delivery, Settlement
+from ..keys import DEFAULT_MAX_KEYLESS, check_max_keyless
+from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, _detail, _refuse_unkeyed, _reporting
+from ..process import _settled as _log_settled
+from ..startup import Readiness, check_consumer
+from .poll import PollRunner, next_offsets
+from .records import DEFAULT_KEY_HEADER, Record, check_key_header
+from .schema import KafkaTables, kafka_tables
+from .state import Attempts, Offsets
+
+__all__ = [
+    "DEAD_LETTER_DETAIL",
+    "DEAD_LETTER_MESSAGE_ID",
+    "DEAD_LETTER_OFFSET",
+    "DEAD_LETTER_PARTITION",
+    "DEAD_LETTER_REASON",
+    "DEAD_LETTER_SUFFIX",
+    "DEAD_LETTER_TOPIC",
+    "DEFAULT_MAX_RECORDS",
+    "DEFAULT_POLL_TIMEOUT",
+    "OFFSETS",
+    "Assignment",
+    "ConsumerCore",
+    "KafkaReadiness",
+    "Settled",
+    "dead_letter_headers",
+]
+
+logger = logging.getLogger("sa_inbox.brokers.kafka")
+
+Position = tuple[str, int]
+
+#: Records fetched per poll at most (one transaction each).
+DEFAULT_MAX_RECORDS = 500
+#: Seconds one fetch waits for records (a stop is seen within it).
+DEFAULT_POLL_TIMEOUT = 1.0
+#: Where the group's offsets are kept: ``"kafka"`` (committed to the group coordinator
+#: after the database commit) or ``"database"`` (stored in the claim's transaction too, and
+#: sought to on assignment).
+OFFSETS = ("kafka", "database")
+#: The default dead-letter topic of topic ``t``: ``t`` + this.
+DEAD_LETTER_SUFFIX = ".dead"
+
+#: Headers a dead letter carries besides the original's.
+DEAD_LETTER_REASON = "sa-inbox-dead-letter-reason"
+DEAD_LETTER_DETAIL = "sa-inbox-dead-letter-detail"
+DEAD_LETTER_MESSAGE_ID = "sa-inbox-message-id"
+DEAD_LETTER_TOPIC = "sa-inbox-topic"
+DEAD_LETTER_PARTITION = "sa-inbox-partition"
+DEAD_LETTER_OFFSET = "sa-inbox-offset"
+
+
+def dead_letter_headers(
+    record: Record, reason: DeadLetterReason, detail: str
+) -> list[tuple[str, str | bytes | None]]:
+    """The dead letter's headers: the original's, then the reason, the detail, the
+    producer's key (when it had one) and where the record was (topic, partition, offset)."""
+    added = {
+        DEAD_LETTER_REASON: reason.value,
+        DEAD_LETTER_DETAIL: detail,
+        DEAD_LETTER_TOPIC: record.topic,
+        DEAD_LETTER_PARTITION: str(record.partition),
+        DEAD_LETTER_OFFSET: str(record.offset),
+    }
+    if record.delivery.message_id is not None:
+        added[DEAD_LETTER_MESSAGE_ID] = record.delivery.message_id
+    kept: list[tuple[str, str | bytes | None]] = [
+        (name, value) for name, value in record.headers if name not in added
+    ]
+    return kept + [(name, value.encode()) for name, value in added.items()]
+
+
+@dataclass(frozen=True)
+class KafkaReadiness(Readiness):
+    """The start-up check of :class:`~sa_inbox.brokers.startup.Readiness`, plus the
+    adapter's own tables (:mod:`.schema`)."""
+
+    tables: tuple[sa.Table, ...] = ()
+
+    def check(self) -> None:
+        super().check()
+        check_ready(self.session_factory, self.tables, entry=self.entry)
+
+    async def check_async(self) -> None:
+        await super().check_async()
+        await check_ready_async(self.session_factory, self.tables, entry=self.entry)
+
+
+@dataclass
+class Assignment:
+    """The partitions a consumer owns now, and the number of the assignment (each
+    revocation and assignment makes a new one)."""
+
+    owned: set[Position] = field(default_factory=set)
+    epoch: int = 0
+
+    def assigned(self, positions: Iterable[Position]) -> None:
+        self.owned |= set(positions)
+        self.epoch += 1
+
+    def revoked(self, positions: Iterable[Position]) -> None:
+        self.owned -= set(positions)
+        self.epoch += 1
+
+    def committable(self, epoch: int, offsets: Mapping[Position, int]) -> dict[Position, int]:
+        """The offsets of ``offsets`` that may be committed: none if the assignment changed
+        since ``epoch`` (when the records were fetched), else those of partitions owned."""
+        if epoch != self.epoch:
+            return {}
+        return {p: o for p, o in offsets.items() if p in self.owned}
+
+
+@dataclass
+class Settled:
+    """One poll's outcome for the consumer's edge.
+
+    :param settlements: each record's settlement (reported already).
+    :param commit: partition -> next offset, to commit to the group.
+    :param seek: partition -> offset to fetch from again (a record to retry, or the first
+        keyless record given back).
+    """
+
+    settlements: list[Settlement] = field(default_factory=list)
+    commit: dict[Position, int] = field(default_factory=dict)
+    seek: dict[Position, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Keyless:
+    """The keyless records held across polls (:mod:`sa_inbox.brokers.keys`'s rule, on
+    Kafka: a held record's partition is committed up to it only)."""
+
+    limit: int | None
+    held: list[Record] = field(default_factory=list)
+
+    def first_held(self) -> dict[Position, int]:
+        firsts: dict[Position, int] = {}
+        for record in self.held:
+            firsts.setdefault(record.position, record.offset)
+        return firsts
+
+    def drop(self, positions: Iterable[Position]) -> None:
+        lost = set(positions)
+        self.held = [r for r in self.held if r.position not in lost]
+
+
+class ConsumerCore:
+    """The options and the poll settlement of one Kafka consumer (see the module).
+
+    The parameters are those of :class:`~sa_inbox.brokers.kafka.AsyncConsumer` and
+    :class:`~sa_inbox.brokers.kafka.Consumer`; ``asynchronous`` says which.
+
+    :raises ConfigurationError: as each consumer documents.
+    """
+
+    asynchronous = False
+
+    def __init__(
+        self,
+        topics: str | Sequence[str],
+        *,
+        group_id: str,
+        session_factory: Callable[[], Any],
+        inbox: Inbox | Any,
+        handler: Callable[[Any, Delivery], Any],
+        consumer_name: str | None = None,
+        key_header: str = DEFAULT_KEY_HEADER,
+        dead_letter_topic: str | None = None,
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
+        on_settled: OnSettled | None = None,
+        offsets: Literal["kafka", "database"] = "kafka",
+        max_records: int = DEFAULT_MAX_RECORDS,
+        poll_timeout: float = DEFAULT_POLL_TIMEOUT,
+    ) -> None:
+        entry = f"{type(self).__name__}()"
+        self.entry = entry
+        self.topics = _topics(topics, entry)
+        if not isinstance(group_id, str) or not group_id:
+            raise InvalidArgument(f"{entry}: group_id must be a non-empty string")
+        self.group_id = group_id
+        self.consumer_name = consumer_name or group_id
+        readiness = check_consumer(
+            entry,
+            session_factory=session_factory,
+            inbox=inbox,
+            handler=handler,
+            consumer_name=self.consumer_name,
+            max_deliveries=max_deliveries,
+            asynchronous=self.asynchronous,
+        )
+        self.key_header = check_key_header(key_header, entry=entry)
+        if offsets not in OFFSETS:
+            raise InvalidArgument(f"{entry}: offsets must be one of {OFFSETS}, not {offsets!r}")
+        if dead_letter_topic is not None and (
+            not isinstance(dead_letter_topic, str) or dead_letter_topic in self.topics
+        ):
+            raise InvalidArgument(
+                f"{entry}: dead_letter_topic must be a topic name other than the consumed "
+                f"ones, not {dead_letter_topic!r}"
+            )
+        self.dead_letter_topic = dead_letter_topic
+        self.max_records = positive_int(max_records, "max_records", InvalidArgument)
+        self.poll_timeout = positive_seconds(poll_timeout, "poll_timeout", InvalidArgument)
+        self.max_deliveries = max_deliveries
+        self.inbox: Inbox = readiness.inbox
+        self.tables: KafkaTables = kafka_tables(self.inbox)
+        self.offsets_in_database = offsets == "database"
+        used = [self.tables.attempts, *([self.tables.offsets] if self.offsets_in_database else [])]
+        self.readiness = KafkaReadiness(**vars(readiness), tables=tuple(used))
+        self.session_factory = session_factory
+        self.handler = handler
+        self.on_settled = _reporting(self.inbox, self.consumer_name, on_settled)
+        self.attempts = Attempts(self.tables, self.consumer_name)
+        self.offsets = (
+            Offsets(self.tables, self.consumer_name) if self.offsets_in_database else None
+        )
+        self.assignment = Assignment()
+        self._keyless = _Keyless(check_max_keyless(max_keyless, entry=entry))
+
+    # -- names -----------------------------------------------------------------------
+
+    def dead_letter_topic_of(self, record: Record) -> str:
+        """Where ``record``'s dead letter goes: ``dead_letter_topic``, or
+        ``<topic>.dead``."""
+        return self.dead_letter_topic or f"{record.topic}{DEAD_LETTER_SUFFIX}"
+
+    # -- one poll ----------------------------------------------------------------------
+
+    def settle(self, records: Sequence[Record], runner: PollRunner) -> Settled:
+        """Settle one poll (the records of partitions owned when they were fetched), in
+        fetch order; an empty poll settles the keyless records held (a short run).
+
+        :raises MissingKeyHeader: when ``max_keyless`` keyless records come in a row: none
+            of them is dead-lettered, nothing of the poll is committed, and their
+            partitions are to be sought back (the consumer stops; a consumer started again
+            fetches them from the last committed offsets).
+        :raises ConfigurationError, DatabaseUnavailable: from the poll's transaction.
+        """
+        streak = self._keyless
+        flushed: list[Record] = []
+        keyed: list[Record] = []
+        settled: list[Settlement] = []
+        for record in records:
+            delivery = record.delivery
+            if streak.limit is not None and delivery.message_id is None:
+                streak.held.append(record)
+                if len(streak.held) >= streak.limit:
+                    self._give_back()
+                continue
+            rejected = _refuse_unkeyed(
+                delivery, self.inbox, self.consumer_name, self.max_deliveries
+            )
+            if streak.held:  # a keyed record after them: a short run, the producer's
+                flushed += streak.held
+                streak.held = []
+            if rejected is None:
+                keyed.append(record)
+            else:
+                settled.append(self._dead_letter_now(record, rejected, runner))
+        if not records and streak.held:
+            flushed, streak.held = streak.held, []
+        for record in flushed:
+            rejected = _refuse_unkeyed(
+                record.delivery, self.inbox, self.consumer_name, self.max_deliveries
+            )
+            assert rejected is not None  # keyless
+            settled.append(self._dead_letter_now(record, rejected, runner))
+        everything = [*flushed, *records]
+        held = streak.first_held()
+        result = runner.run(keyed, everything, held)
+        settled += result.settlements()
+        for settlement in settled:
+            _log_settled(settlement, self.on_settled)
+        commit = next_offsets(everything, result.retried, held)
+        seek = {r.position: r.offset for r in reversed(result.retried)}
+        return Settled(settled, commit, seek)
+
+    def _give_back(self) -> None:
+        streak = self._keyless
+        error = MissingKeyHeader(
+            self.key_header,
+            len(streak.held),
+            _carried(streak.held),
+            _wrong(streak.held, self.key_header),
+        )
+        streak.held = []
+        raise error
+
+    def _dead_letter_now(
+        self, record: Record, settlement: Settlement, runner: PollRunner
+    ) -> Settlement:
+        """Publish ``record``'s dead letter (rule 1: no valid key), awaiting the broker."""
+        assert settlement.reason is not None
+        runner.dead_letter(record, settlement.reason, _detail(settlement))
+        return settlement
+
+    # -- the records' owners -----------------------------------------------------------
+
+    def revoked(self, positions: Iterable[Position]) -> None:
+        """Partitions taken away: held keyless records of theirs are dropped (their new
+        owner fetches them again); offsets fetched before are no longer committed."""
+        positions = set(positions)
+        self._keyless.drop(positions)
+        self.assignment.revoked(positions)
+
+    def assigned(self, positions: Iterable[Position]) -> None:
+        self.assignment.assigned(positions)
+
+    def stored_offsets(
+        self, session: Session, positions: Iterable[Position]
+    ) -> dict[Position, int]:
+        """``offsets="database"``: the stored next offset of each assigned partition that
+        has one (the consumer seeks there)."""
+        assert self.offsets is not None
+        return self.offsets.read(session, set(positions))
+
+
+def _carried(records: Sequence[Record]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for record in records:
+        for name in record.delivery.headers:
+            counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
+def _wrong(records: Sequence[Record], key_header: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for record in records:
+        if record.delivery.key_error is not None:
+            counts["bytes"] = counts.get("bytes", 0) + 1
+    return counts
+
+
+def _topics(topics: object, entry: str) -> tuple[str, ...]:
+    names = (topics,) if isinstance(topics, str) else tuple(topics)  # type: ignore[arg-type]
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise InvalidArgument(f"{entry}: topics must be a topic name or a list of them")
+    return names
