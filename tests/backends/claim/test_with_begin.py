@@ -86,6 +86,27 @@ class Wire:
             finally:
                 driver_connection.pgconn.untrace()
 
+    @contextmanager
+    def checkouts(self, engine: sa.Engine) -> Iterator[None]:
+        """Trace every connection ``engine``'s pool checks out meanwhile."""
+        traced: list[Any] = []
+
+        def trace(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+            traced.append(dbapi_connection)
+            dbapi_connection.pgconn.trace(sink.fileno())
+            dbapi_connection.pgconn.set_trace_flags(
+                psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE
+            )
+
+        with self.path.open("w") as sink:
+            event.listen(engine, "checkout", trace)
+            try:
+                yield
+            finally:
+                event.remove(engine, "checkout", trace)
+                for dbapi_connection in traced:
+                    dbapi_connection.pgconn.untrace()
+
     def round_trips(self) -> list[list[str]]:
         """Per round trip, what the client sent: ``Parse`` and ``Query`` messages with the
         statement's first word, and ``Bind`` to one of sa-inbox's prepared statements as
@@ -181,25 +202,10 @@ def test_the_session_extension_and_handle_send_it_with_begin(pg_app: App, wire: 
     def pay(session: Session) -> None:
         pg_app.apply_payment(session, "pay-handle", 2, AMOUNT)
 
-    traced: list[Any] = []
-
-    def trace_checkout(dbapi_connection: Any, record: Any, proxy: Any) -> None:
-        traced.append(dbapi_connection)
-        dbapi_connection.pgconn.trace(sink.fileno())
-        dbapi_connection.pgconn.set_trace_flags(
-            psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE
+    with wire.checkouts(pg_app.engine):
+        result = handle(
+            pg_app.Session, pg_app.inbox, "pay-handle", CONSUMER, pay, ack=_ok, nack=_ok
         )
-
-    with wire.path.open("w") as sink:
-        event.listen(pg_app.engine, "checkout", trace_checkout)
-        try:
-            result = handle(
-                pg_app.Session, pg_app.inbox, "pay-handle", CONSUMER, pay, ack=_ok, nack=_ok
-            )
-        finally:
-            event.remove(pg_app.engine, "checkout", trace_checkout)
-            for dbapi_connection in traced:
-                dbapi_connection.pgconn.untrace()
     assert result.outcome is Outcome.PROCESSED
     # the owner check's transaction first (once per process and name), then the delivery
     assert any(with_begin(trip) for trip in wire.round_trips())
@@ -209,6 +215,27 @@ def test_the_session_extension_and_handle_send_it_with_begin(pg_app: App, wire: 
 
 def _ok() -> None:
     return None
+
+
+def test_a_duplicate_through_handle_sends_nothing_after_the_claim(pg_app: App, wire: Wire) -> None:
+    ran: list[str] = []
+
+    def pay(session: Session) -> None:
+        ran.append("pay-1")
+        pg_app.apply_payment(session, "pay-1", 1, AMOUNT)
+
+    first = handle(pg_app.Session, pg_app.inbox, "pay-1", CONSUMER, pay, ack=_ok, nack=_ok)
+    with wire.checkouts(pg_app.engine):
+        second = handle(pg_app.Session, pg_app.inbox, "pay-1", CONSUMER, pay, ack=_ok, nack=_ok)
+    assert (first.outcome, second.outcome) == (Outcome.PROCESSED, Outcome.DUPLICATE)
+    assert ran == ["pay-1"]  # the duplicate ran no handler
+    trips = wire.round_trips()
+    claim = next(i for i, trip in enumerate(trips) if with_begin(trip))
+    # the claim that skipped, then the transaction's end (it holds nothing): no business
+    # statement on the wire
+    assert trips[claim + 1 :] in ([["Query COMMIT"]], [["Query ROLLBACK"]])
+    assert pg_app.ledger_rows("pay-1") == 1 and pg_app.balance(1) == AMOUNT
+    assert pg_app.inbox_rows() == 1
 
 
 def test_the_store_receive_goes_with_begin(pg_engine: sa.Engine, wire: Wire) -> None:
