@@ -1,36 +1,26 @@
 """The claim sent with its transaction's ``BEGIN``, in one round trip (psycopg 3).
 
-psycopg 3 opens a transaction by sending ``BEGIN`` on its own before the transaction's first
-statement and waiting for the server's answer, pipeline mode included (psycopg's
-``Connection.pipeline()`` syncs after the ``BEGIN``); so a claim that opens its transaction
-costs two round trips, the ``BEGIN``'s and its own. libpq's pipeline mode (PostgreSQL
-manual, "libpq - C Library", "Pipeline Mode") lets a client send several statements before
-reading any answer: :meth:`WithBegin.send` sends psycopg's own ``BEGIN`` text (with the
-connection's isolation level, read-only and deferrable settings), the claim's ``INSERT …
-ON CONFLICT DO NOTHING`` with its values bound as parameters (``PQsendQueryParams``, never
-quoted into the text), and a ``Sync``, in one write, then reads the three answers: one round
-trip. Claim-first order is kept: the claim is the transaction's first statement and its
-answer (inserted or skipped) is read before anything else is sent.
+psycopg 3 sends ``BEGIN`` as a round trip of its own before a transaction's first statement.
+:meth:`WithBegin.send` uses libpq's pipeline mode (PostgreSQL manual, "libpq", "Pipeline
+Mode") to send psycopg's own ``BEGIN`` text (the connection's isolation level, read-only
+and deferrable settings), the claim's ``INSERT … ON CONFLICT DO NOTHING`` with its values
+bound as parameters (never quoted into the text) and a ``Sync`` in one write, then reads
+the answers. The claim stays the transaction's first statement, its answer read before
+anything else is sent.
 
-It is used only where it sends exactly what psycopg would have sent, in the same order
-(:meth:`WithBegin.runs_on`): a synchronous psycopg 3 connection on libpq 14 or newer, not in
-autocommit, whose transaction has sent nothing yet (libpq reports it idle) and which is not
-in pipeline mode already. Everywhere else (psycopg's asyncio connection, psycopg2, asyncpg,
-other backends, a transaction that already ran a statement) the claim takes the usual path:
-one statement, after the driver's own ``BEGIN`` where the driver sends one.
+Only where that is exactly what psycopg would have sent (:meth:`WithBegin.runs_on`): a
+synchronous psycopg 3 connection on libpq 14 or newer, not in autocommit, not in pipeline
+mode, whose transaction has sent nothing yet. Elsewhere (psycopg's asyncio connection,
+psycopg2, asyncpg, other backends, a transaction that already ran a statement) the claim
+is one statement after the driver's own ``BEGIN``, as ever.
 
-If the server answers with an error (a missing table, a lock timeout, a serialization
-failure), it is raised as the psycopg exception psycopg itself builds from that answer, and
-the transaction is left failed, as after psycopg's own execute: SQLAlchemy wraps and the
-claim dialect classifies it exactly as on the usual path. A failure of the connection
-itself (reset, closed) is raised by psycopg as it happens, and SQLAlchemy invalidates the
-connection as for any statement.
-
-The exchange runs inside SQLAlchemy's execution of the claim (a ``do_execute`` dialect event,
-SQLAlchemy docs, "Core Events", ``DialectEvents.do_execute``), asked for by the execution
-option :data:`OPTION`: the statement's events, logging and error wrapping are SQLAlchemy's.
-Its psycopg cursor runs nothing, so its ``rowcount`` is -1; an ``after_cursor_execute``
-listener that counts written rows reads :func:`statement_rowcount` instead.
+A server error (missing table, lock timeout, serialization failure) is raised as the
+exception psycopg builds from that answer, the transaction left failed as after psycopg's
+own execute, so SQLAlchemy wraps it and the claim dialect classifies it as on the usual
+path. The exchange runs inside SQLAlchemy's execution of the claim (a ``do_execute``
+dialect event, asked for by the execution option :data:`OPTION`): events, logging, error
+wrapping and invalidation are SQLAlchemy's. The claim's psycopg cursor runs nothing:
+``after_cursor_execute`` listeners read its row count with :func:`statement_rowcount`.
 """
 
 from __future__ import annotations
