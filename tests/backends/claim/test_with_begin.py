@@ -11,6 +11,7 @@ to it: the values stay bound, the error path, the connection's state after it.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import threading
 import time
@@ -24,9 +25,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from sa_inbox import Inbox, InboxStore, Outcome, handle, install, register_claim
+from sa_inbox.asyncio import AsyncInbox
 from sa_inbox.claim import statement_rowcount
 from sa_inbox.dialects.base import sqlstate_of
 from sa_inbox.exc import InvalidArgument, MissingTable, TransientClaimError
@@ -176,6 +179,31 @@ def test_without_it_the_claim_is_a_round_trip_of_its_own(pg_engine: sa.Engine, w
     assert trips[1] == ["Parse INSERT"]
     assert len(trips) == 5
     app.drop()
+
+
+def test_psycopg_asyncio_keeps_the_usual_path(pg_app: App, wire: Wire) -> None:
+    """psycopg's AsyncConnection: ``BEGIN`` is a round trip of its own, then the claim."""
+    engine = create_async_engine(pg_app.engine.url.set(drivername="postgresql+psycopg_async"))
+    inbox = AsyncInbox(pg_app.inbox)
+
+    async def deliver() -> list[bool]:
+        claimed = []
+        try:
+            async with engine.connect() as conn:
+                raw = await conn.get_raw_connection()
+                with wire.traced(raw.driver_connection):
+                    for _ in range(2):
+                        async with conn.begin():
+                            claimed.append(await inbox.claim(conn, "pay-1", CONSUMER))
+        finally:
+            await engine.dispose()
+        return claimed
+
+    assert asyncio.run(deliver()) == [True, False]
+    trips = wire.round_trips()
+    assert trips[:2] == [["Query BEGIN"], ["Parse INSERT"]]
+    assert not any(with_begin(trip) for trip in trips)
+    assert pg_app.inbox_rows() == 1
 
 
 def test_a_claim_after_a_statement_takes_the_usual_path(pg_app: App, wire: Wire) -> None:
