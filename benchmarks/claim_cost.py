@@ -10,7 +10,9 @@ machine:
 * ``core``, ``core+claim``, ``core+claim (no BEGIN)``: a Core ``Connection``, without the
   claim, with ``inbox.claim()`` (sent with ``BEGIN`` where the driver allows it: psycopg
   3), and with an Inbox made with ``send_with_begin=False`` (one statement after the
-  driver's own ``BEGIN``: the Python cost alone);
+  driver's own ``BEGIN``: the Python cost alone); ``core+SELECT 1``: the claim's place
+  taken by ``conn.exec_driver_sql("SELECT 1")``, what any one statement costs through
+  SQLAlchemy's ``Connection``;
 * ``session``, ``session+guard``: a Session on that connection, ``with session.begin():``
   against sa-inbox's guarded transaction (:func:`sa_inbox.guard.owned_transaction`, what
   ``handle()`` runs a handler in), both with the Core statements.
@@ -19,8 +21,9 @@ Per way: the median wall time and the median client CPU (``time.process_time``) 
 transaction. The figures, per repeat and then their median over ``--repeat`` repeats:
 what the claim adds to Core's transaction minus what it adds to the raw driver's (the
 claim's own cost over the raw driver's round trip), with and without ``BEGIN``, wall and
-CPU; and the guarded transaction over the plain one. ``/proc/loadavg`` is sampled. Prints a
-table; writes ``benchmarks/results/claim_cost-<backend>.json``::
+CPU; the claim over ``SELECT 1`` in its place; and the guarded transaction over the plain
+one. ``/proc/loadavg`` is sampled. Prints a table; writes
+``benchmarks/results/claim_cost-<backend>.json``::
 
     python -m benchmarks.claim_cost --url "$SA_INBOX_TEST_POSTGRESQL_URL" --messages 2000 --repeat 5
 """
@@ -80,6 +83,11 @@ def ways(without_begin: Inbox) -> dict[str, Way]:
             if without_begin.claim(ctx.conn, message_id, CONSUMER):
                 _business_core(ctx, message_id)
 
+    def core_select_one(ctx: Context, message_id: str) -> None:
+        with ctx.conn.begin():
+            ctx.conn.exec_driver_sql("SELECT 1")
+            _business_core(ctx, message_id)
+
     def session_plain(ctx: Context, message_id: str) -> None:
         with Session(bind=ctx.conn) as session, session.begin():
             _business(session, ctx, message_id)
@@ -94,6 +102,7 @@ def ways(without_begin: Inbox) -> dict[str, Way]:
         "core": core_plain,
         "core+claim": core_claim,
         "core+claim (no BEGIN)": core_claim_without_begin,
+        "core+SELECT 1": core_select_one,
         "session": session_plain,
         "session+guard": session_guarded,
     }
@@ -170,6 +179,7 @@ def figures(m: dict[str, dict[str, float]]) -> dict[str, float]:
         out[f"core_without_begin_added_{kind}"] = plain_added
         out[f"core_over_raw_{kind}"] = core_added - raw_added
         out[f"core_without_begin_over_raw_{kind}"] = plain_added - raw_added
+        out[f"core_over_select_one_{kind}"] = m["core+claim"][kind] - m["core+SELECT 1"][kind]
         out[f"guard_ratio_{kind}"] = m["session+guard"][kind] / m["session"][kind]
     return out
 
@@ -246,6 +256,7 @@ def table(results: dict[str, Any]) -> Table:
         ("Core: the claim adds (send_with_begin=False)", "core_without_begin_added"),
         ("**Core's claim over raw's** (with BEGIN)", "core_over_raw"),
         ("Core's claim over raw's (send_with_begin=False)", "core_without_begin_over_raw"),
+        ("Core's claim over a SELECT 1 in its place", "core_over_select_one"),
     ]
     for label, key in rows:
         out.add_row(label, cell(f"{key}_wall_us"), cell(f"{key}_cpu_us"))

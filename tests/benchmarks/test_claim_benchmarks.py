@@ -38,6 +38,8 @@ def test_claim_cost_runs(url: str, tmp_path: Path) -> None:
     args = argparse.Namespace(url=url, messages=3, warmup=1, repeat=1, out=tmp_path / "c.json")
     results = claim_cost.main(args)
     assert results["scenario"] == "claim_cost"
-    assert {"raw", "raw+claim", "core", "core+claim", "session+guard"} <= set(results["ways"])
+    assert {"raw", "raw+claim", "core", "core+claim", "core+SELECT 1", "session+guard"} <= set(
+        results["ways"]
+    )
     assert "core_over_raw_wall_us" in results["summary"]
     assert results["loadavg"]["samples_1min"]
