@@ -50,7 +50,6 @@ import json
 import os
 import platform
 import statistics
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -65,6 +64,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from benchmarks.loadavg import LoadSampler, read_loadavg
 from sa_inbox import Inbox, InboxStore
 from sa_inbox.asyncio import AsyncInbox, AsyncInboxStore
 from sa_inbox.claim import PreparedInsert
@@ -178,35 +178,6 @@ async def one_run(engine: AsyncEngine, messages: int, warmup: int) -> dict[str, 
         }
         for way in WAYS
     }
-
-
-class LoadSampler:
-    """``/proc/loadavg`` every ``interval`` seconds in a thread, while the run lasts."""
-
-    def __init__(self, interval: float = 2.0) -> None:
-        self.interval = interval
-        self.samples: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        while True:
-            self.samples.append(read_loadavg()[0])
-            if self._stop.wait(self.interval):
-                return
-
-    def __enter__(self) -> LoadSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-def read_loadavg() -> tuple[float, float, float]:
-    one, five, fifteen = Path("/proc/loadavg").read_text().split()[:3]
-    return float(one), float(five), float(fifteen)
 
 
 async def server_version(engine: AsyncEngine) -> str:

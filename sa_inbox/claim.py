@@ -19,6 +19,7 @@ from .collision import CollisionCheck, CollisionMode, check_mode
 from .consumers import Consumers, consumers_flag, consumers_for
 from .dialects import ClaimDialect, Strategy, claim_dialect_for, is_autocommit
 from .dialects.driver_sql import DriverSQL
+from .dialects.with_begin import statement_rowcount
 from .exc import (
     AutocommitConnection,
     InvalidBind,
@@ -35,7 +36,7 @@ from .schema import (
     claim_columns,
     processed_messages_table,
 )
-from .validation import validate_key, validate_keys
+from .validation import bool_flag, validate_key, validate_keys
 
 __all__ = [
     "Bind",
@@ -45,6 +46,7 @@ __all__ = [
     "PreparedInsert",
     "connection_for",
     "message_id_of",
+    "statement_rowcount",
 ]
 
 #: What a claim runs on: a Session (or scoped_session) or Connection, in the caller's
@@ -103,7 +105,13 @@ class Inbox:
         (``inbox_consumers``, defined on the same MetaData; :mod:`sa_inbox.consumers`):
         :func:`sa_inbox.handle` refuses a handler that is not the name's owner before it
         claims anything. ``False``: no such check (the caller keeps one handler per name).
-    :raises InvalidArgument: for an unknown ``strategy`` or ``on_collision``.
+    :param send_with_begin: send a claim that opens its transaction together with the
+        transaction's ``BEGIN``, in one round trip, where the driver lets sa-inbox do so
+        exactly as the driver would have sent both (psycopg 3, synchronous: see
+        :mod:`sa_inbox.dialects.with_begin`); elsewhere, and with ``False``, a claim is one
+        statement sent after the driver's own ``BEGIN``.
+    :raises InvalidArgument: for an unknown ``strategy`` or ``on_collision``, a
+        ``send_with_begin`` that is not a bool.
     :raises InvalidTable: for a ``consumers`` that is not a bool, or a table of the
         consumers table's name on the MetaData that is not one.
 
@@ -128,8 +136,10 @@ class Inbox:
         on_collision: CollisionMode = "raise",
         hooks: InboxHooks | None = None,
         consumers: bool = True,
+        send_with_begin: bool = True,
     ) -> None:
         consumers = consumers_flag(consumers)
+        send_with_begin = bool_flag(send_with_begin, "send_with_begin")
         #: The hooks every claim reports to (:mod:`sa_inbox.hooks`).
         self.hooks: InboxHooks = as_hooks(hooks)
         if table is None:
@@ -146,7 +156,10 @@ class Inbox:
             name: getattr(table.c[name].type, "length", None) or message_id_length
             for name in ("message_id", "consumer_name")
         }
-        self._insert = PreparedInsert(table, strategy)
+        self._insert = PreparedInsert(
+            table, strategy, row_keys=self._columns, with_begin=send_with_begin
+        )
+        self._consumers_seen: dict[str, str] = {}
         self.on_collision: CollisionMode = check_mode(on_collision)
         #: The duplicate path's digest comparison; None if the table has no payload_hash.
         self.collisions: CollisionCheck | None = (
@@ -154,7 +167,7 @@ class Inbox:
             if "payload_hash" in table.c
             else None
         )
-        self._claims = ClaimPath(self._insert, self.collisions)
+        self._claims = ClaimPath(self._insert, self.collisions, single=True)
         #: The owner of each consumer name (:mod:`sa_inbox.consumers`), or None.
         self.consumers: Consumers | None = consumers_for(
             table, self._max_lengths["consumer_name"], consumers
@@ -169,11 +182,13 @@ class Inbox:
         on_collision: CollisionMode = "raise",
         hooks: InboxHooks | None = None,
         consumers: bool = True,
+        send_with_begin: bool = True,
     ) -> Inbox:
         """An Inbox over an existing table, such as one mapped with
         :class:`~sa_inbox.schema.InboxMessageMixin`.
 
         :param consumers: as :class:`Inbox`: the consumers table joins ``table``'s MetaData.
+        :param send_with_begin: as :class:`Inbox`.
         :raises InvalidTable: if ``table`` lacks a required column or its primary key is
             not exactly ``(message_id, consumer_name)``; :class:`~sa_inbox.exc.InvalidTableType`
             if it is not a Table.
@@ -198,6 +213,7 @@ class Inbox:
             on_collision=on_collision,
             hooks=hooks,
             consumers=consumers,
+            send_with_begin=send_with_begin,
         )
 
     # -- claims -------------------------------------------------------------------------
@@ -441,16 +457,29 @@ class Inbox:
 
         :raises InvalidMessageId: as :meth:`claim`.
         """
-        values: dict[str, Any] = {
-            "message_id": validate_key(message_id, "message_id", self._max_lengths["message_id"]),
-            "consumer_name": validate_key(
-                consumer_name, "consumer_name", self._max_lengths["consumer_name"]
-            ),
-            "message_type": _optional_text(message_type, "message_type"),
-            "correlation_id": _optional_text(correlation_id, "correlation_id"),
-            "payload_hash": _optional_bytes(payload_hash),
-        }
-        return {name: values[name] for name in self._columns}
+        row = dict.fromkeys(self._columns)
+        row["message_id"] = validate_key(message_id, "message_id", self._max_lengths["message_id"])
+        row["consumer_name"] = self._consumer(consumer_name)
+        if message_type is not None:
+            row["message_type"] = _optional_text(message_type, "message_type")
+        if correlation_id is not None:
+            row["correlation_id"] = _optional_text(correlation_id, "correlation_id")
+        if payload_hash is not None:
+            row["payload_hash"] = _optional_bytes(payload_hash)
+        # Values the table has no column for were validated, and are not inserted.
+        return row if len(row) == len(self._columns) else _only(row, self._columns)
+
+    def _consumer(self, consumer_name: object) -> str:
+        """``consumer_name`` validated (:func:`~sa_inbox.validation.validate_key`); a name
+        validated before is found in a small cache (a consumer claims under a few names)."""
+        if type(consumer_name) is str:
+            known = self._consumers_seen.get(consumer_name)
+            if known is not None:
+                return known
+        name = validate_key(consumer_name, "consumer_name", self._max_lengths["consumer_name"])
+        if len(self._consumers_seen) < _CONSUMER_CACHE:
+            self._consumers_seen[name] = name
+        return name
 
     def _connection(self, bind: Bind) -> Connection:
         return self._claims.connection(bind)
@@ -620,9 +649,12 @@ class PreparedInsert:
         ``dialect.insert_or_skip(table)``. The inbox store passes one that binds its
         payload as JSON text serialised once (:func:`sa_inbox.store.receive.receive_insert`).
     :param row_keys: the keys of every row :meth:`single` is used for, when they are always
-        the same (the store's receive): then :meth:`single` gives the statement as
-        :class:`~sa_inbox.dialects.driver_sql.DriverSQL`, compiled once per SQLAlchemy
+        the same (a claim's, the store's receive): then :meth:`single` gives the statement
+        as :class:`~sa_inbox.dialects.driver_sql.DriverSQL`, compiled once per SQLAlchemy
         dialect. ``None`` (the default): :meth:`single` gives the statement itself.
+    :param with_begin: give that driver SQL its form sent with ``BEGIN`` where the claim
+        dialect has one for the connection's driver
+        (:meth:`~sa_inbox.dialects.ClaimDialect.with_begin`).
     """
 
     def __init__(
@@ -631,11 +663,13 @@ class PreparedInsert:
         strategy: Strategy = "native",
         build: Callable[[ClaimDialect, sa.Table], Executable] | None = None,
         row_keys: Iterable[str] | None = None,
+        with_begin: bool = True,
     ) -> None:
         self.table = table
         self.strategy: Strategy = strategy
         self.build = build or _insert_or_skip
         self.row_keys = None if row_keys is None else tuple(row_keys)
+        self.with_begin = bool_flag(with_begin, "send_with_begin")
         self._statements: dict[str, tuple[ClaimDialect, Executable]] = {}
         self._checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
         # Per SQLAlchemy dialect (one per engine): the driver SQL, or None where the
@@ -677,6 +711,8 @@ class PreparedInsert:
             driver = self._driver[conn.dialect]
         except KeyError:
             driver = DriverSQL.build(statement, conn.dialect, self.row_keys)
+            if driver is not None and self.with_begin:
+                driver.with_begin = dialect.with_begin(statement, conn.dialect, self.row_keys)
             self._driver[conn.dialect] = driver
         if driver is None or not DriverSQL.runs_on(conn):
             return dialect, statement
@@ -706,6 +742,16 @@ def connection_for(bind: Bind, table: sa.Table) -> Connection:
     raise InvalidBind(
         f"bind must be a Session, scoped_session or Connection, not {type(bind).__name__}"
     )
+
+
+#: Consumer names an Inbox keeps validated (a consumer claims under a handful).
+_CONSUMER_CACHE = 256
+
+
+def _only(row: dict[str, Any], columns: Sequence[str]) -> dict[str, Any]:
+    """``row`` without the keys that are not ``columns`` (a table without the optional
+    columns)."""
+    return {name: row[name] for name in columns}
 
 
 def _stored_digest(row: Mapping[Any, Any]) -> bytes | None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
+import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from .exc import AsyncHandlerError, AsyncHandlerInSyncRunner, InvalidHandler
 
@@ -58,6 +60,54 @@ def check_handler(
     :raises InvalidHandler: also for a generator or async generator function: calling it
         runs none of its body.
     """
+    key = _accepted_key(handler)
+    if key is not None and (tuple(arguments), asynchronous) in _accepted.get(key, ()):
+        return
+    _check(handler, arguments, name, asynchronous)
+    if key is not None:
+        _accepted.setdefault(key, set()).add((tuple(arguments), asynchronous))
+
+
+#: The handlers :func:`check_handler` accepted, with the arguments and mode it accepted them
+#: for: a runner checks its handler at every delivery, and reading a signature
+#: (:func:`inspect.signature`) costs more than the claim's own Python.
+_accepted: weakref.WeakKeyDictionary[Any, set[tuple[tuple[str, ...], bool]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _accepted_key(handler: object) -> Any:
+    """What a check of ``handler`` depends on, kept as a weak key: a plain function; a
+    bound method's function (its ``self`` is not part of the signature checked, so the
+    function and the bound method are told apart by the key's kind); ``None`` for anything
+    else (partials, callable objects), checked every time."""
+    if type(handler) is types.FunctionType:
+        return handler
+    if type(handler) is types.MethodType and type(handler.__func__) is types.FunctionType:
+        return _BoundKey.of(handler.__func__)
+    return None
+
+
+class _BoundKey:
+    """The weak key of the methods bound from one function (one per function)."""
+
+    __slots__ = ("__weakref__", "function")
+
+    _keys: ClassVar[weakref.WeakKeyDictionary[Any, _BoundKey]] = weakref.WeakKeyDictionary()
+
+    def __init__(self, function: Any) -> None:
+        self.function = function
+
+    @classmethod
+    def of(cls, function: Any) -> _BoundKey:
+        key = cls._keys.get(function)
+        if key is None:
+            key = cls._keys.setdefault(function, cls(function))
+        return key
+
+
+def _check(handler: object, arguments: Sequence[str], name: str | None, asynchronous: bool) -> None:
+    """:func:`check_handler`'s checks, uncached."""
     shown = getattr(handler, "__qualname__", None) or getattr(handler, "__name__", None)
     label = name or repr(shown or handler)
     call = f"handler({', '.join(arguments)})"

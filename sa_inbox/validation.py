@@ -15,6 +15,7 @@ from .exc import InboxError, InvalidArgument, InvalidMessageId
 
 __all__ = [
     "JSONSerializer",
+    "bool_flag",
     "check_json_serializer",
     "json_text",
     "non_negative_int",
@@ -23,6 +24,17 @@ __all__ = [
     "validate_key",
     "validate_keys",
 ]
+
+
+def bool_flag(value: object, name: str) -> bool:
+    """``value`` if it is a bool (an on/off argument: ``1`` or ``"yes"`` are refused).
+
+    :param name: the argument's name, for the message.
+    :raises InvalidArgument: otherwise.
+    """
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be True or False, not {value!r}")
+    return value
 
 
 def positive_int(value: object, name: str, error: type[InboxError]) -> int:

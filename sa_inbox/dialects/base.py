@@ -104,6 +104,7 @@ class ClaimDialect(abc.ABC):
         {
             "insert_or_skip",
             "supports_returning",
+            "with_begin",
             "claim_one",
             "claim_many",
             "claim_chunk",
@@ -240,6 +241,20 @@ class ClaimDialect(abc.ABC):
     def supports_returning(self, conn: Connection) -> bool:
         """Whether ``INSERT … RETURNING`` works with this backend's insert-or-skip."""
         return bool(conn.dialect.insert_returning)
+
+    def with_begin(self, statement: Executable, dialect: sa.Dialect, keys: Sequence[str]) -> Any:
+        """The single-row ``statement`` in the form sent together with the transaction's
+        ``BEGIN`` on ``dialect``'s driver, for :meth:`claim_one` to send when the claim
+        opens its transaction; ``None`` where there is none (the default: the claim is
+        sent after the driver's own ``BEGIN``, or in a transaction the driver begins
+        implicitly). Overridden for psycopg 3
+        (:class:`~sa_inbox.dialects.with_begin.WithBegin`).
+
+        :param statement: the single-row insert-or-skip.
+        :param dialect: the connection's SQLAlchemy dialect.
+        :param keys: the keys of every row it is sent with.
+        """
+        return None
 
     # -- the flow ---------------------------------------------------------------------
 

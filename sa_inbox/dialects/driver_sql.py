@@ -35,15 +35,20 @@ class DriverSQL:
         value comes from.
     :param names: the bind names, for a named paramstyle; ``None`` for a positional one.
 
-    Built by :meth:`build`; run by :meth:`execute`.
+    Built by :meth:`build`; run by :meth:`execute` (or, sent with ``BEGIN``, by
+    :attr:`with_begin`).
     """
 
-    __slots__ = ("names", "params", "sql")
+    __slots__ = ("names", "params", "sql", "with_begin")
 
     def __init__(self, sql: str, params: Sequence[_Param], names: Sequence[str] | None) -> None:
         self.sql = sql
         self.params = tuple(params)
         self.names = None if names is None else tuple(names)
+        #: The same statement sent with the transaction's ``BEGIN``, where the claim
+        #: dialect has such a form for this driver
+        #: (:class:`~sa_inbox.dialects.with_begin.WithBegin`); set by its builder.
+        self.with_begin: Any = None
 
     @classmethod
     def build(
@@ -85,6 +90,17 @@ class DriverSQL:
         ``schema_translate_map`` execution option."""
         return not conn.get_execution_options().get("schema_translate_map")
 
+    def values(self, row: Mapping[str, Any]) -> list[Any]:
+        """The parameters for ``row``, in :attr:`params` order, each through its type's
+        bind processor.
+
+        :param row: a value for every key given to :meth:`build`.
+        """
+        return [
+            extra if key is None else (row[key] if extra is None else extra(row[key]))
+            for key, extra in self.params
+        ]
+
     def execute(
         self, conn: Connection, row: Mapping[str, Any], options: Mapping[str, Any]
     ) -> CursorResult[Any]:
@@ -94,10 +110,7 @@ class DriverSQL:
         :param options: the execution options (``preserve_rowcount``).
         :raises sqlalchemy.exc.DBAPIError: as ``Connection.execute()`` would.
         """
-        values = [
-            extra if key is None else (row[key] if extra is None else extra(row[key]))
-            for key, extra in self.params
-        ]
+        values = self.values(row)
         if self.names is None:
             return conn.exec_driver_sql(self.sql, tuple(values), execution_options=options)
         return conn.exec_driver_sql(

@@ -10,17 +10,27 @@ conflict with a row committed after the snapshot raises SQLSTATE 40001 instead (
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.expression import ColumnElement, Executable
 
 from .backend import Backend
-from .base import DriverState, OnConflictDoNothingClaim, driver_error, sqlstate_of
+from .base import (
+    EXECUTION_OPTIONS,
+    DriverState,
+    OnConflictDoNothingClaim,
+    Row,
+    driver_error,
+    sqlstate_of,
+)
+from .driver_sql import DriverSQL
 from .purge import Batch, RowLockingPurge, primary_key_batch
 from .store_claim import CandidateQuery, Limit, StoreClaimDialect, require_version
+from .with_begin import OPTION, Carried, WithBegin
 
 __all__ = ["BACKEND", "PostgreSQLClaim", "PostgreSQLPurge", "PostgreSQLStoreClaim"]
 
@@ -55,12 +65,49 @@ def _constraint_name(exc: DBAPIError) -> str | None:
 
 
 class PostgreSQLClaim(OnConflictDoNothingClaim):
-    """Claims on PostgreSQL (9.5 and newer) through SQLAlchemy's ``postgresql.insert()``."""
+    """Claims on PostgreSQL (9.5 and newer) through SQLAlchemy's ``postgresql.insert()``.
+
+    On psycopg 3 (synchronous), a claim that opens its transaction is sent with the
+    transaction's ``BEGIN`` in one round trip (:mod:`sa_inbox.dialects.with_begin`).
+    """
 
     insert_factory = postgresql.insert
+    #: Whether this backend's claims may go with ``BEGIN`` on psycopg 3.
+    sends_with_begin: ClassVar[bool] = True
 
     def supports_returning(self, conn: sa.Connection) -> bool:
         return True
+
+    def with_begin(
+        self, statement: Executable, dialect: sa.Dialect, keys: Sequence[str]
+    ) -> WithBegin | None:
+        """``statement`` as :class:`~sa_inbox.dialects.with_begin.WithBegin` on
+        SQLAlchemy's synchronous psycopg 3 dialect; ``None`` on any other driver."""
+        if not self.sends_with_begin or dialect.is_async:
+            return None
+        if not isinstance(dialect, PGDialect_psycopg):
+            return None
+        return WithBegin.build(statement, tuple(keys))
+
+    def claim_one(
+        self, conn: sa.Connection, table: sa.Table, statement: Executable | DriverSQL, row: Row
+    ) -> bool:
+        """As :meth:`ClaimDialect.claim_one
+        <sa_inbox.dialects.base.ClaimDialect.claim_one>`; driver SQL with a
+        :attr:`~sa_inbox.dialects.driver_sql.DriverSQL.with_begin` form is sent with the
+        transaction's ``BEGIN`` where the connection allows it
+        (:meth:`~sa_inbox.dialects.with_begin.WithBegin.runs_on`)."""
+        with_begin = statement.with_begin if isinstance(statement, DriverSQL) else None
+        if with_begin is None:
+            return super().claim_one(conn, table, statement, row)
+        carried = Carried(with_begin, row)
+        try:
+            result = statement.execute(conn, row, {**EXECUTION_OPTIONS, OPTION: carried})  # type: ignore[union-attr]
+        except DBAPIError as exc:
+            self.raise_translated(exc)
+            raise
+        count = result.rowcount if carried.rowcount is None else carried.rowcount
+        return count == 1
 
     def json_text(self, text: sa.BindParameter[str], column: sa.Column[Any]) -> ColumnElement[Any]:
         """``CAST(:text AS JSON)``: PostgreSQL has no assignment cast from ``varchar`` to

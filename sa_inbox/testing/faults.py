@@ -47,6 +47,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 
 from .._compat import await_only
+from ..claim import statement_rowcount
 from ..exc import InvalidArgument, InvalidObject, SyncAsyncMismatch, UnsupportedBroker
 from ..handlers import is_async_callable
 from ..outbox.message import OutboxMessage
@@ -252,8 +253,10 @@ class _Commits:
 _COMMITS = _Commits()
 
 
-def _after_execute(conn: Connection, cursor: Any, statement: str, *args: Any) -> None:
-    rows = getattr(cursor, "rowcount", -1)
+def _after_execute(
+    conn: Connection, cursor: Any, statement: str, parameters: Any, context: Any, *args: Any
+) -> None:
+    rows = statement_rowcount(cursor, context)
     if rows != 0 and statement_kind(statement) == "write":
         conn.info[_CHANGED] = True
 

@@ -35,6 +35,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from .._compat import await_only
+from ..claim import statement_rowcount
 
 __all__ = [
     "CURRENT",
@@ -245,8 +246,7 @@ def _after(
     watch = CURRENT.get()
     if watch is None or statement_kind(statement) != "write" or _ignored(watch, context):
         return
-    rows = getattr(cursor, "rowcount", -1)
-    rows = -1 if not isinstance(rows, int) else rows
+    rows = statement_rowcount(cursor, context)
     if watch.claim_rows is None:
         watch.claim_rows = rows
     if rows != 0:
