@@ -950,7 +950,9 @@ class AsyncSqsLane(_LoopLane, SqsLane):
 
     async def handler_async(self, session: AsyncSession, delivery: Delivery) -> None:
         if self.held():
-            while not self.release.is_set():
+            # as the sync lane's release.wait(60): a disruption that failed never hangs the run
+            deadline = time.monotonic() + 60
+            while not self.release.is_set() and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
         await super().handler_async(session, delivery)
 

@@ -174,13 +174,15 @@ def restart_moto(server_dir: Path, lanes: list[SqsLane]) -> Callable[[], None]:
     def disrupt() -> None:
         for lane in lanes:
             lane.hold_next.set()
-        wait_for(lambda: all(lane.holding.is_set() for lane in lanes), "a message held")
-        for lane in lanes:
-            lane.paused.set()
-        wait_for(lambda: all(lane.waiting() == 0 for lane in lanes), "the queues drained")
-        servers_sh("kill", str(server_dir), "sqs")
-        for lane in lanes:
-            lane.release.set()
+        try:
+            wait_for(lambda: all(lane.holding.is_set() for lane in lanes), "a message held")
+            for lane in lanes:
+                lane.paused.set()
+            wait_for(lambda: all(lane.waiting() == 0 for lane in lanes), "the queues drained")
+            servers_sh("kill", str(server_dir), "sqs")
+        finally:
+            for lane in lanes:
+                lane.release.set()  # a held handler never outlives a failed disruption
         time.sleep(DOWN)
         servers_sh("restart", str(server_dir), "sqs")
         for lane in lanes:
