@@ -67,7 +67,16 @@ default_role = "py:obj"
 #: Alembic are linked (``intersphinx_mapping``); everything of sa-inbox must resolve.
 UNLINKED_LIBRARIES = (
     "aio_pika",
+    "aiobotocore",
+    "aiokafka",
     "aiormq",
+    "boto3",
+    "botocore",
+    "cimpl",
+    "confluent_kafka",
+    "jinja2",
+    "starlette",
+    "uvicorn",
     "celery",
     "click",
     "faststream",
@@ -83,6 +92,12 @@ nitpick_ignore_regex = [
 ]
 nitpick_ignore = [
     ("py:exc", "alembic.util.CommandError"),  # Alembic's documentation has no entry for it
+    # libraries without an inventory here, named by their short names in signatures
+    ("py:exc", "KafkaException"),
+    ("py:exc", "KafkaError"),
+    ("py:class", "Starlette"),
+    ("py:class", "Jinja2Templates"),
+    ("py:class", "sa.Engine"),
 ]
 
 intersphinx_mapping = {

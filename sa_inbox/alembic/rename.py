@@ -81,7 +81,7 @@ class RenameInboxTableOp(MigrateOperation):
     #: What the rows are, for the comment autogenerate writes above the operation.
     rows: ClassVar[str]
     #: Whether the table's consumer names have owners in the consumers table, which move
-    #: with it (:func:`move_owners`).
+    #: with it (``move_owners``).
     owned: ClassVar[bool] = False
 
     def __init__(
