@@ -55,7 +55,7 @@ def test_chaos_run_on_kafka_applies_every_payment_once(tmp_path: Path) -> None:
     code, result, output = run_chaos(
         tmp_path,
         *("--broker", broker, "--url", url, "--name", name),
-        *("--messages", str(MESSAGES), "--consumers", "2", "--kill-every", "8"),
+        *("--messages", str(MESSAGES), "--consumers", "1", "--kill-every", "8"),
         *("--max-kills", str(MAX_KILLS), "--max-deliveries", "4"),
         *("--poison", str(POISON), "--duplicates", str(DUPLICATES)),
         *("--crash-after-commit", str(CRASHES), "--seed", str(SEED)),
