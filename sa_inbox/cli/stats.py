@@ -10,8 +10,10 @@ or a cron job, and 3 when the database cannot be read (as every command).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
+import signal
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -22,6 +24,8 @@ from ._common import connected, setting, url_option
 from .retention import DURATION
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import sqlalchemy as sa
     from rich.console import RenderableType
 
@@ -195,20 +199,44 @@ def _print(stats: InboxStats, found: list[StatsWarning], as_json: bool) -> None:
 
 
 def _watch(sample: Any, interval: float) -> Any:
-    """Refresh the report in place until interrupted; return the last sample."""
+    """Refresh the report in place until Ctrl-C; return the last sample."""
     from rich.live import Live
 
     last = sample()
     click.echo(f"sa-inbox stats: refreshing every {interval} s, Ctrl-C to stop", err=True)
-    with Live(render(*last), refresh_per_second=4) as live:
-        try:
-            while True:
-                time.sleep(interval)
-                last = sample()
-                live.update(render(*last))
-        except KeyboardInterrupt:
-            pass
+    with _interruptible() as interrupted, Live(render(*last), refresh_per_second=4) as live:
+        while not _sleep(interval, interrupted):
+            last = sample()
+            live.update(render(*last))
     return last
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[list[bool]]:
+    """SIGINT sets the flag yielded (a second one raises KeyboardInterrupt) instead of raising
+    wherever the main thread is: a KeyboardInterrupt between a lock's acquire and its ``with``
+    block leaves the lock held, and rich's refresh thread then never ends (Python docs,
+    "signal": handlers run between bytecode instructions)."""
+    interrupted = [False]
+
+    def handler(signum: int, frame: Any) -> None:
+        if interrupted[0]:
+            raise KeyboardInterrupt
+        interrupted[0] = True
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _sleep(seconds: float, interrupted: list[bool]) -> bool:
+    """Sleep ``seconds`` (less once ``interrupted[0]`` is set); whether it was."""
+    deadline = time.monotonic() + seconds
+    while not interrupted[0] and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.1))
+    return interrupted[0]
 
 
 def render(stats: InboxStats, found: list[StatsWarning]) -> RenderableType:
