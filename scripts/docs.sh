@@ -14,7 +14,7 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-OUT=docs/_build
+OUT=${SA_INBOX_DOCS_OUT:-docs/_build} # where the build goes (scripts/test.sh: a temporary one)
 COMMAND=${1:-all}
 PORT=${2:-8000}
 

@@ -7,13 +7,14 @@
 #      chromium-driver for the console's browser tests (scripts/servers.sh install browser)
 #   2. makes the virtualenv .venv with the project and its test extras
 #   3. starts throwaway servers in a temporary directory, removed at exit
-#   4. runs pytest (arguments passed through), then ruff check, ruff format --check,
-#      lint-imports (the import contracts of pyproject.toml) and mypy (the versions the
-#      test extra pins), then builds the documentation with warnings as errors and every
-#      reference resolved, and checks its links (scripts/docs.sh build)
-#   5. checks the built artifacts (scripts/check_dist.sh): the sdist and the wheel, the
-#      wheel alone and with each extra in fresh virtualenvs, ./scripts/demo.sh in a fresh
-#      clone of HEAD (commit first: the clone does not see uncommitted changes)
+#   4. runs pytest (arguments passed through); beside it, niced, one after another: ruff
+#      check, ruff format --check, lint-imports (the import contracts of pyproject.toml)
+#      and mypy (the versions the test extra pins), the documentation built with warnings
+#      as errors and every reference resolved, its links checked (scripts/docs.sh build),
+#      and the artifact check (scripts/check_dist.sh): the sdist and the wheel, the wheel
+#      alone and with each extra in fresh virtualenvs, ./scripts/demo.sh in a fresh clone
+#      of HEAD (commit first: the clone does not see uncommitted changes); their output is
+#      printed after pytest's
 # The exit status is non-zero if any step failed (pytest's "no tests
 # collected", exit 5, counts as a failure).
 #
@@ -26,7 +27,7 @@
 #       a node also need SA_INBOX_TEST_GALERA_DIR, the directory it was started
 #       in by scripts/servers.sh)
 #   SA_INBOX_TEST_WORKERS
-#       pytest-xdist workers (default 3: most tests wait on servers and child
+#       pytest-xdist workers (default 4: most tests wait on servers and child
 #       processes more than they compute); pytest runs with
 #       `-n $SA_INBOX_TEST_WORKERS --dist loadgroup` unless its arguments choose
 #       otherwise (-n/--numprocesses, --dist, -p no:xdist, --pdb, --trace); 0 runs
@@ -63,6 +64,10 @@ cleanup() {
 on_signal() {
     local status=$1 signal=$2
     trap '' INT TERM
+    if [ -n "$QUEUE_PID" ]; then
+        pkill -TERM -P "$QUEUE_PID" 2>/dev/null || true
+        kill -TERM "$QUEUE_PID" 2>/dev/null || true
+    fi
     if [ -n "$CHECK_PID" ]; then
         if [ "$signal" = TERM ]; then
             kill -TERM "$CHECK_PID" 2>/dev/null || true
@@ -132,6 +137,65 @@ run_check() {
     fi
 }
 
+check_ruff() { .venv/bin/ruff check "${LINT_DIRS[@]}"; }
+check_ruff_format() { .venv/bin/ruff format --check "${LINT_DIRS[@]}"; }
+check_imports() { .venv/bin/lint-imports --no-cache; }
+check_mypy() { .venv/bin/mypy; }
+check_docs() { SA_INBOX_DOCS_OUT="$QUEUE_DIR/docs" scripts/docs.sh build; } # not in docs/: tests read it
+check_artifacts() { scripts/check_dist.sh; }
+
+# The queue of checks that need no server: they run one after another in one background
+# process at nice 10, beside pytest (which waits on servers and brokers much of the time:
+# they use the CPU it leaves), each to a log of its own printed once pytest has ended.
+QUEUE_NAMES=()
+QUEUE_FUNCTIONS=()
+QUEUE_DIR=
+QUEUE_PID=
+
+# queue_check NAME FUNCTION: adds a check to the queue.
+queue_check() {
+    QUEUE_NAMES+=("$1")
+    QUEUE_FUNCTIONS+=("$2")
+}
+
+start_queue() {
+    [ ${#QUEUE_FUNCTIONS[@]} -gt 0 ] || return 0
+    QUEUE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/sa-inbox-checks.XXXXXX")
+    (
+        trap - INT TERM
+        renice -n 10 -p "$BASHPID" >/dev/null
+        local i rc
+        for i in "${!QUEUE_FUNCTIONS[@]}"; do
+            rc=0
+            {
+                echo "(started $SECONDS s into the run)"
+                "${QUEUE_FUNCTIONS[$i]}" </dev/null
+            } >"$QUEUE_DIR/$i.log" 2>&1 || rc=$?
+            echo "$rc" >"$QUEUE_DIR/$i.rc"
+        done
+    ) &
+    QUEUE_PID=$!
+}
+
+# Waits for the queue, prints each check's log and records its failure.
+finish_queue() {
+    [ -n "$QUEUE_PID" ] || return 0
+    wait "$QUEUE_PID" || true
+    QUEUE_PID=
+    local i rc
+    for i in "${!QUEUE_FUNCTIONS[@]}"; do
+        section "${QUEUE_NAMES[$i]} (run beside pytest)"
+        cat "$QUEUE_DIR/$i.log" 2>/dev/null || true
+        rc=$(cat "$QUEUE_DIR/$i.rc" 2>/dev/null || echo "not run")
+        if [ "$rc" = 0 ]; then
+            echo "${QUEUE_NAMES[$i]}: passed"
+        else
+            FAILED+=("${QUEUE_NAMES[$i]} (exit $rc)")
+        fi
+    done
+    rm -rf "$QUEUE_DIR"
+}
+
 # Existing ones of the given directories (ruff fails on missing paths).
 existing_dirs() {
     local dir
@@ -146,7 +210,7 @@ existing_dirs() {
 # given choose the workers or the distribution themselves, turn xdist off, or
 # debug (--pdb and --trace need one process).
 xdist_arguments() {
-    local arg workers=${SA_INBOX_TEST_WORKERS:-3}
+    local arg workers=${SA_INBOX_TEST_WORKERS:-4}
     for arg in "$@"; do
         case "$arg" in
             -n | -n* | --numprocesses | --numprocesses=* | --dist | --dist=* | --pdb | --trace) return 0 ;;
@@ -182,30 +246,31 @@ for pair in "${SERVER_URLS[@]}"; do
 done
 export SA_INBOX_TEST_GALERA_DIR
 
-mapfile -t XDIST < <(xdist_arguments "$@")
-run_check pytest .venv/bin/python -m pytest --durations=30 "${XDIST[@]}" "$@"
-
+# The checks that need no server run beside pytest (see queue_check).
 if [ -z "${SA_INBOX_SKIP_LINT:-}" ]; then
     mapfile -t LINT_DIRS < <(existing_dirs sa_inbox tests benchmarks scripts)
-    run_check "ruff" .venv/bin/ruff check "${LINT_DIRS[@]}"
-    run_check "ruff format" .venv/bin/ruff format --check "${LINT_DIRS[@]}"
-    run_check "import contracts" .venv/bin/lint-imports --no-cache
-    run_check "mypy" .venv/bin/mypy
+    queue_check "ruff" check_ruff
+    queue_check "ruff format" check_ruff_format
+    queue_check "import contracts" check_imports
+    queue_check "mypy" check_mypy
 else
     section "ruff, ruff format, import contracts, mypy: skipped (SA_INBOX_SKIP_LINT is set)"
 fi
-
 if [ -z "${SA_INBOX_SKIP_DOCS:-}" ] || [ "${CI:-}" = true ]; then
-    run_check "docs" scripts/docs.sh build
+    queue_check "docs" check_docs
 else
     section "docs: skipped (SA_INBOX_SKIP_DOCS is set)"
 fi
-
 if [ -z "${SA_INBOX_SKIP_DIST:-}" ] || [ "${CI:-}" = true ]; then
-    run_check "artifacts" scripts/check_dist.sh
+    queue_check "artifacts" check_artifacts
 else
     section "artifacts: skipped (SA_INBOX_SKIP_DIST is set)"
 fi
+start_queue
+
+mapfile -t XDIST < <(xdist_arguments "$@")
+run_check pytest .venv/bin/python -m pytest --durations=30 "${XDIST[@]}" "$@"
+finish_queue
 
 section "Summary"
 if [ ${#FAILED[@]} -gt 0 ]; then
