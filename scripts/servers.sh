@@ -39,7 +39,8 @@
 #
 # SA_INBOX_RABBITMQ_CONSUMER_TIMEOUT=MS sets the started RabbitMQ's consumer_timeout
 # (milliseconds a delivery may stay unacked before RabbitMQ closes its channel; the default,
-# 30 minutes, otherwise): for a test of its own servers, never the suite's shared broker.
+# 30 minutes, otherwise), checked every second: for a test of its own servers, never the
+# suite's shared broker.
 #
 # kill and restart take one of postgresql, mysql, rabbitmq, redis, nats, kafka, sqs (for a
 # Galera node or the pg-sync/pg-async primary, the galera-* and pg-* commands).
@@ -870,6 +871,9 @@ start_rabbitmq() {
         printf 'listeners.tcp.default = 127.0.0.1:%s\n' "${ports[0]}" >"$rdir/rabbitmq.conf"
         if [ -n "${SA_INBOX_RABBITMQ_CONSUMER_TIMEOUT:-}" ]; then
             printf 'consumer_timeout = %s\n' "$SA_INBOX_RABBITMQ_CONSUMER_TIMEOUT" >>"$rdir/rabbitmq.conf"
+            # The channel checks its consumers' timeouts on its tick, every
+            # channel_tick_interval ms (rabbit_channel.erl; 60000 by default): 1 s here.
+            echo '[{rabbit, [{channel_tick_interval, 1000}]}].' >"$rdir/advanced.config"
         fi
         if spawn_rabbitmq "$dir"; then
             break
