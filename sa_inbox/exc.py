@@ -401,7 +401,7 @@ class UnsupportedBroker(ConfigurationError, ValueError):
 class AsyncPublisherInSyncRelay(ConfigurationError, TypeError):
     """The synchronous :class:`~sa_inbox.outbox.OutboxRelay` was given a publisher whose
     ``publish`` (or ``publish_many``) returns an awaitable (an ``async def``, or
-    :class:`~sa_inbox.brokers.redis.RedisStreamPublisher` on a ``redis.asyncio`` client):
+    :class:`~sa_inbox.brokers.redis.Publisher` on a ``redis.asyncio`` client):
     nothing was published, and no confirm can be awaited. Raised to the caller, the batch's
     rows given back unpublished; use :class:`~sa_inbox.asyncio.AsyncOutboxRelay`, or a
     plain publisher.

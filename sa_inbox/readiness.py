@@ -43,7 +43,7 @@ def check_ready(
     :param session_factory: a ``sessionmaker``; it is called once.
     :param tables: the tables the consumer writes (the inbox's, a store's, an outbox's):
         each is read with one query returning no row, through the factory's session.
-    :param entry: the consumer, as error messages name it (``"BlockingConsumer.check()"``).
+    :param entry: the consumer, as error messages name it (``"Consumer.check()"``).
     :param handler: the handler, checked to be callable as ``handler(*handler_arguments)``
         (:func:`sa_inbox.handlers.check_handler`); None skips it.
     :raises InvalidSessionFactory: for a factory of the asyncio half, ``Session.begin``, or

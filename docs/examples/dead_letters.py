@@ -12,7 +12,7 @@ from sqlalchemy.orm import sessionmaker
 
 from sa_inbox import Inbox
 from sa_inbox.brokers import dead_letters
-from sa_inbox.brokers.redis import RedisStreamConsumer
+from sa_inbox.brokers.redis import Consumer
 
 REDIS_URL = os.environ["REDIS_URL"]
 metadata = sa.MetaData()
@@ -29,7 +29,7 @@ client.delete("refunds", "refunds:dead")
 def consume(handler, settlements):
     """Run a consumer until it has settled ``settlements`` deliveries."""
     settled = []
-    consumer = RedisStreamConsumer(
+    consumer = Consumer(
         client,
         "refunds",
         group="billing",

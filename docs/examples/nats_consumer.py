@@ -11,7 +11,7 @@ from nats.js.errors import NotFoundError
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from sa_inbox import Inbox
-from sa_inbox.brokers.nats import consume
+from sa_inbox.brokers.nats import AsyncConsumer
 
 metadata = sa.MetaData()
 inbox = Inbox(metadata)
@@ -40,14 +40,14 @@ async def main():
     for payment_id in ("p-1", "p-2"):
         await js.publish("payments.in", b"{}", headers={"Nats-Msg-Id": payment_id})
 
-    settled, stop = [], asyncio.Event()
+    settled = []
 
     def on_settled(settlement):
         settled.append(settlement)
         if len(settled) == 2:
-            stop.set()
+            consumer.stop()
 
-    await consume(
+    consumer = AsyncConsumer(
         js,
         "PAYMENTS",
         "billing",  # the durable consumer, and the inbox's consumer name
@@ -55,10 +55,10 @@ async def main():
         inbox=inbox,
         handler=apply,
         dead_letter_subject="payments.dead",
-        stop=stop,
         on_settled=on_settled,
         fetch_timeout=0.5,
     )
+    await consumer.run()  # until consumer.stop()
     await client.close()
     async with engine.connect() as connection:
         rows = await connection.scalar(sa.select(sa.func.count()).select_from(ledger))

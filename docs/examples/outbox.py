@@ -1,7 +1,7 @@
 """The outbox: a handler records the messages it publishes; a relay sends them after the
 commit. The publisher here keeps them in a list; in production it is a broker's
-(``sa_inbox.brokers.rabbitmq.RabbitMQPublisher``, ``RedisStreamPublisher``,
-``JetStreamPublisher``) or ``sa-inbox relay``."""
+(``sa_inbox.brokers.rabbitmq.Publisher``, ``sa_inbox.brokers.redis.Publisher``,
+``sa_inbox.brokers.nats.Publisher``...) or ``sa-inbox relay``."""
 
 import functools
 import os

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
 from sa_inbox import Inbox
-from sa_inbox.brokers.redis import RedisStreamConsumer
+from sa_inbox.brokers.redis import Consumer
 
 metadata = sa.MetaData()
 inbox = Inbox(metadata)
@@ -33,7 +33,7 @@ for payment_id in ("p-1", "p-2", "p-1"):
     client.xadd("payments", {"message_id": payment_id, "body": json.dumps({"id": payment_id})})
 
 settled = []
-consumer = RedisStreamConsumer(
+consumer = Consumer(
     client,
     "payments",
     group="billing",

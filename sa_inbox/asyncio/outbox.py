@@ -88,7 +88,7 @@ class AsyncOutboxRelay:
 
     The same claim, publish, mark round (:func:`~sa_inbox.outbox.relay.relay_batch`) runs in
     a greenlet on the async driver; the publisher's ``publish`` is awaited on the event
-    loop (e.g. :class:`~sa_inbox.brokers.nats.JetStreamPublisher`), and the waits are
+    loop (e.g. :class:`~sa_inbox.brokers.nats.AsyncPublisher`), and the waits are
     ``asyncio`` waits.
 
     :param engine: an :class:`~sqlalchemy.ext.asyncio.AsyncEngine`.

@@ -130,10 +130,10 @@ def measure_relay(
     relay on the backend's first async driver with confirms pipelined per batch."""
     if params.get("client") == "aio-pika":
         return asyncio.run(_measure_async_relay(params, go))
-    from ..brokers.rabbitmq import RabbitMQPublisher
+    from ..brokers.rabbitmq import Publisher
 
     engine = make_engine(params["url"])
-    publisher = RabbitMQPublisher(params["broker"])
+    publisher = Publisher(params["broker"])
     try:
         relay = OutboxRelay(engine, OUTBOX, publisher, batch_size=100, poll_interval=0.01)
         publisher.connect()
@@ -152,12 +152,12 @@ async def _measure_async_relay(
     params: Mapping[str, Any], go: Callable[[], float]
 ) -> dict[str, Any]:
     from ..asyncio import AsyncOutboxRelay
-    from ..brokers.rabbitmq import AioPikaPublisher
+    from ..brokers.rabbitmq import AsyncPublisher
     from .async_layer import async_layers, async_url, make_async_engine
 
     url = async_url(params["url"], async_layers(params["url"])[0])
     engine = make_async_engine(url)
-    publisher = AioPikaPublisher(params["broker"])
+    publisher = AsyncPublisher(params["broker"])
     try:
         relay = AsyncOutboxRelay(engine, OUTBOX, publisher, batch_size=100, poll_interval=0.01)
         await publisher.connect()

@@ -1,5 +1,5 @@
-"""A FastStream middleware: consume exactly once from its RabbitMQ, Redis Streams and NATS
-JetStream brokers.
+"""A FastStream middleware: consume exactly once from its RabbitMQ, Redis Streams, NATS
+JetStream and Kafka brokers (Kafka: ``InboxMiddleware(..., kafka=True)``, see "Kafka" below).
 
 :class:`InboxMiddleware` runs each delivery of a subscriber through
 :func:`sa_inbox.brokers.process_async`: the claim ``(key, consumer_name)`` is inserted in the
@@ -56,13 +56,15 @@ by :meth:`InboxMiddleware.check` from then on, so a readiness probe fails. Every
 subscriber of the middleware stops at its next keyless message.
 
 **The key is a header the producer sets** (``key_header``, ``"idempotency-key"`` by
-default), the same on all three brokers. FastStream's own ``message_id`` cannot be the key:
+default), the same on all four brokers. FastStream's own ``message_id`` cannot be the key:
 when the producer sets none, FastStream fills in a random one on the consumer side
 (``StreamMessage.__init__``: ``message_id or correlation_id``, and ``correlation_id or
 uuid4()``; the RabbitMQ parser: ``message.message_id or gen_cor_id()``; the Redis parser:
 ``headers.get("message_id", gen_cor_id())``), which differs between two publishes of one
 payment and dedups nothing. Its Redis and NATS ``publish()`` take no ``message_id`` at all;
 RabbitMQ's does (the AMQP property), and the producer may put the same value in the header.
+On Kafka FastStream's ``message_id`` is the record's coordinates (the Kafka parser:
+``f"{message.offset}-{message.timestamp}"``), which change with every copy of a message.
 A message without the header is rejected (the dead-letter path below), never processed.
 
 What each broker does on FastStream's ``ack`` / ``nack`` / ``reject`` (FastStream docs,
@@ -89,11 +91,55 @@ What each broker does on FastStream's ``ack`` / ``nack`` / ``reject`` (FastStrea
   as a ``workqueue`` stream deletes a terminated message. The delivery count is the message
   metadata's ``num_delivered``.
 
+* **Kafka** (``faststream.kafka.KafkaBroker``; a subscriber with a ``group_id``, one
+  message at a time; ``faststream/kafka/message.py``, ``KafkaAckableMessage``): ``ack`` is
+  ``await consumer.commit()``, aiokafka's commit without offsets, which commits the
+  consumer's position in each partition assigned to it (past every record ``getone()``
+  returned); ``nack`` seeks the record's partition back to its offset
+  (``consumer.seek(tp, offset)``: the next ``getone()`` fetches it again, nothing committed);
+  ``reject`` is ``ack`` (the offset committed: FastStream has no Kafka dead-letter topic).
+  With ``ACK_FIRST`` FastStream makes a ``KafkaMessage``, settled from the start, and turns on
+  aiokafka's ``enable_auto_commit``. Kafka keeps no delivery count: see "Kafka" below.
+
 Use any ``ack_policy`` except ``AckPolicy.ACK_FIRST`` (which acks before the handler runs, so a
 crash loses the message; it is refused): the middleware settles every message itself, after
 the commit, and FastStream's own acknowledgement then finds the message settled and does
 nothing (``StreamMessage.committed``). ``AckPolicy.MANUAL`` is the clearest. Batch
 subscribers are refused (one claim per message).
+
+**Kafka** (``InboxMiddleware(..., kafka=True)``; ``pip install 'sa-inbox[faststream,kafka]'``).
+The middleware does what the project's Kafka adapter (:mod:`sa_inbox.brokers.kafka`) does,
+through FastStream's ``ack`` and ``nack`` above, one record at a time
+(``sa_inbox.brokers.kafka.faststream``):
+
+* processed or a duplicate: the claim and the handler's change commit in one transaction,
+  then ``ack`` commits the offset. FastStream settles one record before it fetches the next
+  (per aiokafka consumer; ``max_workers`` > 1 gives each worker a consumer of its own), so
+  the position ``ack`` commits passes no record still in hand;
+* failed: the attempt is written to ``inbox_kafka_attempts`` (the adapter's table and
+  statements: make it with :func:`sa_inbox.brokers.kafka.kafka_tables` on the inbox's
+  MetaData before ``create_all``), then ``nack`` seeks back to the record, fetched again at
+  once. The record's delivery count is its failed attempts plus one (read before its claim);
+  its row is deleted in the transaction that processes it;
+* at ``max_deliveries`` (or without a valid key): published to the dead-letter topic (the
+  adapter's: ``<topic>.dead`` unless ``dead_letter_topic`` names one, the original's value,
+  Kafka key and headers plus the adapter's ``sa-inbox-*`` headers,
+  :func:`sa_inbox.brokers.kafka.dead_letter_headers`) through the ``KafkaBroker``'s own
+  producer, awaiting the broker's acknowledgement, then ``ack``: the partition goes on;
+* the key is the ``key_header`` header (the last one of that name), as on every broker;
+  names of a record's coordinates (``offset``, ``partition``...) are refused;
+* a record that cannot be settled (a :class:`~sa_inbox.exc.ConfigurationError` of the run,
+  the consumer stopped during a database outage, a lost connection) is sought back before the
+  error goes on: left unsettled, the next record's ``ack`` would commit past it. A
+  ConfigurationError, which would fail every record, also stops the subscriber as the run of
+  keyless messages does (its aiokafka consumer stopped, the error logged and raised by
+  :meth:`InboxMiddleware.check`).
+
+Refused (a :class:`~sa_inbox.exc.ConfigurationError` when the record arrives, nothing
+processed): a subscriber without ``group_id`` (its ``ack`` cannot commit: aiokafka raises
+``IllegalOperation``), batch subscribers, ``ACK_FIRST``, and a Kafka record at a middleware
+made without ``kafka=True`` (it would have no delivery count). ``check()`` raises
+:class:`~sa_inbox.exc.MissingTable` while ``inbox_kafka_attempts`` is missing.
 
 The handler's return value is published (to ``reply_to`` and the ``@publisher`` decorators) only by
 the delivery that processed the message: a duplicate, a retried or a dead-lettered delivery
@@ -114,12 +160,12 @@ from .._compat import faststream_handler
 from .._optional import optional_dependencies
 from ..claim import Inbox
 from ..consumers import stands_for
-from ..exc import ConfigurationError, MissingKeyHeader
+from ..exc import ConfigurationError, InvalidArgument
 from ..outage import OutageGate
 from .delivery import DeadLetterReason, Delivery, Disposition
 from .keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless, read_key
 from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
-from .startup import NO_HANDLER, check_consumer
+from .startup import NO_HANDLER, Readiness, check_consumer
 
 with optional_dependencies(__name__, "faststream", "faststream"):
     from faststream import BaseMiddleware, ContextRepo, StreamMessage
@@ -127,6 +173,9 @@ with optional_dependencies(__name__, "faststream", "faststream"):
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
+
+    from .kafka.faststream import KafkaSide
+    from .kafka.records import Record
 
 __all__ = [
     "DEFAULT_DEAD_LETTER_SUFFIX",
@@ -149,9 +198,9 @@ DEFAULT_DEAD_LETTER_SUFFIX = ":dead"  # as the Redis adapter's default
 class InboxMiddleware:
     """FastStream middleware factory: each subscribed message is processed exactly once.
 
-    Pass it in ``middlewares=[...]`` of a ``RabbitBroker``, ``RedisBroker`` or ``NatsBroker``
-    (JetStream subscribers), or of a router. See the module's docstring for the example and
-    for what each broker does.
+    Pass it in ``middlewares=[...]`` of a ``RabbitBroker``, ``RedisBroker``, ``NatsBroker``
+    (JetStream subscribers) or ``KafkaBroker`` (``kafka=True``), or of a router. See the
+    module's docstring for the example and for what each broker does.
 
     :param session_factory: an :class:`~sqlalchemy.ext.asyncio.async_sessionmaker`.
     :param inbox: the inbox to claim in.
@@ -165,10 +214,18 @@ class InboxMiddleware:
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
     :param max_keyless: consecutive keyless messages (``int`` >= 1) after which a subscriber
         stops (see the module's docstring), or None: never (each is dead-lettered).
+    :param kafka: serve a ``KafkaBroker``: failed attempts counted in
+        ``inbox_kafka_attempts``, checked by :meth:`check` (see the module's docstring,
+        "Kafka"); needs the ``kafka`` extra.
+    :param dead_letter_topic: ``kafka=True`` only: the dead-letter topic of every record;
+        default ``<topic>.dead``.
     :raises ConfigurationError: when it is made, for a session factory of the sync half or
         ``async_sessionmaker.begin`` (:class:`~sa_inbox.exc.InvalidSessionFactory`), an inbox
         that is neither an Inbox nor an AsyncInbox (:class:`~sa_inbox.exc.InvalidObject`), an
-        empty ``key_header`` or a bad ``max_keyless`` (:class:`~sa_inbox.exc.InvalidArgument`).
+        empty ``key_header`` or a bad ``max_keyless`` (:class:`~sa_inbox.exc.InvalidArgument`);
+        with ``kafka=True``, a ``key_header`` naming a record's coordinates or an empty
+        ``dead_letter_topic`` (:class:`~sa_inbox.exc.InvalidArgument`; a
+        ``dead_letter_topic`` without ``kafka=True`` too).
 
     **Outages and reconnects.** While the database cannot be reached each message in hand is
     held in its handler, unsettled and uncounted, while one
@@ -176,13 +233,17 @@ class InboxMiddleware:
     (one WARNING, one INFO per outage, for all the messages FastStream runs at once); FastStream
     takes no more than its subscriber's prefetch meanwhile. The broker connection is
     FastStream's to make again (aio-pika's ``connect_robust`` for RabbitMQ, redis-py's pool,
-    nats-py's reconnect): a message whose ack was lost with it comes back, as a duplicate.
+    nats-py's reconnect, aiokafka's): a message whose ack was lost with it comes back, as a
+    duplicate.
 
     On a message it raises :class:`~sa_inbox.ConfigurationError` (to FastStream, which logs
     it and applies the subscriber's ``ack_policy``: with ``AckPolicy.MANUAL`` the message is
     left unsettled and redelivered when the consumer stops) for a batch message, a message
     acknowledged before the handler ran (``AckPolicy.ACK_FIRST``, core NATS), and the
-    runner's configuration errors (see :func:`sa_inbox.asyncio.handle`). A handler raising
+    runner's configuration errors (see :func:`sa_inbox.asyncio.handle`); on Kafka also for a
+    subscriber without ``group_id`` and a middleware made without ``kafka=True``, and the
+    runner's configuration errors stop the subscriber instead (see the module's docstring,
+    "Kafka"). A handler raising
     FastStream's ``NackMessage`` / ``RejectMessage`` / ``AckMessage`` is a failure like any
     other exception: rolled back, then retried or dead-lettered by the rules.
     """
@@ -199,9 +260,11 @@ class InboxMiddleware:
         dead_letter_suffix: str = DEFAULT_DEAD_LETTER_SUFFIX,
         on_settled: OnSettled | None = None,
         max_keyless: int | None = DEFAULT_MAX_KEYLESS,
+        kafka: bool = False,
+        dead_letter_topic: str | None = None,
     ) -> None:
         entry = "InboxMiddleware()"
-        self.readiness = check_consumer(
+        readiness = check_consumer(
             entry,
             session_factory=session_factory,
             inbox=inbox,
@@ -211,6 +274,8 @@ class InboxMiddleware:
             asynchronous=True,
         )
         key_header = check_key_name(key_header, "key_header", entry=entry)
+        side = _kafka_side(kafka, readiness.inbox, consumer_name, key_header, dead_letter_topic)
+        self.readiness: Readiness = readiness if side is None else side.readiness(readiness)
         self.config = _Config(
             session_factory,
             self.readiness.inbox,
@@ -222,6 +287,7 @@ class InboxMiddleware:
             on_settled,
             OutageGate(consumer_name, hooks=self.readiness.inbox.hooks),
             KeylessStreak(key_header, check_max_keyless(max_keyless, entry=entry)),
+            side,
         )
 
     async def check(self) -> None:
@@ -230,7 +296,10 @@ class InboxMiddleware:
         Await it in the application's start-up hook (FastStream's ``@app.on_startup``)
         so a wrong setup fails before the broker consumes, and from a health endpoint.
 
-        :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`.
+        :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`; with
+            ``kafka=True``, :class:`~sa_inbox.exc.MissingTable` while
+            ``inbox_kafka_attempts`` is missing; the ConfigurationError that stopped a Kafka
+            subscriber.
         :raises MissingKeyHeader: once a run of keyless messages stopped a subscriber (see
             the module's docstring).
         """
@@ -255,8 +324,11 @@ class _Config:
     on_settled: OnSettled | None
     outage: OutageGate
     keyless: KeylessStreak
-    #: The MissingKeyHeader that stopped a subscriber, once one did.
-    stopped: list[MissingKeyHeader] = field(default_factory=list)
+    #: ``kafka=True``: the attempts table and the dead-letter topic.
+    kafka: KafkaSide | None = None
+    #: The MissingKeyHeader (or, on Kafka, the ConfigurationError) that stopped a
+    #: subscriber, once one did.
+    stopped: list[ConfigurationError] = field(default_factory=list)
 
 
 class _InboxScope(BaseMiddleware[Any, Any]):
@@ -271,15 +343,32 @@ class _InboxScope(BaseMiddleware[Any, Any]):
         self, call_next: Callable[[StreamMessage[Any]], Awaitable[Any]], msg: StreamMessage[Any]
     ) -> Any:
         _check(msg)
+        if _kind(msg) == "kafka":
+            return await self._consume_kafka(call_next, msg)
         config = self.config
-        returned: list[Any] = []
         delivery = await delivery_of(msg, config.key_header)
         settler = _Settler(msg, config.dead_letter_suffix)
         await _count_keyless(config, delivery, settler)
+        return await self._process(call_next, msg, delivery, settler)
+
+    async def _process(
+        self,
+        call_next: Callable[[StreamMessage[Any]], Awaitable[Any]],
+        msg: StreamMessage[Any],
+        delivery: Delivery,
+        settler: _Settler,
+    ) -> Any:
+        config = self.config
+        returned: list[Any] = []
 
         async def call(session: AsyncSession, delivery: Delivery) -> None:
             with self.context.scope(config.context_key, session):
-                returned[:] = [await call_next(msg)]
+                try:
+                    returned[:] = [await call_next(msg)]
+                except BaseException as exc:
+                    settler.errors.append(exc)
+                    raise
+            await settler.processed(session)
 
         # the subscriber's handler owns the consumer name (sa_inbox.consumers), not this
         # closure, which every middleware of every subscriber shares
@@ -300,6 +389,47 @@ class _InboxScope(BaseMiddleware[Any, Any]):
             # handler's return value exists only for the delivery that processed it)
             raise SkipMessage
         return returned[0]
+
+    async def _consume_kafka(
+        self, call_next: Callable[[StreamMessage[Any]], Awaitable[Any]], msg: StreamMessage[Any]
+    ) -> Any:
+        """A Kafka record (see the module's docstring, "Kafka"): never left unsettled while
+        the subscriber goes on, since its next ack would commit past it."""
+        config = self.config
+        side = config.kafka
+        if side is None:
+            raise ConfigurationError(
+                "a KafkaBroker's record reached InboxMiddleware made without kafka=True: "
+                "Kafka keeps no delivery count, pass kafka=True (failed attempts are counted "
+                "in the inbox_kafka_attempts table)"
+            )
+        subscriber = self.context.get("handler_")
+        if getattr(subscriber, "group_id", "") is None:
+            raise ConfigurationError(
+                "a Kafka subscriber without group_id: InboxMiddleware acks by committing "
+                "the offset to the consumer group; give the subscriber a group_id"
+            )
+        record = side.record_of(msg.raw_message)
+        settler = _KafkaSettler(msg, config, side, record, self.context.get("broker"))
+        try:
+            await _count_keyless(config, record.delivery, settler)
+            record = settler.record = await side.counted(
+                record, config.session_factory, config.outage
+            )
+            return await self._process(call_next, msg, record.delivery, settler)
+        except SkipMessage:
+            raise
+        except StopConsume:
+            await settler.close()
+            raise
+        except ConfigurationError as error:
+            await settler.give_back()
+            _stop(config, error, "inbox.configuration.error")
+            await settler.close()
+            raise StopConsume from error
+        except BaseException:
+            await settler.give_back()
+            raise
 
 
 #: How many layers of middlewares :func:`subscriber_handler` looks through.
@@ -351,15 +481,36 @@ async def _count_keyless(config: _Config, delivery: Delivery, settler: _Settler)
         return
     error = streak.error()
     await settler.give_back()
+    _stop(config, error, "inbox.key.missing")
+    raise StopConsume from error
+
+
+def _stop(config: _Config, error: ConfigurationError, event: str) -> None:
+    """Keep ``error`` for :meth:`InboxMiddleware.check` and log it (once): a subscriber
+    stops consuming."""
     if not config.stopped:
         config.stopped.append(error)
         logger.error(
             "consumer %s: %s; the subscriber stops consuming",
             config.consumer_name,
             error,
-            extra={"event": "inbox.key.missing", "consumer_name": config.consumer_name},
+            extra={"event": event, "consumer_name": config.consumer_name},
         )
-    raise StopConsume from error
+
+
+def _kafka_side(
+    kafka: bool, inbox: Inbox, consumer_name: str, key_header: str, topic: str | None
+) -> KafkaSide | None:
+    """``kafka=True``: the Kafka side (its module needs the ``kafka`` extra)."""
+    if not kafka:
+        if topic is not None:
+            raise InvalidArgument(
+                "InboxMiddleware(): dead_letter_topic is for kafka=True (a KafkaBroker) only"
+            )
+        return None
+    from .kafka.faststream import KafkaSide
+
+    return KafkaSide(inbox, consumer_name, key_header, topic, entry="InboxMiddleware()")
 
 
 def _check(msg: StreamMessage[Any]) -> None:
@@ -367,10 +518,11 @@ def _check(msg: StreamMessage[Any]) -> None:
     if msg.committed is not None or _acked_on_delivery(msg):
         raise ConfigurationError(
             "the message was acknowledged before the handler ran (ack_policy="
-            "AckPolicy.ACK_FIRST, a no-ack consumer or a core NATS subscriber): a crash would "
+            "AckPolicy.ACK_FIRST, a no-ack consumer, Kafka's auto-commit or a core NATS "
+            "subscriber): a crash would "
             "lose it; use AckPolicy.MANUAL (NATS: a JetStream subscriber) with InboxMiddleware"
         )
-    if isinstance(msg.raw_message, list) or _kind(msg) == "redis-batch":
+    if isinstance(msg.raw_message, list | tuple) or _kind(msg) == "redis-batch":
         raise ConfigurationError("InboxMiddleware does not support batch subscribers")
 
 
@@ -392,7 +544,9 @@ async def delivery_of(msg: StreamMessage[Any], key_header: str) -> Delivery:
     """The :class:`Delivery` of a FastStream message.
 
     :param msg: FastStream's message (``RabbitMessage``, ``RedisStreamMessage``,
-        ``NatsMessage``; others get a delivery count of 1).
+        ``NatsMessage``; others get a delivery count of 1, ``KafkaMessage`` too: the
+        middleware made with ``kafka=True`` counts a Kafka record's deliveries in the
+        attempts table).
     :param key_header: the header holding the producer's key; absent gives a Delivery
         without a key (dead-lettered by :func:`~sa_inbox.brokers.process_async`).
     :returns: the key (a ``str`` header, or ``bytes`` decoded as UTF-8; a value of another
@@ -414,8 +568,8 @@ async def delivery_of(msg: StreamMessage[Any], key_header: str) -> Delivery:
 
 
 def _kind(msg: StreamMessage[Any]) -> str:
-    """``rabbit``, ``redis-stream``, ``redis-batch``, ``nats`` or ``other`` (Redis lists and
-    pub/sub: no redelivery, no delivery count).
+    """``rabbit``, ``redis-stream``, ``redis-batch``, ``nats``, ``kafka`` or ``other`` (Redis
+    lists and pub/sub: no redelivery, no delivery count).
 
     Tested by class, on the modules already imported (a message of a broker means its
     FastStream module is loaded; the others' client libraries need not be installed)."""
@@ -431,6 +585,7 @@ _KINDS = (
     ("faststream.redis.message", "RedisStreamMessage", "redis-stream"),
     ("faststream.redis.message", "RedisBatchStreamMessage", "redis-batch"),
     ("faststream.nats.message", "NatsMessage", "nats"),
+    ("faststream.kafka.message", "KafkaMessage", "kafka"),
 )
 
 
@@ -457,6 +612,8 @@ def _broker_ref(msg: StreamMessage[Any]) -> str:
         return f"delivery_tag={raw.delivery_tag}"
     if kind == "redis-stream":
         return "entry=" + ",".join(i.decode() for i in raw["message_ids"])
+    if kind == "kafka":
+        return f"{raw.topic}[{raw.partition}]@{raw.offset}"
     if kind == "nats":
         try:
             return f"stream_seq={raw.metadata.sequence.stream}"
@@ -471,6 +628,11 @@ class _Settler:
     def __init__(self, msg: StreamMessage[Any], dead_letter_suffix: str) -> None:
         self.msg = msg
         self.dead_letter_suffix = dead_letter_suffix
+        #: What the handler raised, on each attempt of this delivery.
+        self.errors: list[BaseException] = []
+
+    async def processed(self, session: AsyncSession) -> None:
+        """In the claim's transaction, after the handler succeeded."""
 
     async def ack(self) -> None:
         await self.msg.ack()
@@ -488,6 +650,69 @@ class _Settler:
             await self.msg.ack()  # XACKed already: marks FastStream's message settled
         else:
             await self.msg.reject()
+
+
+class _KafkaSettler(_Settler):
+    """A Kafka record's ack (offset commit), retry (seek back) and dead letter (published,
+    then the offset committed), its failed attempts counted in the attempts table (see
+    the module's docstring, "Kafka")."""
+
+    def __init__(
+        self,
+        msg: StreamMessage[Any],
+        config: _Config,
+        side: KafkaSide,
+        record: Record,
+        broker: Any,
+    ) -> None:
+        super().__init__(msg, config.dead_letter_suffix)
+        self.config = config
+        self.side = side
+        self.record = record
+        self.broker = broker
+
+    async def processed(self, session: AsyncSession) -> None:
+        await self.side.clear(session, self.record)
+
+    async def give_back(self) -> None:
+        """Sought back to the record (FastStream's nack), unless settled already; a failure
+        to seek (the partition revoked meanwhile: its new owner fetches it) is logged."""
+        try:
+            await self.msg.nack()
+        except Exception as exc:
+            logger.warning(
+                "consumer %s: %s not sought back (%s); it comes again from the group's "
+                "committed offset",
+                self.config.consumer_name,
+                self.record.delivery.broker_ref,
+                exc,
+            )
+
+    async def close(self) -> None:
+        """Stop the record's aiokafka consumer (it leaves the group), before FastStream's
+        ``StopConsume``: FastStream's stop cancels the consume task it runs in, which would
+        interrupt ``AIOKafkaConsumer.stop()`` past its first ``await`` and leave its
+        connections open."""
+        try:
+            await self.msg.consumer.stop()  # type: ignore[attr-defined]
+        except Exception as exc:
+            logger.warning("consumer %s: stopping: %s", self.config.consumer_name, exc)
+
+    async def retry(self) -> None:
+        await self.side.failed(self.record, self._error(), self.config.session_factory)
+        await self.msg.nack()
+
+    async def dead_letter(self, reason: DeadLetterReason, detail: str) -> None:
+        if reason is DeadLetterReason.DELIVERY_LIMIT:
+            await self.side.failed(self.record, self._error(detail), self.config.session_factory)
+        await self.side.publish_dead_letter(self.broker, self.record, reason, detail)
+        await self.msg.ack()
+
+    def _error(self, default: str = "the transaction failed") -> str:
+        if not self.errors:
+            return default
+        error = self.errors[-1]
+        return f"{type(error).__name__}: {error}"
 
 
 async def _redis_dead_letter(

@@ -14,13 +14,15 @@ listening) raises at once, as a configuration error would.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..backoff import Backoff
 
-__all__ = ["DEFAULT_RECONNECT_BACKOFF", "Reconnects"]
+__all__ = ["DEFAULT_RECONNECT_BACKOFF", "Reconnects", "Stoppable", "sleep_unless", "wait_unless"]
 
 logger = logging.getLogger("sa_inbox.brokers")
 
@@ -94,3 +96,35 @@ class Reconnects:
 def _describe(error: BaseException) -> str:
     text = " ".join(str(error).split())[:300]
     return f"{type(error).__name__}: {text}" if text else repr(error)
+
+
+class Stoppable:
+    """A consumer's stop: :meth:`stop` sets its own event (``_stop``, a ``threading.Event``
+    or an ``asyncio.Event``); ``run(stop=...)`` may add the caller's (``_extra_stop``)."""
+
+    _stop: Any
+    _extra_stop: Any = None
+
+    def _stopping(self) -> bool:
+        extra = self._extra_stop
+        return bool(self._stop.is_set() or (extra is not None and extra.is_set()))
+
+
+def wait_unless(
+    stopping: Callable[[], bool], wait: Callable[[float], Any], seconds: float, step: float
+) -> bool:
+    """Wait ``seconds`` (``wait(s)`` at most ``step`` s at a time), less once ``stopping()``;
+    whether it is."""
+    deadline = time.monotonic() + seconds
+    while not stopping() and (left := deadline - time.monotonic()) > 0:
+        wait(min(left, step))
+    return stopping()
+
+
+async def sleep_unless(stopping: Callable[[], bool], seconds: float, step: float = 0.1) -> bool:
+    """:func:`wait_unless` on the running event loop (``asyncio.sleep``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while not stopping() and (left := deadline - loop.time()) > 0:
+        await asyncio.sleep(min(left, step))
+    return stopping()

@@ -61,7 +61,7 @@ def check_consumer(
 ) -> Readiness:
     """Refuse what the consumer ``entry`` cannot use; its :class:`Readiness` otherwise.
 
-    :param entry: the consumer as messages name it (``"BlockingConsumer()"``).
+    :param entry: the consumer as messages name it (``"Consumer()"``).
     :param handler: the handler, or :data:`NO_HANDLER`.
     :param consumer_name: the inbox's consumer name, or None when the adapter defaults it
         (checked where it is chosen).

@@ -1,8 +1,8 @@
 """What a relay needs from a broker: publish one message and wait for the broker's confirm.
 
-The broker packages provide one each: :class:`sa_inbox.brokers.rabbitmq.RabbitMQPublisher`
-(pika, publisher confirms), :class:`sa_inbox.brokers.redis.RedisStreamPublisher` (``XADD``'s
-reply), :class:`sa_inbox.brokers.nats.JetStreamPublisher` (the JetStream ``PubAck``),
+The broker packages provide one each: :class:`sa_inbox.brokers.rabbitmq.Publisher`
+(pika, publisher confirms), :class:`sa_inbox.brokers.redis.Publisher` (``XADD``'s
+reply), :class:`sa_inbox.brokers.nats.AsyncPublisher` (the JetStream ``PubAck``),
 :class:`sa_inbox.brokers.sqs.Publisher` (``SendMessage``'s reply).
 """
 
@@ -36,7 +36,7 @@ class Publisher(Protocol):
     publisher may also have ``publish_many(messages) -> list[Exception | None]`` (plain or
     ``async def``): it publishes a whole batch and waits for all confirms at once, and the
     relays call it instead of ``publish`` (see
-    :class:`~sa_inbox.brokers.rabbitmq.AioPikaPublisher`). And it may have
+    :class:`~sa_inbox.brokers.rabbitmq.AsyncPublisher`). And it may have
     ``is_unavailable(error) -> bool``, which tells a broker that could not be reached from a
     message the broker refused (see :func:`broker_unavailable`); every publisher of
     ``sa_inbox.brokers`` has one.
@@ -143,10 +143,10 @@ def publisher_for(url: str) -> Publisher:
     """A synchronous publisher for a broker URL, for :class:`~sa_inbox.outbox.OutboxRelay`
     and ``sa-inbox relay`` on a sync driver's URL.
 
-    ``amqp://``, ``amqps://``: :class:`~sa_inbox.brokers.rabbitmq.RabbitMQPublisher` on the
+    ``amqp://``, ``amqps://``: :class:`~sa_inbox.brokers.rabbitmq.Publisher` on the
     default exchange; ``redis://``, ``rediss://``:
-    :class:`~sa_inbox.brokers.redis.RedisStreamPublisher`; ``nats://``, ``tls://``:
-    :class:`~sa_inbox.brokers.nats.BlockingJetStreamPublisher` (connects at its first publish);
+    :class:`~sa_inbox.brokers.redis.Publisher`; ``nats://``, ``tls://``:
+    :class:`~sa_inbox.brokers.nats.Publisher` (connects at its first publish);
     ``kafka://host:port``: :class:`~sa_inbox.brokers.kafka.Publisher`.
     ``sqs://``, ``sqss://``: :class:`~sa_inbox.brokers.sqs.Publisher` (the destination is a
     queue name or URL; see :mod:`sa_inbox.brokers.sqs.url`).
@@ -156,16 +156,16 @@ def publisher_for(url: str) -> Publisher:
     """
     broker = _broker(url)
     if broker == "rabbitmq":
-        from ..brokers.rabbitmq import RabbitMQPublisher
+        from ..brokers.rabbitmq import Publisher as RabbitPublisher
 
-        return RabbitMQPublisher(url)
+        return RabbitPublisher(url)
     if broker == "redis":
-        from ..brokers.redis import RedisStreamPublisher
+        from ..brokers.redis import Publisher as RedisPublisher
 
         with optional_dependencies(__name__, "redis", "redis"):
             import redis
 
-        return RedisStreamPublisher(redis.Redis.from_url(url))
+        return RedisPublisher(redis.Redis.from_url(url))
     if broker == "kafka":
         from ..brokers.kafka import Publisher as KafkaPublisher
 
@@ -178,18 +178,18 @@ def publisher_for(url: str) -> Publisher:
             import boto3
 
         return SqsPublisher(boto3.client("sqs", **client_options(url)))
-    from ..brokers.nats import BlockingJetStreamPublisher
+    from ..brokers.nats import Publisher as NatsPublisher
 
-    return BlockingJetStreamPublisher(url)
+    return NatsPublisher(url)
 
 
 def async_publisher_for(url: str) -> Publisher:
     """An asyncio publisher for a broker URL, for :class:`~sa_inbox.asyncio.AsyncOutboxRelay`
     and ``sa-inbox relay`` on an async driver's URL; each connects at its first publish.
 
-    ``amqp://``, ``amqps://``: :class:`~sa_inbox.brokers.rabbitmq.AioPikaPublisher` on the
+    ``amqp://``, ``amqps://``: :class:`~sa_inbox.brokers.rabbitmq.AsyncPublisher` on the
     default exchange; ``redis://``, ``rediss://``:
-    :class:`~sa_inbox.brokers.redis.RedisStreamPublisher` on a ``redis.asyncio`` client;
+    :class:`~sa_inbox.brokers.redis.Publisher` on a ``redis.asyncio`` client;
     ``nats://``, ``tls://``: :class:`~sa_inbox.brokers.nats.ConnectingJetStreamPublisher`;
     ``sqs://``, ``sqss://``: :class:`~sa_inbox.brokers.sqs.AsyncPublisher`.
 
@@ -198,15 +198,15 @@ def async_publisher_for(url: str) -> Publisher:
     """
     broker = _broker(url)
     if broker == "rabbitmq":
-        from ..brokers.rabbitmq import AioPikaPublisher
+        from ..brokers.rabbitmq import AsyncPublisher as AsyncRabbitPublisher
 
-        return AioPikaPublisher(url)
+        return AsyncRabbitPublisher(url)
     if broker == "redis":
         import redis.asyncio
 
-        from ..brokers.redis import RedisStreamPublisher
+        from ..brokers.redis import Publisher as RedisPublisher
 
-        return RedisStreamPublisher(redis.asyncio.Redis.from_url(url))
+        return RedisPublisher(redis.asyncio.Redis.from_url(url))
     if broker == "kafka":
         from ..brokers.kafka import AsyncPublisher as AsyncKafkaPublisher
 

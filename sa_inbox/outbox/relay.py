@@ -418,7 +418,7 @@ class OutboxRelay:
     :param engine: the outbox's database.
     :param outbox: the :class:`~sa_inbox.outbox.Outbox`.
     :param publisher: a :class:`~sa_inbox.outbox.publisher.Publisher` with a plain
-        ``publish`` (e.g. :class:`~sa_inbox.brokers.rabbitmq.RabbitMQPublisher`).
+        ``publish`` (e.g. :class:`~sa_inbox.brokers.rabbitmq.Publisher`).
     :param batch_size: rows leased per transaction (also the most messages a killed
         relay republishes), >= 1.
     :param max_attempts: publish attempts before a row is ``dead``, >= 1.
@@ -435,7 +435,7 @@ class OutboxRelay:
 
     Example::
 
-        relay = OutboxRelay(engine, outbox, RabbitMQPublisher("amqp://..."))
+        relay = OutboxRelay(engine, outbox, rabbitmq.Publisher("amqp://..."))
         relay.run()                 # until relay.stop()
     """
 
@@ -596,7 +596,7 @@ def publish_all(
     """Publish ``messages``; per message None (confirmed) or the exception that refused it.
 
     With the publisher's optional ``publish_many(messages)`` (confirms pipelined, e.g.
-    :class:`~sa_inbox.brokers.rabbitmq.AioPikaPublisher`) in one call; else one ``publish``
+    :class:`~sa_inbox.brokers.rabbitmq.AsyncPublisher`) in one call; else one ``publish``
     after the other, each waiting for its confirm, until one finds the broker unreachable
     (:func:`~sa_inbox.outbox.publisher.broker_unavailable`): the messages after it are not
     tried and get the same exception.

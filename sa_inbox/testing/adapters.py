@@ -2,7 +2,7 @@
 key reading, without a broker.
 
 A profile (:class:`AdapterProfile`) takes from a consumer object made as in production
-(``BlockingConsumer(url, "payments", session_factory=..., inbox=..., handler=...,
+(``rabbitmq.Consumer(url, "payments", session_factory=..., inbox=..., handler=...,
 key_header=...)``; making one connects to nothing) what :func:`sa_inbox.brokers.process`
 needs, and turns a :class:`~sa_inbox.testing.BrokerDelivery` into the broker's own message
 fields and then into a :class:`~sa_inbox.brokers.Delivery` through the adapter's own
@@ -33,7 +33,7 @@ __all__ = ["AdapterProfile", "profile_of", "register_adapter"]
 class AdapterProfile:
     """What the checks need of one broker adapter.
 
-    :param name: the adapter, for the report (``"BlockingConsumer of payments"``).
+    :param name: the adapter, for the report (``"Consumer of payments"``).
     :param session_factory: its session factory.
     :param inbox: its inbox.
     :param consumer_name: its consumer name.
@@ -90,7 +90,7 @@ def _readiness(adapter: Any) -> Any:
 
 
 def _rabbitmq(adapter: Any) -> AdapterProfile:
-    """pika's ``BlockingConsumer`` and aio-pika's ``AsyncConsumer``: the ``message_id``
+    """The RabbitMQ ``Consumer`` (pika) and ``AsyncConsumer`` (aio-pika): the ``message_id``
     property (or the ``key_header`` header), a quorum queue's ``x-delivery-count``."""
     from ..brokers.rabbitmq.message import DELIVERY_COUNT_HEADER, to_delivery
 
@@ -123,7 +123,7 @@ def _rabbitmq(adapter: Any) -> AdapterProfile:
 
 def _redis(adapter: Any) -> AdapterProfile:
     """The Redis Streams consumers: the entry's fields (the producer's id in ``key_field``,
-    as :class:`~sa_inbox.brokers.redis.RedisStreamPublisher` writes it), the group's
+    as :class:`~sa_inbox.brokers.redis.Publisher` writes it), the group's
     times-delivered counter."""
     from ..brokers.redis.core import Entry, to_delivery
 

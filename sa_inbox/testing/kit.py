@@ -84,7 +84,7 @@ def check_exactly_once(
         def``, or its import path ``"module:function"``), run by
         :func:`sa_inbox.brokers.process` as every broker adapter runs it; needs
         ``session_factory``, ``inbox`` and ``consumer_name``. Or a broker adapter made as in
-        production (``BlockingConsumer(...)``, ``RedisStreamConsumer(...)``; it connects to
+        production (``rabbitmq.Consumer(...)``, ``redis.Consumer(...)``; it connects to
         nothing), whose settings and key reading are used (:mod:`.adapters`).
     :param consumer: a consumer of your own, ``consume(delivery, ack)`` (``def``, or ``async
         def`` awaiting ``ack()``), or its import path: it gets a

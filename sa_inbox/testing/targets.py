@@ -4,8 +4,8 @@
   ``async def``), run by :func:`sa_inbox.brokers.process` / ``process_async``, the rules
   every broker adapter runs it by, with the user's inbox and consumer name. Its key is the
   producer's ``message_id``, or what the user's ``key(delivery)`` returns.
-* the same for a **broker adapter** configured as in production (a ``BlockingConsumer``, a
-  ``RedisStreamConsumer``...): its settings and its own key reading, through the profiles
+* the same for a **broker adapter** configured as in production (a RabbitMQ or a Redis
+  Streams ``Consumer``...): its settings and its own key reading, through the profiles
   of :mod:`.adapters`.
 * :class:`ConsumerTarget`: a consumer of the user's own, ``consume(delivery, ack)``
   (``def`` or ``async def``), which claims, commits and acks by itself: given a

@@ -3,8 +3,8 @@ is SIGKILLed, left down, and restarted (``scripts/servers.sh kill`` / ``restart`
 
 :func:`run_outage` starts one *lane* per adapter (its own queue, stream or JetStream
 stream, its own consumer name and account), each consumed in a thread of this process by
-the adapter under test (pika ``BlockingConsumer``, aio-pika ``AsyncConsumer``,
-``RedisStreamConsumer``, ``AsyncRedisStreamConsumer``, NATS ``consume()``, the FastStream
+the adapter under test (RabbitMQ's ``Consumer`` on pika and ``AsyncConsumer`` on aio-pika,
+Redis Streams' ``Consumer`` and ``AsyncConsumer``, NATS ``consume()``, the FastStream
 ``InboxMiddleware`` on RabbitMQ, a Celery ``inbox_task`` in an embedded worker, the SQS
 ``Consumer`` and ``AsyncConsumer`` on moto), publishes
 to every lane at ``rate`` messages per second, kills the database after ``lead`` seconds,
@@ -374,10 +374,10 @@ class PikaLane(Lane):
         self.publisher = _RabbitPublisher(self.urls.amqp, self.token)
 
     def consume(self) -> None:
-        from sa_inbox.brokers.rabbitmq import BlockingConsumer
+        from sa_inbox.brokers.rabbitmq import Consumer
 
         engine = sa.create_engine(self.urls.sync_db)
-        self.consumer = BlockingConsumer(
+        self.consumer = Consumer(
             self.urls.amqp,
             self.token,
             session_factory=sessionmaker(engine),
@@ -451,10 +451,10 @@ class RedisLane(Lane):
     def consume(self) -> None:
         import redis
 
-        from sa_inbox.brokers.redis import RedisStreamConsumer
+        from sa_inbox.brokers.redis import Consumer as RedisConsumer
 
         engine = sa.create_engine(self.urls.sync_db)
-        self.consumer = RedisStreamConsumer(
+        self.consumer = RedisConsumer(
             redis.Redis.from_url(self.urls.redis),
             self.token,
             group=self.consumer_name,
@@ -488,11 +488,11 @@ class AsyncRedisLane(_LoopLane, RedisLane):
     async def consume_async(self) -> None:
         import redis.asyncio
 
-        from sa_inbox.brokers.redis import AsyncRedisStreamConsumer
+        from sa_inbox.brokers.redis import AsyncConsumer as AsyncRedisConsumer
 
         engine = create_async_engine(self.urls.async_db)
         client = redis.asyncio.Redis.from_url(self.urls.redis)
-        self.consumer = AsyncRedisStreamConsumer(
+        self.consumer = AsyncRedisConsumer(
             client,
             self.token,
             group=self.consumer_name,
@@ -772,13 +772,13 @@ class RelayLane(Lane):
         self.consumer_name = f"outbox relay of {self.token}_outbox"
 
     def consume(self) -> None:
-        from sa_inbox.brokers.redis import RedisStreamPublisher
+        from sa_inbox.brokers.redis import Publisher as RedisPublisher
         from sa_inbox.outbox import OutboxRelay
 
         self.relay = OutboxRelay(
             self.engine,
             self.outbox,
-            RedisStreamPublisher(self.client),
+            RedisPublisher(self.client),
             poll_interval=0.1,
             visibility_timeout=LEASE * 2,
         )
@@ -822,7 +822,8 @@ class SqsLane(Lane):
 
     For a server restart (:meth:`make_queues` again: moto keeps queues in memory) and a
     message in flight through it: :attr:`paused` makes publishes fail (attempted, not
-    sent); with :attr:`hold_next` set, the next message the handler gets waits in it until
+    sent), and :attr:`pause_after_one` sets it after the next publish that succeeds; with
+    :attr:`hold_next` set, the next message the handler gets waits in it until
     :attr:`release` is set (:attr:`holding` says it is there)."""
 
     name = "sqs"
@@ -832,6 +833,7 @@ class SqsLane(Lane):
         self.dead = f"{self.token}-dead"
         self.make_queues()
         self.paused = threading.Event()
+        self.pause_after_one = threading.Event()
         self.hold_next = threading.Event()
         self.holding = threading.Event()
         self.release = threading.Event()
@@ -910,6 +912,9 @@ class SqsLane(Lane):
             MessageBody="{}",
             MessageAttributes={"message_id": {"DataType": "String", "StringValue": message_id}},
         )
+        if self.pause_after_one.is_set():
+            self.paused.set()
+            self.pause_after_one.clear()
 
     def stop(self) -> None:
         self.consumer.stop()

@@ -1,7 +1,7 @@
 """The application's RabbitMQ consumer process, as production starts it:
 ``python -m tests.support.kit_consumer DB_URL AMQP_URL QUEUE``.
 
-It runs :class:`~sa_inbox.brokers.rabbitmq.BlockingConsumer` with
+It runs :class:`~sa_inbox.brokers.rabbitmq.Consumer` with
 :func:`tests.support.kit_app.apply` on the tables :func:`tests.support.kit_app.setup` made,
 printing each settlement (``DISPOSITION DELIVERY_COUNT``), until SIGTERM. The fault tests
 start it under ``python -m sa_inbox.testing.inject``.
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
 from sa_inbox.brokers import Settlement
-from sa_inbox.brokers.rabbitmq import BlockingConsumer
+from sa_inbox.brokers.rabbitmq import Consumer
 from tests.support import kit_app
 
 
@@ -25,7 +25,7 @@ def main(db_url: str, amqp_url: str, queue: str) -> None:
     def settled(settlement: Settlement) -> None:
         print(f"{settlement.disposition.value} {settlement.delivery.delivery_count}", flush=True)
 
-    consumer = BlockingConsumer(
+    consumer = Consumer(
         amqp_url,
         queue,
         session_factory=sessionmaker(sa.create_engine(db_url)),

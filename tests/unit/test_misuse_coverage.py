@@ -174,12 +174,17 @@ TAKES_NO_OBJECT = {
     "StopFlag()": "a Protocol",
     "StopFlag.is_set": "a Protocol method",
     "StreamSettings()": "values, validated by StreamSettings",
-    "BlockingConsumer.stop": "nothing",
+    "sa_inbox.brokers.rabbitmq.Consumer.stop": "nothing",
     "sa_inbox.brokers.rabbitmq.AsyncConsumer.stop": "nothing",
-    "RedisStreamConsumer.poll": "a flag; the consumer's objects were checked when it was made",
-    "RedisStreamConsumer.ensure_group": "the consumer's own client",
-    "AsyncRedisStreamConsumer.poll": "a flag; the consumer's objects were checked when made",
-    "AsyncRedisStreamConsumer.ensure_group": "the consumer's own client",
+    "sa_inbox.brokers.nats.AsyncConsumer.stop": "nothing",
+    "sa_inbox.brokers.redis.Consumer.poll": (
+        "a flag; the consumer's objects were checked when it was made"
+    ),
+    "sa_inbox.brokers.redis.Consumer.ensure_group": "the consumer's own client",
+    "sa_inbox.brokers.redis.AsyncConsumer.poll": (
+        "a flag; the consumer's objects were checked when made"
+    ),
+    "sa_inbox.brokers.redis.AsyncConsumer.ensure_group": "the consumer's own client",
     **{
         f"{settler}{member}": "a broker message and channel, settled as the consumer decides"
         for settler in ("PikaSettler", "AioPikaSettler", "JetStreamSettler")
@@ -188,14 +193,23 @@ TAKES_NO_OBJECT = {
     **{
         f"{publisher}{member}": "a broker URL or client; the relays check the publisher"
         for publisher, members in (
-            ("RabbitMQPublisher", ("()", ".connect", ".publish", ".close", ".is_unavailable")),
             (
-                "AioPikaPublisher",
+                "sa_inbox.brokers.rabbitmq.Publisher",
+                ("()", ".connect", ".publish", ".close", ".is_unavailable"),
+            ),
+            (
+                "sa_inbox.brokers.rabbitmq.AsyncPublisher",
                 ("()", ".connect", ".publish", ".publish_many", ".close", ".is_unavailable"),
             ),
-            ("RedisStreamPublisher", ("()", ".fields", ".publish", ".close", ".is_unavailable")),
-            ("JetStreamPublisher", ("()", ".headers", ".publish", ".close", ".is_unavailable")),
-            ("BlockingJetStreamPublisher", ("()", ".publish", ".close", ".is_unavailable")),
+            (
+                "sa_inbox.brokers.redis.Publisher",
+                ("()", ".fields", ".publish", ".close", ".is_unavailable"),
+            ),
+            (
+                "sa_inbox.brokers.nats.AsyncPublisher",
+                ("()", ".headers", ".publish", ".close", ".is_unavailable"),
+            ),
+            ("sa_inbox.brokers.nats.Publisher", ("()", ".publish", ".close", ".is_unavailable")),
             ("ConnectingJetStreamPublisher", ("()", ".publish", ".close", ".is_unavailable")),
         )
         for member in members

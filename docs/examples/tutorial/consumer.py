@@ -7,7 +7,7 @@ import signal
 import pika
 from payments import Session, inbox, ledger
 
-from sa_inbox.brokers.rabbitmq import BlockingConsumer, declare_queue
+from sa_inbox.brokers.rabbitmq import Consumer, declare_queue
 
 
 def apply_payment(session, delivery):
@@ -24,7 +24,7 @@ def main():
     url = os.environ["AMQP_URL"]
     with pika.BlockingConnection(pika.URLParameters(url)) as connection:
         declare_queue(connection.channel(), "payments")  # a quorum queue + payments.dead-letter
-    consumer = BlockingConsumer(
+    consumer = Consumer(
         url,
         "payments",
         session_factory=Session,

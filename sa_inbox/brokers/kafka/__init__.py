@@ -6,10 +6,10 @@ Each poll is claimed (:meth:`~sa_inbox.Inbox.claim_batch`, one statement) and ha
 one database transaction; the partitions' offsets are committed only after it commits, as
 contiguous watermarks that never pass a record to retry; failed attempts are counted in
 the database (Kafka keeps no delivery count) and a record past ``max_deliveries`` goes to
-the dead-letter topic, so its partition moves on. With ``offsets="database"`` (the sync
-:class:`Consumer`) the offsets are also stored in the claim's own transaction and each
-assigned partition starts there. The key is
-the producer's header (``message_id`` by default), never the record's topic, partition or
+the dead-letter topic, so its partition moves on. With ``offsets="database"`` (either
+consumer) the offsets are also stored in the claim's own transaction and each assigned
+partition starts there: no record below the stored offset is settled. The key is the
+producer's header (``message_id`` by default), never the record's topic, partition or
 offset.
 
 Producer side: the id in a header, the same on every retry of the publish::

@@ -12,7 +12,14 @@ checked against Tansu by ``tests/backends/brokers/test_kafka.py``:
   the group rebalanced without the member;
 - the listener's ``on_partitions_revoked`` is awaited before the member rejoins (the
   partitions are still its own and may be committed), ``on_partitions_assigned`` after the
-  new assignment, before the next fetch of it.
+  new assignment. Not before its first fetch: the assignment is live (``getmany`` returns
+  its records) before the listener is called, and the fetcher looks up the group's
+  committed offset, or resets the partition (``auto_offset_reset``), while the listener
+  awaits (aiokafka 0.14 ``GroupCoordinator._on_join_complete``,
+  ``Fetcher._update_fetch_positions``). A ``seek`` there drops the records buffered
+  before it, not those a ``getmany`` already returned: with ``offsets="database"`` the
+  stored offsets are floors, below which fetched records are dropped
+  (:class:`~.core.Assignment`).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from ...outage import OutageGate, probe_sessions
 from ..delivery import DeadLetterReason, Delivery
 from ..keys import DEFAULT_MAX_KEYLESS
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
-from ..reconnect import Reconnects
+from ..reconnect import Reconnects, sleep_unless
 from .core import (
     DEFAULT_MAX_RECORDS,
     DEFAULT_POLL_TIMEOUT,
@@ -118,11 +125,15 @@ class AsyncConsumer(ConsumerCore):
         committed (a misspelled ``key_header``); fewer are dead-lettered
         ``missing_message_id``. None: each at once.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
-    :param offsets: ``"kafka"`` (the only value here): committed to the group after the
-        database commit; a consumer killed between the two replays the poll (duplicates,
-        skipped). ``"database"`` (offsets stored in the poll's own transaction and sought
-        to on assignment) is the sync :class:`~sa_inbox.brokers.kafka.Consumer`'s: refused
-        here with :class:`~sa_inbox.exc.InvalidArgument`.
+    :param offsets: ``"kafka"`` (the default): committed to the group after the database
+        commit; a consumer killed between the two replays the poll (duplicates, skipped).
+        ``"database"``: also stored in the poll's own transaction (the
+        ``inbox_kafka_offsets`` table), read when partitions are assigned and sought to;
+        a consumer killed between the database commit and the offset commit replays
+        nothing. Each stored offset is its partition's floor for the assignment: records
+        aiokafka fetched below it (from the group's committed offset, or its
+        ``auto_offset_reset``, before the listener's seek) are dropped before the claim
+        and the partition sought to the floor again (:class:`~.core.Assignment`).
     :param max_records: records per poll (one transaction), >= 1.
     :param poll_timeout: seconds one fetch waits (a stop is seen within it).
     :param config: more aiokafka ``AIOKafkaConsumer`` options (``session_timeout_ms``,
@@ -196,13 +207,6 @@ class AsyncConsumer(ConsumerCore):
         )
         if not isinstance(bootstrap_servers, str) or not bootstrap_servers:
             raise InvalidArgument(f"{self.entry}: bootstrap_servers must be 'host:port'")
-        if self.offsets_in_database:
-            raise InvalidArgument(
-                f"{self.entry}: offsets='database' is served by the sync Consumer only: "
-                "aiokafka's seek in on_partitions_assigned was overtaken by its reset of a "
-                "partition the group had no offset for (records before the stored offset "
-                "fetched again), so the asyncio consumer cannot promise it replays nothing"
-            )
         self.bootstrap_servers = bootstrap_servers
         self.config = {"auto_offset_reset": "earliest", **client_options(config, entry=self.entry)}
         self.producer_config = {"acks": "all", **dict(producer_config or {})}
@@ -309,22 +313,25 @@ class AsyncConsumer(ConsumerCore):
         except KafkaError as exc:
             await self._lost(exc)
             return
-        async with self._lock:
+        async with self._lock:  # after an assignment's floors are set (_assign)
             epoch = self.assignment.epoch
-            records = [
-                make_record(
-                    tp.topic,
-                    tp.partition,
-                    msg.offset,
-                    msg.value,
-                    msg.key,
-                    msg.headers,
-                    key_header=self.key_header,
-                )
-                for tp, msgs in fetched.items()
-                if (tp.topic, tp.partition) in self.assignment.owned
-                for msg in msgs
-            ]
+            records, floors = self.admit(
+                [
+                    make_record(
+                        tp.topic,
+                        tp.partition,
+                        msg.offset,
+                        msg.value,
+                        msg.key,
+                        msg.headers,
+                        key_header=self.key_header,
+                    )
+                    for tp, msgs in fetched.items()
+                    for msg in msgs
+                ]
+            )
+            for (topic, partition), offset in floors.items():
+                self.consumer.seek(TopicPartition(topic, partition), offset)
             try:
                 settled = await self._settle(records)
             except DatabaseUnavailable:
@@ -419,15 +426,11 @@ class AsyncConsumer(ConsumerCore):
     async def _sleep_unless_stopped(self, seconds: float, *, revoking: bool = False) -> bool:
         """Wait ``seconds``, less once stopped (or, with ``revoking``, once the partitions
         are being revoked: the poll in hand is then abandoned); whether it was."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
 
         def ended() -> bool:
             return self._stopping() or (revoking and self._revoking)
 
-        while not ended() and (left := deadline - loop.time()) > 0:
-            await asyncio.sleep(min(left, 0.1))
-        return ended()
+        return await sleep_unless(ended, seconds)
 
     # -- rebalances --------------------------------------------------------------------
 
@@ -441,10 +444,27 @@ class AsyncConsumer(ConsumerCore):
             self._revoking = False
 
     async def _assign(self, assigned: Iterable[TopicPartition]) -> None:
+        """The partitions are this member's; with ``offsets="database"``, their stored
+        offsets are read, kept as their floors (:class:`~.core.Assignment`) and sought to.
+
+        The floors are set under the poll lock before the partitions count as owned: a poll
+        whose records aiokafka fetched from the group's committed offset (or its
+        ``auto_offset_reset``) while the database was read waits for them, and
+        :meth:`~.core.ConsumerCore.admit` then drops those below the floor.
+        """
         positions = [(tp.topic, tp.partition) for tp in assigned]
-        self.assigned(positions)
         if self.offsets is None or not positions:
+            self.assigned(positions)
             return
+        assert self._lock is not None
+        async with self._lock:
+            stored = await self._read_stored_offsets(positions)
+            self.assigned(positions, stored)
+            assert self.consumer is not None
+            for (topic, partition), offset in stored.items():
+                self.consumer.seek(TopicPartition(topic, partition), offset)
+
+    async def _read_stored_offsets(self, positions: list[Position]) -> dict[Position, int]:
         from ...asyncio._bridge import in_greenlet, sync_session_factory
 
         factory = sync_session_factory(self.session_factory)
@@ -454,7 +474,7 @@ class AsyncConsumer(ConsumerCore):
                 return self.stored_offsets(session, positions)
 
         try:
-            stored = await in_greenlet(read)
+            return await in_greenlet(read)
         except Exception as exc:  # the group's committed offsets, behind the database's
             logger.warning(
                 "consumer %s: stored offsets not read (%s); fetching from the group's "
@@ -463,10 +483,7 @@ class AsyncConsumer(ConsumerCore):
                 exc,
                 extra={"action": "offsets_unread"},
             )
-            return
-        assert self.consumer is not None
-        for (topic, partition), offset in stored.items():
-            self.consumer.seek(TopicPartition(topic, partition), offset)
+            return {}
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]

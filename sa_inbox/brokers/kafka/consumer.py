@@ -250,8 +250,6 @@ class Consumer(ConsumerCore):
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             assert topic is not None and partition is not None and offset is not None
-            if (topic, partition) not in self.assignment.owned:
-                continue
             records.append(
                 make_record(
                     topic,
@@ -265,6 +263,9 @@ class Consumer(ConsumerCore):
             )
         if records:
             self.reconnects.connected()
+        records, floors = self.admit(records)
+        for (topic, partition), offset in floors.items():
+            self.consumer.seek(TopicPartition(topic, partition, offset))
         try:
             settled = self.settle(records, runner)
         except DatabaseUnavailable:
@@ -323,9 +324,9 @@ class Consumer(ConsumerCore):
 
     def _on_assign(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         positions = [(p.topic, p.partition) for p in partitions]
-        self.assigned(positions)
         self.reconnects.connected()
         if self.offsets is None or not positions:
+            self.assigned(positions)
             return
         try:
             with self.session_factory() as session:
@@ -338,7 +339,9 @@ class Consumer(ConsumerCore):
                 exc,
                 extra={"action": "offsets_unread"},
             )
+            self.assigned(positions)
             return
+        self.assigned(positions, stored)  # their floors: nothing below them is settled
         for p in partitions:
             if (p.topic, p.partition) in stored:
                 p.offset = stored[(p.topic, p.partition)]

@@ -122,19 +122,56 @@ class KafkaReadiness(Readiness):
 
 @dataclass
 class Assignment:
-    """The partitions a consumer owns now, and the number of the assignment (each
-    revocation and assignment makes a new one)."""
+    """The partitions a consumer owns now, the number of the assignment (each revocation
+    and assignment makes a new one) and, with ``offsets="database"``, each owned
+    partition's floor: the next offset stored in the database when it was assigned.
+
+    **Floors.** Every record below a partition's floor was processed and its offset stored
+    in the same transaction, so it never reaches the claim again: :meth:`admit` drops a
+    partition's fetched records that start below its floor and has the consumer seek it to
+    the floor. The seek on assignment alone does not promise that: aiokafka fetches a newly
+    assigned partition from the group's committed offset (or resets it) while its
+    ``on_partitions_assigned`` listener still awaits the database, and records fetched
+    before the listener's seek may already be in the consumer's hands.
+    """
 
     owned: set[Position] = field(default_factory=set)
     epoch: int = 0
+    floors: dict[Position, int] = field(default_factory=dict)
 
-    def assigned(self, positions: Iterable[Position]) -> None:
-        self.owned |= set(positions)
+    def assigned(
+        self, positions: Iterable[Position], floors: Mapping[Position, int] | None = None
+    ) -> None:
+        """``positions`` are now owned; ``floors``: the stored next offsets of those that
+        have one (``offsets="database"``)."""
+        positions = set(positions)
+        self.owned |= positions
+        for position in positions:
+            self.floors.pop(position, None)
+        self.floors.update({p: o for p, o in (floors or {}).items() if p in positions})
         self.epoch += 1
 
     def revoked(self, positions: Iterable[Position]) -> None:
-        self.owned -= set(positions)
+        positions = set(positions)
+        self.owned -= positions
+        for position in positions:
+            self.floors.pop(position, None)
         self.epoch += 1
+
+    def admit(self, records: Sequence[Record]) -> tuple[list[Record], dict[Position, int]]:
+        """The fetched ``records`` that may be settled, and the partitions to seek.
+
+        A record of a partition not owned is dropped (its owner fetches it). A partition
+        whose records start below its floor has them all dropped (those at or past the floor
+        too: they come again after the seek, in order) and is to be sought to its floor.
+        """
+        below = {
+            r.position
+            for r in records
+            if r.position in self.floors and r.offset < self.floors[r.position]
+        }
+        admitted = [r for r in records if r.position in self.owned and r.position not in below]
+        return admitted, {p: self.floors[p] for p in sorted(below) if p in self.owned}
 
     def committable(self, epoch: int, offsets: Mapping[Position, int]) -> dict[Position, int]:
         """The offsets of ``offsets`` that may be committed: none if the assignment changed
@@ -338,8 +375,26 @@ class ConsumerCore:
         self._keyless.drop(positions)
         self.assignment.revoked(positions)
 
-    def assigned(self, positions: Iterable[Position]) -> None:
-        self.assignment.assigned(positions)
+    def assigned(
+        self, positions: Iterable[Position], floors: Mapping[Position, int] | None = None
+    ) -> None:
+        """Partitions given; ``floors``: their stored offsets (see :class:`Assignment`)."""
+        self.assignment.assigned(positions, floors)
+
+    def admit(self, records: Sequence[Record]) -> tuple[list[Record], dict[Position, int]]:
+        """One fetch's records to settle, and the partitions to seek to their floors
+        (:meth:`Assignment.admit`); a partition dropped is logged at DEBUG."""
+        admitted, seek = self.assignment.admit(records)
+        for (topic, partition), offset in seek.items():
+            logger.debug(
+                "consumer %s: records of %s[%d] before its stored offset %d dropped, sought there",
+                self.consumer_name,
+                topic,
+                partition,
+                offset,
+                extra={"action": "below_stored_offset"},
+            )
+        return admitted, seek
 
     def stored_offsets(
         self, session: Session, positions: Iterable[Position]

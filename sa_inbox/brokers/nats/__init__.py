@@ -1,10 +1,11 @@
 """The NATS JetStream adapter (extra ``sa-inbox[nats]``, on nats-py; asyncio only, as nats-py).
 
-:func:`consume` runs a durable **pull** consumer: each message is claimed in the inbox in the
-same transaction as the handler's change, committed, then acked (``ack_sync``); a failure is
-``nak``-ed with a back-off; after ``max_deliveries`` (JetStream's ``num_delivered``), or
-without the producer's key header, the message is published to a dead-letter subject with
-its reason and ``term``-inated. The key is the producer's header (``Nats-Msg-Id`` by
+:class:`AsyncConsumer` (or the function it runs, :func:`consume`) runs a durable **pull**
+consumer: each message is claimed in the inbox in the same transaction as the handler's
+change, committed, then acked (``ack_sync``); a failure is ``nak``-ed with a back-off;
+after ``max_deliveries`` (JetStream's ``num_delivered``), or without the producer's key
+header, the message is published to a dead-letter subject with its reason and
+``term``-inated. The key is the producer's header (``Nats-Msg-Id`` by
 default, or one you name, e.g. ``Idempotency-Key``), never the stream sequence.
 
 Producer side::
@@ -13,16 +14,19 @@ Producer side::
 
 Consumer side::
 
-    stop = asyncio.Event()
-    await consume(
+    consumer = AsyncConsumer(
         js, "PAYMENTS", "billing",
         session_factory=async_sessionmaker(engine), inbox=inbox, handler=apply,
-        dead_letter_subject="payments.dead", stop=stop,
+        dead_letter_subject="payments.dead",
     )
+    await consumer.run()  # until consumer.stop()
 
-nats-py has no synchronous client, so there is no sync facade; a sync handler can run as
+nats-py has no synchronous client, so there is no sync consumer; a sync handler can run as
 ``await session.run_sync(lambda s: handler(s, delivery))`` (what the chaos driver,
-:mod:`sa_inbox.chaos.drivers.nats`, does).
+:mod:`sa_inbox.chaos.drivers.nats`, does). The outbox relay's publishers are
+:class:`AsyncPublisher` (on your JetStream context), :class:`ConnectingJetStreamPublisher`
+(on a connection of its own) and :class:`Publisher` (for the synchronous relay, on an event
+loop of its own).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ with optional_dependencies(__name__, "nats", "nats"):
     from .consumer import DEFAULT_ACK_WAIT as DEFAULT_ACK_WAIT
     from .consumer import DEFAULT_BATCH as DEFAULT_BATCH
     from .consumer import DEFAULT_FETCH_TIMEOUT as DEFAULT_FETCH_TIMEOUT
+    from .consumer import AsyncConsumer as AsyncConsumer
     from .consumer import StopFlag as StopFlag
     from .consumer import check as check
     from .consumer import consume as consume
@@ -50,14 +55,17 @@ with optional_dependencies(__name__, "nats", "nats"):
     from .delivery import dead_letter_headers as dead_letter_headers
     from .delivery import to_delivery as to_delivery
     from .publisher import DEFAULT_PUBLISH_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
-    from .publisher import BlockingJetStreamPublisher as BlockingJetStreamPublisher
+    from .publisher import AsyncPublisher as AsyncPublisher
     from .publisher import ConnectingJetStreamPublisher as ConnectingJetStreamPublisher
-    from .publisher import JetStreamPublisher as JetStreamPublisher
+    from .publisher import Publisher as Publisher
     from .settler import DEFAULT_ACK_TIMEOUT as DEFAULT_ACK_TIMEOUT
     from .settler import JetStreamSettler as JetStreamSettler
     from .settler import RetryDelay as RetryDelay
     from .settler import backoff as backoff
 
+# The former names, kept for one release (not in __all__): use the new ones.
+JetStreamPublisher = AsyncPublisher
+BlockingJetStreamPublisher = Publisher
 
 __all__ = [
     "DEAD_LETTER_DETAIL",
@@ -73,10 +81,11 @@ __all__ = [
     "DEFAULT_FETCH_TIMEOUT",
     "DEFAULT_KEY_HEADER",
     "DEFAULT_PUBLISH_TIMEOUT",
-    "BlockingJetStreamPublisher",
+    "AsyncConsumer",
+    "AsyncPublisher",
     "ConnectingJetStreamPublisher",
-    "JetStreamPublisher",
     "JetStreamSettler",
+    "Publisher",
     "RetryDelay",
     "StopFlag",
     "backoff",

@@ -1,4 +1,5 @@
-"""An asyncio consumer on a durable JetStream **pull** consumer: :func:`consume`.
+"""An asyncio consumer on a durable JetStream **pull** consumer: :func:`consume`, and
+:class:`AsyncConsumer`, the same as an object made first and run after.
 
 Each fetched message goes through :func:`~sa_inbox.brokers.process_async` (claim, handler,
 commit, then ack), so a message JetStream delivers twice changes the database once.
@@ -34,7 +35,7 @@ from ..keys import (
 )
 from ..process import DEFAULT_MAX_DELIVERIES, process_async
 from ..reconnect import Reconnects
-from ..startup import check_consumer
+from ..startup import Readiness, check_consumer
 from ._compat import delivered_unfetched, reconnecting
 from .delivery import DEFAULT_KEY_HEADER, to_delivery
 from .settler import DEFAULT_ACK_TIMEOUT, JetStreamSettler, RetryDelay, backoff
@@ -46,6 +47,7 @@ __all__ = [
     "DEFAULT_ACK_WAIT",
     "DEFAULT_BATCH",
     "DEFAULT_FETCH_TIMEOUT",
+    "AsyncConsumer",
     "StopFlag",
     "check",
     "consume",
@@ -252,19 +254,15 @@ async def consume(
     :raises nats.errors.ConnectionClosedError: if the connection closes (nats-py stopped
         reconnecting).
     """
-    entry = "sa_inbox.brokers.nats.consume()"
-    readiness = check_consumer(
-        entry,
+    readiness, streak = _checked(
+        "sa_inbox.brokers.nats.consume()",
         session_factory=session_factory,
         inbox=inbox,
         handler=handler,
         consumer_name=consumer_name or durable,
         max_deliveries=max_deliveries,
-        asynchronous=True,
-    )
-    streak = KeylessStreak(
-        check_key_name(key_header, "key_header", entry=entry),
-        check_max_keyless(max_keyless, entry=entry),
+        key_header=key_header,
+        max_keyless=max_keyless,
     )
 
     async def stopped_within(seconds: float) -> bool:
@@ -396,6 +394,150 @@ async def check(
         asynchronous=True,
     )
     await readiness.check_async()
+
+
+class AsyncConsumer:
+    """:func:`consume` as an object, shaped as the other brokers' ``AsyncConsumer``: made
+    (and checked) first, then :meth:`run` until :meth:`stop`.
+
+    Example::
+
+        consumer = AsyncConsumer(
+            js, "PAYMENTS", "billing",
+            session_factory=async_sessionmaker(engine), inbox=inbox, handler=apply,
+            dead_letter_subject="payments.dead",
+        )
+        await consumer.run()  # until consumer.stop()
+
+    The parameters are :func:`consume`'s (all but ``stop``, which :meth:`run` takes), with
+    the same defaults and rules; :meth:`run` awaits :func:`consume` with them, so
+    everything :func:`consume` says (the two layers of dedup, stopping, outages and
+    reconnects) holds here.
+
+    :raises ConfigurationError: when made, before any request or SQL: what :func:`consume`
+        refuses before its first request (objects of the wrong kind or half, see
+        :func:`sa_inbox.brokers.startup.check_consumer`; an empty ``key_header`` or an
+        invalid ``max_keyless``, :class:`~sa_inbox.exc.InvalidArgument`).
+    """
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        stream: str,
+        durable: str,
+        *,
+        session_factory: Callable[[], AsyncSession],
+        inbox: Inbox | Any,
+        handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
+        dead_letter_subject: str,
+        consumer_name: str | None = None,
+        filter_subject: str | None = None,
+        key_header: str = DEFAULT_KEY_HEADER,
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
+        ack_wait: float = DEFAULT_ACK_WAIT,
+        retry_delay: RetryDelay | None = None,
+        batch: int = DEFAULT_BATCH,
+        fetch_timeout: float = DEFAULT_FETCH_TIMEOUT,
+        ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        on_settled: Callable[[Settlement], Any] | None = None,
+    ) -> None:
+        self.readiness, _ = _checked(
+            "sa_inbox.brokers.nats.AsyncConsumer()",
+            session_factory=session_factory,
+            inbox=inbox,
+            handler=handler,
+            consumer_name=consumer_name or durable,
+            max_deliveries=max_deliveries,
+            key_header=key_header,
+            max_keyless=max_keyless,
+        )
+        self.js = js
+        self.stream = stream
+        self.durable = durable
+        self._options: dict[str, Any] = {
+            "session_factory": session_factory,
+            "inbox": inbox,
+            "handler": handler,
+            "dead_letter_subject": dead_letter_subject,
+            "consumer_name": consumer_name,
+            "filter_subject": filter_subject,
+            "key_header": key_header,
+            "max_deliveries": max_deliveries,
+            "max_keyless": max_keyless,
+            "ack_wait": ack_wait,
+            "retry_delay": retry_delay,
+            "batch": batch,
+            "fetch_timeout": fetch_timeout,
+            "ack_timeout": ack_timeout,
+            "on_settled": on_settled,
+        }
+        self._stop = _Stop()
+
+    async def check(self) -> None:
+        """The readiness check :meth:`run` makes first (the inbox table exists, the session
+        factory makes AsyncSessions, the engine is not autocommit, the handler fits, the
+        consumer name's owner); returns None or raises, for a health endpoint.
+
+        :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`.
+        """
+        await self.readiness.check_async()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the batch in hand (from the event loop's thread)."""
+        self._stop.stopped = True
+
+    async def run(self, stop: StopFlag | None = None) -> int:
+        """Await :func:`consume` until :meth:`stop` is called or ``stop`` (an
+        :class:`asyncio.Event`, or a :class:`threading.Event`) is set.
+
+        :param stop: a flag to stop on, besides :meth:`stop`.
+        :returns: the number of messages settled.
+        :raises: as :func:`consume` (which names itself in its messages).
+        """
+        self._stop.extra = stop
+        return await consume(self.js, self.stream, self.durable, stop=self._stop, **self._options)
+
+
+class _Stop:
+    """:class:`AsyncConsumer`'s stop flag: its :meth:`~AsyncConsumer.stop`, or the flag
+    given to :meth:`~AsyncConsumer.run`."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.extra: StopFlag | None = None
+
+    def is_set(self) -> bool:
+        return self.stopped or _set(self.extra)
+
+
+def _checked(
+    entry: str,
+    *,
+    session_factory: object,
+    inbox: object,
+    handler: object,
+    consumer_name: str,
+    max_deliveries: int,
+    key_header: str,
+    max_keyless: int | None,
+) -> tuple[Readiness, KeylessStreak]:
+    """What :func:`consume` and :class:`AsyncConsumer` refuse before any request or SQL; the
+    consumer's readiness check and its streak of keyless messages otherwise."""
+    readiness = check_consumer(
+        entry,
+        session_factory=session_factory,
+        inbox=inbox,
+        handler=handler,
+        consumer_name=consumer_name,
+        max_deliveries=max_deliveries,
+        asynchronous=True,
+    )
+    streak = KeylessStreak(
+        check_key_name(key_header, "key_header", entry=entry),
+        check_max_keyless(max_keyless, entry=entry),
+    )
+    return readiness, streak
 
 
 def _set(stop: StopFlag | None) -> bool:

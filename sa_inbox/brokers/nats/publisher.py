@@ -25,10 +25,10 @@ from .delivery import DEFAULT_KEY_HEADER
 
 __all__ = [
     "DEFAULT_PUBLISH_TIMEOUT",
-    "BlockingJetStreamPublisher",
+    "AsyncPublisher",
     "ConnectingJetStreamPublisher",
-    "JetStreamPublisher",
     "NoPubAckError",
+    "Publisher",
 ]
 
 logger = logging.getLogger("sa_inbox.brokers.nats")
@@ -37,7 +37,7 @@ logger = logging.getLogger("sa_inbox.brokers.nats")
 DEFAULT_PUBLISH_TIMEOUT = 5.0
 
 
-class JetStreamPublisher:
+class AsyncPublisher:
     """Publishes outbox messages to JetStream, each awaiting its PubAck (an outbox
     :class:`~sa_inbox.outbox.publisher.Publisher` for
     :class:`~sa_inbox.asyncio.AsyncOutboxRelay`).
@@ -49,7 +49,7 @@ class JetStreamPublisher:
     The caller owns the connection, and nats-py closes it for good after
     ``max_reconnect_attempts`` (60, 2 s apart, by default): connect with
     ``max_reconnect_attempts=-1`` so that a longer outage ends once the server is back
-    (:class:`BlockingJetStreamPublisher` opens its own connection again by itself).
+    (:class:`Publisher` opens its own connection again by itself).
 
     :param js: a nats-py ``JetStreamContext`` (``nc.jetstream()``).
     :param key_header: the header the consumers read the key from (default ``Nats-Msg-Id``).
@@ -143,9 +143,9 @@ class JetStreamPublisher:
 
 
 class ConnectingJetStreamPublisher:
-    """:class:`JetStreamPublisher` on a connection of its own to ``url``: for
+    """:class:`AsyncPublisher` on a connection of its own to ``url``: for
     :class:`~sa_inbox.asyncio.AsyncOutboxRelay` (``sa-inbox relay`` on an async driver's
-    URL), and run on a loop of its own by :class:`BlockingJetStreamPublisher`.
+    URL), and run on a loop of its own by :class:`Publisher`.
 
     The connection is opened by the first publish, within ``timeout`` (else
     ``TimeoutError``: the server is unreachable, the relay gives the rows back and waits),
@@ -158,7 +158,7 @@ class ConnectingJetStreamPublisher:
     :param url: a ``nats://`` URL.
     :param connect_options: more keyword arguments of ``nats.connect`` (e.g.
         ``max_reconnect_attempts``, ``reconnect_time_wait``); default none.
-    :param settings: as :class:`JetStreamPublisher` (``key_header``, ``timeout``).
+    :param settings: as :class:`AsyncPublisher` (``key_header``, ``timeout``).
     """
 
     def __init__(
@@ -168,17 +168,17 @@ class ConnectingJetStreamPublisher:
         self._options = {"error_cb": _log_nats_error, **(connect_options or {})}
         self._settings = settings
         self._nc: Any = None
-        self._publisher = JetStreamPublisher(None, **settings)  # connected by publish
+        self._publisher = AsyncPublisher(None, **settings)  # connected by publish
 
     async def _connect(self) -> None:
         import nats
 
         connecting = nats.connect(self.url, **self._options)
         self._nc = await asyncio.wait_for(connecting, self._publisher.timeout)
-        self._publisher = JetStreamPublisher(self._nc.jetstream(), **self._settings)
+        self._publisher = AsyncPublisher(self._nc.jetstream(), **self._settings)
 
     async def publish(self, message: OutboxMessage) -> None:
-        """Publish and await the PubAck (see :meth:`JetStreamPublisher.publish`), opening
+        """Publish and await the PubAck (see :meth:`AsyncPublisher.publish`), opening
         the connection first if it is not open (or nats-py closed it).
 
         :raises TimeoutError: the connection could not be opened within ``timeout``.
@@ -189,7 +189,7 @@ class ConnectingJetStreamPublisher:
         await self._publisher.publish(message)
 
     def is_unavailable(self, error: BaseException) -> bool:
-        """As :meth:`JetStreamPublisher.is_unavailable`."""
+        """As :meth:`AsyncPublisher.is_unavailable`."""
         return self._publisher.is_unavailable(error)
 
     async def close(self) -> None:
@@ -199,7 +199,7 @@ class ConnectingJetStreamPublisher:
             await connection.close()
 
 
-class BlockingJetStreamPublisher:
+class Publisher:
     """:class:`ConnectingJetStreamPublisher` for the synchronous
     :class:`~sa_inbox.outbox.OutboxRelay` (``sa-inbox relay`` on a sync driver's URL): run
     on an event loop of its own, each publish to its PubAck. nats-py has no synchronous
@@ -208,7 +208,7 @@ class BlockingJetStreamPublisher:
 
     :param url: a ``nats://`` URL.
     :param connect_options: more keyword arguments of ``nats.connect``; default none.
-    :param settings: as :class:`JetStreamPublisher` (``key_header``, ``timeout``).
+    :param settings: as :class:`AsyncPublisher` (``key_header``, ``timeout``).
     """
 
     def __init__(
@@ -229,7 +229,7 @@ class BlockingJetStreamPublisher:
         self._loop.run_until_complete(self._publisher.publish(message))
 
     def is_unavailable(self, error: BaseException) -> bool:
-        """As :meth:`JetStreamPublisher.is_unavailable`."""
+        """As :meth:`AsyncPublisher.is_unavailable`."""
         return self._publisher.is_unavailable(error)
 
     def close(self) -> None:

@@ -1,11 +1,13 @@
 """RabbitMQ adapter: consume a queue exactly once in effect, with pika or aio-pika.
 
-- :class:`BlockingConsumer` (pika ``BlockingConnection``) and :class:`AsyncConsumer`
+- :class:`Consumer` (pika ``BlockingConnection``) and :class:`AsyncConsumer`
   (aio-pika): manual ``basic.ack`` after the commit, ``basic.nack(requeue=True)`` to retry,
   dead letters published to the dead-letter queue with the reason in headers, ``basic.qos``
   prefetch, a graceful stop.
 - :class:`PikaSettler`, :class:`AioPikaSettler`, :func:`pika_delivery`, :func:`aio_pika_delivery`:
   the pieces, for your own consume loop with :func:`sa_inbox.brokers.process`.
+- :class:`Publisher` (pika) and :class:`AsyncPublisher` (aio-pika): the outbox relay's
+  publishers, each message confirmed by the broker.
 - :func:`declare_queue` / :func:`declare_queue_async`: a quorum queue (it counts deliveries:
   ``x-delivery-count``) and its dead-letter queue.
 
@@ -23,7 +25,7 @@ with optional_dependencies(__name__, "rabbitmq", "pika", "aio_pika"):
     from .aio import AioPikaSettler as AioPikaSettler
     from .aio import AsyncConsumer as AsyncConsumer
     from .aio import aio_pika_delivery as aio_pika_delivery
-    from .blocking import BlockingConsumer as BlockingConsumer
+    from .blocking import Consumer as Consumer
     from .blocking import PikaSettler as PikaSettler
     from .blocking import pika_delivery as pika_delivery
     from .message import DEAD_LETTER_SUFFIX as DEAD_LETTER_SUFFIX
@@ -35,12 +37,16 @@ with optional_dependencies(__name__, "rabbitmq", "pika", "aio_pika"):
     from .message import delivery_count as delivery_count
     from .message import producer_key as producer_key
     from .message import to_delivery as to_delivery
-    from .publisher import AioPikaPublisher as AioPikaPublisher
-    from .publisher import RabbitMQPublisher as RabbitMQPublisher
+    from .publisher import AsyncPublisher as AsyncPublisher
+    from .publisher import Publisher as Publisher
     from .queues import declare_queue as declare_queue
     from .queues import declare_queue_async as declare_queue_async
     from .queues import queue_arguments as queue_arguments
 
+# The former names, kept for one release (not in __all__): use the new ones.
+BlockingConsumer = Consumer
+RabbitMQPublisher = Publisher
+AioPikaPublisher = AsyncPublisher
 
 __all__ = [
     "DEAD_LETTER_SUFFIX",
@@ -48,12 +54,12 @@ __all__ = [
     "DETAIL_HEADER",
     "QUEUE_HEADER",
     "REASON_HEADER",
-    "AioPikaPublisher",
     "AioPikaSettler",
     "AsyncConsumer",
-    "BlockingConsumer",
+    "AsyncPublisher",
+    "Consumer",
     "PikaSettler",
-    "RabbitMQPublisher",
+    "Publisher",
     "aio_pika_delivery",
     "dead_letter_queue_name",
     "declare_queue",

@@ -142,7 +142,7 @@ class AioPikaSettler:
 class AsyncConsumer(QueueConsumer):
     """Consume a RabbitMQ queue with aio-pika, each message exactly once in effect.
 
-    :class:`~.blocking.BlockingConsumer` on asyncio, through
+    :class:`~.blocking.Consumer` on asyncio, through
     :func:`sa_inbox.brokers.process_async`: the same rules, arguments and broker guarantees
     (there), with an ``async_sessionmaker`` and an ``async def`` handler. Deliveries are
     handled one at a time, in order; ``prefetch`` bounds how many the broker sends ahead.
@@ -155,12 +155,12 @@ class AsyncConsumer(QueueConsumer):
         business change, it must not commit.
     :param inbox: the :class:`~sa_inbox.Inbox`, or its :class:`~sa_inbox.asyncio.AsyncInbox`.
     :raises InvalidArgument: if ``prefetch`` is not an int >= 1.
-    :raises ConfigurationError: when it is made, as :class:`~.blocking.BlockingConsumer`
+    :raises ConfigurationError: when it is made, as :class:`~.blocking.Consumer`
         (here a ``sessionmaker`` is the other half's factory).
 
     ``max_deliveries``, ``prefetch``, ``key_header``, ``max_keyless``, ``keyless_wait``,
     ``dead_letter_queue``, ``on_settled`` and ``consumer_name`` are as for
-    :class:`~.blocking.BlockingConsumer`.
+    :class:`~.blocking.Consumer`.
 
     **Readiness.** :meth:`run` first awaits :meth:`check`; await it from a health endpoint
     too.
@@ -221,7 +221,7 @@ class AsyncConsumer(QueueConsumer):
         connection closes and RabbitMQ requeues what was prefetched and not acked.
 
         A lost connection or channel is made again with back-off, as
-        :meth:`.blocking.BlockingConsumer.run` does, in this loop rather than by aio-pika's
+        :meth:`.blocking.Consumer.run` does, in this loop rather than by aio-pika's
         ``connect_robust``: a robust connection restores its channel and consumer in the
         background, while the message in hand and the queue iterator still belong to the
         dead channel (its ack raises ``ChannelInvalidStateError``, the iterator ends); here
@@ -281,7 +281,7 @@ class AsyncConsumer(QueueConsumer):
             queue = await channel.get_queue(self.queue, ensure=True)
             async with queue.iterator() as messages:
                 self.reconnects.connected()
-                # a run of keyless deliveries goes back with the channel (see BlockingConsumer)
+                # a run of keyless deliveries goes back with the channel (see the sync Consumer)
                 self._streak.stop_deliveries = channel.close
                 while (message := await self._next(messages, stop)) is not None:
                     if message is _IDLE:

@@ -2,7 +2,7 @@
 
 .. code-block:: python
 
-    consumer = BlockingConsumer(
+    consumer = Consumer(
         "amqp://guest:guest@localhost/",
         "payments",
         session_factory=Session,
@@ -39,7 +39,7 @@ from ..reconnect import Reconnects
 from .consumer import DEFAULT_KEYLESS_WAIT, QueueConsumer, is_configuration_close
 from .message import DEFAULT_PREFETCH, dead_letter_properties, to_delivery
 
-__all__ = ["BlockingConsumer", "PikaSettler", "pika_delivery"]
+__all__ = ["Consumer", "PikaSettler", "pika_delivery"]
 
 
 def pika_delivery(
@@ -147,7 +147,7 @@ class PikaSettler:
         self.ack()
 
 
-class BlockingConsumer(QueueConsumer):
+class Consumer(QueueConsumer):
     """Consume a RabbitMQ queue with pika, each message exactly once in effect.
 
     Each delivery goes through :func:`sa_inbox.brokers.process`: claim and handler in one

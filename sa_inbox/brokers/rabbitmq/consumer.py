@@ -40,7 +40,7 @@ DEFAULT_KEYLESS_WAIT = 1.0
 
 
 class QueueConsumer:
-    """The base of :class:`~.blocking.BlockingConsumer` and :class:`~.aio.AsyncConsumer`.
+    """The base of :class:`~.blocking.Consumer` and :class:`~.aio.AsyncConsumer`.
 
     :param queue: the queue to consume.
     :param prefetch: ``basic.qos`` prefetch count, >= 1.

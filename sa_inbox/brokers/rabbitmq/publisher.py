@@ -21,20 +21,20 @@ import pika.exceptions
 
 from ...outbox.message import OutboxMessage
 
-__all__ = ["DEFAULT_TIMEOUT", "AioPikaPublisher", "RabbitMQPublisher"]
+__all__ = ["DEFAULT_TIMEOUT", "AsyncPublisher", "Publisher"]
 
-#: Seconds :class:`AioPikaPublisher` waits for the connection, and for a batch's confirms.
+#: Seconds :class:`AsyncPublisher` waits for the connection, and for a batch's confirms.
 DEFAULT_TIMEOUT = 10.0
 
 
-class RabbitMQPublisher:
+class Publisher:
     """Publishes outbox messages with pika, each confirmed (an outbox
     :class:`~sa_inbox.outbox.publisher.Publisher`).
 
     Each message is published ``persistent`` (``delivery_mode=2``) and ``mandatory`` to
     ``exchange`` with the routing key ``message.destination`` (the default exchange ``""``
     routes it to the queue of that name), with the AMQP ``message_id`` property set to the
-    outbox's ``message_id``: the key :class:`~sa_inbox.brokers.rabbitmq.BlockingConsumer`
+    outbox's ``message_id``: the key :class:`~sa_inbox.brokers.rabbitmq.Consumer`
     deduplicates on. The outbox headers go into the AMQP headers table.
 
     :param parameters: an ``amqp://`` URL or ``pika.ConnectionParameters``.
@@ -116,11 +116,11 @@ class RabbitMQPublisher:
         return self._channel
 
 
-class AioPikaPublisher:
+class AsyncPublisher:
     """The asyncio RabbitMQ publisher (aio-pika), confirms pipelined: for
     :class:`~sa_inbox.asyncio.AsyncOutboxRelay`.
 
-    The same message as :class:`RabbitMQPublisher` (persistent, ``mandatory``, the AMQP
+    The same message as :class:`Publisher` (persistent, ``mandatory``, the AMQP
     ``message_id`` = the outbox's), on a channel with publisher confirms and
     ``on_return_raises=True``. :meth:`publish_many` sends a whole batch before waiting, then
     waits for every confirm, instead of one round trip per message; RabbitMQ keeps the
@@ -129,7 +129,7 @@ class AioPikaPublisher:
 
     :param url: an ``amqp://`` URL.
     :param exchange: the exchange's name; default the default exchange.
-    :param key_header: as :class:`RabbitMQPublisher`.
+    :param key_header: as :class:`Publisher`.
     :param timeout: seconds to wait for the connection to open, and for a batch's confirms
         (aio-pika waits for ever by default): a broker that accepts the connection but does
         not answer then counts as unreachable (``TimeoutError``, an ``OSError``) well

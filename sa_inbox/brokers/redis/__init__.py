@@ -1,6 +1,6 @@
 """Redis Streams: consume a stream through a consumer group exactly once in effect.
 
-:class:`RedisStreamConsumer` (redis-py, threads) and :class:`AsyncRedisStreamConsumer`
+:class:`Consumer` (redis-py, threads) and :class:`AsyncConsumer`
 (``redis.asyncio``) read entries with ``XREADGROUP``, take over entries a dead or failing
 consumer left pending with ``XAUTOCLAIM`` after the visibility timeout, count deliveries with
 ``XPENDING``, ``XACK`` after the database commit, and move poison entries to a dead-letter
@@ -12,6 +12,9 @@ Producer side: put the key in the entry, the same on every retry of the publish:
 
     client.xadd("payments", {"message_id": payment_id, "body": json.dumps(payment)})
 
+:class:`Publisher` does it for the outbox relay, on a redis-py client or a
+``redis.asyncio`` one.
+
 Needs the ``redis`` extra (``pip install sa-inbox[redis]``).
 """
 
@@ -21,8 +24,8 @@ from ..._optional import optional_dependencies
 from ...exc import InvalidStreamSettings as InvalidStreamSettings
 
 with optional_dependencies(__name__, "redis", "redis"):
-    from .aio import AsyncRedisStreamConsumer as AsyncRedisStreamConsumer
-    from .consumer import RedisStreamConsumer as RedisStreamConsumer
+    from .aio import AsyncConsumer as AsyncConsumer
+    from .consumer import Consumer as Consumer
     from .core import DEAD_LETTER_FIELDS as DEAD_LETTER_FIELDS
     from .core import DEFAULT_BATCH_SIZE as DEFAULT_BATCH_SIZE
     from .core import DEFAULT_BLOCK_TIMEOUT as DEFAULT_BLOCK_TIMEOUT
@@ -31,8 +34,12 @@ with optional_dependencies(__name__, "redis", "redis"):
     from .core import DEFAULT_VISIBILITY_TIMEOUT as DEFAULT_VISIBILITY_TIMEOUT
     from .core import StreamSettings as StreamSettings
     from .core import to_delivery as to_delivery
-    from .publisher import RedisStreamPublisher as RedisStreamPublisher
+    from .publisher import Publisher as Publisher
 
+# The former names, kept for one release (not in __all__): use the new ones.
+RedisStreamConsumer = Consumer
+AsyncRedisStreamConsumer = AsyncConsumer
+RedisStreamPublisher = Publisher
 
 __all__ = [
     "DEAD_LETTER_FIELDS",
@@ -41,9 +48,9 @@ __all__ = [
     "DEFAULT_BODY_FIELD",
     "DEFAULT_KEY_FIELD",
     "DEFAULT_VISIBILITY_TIMEOUT",
-    "AsyncRedisStreamConsumer",
-    "RedisStreamConsumer",
-    "RedisStreamPublisher",
+    "AsyncConsumer",
+    "Consumer",
+    "Publisher",
     "StreamSettings",
     "to_delivery",
 ]

@@ -15,6 +15,7 @@ from ...exc import DatabaseUnavailable, MissingKeyHeader
 from ..delivery import Delivery, Settlement
 from ..keys import flush_async, give_back_async, offer_async
 from ..process import process_async
+from ..reconnect import sleep_unless
 from .core import (
     Batch,
     Call,
@@ -29,10 +30,10 @@ from .core import (
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession  # noqa: F401 (in the base class, quoted)
 
-__all__ = ["AsyncRedisStreamConsumer", "drive_async", "run_call_async"]
+__all__ = ["AsyncConsumer", "drive_async", "run_call_async"]
 
 
-class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, "AsyncSession"]):
+class AsyncConsumer(ConsumerBase[redis.asyncio.Redis, "AsyncSession"]):
     """The Redis Streams consumer on ``redis.asyncio.Redis``, through
     :func:`sa_inbox.brokers.process_async` (``async def`` handler, ``async_sessionmaker``);
     its parameters and rules are :class:`~sa_inbox.brokers.redis.core.ConsumerBase`'s.
@@ -115,18 +116,8 @@ class AsyncRedisStreamConsumer(ConsumerBase[redis.asyncio.Redis, "AsyncSession"]
         await give_back_async(self._streak)  # a stop decides nothing about them
         await drive_async(self._core.leave_group(), self.client)
 
-    _extra_stop: asyncio.Event | None = None
-
-    def _stopping(self) -> bool:
-        extra = self._extra_stop
-        return self._stop.is_set() or (extra is not None and extra.is_set())
-
     async def _outage_sleep(self, seconds: float) -> bool:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        while not self._stopping() and (left := deadline - loop.time()) > 0:
-            await asyncio.sleep(min(left, 0.1))
-        return self._stopping()
+        return await sleep_unless(self._stopping, seconds)
 
     async def _keep_alive(self) -> None:
         if self._unsettled:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from functools import partial
 
 import redis
@@ -13,19 +12,20 @@ from ...exc import DatabaseUnavailable, MissingKeyHeader
 from ..delivery import Delivery, Settlement
 from ..keys import flush, give_back, offer
 from ..process import process
+from ..reconnect import wait_unless
 from .core import ConsumerBase, RedisSettler, drive, is_connection_error, run_call, touch_call
 
-__all__ = ["RedisStreamConsumer"]
+__all__ = ["Consumer"]
 
 
-class RedisStreamConsumer(ConsumerBase[redis.Redis, Session]):
+class Consumer(ConsumerBase[redis.Redis, Session]):
     """The Redis Streams consumer on a sync ``redis.Redis``, through
     :func:`sa_inbox.brokers.process`; its parameters and rules are
     :class:`~sa_inbox.brokers.redis.core.ConsumerBase`'s.
 
     Example::
 
-        consumer = RedisStreamConsumer(
+        consumer = Consumer(
             redis.Redis.from_url("redis://localhost/0"), "payments",
             group="billing", session_factory=Session, inbox=inbox, handler=apply,
         )
@@ -115,17 +115,8 @@ class RedisStreamConsumer(ConsumerBase[redis.Redis, Session]):
         give_back(self._streak)  # a stop decides nothing about them
         drive(self._core.leave_group(), self.client)
 
-    _extra_stop: threading.Event | None = None
-
-    def _stopping(self) -> bool:
-        extra = self._extra_stop
-        return self._stop.is_set() or (extra is not None and extra.is_set())
-
     def _outage_sleep(self, seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while not self._stopping() and (left := deadline - time.monotonic()) > 0:
-            self._stop.wait(min(left, 0.25))
-        return self._stopping()
+        return wait_unless(self._stopping, self._stop.wait, seconds, 0.25)
 
     def _keep_alive(self) -> None:
         if self._unsettled:

@@ -52,7 +52,7 @@ from ...validation import positive_int, positive_seconds
 from ..delivery import DeadLetterReason, Delivery
 from ..keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless, read_key
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
-from ..reconnect import Reconnects
+from ..reconnect import Reconnects, Stoppable
 from ..startup import check_consumer
 
 __all__ = [
@@ -161,7 +161,7 @@ class Entry:
 
 @dataclass(frozen=True)
 class StreamSettings:
-    """One consumer's configuration (see :class:`~sa_inbox.brokers.redis.RedisStreamConsumer`
+    """One consumer's configuration (see :class:`~sa_inbox.brokers.redis.Consumer`
     for each parameter); checked on construction.
 
     :raises InvalidArgument: for an empty stream / group / member / field name, a
@@ -465,7 +465,7 @@ def _stream_entries(reply: Any) -> list[tuple[Any, Any]]:
 # -- the consumers' shared half ----------------------------------------------------------
 
 
-class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
+class ConsumerBase(Stoppable, abc.ABC, Generic[ClientT, SessionT]):
     """Consume one Redis stream through a consumer group, exactly once in effect.
 
     Each entry becomes a :class:`~sa_inbox.brokers.Delivery` keyed on the producer's field

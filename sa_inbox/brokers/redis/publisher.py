@@ -13,16 +13,16 @@ from typing import Any
 from ...outbox.message import OutboxMessage
 from .core import DEFAULT_BODY_FIELD, DEFAULT_KEY_FIELD
 
-__all__ = ["RedisStreamPublisher"]
+__all__ = ["Publisher"]
 
 
-class RedisStreamPublisher:
+class Publisher:
     """Publishes outbox messages to Redis streams (an outbox
     :class:`~sa_inbox.outbox.publisher.Publisher`), sync or asyncio by its client.
 
     Each message is one ``XADD destination * <headers...> key_field message_id body_field
     payload``: the stream is ``message.destination``, the outbox's ``message_id`` goes in
-    ``key_field``, the field :class:`~sa_inbox.brokers.redis.RedisStreamConsumer` reads the
+    ``key_field``, the field :class:`~sa_inbox.brokers.redis.Consumer` reads the
     producer's key from (never the entry id). Headers become fields; ``key_field`` and
     ``body_field`` win over a header of the same name.
 

@@ -16,6 +16,7 @@ from ...exc import DatabaseUnavailable, MissingKeyHeader
 from ..delivery import Delivery, Settlement
 from ..keys import flush_async, give_back_async, offer_async
 from ..process import process_async
+from ..reconnect import sleep_unless
 from .base import ConsumerBase, FifoGroups
 from .core import (
     Call,
@@ -60,7 +61,6 @@ class AsyncConsumer(ConsumerBase[Any, "AsyncSession"]):
     """
 
     asynchronous = True
-    _extra_stop: asyncio.Event | None = None
     _beat: asyncio.Task[None] | None = None
 
     def _stop_event(self) -> asyncio.Event:
@@ -161,16 +161,8 @@ class AsyncConsumer(ConsumerBase[Any, "AsyncSession"]):
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
 
-    def _stopping(self) -> bool:
-        extra = self._extra_stop
-        return self._stop.is_set() or (extra is not None and extra.is_set())
-
     async def _outage_sleep(self, seconds: float) -> bool:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        while not self._stopping() and (left := deadline - loop.time()) > 0:
-            await asyncio.sleep(min(left, 0.1))
-        return self._stopping()
+        return await sleep_unless(self._stopping, seconds)
 
     async def _keep_alive(self) -> None:
         info = self.info

@@ -12,7 +12,7 @@ from ...outage import OutageGate
 from ..delivery import Delivery, Disposition, Settlement
 from ..keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
-from ..reconnect import Reconnects
+from ..reconnect import Reconnects, Stoppable
 from ..startup import check_consumer
 from .core import (
     DEFAULT_BATCH_SIZE,
@@ -65,7 +65,7 @@ class FifoGroups:
                     self.blocked.add(group)
 
 
-class ConsumerBase(abc.ABC, Generic[ClientT, SessionT]):
+class ConsumerBase(Stoppable, abc.ABC, Generic[ClientT, SessionT]):
     """Consume one SQS queue exactly once in effect.
 
     Each received message becomes a :class:`~sa_inbox.brokers.Delivery` keyed on the

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from functools import partial
 from typing import Any
 
@@ -15,6 +14,7 @@ from ...exc import DatabaseUnavailable, MissingKeyHeader
 from ..delivery import Delivery, Settlement
 from ..keys import flush, give_back, offer
 from ..process import process
+from ..reconnect import wait_unless
 from .base import ConsumerBase, FifoGroups
 from .core import (
     QueueInfo,
@@ -50,7 +50,6 @@ class Consumer(ConsumerBase[Any, Session]):
     the consumer's own client.
     """
 
-    _extra_stop: threading.Event | None = None
     _beat: threading.Thread | None = None
 
     def _stop_event(self) -> threading.Event:
@@ -166,15 +165,8 @@ class Consumer(ConsumerBase[Any, Session]):
             self._beat_stop.set()
             beat.join()
 
-    def _stopping(self) -> bool:
-        extra = self._extra_stop
-        return self._stop.is_set() or (extra is not None and extra.is_set())
-
     def _outage_sleep(self, seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while not self._stopping() and (left := deadline - time.monotonic()) > 0:
-            self._stop.wait(min(left, 0.25))
-        return self._stopping()
+        return wait_unless(self._stopping, self._stop.wait, seconds, 0.25)
 
     def _keep_alive(self) -> None:
         info = self.info

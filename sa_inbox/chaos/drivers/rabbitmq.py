@@ -1,4 +1,4 @@
-"""The chaos run's RabbitMQ driver, on :class:`~sa_inbox.brokers.rabbitmq.BlockingConsumer`.
+"""The chaos run's RabbitMQ driver, on :class:`~sa_inbox.brokers.rabbitmq.Consumer`.
 
 The queue is a quorum queue with its dead-letter queue (:func:`~sa_inbox.brokers.rabbitmq.
 declare_queue`). Redelivery after a kill is immediate: a SIGKILLed consumer's socket is
@@ -6,7 +6,7 @@ closed by the kernel, RabbitMQ closes its channel and requeues its unacked deliv
 (RabbitMQ docs, "Consumer Acknowledgements and Publisher Confirms", section "Automatic
 Requeueing"), counting them in ``x-delivery-count``; no visibility timeout to wait out.
 Each consumer prefetches :data:`PREFETCH` deliveries: every kill returns them all, counted
-(see :class:`~sa_inbox.brokers.rabbitmq.BlockingConsumer`), so a small prefetch keeps
+(see :class:`~sa_inbox.brokers.rabbitmq.Consumer`), so a small prefetch keeps
 healthy messages far from ``max_deliveries``.
 """
 
@@ -24,7 +24,7 @@ with optional_dependencies(__name__, "rabbitmq", "pika", "aio_pika"):
     import pika
     import pika.exceptions
 
-    from ...brokers.rabbitmq import BlockingConsumer, dead_letter_queue_name, declare_queue
+    from ...brokers.rabbitmq import Consumer, dead_letter_queue_name, declare_queue
 
 __all__ = ["CONSUMERS_GONE_TIMEOUT", "PREFETCH", "Driver"]
 
@@ -87,10 +87,11 @@ class Driver(ChaosDriver):
             channel.basic_publish("", name, body, properties, mandatory=True)
 
     def run_consumer(self, name: str, consumption: Consumption, stop: threading.Event) -> None:
-        """Run a :class:`BlockingConsumer` on ``name`` until ``stop`` is set (a watcher
-        thread calls its thread-safe :meth:`~BlockingConsumer.stop`)."""
+        """Run a :class:`~sa_inbox.brokers.rabbitmq.Consumer` on ``name`` until ``stop`` is
+        set (a watcher thread calls its thread-safe
+        :meth:`~sa_inbox.brokers.rabbitmq.Consumer.stop`)."""
         options = consumption.adapter_options()
-        consumer = BlockingConsumer(self.url, name, **options, prefetch=PREFETCH)
+        consumer = Consumer(self.url, name, **options, prefetch=PREFETCH)
         done = threading.Event()
 
         def watch() -> None:

@@ -1,4 +1,4 @@
-"""The chaos run's Redis Streams driver, on :class:`~sa_inbox.brokers.redis.RedisStreamConsumer`.
+"""The chaos run's Redis Streams driver, on :class:`~sa_inbox.brokers.redis.Consumer`.
 
 The run's stream ``name`` is read by the consumer group :data:`GROUP`; its dead letters go
 to ``<name>:dead``, the adapter's default. A killed consumer's pending entries are taken over
@@ -18,7 +18,7 @@ from . import ChaosDriver, Consumption
 with optional_dependencies(__name__, "redis", "redis"):
     import redis
 
-    from ...brokers.redis import DEFAULT_KEY_FIELD, RedisStreamConsumer
+    from ...brokers.redis import DEFAULT_KEY_FIELD, Consumer
 
 __all__ = ["GROUP", "VISIBILITY_TIMEOUT", "Driver"]
 
@@ -58,8 +58,9 @@ class Driver(ChaosDriver):
                 pipe.execute()
 
     def run_consumer(self, name: str, consumption: Consumption, stop: threading.Event) -> None:
-        """Run a :class:`RedisStreamConsumer` of :data:`GROUP` until ``stop`` is set."""
-        RedisStreamConsumer(
+        """Run a :class:`~sa_inbox.brokers.redis.Consumer` of :data:`GROUP` until ``stop``
+        is set."""
+        Consumer(
             self.client,
             name,
             group=GROUP,

@@ -140,11 +140,11 @@ class Rabbit(Side):
     def consume(
         self, app: App, inbox: Inbox, handler: Payments, settlements: int
     ) -> list[Settlement]:
-        from sa_inbox.brokers.rabbitmq import BlockingConsumer
+        from sa_inbox.brokers.rabbitmq import Consumer
 
         seen: list[Settlement] = []
-        consumer: BlockingConsumer | None = None
-        consumer = BlockingConsumer(
+        consumer: Consumer | None = None
+        consumer = Consumer(
             self.url,
             self.queue,
             session_factory=app.Session,
@@ -197,9 +197,9 @@ class Redis(Side):
     def consume(
         self, app: App, inbox: Inbox, handler: Payments, settlements: int
     ) -> list[Settlement]:
-        from sa_inbox.brokers.redis import RedisStreamConsumer
+        from sa_inbox.brokers.redis import Consumer as RedisConsumer
 
-        consumer = RedisStreamConsumer(
+        consumer = RedisConsumer(
             self.client,
             self.stream,
             group=CONSUMER,

@@ -3,7 +3,7 @@
 
 CLIENT ``chaos`` runs the chaos driver's :meth:`~sa_inbox.chaos.drivers.rabbitmq.Driver.consume`
 (MODE ignored) until SIGTERM, paying each body's amount, printing each settlement. CLIENT
-``pika`` runs :class:`~sa_inbox.brokers.rabbitmq.BlockingConsumer` on DB_URL (a sync
+``pika`` runs :class:`~sa_inbox.brokers.rabbitmq.Consumer` on DB_URL (a sync
 URL), ``aio-pika`` runs :class:`~sa_inbox.brokers.rabbitmq.AsyncConsumer` (an async URL).
 The handler pays :data:`AMOUNT` into account 1 under the delivery's message_id.
 
@@ -33,7 +33,7 @@ from sa_inbox.brokers import Delivery, Settlement
 from sa_inbox.brokers.rabbitmq import (
     AioPikaSettler,
     AsyncConsumer,
-    BlockingConsumer,
+    Consumer,
     PikaSettler,
 )
 from sa_inbox.chaos.drivers import driver_for
@@ -77,7 +77,7 @@ def main(client: str, amqp_url: str, db_url: str, queue: str, mode: str) -> None
                 session.flush()
                 die("APPLIED")
 
-        consumers.append(BlockingConsumer(amqp_url, queue, handler=handler, **common(app, settled)))
+        consumers.append(Consumer(amqp_url, queue, handler=handler, **common(app, settled)))
         consumers[0].run()
         return
 

@@ -1,8 +1,8 @@
 """A Redis Streams consumer process for the crash tests:
 ``python -m tests.backends.brokers.redis_child DB_URL REDIS_URL STREAM MODE [async]``.
 
-It consumes ``STREAM`` (group ``billing``) with :class:`RedisStreamConsumer` (or, with
-``async``, :class:`AsyncRedisStreamConsumer` on the async ``DB_URL``), the visibility timeout
+It consumes ``STREAM`` (group ``billing``) with :class:`Consumer` (or, with
+``async``, :class:`AsyncConsumer` on the async ``DB_URL``), the visibility timeout
 :data:`VISIBILITY_TIMEOUT`, and prints one line per settlement: ``DISPOSITION COUNT``.
 
 MODE ``crash-after-commit``: the handler's change commits, then the settler's ``ack()`` prints
@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 from sqlalchemy.orm import Session
 
 from sa_inbox.brokers import Delivery, Settlement
-from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer
+from sa_inbox.brokers.redis import AsyncConsumer, Consumer
 from sa_inbox.brokers.redis.core import RedisSettler
 from sa_inbox.chaos.drivers import driver_for
 from tests.backends.brokers.payments import pay
@@ -73,7 +73,7 @@ def main_sync(db_url: str, redis_url: str, stream: str, mode: str) -> None:
             say("APPLIED")
             die()
 
-    consumer = RedisStreamConsumer(
+    consumer = Consumer(
         redis.Redis.from_url(redis_url),
         stream,
         session_factory=app.Session,
@@ -99,7 +99,7 @@ async def main_async(db_url: str, redis_url: str, stream: str, mode: str) -> Non
             die()
 
     client = redis.asyncio.Redis.from_url(redis_url)
-    consumer = AsyncRedisStreamConsumer(
+    consumer = AsyncConsumer(
         client,
         stream,
         session_factory=async_sessionmaker(engine),

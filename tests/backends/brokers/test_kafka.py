@@ -42,18 +42,16 @@ from tests.backends.brokers.kafka_support import (
     FAST_SYNC,
     amounts,
     attempts,
-    bootstrap,
     committed,
     create_topic,
     dead_letters,
     kafka_app,
+    kafka_tables,
     ledger,
     publish,
     stored_offsets,
 )
 from tests.backends.brokers.payments import pay, pay_async
-from tests.conftest import ASYNC_DRIVERS as DRIVERS
-from tests.conftest import backend_url, broker_url
 from tests.support.app import CONSUMER, App
 
 pytestmark = pytest.mark.backend
@@ -66,33 +64,10 @@ SETTLE_S = 60.0
 
 
 @pytest.fixture
-def servers() -> str:
-    return bootstrap(broker_url("kafka"))
-
-
-@pytest.fixture
 def sync_app(engine: sa.Engine) -> Iterator[App]:
     app = kafka_app(engine)
     yield app
     app.drop()
-
-
-@pytest.fixture(params=list(DRIVERS))
-def aio_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
-    backend, driver = DRIVERS[request.param]
-    url = sa.make_url(backend_url(backend, tmp_path))
-    return url.set(drivername=driver).render_as_string(hide_password=False)
-
-
-@pytest.fixture
-def aio_app(aio_url: str) -> Iterator[App]:
-    url = sa.make_url(aio_url)
-    sync = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
-    engine = sa.create_engine(url.set(drivername=sync[url.get_backend_name()]))
-    app = kafka_app(engine)
-    yield app
-    app.drop()
-    engine.dispose()
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -318,17 +293,85 @@ def test_killed_after_the_commit_before_the_offset_commit_is_redelivered_as_dupl
 def test_offsets_in_the_database_replay_nothing_after_that_crash(
     url: str, servers: str, sync_app: App
 ) -> None:
+    replay_nothing_after_that_crash(url, servers, sync_app)
+
+
+def test_async_offsets_in_the_database_replay_nothing_after_that_crash(
+    aio_url: str, servers: str, aio_app: App
+) -> None:
+    """The AsyncConsumer restarted finds no group offset (never committed) but the stored
+    one: aiokafka resets the partition to its start while the assignment listener reads
+    the database, and the records before the stored offset are dropped, never claimed."""
+    replay_nothing_after_that_crash(aio_url, servers, aio_app)
+
+
+def replay_nothing_after_that_crash(db_url: str, servers: str, app: App) -> None:
+    """A consumer process (``offsets="database"``) SIGKILLed after its poll's commit,
+    before the offset commit; another started: it settles only the record published
+    since (a replay would print ``duplicate`` lines)."""
     topic = create_topic(servers, partitions=1)
     publish(servers, topic, amounts(["p1", "p2", "p3"]))
-    assert child(url, servers, topic, "database", "crash-after-commit", 3) == ["COMMITTED"]
-    assert ledger(sync_app) == ["p1", "p2", "p3"]
-    assert stored_offsets(sync_app) == {(topic, 0): 3}, "in the claim's own transaction"
+    assert child(db_url, servers, topic, "database", "crash-after-commit", 3) == ["COMMITTED"]
+    assert ledger(app) == ["p1", "p2", "p3"]
+    assert stored_offsets(app) == {(topic, 0): 3}, "in the claim's own transaction"
     assert committed(servers, f"group-{topic}", topic, 1) == {}
     publish(servers, topic, amounts(["p4"]))
-    assert child(url, servers, topic, "database", "deliver", 1) == ["processed 1 p4"]
-    assert ledger(sync_app) == ["p1", "p2", "p3", "p4"] and balance(sync_app) == Decimal(4)
-    assert stored_offsets(sync_app) == {(topic, 0): 4}
+    assert child(db_url, servers, topic, "database", "deliver", 1) == ["processed 1 p4"]
+    assert ledger(app) == ["p1", "p2", "p3", "p4"] and balance(app) == Decimal(4)
+    assert stored_offsets(app) == {(topic, 0): 4}
     assert committed(servers, f"group-{topic}", topic, 1) == {0: 4}
+
+
+def stored_ahead(servers: str, app: App) -> str:
+    """A fresh topic (its group has never committed): a0..a5 on partition 0, b0..b2 on
+    partition 1, and in the database the offset 4 stored for partition 0 (a0..a3 taken
+    for processed), none for partition 1."""
+    topic = create_topic(servers, partitions=2)
+    publish(servers, topic, amounts([f"a{i}" for i in range(6)]), partition=0)
+    publish(servers, topic, amounts(["b0", "b1", "b2"]), partition=1)
+    with app.engine.begin() as conn:
+        conn.execute(
+            kafka_tables(app.inbox)
+            .offsets.insert()
+            .values(consumer_name=CONSUMER, topic=topic, partition=0, next_offset=4)
+        )
+    return topic
+
+
+def assert_started_at_the_stored_offsets(
+    servers: str, topic: str, app: App, seen: Collected
+) -> None:
+    """Partition 0 from its stored offset (nothing below it handled), partition 1, with
+    none stored, from its start (``auto_offset_reset="earliest"``)."""
+    assert sorted(s.delivery.message_id or "" for s in seen.items) == ["a4", "a5", "b0", "b1", "b2"]
+    assert seen.count(Disposition.PROCESSED) == 5
+    assert ledger(app) == ["a4", "a5", "b0", "b1", "b2"] and balance(app) == Decimal(5)
+    assert stored_offsets(app) == {(topic, 0): 6, (topic, 1): 3}
+    assert committed(servers, f"group-{topic}", topic, 2) == {0: 6, 1: 3}
+
+
+def test_async_a_partition_the_group_never_committed_starts_at_the_stored_offset(
+    servers: str, aio_app: App, aio_url: str
+) -> None:
+    """The case aiokafka's seek in ``on_partitions_assigned`` alone did not serve: no group
+    offset, so the fetcher resets the partition to its start while the listener reads the
+    database. Records come in partition order: by the time a4, a5 and b0..b2 are settled,
+    a record below the stored offset handled would have been settled before them."""
+    topic = stored_ahead(servers, aio_app)
+    seen = Collected()
+    consumer = async_consumer(servers, topic, aio_app, aio_url, offsets="database", on_settled=seen)
+    asyncio.run(run_async_until(consumer, lambda: seen.final() >= 5))
+    assert_started_at_the_stored_offsets(servers, topic, aio_app, seen)
+
+
+def test_sync_a_partition_the_group_never_committed_starts_at_the_stored_offset(
+    servers: str, sync_app: App
+) -> None:
+    topic = stored_ahead(servers, sync_app)
+    seen = Collected()
+    consumer = sync_consumer(servers, topic, sync_app, offsets="database", on_settled=seen)
+    run_sync_until(consumer, lambda: seen.final() >= 5)
+    assert_started_at_the_stored_offsets(servers, topic, sync_app, seen)
 
 
 # -- the rebalance: a second consumer joins while the first holds a claimed poll ------------
@@ -473,8 +516,6 @@ def test_the_wrong_half_of_the_api_is_refused_before_any_sql(
         sync_consumer(servers, "t", sync_app, config={"enable.auto.commit": True})
     with pytest.raises(InvalidArgument, match="offsets"):
         sync_consumer(servers, "t", sync_app, offsets="zookeeper")
-    with pytest.raises(InvalidArgument, match="sync Consumer only"):
-        async_consumer(servers, "t", sync_app, aio_url, offsets="database")
     with pytest.raises(InvalidArgument, match="dead_letter_topic"):
         sync_consumer(servers, "t", sync_app, dead_letter_topic="t")
 

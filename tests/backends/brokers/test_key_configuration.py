@@ -27,8 +27,9 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
 from sa_inbox.brokers.nats import consume
-from sa_inbox.brokers.rabbitmq import AsyncConsumer, BlockingConsumer
-from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer
+from sa_inbox.brokers.rabbitmq import AsyncConsumer, Consumer
+from sa_inbox.brokers.redis import AsyncConsumer as AsyncRedisConsumer
+from sa_inbox.brokers.redis import Consumer as RedisConsumer
 from sa_inbox.exc import MissingKeyHeader
 from tests.backends.brokers import test_rabbitmq as rmq
 from tests.backends.brokers import test_redis as rds
@@ -181,7 +182,7 @@ def test_rabbitmq_a_wrong_setup_fails_before_consuming(channel: Any, queue: str,
     """The readiness check at run(): the table missing fails at once, on an empty queue."""
     app.drop()
     kw = rmq.options(app, rmq.pay(app), None)
-    consumer = BlockingConsumer(broker_url("rabbitmq"), queue, **kw)
+    consumer = Consumer(broker_url("rabbitmq"), queue, **kw)
     with pytest.raises(Exception, match="does not exist") as info:
         consumer.run()
     assert type(info.value).__name__ == "MissingTable"
@@ -210,7 +211,7 @@ def redis_run(
     ``count`` settlements (or it raises)."""
     kw = {**rds.FAST, "max_keyless": MAX_KEYLESS, "key_field": key_field, "group": CONSUMER}
     if url is None:
-        consumer = RedisStreamConsumer(
+        consumer = RedisConsumer(
             client, stream, session_factory=app.Session, inbox=app.inbox, handler=rds.pay(app), **kw
         )
         return rds.drain(consumer.poll, count)
@@ -218,7 +219,7 @@ def redis_run(
     async def main() -> list[Settlement]:
         aclient = redis.asyncio.Redis.from_url(broker_url("redis"))
         engine = create_async_engine(url)
-        consumer = AsyncRedisStreamConsumer(
+        consumer = AsyncRedisConsumer(
             aclient,
             stream,
             session_factory=async_sessionmaker(engine),
@@ -490,9 +491,7 @@ def test_an_empty_key_header_is_refused_when_the_consumer_is_made(app: App, make
     kw: dict[str, Any] = {"inbox": app.inbox, "handler": rmq.pay(app)}
     with pytest.raises(InvalidArgument, match="key_"):
         if make == "pika":
-            BlockingConsumer(
-                "amqp://x/", "q", **rmq.options(app, rmq.pay(app), None), key_header=""
-            )
+            Consumer("amqp://x/", "q", **rmq.options(app, rmq.pay(app), None), key_header="")
         elif make == "aio-pika":
             AsyncConsumer(
                 "amqp://x/",
@@ -501,11 +500,11 @@ def test_an_empty_key_header_is_refused_when_the_consumer_is_made(app: App, make
                 key_header=" ",
             )
         elif make == "redis":
-            RedisStreamConsumer(
+            RedisConsumer(
                 redis.Redis(), "s", group="g", session_factory=app.Session, key_field=" k", **kw
             )
         else:
-            AsyncRedisStreamConsumer(
+            AsyncRedisConsumer(
                 redis.asyncio.Redis(), "s", group="g", session_factory=_async_factory(),
                 key_field="k ", **kw,
             )  # fmt: skip

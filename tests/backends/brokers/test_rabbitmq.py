@@ -1,5 +1,5 @@
 """The RabbitMQ adapter against the live broker (a quorum queue per test), on each database:
-pika's :class:`BlockingConsumer` on the sync drivers, aio-pika's :class:`AsyncConsumer` on an
+pika's :class:`Consumer` on the sync drivers, aio-pika's :class:`AsyncConsumer` on an
 async driver per database. Business state (balances, ledger and claim rows) and broker state
 (ready messages, the dead-letter queue's contents and headers) are read after each run."""
 
@@ -33,7 +33,7 @@ from sa_inbox.brokers.rabbitmq import (
     QUEUE_HEADER,
     REASON_HEADER,
     AsyncConsumer,
-    BlockingConsumer,
+    Consumer,
     dead_letter_queue_name,
     declare_queue,
     delivery_count,
@@ -143,14 +143,14 @@ def consume(
     gracefully."""
     settlements: list[Settlement] = []
     if client == "pika":
-        consumer: BlockingConsumer | None = None
+        consumer: Consumer | None = None
 
         def settled(settlement: Settlement) -> None:
             settlements.append(settlement)
             if len(settlements) >= count and consumer is not None:
                 consumer.stop()
 
-        consumer = BlockingConsumer(amqp_url, queue, **{**options(app, pay(app), settled), **kw})
+        consumer = Consumer(amqp_url, queue, **{**options(app, pay(app), settled), **kw})
         timer = threading.Timer(20, consumer.stop)
         timer.start()
         try:
@@ -343,7 +343,7 @@ def test_prefetch_bounds_the_unacked_deliveries_and_stop_works_from_another_thre
         assert release.wait(10)
         pay(app)(session, delivery)
 
-    consumer = BlockingConsumer(
+    consumer = Consumer(
         amqp_url, queue, **{**options(app, slow, settlements.append), "prefetch": 2}
     )
     worker = threading.Thread(target=consumer.run)
@@ -364,7 +364,7 @@ def test_prefetch_bounds_the_unacked_deliveries_and_stop_works_from_another_thre
 
 def test_prefetch_must_be_positive(amqp_url: str, app: App) -> None:
     with pytest.raises(InvalidArgument, match="prefetch"):
-        BlockingConsumer(amqp_url, "q", **{**options(app, pay(app), None), "prefetch": 0})
+        Consumer(amqp_url, "q", **{**options(app, pay(app), None), "prefetch": 0})
 
 
 # -- crashes ---------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from sa_inbox import ConfigurationError
 from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
-from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer, StreamSettings
+from sa_inbox.brokers.redis import AsyncConsumer, Consumer, StreamSettings
 from sa_inbox.brokers.redis.core import Entry, RedisSettler, run_call
 from sa_inbox.chaos.drivers import driver_for
 from sa_inbox.chaos.drivers.redis import GROUP
@@ -101,8 +101,8 @@ def publish(client: redis.Redis, stream: str, payments: list[tuple[str | None, s
 
 def consumer(
     client: redis.Redis, stream: str, app: App, handler: Any = None, **kw: Any
-) -> RedisStreamConsumer:
-    return RedisStreamConsumer(
+) -> Consumer:
+    return Consumer(
         client,
         stream,
         group=CONSUMER,
@@ -366,7 +366,7 @@ def run_async(
     async def main() -> list[Settlement]:
         engine = create_async_engine(aio_url)
         client = redis.asyncio.Redis.from_url(client_url)
-        reader = AsyncRedisStreamConsumer(
+        reader = AsyncConsumer(
             client,
             stream,
             group=CONSUMER,
@@ -522,7 +522,7 @@ def test_async_two_consumers_run_until_stopped_drain_duplicates_exactly_once(
         engine = create_async_engine(aio_url)
         clients = [redis.asyncio.Redis.from_url(redis_url) for _ in range(2)]
         readers = [
-            AsyncRedisStreamConsumer(
+            AsyncConsumer(
                 each,
                 stream,
                 group=CONSUMER,

@@ -13,8 +13,9 @@ import redis
 import redis.asyncio
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from sa_inbox.brokers.rabbitmq import AsyncConsumer, BlockingConsumer
-from sa_inbox.brokers.redis import AsyncRedisStreamConsumer, RedisStreamConsumer
+from sa_inbox.brokers.rabbitmq import AsyncConsumer, Consumer
+from sa_inbox.brokers.redis import AsyncConsumer as AsyncRedisConsumer
+from sa_inbox.brokers.redis import Consumer as RedisConsumer
 from sa_inbox.exc import ConsumerNameTaken, MissingTable
 from tests.backends.brokers import test_rabbitmq as rmq
 from tests.backends.brokers import test_redis as rds
@@ -37,7 +38,7 @@ def test_redis_a_missing_table_fails_run_before_any_command(
     client: redis.Redis, stream: str, app: App
 ) -> None:
     app.inbox.table.drop(app.engine)
-    consumer = RedisStreamConsumer(
+    consumer = RedisConsumer(
         client, stream, group=CONSUMER, session_factory=app.Session, inbox=app.inbox,
         handler=rds.pay(app), **rds.FAST,
     )  # fmt: skip
@@ -56,7 +57,7 @@ def test_redis_asyncio_a_missing_table_fails_run_before_any_command(
     async def main() -> None:
         engine = create_async_engine(aio_url)
         aclient = redis.asyncio.Redis.from_url(broker_url("redis"))
-        consumer = AsyncRedisStreamConsumer(
+        consumer = AsyncRedisConsumer(
             aclient, stream, group=CONSUMER, session_factory=async_sessionmaker(engine),
             inbox=aio_app.inbox, handler=rds.pay_async(aio_app), **rds.FAST,
         )  # fmt: skip
@@ -108,7 +109,7 @@ def test_rabbitmq_a_handler_under_another_handlers_name_fails_run_before_a_deliv
     app.inbox.consumers.hand_over(app.engine, CONSUMER, owner)
     rmq.publish(channel, queue, "pay-1", b"1.00")
     for _ in range(3):  # a supervisor restarting it
-        refused = BlockingConsumer(amqp_url, queue, **rmq.options(app, invoice, None))
+        refused = Consumer(amqp_url, queue, **rmq.options(app, invoice, None))
         with pytest.raises(ConsumerNameTaken):
             refused.run()
     method, properties, _ = rmq.get(channel, queue)
@@ -122,7 +123,7 @@ def test_redis_a_missing_consumers_table_fails_run_before_any_command(
 ) -> None:
     assert app.inbox.consumers is not None
     app.inbox.consumers.table.drop(app.engine)
-    consumer = RedisStreamConsumer(
+    consumer = RedisConsumer(
         client, stream, group=CONSUMER, session_factory=app.Session, inbox=app.inbox,
         handler=rds.pay(app), **rds.FAST,
     )  # fmt: skip

@@ -87,7 +87,9 @@ def _objects(env: Env, wrong: str, *, asynchronous: bool) -> dict[str, Any]:
 
 # -- RabbitMQ ----------------------------------------------------------------------------
 
-#: The aio-pika consumer, known by its module (Kafka and SQS have an AsyncConsumer too).
+#: The pika and the aio-pika consumer, known by their module (every broker package has a
+#: Consumer and an AsyncConsumer).
+_PIKA = "sa_inbox.brokers.rabbitmq.Consumer"
 _RABBIT = "sa_inbox.brokers.rabbitmq.AsyncConsumer"
 
 
@@ -148,7 +150,7 @@ def _delete_queues(*names: str) -> None:
 
 
 def _run_blocking(env: Env, mid: str, wrong: str, **kw: Any) -> None:
-    from sa_inbox.brokers.rabbitmq import BlockingConsumer
+    from sa_inbox.brokers.rabbitmq import Consumer
 
     queue = _rabbit_queue(env, mid)
     consumer: Any = None
@@ -156,7 +158,7 @@ def _run_blocking(env: Env, mid: str, wrong: str, **kw: Any) -> None:
     def settled(_: Settlement) -> None:
         consumer.stop()
 
-    consumer = BlockingConsumer(
+    consumer = Consumer(
         broker_url("rabbitmq"),
         queue,
         consumer_name=CONSUMER,
@@ -197,28 +199,28 @@ for _wrong in (
     "async def handler",
 ):
 
-    @case("BlockingConsumer()", _wrong, left=_rabbit_left)
+    @case(f"{_PIKA}()", _wrong, left=_rabbit_left)
     def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         _run_blocking(env, mid, wrong)
 
 
-@case("BlockingConsumer()", "key_header ''", kind=ConfigurationError, left=_rabbit_left)
+@case(f"{_PIKA}()", "key_header ''", kind=ConfigurationError, left=_rabbit_left)
 def _(env: Env, mid: str) -> None:
     _run_blocking(env, mid, "-", key_header="")
 
 
-for _entry in ("BlockingConsumer.run", "BlockingConsumer.check"):
+for _entry in (f"{_PIKA}.run", f"{_PIKA}.check"):
 
     @case(_entry, "AUTOCOMMIT sessionmaker", kind=ConfigurationError, left=_rabbit_left)
     def _(env: Env, mid: str, entry: str = _entry) -> None:
         if entry.endswith("run"):
             _run_blocking(env, mid, "AUTOCOMMIT")
         else:
-            from sa_inbox.brokers.rabbitmq import BlockingConsumer
+            from sa_inbox.brokers.rabbitmq import Consumer
 
             _rabbit_queue(env, mid)
             objects = _objects(env, "AUTOCOMMIT", asynchronous=False)
-            BlockingConsumer("amqp://unused/", "q", consumer_name=CONSUMER, **objects).check()
+            Consumer("amqp://unused/", "q", consumer_name=CONSUMER, **objects).check()
 
 
 for _wrong in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin", "AsyncConnection"):
@@ -250,6 +252,10 @@ for _entry in (f"{_RABBIT}.run", f"{_RABBIT}.check"):
 
 
 # -- Redis Streams -----------------------------------------------------------------------
+
+#: The redis-py and the redis.asyncio consumer, known by their module.
+_REDIS = "sa_inbox.brokers.redis.Consumer"
+_AREDIS = "sa_inbox.brokers.redis.AsyncConsumer"
 
 _FAST = {"visibility_timeout": 0.3, "block_timeout": 0.05}
 
@@ -298,12 +304,12 @@ def _delete_stream(name: str) -> None:
 def _run_redis(env: Env, mid: str, wrong: str, *, check_only: bool = False) -> None:
     import redis
 
-    from sa_inbox.brokers.redis import RedisStreamConsumer
+    from sa_inbox.brokers.redis import Consumer
 
     stream = _redis_stream(env, mid)
     client = redis.Redis.from_url(broker_url("redis"))
     try:
-        consumer = RedisStreamConsumer(
+        consumer = Consumer(
             client, stream, group=CONSUMER, **_objects(env, wrong, asynchronous=False), **_FAST
         )
         if check_only:
@@ -326,12 +332,12 @@ def _poll_once(consumer: Any) -> None:
 async def _run_redis_async(env: Env, mid: str, wrong: str, *, check_only: bool = False) -> None:
     import redis.asyncio
 
-    from sa_inbox.brokers.redis import AsyncRedisStreamConsumer
+    from sa_inbox.brokers.redis import AsyncConsumer
 
     stream = await asyncio.to_thread(_redis_stream, env, mid)
     client = redis.asyncio.Redis.from_url(broker_url("redis"))
     try:
-        consumer = AsyncRedisStreamConsumer(
+        consumer = AsyncConsumer(
             client, stream, group=CONSUMER, **_objects(env, wrong, asynchronous=True), **_FAST
         )
         if check_only:
@@ -355,12 +361,12 @@ for _wrong in (
     "async def handler",
 ):
 
-    @case("RedisStreamConsumer()", _wrong, left=_redis_left)
+    @case(f"{_REDIS}()", _wrong, left=_redis_left)
     def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         _run_redis(env, mid, wrong)
 
 
-for _entry in ("RedisStreamConsumer.run", "RedisStreamConsumer.check"):
+for _entry in (f"{_REDIS}.run", f"{_REDIS}.check"):
 
     @case(_entry, "AUTOCOMMIT sessionmaker", kind=ConfigurationError, left=_redis_left)
     def _(env: Env, mid: str, entry: str = _entry) -> None:
@@ -369,19 +375,19 @@ for _entry in ("RedisStreamConsumer.run", "RedisStreamConsumer.check"):
 
 for _wrong in ("sessionmaker", "async_sessionmaker.begin", "AsyncConnection"):
 
-    @case("AsyncRedisStreamConsumer()", _wrong, left=_redis_left)
+    @case(f"{_AREDIS}()", _wrong, left=_redis_left)
     async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         await _run_redis_async(env, mid, wrong)
 
 
 for _inbox in ("Inbox", "AsyncInbox", "plain def handler"):
 
-    @case("AsyncRedisStreamConsumer()", _inbox, expect="once")
+    @case(f"{_AREDIS}()", _inbox, expect="once")
     async def _(env: Env, mid: str, inbox: str = _inbox) -> None:
         await _run_redis_async(env, mid, inbox)
 
 
-for _entry in ("AsyncRedisStreamConsumer.run", "AsyncRedisStreamConsumer.check"):
+for _entry in (f"{_AREDIS}.run", f"{_AREDIS}.check"):
 
     @case(_entry, "AUTOCOMMIT async_sessionmaker", kind=ConfigurationError, left=_redis_left)
     async def _(env: Env, mid: str, entry: str = _entry) -> None:
@@ -391,12 +397,19 @@ for _entry in ("AsyncRedisStreamConsumer.run", "AsyncRedisStreamConsumer.check")
 # -- NATS JetStream ----------------------------------------------------------------------
 
 
-async def _nats_consume(env: Env, mid: str, wrong: str, *, check_only: bool = False) -> None:
+#: The NATS consumer object, known by its module.
+_NATS = "sa_inbox.brokers.nats.AsyncConsumer"
+
+
+async def _nats_consume(
+    env: Env, mid: str, wrong: str, *, check_only: bool = False, as_object: bool = False
+) -> None:
     """Publish ``mid`` (its own Nats-Msg-Id header: the stream's duplicate window is off) to
-    the case's stream and consume until one message is settled."""
+    the case's stream and consume until one message is settled: with :func:`consume`, or
+    ``as_object`` with :class:`AsyncConsumer`."""
     import nats
 
-    from sa_inbox.brokers.nats import check, consume
+    from sa_inbox.brokers.nats import AsyncConsumer, check, consume
 
     nc = await nats.connect(broker_url("nats"))
     js = nc.jetstream()
@@ -411,6 +424,23 @@ async def _nats_consume(env: Env, mid: str, wrong: str, *, check_only: bool = Fa
         headers = {"Idempotency-Key": mid}
         await js.publish(f"misuse.{token}", b"10.00", headers=headers)
         objects = _objects(env, wrong, asynchronous=True)
+        if as_object:
+            consumer = AsyncConsumer(
+                js,
+                f"misuse_{token}",
+                "billing",
+                dead_letter_subject=f"misuse.{token}.dead",
+                consumer_name=CONSUMER,
+                key_header="Idempotency-Key",
+                fetch_timeout=0.1,
+                on_settled=lambda _: consumer.stop(),
+                **objects,
+            )
+            if check_only:
+                await consumer.check()
+            else:
+                await asyncio.wait_for(consumer.run(), DEADLINE)
+            return
         if check_only:
             await check(**objects)
             return
@@ -496,6 +526,28 @@ for _wrong in ("sessionmaker", "AUTOCOMMIT async_sessionmaker"):
     @case("sa_inbox.brokers.nats.check", _wrong, kind=ConfigurationError, left=_nats_left)
     async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
         await _nats_consume(env, mid, wrong, check_only=True)
+
+
+for _wrong in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin", "AsyncConnection"):
+
+    @case(f"{_NATS}()", _wrong, left=_nats_left)
+    async def _(env: Env, mid: str, wrong: str = _wrong) -> None:
+        await _nats_consume(env, mid, wrong, as_object=True)
+
+
+for _inbox in ("Inbox", "AsyncInbox", "plain def handler"):
+
+    @case(f"{_NATS}()", _inbox, expect="once")
+    async def _(env: Env, mid: str, inbox: str = _inbox) -> None:
+        await _nats_consume(env, mid, inbox, as_object=True)
+
+
+for _entry in (f"{_NATS}.run", f"{_NATS}.check"):
+
+    @case(_entry, "AUTOCOMMIT async_sessionmaker", kind=ConfigurationError, left=_nats_left)
+    async def _(env: Env, mid: str, entry: str = _entry) -> None:
+        check_only = entry.endswith("check")
+        await _nats_consume(env, mid, "AUTOCOMMIT", check_only=check_only, as_object=True)
 
 
 # -- FastStream and Celery: refused when made, the message left on RabbitMQ ---------------

@@ -65,6 +65,7 @@ def _kafka_left(env: Env) -> int:
 
 def _kafka_consumer(env: Env, mid: str, wrong: str, *, asynchronous: bool, **kw: Any) -> Any:
     from sa_inbox.brokers.kafka import AsyncConsumer, Consumer
+    from tests.backends.brokers.kafka_support import FAST_ASYNC, FAST_SYNC
 
     topic = _kafka_topic(env, mid)
     make = AsyncConsumer if asynchronous else Consumer
@@ -73,6 +74,7 @@ def _kafka_consumer(env: Env, mid: str, wrong: str, *, asynchronous: bool, **kw:
         bootstrap_servers=_servers(),
         group_id=env.kept["group"],
         consumer_name=CONSUMER,
+        config=FAST_ASYNC if asynchronous else FAST_SYNC,
         **_objects(env, wrong, asynchronous=asynchronous),
         **kw,
     )

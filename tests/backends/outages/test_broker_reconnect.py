@@ -163,22 +163,31 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
 
 
 def restart_moto(server_dir: Path, lanes: list[SqsLane]) -> Callable[[], None]:
-    """The disruption: with a message in each lane's handler and nothing else waiting in
-    its queue (publishing paused), moto is SIGKILLed; the handlers go on (they commit, and
-    the deletes find no server); moto is restarted after :data:`DOWN` seconds, empty, and
-    the queues are made again (as a deployment would), then publishing resumes.
+    """The disruption: publishing paused until each queue is drained, then one message
+    published to each lane and held in its handler, so nothing else waits in its queue;
+    moto is SIGKILLed; the handlers go on (they commit, and the deletes find no server);
+    moto is restarted after :data:`DOWN` seconds, empty, and the queues are made again (as
+    a deployment would), then publishing resumes.
 
     moto keeps its queues in memory: a message it held unreceived at the kill would be
-    gone, which SQS never does; hence the drained queue at the kill."""
+    gone, which SQS never does; hence the drained queue at the kill (a message published
+    while a handler held the lane's consumer would wait until the release)."""
+
+    def drained() -> bool:
+        return all(lane.waiting() == 0 for lane in lanes)
 
     def disrupt() -> None:
         for lane in lanes:
-            lane.hold_next.set()
+            lane.paused.set()
         try:
-            wait_for(lambda: all(lane.holding.is_set() for lane in lanes), "a message held")
+            wait_for(drained, "the queues drained")
             for lane in lanes:
-                lane.paused.set()
-            wait_for(lambda: all(lane.waiting() == 0 for lane in lanes), "the queues drained")
+                lane.hold_next.set()
+                lane.pause_after_one.set()
+                lane.paused.clear()
+            wait_for(lambda: all(lane.holding.is_set() for lane in lanes), "a message held")
+            wait_for(lambda: all(lane.paused.is_set() for lane in lanes), "publishing paused")
+            wait_for(drained, "the held message received")
             servers_sh("kill", str(server_dir), "sqs")
         finally:
             for lane in lanes:

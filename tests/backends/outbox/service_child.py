@@ -7,10 +7,10 @@ this process before the ``dispatched`` UPDATE (rows stay ``processing``).
 ROLE ``relay``: an OutboxRelay (visibility timeout 1 s, batches of 5) until SIGTERM, each
 mark 20 ms after the confirms (and each consumer's ack 20 ms after its commit), so that the
 random kills of the end-to-end test often land in those windows.
-ROLE ``a-consumer`` (service A): a BlockingConsumer of QUEUE, consumer ``service-a``; the
+ROLE ``a-consumer`` (service A): a Consumer of QUEUE, consumer ``service-a``; the
 handler pays the body's amount into account 1 under the delivery's message_id and records,
 in the same transaction, an outbox message to OUT_QUEUE with the header ``source`` = that
-message_id. ROLE ``b-consumer`` (service B): a BlockingConsumer of QUEUE, consumer
+message_id. ROLE ``b-consumer`` (service B): a Consumer of QUEUE, consumer
 ``service-b``; the handler pays the body's amount into account 2 under the ``source``
 header. Consumers run until SIGTERM, printing ``READY`` once SIGTERM is handled, then each
 settlement.
@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from sa_inbox.brokers import Delivery, Settlement
-from sa_inbox.brokers.rabbitmq import BlockingConsumer, PikaSettler, RabbitMQPublisher
+from sa_inbox.brokers.rabbitmq import Consumer, PikaSettler, Publisher
 from sa_inbox.outbox import OutboxMessage, OutboxRelay
 from sa_inbox.outbox.relay import RelayCore
 from tests.support.outbox_app import OutboxApp
@@ -64,7 +64,7 @@ def main(role: str, amqp_url: str, db_url: str, queue: str, out_queue: str = "")
         relay = OutboxRelay(
             app.engine,
             app.outbox,
-            RabbitMQPublisher(amqp_url),
+            Publisher(amqp_url),
             batch_size=5,
             visibility_timeout=1.0,
             poll_interval=0.05,
@@ -95,7 +95,7 @@ def main(role: str, amqp_url: str, db_url: str, queue: str, out_queue: str = "")
         say(f"{settlement.disposition.value} {settlement.delivery.message_id}")
 
     PikaSettler.ack = slowed(PikaSettler.ack)  # type: ignore[method-assign]
-    consumer = BlockingConsumer(
+    consumer = Consumer(
         amqp_url,
         queue,
         session_factory=app.Session,

@@ -19,7 +19,7 @@ import redis
 import sqlalchemy as sa
 
 from sa_inbox import Backoff
-from sa_inbox.brokers.redis import RedisStreamPublisher
+from sa_inbox.brokers.redis import Publisher
 from sa_inbox.exc import InvalidArgument
 from sa_inbox.outbox import OutboxRelay
 from sa_inbox.outbox.relay import RelayCore
@@ -47,7 +47,7 @@ def test_dead_rows_replayed_once_the_cause_is_fixed_are_published(oapp: OutboxAp
         dead = record(oapp, broken, 2)
         also_dead = record(oapp, other, 1)
         settings = {**SETTINGS, "backoff": Backoff(0.01, 0.01)}
-        relay = OutboxRelay(oapp.engine, oapp.outbox, RedisStreamPublisher(client), **settings)
+        relay = OutboxRelay(oapp.engine, oapp.outbox, Publisher(client), **settings)
         assert relay.run(until_empty=True).dead == 3
         client.delete(broken)  # the cause fixed, for one destination
         core = relay.core

@@ -35,14 +35,11 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from sa_inbox import Backoff
 from sa_inbox.asyncio import AsyncOutboxRelay
-from sa_inbox.brokers.nats import BlockingJetStreamPublisher
-from sa_inbox.brokers.rabbitmq import (
-    AioPikaPublisher,
-    RabbitMQPublisher,
-    dead_letter_queue_name,
-    declare_queue,
-)
-from sa_inbox.brokers.redis import RedisStreamPublisher
+from sa_inbox.brokers.nats import Publisher as NatsPublisher
+from sa_inbox.brokers.rabbitmq import AsyncPublisher as AsyncRabbitPublisher
+from sa_inbox.brokers.rabbitmq import Publisher as RabbitPublisher
+from sa_inbox.brokers.rabbitmq import dead_letter_queue_name, declare_queue
+from sa_inbox.brokers.redis import Publisher as RedisPublisher
 from sa_inbox.exc import AsyncPublisherInSyncRelay
 from sa_inbox.outbox import OutboxMessage, OutboxRelay, RelayBatch
 from sa_inbox.outbox.publisher import broker_unavailable
@@ -153,7 +150,7 @@ def test_a_killed_redis_costs_no_attempt_and_its_rows_go_out_once_it_is_back(
 ) -> None:
     stream = f"sa-inbox-outbox:{uuid.uuid4().hex}"
     client = redis.Redis(port=own_redis.port, socket_timeout=5, **NO_RETRY)
-    relay = OutboxRelay(oapp.engine, oapp.outbox, RedisStreamPublisher(client), **SETTINGS)
+    relay = OutboxRelay(oapp.engine, oapp.outbox, RedisPublisher(client), **SETTINGS)
     before = record(oapp, stream, 2)
     assert relay.run_once() == RelayBatch(claimed=2, dispatched=2)
 
@@ -183,13 +180,13 @@ def test_a_refused_rabbitmq_connection_costs_no_attempt(oapp: OutboxApp, channel
     declare_queue(channel, queue)
     try:
         ids = record(oapp, queue, 3)
-        down = RabbitMQPublisher(f"amqp://guest:guest@127.0.0.1:{closed_port()}/")
+        down = RabbitPublisher(f"amqp://guest:guest@127.0.0.1:{closed_port()}/")
         relay = OutboxRelay(oapp.engine, oapp.outbox, down, **SETTINGS)
         for _ in range(3):
             assert relay.run_once() == RelayBatch(claimed=3, released=3)
         assert statuses(oapp, ids) == [("pending", 0, None)] * 3
 
-        up = RabbitMQPublisher(broker_url("rabbitmq"))
+        up = RabbitPublisher(broker_url("rabbitmq"))
         try:
             relay.publisher = up
             assert relay.run(until_empty=True).dispatched == 3
@@ -210,7 +207,7 @@ def test_a_refused_message_still_counts_its_attempts(oapp: OutboxApp) -> None:
     client.set(key, "not a stream")
     try:
         (message_id,) = record(oapp, key, 1)
-        publisher = RedisStreamPublisher(client)
+        publisher = RedisPublisher(client)
         settings = {**SETTINGS, "backoff": Backoff(0.05, 0.05)}
         total = OutboxRelay(oapp.engine, oapp.outbox, publisher, **settings).run(until_empty=True)
         assert (total.retried, total.dead, total.released) == (1, 1, 0)
@@ -233,10 +230,10 @@ def test_the_async_relay_gives_rows_back_while_redis_refuses_connections(
         down = redis.asyncio.Redis(port=closed_port(), **ASYNC_NO_RETRY)
         up = redis.asyncio.Redis.from_url(broker_url("redis"))
         try:
-            relay = AsyncOutboxRelay(engine, app.outbox, RedisStreamPublisher(down), **SETTINGS)
+            relay = AsyncOutboxRelay(engine, app.outbox, RedisPublisher(down), **SETTINGS)
             outage = await relay.run_once()
             assert statuses(app, ids) == [("pending", 0, None)] * 3
-            relay.publisher = RedisStreamPublisher(up)
+            relay.publisher = RedisPublisher(up)
             return outage, await relay.run(until_empty=True)
         finally:
             await down.aclose()
@@ -262,8 +259,8 @@ def test_which_errors_mean_the_broker_was_unreachable() -> None:
         pika.BlockingConnection(pika.URLParameters(f"amqp://guest:guest@127.0.0.1:{port}/"))
     with pytest.raises(redis.exceptions.ConnectionError) as refused:
         redis.Redis(port=port, **NO_RETRY).ping()
-    rabbit = RabbitMQPublisher(f"amqp://127.0.0.1:{port}/")
-    streams = RedisStreamPublisher(redis.Redis(port=port, **NO_RETRY))
+    rabbit = RabbitPublisher(f"amqp://127.0.0.1:{port}/")
+    streams = RedisPublisher(redis.Redis(port=port, **NO_RETRY))
     assert broker_unavailable(rabbit, amqp.value)
     assert broker_unavailable(streams, refused.value)
     assert not broker_unavailable(rabbit, pika.exceptions.UnroutableError([]))
@@ -289,7 +286,7 @@ def test_a_killed_nats_server_costs_no_attempt_and_jetstream_stores_each_row_onc
     url = f"nats://127.0.0.1:{own_nats.port}"
 
     add_stream(url, "outage")
-    publisher = BlockingJetStreamPublisher(url, timeout=0.5)
+    publisher = NatsPublisher(url, timeout=0.5)
     try:
         relay = OutboxRelay(app.engine, app.outbox, publisher, **SETTINGS)
         own_nats.kill()
@@ -371,7 +368,7 @@ class CuttingProxy:
 def test_a_rabbitmq_connection_lost_mid_batch_costs_the_async_relay_no_attempt(
     async_app: tuple[str, OutboxApp], channel: Any, amqp_url: str
 ) -> None:
-    """AioPikaPublisher.publish_many: the connection drops while the batch's confirms are
+    """rabbitmq.AsyncPublisher.publish_many: the connection drops while the batch's confirms are
     awaited; the messages not confirmed (those cut off and those the closed channel no longer
     took) are given back, none counts an attempt, and every row reaches the queue."""
     url, app = async_app
@@ -383,12 +380,12 @@ def test_a_rabbitmq_connection_lost_mid_batch_costs_the_async_relay_no_attempt(
 
         async def run() -> tuple[RelayBatch, RelayBatch]:
             engine = create_async_engine(url)
-            cut, up = AioPikaPublisher(f"amqp://guest:guest@127.0.0.1:{proxy.port}/"), None
+            cut, up = AsyncRabbitPublisher(f"amqp://guest:guest@127.0.0.1:{proxy.port}/"), None
             try:
                 settings = {**SETTINGS, "batch_size": 1000}
                 relay = AsyncOutboxRelay(engine, app.outbox, cut, **settings)
                 outage = await relay.run_once()
-                relay.publisher = up = AioPikaPublisher(amqp_url)
+                relay.publisher = up = AsyncRabbitPublisher(amqp_url)
                 return outage, await relay.run(until_empty=True)
             finally:
                 await cut.close()
@@ -446,7 +443,7 @@ def test_a_subject_without_a_stream_but_with_a_subscriber_counts_and_holds_up_no
         await nc.close()
 
     asyncio.run(stream(add=True))
-    publisher = BlockingJetStreamPublisher(url, timeout=0.5)
+    publisher = NatsPublisher(url, timeout=0.5)
     try:
         with core_subscriber(url, stray):
             (lost,) = record(oapp, stray, 1)
@@ -484,7 +481,7 @@ def test_the_blocking_jetstream_publisher_comes_back_after_its_client_gave_up(
 
     add_stream(url, "giveup")
     options = {"max_reconnect_attempts": 1, "reconnect_time_wait": 0.1}
-    publisher = BlockingJetStreamPublisher(url, timeout=0.5, connect_options=options)
+    publisher = NatsPublisher(url, timeout=0.5, connect_options=options)
     try:
         relay = OutboxRelay(app.engine, app.outbox, publisher, **SETTINGS)
         own_nats.kill()
@@ -547,7 +544,7 @@ def silent_listener() -> Iterator[int]:
 def test_a_rabbitmq_that_accepts_but_never_answers_costs_the_async_relay_no_attempt(
     oapp: OutboxApp,
 ) -> None:
-    """AioPikaPublisher's ``timeout`` (aio-pika waits for ever by default): the connection
+    """rabbitmq.AsyncPublisher's ``timeout`` (aio-pika waits for ever by default): the connection
     to a broker that accepts and never answers ends in ``TimeoutError`` after ``timeout``,
     the rows are given back, none counts an attempt (a relay waiting for ever would hold
     them until another relay takes them over after the visibility timeout, which counts)."""
@@ -558,7 +555,7 @@ def test_a_rabbitmq_that_accepts_but_never_answers_costs_the_async_relay_no_atte
 
     async def run(port: int) -> tuple[RelayBatch, float]:
         engine = create_async_engine(url)
-        publisher = AioPikaPublisher(f"amqp://guest:guest@127.0.0.1:{port}/", timeout=TIMEOUT)
+        publisher = AsyncRabbitPublisher(f"amqp://guest:guest@127.0.0.1:{port}/", timeout=TIMEOUT)
         try:
             relay = AsyncOutboxRelay(engine, oapp.outbox, publisher, **SETTINGS)
             started = time.monotonic()
@@ -589,7 +586,7 @@ def test_the_blocking_jetstream_publisher_starts_while_the_server_is_down(
     url = f"nats://127.0.0.1:{own_nats.port}"
     own_nats.kill()
     ids = record(app, "down.x", 2)
-    publisher = BlockingJetStreamPublisher(url, timeout=TIMEOUT)  # the server is down: no wait
+    publisher = NatsPublisher(url, timeout=TIMEOUT)  # the server is down: no wait
     try:
         relay = OutboxRelay(app.engine, app.outbox, publisher, **SETTINGS)
         started = time.monotonic()
@@ -624,15 +621,15 @@ def test_the_sync_relay_refuses_an_async_publisher_and_marks_nothing_dispatched(
 ) -> None:
     """The coroutine an async ``publish`` returns is no confirm: the sync relay refuses an
     ``async def publish`` when it is made, and a publisher returning awaitables from a plain
-    method (RedisStreamPublisher on a redis.asyncio client) at its first publish, giving the
+    method (redis.Publisher on a redis.asyncio client) at its first publish, giving the
     batch back (no attempt counted). Either way a configuration error, raised to the caller."""
     ids = record(oapp, "payments", 3)
     if kind == "async def":
         publisher: Any = AsyncPublisher()
         with pytest.raises(AsyncPublisherInSyncRelay, match="AsyncOutboxRelay"):
             OutboxRelay(oapp.engine, oapp.outbox, publisher, **SETTINGS)
-    else:  # RedisStreamPublisher is sync or async by its client; nothing listens here
-        publisher = RedisStreamPublisher(redis.asyncio.Redis(port=closed_port()))
+    else:  # redis.Publisher is sync or async by its client; nothing listens here
+        publisher = RedisPublisher(redis.asyncio.Redis(port=closed_port()))
         relay = OutboxRelay(oapp.engine, oapp.outbox, publisher, **SETTINGS)
         with pytest.raises(AsyncPublisherInSyncRelay, match="AsyncOutboxRelay"):
             relay.run_once()

@@ -26,8 +26,8 @@ from sqlalchemy.orm import Session
 from sa_inbox import Backoff
 from sa_inbox.brokers import Delivery, Disposition, Settlement
 from sa_inbox.brokers.rabbitmq import (
-    BlockingConsumer,
-    RabbitMQPublisher,
+    Consumer,
+    Publisher,
     dead_letter_queue_name,
     declare_queue,
 )
@@ -93,7 +93,7 @@ def test_each_committed_row_is_published_once_with_its_message_id_and_marked(
     q = queues[0]
     ids = record(oapp, *[(q, f"{n}.00".encode()) for n in range(5)])
     record(oapp, (q, b"rolled back"), commit=False)
-    publisher = RabbitMQPublisher(amqp_url)
+    publisher = Publisher(amqp_url)
     try:
         total = OutboxRelay(oapp.engine, oapp.outbox, publisher, **FAST).run(until_empty=True)
     finally:
@@ -115,7 +115,7 @@ def test_a_failing_destination_backs_off_then_goes_dead_without_blocking_the_res
 ) -> None:
     missing = f"sa-inbox-outbox-missing-{uuid.uuid4().hex[:8]}"
     record(oapp, (missing, b"nowhere"), (queues[0], b"ok"))
-    publisher = RabbitMQPublisher(amqp_url)
+    publisher = Publisher(amqp_url)
     try:
         relay = OutboxRelay(oapp.engine, oapp.outbox, publisher, max_attempts=3, **FAST)
         first = relay.run_once()
@@ -137,7 +137,7 @@ class FailFirst:
     the broker refuses a message (a ``basic.nack``: pika's ``NackError``), which counts an
     attempt (a connection error would not: the broker was unreachable)."""
 
-    def __init__(self, publisher: RabbitMQPublisher, message_id: str) -> None:
+    def __init__(self, publisher: Publisher, message_id: str) -> None:
         self.publisher, self.message_id, self.failed = publisher, message_id, False
 
     def publish(self, message: OutboxMessage) -> None:
@@ -156,7 +156,7 @@ def test_per_destination_order_holds_past_a_failure_only_when_asked(
 ) -> None:
     q, other = queues[0], queues[1]
     ids = record(oapp, (q, b"1"), (q, b"2"), (other, b"x"), (q, b"3"))
-    publisher = FailFirst(RabbitMQPublisher(amqp_url), ids[0])
+    publisher = FailFirst(Publisher(amqp_url), ids[0])
     try:
         relay = OutboxRelay(oapp.engine, oapp.outbox, publisher, ordered=ordered, **FAST)
         relay.run(until_empty=True)
@@ -172,7 +172,7 @@ def test_dispatched_rows_are_purged_and_the_others_kept(
     oapp: OutboxApp, queues: list[str], amqp_url: str
 ) -> None:
     record(oapp, (queues[0], b"a"), (queues[0], b"b"))
-    publisher = RabbitMQPublisher(amqp_url)
+    publisher = Publisher(amqp_url)
     try:
         OutboxRelay(oapp.engine, oapp.outbox, publisher, **FAST).run(until_empty=True)
     finally:
@@ -206,7 +206,7 @@ def test_a_relay_killed_between_confirm_and_mark_republishes_and_the_inbox_drops
     assert child("relay-crash-before-mark", amqp_url, oapp, q) == ["PUBLISHED 2"]
     assert ready(channel, q) == 2, "confirmed by RabbitMQ before the kill"
     assert {r["status"] for r in oapp.outbox_rows()} == {"processing"}
-    publisher = RabbitMQPublisher(amqp_url)
+    publisher = Publisher(amqp_url)
     try:  # a new relay takes the abandoned rows after the visibility timeout: published again
         relay = OutboxRelay(oapp.engine, oapp.outbox, publisher, visibility_timeout=0.5, **FAST)
         total = relay.run(until_empty=True)
@@ -221,7 +221,7 @@ def test_a_relay_killed_between_confirm_and_mark_republishes_and_the_inbox_drops
     def handler(session: Session, delivery: Delivery) -> None:
         oapp.apply_payment(session, delivery.message_id or "", 2, Decimal(delivery.body.decode()))
 
-    consumer = BlockingConsumer(
+    consumer = Consumer(
         amqp_url,
         q,
         session_factory=oapp.Session,
@@ -249,7 +249,7 @@ def test_a_relay_killed_between_confirm_and_mark_republishes_and_the_inbox_drops
 def test_the_publisher_reconnects_after_its_connection_is_closed(
     channel: Any, queues: list[str], amqp_url: str
 ) -> None:
-    publisher = RabbitMQPublisher(amqp_url)
+    publisher = Publisher(amqp_url)
     message = OutboxMessage(1, "m-1", queues[0], b"a")
     try:
         publisher.publish(message)
@@ -270,7 +270,7 @@ def test_concurrent_relays_publish_each_row_once(
     totals: list[int] = []
 
     def relay() -> None:
-        publisher = RabbitMQPublisher(amqp_url)
+        publisher = Publisher(amqp_url)
         try:
             total = OutboxRelay(oapp.engine, oapp.outbox, publisher, batch_size=7, **FAST).run(
                 until_empty=True
@@ -293,12 +293,12 @@ def test_concurrent_relays_publish_each_row_once(
 def test_the_async_relay_pipelines_confirms_with_aio_pika(
     oapp: OutboxApp, channel: Any, queues: list[str], amqp_url: str
 ) -> None:
-    """AioPikaPublisher.publish_many: a batch sent, then every confirm awaited; a returned
+    """AsyncPublisher.publish_many: a batch sent, then every confirm awaited; a returned
     (unroutable) message fails alone; the queue keeps the outbox order."""
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from sa_inbox.asyncio import AsyncOutboxRelay
-    from sa_inbox.brokers.rabbitmq import AioPikaPublisher
+    from sa_inbox.brokers.rabbitmq import AsyncPublisher
 
     missing = f"sa-inbox-outbox-missing-{uuid.uuid4().hex[:8]}"
     ids = record(oapp, *[(queues[0], str(n).encode()) for n in range(30)], (missing, b"x"))
@@ -308,7 +308,7 @@ def test_the_async_relay_pipelines_confirms_with_aio_pika(
 
     async def run() -> Any:
         engine = create_async_engine(url)
-        publisher = AioPikaPublisher(amqp_url)
+        publisher = AsyncPublisher(amqp_url)
         try:
             relay = AsyncOutboxRelay(
                 engine, oapp.outbox, publisher, max_attempts=1, batch_size=50, **FAST

@@ -20,8 +20,10 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from sa_inbox import Backoff
 from sa_inbox.asyncio import AsyncOutboxRelay
-from sa_inbox.brokers.nats import BlockingJetStreamPublisher, JetStreamPublisher
-from sa_inbox.brokers.redis import RedisStreamPublisher, StreamSettings, to_delivery
+from sa_inbox.brokers.nats import AsyncPublisher as AsyncNatsPublisher
+from sa_inbox.brokers.nats import Publisher as NatsPublisher
+from sa_inbox.brokers.redis import Publisher as RedisPublisher
+from sa_inbox.brokers.redis import StreamSettings, to_delivery
 from sa_inbox.brokers.redis.core import Entry
 from sa_inbox.outbox import OutboxRelay
 from tests.conftest import ASYNC_DRIVERS as DRIVERS
@@ -77,7 +79,7 @@ def test_the_sync_relay_xadds_each_row_with_its_key_field(oapp: OutboxApp) -> No
     stream = f"sa-inbox-outbox:{uuid.uuid4().hex}"
     try:
         ids = record(oapp, stream, 3)
-        relay = OutboxRelay(oapp.engine, oapp.outbox, RedisStreamPublisher(client), **FAST)
+        relay = OutboxRelay(oapp.engine, oapp.outbox, RedisPublisher(client), **FAST)
         assert relay.run(until_empty=True).dispatched == 3
         assert read_stream(client, stream) == [
             (i, str(n).encode(), str(n)) for n, i in enumerate(ids)
@@ -97,7 +99,7 @@ def test_the_async_relay_with_redis_asyncio(async_app: tuple[str, OutboxApp]) ->
         engine = create_async_engine(url)
         client = redis.asyncio.Redis.from_url(broker_url("redis"))
         try:
-            relay = AsyncOutboxRelay(engine, app.outbox, RedisStreamPublisher(client), **FAST)
+            relay = AsyncOutboxRelay(engine, app.outbox, RedisPublisher(client), **FAST)
             return (await relay.run(until_empty=True)).dispatched
         finally:
             await client.aclose()
@@ -128,7 +130,7 @@ def test_the_async_relay_to_jetstream_and_a_republish_inside_the_duplicate_windo
         js = nc.jetstream()
         await js.add_stream(name=stream, subjects=[subject])
         try:
-            relay = AsyncOutboxRelay(engine, app.outbox, JetStreamPublisher(js), **FAST)
+            relay = AsyncOutboxRelay(engine, app.outbox, AsyncNatsPublisher(js), **FAST)
             assert (await relay.run(until_empty=True)).dispatched == 3
             # A relay killed after the PubAck and before the mark publishes the rows again:
             with app.engine.begin() as conn:
@@ -164,9 +166,7 @@ def test_refused_publishes_back_off_then_go_dead(oapp: OutboxApp) -> None:
     try:
         record(oapp, key, 1)
         settings: dict[str, Any] = {"max_attempts": 2, "backoff": Backoff(0.05, 0.05), **FAST}
-        redis_relay = OutboxRelay(
-            oapp.engine, oapp.outbox, RedisStreamPublisher(client), **settings
-        )
+        redis_relay = OutboxRelay(oapp.engine, oapp.outbox, RedisPublisher(client), **settings)
         assert redis_relay.run(until_empty=True).dead == 1
         (dead,) = oapp.outbox_rows("dead")
         assert dead["attempts"] == 2 and "WRONGTYPE" in dead["last_error"]
@@ -175,7 +175,7 @@ def test_refused_publishes_back_off_then_go_dead(oapp: OutboxApp) -> None:
         client.close()
 
     record(oapp, subject, 1)
-    publisher = BlockingJetStreamPublisher(broker_url("nats"), timeout=1.0)
+    publisher = NatsPublisher(broker_url("nats"), timeout=1.0)
     try:
         nats_relay = OutboxRelay(oapp.engine, oapp.outbox, publisher, **settings)
         assert nats_relay.run(until_empty=True).dead == 1

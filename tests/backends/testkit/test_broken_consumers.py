@@ -158,11 +158,11 @@ def cases(asynchronous: bool) -> list[Case]:
                 "consumer, message=app.payment, state=app.ledger_rows",
                 MISSING_KEY,
                 before=(
-                    '    consumer = BlockingConsumer("amqp://127.0.0.1:1/", "payments", '
+                    '    consumer = Consumer("amqp://127.0.0.1:1/", "payments", '
                     'session_factory=Session, inbox=app.inbox, consumer_name="billing", '
                     'handler=app.apply, key_header="x-payment-id")\n'
                 ),
-                imports="from sa_inbox.brokers.rabbitmq import BlockingConsumer",
+                imports="from sa_inbox.brokers.rabbitmq import Consumer",
             ),
         ]
     return found

@@ -30,11 +30,11 @@ PASSED = (
     "*crash before commit*passed*(a child process SIGKILLed at its commit*",
 )
 RABBITMQ = (
-    '    consumer = BlockingConsumer("amqp://guest:guest@127.0.0.1:1/", "payments", '
+    '    consumer = Consumer("amqp://guest:guest@127.0.0.1:1/", "payments", '
     'session_factory=Session, inbox=app.inbox, consumer_name="billing", handler=app.apply)\n'
 )
 REDIS = (
-    '    consumer = AsyncRedisStreamConsumer(redis.asyncio.Redis(port=1), "payments", '
+    '    consumer = AsyncConsumer(redis.asyncio.Redis(port=1), "payments", '
     'group="billing", session_factory=Session, inbox=app.inbox, handler=app.apply_async)\n'
 )
 
@@ -64,12 +64,11 @@ def cases(asynchronous: bool) -> list[Case]:
                 "redis_adapter",
                 "consumer, message=app.payment, state=app.ledger_rows",
                 (
-                    "*AsyncRedisStreamConsumer of payments (consumer 'billing')*every check passed",
+                    "*AsyncConsumer of payments (consumer 'billing')*every check passed",
                     *PASSED[1:],
                 ),
                 before=REDIS,
-                imports="import redis.asyncio\n"
-                "from sa_inbox.brokers.redis import AsyncRedisStreamConsumer",
+                imports="import redis.asyncio\nfrom sa_inbox.brokers.redis import AsyncConsumer",
                 outcome="passed",
             )
         )
@@ -79,11 +78,11 @@ def cases(asynchronous: bool) -> list[Case]:
                 "rabbitmq_adapter",
                 "consumer, message=app.payment, state=app.ledger_rows",
                 (
-                    "*BlockingConsumer of payments (consumer 'billing')*every check passed",
+                    "*Consumer of payments (consumer 'billing')*every check passed",
                     *PASSED[1:],
                 ),
                 before=RABBITMQ,
-                imports="from sa_inbox.brokers.rabbitmq import BlockingConsumer",
+                imports="from sa_inbox.brokers.rabbitmq import Consumer",
                 outcome="passed",
             )
         )

@@ -37,8 +37,8 @@ from tests.support.waiting import eventually
 pika = importorskip("pika", "rabbitmq")
 redis = importorskip("redis", "redis")
 
-from sa_inbox.brokers.rabbitmq import BlockingConsumer, declare_queue  # noqa: E402
-from sa_inbox.brokers.redis import RedisStreamConsumer  # noqa: E402
+from sa_inbox.brokers.rabbitmq import Consumer, declare_queue  # noqa: E402
+from sa_inbox.brokers.redis import Consumer as RedisConsumer  # noqa: E402
 
 pytestmark = pytest.mark.backend
 
@@ -84,7 +84,7 @@ def consume(
     their settlements; stop them."""
     settled: list[Settlement] = []
     running = [
-        BlockingConsumer(
+        Consumer(
             amqp_url,
             queue,
             session_factory=session_factory,
@@ -171,8 +171,8 @@ def test_a_stall_past_the_visibility_timeout_gives_the_message_to_another_consum
     visibility, stall = 0.5, 3.0
     settled: dict[str, list[Settlement]] = {"a": [], "b": []}
 
-    def member(name: str) -> RedisStreamConsumer:
-        return RedisStreamConsumer(
+    def member(name: str) -> RedisConsumer:
+        return RedisConsumer(
             client,
             stream,
             group="billing",

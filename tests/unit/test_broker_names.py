@@ -1,0 +1,97 @@
+"""Every broker package names its classes alike (``Consumer``, ``AsyncConsumer``,
+``Publisher``, ``AsyncPublisher``); the former names still import, as the same objects; the
+NATS ``AsyncConsumer`` refuses a bad argument when made, before any request or SQL."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, NoReturn
+
+import pytest
+import sqlalchemy as sa
+
+from sa_inbox import Inbox
+from sa_inbox.brokers import Delivery
+from sa_inbox.exc import ConfigurationError, InvalidArgument, InvalidSessionFactory
+
+#: (package, former name, new name) for each rename.
+RENAMED = [
+    ("rabbitmq", "BlockingConsumer", "Consumer"),
+    ("rabbitmq", "RabbitMQPublisher", "Publisher"),
+    ("rabbitmq", "AioPikaPublisher", "AsyncPublisher"),
+    ("redis", "RedisStreamConsumer", "Consumer"),
+    ("redis", "AsyncRedisStreamConsumer", "AsyncConsumer"),
+    ("redis", "RedisStreamPublisher", "Publisher"),
+    ("nats", "JetStreamPublisher", "AsyncPublisher"),
+    ("nats", "BlockingJetStreamPublisher", "Publisher"),
+]
+
+
+@pytest.mark.parametrize(("package", "old", "new"), RENAMED, ids=[r[1] for r in RENAMED])
+def test_a_former_name_is_the_new_class(package: str, old: str, new: str) -> None:
+    module = importlib.import_module(f"sa_inbox.brokers.{package}")
+    assert getattr(module, old) is getattr(module, new)
+    assert new in module.__all__ and old not in module.__all__
+
+
+@pytest.mark.parametrize("package", ["rabbitmq", "redis", "nats", "kafka", "sqs"])
+def test_every_broker_package_has_the_same_class_names(package: str) -> None:
+    module = importlib.import_module(f"sa_inbox.brokers.{package}")
+    names = {"Consumer", "AsyncConsumer", "Publisher", "AsyncPublisher"}
+    if package == "nats":
+        names.discard("Consumer")  # nats-py has no synchronous client
+    if package == "redis":
+        names.discard("AsyncPublisher")  # its Publisher takes a sync or an asyncio client
+    assert names <= set(module.__all__)
+    assert all(isinstance(getattr(module, name), type) for name in names)
+
+
+class NoJetStream:
+    """A JetStream context that fails the test when anything of it is used."""
+
+    def __getattr__(self, name: str) -> NoReturn:
+        raise AssertionError(f"the JetStream context was used: {name}")
+
+
+async def handler(session: Any, delivery: Delivery) -> None:
+    """An asyncio handler."""
+
+
+@pytest.fixture
+def consumer_kw() -> dict[str, Any]:
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+    return {
+        "session_factory": async_sessionmaker(create_async_engine("sqlite+aiosqlite://")),
+        "inbox": Inbox(sa.MetaData()),
+        "handler": handler,
+        "dead_letter_subject": "payments.dead",
+    }
+
+
+def test_the_nats_async_consumer_is_made_without_a_request(consumer_kw: dict[str, Any]) -> None:
+    from sa_inbox.brokers.nats import AsyncConsumer
+
+    consumer = AsyncConsumer(NoJetStream(), "PAYMENTS", "billing", **consumer_kw)  # type: ignore[arg-type]
+    consumer.stop()
+    assert (consumer.stream, consumer.durable) == ("PAYMENTS", "billing")
+
+
+@pytest.mark.parametrize(
+    ("wrong", "error"),
+    [
+        ({"key_header": ""}, InvalidArgument),
+        ({"max_keyless": 0}, InvalidArgument),
+        ({"max_deliveries": 0}, InvalidArgument),
+        ({"session_factory": sa.orm.sessionmaker()}, InvalidSessionFactory),
+    ],
+    ids=["empty key_header", "max_keyless 0", "max_deliveries 0", "sessionmaker"],
+)
+def test_the_nats_async_consumer_refuses_a_bad_argument_when_made(
+    consumer_kw: dict[str, Any], wrong: dict[str, Any], error: type[Exception]
+) -> None:
+    from sa_inbox.brokers.nats import AsyncConsumer
+
+    with pytest.raises(error, match=r"nats\.AsyncConsumer\(\)|max_deliveries") as info:
+        AsyncConsumer(NoJetStream(), "PAYMENTS", "billing", **{**consumer_kw, **wrong})  # type: ignore[arg-type]
+    assert isinstance(info.value, ConfigurationError)
