@@ -176,6 +176,14 @@ def backend_url(name: str, tmp_path: object) -> str:
     pytest.skip(f"{message}; no {name} server to test against")
 
 
+def async_driver_url(name: str, tmp_path: object) -> str:
+    """The URL of async driver ``name`` (a key of :data:`ASYNC_DRIVERS`), as
+    :func:`backend_url` gives its backend's."""
+    backend, driver = ASYNC_DRIVERS[name]
+    url = sa.make_url(backend_url(backend, tmp_path))
+    return url.set(drivername=driver).render_as_string(hide_password=False)
+
+
 def broker_url(name: str) -> str:
     """The URL of live broker ``name``; skips locally (fails in CI) when it is not set."""
     variable = BROKER_URL_VARIABLES[name]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -12,6 +13,26 @@ from sqlalchemy.orm import Session, sessionmaker
 from sa_inbox import Inbox
 
 CONSUMER = "billing"
+
+#: The sync driver each backend's tables are made and read through.
+SYNC_DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
+
+
+def sync_driver_url(url: str | sa.URL) -> sa.URL:
+    """The same database as ``url`` (an async driver's, or not) through its sync driver."""
+    url = sa.make_url(url)
+    return url.set(drivername=SYNC_DRIVERS[url.get_backend_name()])
+
+
+def fresh_app(url: str | sa.URL) -> Iterator[App]:
+    """A fixture body: the app made fresh through the sync driver of ``url``'s database,
+    dropped after the test."""
+    engine = sa.create_engine(sync_driver_url(url))
+    app = App(engine)
+    app.reset()
+    yield app
+    app.drop()
+    engine.dispose()
 
 
 def hand_over(owner: Any, engine: sa.Engine, handler: object, consumer: str = CONSUMER) -> None:

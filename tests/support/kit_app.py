@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sa_inbox import Inbox, idempotency_key
 from sa_inbox.brokers import Delivery
 from sa_inbox.testing import BrokerDelivery, Message
+from tests.support.app import sync_driver_url
 
 CONSUMER = "billing"
 CENTS = 500
@@ -50,14 +51,6 @@ SESSION: Any = None
 #: The payment provider's log: every charge() call, as (cents, idempotency key).
 CHARGES: list[tuple[int, str | None]] = []
 
-_SYNC_DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
-
-
-def sync_url(url: str) -> sa.URL:
-    """The same database through its sync driver (for the DDL)."""
-    parsed = sa.make_url(url)
-    return parsed.set(drivername=_SYNC_DRIVERS[parsed.get_backend_name()])
-
 
 def is_async(url: str) -> bool:
     return sa.make_url(url).get_driver_name() in ("aiosqlite", "asyncpg", "aiomysql")
@@ -67,7 +60,7 @@ def setup(url: str) -> Any:
     """Fresh tables on ``url``'s database; its session factory (also :data:`SESSION`)."""
     global SESSION
     teardown()
-    engine = sa.create_engine(sync_url(url))
+    engine = sa.create_engine(sync_driver_url(url))
     metadata.drop_all(engine)
     metadata.create_all(engine)
     engine.dispose()

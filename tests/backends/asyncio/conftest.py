@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import ASYNC_DRIVERS as DRIVERS
-from tests.conftest import backend_url
-from tests.support.app import App
+from tests.conftest import async_driver_url
+from tests.support.app import App, sync_driver_url
 from tests.support.store_app import StoreApp, fresh_store_app
 
 
@@ -19,17 +19,13 @@ from tests.support.store_app import StoreApp, fresh_store_app
 def async_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
     """The async URL of the driver under test (one run per async driver)."""
     request.applymarker(pytest.mark.backend)
-    backend, driver = DRIVERS[request.param]
-    url = sa.make_url(backend_url(backend, tmp_path))
-    return url.set(drivername=driver).render_as_string(hide_password=False)
+    return async_driver_url(request.param, tmp_path)
 
 
 @pytest.fixture
 def sync_url(async_url: str) -> str:
     """The same database through the sync driver (to set up and to read business state)."""
-    url = sa.make_url(async_url)
-    sync = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
-    return url.set(drivername=sync[url.get_backend_name()]).render_as_string(hide_password=False)
+    return sync_driver_url(async_url).render_as_string(hide_password=False)
 
 
 @pytest.fixture

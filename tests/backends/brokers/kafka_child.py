@@ -33,9 +33,9 @@ from sqlalchemy.orm import Session
 
 from sa_inbox.brokers import Delivery, Settlement
 from sa_inbox.brokers.kafka import AsyncConsumer, Consumer
-from tests.backends.brokers.kafka_support import FAST_ASYNC, FAST_SYNC, kafka_tables, sync_url
+from tests.backends.brokers.kafka_support import FAST_ASYNC, FAST_SYNC, kafka_tables
 from tests.backends.brokers.payments import pay, pay_async
-from tests.support.app import CONSUMER, App
+from tests.support.app import CONSUMER, App, sync_driver_url
 
 DEADLINE = 60.0
 
@@ -77,7 +77,7 @@ def main(
 ) -> None:
     url = sa.make_url(db_url)
     asynchronous = url.get_dialect().is_async
-    app = App(sa.create_engine(sync_url(url)))
+    app = App(sa.create_engine(sync_driver_url(url)))
     kafka_tables(app.inbox)
     settled: list[Settlement] = []
 

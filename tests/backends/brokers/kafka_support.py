@@ -27,7 +27,6 @@ __all__ = [
     "kafka_app",
     "ledger",
     "publish",
-    "sync_url",
 ]
 
 #: aiokafka options that keep rebalances short on Tansu (it holds a JoinGroup for half the
@@ -110,13 +109,6 @@ def dead_letters(servers: str, topic: str, count: int, seconds: float = 30) -> l
     finally:
         consumer.close()
     return found
-
-
-def sync_url(url: str | sa.URL) -> sa.URL:
-    """The sync driver's URL of the database of ``url`` (an async driver's, or not)."""
-    url = sa.make_url(url)
-    sync = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
-    return url.set(drivername=sync[url.get_backend_name()])
 
 
 def kafka_app(engine: sa.Engine) -> App:

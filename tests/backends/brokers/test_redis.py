@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
-import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from sa_inbox import ConfigurationError
@@ -35,9 +34,8 @@ from sa_inbox.chaos.drivers import driver_for
 from sa_inbox.chaos.drivers.redis import GROUP
 from sa_inbox.exc import InvalidArgument
 from tests.backends.brokers.payments import pay, pay_async
-from tests.conftest import ASYNC_DRIVERS as DRIVERS
-from tests.conftest import backend_url, broker_url
-from tests.support.app import CONSUMER, App
+from tests.conftest import broker_url
+from tests.support.app import CONSUMER, App, fresh_app
 
 pytestmark = pytest.mark.backend
 
@@ -68,25 +66,10 @@ def stream(client: redis.Redis) -> Iterator[str]:
     client.delete(name, f"{name}:dead")
 
 
-@pytest.fixture(params=list(DRIVERS))
-def aio_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
-    """An async driver's URL (one run per driver of ``tests/backends/asyncio``)."""
-    backend, driver = DRIVERS[request.param]
-    url = sa.make_url(backend_url(backend, tmp_path))
-    return url.set(drivername=driver).render_as_string(hide_password=False)
-
-
 @pytest.fixture
 def aio_app(aio_url: str) -> Iterator[App]:
     """The app's schema made through the sync driver of ``aio_url``'s database."""
-    url = sa.make_url(aio_url)
-    sync = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
-    engine = sa.create_engine(url.set(drivername=sync[url.get_backend_name()]))
-    app = App(engine)
-    app.reset()
-    yield app
-    app.drop()
-    engine.dispose()
+    yield from fresh_app(aio_url)
 
 
 # -- helpers -----------------------------------------------------------------------------

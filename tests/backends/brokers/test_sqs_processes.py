@@ -30,8 +30,8 @@ from sa_inbox.brokers.sqs import AsyncConsumer, Consumer, client_options
 from sa_inbox.exc import AsyncHandlerError, InvalidArgument, InvalidSessionFactory
 from tests.backends.brokers.payments import pay, pay_async
 from tests.backends.brokers.sqs_support import Queues, queues, sqs_client
-from tests.conftest import ASYNC_DRIVERS, backend_url, broker_url
-from tests.support.app import CONSUMER, App
+from tests.conftest import ASYNC_DRIVERS, async_driver_url, broker_url
+from tests.support.app import CONSUMER, App, fresh_app
 
 pytestmark = pytest.mark.backend
 
@@ -59,22 +59,13 @@ def q(client: Any) -> Iterator[Queues]:
 @pytest.fixture(params=list(DRIVERS))
 def aio_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
     """An async driver's URL: aiosqlite, asyncpg, aiomysql."""
-    backend, driver = DRIVERS[request.param]
-    url = sa.make_url(backend_url(backend, tmp_path))
-    return url.set(drivername=driver).render_as_string(hide_password=False)
+    return async_driver_url(request.param, tmp_path)
 
 
 @pytest.fixture
 def aio_app(aio_url: str) -> Iterator[App]:
     """The app's schema made through the sync driver of ``aio_url``'s database."""
-    url = sa.make_url(aio_url)
-    sync = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
-    engine = sa.create_engine(url.set(drivername=sync[url.get_backend_name()]))
-    app = App(engine)
-    app.reset()
-    yield app
-    app.drop()
-    engine.dispose()
+    yield from fresh_app(aio_url)
 
 
 # -- a consumer process SIGKILLed between its commit and its delete -------------------------

@@ -20,8 +20,8 @@ from sa_inbox.asyncio import AsyncOutbox
 from sa_inbox.asyncio import handle as handle_async
 from sa_inbox.exc import AutocommitConnection, InvalidBind, InvalidOutboxMessage
 from tests.conftest import ASYNC_DRIVERS as DRIVERS
-from tests.conftest import backend_url
-from tests.support.app import CONSUMER
+from tests.conftest import async_driver_url
+from tests.support.app import CONSUMER, sync_driver_url
 from tests.support.outbox_app import OutboxApp
 
 pytestmark = pytest.mark.backend
@@ -145,15 +145,13 @@ def test_an_autocommit_connection_and_a_bad_bind_are_refused(oapp: OutboxApp) ->
 
 @pytest.mark.parametrize("driver", list(DRIVERS))
 def test_async_publish_commits_with_the_handler_or_not_at_all(driver: str, tmp_path: Any) -> None:
-    backend, async_driver = DRIVERS[driver]
-    url = sa.make_url(backend_url(backend, tmp_path))
-    sync = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
-    oapp = OutboxApp(sa.create_engine(url.set(drivername=sync[backend])))
+    url = async_driver_url(driver, tmp_path)
+    oapp = OutboxApp(sa.create_engine(sync_driver_url(url)))
     oapp.reset()
     outbox = AsyncOutbox(oapp.outbox)
 
     async def run() -> list[Outcome]:
-        engine = create_async_engine(url.set(drivername=async_driver))
+        engine = create_async_engine(url)
         factory = async_sessionmaker(engine)
         outcomes = []
         for message_id, fail in (("a-1", False), ("a-2", True), ("a-1", False)):
@@ -190,15 +188,13 @@ def test_async_publish_with_the_session_extension(driver: str, tmp_path: Any) ->
     from sa_inbox.asyncio import install as install_async
     from sa_inbox.asyncio import register_claim as register_claim_async
 
-    backend, async_driver = DRIVERS[driver]
-    url = sa.make_url(backend_url(backend, tmp_path))
-    sync = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
-    oapp = OutboxApp(sa.create_engine(url.set(drivername=sync[backend])))
+    url = async_driver_url(driver, tmp_path)
+    oapp = OutboxApp(sa.create_engine(sync_driver_url(url)))
     oapp.reset()
     outbox = AsyncOutbox(oapp.outbox)
 
     async def run() -> list[str]:
-        engine = create_async_engine(url.set(drivername=async_driver))
+        engine = create_async_engine(url)
         factory = async_sessionmaker(engine)
         install_async(factory)
         outcomes = []

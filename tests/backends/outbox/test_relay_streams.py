@@ -27,7 +27,8 @@ from sa_inbox.brokers.redis import StreamSettings, to_delivery
 from sa_inbox.brokers.redis.core import Entry
 from sa_inbox.outbox import OutboxRelay
 from tests.conftest import ASYNC_DRIVERS as DRIVERS
-from tests.conftest import backend_url, broker_url
+from tests.conftest import async_driver_url, broker_url
+from tests.support.app import sync_driver_url
 from tests.support.outbox_app import OutboxApp
 
 pytestmark = pytest.mark.backend
@@ -46,12 +47,10 @@ def oapp(engine: sa.Engine) -> Iterator[OutboxApp]:
 @pytest.fixture(params=list(DRIVERS))
 def async_app(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[tuple[str, OutboxApp]]:
     """(async URL, the app made through the sync driver of the same database)."""
-    backend, driver = DRIVERS[request.param]
-    url = sa.make_url(backend_url(backend, tmp_path))
-    sync = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "mysql": "mysql+pymysql"}
-    app = OutboxApp(sa.create_engine(url.set(drivername=sync[backend])))
+    url = async_driver_url(request.param, tmp_path)
+    app = OutboxApp(sa.create_engine(sync_driver_url(url)))
     app.reset()
-    yield url.set(drivername=driver).render_as_string(hide_password=False), app
+    yield url, app
     app.drop()
     app.engine.dispose()
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests.conftest import ASYNC_DRIVERS, backend_url
+from tests.conftest import async_driver_url, backend_url
 
 ROOT = str(Path(__file__).resolve().parents[3])
 SYNC = ("sqlite", "postgresql", "mysql")
@@ -93,9 +93,7 @@ def url_for(name: str, tmp_path: object) -> str:
     """The URL of a sync backend or an async driver (skips what is not configured)."""
     if name in SYNC:
         return backend_url(name, tmp_path)
-    backend, driver = ASYNC_DRIVERS[name]
-    url = sa.make_url(backend_url(backend, tmp_path))
-    return url.set(drivername=driver).render_as_string(hide_password=False)
+    return async_driver_url(name, tmp_path)
 
 
 @pytest.fixture(params=SYNC)

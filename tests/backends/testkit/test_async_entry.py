@@ -12,12 +12,13 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sa_inbox.exc import ExactlyOnceViolation
 from sa_inbox.testing import check_exactly_once_async
 from tests.support import kit_app
+from tests.support.app import sync_driver_url
 
 pytestmark = pytest.mark.backend
 
 
 def test_the_checks_run_on_the_callers_event_loop(async_url: str) -> None:
-    kit_app.setup(kit_app.sync_url(async_url).render_as_string(hide_password=False))
+    kit_app.setup(sync_driver_url(async_url).render_as_string(hide_password=False))
     kit_app.teardown()
 
     async def main() -> tuple[object, ExactlyOnceViolation]:
