@@ -195,7 +195,6 @@ def test_rabbitmq_a_wrong_setup_fails_before_consuming(channel: Any, queue: str,
 redis_url = rds.redis_url
 client = rds.client
 stream = rds.stream
-aio_url = rds.aio_url
 aio_app = rds.aio_app
 
 

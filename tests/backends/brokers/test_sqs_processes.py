@@ -30,14 +30,13 @@ from sa_inbox.brokers.sqs import AsyncConsumer, Consumer, client_options
 from sa_inbox.exc import AsyncHandlerError, InvalidArgument, InvalidSessionFactory
 from tests.backends.brokers.payments import pay, pay_async
 from tests.backends.brokers.sqs_support import Queues, queues, sqs_client
-from tests.conftest import ASYNC_DRIVERS, async_driver_url, broker_url
+from tests.conftest import broker_url
 from tests.support.app import CONSUMER, App, fresh_app
 
 pytestmark = pytest.mark.backend
 
 ROOT = Path(__file__).resolve().parents[3]
 CHILD = "tests.backends.brokers.sqs_child"
-DRIVERS = {k: v for k, v in ASYNC_DRIVERS.items() if k != "psycopg_async"}
 DUPLICATES = [("pay-1", "10.00"), ("pay-2", "5.00"), ("pay-1", "10.00"), ("pay-2", "5.00")]
 
 
@@ -54,12 +53,6 @@ def client(sqs_url: str) -> Any:
 @pytest.fixture
 def q(client: Any) -> Iterator[Queues]:
     yield from queues(client)
-
-
-@pytest.fixture(params=list(DRIVERS))
-def aio_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
-    """An async driver's URL: aiosqlite, asyncpg, aiomysql."""
-    return async_driver_url(request.param, tmp_path)
 
 
 @pytest.fixture

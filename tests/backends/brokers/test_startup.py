@@ -27,7 +27,6 @@ pytestmark = pytest.mark.backend
 redis_url = rds.redis_url
 client = rds.client
 stream = rds.stream
-aio_url = rds.aio_url
 aio_app = rds.aio_app
 amqp_url = rmq.amqp_url
 channel = rmq.channel
