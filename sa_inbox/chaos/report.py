@@ -90,6 +90,7 @@ class ChaosResult:
             unsettled=v.unsettled,
             poison_ids=v.poison_ids,
             dead_letters=v.dead_letters,
+            dead_letters_repeated=v.dead_letters_repeated,
             checks=v.checks,
             ok=self.ok,
         )
@@ -139,11 +140,18 @@ def _verification_table(v: Verification) -> Table:
         ("accounts with a wrong balance", 0, v.account_mismatches, "balances"),
         ("inbox claims", v.unique_payments, v.inbox_rows, "inbox_claims"),
         ("left unsettled on the broker", 0, v.unsettled, "nothing_unsettled"),
-        ("dead letters (= poison ids)", len(v.poison_ids), len(v.dead_letters), ""),
+        ("dead letters (= poison ids)", len(v.poison_ids), len(set(v.dead_letters)), ""),
     ]
     for label, expected, actual, check in rows:
         mark = _mark(checks[check or "dead_letters_are_poison"])
         table.add_row(label, str(expected), str(actual), mark)
+    if v.dead_letters_repeated:
+        table.add_row(
+            "  dead letters published again (killed between publish and ack)",
+            "",
+            str(v.dead_letters_repeated),
+            "",
+        )
     return table
 
 

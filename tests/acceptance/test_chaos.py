@@ -219,9 +219,10 @@ def test_chaos_run_applies_every_payment_once_through_kills(
     assert result["retries"] > 0  # poison retried before its dead letter
     # The business state, read here: every payment once, balances as published.
     assert_applied_once(url, PREFIX, plan.expected_balances(), MESSAGES)
-    # The broker's state, read here: nothing unsettled, the dead letters are the poison.
+    # The broker's state, read here: nothing unsettled, the dead letters are the poison (one
+    # may be there twice: its consumer killed between the dead-letter publish and the ack).
     assert driver.unsettled(name) == 0
-    assert sorted(driver.dead_letters(name)) == sorted(plan.poison_ids)
+    assert sorted(set(driver.dead_letters(name))) == sorted(plan.poison_ids)
 
 
 #: Payments of the restart test, and the seconds its run may take: a consumer process's start

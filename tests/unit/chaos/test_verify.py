@@ -1,6 +1,7 @@
 """The chaos run's verification on a real SQLite database: a correct run passes, and each
 kind of damage (an id applied twice, a poison message applied, a lost payment, something
-unsettled, a dead letter that is not poison) fails its own check."""
+unsettled, a dead letter that is not poison) fails its own check; a poison dead letter
+published twice does not."""
 
 from __future__ import annotations
 
@@ -125,6 +126,39 @@ def test_the_report_renders_and_serialises(
     assert data["ok"] is True and data["kills"] == 4
     assert data["messages_per_s"] == 101.5
     assert all(data["checks"].values())
+
+
+def test_a_poison_dead_letter_published_twice_passes_and_is_counted(
+    engine: sa.Engine, schema: DemoSchema, plan: ChaosPlan
+) -> None:
+    """A consumer killed between its dead-letter publish and its ack publishes that dead
+    letter again on the redelivery: the poison is still all that was dead-lettered."""
+    _apply_all(engine, schema, plan)
+    poison = sorted(plan.poison_ids)
+    v = _verify(engine, schema, plan, dead=sorted([*poison, poison[0]]))
+    assert v.ok, v.checks
+    assert v.dead_letters_repeated == 1
+    result = ChaosResult(
+        broker="amqp://127.0.0.1:5672",
+        backend="sqlite",
+        name="q",
+        consumers=3,
+        kill_every=0.5,
+        seed=11,
+        published=len(plan.publishes),
+        duplicate_publishes=plan.duplicate_publishes,
+        poison=3,
+        kills=9,
+        crashes=0,
+        elapsed_s=2.0,
+        tally=Tally(),
+        verification=v,
+    )
+    console = Console(record=True, width=200)
+    console.print(render(result))
+    text = console.export_text()
+    assert "PASS" in text and "dead letters published again" in text
+    assert result.to_json()["dead_letters_repeated"] == 1
 
 
 def test_a_payment_dead_lettered_by_kills_fails_with_a_hint(
