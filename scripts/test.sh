@@ -42,7 +42,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-section() { printf '\n===== %s =====\n' "$*"; }
+section() { printf '\n===== %s (at %d s) =====\n' "$*" "$SECONDS"; }
 
 # ---------------------------------------------------------------- servers
 
