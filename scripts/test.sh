@@ -27,7 +27,7 @@
 #       a node also need SA_INBOX_TEST_GALERA_DIR, the directory it was started
 #       in by scripts/servers.sh)
 #   SA_INBOX_TEST_WORKERS
-#       pytest-xdist workers (default 4: most tests wait on servers and child
+#       pytest-xdist workers (default 6: most tests wait on servers and child
 #       processes more than they compute); pytest runs with
 #       `-n $SA_INBOX_TEST_WORKERS --dist loadgroup` unless its arguments choose
 #       otherwise (-n/--numprocesses, --dist, -p no:xdist, --pdb, --trace); 0 runs
@@ -210,7 +210,7 @@ existing_dirs() {
 # given choose the workers or the distribution themselves, turn xdist off, or
 # debug (--pdb and --trace need one process).
 xdist_arguments() {
-    local arg workers=${SA_INBOX_TEST_WORKERS:-4}
+    local arg workers=${SA_INBOX_TEST_WORKERS:-6}
     for arg in "$@"; do
         case "$arg" in
             -n | -n* | --numprocesses | --numprocesses=* | --dist | --dist=* | --pdb | --trace) return 0 ;;
