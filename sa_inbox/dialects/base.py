@@ -238,6 +238,11 @@ class ClaimDialect(abc.ABC):
         """
         return text
 
+    def ids_in(self, column: sa.ColumnElement[Any]) -> sa.ColumnElement[bool]:
+        """``column`` is one of the list bound as ``ids``: an expanding ``IN`` (one
+        parameter per id), PostgreSQL's one array."""
+        return column.in_(sa.bindparam("ids", expanding=True))
+
     def supports_returning(self, conn: Connection) -> bool:
         """Whether ``INSERT … RETURNING`` works with this backend's insert-or-skip."""
         return bool(conn.dialect.insert_returning)

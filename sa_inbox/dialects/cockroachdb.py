@@ -52,9 +52,11 @@ def cockroachdb_version(text: str) -> tuple[int, ...] | None:
 
 class CockroachDBClaim(PostgreSQLClaim):
     """Claims on CockroachDB: PostgreSQL's statement, and 40003 transient too; always
-    sent after the driver's own ``BEGIN`` (the pipelined form is not proven there)."""
+    sent after the driver's own ``BEGIN``, and a batch as ``VALUES`` rows (the pipelined
+    and the array forms are not proven there)."""
 
     sends_with_begin: ClassVar[bool] = False
+    claims_with_arrays: ClassVar[bool] = False
 
     def is_transient(self, exc: DBAPIError) -> bool:
         return sqlstate_of(exc) in TRANSIENT_SQLSTATES

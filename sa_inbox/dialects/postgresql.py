@@ -9,6 +9,7 @@ conflict with a row committed after the snapshot raises SQLSTATE 40001 instead (
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -18,6 +19,7 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.expression import ColumnElement, Executable
 
+from ..schema import CLAIM_COLUMNS
 from .backend import Backend
 from .base import (
     EXECUTION_OPTIONS,
@@ -74,6 +76,14 @@ class PostgreSQLClaim(OnConflictDoNothingClaim):
     insert_factory = postgresql.insert
     #: Whether this backend's claims may go with ``BEGIN`` on psycopg 3.
     sends_with_begin: ClassVar[bool] = True
+    #: Whether a batch claim binds each column as one array (:meth:`claim_chunk`).
+    claims_with_arrays: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        # table -> row keys -> the array statement (None: the table needs the VALUES form)
+        self._arrays: weakref.WeakKeyDictionary[
+            sa.Table, dict[tuple[str, ...], Executable | None]
+        ] = weakref.WeakKeyDictionary()
 
     def supports_returning(self, conn: sa.Connection) -> bool:
         return True
@@ -108,6 +118,39 @@ class PostgreSQLClaim(OnConflictDoNothingClaim):
             raise
         count = result.rowcount if carried.rowcount is None else carried.rowcount
         return count == 1
+
+    def claim_chunk(
+        self, conn: sa.Connection, table: sa.Table, statement: Executable, chunk: Sequence[Row]
+    ) -> set[str]:
+        """Send a chunk of claim rows as one ``INSERT … SELECT … FROM unnest(:message_id,
+        :consumer_name, …) WITH ORDINALITY ORDER BY ordinality ON CONFLICT DO NOTHING
+        RETURNING message_id``, each column bound as ONE array (PostgreSQL manual, 9.19
+        "Array Functions and Operators", ``unnest`` of several arrays; 7.2.1.4 "Table
+        Functions", ``WITH ORDINALITY``): rows are inserted in the chunk's (sorted) order,
+        and the statement's text is the same for every chunk, so the driver parses and
+        prepares it once. Rows with other columns than
+        :data:`~sa_inbox.schema.CLAIM_COLUMNS`, or a table with a Python-side column
+        default, keep the multi-row ``VALUES`` form."""
+        keys = tuple(chunk[0])
+        arrays = self._array_insert(table, keys) if self.claims_with_arrays else None
+        if arrays is None:
+            return super().claim_chunk(conn, table, statement, chunk)
+        params = {key: [row[key] for row in chunk] for key in keys}
+        return set(self.execute(conn, arrays, params).scalars().all())
+
+    def _array_insert(self, table: sa.Table, keys: tuple[str, ...]) -> Executable | None:
+        """The array form of the insert-or-skip of ``keys`` into ``table`` (built once), or
+        None where it does not apply."""
+        built = self._arrays.setdefault(table, {})
+        if keys not in built:
+            plain = set(keys) <= set(CLAIM_COLUMNS) and not any(
+                column.default is not None for column in table.c if column.name not in keys
+            )
+            built[keys] = _unnest_insert(table, keys) if plain else None
+        return built[keys]
+
+    def ids_in(self, column: ColumnElement[Any]) -> ColumnElement[bool]:
+        return any_of(column)
 
     def json_text(self, text: sa.BindParameter[str], column: sa.Column[Any]) -> ColumnElement[Any]:
         """``CAST(:text AS JSON)``: PostgreSQL has no assignment cast from ``varchar`` to
@@ -201,6 +244,30 @@ class PostgreSQLPurge(RowLockingPurge):
         return is_partitioned(conn, table)
 
 
+def any_of(column: ColumnElement[Any]) -> ColumnElement[bool]:
+    """``column = ANY(:ids)``, the list bound as ONE array parameter (PostgreSQL manual,
+    9.25.3 "ANY/SOME (array)"): the statement's text is the same for every list (so the
+    driver's prepared statement is reused), where an expanding ``IN`` renders and sends one
+    parameter per id."""
+    ids = sa.bindparam("ids", type_=postgresql.ARRAY(column.type))
+    return column == sa.any_(ids)
+
+
+def _unnest_insert(table: sa.Table, keys: tuple[str, ...]) -> Executable:
+    """``INSERT INTO table (keys) SELECT … FROM unnest(:key, …) WITH ORDINALITY ORDER BY
+    ordinality ON CONFLICT (message_id, consumer_name) DO NOTHING RETURNING message_id``."""
+    arrays = [sa.bindparam(key, type_=postgresql.ARRAY(table.c[key].type)) for key in keys]
+    rows = sa.func.unnest(*arrays).table_valued(*keys, with_ordinality="ordinality")
+    rows = rows.render_derived(name="claims")
+    source = sa.select(*(rows.c[key] for key in keys)).order_by(rows.c.ordinality)
+    return (
+        postgresql.insert(table)
+        .from_select(list(keys), source, include_defaults=False)
+        .on_conflict_do_nothing(index_elements=[table.c.message_id, table.c.consumer_name])
+        .returning(table.c.message_id)
+    )
+
+
 def is_partitioned(conn: sa.Connection, table: sa.Table) -> bool:
     """Whether ``table`` is a partitioned table on ``conn``'s PostgreSQL server."""
     name = conn.dialect.identifier_preparer.format_table(table)
@@ -225,12 +292,7 @@ class PostgreSQLStoreClaim(StoreClaimDialect):
         require_version(conn, (9, 5), "PostgreSQL", "FOR UPDATE SKIP LOCKED")
 
     def ids_in(self, column: ColumnElement[Any]) -> ColumnElement[bool]:
-        """``column = ANY(:ids)``, the list bound as ONE array parameter (PostgreSQL manual,
-        "Row and Array Comparisons", ``ANY``): the statement's text is the same for every
-        batch (so the driver's prepared statement is reused), where an expanding ``IN``
-        renders and sends one parameter per id."""
-        ids = sa.bindparam("ids", type_=postgresql.ARRAY(column.type))
-        return column == sa.any_(ids)
+        return any_of(column)
 
     def claim_statement(
         self,

@@ -38,11 +38,13 @@ class Attempts:
         if not message_ids:
             return {}
         t = self.table
-        rows = session.execute(
+        conn = session.connection(bind_arguments={"clause": t})
+        dialect = claim_dialect_for(conn.dialect.name, "native")
+        rows = conn.execute(
             sa.select(t.c.message_id, t.c.attempts).where(
-                t.c.consumer_name == self.consumer_name,
-                t.c.message_id.in_(sorted(message_ids)),
-            )
+                t.c.consumer_name == self.consumer_name, dialect.ids_in(t.c.message_id)
+            ),
+            {"ids": sorted(message_ids)},
         )
         return {message_id: int(attempts) for message_id, attempts in rows}
 
