@@ -19,7 +19,8 @@ Per database and round, the three variants alternate (their order rotates each r
 No broker is involved (the records are made in memory): this measures the database side of
 a poll. Prints the median milliseconds per poll and the ratios (also the *paired* ratio:
 the median over rounds of each round's adapter/raw, the two runs of a round being
-neighbours in time, so steadier on a shared machine); writes
+neighbours in time, so steadier on a shared machine) and the load average before and
+after; writes
 ``benchmarks/results/kafka_poll.json``. Every run is checked: 500 ledger rows, 500 claims.
 """
 
@@ -149,7 +150,11 @@ def main() -> None:
         "postgresql": os.environ["SA_INBOX_TEST_POSTGRESQL_URL"],
         "mariadb": os.environ["SA_INBOX_TEST_MYSQL_URL"],
     }
-    results: dict[str, Any] = {"records": args.records, "repeat": args.repeat}
+    results: dict[str, Any] = {
+        "records": args.records,
+        "repeat": args.repeat,
+        "load_average_before": os.getloadavg(),
+    }
     for backend, url in urls.items():
         app = App(sa.create_engine(url))
         kafka_tables(app.inbox)
@@ -182,6 +187,13 @@ def main() -> None:
             f"(paired, median of the rounds' ratios: x{paired:.2f}), "
             f"per-record/adapter x{medians['per_record'] / medians['adapter']:.1f}"
         )
+    results["load_average_after"] = os.getloadavg()
+    print(
+        "load average (1, 5, 15 min): before "
+        + ", ".join(f"{x:.1f}" for x in results["load_average_before"])
+        + "; after "
+        + ", ".join(f"{x:.1f}" for x in results["load_average_after"])
+    )
     OUT.write_text(json.dumps(results, indent=2) + "\n")
 
 
