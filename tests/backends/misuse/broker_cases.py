@@ -424,17 +424,16 @@ async def _nats_consume(
         headers = {"Idempotency-Key": mid}
         await js.publish(f"misuse.{token}", b"10.00", headers=headers)
         objects = _objects(env, wrong, asynchronous=True)
+        options: dict[str, Any] = {
+            "dead_letter_subject": f"misuse.{token}.dead",
+            "consumer_name": CONSUMER,
+            "key_header": "Idempotency-Key",
+            "fetch_timeout": 0.1,
+            **objects,
+        }
         if as_object:
             consumer = AsyncConsumer(
-                js,
-                f"misuse_{token}",
-                "billing",
-                dead_letter_subject=f"misuse.{token}.dead",
-                consumer_name=CONSUMER,
-                key_header="Idempotency-Key",
-                fetch_timeout=0.1,
-                on_settled=lambda _: consumer.stop(),
-                **objects,
+                js, f"misuse_{token}", "billing", on_settled=lambda _: consumer.stop(), **options
             )
             if check_only:
                 await consumer.check()
@@ -450,13 +449,9 @@ async def _nats_consume(
                 js,
                 f"misuse_{token}",
                 "billing",
-                dead_letter_subject=f"misuse.{token}.dead",
-                consumer_name=CONSUMER,
-                key_header="Idempotency-Key",
-                fetch_timeout=0.1,
                 stop=stop,
                 on_settled=lambda _: stop.set(),
-                **objects,
+                **options,
             ),
             DEADLINE,
         )

@@ -128,16 +128,8 @@ def test_the_report_renders_and_serialises(
     assert all(data["checks"].values())
 
 
-def test_a_poison_dead_letter_published_twice_passes_and_is_counted(
-    engine: sa.Engine, schema: DemoSchema, plan: ChaosPlan
-) -> None:
-    """A consumer killed between its dead-letter publish and its ack publishes that dead
-    letter again on the redelivery: the poison is still all that was dead-lettered."""
-    _apply_all(engine, schema, plan)
-    poison = sorted(plan.poison_ids)
-    v = _verify(engine, schema, plan, dead=sorted([*poison, poison[0]]))
-    assert v.ok, v.checks
-    assert v.dead_letters_repeated == 1
+def _killed_run(plan: ChaosPlan, v: Verification) -> tuple[ChaosResult, str]:
+    """A RabbitMQ run of 9 kills verified as ``v``, and its report as text."""
     result = ChaosResult(
         broker="amqp://127.0.0.1:5672",
         backend="sqlite",
@@ -156,7 +148,20 @@ def test_a_poison_dead_letter_published_twice_passes_and_is_counted(
     )
     console = Console(record=True, width=200)
     console.print(render(result))
-    text = console.export_text()
+    return result, console.export_text()
+
+
+def test_a_poison_dead_letter_published_twice_passes_and_is_counted(
+    engine: sa.Engine, schema: DemoSchema, plan: ChaosPlan
+) -> None:
+    """A consumer killed between its dead-letter publish and its ack publishes that dead
+    letter again on the redelivery: the poison is still all that was dead-lettered."""
+    _apply_all(engine, schema, plan)
+    poison = sorted(plan.poison_ids)
+    v = _verify(engine, schema, plan, dead=sorted([*poison, poison[0]]))
+    assert v.ok, v.checks
+    assert v.dead_letters_repeated == 1
+    result, text = _killed_run(plan, v)
     assert "PASS" in text and "dead letters published again" in text
     assert result.to_json()["dead_letters_repeated"] == 1
 
@@ -168,25 +173,7 @@ def test_a_payment_dead_lettered_by_kills_fails_with_a_hint(
     killed = next(iter(plan.payments))
     v = _verify(engine, schema, plan, dead=sorted([*plan.poison_ids, killed]))
     assert _failed(v) == ["dead_letters_are_poison"]
-    result = ChaosResult(
-        broker="amqp://127.0.0.1:5672",
-        backend="sqlite",
-        name="q",
-        consumers=3,
-        kill_every=0.5,
-        seed=11,
-        published=len(plan.publishes),
-        duplicate_publishes=plan.duplicate_publishes,
-        poison=3,
-        kills=9,
-        crashes=0,
-        elapsed_s=2.0,
-        tally=Tally(),
-        verification=v,
-    )
-    console = Console(record=True, width=200)
-    console.print(render(result))
-    text = console.export_text()
+    result, text = _killed_run(plan, v)
     assert "FAIL: dead_letters_are_poison" in text
     assert "1 payments were dead-lettered" in text and "--max-deliveries" in text
     assert result.to_json()["ok"] is False
