@@ -8,8 +8,9 @@ A module that needs an extra wraps its imports of it in :func:`optional_dependen
 
 Without the extra, importing the module raises :class:`~sa_inbox.exc.MissingExtra` (an
 :class:`ImportError`) with one line naming it, ``sa_inbox.brokers.rabbitmq needs the
-'rabbitmq' extra: pip install 'sa-inbox[rabbitmq]'``, and the dependency's own import error
-chained; ``sa-inbox`` prints that line and exits 2. The shape of pandas'
+'rabbitmq' extra: pip install 'sa-inbox[rabbitmq]'``, the missing module in its ``name``
+(the dependency's own ``ModuleNotFoundError`` is not chained: it would be the first error a
+reader sees); ``sa-inbox`` prints that line and exits 2. The shape of pandas'
 ``import_optional_dependency`` (``pandas/compat/_optional.py``).
 
 ``greenlet`` is named wherever a module imports :mod:`sqlalchemy.ext.asyncio` at import
@@ -57,7 +58,7 @@ def import_optional_dependency(name: str, *, extra: str, module: str) -> ModuleT
         ``"opentelemetry.trace"``).
     :param extra: the extra (a key of :data:`EXTRAS`).
     :param module: the sa-inbox module that needs it, for the message (``__name__``).
-    :raises MissingExtra: if ``name`` is not installed (its ImportError chained).
+    :raises MissingExtra: if ``name`` is not installed (the missing module as its ``name``).
     """
     try:
         return importlib.import_module(name)
@@ -66,7 +67,7 @@ def import_optional_dependency(name: str, *, extra: str, module: str) -> ModuleT
         # package (a dependency of its own missing, a bug) is raised as it is.
         if exc.name is None or not f"{name}.".startswith(f"{exc.name}."):
             raise
-        raise MissingExtra(module, extra, exc.name) from exc
+        raise MissingExtra(module, extra, exc.name) from None
 
 
 @contextmanager

@@ -366,9 +366,9 @@ class MissingExtra(ConfigurationError, ImportError):
     """A module of sa-inbox needs an optional dependency that is not installed.
 
     The message is one line naming the extra that installs it: ``sa_inbox.brokers.rabbitmq
-    needs the 'rabbitmq' extra: pip install 'sa-inbox[rabbitmq]'``; the import error of the
-    dependency is chained as ``__cause__``. Raised by :mod:`sa_inbox._optional` when the
-    module is imported.
+    needs the 'rabbitmq' extra: pip install 'sa-inbox[rabbitmq]'``; the missing module is its
+    ``name`` (the dependency's own import error is not chained). Raised by
+    :mod:`sa_inbox._optional` when the module is imported.
 
     :ivar module: the sa-inbox module that needs it (``"sa_inbox.brokers.rabbitmq"``).
     :ivar extra: the extra that installs it (``"rabbitmq"``).

@@ -110,8 +110,8 @@ def check_module(name: str) -> tuple[str, str]:
         match = EXTRA_MESSAGE.fullmatch(text)
         if match is None or "\n" in text or type(exc).__name__ != "MissingExtra":
             return "FAIL", "".join(traceback.format_exception_only(exc)).strip()
-        if exc.__cause__ is None:
-            return "FAIL", f"{text} (the dependency's ImportError is not chained)"
+        if not exc.name:
+            return "FAIL", f"{text} (it does not name the missing module)"
         return "extra", match["extra"]
     except Exception as exc:
         return "FAIL", "".join(traceback.format_exception(exc)).strip()

@@ -1,5 +1,6 @@
 """Every broker package names its classes alike (``Consumer``, ``AsyncConsumer``,
-``Publisher``, ``AsyncPublisher``); the former names still import, as the same objects; the
+``Publisher``, ``AsyncPublisher``); the former names still import, as the same objects with
+a DeprecationWarning; the
 NATS ``AsyncConsumer`` refuses a bad argument when made, before any request or SQL."""
 
 from __future__ import annotations
@@ -28,10 +29,16 @@ RENAMED = [
 
 
 @pytest.mark.parametrize(("package", "old", "new"), RENAMED, ids=[r[1] for r in RENAMED])
-def test_a_former_name_is_the_new_class(package: str, old: str, new: str) -> None:
+def test_a_former_name_is_the_new_class_with_a_deprecation_warning(
+    package: str, old: str, new: str
+) -> None:
     module = importlib.import_module(f"sa_inbox.brokers.{package}")
-    assert getattr(module, old) is getattr(module, new)
+    with pytest.warns(DeprecationWarning, match=rf"\.{old} is deprecated .*: use .*\.{new}$"):
+        former = getattr(module, old)
+    assert former is getattr(module, new)
     assert new in module.__all__ and old not in module.__all__
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        module.NoSuchName  # noqa: B018
 
 
 @pytest.mark.parametrize("package", ["rabbitmq", "redis", "nats", "kafka", "sqs"])

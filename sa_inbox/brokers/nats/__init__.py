@@ -31,8 +31,11 @@ loop of its own).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..._optional import optional_dependencies
 from ...exc import NoPubAckError as NoPubAckError
+from .._renamed import former_names
 
 with optional_dependencies(__name__, "nats", "nats"):
     from .consumer import DEFAULT_ACK_WAIT as DEFAULT_ACK_WAIT
@@ -63,9 +66,16 @@ with optional_dependencies(__name__, "nats", "nats"):
     from .settler import RetryDelay as RetryDelay
     from .settler import backoff as backoff
 
-# The former names, kept for one release (not in __all__): use the new ones.
-JetStreamPublisher = AsyncPublisher
-BlockingJetStreamPublisher = Publisher
+# The former names, kept for one release (not in __all__), with a DeprecationWarning.
+if TYPE_CHECKING:
+    JetStreamPublisher = AsyncPublisher
+    BlockingJetStreamPublisher = Publisher
+else:
+    __getattr__ = former_names(
+        __name__,
+        {"JetStreamPublisher": "AsyncPublisher", "BlockingJetStreamPublisher": "Publisher"},
+        globals(),
+    )
 
 __all__ = [
     "DEAD_LETTER_DETAIL",

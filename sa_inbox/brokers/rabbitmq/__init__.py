@@ -18,8 +18,11 @@ producer, the same on every retry of a publish (aio-pika fills in a random one o
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..._optional import optional_dependencies
 from ...exc import InvalidConsumerArgument as InvalidConsumerArgument
+from .._renamed import former_names
 
 with optional_dependencies(__name__, "rabbitmq", "pika", "aio_pika"):
     from .aio import AioPikaSettler as AioPikaSettler
@@ -43,10 +46,21 @@ with optional_dependencies(__name__, "rabbitmq", "pika", "aio_pika"):
     from .queues import declare_queue_async as declare_queue_async
     from .queues import queue_arguments as queue_arguments
 
-# The former names, kept for one release (not in __all__): use the new ones.
-BlockingConsumer = Consumer
-RabbitMQPublisher = Publisher
-AioPikaPublisher = AsyncPublisher
+# The former names, kept for one release (not in __all__), with a DeprecationWarning.
+if TYPE_CHECKING:
+    BlockingConsumer = Consumer
+    RabbitMQPublisher = Publisher
+    AioPikaPublisher = AsyncPublisher
+else:
+    __getattr__ = former_names(
+        __name__,
+        {
+            "BlockingConsumer": "Consumer",
+            "RabbitMQPublisher": "Publisher",
+            "AioPikaPublisher": "AsyncPublisher",
+        },
+        globals(),
+    )
 
 __all__ = [
     "DEAD_LETTER_SUFFIX",

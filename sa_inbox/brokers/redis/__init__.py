@@ -20,8 +20,11 @@ Needs the ``redis`` extra (``pip install sa-inbox[redis]``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..._optional import optional_dependencies
 from ...exc import InvalidStreamSettings as InvalidStreamSettings
+from .._renamed import former_names
 
 with optional_dependencies(__name__, "redis", "redis"):
     from .aio import AsyncConsumer as AsyncConsumer
@@ -36,10 +39,21 @@ with optional_dependencies(__name__, "redis", "redis"):
     from .core import to_delivery as to_delivery
     from .publisher import Publisher as Publisher
 
-# The former names, kept for one release (not in __all__): use the new ones.
-RedisStreamConsumer = Consumer
-AsyncRedisStreamConsumer = AsyncConsumer
-RedisStreamPublisher = Publisher
+# The former names, kept for one release (not in __all__), with a DeprecationWarning.
+if TYPE_CHECKING:
+    RedisStreamConsumer = Consumer
+    AsyncRedisStreamConsumer = AsyncConsumer
+    RedisStreamPublisher = Publisher
+else:
+    __getattr__ = former_names(
+        __name__,
+        {
+            "RedisStreamConsumer": "Consumer",
+            "AsyncRedisStreamConsumer": "AsyncConsumer",
+            "RedisStreamPublisher": "Publisher",
+        },
+        globals(),
+    )
 
 __all__ = [
     "DEAD_LETTER_FIELDS",
