@@ -96,6 +96,26 @@ async def _consume(
             await asyncio.sleep(0.1)
 
 
+def _run(
+    servers: str,
+    topic: str,
+    group: str,
+    middleware: Any,
+    engine: Any,
+    app: App,
+    done: Callable[[], Any],
+) -> None:
+    """:func:`_consume` in an event loop of its own, the middleware's engine disposed after."""
+
+    async def run() -> None:
+        try:
+            await _consume(servers, topic, group, middleware, app, done)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run())
+
+
 def test_duplicates_once_poison_dead_lettered_keyless_dead_lettered(
     servers: str, aio_url: str, aio_app: App
 ) -> None:
@@ -122,13 +142,7 @@ def test_duplicates_once_poison_dead_lettered_keyless_dead_lettered(
     async def done() -> bool:
         return sum(s.disposition is not Disposition.RETRY for s in settled) == len(records)
 
-    async def run() -> None:
-        try:
-            await _consume(servers, topic, group, middleware, aio_app, done)
-        finally:
-            await engine.dispose()
-
-    asyncio.run(run())
+    _run(servers, topic, group, middleware, engine, aio_app, done)
     assert [(s.disposition.value, s.delivery.message_id) for s in settled] == [
         ("processed", "pay-1"),
         ("duplicate", "pay-1"),
@@ -174,13 +188,7 @@ def test_a_redelivered_committed_record_is_a_duplicate(
         async def done(settled: list[Settlement] = settled) -> bool:
             return len(settled) == 2
 
-        async def run(middleware: Any = middleware, engine: Any = engine, group: str = group):
-            try:
-                await _consume(servers, topic, group, middleware, aio_app, done)
-            finally:
-                await engine.dispose()
-
-        asyncio.run(run())
+        _run(servers, topic, group, middleware, engine, aio_app, done)
         expected = "processed" if group.startswith("g1") else "duplicate"
         assert [s.disposition.value for s in settled] == [expected] * 2
         assert committed(servers, group, topic, 1) == {0: 2}
@@ -213,13 +221,7 @@ def test_a_run_of_keyless_records_stops_the_subscriber(
             return True
         return False
 
-    async def run() -> None:
-        try:
-            await _consume(servers, topic, group, middleware, aio_app, done)
-        finally:
-            await engine.dispose()
-
-    asyncio.run(run())
+    _run(servers, topic, group, middleware, engine, aio_app, done)
     (error,) = errors
     assert isinstance(error, MissingKeyHeader)
     assert (error.deliveries, error.dead_lettered) == (MAX_KEYLESS, MAX_KEYLESS - 1)
