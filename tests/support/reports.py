@@ -5,7 +5,9 @@ mismatch`` from :func:`ast.parse` while another thread builds an AST too (python
 gh-106905). pytest parses the test's source to show the failing statement, so a failure
 reported while a thread the test left behind compiles something (a lazy import, a
 dataclass) turns into an INTERNALERROR that ends the whole run, under xdist with no test
-summary. :func:`native_report` gives that test the plain Python traceback instead.
+summary. :func:`native_report` gives that test the plain Python traceback instead, also
+when another plugin's old-style hookwrapper turned the error into pluggy's
+``PluggyTeardownRaisedWarning``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Generator
 
+import pluggy
 import pytest
 
 __all__ = ["MISMATCH", "native_report"]
@@ -47,7 +50,10 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     try:
         return (yield)
-    except SystemError as exc:
+    except (SystemError, pluggy.PluggyTeardownRaisedWarning) as exc:
+        # An old-style hookwrapper inside this one (hypothesis') that saw the SystemError
+        # raises pluggy's warning instead, an error under ``filterwarnings = error``;
+        # its message quotes the SystemError's.
         if MISMATCH not in str(exc):
             raise
         return native_report(item, call)

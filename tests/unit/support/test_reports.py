@@ -63,3 +63,30 @@ def test_without_the_plugin_it_is_an_internal_error(pytester: pytest.Pytester) -
 def test_another_system_error_is_left_alone(pytester: pytest.Pytester) -> None:
     result = run(pytester, BROKEN_EXCERPT.replace("AST constructor", "something else"))
     assert result.ret == pytest.ExitCode.INTERNAL_ERROR
+
+
+#: An old-style hookwrapper as hypothesis' (``(yield).get_result()``): pluggy turns the error
+#: its teardown re-raises into ``PluggyTeardownRaisedWarning``, an error under ``-W error``.
+OLD_STYLE_WRAPPER = """
+import pytest
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    (yield).get_result()
+"""
+
+
+def test_a_failure_is_reported_through_an_old_style_hookwrapper(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest(BROKEN_EXCERPT)
+    pytester.makepyfile(oldstyle=OLD_STYLE_WRAPPER)
+    pytester.makepyfile(
+        test_one="def test_fails():\n    assert 3 == 4\n\ndef test_passes():\n    pass\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "oldstyle", "-p", "tests.support.reports", "-p", "no:cacheprovider", "-W", "error"
+    )
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["*gh-106905*", "FAILED test_one.py::test_fails*"])
+    result.stdout.no_fnmatch_line("*INTERNALERROR*")
