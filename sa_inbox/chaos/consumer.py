@@ -35,6 +35,7 @@ from typing import IO, Any
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
+from .._signals import on_signals
 from ..brokers import Delivery, Settlement
 from ..demo.app import DemoSchema
 from ..demo.db import make_engine
@@ -238,9 +239,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         level=logging.WARNING, format=f"consumer {os.getpid()}: %(name)s: %(message)s"
     )
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    run_consumer(config, stop)
+    with on_signals(lambda _: stop.set()):
+        run_consumer(config, stop)
 
 
 if __name__ == "__main__":

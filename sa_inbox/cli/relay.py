@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import signal
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 import click
 import sqlalchemy as sa
 
+from .._signals import STOP_SIGNALS, on_signals
 from ..exc import MissingExtra, UnsupportedBroker
 from ._common import (
     POSITIVE,
@@ -175,19 +175,18 @@ RUNNING = "relay running: SIGTERM or SIGINT stops it after its batch"
 
 
 def _relay(relay: OutboxRelay, until_empty: bool) -> RelayBatch:
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: relay.stop())
-    click.echo(RUNNING, err=True)
-    return relay.run(until_empty=until_empty)
+    with on_signals(lambda _: relay.stop()):
+        click.echo(RUNNING, err=True)
+        return relay.run(until_empty=until_empty)
 
 
 async def _relay_async(relay: AsyncOutboxRelay, until_empty: bool) -> RelayBatch:
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, relay.stop)
     click.echo(RUNNING, err=True)
     try:
         return await relay.run(until_empty=until_empty)
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)

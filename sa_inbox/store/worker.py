@@ -36,7 +36,6 @@ import itertools
 import logging
 import os
 import random
-import signal
 import socket
 import threading
 import time
@@ -45,8 +44,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import FrameType
 
+from .._signals import on_signals
 from ..backoff import Backoff
 from ..exc import (
     ConfigurationError,
@@ -275,6 +274,8 @@ class Worker:
         #: Per batch in hand (by lease token): its messages not started yet.
         self._unstarted: dict[str, Sequence[StoredMessage]] = {}
         self._run: _Run | None = None
+        #: A stop signal received in this run, before its thread set :attr:`stop_event`.
+        self._signalled = False
         self._fatal: ConfigurationError | None = None
         self._reason: str | None = None
         #: Rides out database outages, for every thread (:mod:`sa_inbox.outage`).
@@ -745,7 +746,7 @@ class Worker:
                 reason = ERROR
             elif run.halted_by is not None:
                 reason = run.halted_by
-            elif self.stop_event.is_set():
+            elif self.stop_event.is_set() or self._signalled:
                 reason = STOPPED
             elif run.budget is not None and run.budget == 0:
                 reason = MAX_MESSAGES
@@ -820,7 +821,7 @@ class Worker:
     def stopping(self) -> bool:
         """Whether the loops should stop: a stop request, or the run's time is up (which
         ends the run for every thread)."""
-        if self.stop_event.is_set():
+        if self.stop_event.is_set() or self._signalled:
             return True
         run = self._run
         if run is not None and run.deadline is not None and time.monotonic() >= run.deadline:
@@ -921,22 +922,22 @@ class Worker:
 
     @contextmanager
     def _signals(self, enabled: bool) -> Iterator[None]:
-        if not enabled or threading.current_thread() is not threading.main_thread():
+        if not enabled:
             yield
             return
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            logger.info(
-                "stop requested (signal %s)", signum, extra={"action": "stop", "signal": signum}
-            )
-            self.stop()
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
+        self._signalled = False
+        with on_signals(self._on_signal, at_once=self._note_signal):
             yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+
+    def _note_signal(self, signum: int) -> None:
+        # In the signal handler: no lock (see sa_inbox._signals); stopping() reads it.
+        self._signalled = True
+
+    def _on_signal(self, signum: int) -> None:
+        logger.info(
+            "stop requested (signal %s)", signum, extra={"action": "stop", "signal": signum}
+        )
+        self.stop()
 
     # -- helpers ----------------------------------------------------------------------
 

@@ -19,9 +19,11 @@ after its effect row: business rows that workers' batches lock in crossing order
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -81,6 +83,7 @@ def credited_account(options: dict[str, str], message: StoredMessage) -> int | N
 
 def main(url: str, mode: str, log_path: str, options: dict[str, str]) -> None:
     logging.basicConfig(level=options.get("log", "WARNING"), stream=sys.stderr)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hung child's stacks
     engine = make_engine(url)
     app = StoreApp(engine)
     hang_at = int(options["hang_at"]) if "hang_at" in options else None

@@ -104,7 +104,14 @@ def reaped(children: list[subprocess.Popen[str]]) -> Iterator[list[subprocess.Po
 
 
 def finish(child: subprocess.Popen[str], timeout: float = 120) -> dict[str, int]:
-    out, err = child.communicate(timeout=timeout)
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGUSR1)  # the child's faulthandler prints every thread's stack
+        time.sleep(1)
+        child.kill()
+        out, err = child.communicate()
+        raise AssertionError(f"child {child.pid} still running after {timeout} s:\n{err}") from None
     assert child.returncode == 0, err
     stats: dict[str, int] = json.loads(out.strip().splitlines()[-1])
     return stats

@@ -6,6 +6,8 @@ import datetime
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -74,6 +76,40 @@ def test_sigterm_stops_the_worker_gracefully(store: MemoryStore, clock: Clock) -
     w.run()
     assert signal.getsignal(signal.SIGTERM) == previous, "handler restored"
     assert store.counts()[DONE] == 1 and store.counts()[PENDING] == 2
+
+
+#: A worker process whose handler receives SIGTERM while the main thread holds the stop
+#: event's lock, as a signal landing inside ``Event.wait`` would.
+SIGNAL_IN_WAIT = """
+import os, signal, time
+from sa_inbox.store.worker import Worker
+from sa_inbox.testing import MemoryStore
+
+store = MemoryStore(context="ctx")
+for i in range(3):
+    store.receive(f"m{i}", i)
+
+def handler(ctx, message):
+    with worker.stop_event._cond:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+
+worker = Worker(store, handler, poll_interval=0.01, batch_size=3)
+summary = worker.run()
+print(summary.reason, {k: v for k, v in store.counts().items() if v})
+"""
+
+
+def test_sigterm_while_the_stop_event_is_locked_still_stops_the_worker() -> None:
+    # Python runs the handler between two bytecodes of the main thread: one that took the
+    # event's lock would wait for itself forever.
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_IN_WAIT], capture_output=True, text=True, timeout=20
+    )
+    assert done.returncode == 0, done.stderr
+    reason, counts = done.stdout.split(" ", 1)
+    assert reason == STOPPED
+    assert eval(counts) == {DONE: 1, PENDING: 2}
 
 
 def test_threads_claim_disjoint_batches(store: MemoryStore, clock: Clock) -> None:
