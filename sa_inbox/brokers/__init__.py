@@ -19,6 +19,7 @@ from .delivery import Settler as Settler
 from .process import DEFAULT_MAX_DELIVERIES as DEFAULT_MAX_DELIVERIES
 from .process import process as process
 from .process import process_async as process_async
+from .signals import stop_on_signals as stop_on_signals
 
 __all__ = [
     "DEFAULT_MAX_DELIVERIES",
@@ -30,4 +31,5 @@ __all__ = [
     "Settler",
     "process",
     "process_async",
+    "stop_on_signals",
 ]

@@ -150,6 +150,9 @@ TAKES_NO_OBJECT = {
     "OutboxRelay.run_once": "the relay's own engine and publisher, checked when it was made",
     "OutboxRelay.run": "limits",
     "OutboxRelay.stop": "nothing",
+    "sa_inbox.brokers.stop_on_signals": (
+        "a callable and signal numbers, checked (tests/unit/test_stop_on_signals.py)"
+    ),
     "AsyncOutboxRelay.run_once": "the relay's own engine and publisher, checked when made",
     "AsyncOutboxRelay.run": "limits",
     "AsyncOutboxRelay.stop": "nothing",

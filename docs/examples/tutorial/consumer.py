@@ -2,11 +2,11 @@
 
 import json
 import os
-import signal
 
 import pika
 from payments import Session, inbox, ledger
 
+from sa_inbox.brokers import stop_on_signals
 from sa_inbox.brokers.rabbitmq import Consumer, declare_queue
 
 
@@ -32,12 +32,9 @@ def main():
         consumer_name="ledger",
         handler=apply_payment,
     )
-    signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
     print("consuming; Ctrl-C or SIGTERM stops", flush=True)
-    try:
+    with stop_on_signals(consumer.stop):
         consumer.run()  # claim + apply in one transaction, commit, then ack
-    except KeyboardInterrupt:
-        consumer.stop()
 
 
 if __name__ == "__main__":

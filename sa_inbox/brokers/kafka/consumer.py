@@ -99,7 +99,8 @@ class Consumer(ConsumerCore):
             "payments", bootstrap_servers="localhost:9092", group_id="billing",
             session_factory=sessionmaker(engine), inbox=inbox, handler=apply,
         )
-        consumer.run()  # until consumer.stop(), e.g. from a SIGTERM handler
+        with stop_on_signals(consumer.stop):  # sa_inbox.brokers: SIGTERM, SIGINT
+            consumer.run()
 
     **Rebalances.** librdkafka runs the rebalance callbacks inside ``consume()``, between
     two polls: the poll in hand has been committed (database, then offsets) before its

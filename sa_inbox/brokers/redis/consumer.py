@@ -29,7 +29,8 @@ class Consumer(ConsumerBase[redis.Redis, Session]):
             redis.Redis.from_url("redis://localhost/0"), "payments",
             group="billing", session_factory=Session, inbox=inbox, handler=apply,
         )
-        consumer.run()  # until consumer.stop(), e.g. from a SIGTERM handler
+        with stop_on_signals(consumer.stop):  # sa_inbox.brokers: SIGTERM, SIGINT
+            consumer.run()
     """
 
     def _stop_event(self) -> threading.Event:

@@ -44,7 +44,8 @@ class Consumer(ConsumerBase[Any, Session]):
             boto3.client("sqs"), "payments", dead_letter_queue="payments-dead",
             session_factory=Session, inbox=inbox, handler=apply,
         )
-        consumer.run()  # until consumer.stop(), e.g. from a SIGTERM handler
+        with stop_on_signals(consumer.stop):  # sa_inbox.brokers: SIGTERM, SIGINT
+            consumer.run()
 
     boto3's low-level clients are thread-safe: the heartbeat thread extends visibility on
     the consumer's own client.
