@@ -12,6 +12,7 @@ import redis.asyncio
 from redis.exceptions import ResponseError
 
 from ...exc import DatabaseUnavailable, MissingKeyHeader
+from .. import steps
 from ..delivery import Delivery, Settlement
 from ..keys import flush_async, give_back_async, offer_async
 from ..process import process_async
@@ -139,14 +140,4 @@ async def run_call_async(client: Any, call: Call | Batch) -> Any:
 
 async def drive_async(step: Step[T], client: Any) -> T:
     """:func:`.core.drive` on a ``redis.asyncio.Redis``."""
-    reply: Any = None
-    error: ResponseError | None = None
-    while True:
-        try:
-            call = step.throw(error) if error is not None else step.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        try:
-            reply, error = await run_call_async(client, call), None
-        except ResponseError as exc:
-            reply, error = None, exc
+    return await steps.drive_async(step, partial(run_call_async, client), ResponseError)

@@ -33,6 +33,7 @@ XPENDING command pages, each checked on Redis 7.0.15 by ``tests/backends/brokers
 from __future__ import annotations
 
 import abc
+import functools
 import logging
 import os
 import socket
@@ -49,6 +50,7 @@ from ...exc import InvalidArgument
 from ...exc import InvalidStreamSettings as InvalidStreamSettings
 from ...outage import OutageGate
 from ...validation import positive_int, positive_seconds
+from .. import steps
 from ..delivery import DeadLetterReason, Delivery
 from ..keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless, read_key
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
@@ -673,14 +675,4 @@ def drive(step: Step[T], client: Any) -> T:
 
     :raises redis.RedisError: what the step does not handle.
     """
-    reply: Any = None
-    error: ResponseError | None = None
-    while True:
-        try:
-            call = step.throw(error) if error is not None else step.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        try:
-            reply, error = run_call(client, call), None
-        except ResponseError as exc:
-            reply, error = None, exc
+    return steps.drive(step, functools.partial(run_call, client), ResponseError)

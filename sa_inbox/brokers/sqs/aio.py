@@ -9,16 +9,17 @@ import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
-from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from ...exc import DatabaseUnavailable, MissingKeyHeader
+from .. import steps
 from ..delivery import Delivery, Settlement
 from ..keys import flush_async, give_back_async, offer_async
 from ..process import process_async
 from ..reconnect import sleep_unless
 from .base import ConsumerBase, FifoGroups
 from .core import (
+    CLIENT_ERRORS,
     Call,
     QueueInfo,
     SqsSettler,
@@ -208,14 +209,4 @@ async def run_call_async(client: Any, call: Call) -> Any:
 
 async def drive_async(step: Step[T], client: Any) -> T:
     """:func:`.core.drive` on an aiobotocore client."""
-    reply: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            call = step.throw(error) if error is not None else step.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        try:
-            reply, error = await run_call_async(client, call), None
-        except (ClientError, BotoConnectionError, HTTPClientError) as exc:
-            reply, error = None, exc
+    return await steps.drive_async(step, partial(run_call_async, client), CLIENT_ERRORS)

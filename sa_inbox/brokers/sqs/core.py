@@ -31,6 +31,7 @@ mode by ``tests/backends/brokers/sqs/``):
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -46,6 +47,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from ...backoff import Backoff
 from ...exc import ConfigurationError, InvalidArgument, InvalidObject, SyncAsyncMismatch
 from ...validation import positive_int
+from .. import steps
 from ..delivery import DeadLetterReason, Delivery
 from ..process import DEFAULT_MAX_DELIVERIES
 from .message import (
@@ -77,6 +79,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger("sa_inbox.brokers.sqs")
+
+#: What a botocore client raises for a refused call or a lost connection: thrown into the
+#: step that made the call.
+CLIENT_ERRORS = (ClientError, BotoConnectionError, HTTPClientError)
 
 T = TypeVar("T")
 
@@ -702,14 +708,4 @@ def drive(step: Step[T], client: Any) -> T:
     :raises botocore.exceptions.ClientError: what the step does not handle.
     :raises botocore.exceptions.BotoCoreError: a connection error (thrown in first).
     """
-    reply: Any = None
-    error: Exception | None = None
-    while True:
-        try:
-            call = step.throw(error) if error is not None else step.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        try:
-            reply, error = run_call(client, call), None
-        except (ClientError, BotoConnectionError, HTTPClientError) as exc:
-            reply, error = None, exc
+    return steps.drive(step, functools.partial(run_call, client), CLIENT_ERRORS)
