@@ -26,32 +26,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
 from aiokafka.errors import CommitFailedError, KafkaError
 from aiokafka.structs import TopicPartition
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from ...claim import Inbox
 from ...exc import DatabaseUnavailable, InvalidArgument
 from ...outage import OutageGate, probe_sessions
 from ..delivery import DeadLetterReason, Delivery
-from ..keys import DEFAULT_MAX_KEYLESS
-from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
-from ..reconnect import Reconnects, sleep_unless
+from ..reconnect import sleep_unless
 from .core import (
-    DEFAULT_MAX_RECORDS,
-    DEFAULT_POLL_TIMEOUT,
     ConsumerCore,
     Settled,
     dead_letter_headers,
 )
 from .poll import PollRunner
-from .records import DEFAULT_KEY_HEADER, Record, make_record
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession
+from .records import Record, make_record
 
 __all__ = ["AsyncConsumer", "client_options"]
 
@@ -87,7 +80,7 @@ def client_options(config: Mapping[str, Any] | None, *, entry: str) -> dict[str,
     return options
 
 
-class AsyncConsumer(ConsumerCore):
+class AsyncConsumer(ConsumerCore[AsyncSession]):
     """Consume Kafka topics through a consumer group, exactly once in effect (asyncio).
 
     Each poll (``getmany``, at most ``max_records``) is claimed and handled in **one
@@ -168,53 +161,16 @@ class AsyncConsumer(ConsumerCore):
 
     asynchronous = True
 
-    def __init__(
-        self,
-        topics: str | Sequence[str],
-        *,
-        bootstrap_servers: str,
-        group_id: str,
-        session_factory: Callable[[], AsyncSession],
-        inbox: Inbox | Any,
-        handler: Callable[[AsyncSession, Delivery], Any],
-        consumer_name: str | None = None,
-        key_header: str = DEFAULT_KEY_HEADER,
-        dead_letter_topic: str | None = None,
-        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
-        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
-        on_settled: OnSettled | None = None,
-        offsets: Literal["kafka", "database"] = "kafka",
-        max_records: int = DEFAULT_MAX_RECORDS,
-        poll_timeout: float = DEFAULT_POLL_TIMEOUT,
-        config: Mapping[str, Any] | None = None,
-        producer_config: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            topics,
-            group_id=group_id,
-            session_factory=session_factory,
-            inbox=inbox,
-            handler=handler,
-            consumer_name=consumer_name,
-            key_header=key_header,
-            dead_letter_topic=dead_letter_topic,
-            max_deliveries=max_deliveries,
-            max_keyless=max_keyless,
-            on_settled=on_settled,
-            offsets=offsets,
-            max_records=max_records,
-            poll_timeout=poll_timeout,
-        )
-        if not isinstance(bootstrap_servers, str) or not bootstrap_servers:
-            raise InvalidArgument(f"{self.entry}: bootstrap_servers must be 'host:port'")
-        self.bootstrap_servers = bootstrap_servers
-        self.config = {"auto_offset_reset": "earliest", **client_options(config, entry=self.entry)}
-        self.producer_config = {"acks": "all", **dict(producer_config or {})}
-        self.reconnects = Reconnects(f"Kafka consumer {group_id} of {', '.join(self.topics)}")
+    def _client_configs(
+        self, bootstrap_servers: str, config: dict[str, Any], producer_config: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        consumer = {"auto_offset_reset": "earliest", **client_options(config, entry=self.entry)}
+        return consumer, {"acks": "all", **producer_config}
+
+    def _client_state(self) -> None:
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
         self._stopped = False
-        self._extra_stop: Any = None
         self._revoking = False
         self._lock: asyncio.Lock | None = None
         self._runner: PollRunner | None = None

@@ -25,29 +25,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from sqlalchemy.orm import Session
 
-from ...claim import Inbox
 from ...exc import DatabaseUnavailable, InvalidArgument
 from ...outage import OutageGate, probe_sessions
-from ..delivery import DeadLetterReason, Delivery
-from ..keys import DEFAULT_MAX_KEYLESS
-from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
-from ..reconnect import Reconnects
+from ..delivery import DeadLetterReason
 from .core import (
-    DEFAULT_MAX_RECORDS,
-    DEFAULT_POLL_TIMEOUT,
     ConsumerCore,
     Settled,
     dead_letter_headers,
 )
 from .poll import PollRunner
-from .records import DEFAULT_KEY_HEADER, Record, make_record
+from .records import Record, make_record
 
 __all__ = ["Consumer"]
 
@@ -80,7 +73,7 @@ _REBALANCED = frozenset(
 _UNREACHABLE = frozenset({KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 
 
-class Consumer(ConsumerCore):
+class Consumer(ConsumerCore[Session]):
     """Consume Kafka topics through a consumer group, exactly once in effect (threads).
 
     Everything :class:`~sa_inbox.brokers.kafka.AsyncConsumer` does, on confluent-kafka's
@@ -108,70 +101,34 @@ class Consumer(ConsumerCore):
     not committed.
     """
 
-    def __init__(
-        self,
-        topics: str | Sequence[str],
-        *,
-        bootstrap_servers: str,
-        group_id: str,
-        session_factory: Callable[[], Session],
-        inbox: Inbox,
-        handler: Callable[[Session, Delivery], Any],
-        consumer_name: str | None = None,
-        key_header: str = DEFAULT_KEY_HEADER,
-        dead_letter_topic: str | None = None,
-        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
-        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
-        on_settled: OnSettled | None = None,
-        offsets: Literal["kafka", "database"] = "kafka",
-        max_records: int = DEFAULT_MAX_RECORDS,
-        poll_timeout: float = DEFAULT_POLL_TIMEOUT,
-        config: Mapping[str, Any] | None = None,
-        producer_config: Mapping[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            topics,
-            group_id=group_id,
-            session_factory=session_factory,
-            inbox=inbox,
-            handler=handler,
-            consumer_name=consumer_name,
-            key_header=key_header,
-            dead_letter_topic=dead_letter_topic,
-            max_deliveries=max_deliveries,
-            max_keyless=max_keyless,
-            on_settled=on_settled,
-            offsets=offsets,
-            max_records=max_records,
-            poll_timeout=poll_timeout,
-        )
-        if not isinstance(bootstrap_servers, str) or not bootstrap_servers:
-            raise InvalidArgument(f"{self.entry}: bootstrap_servers must be 'host:port'")
-        options = dict(config or {})
-        taken = sorted(set(options) & set(OWN_PROPERTIES))
+    def _client_configs(
+        self, bootstrap_servers: str, config: dict[str, Any], producer_config: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        taken = sorted(set(config) & set(OWN_PROPERTIES))
         if taken:
             raise InvalidArgument(
                 f"{self.entry}: config may not set {taken}: the consumer sets them (the group "
                 "is group_id=..., offsets are committed only after the database commit)"
             )
-        self.config = {
+        consumer = {
             "bootstrap.servers": bootstrap_servers,
-            "group.id": group_id,
+            "group.id": self.group_id,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "error_cb": self._on_error,
-            **options,
+            **config,
         }
-        self.producer_config = {
+        producer = {
             "bootstrap.servers": bootstrap_servers,
             "acks": "all",
             "enable.idempotence": True,
-            **dict(producer_config or {}),
+            **producer_config,
         }
-        self.reconnects = Reconnects(f"Kafka consumer {group_id} of {', '.join(self.topics)}")
+        return consumer, producer
+
+    def _client_state(self) -> None:
         self._stop = threading.Event()
-        self._extra_stop: Any = None
         self.consumer: KafkaConsumer | None = None
         self.producer: Producer | None = None
         #: Offsets a rebalance refused, committed at the partitions' revocation.

@@ -20,10 +20,11 @@ leaves their progress to their new owner, who fetches them again (duplicates).
 
 from __future__ import annotations
 
+import abc
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -36,6 +37,7 @@ from ..delivery import DeadLetterReason, Delivery, Settlement
 from ..keys import DEFAULT_MAX_KEYLESS, check_max_keyless
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, _detail, _refuse_unkeyed, _reporting
 from ..process import _settled as _log_settled
+from ..reconnect import Reconnects
 from ..startup import Readiness, check_consumer
 from .poll import PollRunner, next_offsets
 from .records import DEFAULT_KEY_HEADER, Record, check_key_header
@@ -215,11 +217,16 @@ class _Keyless:
         self.held = [r for r in self.held if r.position not in lost]
 
 
-class ConsumerCore:
+SessionT = TypeVar("SessionT")
+
+
+class ConsumerCore(abc.ABC, Generic[SessionT]):
     """The options and the poll settlement of one Kafka consumer (see the module).
 
     The parameters are those of :class:`~sa_inbox.brokers.kafka.AsyncConsumer` and
-    :class:`~sa_inbox.brokers.kafka.Consumer`; ``asynchronous`` says which.
+    :class:`~sa_inbox.brokers.kafka.Consumer`; ``asynchronous`` says which, and each
+    consumer makes its client's options (:meth:`_client_configs`) and state
+    (:meth:`_client_state`).
 
     :raises ConfigurationError: as each consumer documents.
     """
@@ -230,10 +237,11 @@ class ConsumerCore:
         self,
         topics: str | Sequence[str],
         *,
+        bootstrap_servers: str,
         group_id: str,
-        session_factory: Callable[[], Any],
+        session_factory: Callable[[], SessionT],
         inbox: Inbox | Any,
-        handler: Callable[[Any, Delivery], Any],
+        handler: Callable[[SessionT, Delivery], Any],
         consumer_name: str | None = None,
         key_header: str = DEFAULT_KEY_HEADER,
         dead_letter_topic: str | None = None,
@@ -243,12 +251,17 @@ class ConsumerCore:
         offsets: Literal["kafka", "database"] = "kafka",
         max_records: int = DEFAULT_MAX_RECORDS,
         poll_timeout: float = DEFAULT_POLL_TIMEOUT,
+        config: Mapping[str, Any] | None = None,
+        producer_config: Mapping[str, Any] | None = None,
     ) -> None:
         entry = f"{type(self).__name__}()"
         self.entry = entry
         self.topics = _topics(topics, entry)
         if not isinstance(group_id, str) or not group_id:
             raise InvalidArgument(f"{entry}: group_id must be a non-empty string")
+        if not isinstance(bootstrap_servers, str) or not bootstrap_servers:
+            raise InvalidArgument(f"{entry}: bootstrap_servers must be 'host:port'")
+        self.bootstrap_servers = bootstrap_servers
         self.group_id = group_id
         self.consumer_name = consumer_name or group_id
         readiness = check_consumer(
@@ -288,6 +301,25 @@ class ConsumerCore:
         )
         self.assignment = Assignment()
         self._keyless = _Keyless(check_max_keyless(max_keyless, entry=entry))
+        self.config, self.producer_config = self._client_configs(
+            bootstrap_servers, dict(config or {}), dict(producer_config or {})
+        )
+        self.reconnects = Reconnects(f"Kafka consumer {group_id} of {', '.join(self.topics)}")
+        self._extra_stop: Any = None
+        self._client_state()
+
+    @abc.abstractmethod
+    def _client_configs(
+        self, bootstrap_servers: str, config: dict[str, Any], producer_config: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The consumer's and the dead-letter producer's client options, from the user's.
+
+        :raises InvalidArgument: for an option the consumer sets itself.
+        """
+
+    @abc.abstractmethod
+    def _client_state(self) -> None:
+        """Set the client's attributes (no connection is made here)."""
 
     # -- names -----------------------------------------------------------------------
 
