@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..brokers.schemes import BROKERS
 from ..exc import MissingExtra
 from ._common import (
     POSITIVE,
@@ -33,15 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["BROKER_EXTRAS", "chaos", "check_broker", "database_url", "run_and_report"]
 
 #: The ``pip install 'sa-inbox[extra]'`` extra of each broker URL scheme's client library.
-BROKER_EXTRAS = {
-    "amqp": "rabbitmq",
-    "amqps": "rabbitmq",
-    "redis": "redis",
-    "nats": "nats",
-    "kafka": "kafka",
-    "sqs": "sqs",
-    "sqss": "sqs",
-}
+BROKER_EXTRAS = BROKERS
 
 
 def _missing_client(broker: str, exc: ImportError) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable
 from typing import Any, Protocol
 
 from .._optional import optional_dependencies
+from ..brokers.schemes import BROKERS
 from ..exc import AsyncPublisherInSyncRelay, InvalidObject, UnsupportedBroker
 from ..handlers import is_async_callable
 from .message import OutboxMessage
@@ -100,17 +101,7 @@ def broker_unavailable(publisher: Any, error: BaseException) -> bool:
 
 
 #: The publisher for each broker URL scheme (see :func:`publisher_for`).
-SCHEMES = {
-    "amqp": "rabbitmq",
-    "amqps": "rabbitmq",
-    "redis": "redis",
-    "rediss": "redis",
-    "nats": "nats",
-    "tls": "nats",
-    "kafka": "kafka",
-    "sqs": "sqs",
-    "sqss": "sqs",
-}
+SCHEMES = BROKERS
 
 
 def _broker(url: str) -> str:

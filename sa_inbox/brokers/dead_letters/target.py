@@ -22,18 +22,13 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from ...exc import InvalidArgument, UnsupportedBroker
+from ..schemes import BROKERS
 
 __all__ = ["SCHEMES", "DeadLetterTarget"]
 
-#: URL scheme → the broker (and the module of this package that reads its dead letters).
-SCHEMES = {
-    "amqp": "rabbitmq",
-    "amqps": "rabbitmq",
-    "redis": "redis",
-    "rediss": "redis",
-    "nats": "nats",
-    "tls": "nats",
-}
+#: URL scheme → the broker (and the module of this package that reads its dead letters):
+#: the brokers whose dead letters are read here.
+SCHEMES = {scheme: b for scheme, b in BROKERS.items() if b in ("rabbitmq", "redis", "nats")}
 
 #: Characters a JetStream stream name cannot hold ("JetStream Model Deep Dive", "Naming").
 _NATS_FORBIDDEN = set(" \t\r\n.*>/\\")

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ...brokers import Delivery, Settlement
+from ...brokers.schemes import BROKERS
 from ...claim import Inbox
 from ...exc import UnsupportedBroker
 
@@ -93,15 +94,7 @@ class ChaosDriver(abc.ABC):
 
 
 #: URL scheme → module (under this package) whose ``Driver(url)`` is the driver.
-SCHEMES = {
-    "amqp": "rabbitmq",
-    "amqps": "rabbitmq",
-    "redis": "redis",
-    "nats": "nats",
-    "kafka": "kafka",
-    "sqs": "sqs",
-    "sqss": "sqs",
-}
+SCHEMES = BROKERS
 
 
 def driver_for(url: str) -> ChaosDriver:
