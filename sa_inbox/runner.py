@@ -23,8 +23,8 @@ import enum
 import logging
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AbstractContextManager, ExitStack
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast, overload
 
@@ -354,6 +354,25 @@ class Result:
     error: BaseException | None = None
 
 
+@contextmanager
+def logged_configuration_errors(message_id: str) -> Iterator[None]:
+    """Log a :class:`ConfigurationError` raised in the block as the delivery's (ERROR,
+    event ``inbox.configuration.error``: neither acked nor nacked), then let it through."""
+    try:
+        yield
+    except ConfigurationError:
+        logger.error(
+            "message %s: configuration error, neither acked nor nacked",
+            message_id,
+            extra={
+                "event": "inbox.configuration.error",
+                "action": "error",
+                "message_id": message_id,
+            },
+        )
+        raise
+
+
 @overload
 @deprecated(
     "handle() cannot await an async def handler: it is refused (FAILED, nacked); use a "
@@ -471,14 +490,15 @@ def handle(
       intercepted; writes through a second Session are outside the guarantee.
     """
 
-    inbox = require(
-        inbox,
-        Inbox,
-        "inbox",
-        entry="sa_inbox.handle()",
-        instead="for an AsyncInbox and an async_sessionmaker, await sa_inbox.asyncio.handle()",
-    )
-    check_session_factory(session_factory, entry="sa_inbox.handle()", asynchronous=False)
+    with logged_configuration_errors(message_id):
+        inbox = require(
+            inbox,
+            Inbox,
+            "inbox",
+            entry="sa_inbox.handle()",
+            instead="for an AsyncInbox and an async_sessionmaker, await sa_inbox.asyncio.handle()",
+        )
+        check_session_factory(session_factory, entry="sa_inbox.handle()", asynchronous=False)
     hooks = inbox.hooks
     handler_seconds: list[float] = []
     #: Where the last attempt was: "claim", "handler" or "commit" (its failure's event).
@@ -516,26 +536,18 @@ def handle(
     )
     with hooks.span("inbox.process", consumer_name, message_id, headers):
         try:
-            check_handler(handler, ("session",))
-            outcome = run_in_transaction(
-                session_factory,
-                unit_of_work,
-                max_retries=max_retries,
-                sleep=sleep,
-                hooks=hooks,
-                consumer_name=consumer_name,
-                commit_span=commit_span,
-            )
+            with logged_configuration_errors(message_id):
+                check_handler(handler, ("session",))
+                outcome = run_in_transaction(
+                    session_factory,
+                    unit_of_work,
+                    max_retries=max_retries,
+                    sleep=sleep,
+                    hooks=hooks,
+                    consumer_name=consumer_name,
+                    commit_span=commit_span,
+                )
         except ConfigurationError:
-            logger.error(
-                "message %s: configuration error, neither acked nor nacked",
-                message_id,
-                extra={
-                    "event": "inbox.configuration.error",
-                    "action": "error",
-                    "message_id": message_id,
-                },
-            )
             raise
         except Exception as exc:
             report(failed=True)

@@ -89,12 +89,13 @@ async def handle(
         ``consumer_name`` (:mod:`sa_inbox.consumers`; the handler is known by its own name,
         not by the runner's wrapper), before anything is claimed.
     """
-    sync_inbox = unwrap(inbox, Inbox, "inbox", entry="sa_inbox.asyncio.handle()")
-    max_retries, _ = runner.retry_options(
-        "sa_inbox.asyncio.handle()", max_retries, None, max_attempts=max_attempts
-    )
-    check_session_factory(session_factory, entry="sa_inbox.asyncio.handle()", asynchronous=True)
-    check_handler(handler, ("session",), asynchronous=True)
+    with runner.logged_configuration_errors(message_id):
+        sync_inbox = unwrap(inbox, Inbox, "inbox", entry="sa_inbox.asyncio.handle()")
+        max_retries, _ = runner.retry_options(
+            "sa_inbox.asyncio.handle()", max_retries, None, max_attempts=max_attempts
+        )
+        check_session_factory(session_factory, entry="sa_inbox.asyncio.handle()", asynchronous=True)
+        check_handler(handler, ("session",), asynchronous=True)
 
     @functools.wraps(handler)
     def sync_handler(session: Session) -> object:

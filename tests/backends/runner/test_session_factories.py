@@ -5,6 +5,7 @@ two-phase session, a sync factory given to the asyncio runner; and those it serv
 from __future__ import annotations
 
 import asyncio
+import logging
 from decimal import Decimal
 
 import pytest
@@ -12,7 +13,12 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from sa_inbox import Outcome, handle
-from sa_inbox.exc import InvalidSessionFactory, MissingTable, SplitTransaction
+from sa_inbox.exc import (
+    InvalidBind,
+    InvalidSessionFactory,
+    MissingTable,
+    SplitTransaction,
+)
 from tests.backends.runner.test_guarantee import Broker
 from tests.support.app import CONSUMER, App
 
@@ -150,5 +156,44 @@ def test_a_two_phase_session_is_refused(app: App, url: str) -> None:
     with pytest.raises(SplitTransaction, match="two-phase"):
         handle(sessionmaker(app.engine, twophase=True), app.inbox, "m1", CONSUMER, pay(app),
                ack=broker.ack, nack=broker.nack)  # fmt: skip
+    assert (broker.acks, broker.nacks) == (0, 0)
+    assert app.inbox_rows() == 0 and app.ledger_rows() == 0
+
+
+def _configuration_errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, "event", None) == "inbox.configuration.error"]
+
+
+def test_a_refused_session_factory_logs_the_configuration_error_once(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = Broker()
+    with caplog.at_level(logging.ERROR, logger="sa_inbox"), pytest.raises(InvalidBind):
+        handle(
+            sessionmaker(), app.inbox, "m1", CONSUMER, pay(app), ack=broker.ack, nack=broker.nack
+        )
+    [record] = _configuration_errors(caplog)
+    assert record.levelno == logging.ERROR and getattr(record, "message_id", None) == "m1"
+    assert (broker.acks, broker.nacks) == (0, 0)
+    assert app.inbox_rows() == 0 and app.ledger_rows() == 0
+
+
+def test_a_sync_factory_given_to_the_asyncio_runner_logs_the_configuration_error_once(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    sa_inbox_asyncio = pytest.importorskip("sa_inbox.asyncio")
+    broker = Broker()
+
+    async def apply(session: object) -> None:
+        raise AssertionError("never called")
+
+    with caplog.at_level(logging.ERROR, logger="sa_inbox"), pytest.raises(InvalidSessionFactory):
+        asyncio.run(
+            sa_inbox_asyncio.handle(
+                app.Session, app.inbox, "m2", CONSUMER, apply, ack=broker.ack, nack=broker.nack
+            )
+        )
+    [record] = _configuration_errors(caplog)
+    assert getattr(record, "message_id", None) == "m2"
     assert (broker.acks, broker.nacks) == (0, 0)
     assert app.inbox_rows() == 0 and app.ledger_rows() == 0
