@@ -10,6 +10,7 @@ synchronization primitives in signal handlers (:mod:`signal`, "Signals and threa
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -18,6 +19,8 @@ from contextlib import contextmanager, suppress
 from types import FrameType
 
 __all__ = ["on_signals"]
+
+logger = logging.getLogger("sa_inbox.signals")
 
 #: The signals that ask a worker, a relay or a consumer process to stop.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -69,4 +72,7 @@ def on_signals(
 def _call_for_each(read_fd: int, callback: Callable[[int], object]) -> None:
     while received := os.read(read_fd, 64):
         for signum in received:
-            callback(signum)
+            try:
+                callback(signum)
+            except Exception:  # the next signal must still reach the callback
+                logger.exception("the handler of signal %s raised", signum)

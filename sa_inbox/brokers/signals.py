@@ -49,9 +49,10 @@ def stop_on_signals(
 def _signal_numbers(signals: Iterable[int]) -> tuple[signal.Signals, ...]:
     """``signals`` as :class:`signal.Signals`; SIGKILL and SIGSTOP cannot be caught (signal(7))."""
     try:
-        numbers = tuple(signal.Signals(number) for number in signals)
+        given = tuple(signals)
+        numbers = tuple(signal.Signals(n) for n in given if not isinstance(n, bool))
     except (TypeError, ValueError):
-        numbers = ()
-    if not numbers or any(n in (signal.SIGKILL, signal.SIGSTOP) for n in numbers):
+        given, numbers = (), ()
+    if not given or len(numbers) < len(given) or {signal.SIGKILL, signal.SIGSTOP} & set(numbers):
         raise InvalidArgument(f"signals must be signal numbers that can be caught, got {signals!r}")
     return numbers

@@ -13,11 +13,13 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from .._signals import on_signals
 from ..exc import InvalidHandler
 from ..handlers import check_handler, is_async_callable
 from ._common import POSITIVE, SECONDS, WAIT, CannotRun, Database, bind_store, connected, setting
@@ -212,9 +214,17 @@ def worker_command(
         "max_seconds": max_seconds,
     }
     needs_async = "an async def --handler runs on an AsyncSession" if asynchronous else None
-    with connected(url, "the worker failed", needs_async=needs_async) as db:
+    # SIGTERM/SIGINT before the run (while connecting) stops it before it leases anything,
+    # and one after it (the worker's own handlers are gone) no longer kills the process.
+    stop_requested = threading.Event()
+    with (
+        on_signals(lambda _: stop_requested.set()),
+        connected(url, "the worker failed", needs_async=needs_async) as db,
+    ):
         store = db.call(bind_store, db.engine, table, schema)
         worker = _worker(db, store, handler, options)
+        if stop_requested.is_set():
+            worker.stop()
         try:
             if isinstance(worker, Worker):
                 worker.run(**limits)
@@ -224,7 +234,7 @@ def worker_command(
             click.echo(json.dumps(worker.summary.as_dict()))
             first_line = (str(exc).strip().splitlines() or [""])[0]
             raise CannotRun(f"{type(exc).__name__}: {first_line}") from exc
-    click.echo(json.dumps(worker.summary.as_dict()))
+        click.echo(json.dumps(worker.summary.as_dict()))
 
 
 def _worker(

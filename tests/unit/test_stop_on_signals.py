@@ -48,6 +48,8 @@ def test_a_signal_while_the_stop_lock_is_held_stops_and_restores_the_handler() -
         (lambda: None, ("SIGTERM",)),
         (lambda: None, (signal.SIGKILL,)),
         (lambda: None, (signal.SIGTERM, signal.SIGSTOP)),
+        (lambda: None, (True,)),
+        (lambda: None, 15),
     ],
 )
 def test_what_it_cannot_serve_is_refused_before_a_handler_is_installed(
@@ -57,6 +59,37 @@ def test_what_it_cannot_serve_is_refused_before_a_handler_is_installed(
     with pytest.raises(InvalidArgument), stop_on_signals(stop, signals):
         pass
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+#: A process whose stop() raises on the first signal: the second still reaches it.
+STOP_RAISES = """
+import os, signal, threading, time
+from sa_inbox.brokers import stop_on_signals
+
+calls = []
+second = threading.Event()
+
+def stop():
+    calls.append(1)
+    if len(calls) == 1:
+        raise RuntimeError("stop failed")
+    second.set()
+
+with stop_on_signals(stop):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGTERM)
+    print(len(calls) if second.wait(10) else "lost")
+"""
+
+
+def test_a_stop_that_raises_is_logged_and_the_next_signal_still_stops() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", STOP_RAISES], capture_output=True, text=True, timeout=20
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2"]
+    assert "RuntimeError: stop failed" in done.stderr
 
 
 def test_outside_the_main_thread_it_is_refused() -> None:
