@@ -17,4 +17,3 @@ BROKERS = {
     "sqs": "sqs",
     "sqss": "sqs",
 }
-
