@@ -19,7 +19,7 @@ def test_the_readme_fits_on_a_screen_or_two() -> None:
 
 def test_the_readme_example_runs(tmp_path: Path) -> None:
     blocks = re.findall(r"^```python\n(.*?)^```$", README.read_text(), re.MULTILINE | re.DOTALL)
-    assert len(blocks) == 2, "the example, and the testing fixture's"
+    assert len(blocks) == 3, "the example, the testing fixture's, the Kafka and SQS consumers"
     assert "exactly_once" in blocks[1]
     done = subprocess.run(
         [sys.executable, "-c", blocks[0]],
@@ -39,3 +39,29 @@ def test_every_link_into_the_repository_exists() -> None:
     assert local, "the README links into the docs"
     for link in local:
         assert (ROOT / link).exists(), f"README links to {link}, which does not exist"
+
+
+def test_the_readme_kafka_and_sqs_consumers_are_the_adapters_own() -> None:
+    """Shown, not run (no broker here): the block compiles, its imports are the adapters'
+    classes, and each keyword it passes is a parameter of that class (the consumers run
+    in tests/backends/brokers/test_kafka.py and test_sqs.py)."""
+    import ast
+    import inspect
+
+    from sa_inbox.brokers.kafka import AsyncConsumer as KafkaConsumer
+    from sa_inbox.brokers.sqs import Consumer as SqsConsumer
+
+    block = re.findall(r"^```python\n(.*?)^```$", README.read_text(), re.MULTILINE | re.DOTALL)[2]
+    compile(block, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    tree = ast.parse(block)
+    classes = {"KafkaConsumer": KafkaConsumer, "SqsConsumer": SqsConsumer}
+    made = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in classes
+    ]
+    assert sorted(node.func.id for node in made) == sorted(classes)  # type: ignore[attr-defined]
+    for node in made:
+        parameters = inspect.signature(classes[node.func.id]).parameters  # type: ignore[attr-defined]
+        assert {k.arg for k in node.keywords} <= set(parameters), node.func.id  # type: ignore[attr-defined]
+    assert len(block.strip().splitlines()) < 15
