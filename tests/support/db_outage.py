@@ -4,7 +4,7 @@ is SIGKILLed, left down, and restarted (``scripts/servers.sh kill`` / ``restart`
 :func:`run_outage` starts one *lane* per adapter (its own queue, stream or JetStream
 stream, its own consumer name and account), each consumed in a thread of this process by
 the adapter under test (RabbitMQ's ``Consumer`` on pika and ``AsyncConsumer`` on aio-pika,
-Redis Streams' ``Consumer`` and ``AsyncConsumer``, NATS ``consume()``, the FastStream
+Redis Streams' ``Consumer`` and ``AsyncConsumer``, NATS ``AsyncConsumer``, the FastStream
 ``InboxMiddleware`` on RabbitMQ, a Celery ``inbox_task`` in an embedded worker, the SQS
 ``Consumer`` and ``AsyncConsumer`` on moto), publishes
 to every lane at ``rate`` messages per second, kills the database after ``lead`` seconds,
@@ -523,7 +523,7 @@ class NatsLane(_LoopLane):
     async def consume_async(self) -> None:
         import nats
 
-        from sa_inbox.brokers.nats import consume
+        from sa_inbox.brokers.nats import AsyncConsumer
 
         self.nc = await nats.connect(
             self.urls.nats, max_reconnect_attempts=-1, reconnect_time_wait=0.5
@@ -534,7 +534,7 @@ class NatsLane(_LoopLane):
         self.ready.set()
         engine = create_async_engine(self.urls.async_db)
         try:
-            await consume(
+            await AsyncConsumer(
                 self.js,
                 self.token,
                 f"{self.token}_d",
@@ -544,9 +544,8 @@ class NatsLane(_LoopLane):
                 dead_letter_subject=f"{self.token}.dead",
                 consumer_name=self.consumer_name,
                 ack_wait=LEASE,
-                stop=self.stop_flag,
                 on_settled=self.settled,
-            )
+            ).run(self.stop_flag)
         finally:
             await self.nc.close()
             await engine.dispose()

@@ -1,7 +1,8 @@
 """Every broker package names its classes alike (``Consumer``, ``AsyncConsumer``,
 ``Publisher``, ``AsyncPublisher``); the former names still import, as the same objects with
 a DeprecationWarning; the
-NATS ``AsyncConsumer`` refuses a bad argument when made, before any request or SQL."""
+NATS ``AsyncConsumer`` refuses a bad argument when made, before any request or SQL, and the
+``consume()`` function it replaces warns."""
 
 from __future__ import annotations
 
@@ -102,3 +103,18 @@ def test_the_nats_async_consumer_refuses_a_bad_argument_when_made(
     with pytest.raises(error, match=r"nats\.AsyncConsumer\(\)|max_deliveries") as info:
         AsyncConsumer(NoJetStream(), "PAYMENTS", "billing", **{**consumer_kw, **wrong})  # type: ignore[arg-type]
     assert isinstance(info.value, ConfigurationError)
+
+
+def test_the_nats_consume_function_is_deprecated_for_the_async_consumer(
+    consumer_kw: dict[str, Any],
+) -> None:
+    import asyncio
+
+    from sa_inbox.brokers.nats import consume
+
+    bad = {**consumer_kw, "key_header": ""}
+    with (
+        pytest.warns(DeprecationWarning, match=r"consume\(\) is deprecated: use .*AsyncConsumer"),
+        pytest.raises(InvalidArgument, match=r"nats\.AsyncConsumer\(\)"),
+    ):
+        asyncio.run(consume(NoJetStream(), "PAYMENTS", "billing", **bad))  # type: ignore[arg-type]

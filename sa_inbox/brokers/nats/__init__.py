@@ -1,8 +1,8 @@
 """The NATS JetStream adapter (extra ``sa-inbox[nats]``, on nats-py; asyncio only, as nats-py).
 
-:class:`AsyncConsumer` (or the function it runs, :func:`consume`) runs a durable **pull**
-consumer: each message is claimed in the inbox in the same transaction as the handler's
-change, committed, then acked (``ack_sync``); a failure is ``nak``-ed with a back-off;
+:class:`AsyncConsumer` runs a durable **pull** consumer (:func:`consume`, the function it
+replaces, is deprecated): each message is claimed in the inbox in the same transaction as
+the handler's change, committed, then acked (``ack_sync``); a failure is ``nak``-ed with a back-off;
 after ``max_deliveries`` (JetStream's ``num_delivered``), or without the producer's key
 header, the message is published to a dead-letter subject with its reason and
 ``term``-inated. The key is the producer's header (``Nats-Msg-Id`` by

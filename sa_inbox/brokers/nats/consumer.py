@@ -1,5 +1,5 @@
-"""An asyncio consumer on a durable JetStream **pull** consumer: :func:`consume`, and
-:class:`AsyncConsumer`, the same as an object made first and run after.
+"""An asyncio consumer on a durable JetStream **pull** consumer: :class:`AsyncConsumer`, made
+first and run after (:func:`consume`, the function it replaces, is deprecated).
 
 Each fetched message goes through :func:`~sa_inbox.brokers.process_async` (claim, handler,
 commit, then ack), so a message JetStream delivers twice changes the database once.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -35,7 +36,7 @@ from ..keys import (
 )
 from ..process import DEFAULT_MAX_DELIVERIES, process_async
 from ..reconnect import Reconnects
-from ..startup import Readiness, check_consumer
+from ..startup import check_consumer
 from ._compat import delivered_unfetched, reconnecting
 from .delivery import DEFAULT_KEY_HEADER, to_delivery
 from .settler import DEFAULT_ACK_TIMEOUT, JetStreamSettler, RetryDelay, backoff
@@ -61,11 +62,11 @@ logger = logging.getLogger("sa_inbox.brokers.nats")
 DEFAULT_ACK_WAIT = 30.0
 #: Messages per fetch.
 DEFAULT_BATCH = 10
-#: Seconds one fetch waits for messages; also how soon :func:`consume` notices its stop flag.
+#: Seconds one fetch waits for messages; also how soon :class:`AsyncConsumer` notices its stop flag.
 DEFAULT_FETCH_TIMEOUT = 1.0
 
 #: What a JetStream request raises while the server restarts or the client reconnects:
-#: :func:`consume` waits with back-off and fetches again.
+#: :class:`AsyncConsumer` waits with back-off and fetches again.
 _RECONNECTABLE = (
     nats.errors.ConnectionReconnectingError,
     nats.errors.StaleConnectionError,
@@ -77,7 +78,7 @@ _RECONNECTABLE = (
 
 
 class StopFlag(Protocol):
-    """What :func:`consume` polls between fetches: an :class:`asyncio.Event`, or a
+    """What :class:`AsyncConsumer` polls between fetches: an :class:`asyncio.Event`, or a
     :class:`threading.Event` set from another thread."""
 
     def is_set(self) -> bool: ...
@@ -90,12 +91,12 @@ def consumer_config(
 
     ``ack_policy`` explicit; ``ack_wait`` is the visibility timeout; ``max_deliver`` is
     **-1** (unlimited). The delivery limit is sa-inbox's (``max_deliveries`` of
-    :func:`consume`), not JetStream's: with ``max_deliver`` = N, a consumer killed while
+    :class:`AsyncConsumer`), not JetStream's: with ``max_deliver`` = N, a consumer killed while
     handling the N-th delivery leaves the message that JetStream will never deliver again,
     neither acked nor dead-lettered (docs.nats.io "Consumers", MaxDeliver: the server stops
     redelivering and only publishes a ``$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES``
     advisory). N + 1 moves the same hole one delivery
-    later. With -1 the message keeps coming back until :func:`consume` settles it, and any
+    later. With -1 the message keeps coming back until :class:`AsyncConsumer` settles it, and any
     delivery past ``max_deliveries`` is dead-lettered without running the handler.
 
     :param durable: the durable consumer name (letters, digits, ``-``, ``_``).
@@ -152,28 +153,67 @@ async def consume(
     stream: str,
     durable: str,
     *,
+    stop: StopFlag | None = None,
+    **options: Any,
+) -> int:
+    """Deprecated: ``await AsyncConsumer(js, stream, durable, **options).run(stop)``, which
+    takes the same arguments and follows the same rules (:class:`AsyncConsumer`).
+
+    :returns: the number of messages settled.
+    :raises ConfigurationError: as :class:`AsyncConsumer` and its :meth:`~AsyncConsumer.run`.
+    """
+    warnings.warn(
+        "sa_inbox.brokers.nats.consume() is deprecated: use "
+        "await AsyncConsumer(js, stream, durable, ...).run(stop)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return await AsyncConsumer(js, stream, durable, **options).run(stop)
+
+
+async def check(
+    *,
     session_factory: Callable[[], AsyncSession],
     inbox: Inbox | Any,
     handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
-    dead_letter_subject: str,
-    consumer_name: str | None = None,
-    filter_subject: str | None = None,
-    key_header: str = DEFAULT_KEY_HEADER,
-    max_deliveries: int = DEFAULT_MAX_DELIVERIES,
-    max_keyless: int | None = DEFAULT_MAX_KEYLESS,
-    ack_wait: float = DEFAULT_ACK_WAIT,
-    retry_delay: RetryDelay | None = None,
-    batch: int = DEFAULT_BATCH,
-    fetch_timeout: float = DEFAULT_FETCH_TIMEOUT,
-    ack_timeout: float = DEFAULT_ACK_TIMEOUT,
-    stop: StopFlag | None = None,
-    on_settled: Callable[[Settlement], Any] | None = None,
-) -> int:
-    """Consume ``stream`` through the durable pull consumer ``durable`` until ``stop`` is set.
+) -> None:
+    """The readiness check :meth:`AsyncConsumer.run` makes before it fetches, for a health
+    endpoint: the objects (as :class:`AsyncConsumer` checks them), the inbox table exists,
+    the session factory makes AsyncSessions, the engine is not autocommit. Returns None or
+    raises.
 
-    First the objects are checked (before any request or SQL) and :func:`check` is awaited
-    (the inbox table exists, the session factory makes AsyncSessions, the engine is not
-    autocommit, the handler fits), so a consumer set up wrongly fails before it consumes.
+    :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`.
+    """
+    readiness = check_consumer(
+        "sa_inbox.brokers.nats.check()",
+        session_factory=session_factory,
+        inbox=inbox,
+        handler=handler,
+        consumer_name=None,
+        max_deliveries=DEFAULT_MAX_DELIVERIES,
+        asynchronous=True,
+    )
+    await readiness.check_async()
+
+
+class AsyncConsumer:
+    """Consume ``stream`` through the durable pull consumer ``durable``: made (and checked)
+    first, then ``await consumer.run()`` until :meth:`stop`, as the other brokers'
+    ``AsyncConsumer``.
+
+    Example::
+
+        consumer = AsyncConsumer(
+            js, "PAYMENTS", "billing",
+            session_factory=async_sessionmaker(engine), inbox=inbox, handler=apply,
+            dead_letter_subject="payments.dead",
+        )
+        await consumer.run()  # until consumer.stop()
+
+    When made, the objects are checked (before any request or SQL); :meth:`run` first awaits
+    :meth:`check` (the inbox table exists, the session factory makes AsyncSessions, the
+    engine is not autocommit, the handler fits), so a consumer set up wrongly fails before
+    it consumes.
     Each message is fetched (``fetch(batch, timeout=fetch_timeout)``), mapped by
     :func:`~sa_inbox.brokers.nats.delivery.to_delivery` (the key from ``key_header``), and
     run through :func:`~sa_inbox.brokers.process_async` with a
@@ -188,8 +228,9 @@ async def consume(
     after the commit and before the ack, an ack lost, ``ack_wait`` passed) and duplicates
     published outside the window or keyed on another header.
 
-    **Stopping.** ``stop`` is polled between fetches and after each batch (so within
-    ``fetch_timeout`` plus one batch's handling); the batch in hand is finished and settled.
+    **Stopping.** :meth:`stop` (and :meth:`run`'s ``stop`` flag) is polled between fetches
+    and after each batch (so within ``fetch_timeout`` plus one batch's handling); the batch
+    in hand is finished and settled.
     A consumer killed instead leaves its fetched messages to JetStream, which redelivers
     them after ``ack_wait``. Keep ``batch`` x handler time well under ``ack_wait``: a
     message still waiting in the batch past ``ack_wait`` is redelivered to another consumer
@@ -225,10 +266,7 @@ async def consume(
     :param batch: messages per fetch, >= 1.
     :param fetch_timeout: seconds one fetch waits, > 0.
     :param ack_timeout: seconds to wait for the server to confirm an ack.
-    :param stop: a flag (:class:`asyncio.Event`, :class:`threading.Event`); None runs until
-        cancelled.
     :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
-    :returns: the number of messages settled.
     :raises ConfigurationError: before any request, for objects of the wrong kind or half
         (:func:`sa_inbox.brokers.startup.check_consumer`), an empty ``key_header``
         (:class:`~sa_inbox.exc.InvalidArgument`) and :func:`check`'s findings; from
@@ -243,27 +281,95 @@ async def consume(
     Acknowledgement Models", AckProgress), so JetStream redelivers none of them
     (:mod:`sa_inbox.outage`). A lost NATS connection is nats-py's to make again (its
     ``allow_reconnect``, ``max_reconnect_attempts``, ``reconnect_time_wait``; it restores the
-    pull subscription); meanwhile :func:`consume` logs one WARNING, waits with back-off
+    pull subscription); meanwhile :meth:`run` logs one WARNING, waits with back-off
     between fetches, and one INFO once the client is connected again. A settlement lost
     with the connection leaves its message to come back after ``ack_wait``, with
     ``num_delivered`` one more (JetStream's rule). Connect with
-    ``max_reconnect_attempts=-1``: a client that gave up is closed, and :func:`consume`
+    ``max_reconnect_attempts=-1``: a client that gave up is closed, and :meth:`run`
     raises ``ConnectionClosedError``.
 
     :raises nats.js.errors.NotFoundError: if ``stream`` does not exist.
     :raises nats.errors.ConnectionClosedError: if the connection closes (nats-py stopped
         reconnecting).
     """
-    readiness, streak = _checked(
-        "sa_inbox.brokers.nats.consume()",
-        session_factory=session_factory,
-        inbox=inbox,
-        handler=handler,
-        consumer_name=consumer_name or durable,
-        max_deliveries=max_deliveries,
-        key_header=key_header,
-        max_keyless=max_keyless,
-    )
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        stream: str,
+        durable: str,
+        *,
+        session_factory: Callable[[], AsyncSession],
+        inbox: Inbox | Any,
+        handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
+        dead_letter_subject: str,
+        consumer_name: str | None = None,
+        filter_subject: str | None = None,
+        key_header: str = DEFAULT_KEY_HEADER,
+        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
+        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
+        ack_wait: float = DEFAULT_ACK_WAIT,
+        retry_delay: RetryDelay | None = None,
+        batch: int = DEFAULT_BATCH,
+        fetch_timeout: float = DEFAULT_FETCH_TIMEOUT,
+        ack_timeout: float = DEFAULT_ACK_TIMEOUT,
+        on_settled: Callable[[Settlement], Any] | None = None,
+    ) -> None:
+        entry = "sa_inbox.brokers.nats.AsyncConsumer()"
+        self.consumer_name = consumer_name or durable
+        self.readiness = check_consumer(
+            entry,
+            session_factory=session_factory,
+            inbox=inbox,
+            handler=handler,
+            consumer_name=self.consumer_name,
+            max_deliveries=max_deliveries,
+            asynchronous=True,
+        )
+        self.key_header = check_key_name(key_header, "key_header", entry=entry)
+        self.max_keyless = check_max_keyless(max_keyless, entry=entry)
+        self.js, self.stream, self.durable = js, stream, durable
+        self.session_factory, self.handler = session_factory, handler
+        self.dead_letter_subject = dead_letter_subject
+        self.filter_subject = filter_subject
+        self.max_deliveries = max_deliveries
+        self.ack_wait, self.retry_delay, self.ack_timeout = ack_wait, retry_delay, ack_timeout
+        self.batch, self.fetch_timeout = batch, fetch_timeout
+        self.on_settled = on_settled
+        self._stop = _Stop()
+
+    async def check(self) -> None:
+        """The readiness check :meth:`run` makes first (the inbox table exists, the session
+        factory makes AsyncSessions, the engine is not autocommit, the handler fits, the
+        consumer name's owner); returns None or raises, for a health endpoint.
+
+        :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`.
+        """
+        await self.readiness.check_async()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the batch in hand (from the event loop's thread)."""
+        self._stop.stopped = True
+
+    async def run(self, stop: StopFlag | None = None) -> int:
+        """Consume until :meth:`stop` is called or ``stop`` (an :class:`asyncio.Event`, or a
+        :class:`threading.Event`) is set.
+
+        :param stop: a flag to stop on, besides :meth:`stop`.
+        :returns: the number of messages settled.
+        :raises: as the class says.
+        """
+        self._stop.extra = stop
+        return await _consume(self, self._stop)
+
+
+async def _consume(consumer: AsyncConsumer, stop: StopFlag) -> int:
+    """:meth:`AsyncConsumer.run`: ensure the durable consumer, then fetch, process and settle
+    until ``stop`` is set (see :class:`AsyncConsumer`)."""
+    js, stream, durable = consumer.js, consumer.stream, consumer.durable
+    readiness, consumer_name = consumer.readiness, consumer.consumer_name
+    streak = KeylessStreak(consumer.key_header, consumer.max_keyless)
+    key_header, ack_wait, batch = consumer.key_header, consumer.ack_wait, consumer.batch
 
     async def stopped_within(seconds: float) -> bool:
         """Wait ``seconds`` (less once ``stop`` is set); whether it is."""
@@ -273,15 +379,13 @@ async def consume(
             await asyncio.sleep(min(left, 0.1))
         return _set(stop)
 
-    starting = OutageGate(
-        consumer_name or durable, hooks=readiness.inbox.hooks, sleep=stopped_within
-    )
+    starting = OutageGate(consumer_name, hooks=readiness.inbox.hooks, sleep=stopped_within)
     if not await readiness.start_async(starting):
         return 0
-    config = consumer_config(durable, filter_subject=filter_subject, ack_wait=ack_wait)
+    config = consumer_config(durable, filter_subject=consumer.filter_subject, ack_wait=ack_wait)
     info = await ensure_consumer(js, stream, config)
     subscription = await js.pull_subscribe_bind(durable=durable, stream=stream)
-    delay = retry_delay or backoff()
+    delay = consumer.retry_delay or backoff()
     reconnects = Reconnects(f"JetStream consumer {stream}/{durable}")
     unsettled: list[Msg] = []
 
@@ -290,7 +394,7 @@ async def consume(
             await msg.in_progress()
 
     gate = OutageGate(
-        consumer_name or durable,
+        consumer_name,
         hooks=readiness.inbox.hooks,
         sleep=stopped_within,
         keep_alive=keep_alive,
@@ -302,9 +406,9 @@ async def consume(
             msg,
             delivery,
             js=js,
-            dead_letter_subject=dead_letter_subject,
+            dead_letter_subject=consumer.dead_letter_subject,
             retry_delay=delay,
-            ack_timeout=ack_timeout,
+            ack_timeout=consumer.ack_timeout,
         )
 
     async def settle(delivery: Delivery, settler: JetStreamSettler) -> int:
@@ -314,12 +418,12 @@ async def consume(
             await process_async(
                 delivery,
                 settler,
-                session_factory=session_factory,
+                session_factory=consumer.session_factory,
                 inbox=readiness.inbox,
-                consumer_name=consumer_name or durable,
-                handler=handler,
-                max_deliveries=max_deliveries,
-                on_settled=on_settled,
+                consumer_name=consumer_name,
+                handler=consumer.handler,
+                max_deliveries=consumer.max_deliveries,
+                on_settled=consumer.on_settled,
                 outage=gate,
             )
         except nats.errors.Error as exc:
@@ -352,7 +456,7 @@ async def consume(
     try:
         while not _set(stop):
             try:
-                msgs = await _fetch(subscription, batch, fetch_timeout)
+                msgs = await _fetch(subscription, batch, consumer.fetch_timeout)
                 if not msgs and reconnecting(js):
                     raise nats.errors.ConnectionReconnectingError
                 reconnects.connected()
@@ -372,133 +476,6 @@ async def consume(
     return settled
 
 
-async def check(
-    *,
-    session_factory: Callable[[], AsyncSession],
-    inbox: Inbox | Any,
-    handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
-) -> None:
-    """The readiness check :func:`consume` runs before it fetches, for a health endpoint:
-    the objects (as :func:`consume` checks them), the inbox table exists, the session
-    factory makes AsyncSessions, the engine is not autocommit. Returns None or raises.
-
-    :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`.
-    """
-    readiness = check_consumer(
-        "sa_inbox.brokers.nats.check()",
-        session_factory=session_factory,
-        inbox=inbox,
-        handler=handler,
-        consumer_name=None,
-        max_deliveries=DEFAULT_MAX_DELIVERIES,
-        asynchronous=True,
-    )
-    await readiness.check_async()
-
-
-class AsyncConsumer:
-    """:func:`consume` as an object, shaped as the other brokers' ``AsyncConsumer``: made
-    (and checked) first, then :meth:`run` until :meth:`stop`.
-
-    Example::
-
-        consumer = AsyncConsumer(
-            js, "PAYMENTS", "billing",
-            session_factory=async_sessionmaker(engine), inbox=inbox, handler=apply,
-            dead_letter_subject="payments.dead",
-        )
-        await consumer.run()  # until consumer.stop()
-
-    The parameters are :func:`consume`'s (all but ``stop``, which :meth:`run` takes), with
-    the same defaults and rules; :meth:`run` awaits :func:`consume` with them, so
-    everything :func:`consume` says (the two layers of dedup, stopping, outages and
-    reconnects) holds here.
-
-    :raises ConfigurationError: when made, before any request or SQL: what :func:`consume`
-        refuses before its first request (objects of the wrong kind or half, see
-        :func:`sa_inbox.brokers.startup.check_consumer`; an empty ``key_header`` or an
-        invalid ``max_keyless``, :class:`~sa_inbox.exc.InvalidArgument`).
-    """
-
-    def __init__(
-        self,
-        js: JetStreamContext,
-        stream: str,
-        durable: str,
-        *,
-        session_factory: Callable[[], AsyncSession],
-        inbox: Inbox | Any,
-        handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
-        dead_letter_subject: str,
-        consumer_name: str | None = None,
-        filter_subject: str | None = None,
-        key_header: str = DEFAULT_KEY_HEADER,
-        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
-        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
-        ack_wait: float = DEFAULT_ACK_WAIT,
-        retry_delay: RetryDelay | None = None,
-        batch: int = DEFAULT_BATCH,
-        fetch_timeout: float = DEFAULT_FETCH_TIMEOUT,
-        ack_timeout: float = DEFAULT_ACK_TIMEOUT,
-        on_settled: Callable[[Settlement], Any] | None = None,
-    ) -> None:
-        self.readiness, _ = _checked(
-            "sa_inbox.brokers.nats.AsyncConsumer()",
-            session_factory=session_factory,
-            inbox=inbox,
-            handler=handler,
-            consumer_name=consumer_name or durable,
-            max_deliveries=max_deliveries,
-            key_header=key_header,
-            max_keyless=max_keyless,
-        )
-        self.js = js
-        self.stream = stream
-        self.durable = durable
-        self._options: dict[str, Any] = {
-            "session_factory": session_factory,
-            "inbox": inbox,
-            "handler": handler,
-            "dead_letter_subject": dead_letter_subject,
-            "consumer_name": consumer_name,
-            "filter_subject": filter_subject,
-            "key_header": key_header,
-            "max_deliveries": max_deliveries,
-            "max_keyless": max_keyless,
-            "ack_wait": ack_wait,
-            "retry_delay": retry_delay,
-            "batch": batch,
-            "fetch_timeout": fetch_timeout,
-            "ack_timeout": ack_timeout,
-            "on_settled": on_settled,
-        }
-        self._stop = _Stop()
-
-    async def check(self) -> None:
-        """The readiness check :meth:`run` makes first (the inbox table exists, the session
-        factory makes AsyncSessions, the engine is not autocommit, the handler fits, the
-        consumer name's owner); returns None or raises, for a health endpoint.
-
-        :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`.
-        """
-        await self.readiness.check_async()
-
-    def stop(self) -> None:
-        """Ask :meth:`run` to return after the batch in hand (from the event loop's thread)."""
-        self._stop.stopped = True
-
-    async def run(self, stop: StopFlag | None = None) -> int:
-        """Await :func:`consume` until :meth:`stop` is called or ``stop`` (an
-        :class:`asyncio.Event`, or a :class:`threading.Event`) is set.
-
-        :param stop: a flag to stop on, besides :meth:`stop`.
-        :returns: the number of messages settled.
-        :raises: as :func:`consume` (which names itself in its messages).
-        """
-        self._stop.extra = stop
-        return await consume(self.js, self.stream, self.durable, stop=self._stop, **self._options)
-
-
 class _Stop:
     """:class:`AsyncConsumer`'s stop flag: its :meth:`~AsyncConsumer.stop`, or the flag
     given to :meth:`~AsyncConsumer.run`."""
@@ -509,35 +486,6 @@ class _Stop:
 
     def is_set(self) -> bool:
         return self.stopped or _set(self.extra)
-
-
-def _checked(
-    entry: str,
-    *,
-    session_factory: object,
-    inbox: object,
-    handler: object,
-    consumer_name: str,
-    max_deliveries: int,
-    key_header: str,
-    max_keyless: int | None,
-) -> tuple[Readiness, KeylessStreak]:
-    """What :func:`consume` and :class:`AsyncConsumer` refuse before any request or SQL; the
-    consumer's readiness check and its streak of keyless messages otherwise."""
-    readiness = check_consumer(
-        entry,
-        session_factory=session_factory,
-        inbox=inbox,
-        handler=handler,
-        consumer_name=consumer_name,
-        max_deliveries=max_deliveries,
-        asynchronous=True,
-    )
-    streak = KeylessStreak(
-        check_key_name(key_header, "key_header", entry=entry),
-        check_max_keyless(max_keyless, entry=entry),
-    )
-    return readiness, streak
 
 
 def _set(stop: StopFlag | None) -> bool:

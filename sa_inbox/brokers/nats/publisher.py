@@ -44,7 +44,7 @@ class AsyncPublisher:
 
     The subject is ``message.destination``; the headers are the outbox headers plus
     ``Nats-Msg-Id`` and ``key_header`` (the same header by default), both the outbox's
-    ``message_id``, the key :func:`sa_inbox.brokers.nats.consume` deduplicates on.
+    ``message_id``, the key :class:`sa_inbox.brokers.nats.AsyncConsumer` deduplicates on.
 
     The caller owns the connection, and nats-py closes it for good after
     ``max_reconnect_attempts`` (60, 2 s apart, by default): connect with

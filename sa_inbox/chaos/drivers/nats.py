@@ -43,8 +43,8 @@ with optional_dependencies(__name__, "nats", "nats", "greenlet"):
     from ...brokers.nats import (
         DEAD_LETTER_MESSAGE_ID,
         DEFAULT_KEY_HEADER,
+        AsyncConsumer,
         backoff,
-        consume,
         consumer_config,
         ensure_consumer,
     )
@@ -122,7 +122,7 @@ class Driver(ChaosDriver):
         asyncio.run(self._publish(name, messages))
 
     def run_consumer(self, name: str, consumption: Consumption, stop: threading.Event) -> None:
-        """:func:`sa_inbox.brokers.nats.consume` until ``stop`` is set (see the module)."""
+        """:class:`sa_inbox.brokers.nats.AsyncConsumer` until ``stop`` is set (see the module)."""
         engine = async_engine_for(consumption.session_factory)
         handler = consumption.handler
 
@@ -132,7 +132,7 @@ class Driver(ChaosDriver):
         async def run() -> None:
             try:
                 async with self._jetstream() as js:
-                    await consume(
+                    await AsyncConsumer(
                         js,
                         name,
                         _durable(name),
@@ -146,9 +146,8 @@ class Driver(ChaosDriver):
                         ack_wait=self.ack_wait,
                         retry_delay=backoff(0.1, 1.0),
                         fetch_timeout=0.5,
-                        stop=stop,
                         on_settled=consumption.on_settled,
-                    )
+                    ).run(stop)
             finally:
                 await engine.dispose()
 

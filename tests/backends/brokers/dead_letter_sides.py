@@ -234,7 +234,7 @@ class Redis(Side):
 
 class Nats(Side):
     """A stream (subject ``<token>.pay``) and a dead-letter stream (``<token>.dead``), the
-    adapter's ``consume``. The stream's ``duplicate_window`` is short, so a replayed
+    adapter's ``AsyncConsumer``. The stream's ``duplicate_window`` is short, so a replayed
     message's ``Nats-Msg-Id`` is not dropped as a duplicate of the original publish."""
 
     broker = "nats"
@@ -289,7 +289,7 @@ class Nats(Side):
     def consume(
         self, app: App, inbox: Inbox, handler: Payments, settlements: int
     ) -> list[Settlement]:
-        from sa_inbox.brokers.nats import backoff, consume
+        from sa_inbox.brokers.nats import AsyncConsumer, backoff
 
         async def main() -> list[Settlement]:
             nc, js = await self._js()
@@ -298,7 +298,7 @@ class Nats(Side):
             seen: list[Settlement] = []
             try:
                 await asyncio.wait_for(
-                    consume(
+                    AsyncConsumer(
                         js,
                         self.stream,
                         self.durable,
@@ -311,9 +311,8 @@ class Nats(Side):
                         ack_wait=2.0,
                         retry_delay=backoff(0.05, 0.2),
                         fetch_timeout=0.3,
-                        stop=stop,
                         on_settled=_until(seen, settlements, stop.set),
-                    ),
+                    ).run(stop),
                     RUN_TIMEOUT,
                 )
             finally:

@@ -17,7 +17,7 @@ from nats.js.api import ConsumerInfo
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
 from sa_inbox.brokers import Delivery, Settlement
-from sa_inbox.brokers.nats import backoff, consume
+from sa_inbox.brokers.nats import AsyncConsumer, backoff
 from tests.support.app import CONSUMER, App
 
 #: Seconds JetStream waits for an ack in these tests (a killed consumer's message returns).
@@ -103,7 +103,8 @@ async def run_consumer(
     timeout: float = 20.0,
     **kw: Any,
 ) -> list[Settlement]:
-    """Runs :func:`consume` until ``settlements`` messages are settled (or ``timeout``)."""
+    """Runs an :class:`AsyncConsumer` until ``settlements`` messages are settled (or
+    ``timeout``)."""
     engine = create_async_engine(async_url)
     seen: list[Settlement] = []
     stop = asyncio.Event()
@@ -123,7 +124,7 @@ async def run_consumer(
     }
     try:
         await asyncio.wait_for(
-            consume(
+            AsyncConsumer(
                 js,
                 names.stream,
                 names.durable,
@@ -131,10 +132,9 @@ async def run_consumer(
                 inbox=app.inbox,
                 handler=handler or pay(app),
                 dead_letter_subject=names.dead_subject,
-                stop=stop,
                 on_settled=on_settled,
                 **options,
-            ),
+            ).run(stop),
             timeout,
         )
     finally:

@@ -26,7 +26,7 @@ import redis.asyncio
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
-from sa_inbox.brokers.nats import consume
+from sa_inbox.brokers.nats import AsyncConsumer as NatsConsumer
 from sa_inbox.brokers.rabbitmq import AsyncConsumer, Consumer
 from sa_inbox.brokers.redis import AsyncConsumer as AsyncRedisConsumer
 from sa_inbox.brokers.redis import Consumer as RedisConsumer
@@ -368,7 +368,7 @@ async def nats_run(
 
     try:
         await asyncio.wait_for(
-            consume(
+            NatsConsumer(
                 js,
                 names.stream,
                 names.durable,
@@ -380,9 +380,8 @@ async def nats_run(
                 key_header=key_header,
                 max_keyless=MAX_KEYLESS,
                 fetch_timeout=0.3,
-                stop=stop,
                 on_settled=on_settled,
-            ),
+            ).run(stop),
             20,
         )
         # +TERM is not confirmed (nats-py sends it without a reply): wait for the server

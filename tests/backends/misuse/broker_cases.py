@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -444,17 +445,17 @@ async def _nats_consume(
             await check(**objects)
             return
         stop = asyncio.Event()
-        await asyncio.wait_for(
-            consume(
+        with warnings.catch_warnings():  # deprecated: still refuses what AsyncConsumer does
+            warnings.simplefilter("ignore", DeprecationWarning)
+            consuming = consume(
                 js,
                 f"misuse_{token}",
                 "billing",
                 stop=stop,
                 on_settled=lambda _: stop.set(),
                 **options,
-            ),
-            DEADLINE,
-        )
+            )
+            await asyncio.wait_for(consuming, DEADLINE)
     finally:
         await nc.close()
 
