@@ -21,8 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from ..._optional import optional_dependencies
-from ...brokers import Delivery, Settlement
 from ...claim import Inbox
+from . import ChaosDriver, Consumption
 
 with optional_dependencies(__name__, "kafka", "confluent_kafka"):
     from confluent_kafka import Consumer as KafkaConsumer
@@ -63,7 +63,7 @@ def bootstrap_servers(url: str) -> str:
     return url.split("://", 1)[1].rstrip("/")
 
 
-class Driver:
+class Driver(ChaosDriver):
     """The :class:`~sa_inbox.chaos.drivers.ChaosDriver` for ``kafka://`` URLs.
 
     :param url: ``kafka://host:port`` (one bootstrap server).
@@ -110,32 +110,16 @@ class Driver:
         if failed:
             raise KafkaException(failed[0])
 
-    def consume(
-        self,
-        name: str,
-        *,
-        session_factory: Callable[[], Session],
-        inbox: Inbox,
-        consumer_name: str,
-        handler: Callable[[Session, Delivery], object],
-        max_deliveries: int,
-        on_settled: Callable[[Settlement], Any],
-        stop: threading.Event,
-    ) -> None:
+    def run_consumer(self, name: str, consumption: Consumption, stop: threading.Event) -> None:
         """Run a :class:`~sa_inbox.brokers.kafka.Consumer` of ``<name>-group`` until
         ``stop`` is set, the adapter's tables created first if missing
         (:func:`ensure_tables`)."""
-        ensure_tables(session_factory, inbox)
+        ensure_tables(consumption.session_factory, consumption.inbox)
         Consumer(
             name,
             bootstrap_servers=self.servers,
             group_id=_group(name),
-            consumer_name=consumer_name,
-            session_factory=session_factory,
-            inbox=inbox,
-            handler=handler,
-            max_deliveries=max_deliveries,
-            on_settled=on_settled,
+            **consumption.adapter_options(),
             poll_timeout=0.5,
             max_records=MAX_RECORDS,
             config={

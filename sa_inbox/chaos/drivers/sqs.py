@@ -12,15 +12,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from itertools import islice
-from typing import Any
-
-from sqlalchemy.orm import Session
 
 from ..._optional import optional_dependencies
-from ...brokers import Delivery, Settlement
-from ...claim import Inbox
+from . import ChaosDriver, Consumption
 
 with optional_dependencies(__name__, "sqs", "boto3"):
     import boto3
@@ -42,7 +38,7 @@ MAX_BACKLOG = 100
 BACKLOG_EVERY = 20
 
 
-class Driver:
+class Driver(ChaosDriver):
     """The :class:`~sa_inbox.chaos.drivers.ChaosDriver` for ``sqs://`` URLs.
 
     :param url: an ``sqs://`` URL (:mod:`sa_inbox.brokers.sqs.url`).
@@ -105,29 +101,13 @@ class Driver:
         )["Attributes"]
         return sum(int(v) for v in attributes.values())
 
-    def consume(
-        self,
-        name: str,
-        *,
-        session_factory: Callable[[], Session],
-        inbox: Inbox,
-        consumer_name: str,
-        handler: Callable[[Session, Delivery], object],
-        max_deliveries: int,
-        on_settled: Callable[[Settlement], Any],
-        stop: threading.Event,
-    ) -> None:
+    def run_consumer(self, name: str, consumption: Consumption, stop: threading.Event) -> None:
         """Run a :class:`Consumer` of ``name`` until ``stop`` is set."""
         Consumer(
             self.client,
             name,
-            consumer_name=consumer_name,
-            session_factory=session_factory,
-            inbox=inbox,
-            handler=handler,
+            **consumption.adapter_options(),
             dead_letter_queue=dead_letter_queue(name),
-            max_deliveries=max_deliveries,
-            on_settled=on_settled,
             visibility_timeout=VISIBILITY_TIMEOUT,
             batch_size=BATCH_SIZE,
             wait_time=1,
