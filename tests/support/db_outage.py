@@ -70,6 +70,9 @@ URL_VARIABLES = {"postgresql": "SA_INBOX_TEST_POSTGRESQL_URL", "mysql": "SA_INBO
 #: Seconds a lane's entry / message stays unacked before the broker may hand it out again
 #: (Redis visibility timeout, JetStream ack_wait): short, so that a lost settlement shows.
 LEASE = 3.0
+#: The SQS lanes' visibility timeout: their heartbeat sets it again each third of it, and
+#: each of those calls goes through moto, which a busy machine slows by seconds.
+SQS_LEASE = LEASE * 2
 #: A generous bound on one delivery's round trip here (claim, change, commit, ack), in
 #: seconds: the drain after the restart is bounded by it times the messages of a lane.
 PER_MESSAGE = 0.1
@@ -816,8 +819,8 @@ class RelayLane(Lane):
 
 class SqsLane(Lane):
     """The boto3 :class:`~sa_inbox.brokers.sqs.Consumer` on the live moto server, its queue
-    hiding a received message :data:`LEASE` seconds (the heartbeat and the outage gate keep
-    it hidden while held), its own dead-letter queue.
+    hiding a received message :data:`SQS_LEASE` seconds (the heartbeat and the outage gate
+    keep it hidden while held), its own dead-letter queue.
 
     For a server restart (:meth:`make_queues` again: moto keeps queues in memory) and a
     message in flight through it: :attr:`paused` makes publishes fail (attempted, not
@@ -849,7 +852,7 @@ class SqsLane(Lane):
     def make_queues(self) -> None:
         """Create the queue and its dead-letter queue (again, after a restart)."""
         self.client.create_queue(QueueName=self.dead)
-        attributes = {"VisibilityTimeout": str(int(LEASE))}
+        attributes = {"VisibilityTimeout": str(int(SQS_LEASE))}
         self.url = self.client.create_queue(QueueName=self.token, Attributes=attributes)["QueueUrl"]
 
     def count(self, *attributes: str) -> int:
@@ -870,7 +873,7 @@ class SqsLane(Lane):
             "consumer_name": self.consumer_name,
             "inbox": self.ledger.inbox,
             "dead_letter_queue": self.dead,
-            "visibility_timeout": int(LEASE),
+            "visibility_timeout": int(SQS_LEASE),
             "wait_time": 1,
             "on_settled": self.settled,
         }
