@@ -48,11 +48,11 @@ def test_the_readme_kafka_and_sqs_consumers_are_the_adapters_own() -> None:
     import ast
     import inspect
 
-    from sa_inbox.brokers.kafka import AsyncConsumer as KafkaConsumer
+    from sa_inbox.brokers.kafka import Consumer as KafkaConsumer
     from sa_inbox.brokers.sqs import Consumer as SqsConsumer
 
     block = re.findall(r"^```python\n(.*?)^```$", README.read_text(), re.MULTILINE | re.DOTALL)[2]
-    compile(block, "README.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    compile(block, "README.md", "exec")
     tree = ast.parse(block)
     classes = {"KafkaConsumer": KafkaConsumer, "SqsConsumer": SqsConsumer}
     made = [
