@@ -118,3 +118,13 @@ def test_the_nats_consume_function_is_deprecated_for_the_async_consumer(
         pytest.raises(InvalidArgument, match=r"nats\.AsyncConsumer\(\)"),
     ):
         asyncio.run(consume(NoJetStream(), "PAYMENTS", "billing", **bad))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("stream", "durable"), [("", "billing"), ("PAYMENTS", ""), (7, "billing")])
+def test_the_nats_async_consumer_refuses_an_empty_stream_or_durable_name(
+    consumer_kw: dict[str, Any], stream: Any, durable: Any
+) -> None:
+    from sa_inbox.brokers.nats import AsyncConsumer
+
+    with pytest.raises(InvalidArgument, match=r"nats\.AsyncConsumer\(\): (stream|durable) must"):
+        AsyncConsumer(NoJetStream(), stream, durable, **consumer_kw)  # type: ignore[arg-type]

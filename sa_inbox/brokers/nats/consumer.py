@@ -22,7 +22,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from ...claim import Inbox
-from ...exc import ConfigurationError, DatabaseUnavailable, MissingKeyHeader
+from ...exc import ConfigurationError, DatabaseUnavailable, InvalidArgument, MissingKeyHeader
 from ...outage import OutageGate
 from ..delivery import Delivery, Settlement
 from ..keys import (
@@ -316,6 +316,9 @@ class AsyncConsumer:
         on_settled: Callable[[Settlement], Any] | None = None,
     ) -> None:
         entry = "sa_inbox.brokers.nats.AsyncConsumer()"
+        for name, value in (("stream", stream), ("durable", durable)):
+            if not isinstance(value, str) or not value:
+                raise InvalidArgument(f"{entry}: {name} must be a non-empty string, not {value!r}")
         self.consumer_name = consumer_name or durable
         self.readiness = check_consumer(
             entry,
