@@ -49,6 +49,7 @@ def test_a_signal_while_the_stop_lock_is_held_stops_and_restores_the_handler() -
         (lambda: None, (signal.SIGKILL,)),
         (lambda: None, (signal.SIGTERM, signal.SIGSTOP)),
         (lambda: None, (True,)),
+        (lambda: None, (15.0,)),
         (lambda: None, 15),
     ],
 )
@@ -90,6 +91,13 @@ def test_a_stop_that_raises_is_logged_and_the_next_signal_still_stops() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["2"]
     assert "RuntimeError: stop failed" in done.stderr
+
+
+def test_what_it_cannot_serve_is_refused_when_called_not_only_when_entered() -> None:
+    with pytest.raises(InvalidArgument):
+        stop_on_signals(42)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument):
+        stop_on_signals(lambda: None, [signal.SIGKILL])
 
 
 def test_outside_the_main_thread_it_is_refused() -> None:
