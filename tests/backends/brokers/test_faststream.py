@@ -173,10 +173,14 @@ class Nats:
         await self.nc.close()
 
     async def _left(self) -> int:
+        """Messages not acked: those delivered and unacked plus those past the consumer's
+        delivered sequence, read from the consumer's state rather than ``num_pending``, a
+        running count the server keeps apart from it."""
         js = await self._js()
         info = await js.consumer_info(self.name, "d")
+        last = (await js.stream_info(self.name)).state.last_seq
         await self.nc.close()
-        return int(info.num_pending + info.num_ack_pending)
+        return int(info.num_ack_pending + last - info.delivered.stream_seq)
 
     def left(self) -> int:
         return int(self._run(self._left()))
