@@ -853,7 +853,7 @@ spawn_rabbitmq() {
     # caller's stdout open (a pipe would never see its end).
     (cd "$rdir" && exec setsid env $env "$RABBITMQ_BIN/rabbitmq-server") \
         </dev/null >>"$rdir/server.log" 2>&1 &
-    env $env timeout 90 "$RABBITMQ_BIN/rabbitmqctl" wait --timeout 60 \
+    env $env timeout 150 "$RABBITMQ_BIN/rabbitmqctl" wait --timeout 120 \
         "$rdir/rabbitmq.pid" >>"$rdir/server.log" 2>&1
 }
 

@@ -986,7 +986,14 @@ LANE_TYPES: dict[str, type[Lane]] = {
 
 
 def servers_sh(*args: str) -> None:
-    subprocess.run([str(SERVERS_SH), *args], check=True, capture_output=True, timeout=300)
+    """Runs ``scripts/servers.sh ARGS``; on a failure its output (the server's log tail that
+    it prints) is in the AssertionError."""
+    done = subprocess.run(
+        [str(SERVERS_SH), *args], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, (
+        f"servers.sh {' '.join(args)} exited {done.returncode}:\n{done.stderr[-4000:]}"
+    )
 
 
 RABBITMQCTL = Path("/usr/lib/rabbitmq/bin/rabbitmqctl")
