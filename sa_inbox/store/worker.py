@@ -321,20 +321,28 @@ class Worker:
                 abandoned=self._abandoned_due(now),
             )
         except Exception as exc:
-            if not self.store.is_transient(exc):
+            if not self._skipped_transient(exc, "lease", "retrying"):
                 raise
-            logger.info(
-                "lease aborted by a transient database error, retrying: %s",
-                exc,
-                extra={"action": "lease", "error": str(exc)},
-            )
-            self.count("transient_retries")
             return None
         if batch:
             logger.debug("leased", extra={"action": "lease", "token": token, "count": len(batch)})
             if self.on_lease is not None:
                 self._call_hook("on_lease", self.on_lease, token, batch)
         return batch
+
+    def _skipped_transient(self, exc: Exception, action: str, then: str) -> bool:
+        """Whether ``exc`` is a transient database error (the store's ``is_transient``) that
+        aborted ``action`` (``"lease"``, ``"reap"``); if so it is logged, with what happens
+        ``then``, and counted in ``transient_retries``."""
+        if not self.store.is_transient(exc):
+            return False
+        logger.info(
+            f"{action} aborted by a transient database error, {then}: %s",
+            exc,
+            extra={"action": action, "error": str(exc)},
+        )
+        self.count("transient_retries")
+        return True
 
     def _abandoned_due(self, now: datetime.datetime) -> bool:
         """Whether the lease at ``now`` looks for abandoned leases too (see
@@ -557,14 +565,8 @@ class Worker:
                 now=self.clock(),
             )
         except Exception as exc:
-            if not self.store.is_transient(exc):
+            if not self._skipped_transient(exc, "reap", "reaping next time"):
                 raise
-            logger.info(
-                "reap aborted by a transient database error, reaping next time: %s",
-                exc,
-                extra={"action": "reap", "error": str(exc)},
-            )
-            self.count("transient_retries")
             return
         if result.released or result.dead:
             logger.info(
