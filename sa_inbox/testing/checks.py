@@ -13,7 +13,7 @@ balance of an account of its own), the same for every message.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..exc import InvalidArgument
 from .child import ChildReport, can_fork
@@ -415,17 +415,39 @@ def _forked(report: Report, check: str, child: ChildReport, point: str) -> bool:
     return False
 
 
+class _Crash(NamedTuple):
+    """A new message's first delivery, run in a child process killed at a point."""
+
+    message: Message
+    before: Any
+    first: BrokerDelivery
+    child: ChildReport
+
+
+async def _crash(run: Run, report: Report, check: str, point: str) -> _Crash | None:
+    """Deliver a new message in a child process SIGKILLed at ``point`` (``"ack"``,
+    ``"commit"``: :meth:`Run.fork`); ``None``, with ``check`` skipped, where nothing can
+    fork (no :func:`os.fork`).
+
+    :raises InvalidArgument: from :func:`fresh`.
+    """
+    if not can_fork():
+        report.skip(check, "needs os.fork and SIGKILL (POSIX)")
+        return None
+    message = run.new_message()
+    before = await fresh(run, message)
+    first = run.broker.first(message)
+    return _Crash(message, before, first, await run.fork(first, crash=point, before=before))
+
+
 async def check_crash_after_commit(run: Run, report: Report) -> None:
     """A child process applies a message and is SIGKILLed at its ack, after the commit;
     the broker's redelivery must change nothing and be acked."""
     check = "crash_after_commit"
-    if not can_fork():
-        report.skip(check, "needs os.fork and SIGKILL (POSIX)")
+    crash = await _crash(run, report, check, "ack")
+    if crash is None:
         return
-    message = run.new_message()
-    before = await fresh(run, message)
-    first = run.broker.first(message)
-    child = await run.fork(first, crash="ack", before=before)
+    message, before, first, child = crash
     if not _forked(report, check, child, "ack"):
         return
     at = child.last("at") or {}
@@ -483,13 +505,10 @@ async def check_crash_before_commit(run: Run, report: Report, outbound: bool) ->
     database: nothing of it may survive, the redelivery applies it once, and an outbound
     call made twice must carry the same idempotency key both times."""
     check = "crash_before_commit"
-    if not can_fork():
-        report.skip(check, "needs os.fork and SIGKILL (POSIX)")
+    crash = await _crash(run, report, check, "commit")
+    if crash is None:
         return
-    message = run.new_message()
-    before = await fresh(run, message)
-    first = run.broker.first(message)
-    child = await run.fork(first, crash="commit", before=before)
+    message, before, first, child = crash
     crashed = await run.read(message)
     at = child.last("at")
     for line in child.lines:
