@@ -89,6 +89,27 @@ def _readiness(adapter: Any) -> Any:
     return readiness
 
 
+def _profile(
+    adapter: Any,
+    readiness: Any,
+    source: str,
+    delivery: Callable[[BrokerDelivery], Delivery],
+    max_deliveries: int,
+) -> AdapterProfile:
+    """The profile of ``adapter`` (its :func:`_readiness`), which reads ``source`` (a
+    queue, a stream), maps deliveries with ``delivery`` and stops at ``max_deliveries``."""
+    return AdapterProfile(
+        f"{type(adapter).__name__} of {source}",
+        readiness.session_factory,
+        readiness.inbox,
+        readiness.consumer_name,
+        readiness.handler,
+        readiness.asynchronous,
+        delivery,
+        max_deliveries,
+    )
+
+
 def _rabbitmq(adapter: Any) -> AdapterProfile:
     """The RabbitMQ ``Consumer`` (pika) and ``AsyncConsumer`` (aio-pika): the ``message_id``
     property (or the ``key_header`` header), a quorum queue's ``x-delivery-count``."""
@@ -109,15 +130,8 @@ def _rabbitmq(adapter: Any) -> AdapterProfile:
             key_header=adapter.key_header,
         )
 
-    return AdapterProfile(
-        f"{type(adapter).__name__} of {adapter.queue}",
-        readiness.session_factory,
-        readiness.inbox,
-        readiness.consumer_name,
-        readiness.handler,
-        readiness.asynchronous,
-        delivery,
-        adapter.process_options["max_deliveries"],
+    return _profile(
+        adapter, readiness, adapter.queue, delivery, adapter.process_options["max_deliveries"]
     )
 
 
@@ -138,16 +152,7 @@ def _redis(adapter: Any) -> AdapterProfile:
         fields[settings.body_field] = bd.body
         return to_delivery(Entry(bd.entry_id, fields, bd.delivery_count), settings)
 
-    return AdapterProfile(
-        f"{type(adapter).__name__} of {settings.stream}",
-        readiness.session_factory,
-        readiness.inbox,
-        readiness.consumer_name,
-        readiness.handler,
-        readiness.asynchronous,
-        delivery,
-        settings.max_deliveries,
-    )
+    return _profile(adapter, readiness, settings.stream, delivery, settings.max_deliveries)
 
 
 register_adapter("sa_inbox.brokers.rabbitmq.consumer.QueueConsumer", _rabbitmq)
