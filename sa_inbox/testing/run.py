@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -97,6 +98,19 @@ async def _dispose(session_factory: Any) -> None:
     engine = kw.get("bind") if isinstance(kw, dict) else None
     if engine is not None:
         await engine.dispose()
+
+
+@contextmanager
+def _watching(watch: Watch) -> Iterator[None]:
+    """Make ``watch`` the delivery's :data:`~.observe.CURRENT` watch for the block; after
+    it, however it ends, let the next delivery through ``watch``'s gate."""
+    token = CURRENT.set(watch)
+    try:
+        yield
+    finally:
+        CURRENT.reset(token)
+        if watch.gate is not None:
+            watch.gate.end(watch)
 
 
 class Run:
@@ -252,18 +266,14 @@ class Run:
     def _work(
         self, delivery: BrokerDelivery, watch: Watch, ack: Callable[[], None]
     ) -> tuple[Settled, list[str]]:
-        token = CURRENT.set(watch)
         threads = set(threading.enumerate())
-        try:
-            settled = self.target.deliver(delivery, ack)
-        except ConfigurationError:
-            raise
-        except Exception as exc:
-            settled = Settled("raised", exc)
-        finally:
-            CURRENT.reset(token)
-            if watch.gate is not None:
-                watch.gate.end(watch)
+        with _watching(watch):
+            try:
+                settled = self.target.deliver(delivery, ack)
+            except ConfigurationError:
+                raise
+            except Exception as exc:
+                settled = Settled("raised", exc)
         left = [
             thread.name
             for thread in set(threading.enumerate()) - threads
@@ -274,18 +284,14 @@ class Run:
     async def _work_async(
         self, delivery: BrokerDelivery, watch: Watch, ack: Callable[[], Awaitable[None]]
     ) -> tuple[Settled, list[str]]:
-        token = CURRENT.set(watch)
         tasks = asyncio.all_tasks()
-        try:
-            settled = await self.target.deliver_async(delivery, ack)
-        except ConfigurationError:
-            raise
-        except Exception as exc:
-            settled = Settled("raised", exc)
-        finally:
-            CURRENT.reset(token)
-            if watch.gate is not None:
-                watch.gate.end(watch)
+        with _watching(watch):
+            try:
+                settled = await self.target.deliver_async(delivery, ack)
+            except ConfigurationError:
+                raise
+            except Exception as exc:
+                settled = Settled("raised", exc)
         current = asyncio.current_task()
         left = [
             task.get_name()
