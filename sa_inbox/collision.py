@@ -37,7 +37,7 @@ from sqlalchemy.engine import Connection
 
 from .checks import check_metadata
 from .exc import InvalidArgument, MessageIdCollision
-from .schema import PAYLOAD_HASH, TIMESTAMP_TZ, key_type
+from .schema import PAYLOAD_HASH, TIMESTAMP_TZ, identity_column, key_type
 
 __all__ = [
     "COLLISIONS_TABLE",
@@ -122,12 +122,7 @@ def collisions_table(metadata: sa.MetaData, *, schema: str | None = None) -> sa.
     return sa.Table(
         COLLISIONS_TABLE,
         metadata,
-        sa.Column(
-            "id",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            sa.Identity(),
-            primary_key=True,
-        ),
+        identity_column(),
         sa.Column("source", sa.String(255), nullable=False),
         sa.Column("message_id", key_type(255), nullable=False),
         sa.Column("consumer_name", key_type(255), nullable=False),

@@ -31,6 +31,7 @@ __all__ = [
     "CurrentTimestamp",
     "InboxMessageMixin",
     "claim_columns",
+    "identity_column",
     "insert_columns",
     "key_type",
     "processed_messages_table",
@@ -104,6 +105,17 @@ RECEIVED_NOW = CurrentTimestamp()
 #: The BLOB and TEXT Types"), so that is what the MetaData says there: Alembic's type
 #: comparison then finds the reflected column equal and ``alembic check`` stays clean.
 PAYLOAD_HASH = sa.LargeBinary(64).with_variant(mysql.TINYBLOB(), "mysql", "mariadb")
+
+
+def identity_column() -> sa.Column[int]:
+    """``id``: the table's primary key, a ``BIGINT`` identity (``INTEGER`` on SQLite, whose
+    ``INTEGER PRIMARY KEY`` alone is the rowid alias)."""
+    return sa.Column(
+        "id",
+        sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+        sa.Identity(),
+        primary_key=True,
+    )
 
 
 def key_type(length: int) -> sa.types.TypeEngine[str]:

@@ -22,8 +22,8 @@ from sqlalchemy.engine import Dialect
 
 from ..checks import check_metadata
 from ..exc import InvalidTable
-from ..schema import key_type
-from ..store.schema import UTCDateTime
+from ..schema import identity_column, key_type
+from ..store.schema import lease_columns
 from ..validation import positive_int
 
 __all__ = [
@@ -112,24 +112,12 @@ def outbox_table(
         )
     statuses = ", ".join(f"'{status}'" for status in STATUSES)
     columns: list[Any] = [
-        sa.Column(
-            "id",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            sa.Identity(),
-            primary_key=True,
-        ),
+        identity_column(),
         sa.Column("message_id", key_type(message_id_length), nullable=False),
         sa.Column("destination", key_type(255), nullable=False),
         sa.Column("headers", HEADERS, nullable=False),
         sa.Column("payload", PAYLOAD, nullable=False),
-        sa.Column("status", sa.String(16), nullable=False, server_default=PENDING),
-        sa.Column("created_at", UTCDateTime(), nullable=False),
-        sa.Column("available_at", UTCDateTime(), nullable=False),
-        sa.Column("claimed_at", UTCDateTime(), nullable=True),
-        sa.Column("claimed_by", sa.String(255), nullable=True),
-        sa.Column("attempts", sa.Integer(), nullable=False, server_default=sa.text("0")),
-        sa.Column("last_error", sa.Text(), nullable=True),
-        sa.Column("dispatched_at", UTCDateTime(), nullable=True),
+        *lease_columns("created_at", "dispatched_at"),
     ]
     return sa.Table(
         table_name,

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Dialect
 
 from ..checks import check_metadata
 from ..exc import InvalidArgument, InvalidTable
-from ..schema import DEFAULT_MESSAGE_ID_LENGTH, INSERT_COLUMNS_INFO, key_type
+from ..schema import DEFAULT_MESSAGE_ID_LENGTH, INSERT_COLUMNS_INFO, identity_column, key_type
 from ..validation import positive_int
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "SerialisedJSON",
     "UTCDateTime",
     "inbox_store_table",
+    "lease_columns",
     "utc_now",
 ]
 
@@ -139,6 +140,22 @@ class JSONText(sa.TypeDecorator[Any]):
 PAYLOAD = sa.JSON().with_variant(JSONText(), "oracle")
 
 
+def lease_columns(arrived: str, finished: str) -> list[sa.Column[Any]]:
+    """The columns of a leased row's state, in table order: ``status`` (``pending`` by
+    default), ``arrived`` (the arrival time's name), ``available_at``, ``claimed_at``,
+    ``claimed_by``, ``attempts``, ``last_error`` and ``finished`` (the end time's name)."""
+    return [
+        sa.Column("status", sa.String(16), nullable=False, server_default=PENDING),
+        sa.Column(arrived, UTCDateTime(), nullable=False),
+        sa.Column("available_at", UTCDateTime(), nullable=False),
+        sa.Column("claimed_at", UTCDateTime(), nullable=True),
+        sa.Column("claimed_by", sa.String(255), nullable=True),
+        sa.Column("attempts", sa.Integer(), nullable=False, server_default=sa.text("0")),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.Column(finished, UTCDateTime(), nullable=True),
+    ]
+
+
 def inbox_store_table(
     metadata: sa.MetaData,
     *,
@@ -173,25 +190,13 @@ def inbox_store_table(
     return sa.Table(
         table_name,
         metadata,
-        sa.Column(
-            "id",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            sa.Identity(),
-            primary_key=True,
-        ),
+        identity_column(),
         sa.Column("consumer_name", key_type(message_id_length), nullable=False),
         sa.Column("message_id", key_type(message_id_length), nullable=False),
         sa.Column("aggregate_id", key_type(255), nullable=True),
         sa.Column("message_type", sa.String(255), nullable=True),
         sa.Column("payload", PAYLOAD, nullable=False),
-        sa.Column("status", sa.String(16), nullable=False, server_default=PENDING),
-        sa.Column("received_at", UTCDateTime(), nullable=False),
-        sa.Column("available_at", UTCDateTime(), nullable=False),
-        sa.Column("claimed_at", UTCDateTime(), nullable=True),
-        sa.Column("claimed_by", sa.String(255), nullable=True),
-        sa.Column("attempts", sa.Integer(), nullable=False, server_default=sa.text("0")),
-        sa.Column("last_error", sa.Text(), nullable=True),
-        sa.Column("processed_at", UTCDateTime(), nullable=True),
+        *lease_columns("received_at", "processed_at"),
         sa.UniqueConstraint("message_id", "consumer_name", name=f"uq_{table_name}_message"),
         sa.CheckConstraint(f"status IN ({statuses})", name=f"ck_{table_name}_status"),
         sa.Index(f"ix_{table_name}_claim", "consumer_name", "status", "received_at", "id"),
