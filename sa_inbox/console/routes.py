@@ -41,6 +41,7 @@ from ..exc import DeadLetterQueueUnavailable, InvalidArgument
 from ..stats import DeadLetterFilter
 from ..store.schema import DEAD
 from . import queries
+from .security import RateLimiter
 from .settings import Console
 
 __all__ = ["endpoint", "routes"]
@@ -157,13 +158,27 @@ def _check_write(console: Console, user: str | None) -> None:
         raise HTTPException(403, "this console is read-only (start it with --allow-replay)")
     if user is None:
         raise HTTPException(401, "authentication required")
-    if not console.limiter.allow(user):
-        logger.warning(
-            "console replay refused: %s is over the rate limit",
-            user,
-            extra={"event": "console.replay.rate_limited", "user": user},
-        )
-        raise HTTPException(429, "too many replay requests: wait a minute")
+    _within_limit(console.limiter, user, "replay")
+
+
+#: Per rate-limited action: the log record's name for who asked, the warning's format (``%s``
+#: for who), the 429's detail.
+_LIMITED = {
+    "replay": ("user", "console replay refused: %s is over the rate limit", "replay requests"),
+    "login": ("client", "console login refused: too many attempts from %s", "login attempts"),
+}
+
+
+def _within_limit(limiter: RateLimiter, who: str, action: str) -> None:
+    """Count one ``action`` (a key of :data:`_LIMITED`) of ``who`` against ``limiter``.
+
+    :raises HTTPException: 429, logged, when ``who`` is over the limit.
+    """
+    if limiter.allow(who):
+        return
+    field, log, what = _LIMITED[action]
+    logger.warning(log, who, extra={"event": f"console.{action}.rate_limited", field: who})
+    raise HTTPException(429, f"too many {what}: wait a minute")
 
 
 def _unauthenticated(request: Request, visit: Visit) -> Response:
@@ -235,6 +250,20 @@ def _default(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return str(value)
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    """The request's body, a JSON object.
+
+    :raises InvalidArgument: if it is not one (not JSON, or another JSON value).
+    """
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise InvalidArgument("the body must be a JSON object") from exc
+    if not isinstance(body, dict):
+        raise InvalidArgument("the body must be a JSON object")
+    return body
 
 
 def _field(form: FormData | QueryParams, name: str) -> str | None:
@@ -503,12 +532,7 @@ async def replay_api(request: Request, visit: Visit) -> Response:
     """JSON body: ``source``, ``ids`` or filters (``group``, ``error``, ``from``,
     ``before``), ``status`` (default ``dead``; null: any replayable), ``dry_run``, ``yes``
     (confirm finished rows), ``expected`` (refuse with 409 unless the count is this)."""
-    try:
-        body = await request.json()
-    except ValueError as exc:
-        raise InvalidArgument("the body must be a JSON object") from exc
-    if not isinstance(body, dict):
-        raise InvalidArgument("the body must be a JSON object")
+    body = await _json_object(request)
     chosen = _replay_request(body)
     dry_run = body.get("dry_run", False) is True
     confirmed = body.get("yes", False) is True
@@ -632,12 +656,7 @@ async def broker_replay_page(request: Request, visit: Visit) -> Response:
 
 @endpoint(api=True, write=True)
 async def broker_replay_api(request: Request, visit: Visit) -> Response:
-    try:
-        body = await request.json()
-    except ValueError as exc:
-        raise InvalidArgument("the body must be a JSON object") from exc
-    if not isinstance(body, dict):
-        raise InvalidArgument("the body must be a JSON object")
+    body = await _json_object(request)
     params = QueryParams(
         {k: str(v) for k, v in body.items() if k in ("queue", "reason", "limit") and v is not None}
     )
@@ -658,13 +677,7 @@ async def login(request: Request, visit: Visit) -> Response:
     if request.method == "GET":
         return _page(request, visit, "login.html", {"failed": False, "next": target})
     client = request.client.host if request.client is not None else "unknown"
-    if not console.login_limiter.allow(client):
-        logger.warning(
-            "console login refused: too many attempts from %s",
-            client,
-            extra={"event": "console.login.rate_limited", "client": client},
-        )
-        raise HTTPException(429, "too many login attempts: wait a minute")
+    _within_limit(console.login_limiter, client, "login")
     form = await request.form()
     user = console.credentials.check_login(
         _field(form, "user") or "", _field(form, "password") or ""
