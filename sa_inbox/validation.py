@@ -37,6 +37,16 @@ def bool_flag(value: object, name: str) -> bool:
     return value
 
 
+def _int_from(value: object, least: int, rule: str, error: type[InboxError]) -> int:
+    """``value`` if it is an int >= ``least`` (``bool`` is refused).
+
+    :raises error: ``"<rule>, not <value>"`` otherwise.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise error(f"{rule}, not {value!r}")
+    return value
+
+
 def positive_int(value: object, name: str, error: type[InboxError]) -> int:
     """``value`` if it is an int > 0 (``bool`` is refused: ``True`` is not a count).
 
@@ -45,9 +55,7 @@ def positive_int(value: object, name: str, error: type[InboxError]) -> int:
         :class:`~sa_inbox.exc.InvalidArgument`).
     :raises error: otherwise.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise error(f"{name} must be a positive int, not {value!r}")
-    return value
+    return _int_from(value, 1, f"{name} must be a positive int", error)
 
 
 def non_negative_int(value: object, name: str, error: type[InboxError]) -> int:
@@ -57,9 +65,7 @@ def non_negative_int(value: object, name: str, error: type[InboxError]) -> int:
     :param error: the exception class the caller documents.
     :raises error: otherwise.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise error(f"{name} must be an int >= 0, not {value!r}")
-    return value
+    return _int_from(value, 0, f"{name} must be an int >= 0", error)
 
 
 def positive_seconds(value: object, name: str, error: type[InboxError]) -> float:
