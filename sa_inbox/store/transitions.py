@@ -37,7 +37,7 @@ from .protocol import (
     StoredMessage,
 )
 from .schema import DEAD, DEFAULT_CONSUMER, DONE, MAX_ERROR_LENGTH, PENDING, PROCESSING, REAP_BATCH
-from .values import aware, positive, seconds
+from .values import aware, lease_window, positive, seconds
 
 __all__ = ["StoreTransitions"]
 
@@ -94,15 +94,16 @@ class StoreTransitions(StoreBase):
             MySQL < 8.0.1, MariaDB < 10.6) or the backend is unknown.
         :raises InvalidArgument: for a bad ``limit``, timeout or ``max_attempts``.
         """
-        positive(limit, "limit")
-        positive(max_attempts, "max_attempts")
         when = aware(now)
+        token, stale_before = lease_window(
+            claimed_by, limit, max_attempts, visibility_timeout, when
+        )
         rows = self.leased_rows.lease(
             engine,
-            token=validate_key(claimed_by, "claimed_by", 255),
+            token=token,
             limit=limit,
             now=when,
-            stale_before=when - seconds(visibility_timeout, "visibility_timeout"),
+            stale_before=stale_before,
             max_attempts=max_attempts,
             group=self._consumer(consumer_name),
             ordered=ordered,

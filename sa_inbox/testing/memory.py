@@ -47,7 +47,8 @@ from ..store.schema import (
     STATUSES,
     utc_now,
 )
-from ..validation import positive_int, positive_seconds, validate_key
+from ..store.values import lease_window
+from ..validation import validate_key
 
 __all__ = ["MemoryRow", "MemoryStore"]
 
@@ -195,13 +196,11 @@ class MemoryStore:
             positive int, or a ``visibility_timeout`` that is not positive seconds.
         :raises InvalidMessageId: for an invalid ``claimed_by`` or ``consumer_name``.
         """
-        positive_int(limit, "limit", InvalidArgument)
-        positive_int(max_attempts, "max_attempts", InvalidArgument)
-        positive_seconds(visibility_timeout, "visibility_timeout", InvalidArgument)
-        claimed_by = validate_key(claimed_by, "claimed_by", 255)
+        claimed_by, stale_before = lease_window(
+            claimed_by, limit, max_attempts, visibility_timeout, now
+        )
         if consumer_name is not None:
             consumer_name = validate_key(consumer_name, "consumer_name", 255)
-        stale_before = now - datetime.timedelta(seconds=visibility_timeout)
         with self._lock:
             candidates = [
                 row
