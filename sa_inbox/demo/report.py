@@ -201,50 +201,49 @@ def _delivery_table(v: Verification) -> Table:
 
 
 def _verification_table(v: Verification) -> Table:
-    s, checks = v.stats, v.checks
+    checks = v.checks
     table = Table(title=f"Verification ({v.mode}, {v.backend})", title_justify="left")
     for name, justify in (("", "left"), ("expected", "right"), ("actual", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     table.add_column("")
-    table.add_row("deliveries", "", str(s.deliveries), "")
-    if v.use_inbox:
-        table.add_row(
+    for label, expected, actual, check, inbox_only in _verification_rows(v):
+        if v.use_inbox or not inbox_only:
+            table.add_row(label, expected, actual, "" if check is None else _mark(checks[check]))
+    return table
+
+
+def _verification_rows(v: Verification) -> list[tuple[str, str, str, str | None, bool]]:
+    """The verification table's rows: ``(what, expected, actual, the check of
+    :attr:`Verification.checks` or None, whether the row is shown only with the inbox)``."""
+    s, unique = v.stats, str(v.unique_messages)
+    return [
+        ("deliveries", "", str(s.deliveries), None, False),
+        (
             "duplicates skipped",
             str(v.expected_duplicates),
             str(s.duplicates_skipped),
-            _mark(checks["duplicates_skipped"]),
-        )
-    table.add_row("unique messages", str(v.unique_messages), "", "")
-    if v.use_inbox:
-        table.add_row(
-            "processed (handler committed)",
-            str(v.unique_messages),
-            str(s.processed),
-            _mark(checks["processed"]),
-        )
-    table.add_row(
-        "ledger rows",
-        str(v.unique_messages),
-        str(v.ledger_rows),
-        _mark(checks["ledger_rows"]),
-    )
-    if v.use_inbox:
-        table.add_row(
-            "inbox rows", str(v.unique_messages), str(v.inbox_rows), _mark(checks["inbox_rows"])
-        )
-    table.add_row(
-        "balance, sum over accounts",
-        format_cents(v.expected_balance_cents),
-        format_cents(v.actual_balance_cents),
-        _mark(checks["balance_total"]),
-    )
-    table.add_row(
-        "accounts with a wrong balance",
-        "0",
-        f"{v.account_mismatches} of {v.accounts}",
-        _mark(checks["account_balances"]),
-    )
-    return table
+            "duplicates_skipped",
+            True,
+        ),
+        ("unique messages", unique, "", None, False),
+        ("processed (handler committed)", unique, str(s.processed), "processed", True),
+        ("ledger rows", unique, str(v.ledger_rows), "ledger_rows", False),
+        ("inbox rows", unique, str(v.inbox_rows), "inbox_rows", True),
+        (
+            "balance, sum over accounts",
+            format_cents(v.expected_balance_cents),
+            format_cents(v.actual_balance_cents),
+            "balance_total",
+            False,
+        ),
+        (
+            "accounts with a wrong balance",
+            "0",
+            f"{v.account_mismatches} of {v.accounts}",
+            "account_balances",
+            False,
+        ),
+    ]
 
 
 def _discrepancy(v: Verification) -> str:
