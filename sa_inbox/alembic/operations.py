@@ -99,6 +99,14 @@ class _InboxTableOp(MigrateOperation):
         self.notes: list[str] = []
         build_table(self.kind, table_name, schema, self.options)  # validate now, not in DDL
 
+    @classmethod
+    def _register(cls, kind: InboxTableKind, name: str) -> None:
+        """Make this class the operation ``op.<name>()`` on tables of ``kind``."""
+        cls.kind = kind
+        cls.op_name = name
+        setattr(cls, name, _operation(kind, name))
+        Operations.register_operation(name)(cls)
+
     def to_table(self, metadata: sa.MetaData | None = None) -> sa.Table:
         """The table this operation creates or drops, built by the kind's factory.
 
@@ -161,10 +169,7 @@ class CreateInboxTableOp(_InboxTableOp):
     def __init_subclass__(cls, *, kind: InboxTableKind | None = None, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         if kind is not None:
-            cls.kind = kind
-            cls.op_name = kind.create_op
-            setattr(cls, kind.create_op, _operation(kind, kind.create_op))
-            Operations.register_operation(kind.create_op)(cls)
+            cls._register(kind, kind.create_op)
             CREATE_OPERATIONS[kind.name] = cls
 
     def reverse(self) -> DropInboxTableOp:
@@ -189,10 +194,7 @@ class DropInboxTableOp(_InboxTableOp):
     def __init_subclass__(cls, *, kind: InboxTableKind | None = None, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         if kind is not None:
-            cls.kind = kind
-            cls.op_name = kind.drop_op
-            setattr(cls, kind.drop_op, _operation(kind, kind.drop_op))
-            Operations.register_operation(kind.drop_op)(cls)
+            cls._register(kind, kind.drop_op)
             cls.create_class = CREATE_OPERATIONS[kind.name]
             cls.create_class.drop_class = cls
 
