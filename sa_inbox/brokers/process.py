@@ -34,7 +34,8 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -56,6 +57,7 @@ from ..runner import Outcome, Result, handle
 from ..validation import positive_int
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement, Settler
 from .startup import check_consumer
+from .steps import drive, drive_async
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -105,51 +107,22 @@ def process(
     :raises InvalidObject: (a ConfigurationError) for objects of the wrong kind or half,
         before anything: see :func:`sa_inbox.brokers.startup.check_consumer`.
     """
-    inbox = check_consumer(
-        "sa_inbox.brokers.process()",
-        session_factory=session_factory,
-        inbox=inbox,
-        handler=handler,
-        consumer_name=None,
-        max_deliveries=max_deliveries,
-        asynchronous=False,
-    ).inbox
-    on_settled = _reporting(inbox, consumer_name, on_settled)
-    rejected = _refuse_unkeyed(delivery, inbox, consumer_name, max_deliveries)
-    if rejected is not None:
-        _settle_failure(rejected, settler)
-        return _settled(rejected, on_settled)
-    assert delivery.message_id is not None
-    message_id = delivery.message_id
-    gate = outage or OutageGate(consumer_name, hooks=inbox.hooks)
-    if gate.database is None:
-        gate.database = database_of(session_factory)
-    probe = probe_sessions(session_factory)
-    reachable = contended = 0
-    while True:
-        with guarded():
-            result = handle(
-                session_factory,
-                inbox,
-                message_id,
-                consumer_name,
-                _guarded(handler, delivery, max_deliveries),
-                ack=settler.ack,
-                nack=_nothing,
-            )
-        if not _outage(result):
-            break
-        assert result.error is not None
-        if _pool_exhausted(result.error):
-            contended += 1
-            _stopped(result, (gate.sleep or time.sleep)(gate.backoff.jittered(contended)))
-            continue
-        reachable = _ride_out(gate.wait(result.error, probe), result, reachable)
-        if reachable > 1:
-            break
-    settlement = _after(result, delivery, max_deliveries)
+    run = _Run.start(
+        delivery, session_factory, inbox, consumer_name, handler, max_deliveries, asynchronous=False
+    )
+    gate, probe = run.gate(outage), probe_sessions(session_factory)
+
+    def call(need: Any) -> object:
+        if need is _HANDLE:
+            with guarded():
+                return handle(*run.handle_args, ack=settler.ack, nack=_nothing)
+        if isinstance(need, BaseException):
+            return gate.wait(need, probe)
+        return (gate.sleep or time.sleep)(need)
+
+    settlement = run.rejected or run.after(drive(_attempts(gate), call, ()))
     _settle_failure(settlement, settler)
-    return _settled(settlement, on_settled)
+    return _settled(settlement, _reporting(run.inbox, consumer_name, on_settled))
 
 
 async def process_async(
@@ -176,55 +149,111 @@ async def process_async(
     """
     from ..asyncio.runner import handle as handle_async
 
-    inbox = check_consumer(
-        "sa_inbox.brokers.process_async()",
-        session_factory=session_factory,
-        inbox=inbox,
-        handler=handler,
-        consumer_name=None,
-        max_deliveries=max_deliveries,
-        asynchronous=True,
-    ).inbox
-    on_settled = _reporting(inbox, consumer_name, on_settled)
-    rejected = _refuse_unkeyed(delivery, inbox, consumer_name, max_deliveries)
-    if rejected is not None:
-        await _maybe_await(_settle_failure(rejected, settler))
-        return _settled(rejected, on_settled)
-    assert delivery.message_id is not None
-    message_id = delivery.message_id
-    gate = outage or OutageGate(consumer_name, hooks=inbox.hooks)
-    if gate.database is None:
-        gate.database = database_of(session_factory)
-    probe = probe_sessions_async(session_factory)
-    reachable = contended = 0
-    while True:
-        with guarded():
-            result = await handle_async(
-                session_factory,
-                inbox,
-                message_id,
-                consumer_name,
-                _guarded(handler, delivery, max_deliveries),
-                ack=settler.ack,
-                nack=_nothing,
-            )
-        if not _outage(result):
-            break
-        assert result.error is not None
-        if _pool_exhausted(result.error):
-            contended += 1
-            waited = (gate.sleep or asyncio.sleep)(gate.backoff.jittered(contended))
-            _stopped(result, await waited if inspect.isawaitable(waited) else waited)
-            continue
-        reachable = _ride_out(await gate.wait_async(result.error, probe), result, reachable)
-        if reachable > 1:
-            break
-    settlement = _after(result, delivery, max_deliveries)
-    await _maybe_await(_settle_failure(settlement, settler))
-    return _settled(settlement, on_settled)
+    run = _Run.start(
+        delivery, session_factory, inbox, consumer_name, handler, max_deliveries, asynchronous=True
+    )
+    gate, probe = run.gate(outage), probe_sessions_async(session_factory)
+
+    async def call(need: Any) -> object:
+        if need is _HANDLE:
+            with guarded():
+                return await handle_async(*run.handle_args, ack=settler.ack, nack=_nothing)
+        if isinstance(need, BaseException):
+            return await gate.wait_async(need, probe)
+        return await _awaited((gate.sleep or asyncio.sleep)(need))
+
+    settlement = run.rejected or run.after(await drive_async(_attempts(gate), call, ()))
+    await _awaited(_settle_failure(settlement, settler))
+    return _settled(settlement, _reporting(run.inbox, consumer_name, on_settled))
 
 
 # -- the rules, shared by both ----------------------------------------------------------
+
+#: What :func:`_attempts` yields for a run of ``handle()``.
+_HANDLE = object()
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One delivery's run, before its first ``handle()``: the checked inbox and rule 1's
+    settlement (None for a keyed delivery)."""
+
+    delivery: Delivery
+    session_factory: Callable[[], Any]
+    inbox: Inbox
+    consumer_name: str
+    max_deliveries: int
+    rejected: Settlement | None
+    handler: Callable[[Any], Any]
+
+    @classmethod
+    def start(
+        cls,
+        delivery: Delivery,
+        session_factory: Callable[[], Any],
+        inbox: Inbox,
+        consumer_name: str,
+        handler: Callable[..., Any],
+        max_deliveries: int,
+        *,
+        asynchronous: bool,
+    ) -> _Run:
+        """Check the arguments (:func:`check_consumer`) and apply rule 1.
+
+        :raises ConfigurationError: see :func:`process`.
+        """
+        inbox = check_consumer(
+            f"sa_inbox.brokers.{'process_async' if asynchronous else 'process'}()",
+            session_factory=session_factory,
+            inbox=inbox,
+            handler=handler,
+            consumer_name=None,
+            max_deliveries=max_deliveries,
+            asynchronous=asynchronous,
+        ).inbox
+        rejected = _refuse_unkeyed(delivery, inbox, consumer_name, max_deliveries)
+        call = _guarded(handler, delivery, max_deliveries)
+        return cls(delivery, session_factory, inbox, consumer_name, max_deliveries, rejected, call)
+
+    @property
+    def handle_args(self) -> tuple[Any, ...]:
+        """``handle()``'s arguments but the ack and nack."""
+        message_id = self.delivery.message_id
+        return (self.session_factory, self.inbox, message_id, self.consumer_name, self.handler)
+
+    def gate(self, outage: OutageGate | None) -> OutageGate:
+        """The consumer's outage gate, or one of this call; knowing its database."""
+        gate = outage or OutageGate(self.consumer_name, hooks=self.inbox.hooks)
+        if gate.database is None and self.rejected is None:
+            gate.database = database_of(self.session_factory)
+        return gate
+
+    def after(self, result: Result) -> Settlement:
+        """Rule 3: the settlement for ``handle()``'s last result."""
+        return _after(result, self.delivery, self.max_deliveries)
+
+
+def _attempts(gate: OutageGate) -> Generator[object, Any, Result]:
+    """Rules 3 and 5 as a step (:mod:`.steps`): yields :data:`_HANDLE` for a run of
+    ``handle()`` and gets its :class:`Result`; yields the outage's error and gets the
+    gate's :class:`Verdict`; yields a pool back-off (float seconds) and gets the sleep's
+    reply (True: stopped). Returns the result to settle.
+
+    :raises DatabaseUnavailable: if the consumer was stopped while waiting.
+    """
+    reachable = contended = 0
+    while True:
+        result: Result = yield _HANDLE
+        if not _outage(result):
+            return result
+        assert result.error is not None
+        if _pool_exhausted(result.error):
+            contended += 1
+            _stopped(result, (yield gate.backoff.jittered(contended)))
+            continue
+        reachable = _ride_out((yield result.error), result, reachable)
+        if reachable > 1:
+            return result
 
 
 def _refuse_unkeyed(
@@ -395,6 +424,6 @@ def _nothing() -> None:
     """``handle()``'s nack: the settlement decides between retry and dead letter after."""
 
 
-async def _maybe_await(value: object) -> None:
-    if inspect.isawaitable(value):
-        await value
+async def _awaited(value: object) -> object:
+    """``value``, awaited if it is awaitable (a settler's or sleep's plain or async reply)."""
+    return await value if inspect.isawaitable(value) else value

@@ -2,7 +2,8 @@
 gets each one's reply (or its error, thrown in) back; what it returns is the result.
 
 The Redis Streams and SQS adapters write their protocol once as steps and run them with
-:func:`drive` on a sync client and :func:`drive_async` on an asyncio one.
+:func:`drive` on a sync client and :func:`drive_async` on an asyncio one;
+:mod:`.process` runs its outage rules the same way on both halves.
 """
 
 from __future__ import annotations
