@@ -21,8 +21,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ..backoff import Backoff
+from ..exc import DatabaseUnavailable
 
-__all__ = ["DEFAULT_RECONNECT_BACKOFF", "Reconnects", "Stoppable", "sleep_unless", "wait_unless"]
+__all__ = [
+    "DEFAULT_RECONNECT_BACKOFF",
+    "Polling",
+    "Reconnects",
+    "Stoppable",
+    "sleep_unless",
+    "wait_unless",
+]
 
 logger = logging.getLogger("sa_inbox.brokers")
 
@@ -108,6 +116,32 @@ class Stoppable:
     def _stopping(self) -> bool:
         extra = self._extra_stop
         return bool(self._stop.is_set() or (extra is not None and extra.is_set()))
+
+
+class Polling(Stoppable):
+    """A consumer whose ``run()`` polls in a loop and outlives a lost connection (Redis
+    Streams, SQS): :meth:`_wait_after` is that loop's rule for a poll that raised."""
+
+    reconnects: Reconnects
+
+    def _connection_lost(self, exc: BaseException) -> bool:
+        """Whether ``exc`` from a poll is a lost connection (each broker's own test)."""
+        raise NotImplementedError
+
+    def _lost(self, exc: BaseException) -> float:
+        """Forget what died with the connection; the seconds to wait (:meth:`Reconnects.failed`)."""
+        raise NotImplementedError
+
+    def _wait_after(self, exc: BaseException) -> float | None:
+        """The seconds to wait before polling again after a poll raised ``exc``, or None to
+        raise it: 0 for a :class:`~sa_inbox.exc.DatabaseUnavailable` of a stop (the loop
+        ends); :meth:`_lost`'s back-off for a lost connection of a consumer that connected
+        once and is not stopping."""
+        if isinstance(exc, DatabaseUnavailable):
+            return 0.0 if self._stopping() else None
+        if not self._connection_lost(exc) or not self.reconnects.ever_connected:
+            return None
+        return None if self._stopping() else self._lost(exc)
 
 
 def wait_unless(

@@ -24,7 +24,6 @@ from .core import (
     RedisSettler,
     Step,
     T,
-    is_connection_error,
     touch_call,
 )
 
@@ -102,16 +101,10 @@ class AsyncConsumer(ConsumerBase[redis.asyncio.Redis, "AsyncSession"]):
             try:
                 await self.poll()
                 self.reconnects.connected()
-            except DatabaseUnavailable:
-                if not self._stopping():
+            except (DatabaseUnavailable, redis.RedisError) as exc:
+                if (seconds := self._wait_after(exc)) is None:
                     raise
-            except redis.RedisError as exc:
-                if not is_connection_error(exc) or self._stopping():
-                    raise
-                if not self.reconnects.ever_connected:
-                    raise
-                self._streak.release()  # still pending: they come back by XAUTOCLAIM
-                await self._outage_sleep(self._lost(exc))
+                await self._outage_sleep(seconds)
         if self.reconnects.lost:
             return  # the server is gone: what is held stays pending
         await give_back_async(self._streak)  # a stop decides nothing about them

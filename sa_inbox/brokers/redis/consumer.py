@@ -13,7 +13,7 @@ from ..delivery import Delivery, Settlement
 from ..keys import flush, give_back, offer
 from ..process import process
 from ..reconnect import wait_unless
-from .core import ConsumerBase, RedisSettler, drive, is_connection_error, run_call, touch_call
+from .core import ConsumerBase, RedisSettler, drive, run_call, touch_call
 
 __all__ = ["Consumer"]
 
@@ -101,16 +101,10 @@ class Consumer(ConsumerBase[redis.Redis, Session]):
             try:
                 self.poll()
                 self.reconnects.connected()
-            except DatabaseUnavailable:
-                if not self._stopping():
+            except (DatabaseUnavailable, redis.RedisError) as exc:
+                if (seconds := self._wait_after(exc)) is None:
                     raise
-            except redis.RedisError as exc:
-                if not is_connection_error(exc) or self._stopping():
-                    raise
-                if not self.reconnects.ever_connected:
-                    raise
-                self._streak.release()  # still pending: they come back by XAUTOCLAIM
-                self._outage_sleep(self._lost(exc))
+                self._outage_sleep(seconds)
         if self.reconnects.lost:
             return  # the server is gone: what is held stays pending
         give_back(self._streak)  # a stop decides nothing about them

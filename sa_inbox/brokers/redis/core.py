@@ -54,7 +54,7 @@ from .. import steps
 from ..delivery import DeadLetterReason, Delivery
 from ..keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless, read_key
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
-from ..reconnect import Reconnects, Stoppable
+from ..reconnect import Polling, Reconnects
 from ..startup import check_consumer
 
 __all__ = [
@@ -467,7 +467,7 @@ def _stream_entries(reply: Any) -> list[tuple[Any, Any]]:
 # -- the consumers' shared half ----------------------------------------------------------
 
 
-class ConsumerBase(Stoppable, abc.ABC, Generic[ClientT, SessionT]):
+class ConsumerBase(Polling, abc.ABC, Generic[ClientT, SessionT]):
     """Consume one Redis stream through a consumer group, exactly once in effect.
 
     Each entry becomes a :class:`~sa_inbox.brokers.Delivery` keyed on the producer's field
@@ -630,9 +630,13 @@ class ConsumerBase(Stoppable, abc.ABC, Generic[ClientT, SessionT]):
         """Keep the unsettled entries of the batch in hand this member's
         (:func:`touch_call`)."""
 
+    def _connection_lost(self, exc: BaseException) -> bool:
+        return is_connection_error(exc)
+
     def _lost(self, exc: BaseException) -> float:
-        """A lost connection: the group is checked again on the next poll; the seconds to
-        wait."""
+        """A lost connection: the held keyless entries stay pending (they come back by
+        XAUTOCLAIM); the group is checked again on the next poll. The seconds to wait."""
+        self._streak.release()
         self._group_ready = False
         self._unsettled = ()
         return self.reconnects.failed(exc)

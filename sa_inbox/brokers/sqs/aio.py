@@ -27,8 +27,6 @@ from .core import (
     T,
     delete,
     extend,
-    is_connection_error,
-    is_missing_queue,
     receive,
     resolve,
     set_visibility,
@@ -138,16 +136,10 @@ class AsyncConsumer(ConsumerBase[Any, "AsyncSession"]):
                 try:
                     await self.poll()
                     self.reconnects.connected()
-                except DatabaseUnavailable:
-                    if not self._stopping():
+                except (DatabaseUnavailable, ClientError, BotoCoreError) as exc:
+                    if (seconds := self._wait_after(exc)) is None:
                         raise
-                except (ClientError, BotoCoreError) as exc:
-                    lost = is_connection_error(exc) or (
-                        self.reconnects.lost and is_missing_queue(exc)
-                    )
-                    if not lost or not self.reconnects.ever_connected or self._stopping():
-                        raise
-                    await self._outage_sleep(self._lost(exc))
+                    await self._outage_sleep(seconds)
             if not self.reconnects.lost:
                 await give_back_async(self._streak)  # a stop decides nothing about them
         finally:

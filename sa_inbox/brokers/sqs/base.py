@@ -12,7 +12,7 @@ from ...outage import OutageGate
 from ..delivery import Delivery, Disposition, Settlement
 from ..keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
-from ..reconnect import Reconnects, Stoppable
+from ..reconnect import Polling, Reconnects
 from ..startup import check_consumer
 from .core import (
     DEFAULT_BATCH_SIZE,
@@ -27,6 +27,8 @@ from .core import (
     Step,
     check_client,
     delivery_of,
+    is_connection_error,
+    is_missing_queue,
     queue_name,
 )
 from .message import DEFAULT_KEY_ATTRIBUTE, Received
@@ -65,7 +67,7 @@ class FifoGroups:
                     self.blocked.add(group)
 
 
-class ConsumerBase(Stoppable, abc.ABC, Generic[ClientT, SessionT]):
+class ConsumerBase(Polling, abc.ABC, Generic[ClientT, SessionT]):
     """Consume one SQS queue exactly once in effect.
 
     Each received message becomes a :class:`~sa_inbox.brokers.Delivery` keyed on the
@@ -255,6 +257,11 @@ class ConsumerBase(Stoppable, abc.ABC, Generic[ClientT, SessionT]):
     ) -> tuple[Delivery, SqsSettler]:
         delivery = delivery_of(self.settings, info, message)
         return delivery, SqsSettler(info, self.settings, self.held, message, delivery, run)
+
+    def _connection_lost(self, exc: BaseException) -> bool:
+        """A connection error, or (while the connection is lost) a missing queue: a
+        LocalStack restarted without its state."""
+        return is_connection_error(exc) or (self.reconnects.lost and is_missing_queue(exc))
 
     def _lost(self, exc: BaseException) -> float:
         """A lost connection: what is held shows again after its visibility timeout; the

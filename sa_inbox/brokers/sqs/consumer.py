@@ -22,8 +22,6 @@ from .core import (
     delete,
     drive,
     extend,
-    is_connection_error,
-    is_missing_queue,
     receive,
     resolve,
     set_visibility,
@@ -143,16 +141,10 @@ class Consumer(ConsumerBase[Any, Session]):
                 try:
                     self.poll()
                     self.reconnects.connected()
-                except DatabaseUnavailable:
-                    if not self._stopping():
+                except (DatabaseUnavailable, ClientError, BotoCoreError) as exc:
+                    if (seconds := self._wait_after(exc)) is None:
                         raise
-                except (ClientError, BotoCoreError) as exc:
-                    lost = is_connection_error(exc) or (
-                        self.reconnects.lost and is_missing_queue(exc)
-                    )
-                    if not lost or not self.reconnects.ever_connected or self._stopping():
-                        raise
-                    self._outage_sleep(self._lost(exc))
+                    self._outage_sleep(seconds)
             if not self.reconnects.lost:
                 give_back(self._streak)  # a stop decides nothing about them
         finally:
