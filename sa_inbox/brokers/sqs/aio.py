@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from ..delivery import Delivery, Settlement
 from ..keys import flush_async, give_back_async, offer_async
 from ..process import process_async
 from ..reconnect import sleep_unless
-from .base import ConsumerBase, FifoGroups
+from .base import ConsumerBase, Each, settle_each
 from .core import (
     CLIENT_ERRORS,
     Call,
@@ -93,26 +94,12 @@ class AsyncConsumer(ConsumerBase[Any, "AsyncSession"]):
         self.held.add(messages)
         self._start_heartbeat()
         run = partial(drive_async, client=self.client)
-        groups = FifoGroups(messages, info.name)
-        settled: list[Settlement] = []
         done = False
         try:
-            for n, message in enumerate(messages):
-                if groups.waits(message):
-                    await self._give_back(info, message)
-                    continue
-                delivery, settler = self._settler(info, message, run)
-                try:
-                    now = await offer_async(self._streak, delivery, settler, self._process)
-                except MissingKeyHeader:
-                    for rest in messages[n + 1 :]:
-                        await self._give_back(info, rest)
-                    raise
-                except BaseException:
-                    groups.block(message)
-                    raise
-                groups.settled(now)
-                settled += now
+            each = partial(self._each, info, run)
+            settled = await steps.drive_async(
+                settle_each(messages, info.name), each, MissingKeyHeader
+            )
             done = True
         finally:
             await drive_async(delete(info, self.held.acked()), self.client)
@@ -165,9 +152,18 @@ class AsyncConsumer(ConsumerBase[Any, "AsyncSession"]):
                 extend(info, self.held, due, self.settings.visibility_timeout), self.client
             )
 
-    async def _give_back(self, info: QueueInfo, message: Any) -> None:
+    async def _each(
+        self, info: QueueInfo, run: Callable[[Step[Any]], Any], each: Each
+    ) -> list[Settlement] | None:
+        """Offer a message or give it back (:func:`.base.settle_each`)."""
+        offered, message = each
+        if offered:
+            return await offer_async(
+                self._streak, *self._settler(info, message, run), self._process
+            )
         self.held.drop(message)
         await drive_async(set_visibility(info, message, 0, "give back"), self.client)
+        return None
 
     def _start_heartbeat(self) -> None:
         if not self.settings.heartbeat or self._beat is not None:

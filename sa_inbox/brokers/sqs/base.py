@@ -4,10 +4,11 @@ decisions of one receive (which messages run, which wait for their FIFO group)."
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Generic, TypeVar
 
 from ...claim import Inbox
+from ...exc import MissingKeyHeader
 from ...outage import OutageGate
 from ..delivery import Delivery, Disposition, Settlement
 from ..keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless
@@ -33,7 +34,7 @@ from .core import (
 )
 from .message import DEFAULT_KEY_ATTRIBUTE, Received
 
-__all__ = ["ConsumerBase", "FifoGroups"]
+__all__ = ["ConsumerBase", "FifoGroups", "settle_each"]
 
 ClientT = TypeVar("ClientT")
 SessionT = TypeVar("SessionT")
@@ -65,6 +66,33 @@ class FifoGroups:
                 group = self._group.get(settlement.delivery.broker_ref)
                 if group is not None:
                     self.blocked.add(group)
+
+
+#: What :func:`settle_each` yields: whether to offer the message (else give it back), and it.
+Each = tuple[bool, Received]
+
+
+def settle_each(messages: Sequence[Received], queue: str) -> Generator[Each, Any, list[Settlement]]:
+    """A receive's messages in order, as a step (:mod:`..steps`): yields ``(True, message)``
+    to offer it and gets its settlements back; yields ``(False, message)`` to give it back
+    unprocessed: its FIFO group waits (:class:`FifoGroups`), or a
+    :class:`~sa_inbox.exc.MissingKeyHeader` thrown in stopped the consumer (then re-raised).
+    Returns the settlements."""
+    groups = FifoGroups(messages, queue)
+    settled: list[Settlement] = []
+    for n, message in enumerate(messages):
+        if groups.waits(message):
+            yield False, message
+            continue
+        try:
+            now = yield True, message
+        except MissingKeyHeader:
+            for rest in messages[n + 1 :]:
+                yield False, rest
+            raise
+        groups.settled(now)
+        settled += now
+    return settled
 
 
 class ConsumerBase(Polling, abc.ABC, Generic[ClientT, SessionT]):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -11,14 +12,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 from sqlalchemy.orm import Session
 
 from ...exc import DatabaseUnavailable, MissingKeyHeader
+from .. import steps
 from ..delivery import Delivery, Settlement
 from ..keys import flush, give_back, offer
 from ..process import process
 from ..reconnect import wait_unless
-from .base import ConsumerBase, FifoGroups
+from .base import ConsumerBase, Each, settle_each
 from .core import (
     QueueInfo,
     SqsSettler,
+    Step,
     delete,
     drive,
     extend,
@@ -95,27 +98,10 @@ class Consumer(ConsumerBase[Any, Session]):
         self.held.add(messages)
         self._start_heartbeat()
         run = partial(drive, client=self.client)
-        groups = FifoGroups(messages, info.name)
-        settled: list[Settlement] = []
         done = False
         try:
-            for n, message in enumerate(messages):
-                if groups.waits(message):
-                    self.held.drop(message)
-                    drive(set_visibility(info, message, 0, "give back"), self.client)
-                    continue
-                try:
-                    now = offer(self._streak, *self._settler(info, message, run), self._process)
-                except MissingKeyHeader:
-                    for rest in messages[n + 1 :]:
-                        self.held.drop(rest)
-                        drive(set_visibility(info, rest, 0, "give back"), self.client)
-                    raise
-                except BaseException:
-                    groups.block(message)
-                    raise
-                groups.settled(now)
-                settled += now
+            each = partial(self._each, info, run)
+            settled = steps.drive(settle_each(messages, info.name), each, MissingKeyHeader)
             done = True
         finally:
             drive(delete(info, self.held.acked()), self.client)
@@ -157,6 +143,17 @@ class Consumer(ConsumerBase[Any, Session]):
         if beat is not None:
             self._beat_stop.set()
             beat.join()
+
+    def _each(
+        self, info: QueueInfo, run: Callable[[Step[Any]], Any], each: Each
+    ) -> list[Settlement] | None:
+        """Offer a message or give it back (:func:`.base.settle_each`)."""
+        offered, message = each
+        if offered:
+            return offer(self._streak, *self._settler(info, message, run), self._process)
+        self.held.drop(message)
+        drive(set_visibility(info, message, 0, "give back"), self.client)
+        return None
 
     def _outage_sleep(self, seconds: float) -> bool:
         return wait_unless(self._stopping, self._stop.wait, seconds, 0.25)
