@@ -87,7 +87,7 @@ from ..handlers import check_handler, is_async_callable
 from ..outage import OutageGate
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement
 from .keys import check_key_name, read_key
-from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process
+from .process import DEFAULT_MAX_DELIVERIES, OnSettled, Options, process
 from .startup import NO_HANDLER, check_consumer
 
 with optional_dependencies(__name__, "celery", "celery"):
@@ -185,15 +185,15 @@ def inbox_task(
         asynchronous=False,
     )
     config = _Config(
-        session_factory,
-        readiness.inbox,
-        consumer_name,
-        check_key_name(key_kwarg, "key_kwarg", entry=entry),
-        max_deliveries,
-        on_settled,
-        float(retry_backoff),
-        float(retry_backoff_max),
-        OutageGate(consumer_name, hooks=readiness.inbox.hooks),
+        session_factory=session_factory,
+        inbox=readiness.inbox,
+        consumer_name=consumer_name,
+        max_deliveries=max_deliveries,
+        on_settled=on_settled,
+        outage=OutageGate(consumer_name, hooks=readiness.inbox.hooks),
+        key_kwarg=check_key_name(key_kwarg, "key_kwarg", entry=entry),
+        retry_backoff=float(retry_backoff),
+        retry_backoff_max=float(retry_backoff_max),
     )
 
     def decorator(body: Callable[..., Any]) -> Task:
@@ -245,16 +245,10 @@ def _check_body(body: Callable[..., Any], key_kwarg: str) -> None:
 
 
 @dataclass(frozen=True)
-class _Config:
-    session_factory: Callable[[], Session]
-    inbox: Inbox
-    consumer_name: str
+class _Config(Options):
     key_kwarg: str
-    max_deliveries: int
-    on_settled: OnSettled | None
     retry_backoff: float
     retry_backoff_max: float
-    outage: OutageGate
 
 
 def delivery_of(task: Task, kwargs: dict[str, Any], key_kwarg: str) -> Delivery:
@@ -316,17 +310,8 @@ def _run(
     # every release (sa_inbox.consumers), whatever the body's own name
     handler = owned_as(task.name, call)
     decision = _Decision()
-    settlement = process(
-        delivery_of(task, kwargs, config.key_kwarg),
-        decision,
-        session_factory=config.session_factory,
-        inbox=config.inbox,
-        consumer_name=config.consumer_name,
-        handler=handler,
-        max_deliveries=config.max_deliveries,
-        on_settled=config.on_settled,
-        outage=config.outage,
-    )
+    delivery = delivery_of(task, kwargs, config.key_kwarg)
+    settlement = process(delivery, decision, handler=handler, **config.kwargs())
     return _settle(task, settlement, decision, returned, config)
 
 

@@ -164,7 +164,7 @@ from ..exc import ConfigurationError, InvalidArgument
 from ..outage import OutageGate
 from .delivery import DeadLetterReason, Delivery, Disposition
 from .keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless, read_key
-from .process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
+from .process import DEFAULT_MAX_DELIVERIES, OnSettled, Options, process_async
 from .startup import NO_HANDLER, Readiness, check_consumer
 
 with optional_dependencies(__name__, "faststream", "faststream"):
@@ -277,17 +277,17 @@ class InboxMiddleware:
         side = _kafka_side(kafka, readiness.inbox, consumer_name, key_header, dead_letter_topic)
         self.readiness: Readiness = readiness if side is None else side.readiness(readiness)
         self.config = _Config(
-            session_factory,
-            self.readiness.inbox,
-            consumer_name,
-            key_header,
-            max_deliveries,
-            context_key,
-            dead_letter_suffix,
-            on_settled,
-            OutageGate(consumer_name, hooks=self.readiness.inbox.hooks),
-            KeylessStreak(key_header, check_max_keyless(max_keyless, entry=entry)),
-            side,
+            session_factory=session_factory,
+            inbox=self.readiness.inbox,
+            consumer_name=consumer_name,
+            max_deliveries=max_deliveries,
+            on_settled=on_settled,
+            outage=OutageGate(consumer_name, hooks=self.readiness.inbox.hooks),
+            key_header=key_header,
+            context_key=context_key,
+            dead_letter_suffix=dead_letter_suffix,
+            keyless=KeylessStreak(key_header, check_max_keyless(max_keyless, entry=entry)),
+            kafka=side,
         )
 
     async def check(self) -> None:
@@ -313,16 +313,10 @@ class InboxMiddleware:
 
 
 @dataclass(frozen=True)
-class _Config:
-    session_factory: Callable[[], AsyncSession]
-    inbox: Inbox
-    consumer_name: str
+class _Config(Options):
     key_header: str
-    max_deliveries: int
     context_key: str
     dead_letter_suffix: str
-    on_settled: OnSettled | None
-    outage: OutageGate
     keyless: KeylessStreak
     #: ``kafka=True``: the attempts table and the dead-letter topic.
     kafka: KafkaSide | None = None
@@ -373,17 +367,7 @@ class _InboxScope(BaseMiddleware[Any, Any]):
         # the subscriber's handler owns the consumer name (sa_inbox.consumers), not this
         # closure, which every middleware of every subscriber shares
         handler = stands_for(call, subscriber_handler(call_next))
-        settlement = await process_async(
-            delivery,
-            settler,
-            session_factory=config.session_factory,
-            inbox=config.inbox,
-            consumer_name=config.consumer_name,
-            handler=handler,
-            max_deliveries=config.max_deliveries,
-            on_settled=config.on_settled,
-            outage=config.outage,
-        )
+        settlement = await process_async(delivery, settler, handler=handler, **config.kwargs())
         if settlement.disposition is not Disposition.PROCESSED:
             # settled already; SkipMessage stops FastStream from publishing a result (the
             # handler's return value exists only for the delivery that processed it)

@@ -35,7 +35,7 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -71,6 +71,23 @@ DEFAULT_MAX_DELIVERIES = 5
 
 #: Called with each delivery and its settlement (metrics, the chaos run's tally).
 OnSettled = Callable[[Settlement], Any]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The arguments of :func:`process` / :func:`process_async` that an adapter keeps for
+    all its deliveries (all but the delivery, settler and handler)."""
+
+    session_factory: Callable[[], Any]
+    inbox: Inbox
+    consumer_name: str
+    max_deliveries: int
+    on_settled: OnSettled | None
+    outage: OutageGate
+
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments, for ``process(delivery, settler, handler=h, **kwargs)``."""
+        return {each.name: getattr(self, each.name) for each in fields(Options)}
 
 
 def process(
