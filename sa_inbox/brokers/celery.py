@@ -84,7 +84,6 @@ from ..claim import Inbox
 from ..consumers import owned_as
 from ..exc import ConfigurationError, InvalidArgument, InvalidHandler
 from ..handlers import check_handler, is_async_callable
-from ..outage import OutageGate
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement
 from .keys import check_key_name, read_key
 from .process import DEFAULT_MAX_DELIVERIES, OnSettled, Options, process
@@ -185,12 +184,7 @@ def inbox_task(
         asynchronous=False,
     )
     config = _Config(
-        session_factory=session_factory,
-        inbox=readiness.inbox,
-        consumer_name=consumer_name,
-        max_deliveries=max_deliveries,
-        on_settled=on_settled,
-        outage=OutageGate(consumer_name, hooks=readiness.inbox.hooks),
+        Options.of(session_factory, readiness.inbox, consumer_name, max_deliveries, on_settled),
         key_kwarg=check_key_name(key_kwarg, "key_kwarg", entry=entry),
         retry_backoff=float(retry_backoff),
         retry_backoff_max=float(retry_backoff_max),
@@ -245,7 +239,8 @@ def _check_body(body: Callable[..., Any], key_kwarg: str) -> None:
 
 
 @dataclass(frozen=True)
-class _Config(Options):
+class _Config:
+    process: Options
     key_kwarg: str
     retry_backoff: float
     retry_backoff_max: float
@@ -311,7 +306,7 @@ def _run(
     handler = owned_as(task.name, call)
     decision = _Decision()
     delivery = delivery_of(task, kwargs, config.key_kwarg)
-    settlement = process(delivery, decision, handler=handler, **config.kwargs())
+    settlement = process(delivery, decision, handler=handler, **config.process.kwargs())
     return _settle(task, settlement, decision, returned, config)
 
 
@@ -334,4 +329,4 @@ def _settle(
     # and acks it, so a poison message would skip the dead-letter path; the inbox counts.
     retries = int(task.request.retries or 0)
     countdown = min(config.retry_backoff * 2**retries, config.retry_backoff_max)
-    raise task.retry(exc=error, countdown=countdown, max_retries=config.max_deliveries)
+    raise task.retry(exc=error, countdown=countdown, max_retries=config.process.max_deliveries)

@@ -161,7 +161,6 @@ from .._optional import optional_dependencies
 from ..claim import Inbox
 from ..consumers import stands_for
 from ..exc import ConfigurationError, InvalidArgument
-from ..outage import OutageGate
 from .delivery import DeadLetterReason, Delivery, Disposition
 from .keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless, read_key
 from .process import DEFAULT_MAX_DELIVERIES, OnSettled, Options, process_async
@@ -277,12 +276,9 @@ class InboxMiddleware:
         side = _kafka_side(kafka, readiness.inbox, consumer_name, key_header, dead_letter_topic)
         self.readiness: Readiness = readiness if side is None else side.readiness(readiness)
         self.config = _Config(
-            session_factory=session_factory,
-            inbox=self.readiness.inbox,
-            consumer_name=consumer_name,
-            max_deliveries=max_deliveries,
-            on_settled=on_settled,
-            outage=OutageGate(consumer_name, hooks=self.readiness.inbox.hooks),
+            Options.of(
+                session_factory, self.readiness.inbox, consumer_name, max_deliveries, on_settled
+            ),
             key_header=key_header,
             context_key=context_key,
             dead_letter_suffix=dead_letter_suffix,
@@ -313,7 +309,8 @@ class InboxMiddleware:
 
 
 @dataclass(frozen=True)
-class _Config(Options):
+class _Config:
+    process: Options
     key_header: str
     context_key: str
     dead_letter_suffix: str
@@ -367,7 +364,9 @@ class _InboxScope(BaseMiddleware[Any, Any]):
         # the subscriber's handler owns the consumer name (sa_inbox.consumers), not this
         # closure, which every middleware of every subscriber shares
         handler = stands_for(call, subscriber_handler(call_next))
-        settlement = await process_async(delivery, settler, handler=handler, **config.kwargs())
+        settlement = await process_async(
+            delivery, settler, handler=handler, **config.process.kwargs()
+        )
         if settlement.disposition is not Disposition.PROCESSED:
             # settled already; SkipMessage stops FastStream from publishing a result (the
             # handler's return value exists only for the delivery that processed it)
@@ -398,7 +397,7 @@ class _InboxScope(BaseMiddleware[Any, Any]):
         try:
             await _count_keyless(config, record.delivery, settler)
             record = settler.record = await side.counted(
-                record, config.session_factory, config.outage
+                record, config.process.session_factory, config.process.outage
             )
             return await self._process(call_next, msg, record.delivery, settler)
         except SkipMessage:
@@ -476,9 +475,9 @@ def _stop(config: _Config, error: ConfigurationError, event: str) -> None:
         config.stopped.append(error)
         logger.error(
             "consumer %s: %s; the subscriber stops consuming",
-            config.consumer_name,
+            config.process.consumer_name,
             error,
-            extra={"event": event, "consumer_name": config.consumer_name},
+            extra={"event": event, "consumer_name": config.process.consumer_name},
         )
 
 
@@ -667,7 +666,7 @@ class _KafkaSettler(_Settler):
             logger.warning(
                 "consumer %s: %s not sought back (%s); it comes again from the group's "
                 "committed offset",
-                self.config.consumer_name,
+                self.config.process.consumer_name,
                 self.record.delivery.broker_ref,
                 exc,
             )
@@ -680,15 +679,17 @@ class _KafkaSettler(_Settler):
         try:
             await self.msg.consumer.stop()  # type: ignore[attr-defined]
         except Exception as exc:
-            logger.warning("consumer %s: stopping: %s", self.config.consumer_name, exc)
+            logger.warning("consumer %s: stopping: %s", self.config.process.consumer_name, exc)
 
     async def retry(self) -> None:
-        await self.side.failed(self.record, self._error(), self.config.session_factory)
+        await self.side.failed(self.record, self._error(), self.config.process.session_factory)
         await self.msg.nack()
 
     async def dead_letter(self, reason: DeadLetterReason, detail: str) -> None:
         if reason is DeadLetterReason.DELIVERY_LIMIT:
-            await self.side.failed(self.record, self._error(detail), self.config.session_factory)
+            await self.side.failed(
+                self.record, self._error(detail), self.config.process.session_factory
+            )
         await self.side.publish_dead_letter(self.broker, self.record, reason, detail)
         await self.msg.ack()
 

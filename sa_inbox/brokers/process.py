@@ -85,6 +85,19 @@ class Options:
     on_settled: OnSettled | None
     outage: OutageGate
 
+    @classmethod
+    def of(
+        cls,
+        session_factory: Callable[[], Any],
+        inbox: Inbox,
+        consumer_name: str,
+        max_deliveries: int,
+        on_settled: OnSettled | None,
+    ) -> Options:
+        """The options of one consumer, with an outage gate of its own."""
+        gate = OutageGate(consumer_name, hooks=inbox.hooks)
+        return cls(session_factory, inbox, consumer_name, max_deliveries, on_settled, gate)
+
     def kwargs(self) -> dict[str, Any]:
         """The keyword arguments, for ``process(delivery, settler, handler=h, **kwargs)``."""
         return {each.name: getattr(self, each.name) for each in fields(Options)}
