@@ -432,13 +432,7 @@ class AsyncConsumer(ConsumerCore[AsyncSession]):
         try:
             return await in_greenlet(read)
         except Exception as exc:  # the group's committed offsets, behind the database's
-            logger.warning(
-                "consumer %s: stored offsets not read (%s); fetching from the group's "
-                "committed offsets (records already processed come again as duplicates)",
-                self.consumer_name,
-                exc,
-                extra={"action": "offsets_unread"},
-            )
+            self.offsets_unread(exc)
             return {}
 
 

@@ -290,13 +290,7 @@ class Consumer(ConsumerCore[Session]):
             with self.session_factory() as session:
                 stored = self.stored_offsets(session, positions)
         except Exception as exc:  # the group's committed offsets, behind the database's
-            logger.warning(
-                "consumer %s: stored offsets not read (%s); fetching from the group's "
-                "committed offsets (records already processed come again as duplicates)",
-                self.consumer_name,
-                exc,
-                extra={"action": "offsets_unread"},
-            )
+            self.offsets_unread(exc)
             self.assigned(positions)
             return
         self.assigned(positions, stored)  # their floors: nothing below them is settled

@@ -436,6 +436,17 @@ class ConsumerCore(abc.ABC, Generic[SessionT]):
         assert self.offsets is not None
         return self.offsets.read(session, set(positions))
 
+    def offsets_unread(self, error: Exception) -> None:
+        """Log that the stored offsets could not be read (``error``): the consumer fetches
+        from the group's committed offsets instead, behind the database's."""
+        logger.warning(
+            "consumer %s: stored offsets not read (%s); fetching from the group's "
+            "committed offsets (records already processed come again as duplicates)",
+            self.consumer_name,
+            error,
+            extra={"action": "offsets_unread"},
+        )
+
 
 def _carried(records: Sequence[Record]) -> dict[str, int]:
     counts: dict[str, int] = {}
