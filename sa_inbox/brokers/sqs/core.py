@@ -428,21 +428,8 @@ def extend(info: QueueInfo, held: Held, messages: Sequence[Received], seconds: i
     time. A message SQS refuses (its handle stale: another receive took it; past the 12-hour
     limit) is logged once and no longer extended: if it shows again, another worker may
     receive it, and the inbox claim makes the later one a duplicate."""
-    for chunk in _chunks(messages):
-        entries = [
-            {"Id": str(n), "ReceiptHandle": m.receipt_handle, "VisibilityTimeout": seconds}
-            for n, m in enumerate(chunk)
-        ]
-        try:
-            reply = yield Call(
-                "change_message_visibility_batch", {"QueueUrl": info.url, "Entries": entries}
-            )
-        except ClientError as exc:
-            if is_connection_error(exc):
-                raise
-            _log_failed(info, "extend", chunk, {str(n): exc for n in range(len(chunk))}, held)
-            continue
-        _log_failed(info, "extend", chunk, _failures(reply), held)
+    extra = {"VisibilityTimeout": seconds}
+    return _batches(info, "change_message_visibility_batch", "extend", messages, extra, held)
 
 
 def delete(info: QueueInfo, messages: Sequence[Received]) -> Step[None]:
@@ -450,16 +437,34 @@ def delete(info: QueueInfo, messages: Sequence[Received]) -> Step[None]:
     (a stale handle) is logged: the message comes back and the inbox claim skips it as a
     duplicate. A delete SQS accepts may still leave the message (AWS, a stale handle):
     the same."""
+    return _batches(info, "delete_message_batch", "delete", messages, {}, None)
+
+
+def _batches(
+    info: QueueInfo,
+    operation: str,
+    what: str,
+    messages: Sequence[Received],
+    extra: Mapping[str, Any],
+    held: Held | None,
+) -> Step[None]:
+    """``operation`` on ``messages`` ten at a time, each entry its receipt handle and
+    ``extra``; the messages SQS refuses are logged (:func:`_log_failed`, as ``what``).
+
+    :raises ClientError: a lost connection (the other errors fail the chunk, logged).
+    """
     for chunk in _chunks(messages):
-        entries = [{"Id": str(n), "ReceiptHandle": m.receipt_handle} for n, m in enumerate(chunk)]
+        entries = [
+            {"Id": str(n), "ReceiptHandle": m.receipt_handle, **extra} for n, m in enumerate(chunk)
+        ]
         try:
-            reply = yield Call("delete_message_batch", {"QueueUrl": info.url, "Entries": entries})
+            reply = yield Call(operation, {"QueueUrl": info.url, "Entries": entries})
         except ClientError as exc:
             if is_connection_error(exc):
                 raise
-            _log_failed(info, "delete", chunk, {str(n): exc for n in range(len(chunk))}, None)
+            _log_failed(info, what, chunk, {str(n): exc for n in range(len(chunk))}, held)
             continue
-        _log_failed(info, "delete", chunk, _failures(reply), None)
+        _log_failed(info, what, chunk, _failures(reply), held)
 
 
 def _chunks(messages: Sequence[Received]) -> list[Sequence[Received]]:
