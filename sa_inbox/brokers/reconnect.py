@@ -25,7 +25,7 @@ from ..exc import DatabaseUnavailable
 
 __all__ = [
     "DEFAULT_RECONNECT_BACKOFF",
-    "Polling",
+    "Reconnecting",
     "Reconnects",
     "Stoppable",
     "sleep_unless",
@@ -118,14 +118,14 @@ class Stoppable:
         return bool(self._stop.is_set() or (extra is not None and extra.is_set()))
 
 
-class Polling(Stoppable):
-    """A consumer whose ``run()`` polls in a loop and outlives a lost connection (Redis
-    Streams, SQS): :meth:`_wait_after` is that loop's rule for a poll that raised."""
+class Reconnecting(Stoppable):
+    """A consumer whose ``run()`` loop outlives a lost connection (RabbitMQ, Redis Streams,
+    SQS): :meth:`_wait_after` is that loop's rule for an error that ended one pass."""
 
     reconnects: Reconnects
 
     def _connection_lost(self, exc: BaseException) -> bool:
-        """Whether ``exc`` from a poll is a lost connection (each broker's own test)."""
+        """Whether ``exc`` is a lost connection (each broker's own test)."""
         raise NotImplementedError
 
     def _lost(self, exc: BaseException) -> float:
@@ -133,7 +133,7 @@ class Polling(Stoppable):
         raise NotImplementedError
 
     def _wait_after(self, exc: BaseException) -> float | None:
-        """The seconds to wait before polling again after a poll raised ``exc``, or None to
+        """The seconds to wait before the next pass after one raised ``exc``, or None to
         raise it: 0 for a :class:`~sa_inbox.exc.DatabaseUnavailable` of a stop (the loop
         ends); :meth:`_lost`'s back-off for a lost connection of a consumer that connected
         once and is not stopping."""

@@ -44,7 +44,7 @@ from ...outage import OutageGate
 from ..delivery import DeadLetterReason, Delivery
 from ..keys import DEFAULT_MAX_KEYLESS, flush_async, offer_async
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
-from ..reconnect import Reconnects
+from ..reconnect import Reconnecting, Reconnects
 from .consumer import DEFAULT_KEYLESS_WAIT, QueueConsumer, is_configuration_close
 from .message import (
     COPIED_PROPERTIES,
@@ -139,7 +139,7 @@ class AioPikaSettler:
         await self.ack()
 
 
-class AsyncConsumer(QueueConsumer):
+class AsyncConsumer(QueueConsumer, Reconnecting):
     """Consume a RabbitMQ queue with aio-pika, each message exactly once in effect.
 
     :class:`~.blocking.Consumer` on asyncio, through
@@ -243,23 +243,17 @@ class AsyncConsumer(QueueConsumer):
         while not self._stopping():
             try:
                 await self._consume(stop)
-            except DatabaseUnavailable:
-                if not self._stopping():
+            except (DatabaseUnavailable, *_CONNECTION_ERRORS) as exc:
+                if (seconds := self._wait_after(exc)) is None:
                     raise
-            except (
-                aiormq.exceptions.AMQPError,
-                aiormq.exceptions.ChannelInvalidStateError,
-                aio_pika.exceptions.AMQPException,
-                OSError,
-            ) as exc:
-                if _fatal(exc) or self._stopping() or not self.reconnects.ever_connected:
-                    raise
-                self._streak.release()  # died with the channel: RabbitMQ requeued them
-                await self._stopped_within(self.reconnects.failed(exc))
+                await self._stopped_within(seconds)
 
-    def _stopping(self) -> bool:
-        extra = self._extra_stop
-        return self._stop.is_set() or (extra is not None and extra.is_set())
+    def _connection_lost(self, exc: BaseException) -> bool:
+        return not _fatal(exc)
+
+    def _lost(self, exc: BaseException) -> float:
+        self._streak.release()  # died with the channel: RabbitMQ requeued them
+        return self.reconnects.failed(exc)
 
     async def _stopped_within(self, seconds: float) -> bool:
         """Wait ``seconds``, or less if the consumer is stopped; whether it is."""
@@ -349,6 +343,16 @@ class AsyncConsumer(QueueConsumer):
 
 class _ChannelEnded(ConnectionError):
     """The consumer's queue iterator ended without a stop: its channel was closed."""
+
+
+#: What ends one connection of :meth:`AsyncConsumer.run` (:func:`_fatal` tells which of
+#: them a reconnect mends).
+_CONNECTION_ERRORS = (
+    aiormq.exceptions.AMQPError,
+    aiormq.exceptions.ChannelInvalidStateError,
+    aio_pika.exceptions.AMQPException,
+    OSError,
+)
 
 
 def _fatal(exc: BaseException) -> bool:

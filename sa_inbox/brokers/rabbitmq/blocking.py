@@ -35,7 +35,7 @@ from ...outage import OutageGate
 from ..delivery import DeadLetterReason, Delivery
 from ..keys import DEFAULT_MAX_KEYLESS, flush, offer
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, process
-from ..reconnect import Reconnects
+from ..reconnect import Reconnecting, Reconnects
 from .consumer import DEFAULT_KEYLESS_WAIT, QueueConsumer, is_configuration_close
 from .message import DEFAULT_PREFETCH, dead_letter_properties, to_delivery
 
@@ -147,7 +147,7 @@ class PikaSettler:
         self.ack()
 
 
-class Consumer(QueueConsumer):
+class Consumer(QueueConsumer, Reconnecting):
     """Consume a RabbitMQ queue with pika, each message exactly once in effect.
 
     Each delivery goes through :func:`sa_inbox.brokers.process`: claim and handler in one
@@ -251,7 +251,7 @@ class Consumer(QueueConsumer):
         self.parameters = (
             pika.URLParameters(parameters) if isinstance(parameters, str) else parameters
         )
-        self._stop = threading.Event()
+        self._stop: threading.Event = threading.Event()
         self._connection: Any = None
         self._channel: Any = None
         self._keyless_timer: Any = None
@@ -293,14 +293,17 @@ class Consumer(QueueConsumer):
         while not self._stop.is_set():
             try:
                 self._consume()
-            except DatabaseUnavailable:
-                if not self._stop.is_set():
+            except (DatabaseUnavailable, pika.exceptions.AMQPError, OSError) as exc:
+                if (seconds := self._wait_after(exc)) is None:
                     raise
-            except (pika.exceptions.AMQPError, OSError) as exc:
-                if _fatal(exc) or self._stop.is_set() or not self.reconnects.ever_connected:
-                    raise
-                self._forget_held()
-                self._stop.wait(self.reconnects.failed(exc))
+                self._stop.wait(seconds)
+
+    def _connection_lost(self, exc: BaseException) -> bool:
+        return not _fatal(exc)
+
+    def _lost(self, exc: BaseException) -> float:
+        self._forget_held()
+        return self.reconnects.failed(exc)
 
     def _consume(self) -> None:
         """One connection: consume until :meth:`stop` or an error; closed after."""

@@ -54,7 +54,7 @@ from .. import steps
 from ..delivery import DeadLetterReason, Delivery
 from ..keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless, read_key
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
-from ..reconnect import Polling, Reconnects
+from ..reconnect import Reconnecting, Reconnects
 from ..startup import check_consumer
 
 __all__ = [
@@ -467,7 +467,7 @@ def _stream_entries(reply: Any) -> list[tuple[Any, Any]]:
 # -- the consumers' shared half ----------------------------------------------------------
 
 
-class ConsumerBase(Polling, abc.ABC, Generic[ClientT, SessionT]):
+class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
     """Consume one Redis stream through a consumer group, exactly once in effect.
 
     Each entry becomes a :class:`~sa_inbox.brokers.Delivery` keyed on the producer's field

@@ -13,7 +13,7 @@ from ...outage import OutageGate
 from ..delivery import Delivery, Disposition, Settlement
 from ..keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
-from ..reconnect import Polling, Reconnects
+from ..reconnect import Reconnecting, Reconnects
 from ..startup import check_consumer
 from .core import (
     DEFAULT_BATCH_SIZE,
@@ -95,7 +95,7 @@ def settle_each(messages: Sequence[Received], queue: str) -> Generator[Each, Any
     return settled
 
 
-class ConsumerBase(Polling, abc.ABC, Generic[ClientT, SessionT]):
+class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
     """Consume one SQS queue exactly once in effect.
 
     Each received message becomes a :class:`~sa_inbox.brokers.Delivery` keyed on the
