@@ -264,7 +264,7 @@ class _Run:
 
 
 def _attempts(gate: OutageGate) -> Generator[object, Any, Result]:
-    """Rules 3 and 5 as a step (:mod:`.steps`): yields :data:`_HANDLE` for a run of
+    """Rule 5 as a step (:mod:`.steps`): yields :data:`_HANDLE` for a run of
     ``handle()`` and gets its :class:`Result`; yields the outage's error and gets the
     gate's :class:`Verdict`; yields a pool back-off (float seconds) and gets the sleep's
     reply (True: stopped). Returns the result to settle.
