@@ -14,6 +14,7 @@ listening) raises at once, as a configuration error would.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import time
@@ -118,19 +119,19 @@ class Stoppable:
         return bool(self._stop.is_set() or (extra is not None and extra.is_set()))
 
 
-class Reconnecting(Stoppable):
+class Reconnecting(Stoppable, abc.ABC):
     """A consumer whose ``run()`` loop outlives a lost connection (RabbitMQ, Redis Streams,
     SQS): :meth:`_wait_after` is that loop's rule for an error that ended one pass."""
 
     reconnects: Reconnects
 
+    @abc.abstractmethod
     def _connection_lost(self, exc: BaseException) -> bool:
         """Whether ``exc`` is a lost connection (each broker's own test)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _lost(self, exc: BaseException) -> float:
         """Forget what died with the connection; the seconds to wait (:meth:`Reconnects.failed`)."""
-        raise NotImplementedError
 
     def _wait_after(self, exc: BaseException) -> float | None:
         """The seconds to wait before the next pass after one raised ``exc``, or None to
