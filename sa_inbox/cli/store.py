@@ -28,7 +28,10 @@ store_options = options(
     click.option(
         "--consumer",
         default=None,
-        help="The consumer (queue) name; default: every consumer (worker: see --all-consumers).",
+        help=(
+            "The consumer (queue) name. store commands: every consumer if left out; "
+            "worker: required unless --all-consumers."
+        ),
     ),
 )
 
