@@ -16,9 +16,9 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from .exc import AsyncHandlerError, AsyncHandlerInSyncRunner, InvalidHandler
+from .exc import AsyncHandlerError, AsyncHandlerInSyncRunner, InvalidHandler, InvalidObject
 
-__all__ = ["call_handler", "check_handler", "is_async_callable"]
+__all__ = ["call_handler", "check_handler", "check_settlers", "is_async_callable"]
 
 
 def is_async_callable(handler: object) -> bool:
@@ -74,6 +74,22 @@ def check_handler(
 _accepted: weakref.WeakKeyDictionary[Any, set[tuple[tuple[str, ...], bool]]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def check_settlers(entry: str, **settlers: object) -> None:
+    """Refuse an ``ack`` or ``nack`` that is not callable: it would fail only after the
+    commit (or the rollback), every time.
+
+    :param entry: the public function, for the message (``"sa_inbox.handle()"``).
+    :param settlers: ``ack=...``, ``nack=...``.
+    :raises InvalidObject: for the first that is not callable.
+    """
+    for name, value in settlers.items():
+        if not callable(value):
+            raise InvalidObject(
+                f"{entry}: {name} must be callable with no arguments, not "
+                f"{type(value).__name__} {value!r:.60}"
+            )
 
 
 def _accepted_key(handler: object) -> Any:

@@ -46,7 +46,7 @@ from .exc import (
     TransientClaimError,
 )
 from .guard import JOINED, owned_transaction
-from .handlers import call_handler, check_handler
+from .handlers import call_handler, check_handler, check_settlers
 from .hooks import NOOP, InboxHooks, as_hooks
 from .outage import is_guarded, is_unavailable
 from .validation import non_negative_int, positive_int, positive_seconds
@@ -474,6 +474,7 @@ def handle(
         :class:`~sa_inbox.exc.AutocommitConnection` (SQLAlchemy's or the driver's
         autocommit), :class:`~sa_inbox.exc.SyncAsyncMismatch` for an asyncio object (an
         ``AsyncInbox``: use :func:`sa_inbox.asyncio.handle`),
+        :class:`~sa_inbox.exc.InvalidObject` for an ``ack`` or ``nack`` that is not callable,
         :class:`~sa_inbox.exc.ConsumerNameTaken` when another handler owns
         ``consumer_name`` (:mod:`sa_inbox.consumers`), before anything is claimed.
 
@@ -499,6 +500,7 @@ def handle(
             instead="for an AsyncInbox and an async_sessionmaker, await sa_inbox.asyncio.handle()",
         )
         check_session_factory(session_factory, entry="sa_inbox.handle()", asynchronous=False)
+        check_settlers("sa_inbox.handle()", ack=ack, nack=nack)
     hooks = inbox.hooks
     handler_seconds: list[float] = []
     #: Where the last attempt was: "claim", "handler" or "commit" (its failure's event).

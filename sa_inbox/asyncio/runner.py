@@ -20,7 +20,7 @@ from .. import runner
 from ..backoff import Backoff
 from ..checks import check_session_factory, unwrap
 from ..claim import Inbox
-from ..handlers import check_handler
+from ..handlers import check_handler, check_settlers
 from ..runner import Result
 from ._bridge import (
     async_session_of,
@@ -81,7 +81,8 @@ async def handle(
     :raises ConfigurationError: with neither ack nor nack, as :func:`sa_inbox.handle`:
         :class:`~sa_inbox.exc.InvalidSessionFactory` for a factory that does not make
         AsyncSessions (a ``sessionmaker`` is refused before anything is sent),
-        :class:`~sa_inbox.exc.InvalidObject` for an ``inbox`` that is neither,
+        :class:`~sa_inbox.exc.InvalidObject` for an ``inbox`` that is neither or an ``ack``
+        or ``nack`` that is not callable,
         :class:`~sa_inbox.exc.InvalidHandler` for a handler that cannot be called as
         ``handler(session)``, :class:`~sa_inbox.exc.MissingTable`,
         :class:`~sa_inbox.exc.AutocommitConnection`,
@@ -96,6 +97,7 @@ async def handle(
         )
         check_session_factory(session_factory, entry="sa_inbox.asyncio.handle()", asynchronous=True)
         check_handler(handler, ("session",), asynchronous=True)
+        check_settlers("sa_inbox.asyncio.handle()", ack=ack, nack=nack)
 
     @functools.wraps(handler)
     def sync_handler(session: Session) -> object:

@@ -12,9 +12,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
-from sa_inbox import Outcome, handle
+from sa_inbox import Inbox, Outcome, handle
 from sa_inbox.exc import (
     InvalidBind,
+    InvalidObject,
     InvalidSessionFactory,
     MissingTable,
     SplitTransaction,
@@ -197,3 +198,46 @@ def test_a_sync_factory_given_to_the_asyncio_runner_logs_the_configuration_error
     assert getattr(record, "message_id", None) == "m2"
     assert (broker.acks, broker.nacks) == (0, 0)
     assert app.inbox_rows() == 0 and app.ledger_rows() == 0
+
+
+@pytest.mark.parametrize("settler", ["ack", "nack"])
+def test_an_ack_or_nack_that_is_not_callable_is_refused_before_any_sql(
+    app: App, settler: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A string where ``ack`` or ``nack`` belongs would fail only after the commit: refused
+    first, as a configuration error, with nothing claimed or applied."""
+    broker = Broker()
+    settlers = {"ack": broker.ack, "nack": broker.nack, settler: "yes"}
+    statements: list[str] = []
+    sa.event.listen(app.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    with caplog.at_level(logging.ERROR, logger="sa_inbox"), pytest.raises(InvalidObject) as info:
+        handle(app.Session, app.inbox, "m3", CONSUMER, pay(app, "m3"), **settlers)
+    assert f"{settler} must be callable" in str(info.value)
+    assert statements == []
+    assert len(_configuration_errors(caplog)) == 1
+    assert (broker.acks, broker.nacks) == (0, 0)
+    assert app.inbox_rows() == 0 and app.ledger_rows() == 0
+
+
+@pytest.mark.parametrize("settler", ["ack", "nack"])
+def test_the_asyncio_runner_refuses_an_ack_or_nack_that_is_not_callable(settler: str) -> None:
+    sa_inbox_asyncio = pytest.importorskip("sa_inbox.asyncio")
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+    engine = create_async_engine("sqlite+aiosqlite://")
+    statements: list[str] = []
+    sa.event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    broker = Broker()
+    settlers = {"ack": broker.ack, "nack": broker.nack, settler: 1}
+
+    async def apply(session: object) -> None:
+        raise AssertionError("never called")
+
+    inbox = sa_inbox_asyncio.AsyncInbox(Inbox(sa.MetaData()))
+    with pytest.raises(InvalidObject, match=f"{settler} must be callable"):
+        asyncio.run(
+            sa_inbox_asyncio.handle(
+                async_sessionmaker(engine), inbox, "m4", CONSUMER, apply, **settlers
+            )
+        )
+    assert statements == [] and (broker.acks, broker.nacks) == (0, 0)
