@@ -157,8 +157,8 @@ def _verification_table(v: Verification) -> Table:
 
 def _verdict(r: ChaosResult) -> Text:
     timing = (
-        f"{r.tally.deliveries} deliveries in {r.elapsed_s:.1f} s, {r.kills + r.crashes} "
-        f"consumer kills survived, seed {r.seed}"
+        f"{r.tally.deliveries} deliveries in {r.elapsed_s:.1f} s, {r.kills} kills and "
+        f"{r.crashes} self-crashes survived, seed {r.seed}"
     )
     if r.ok:
         poison = ", the poison messages dead-lettered" if r.poison else ""

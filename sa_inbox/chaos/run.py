@@ -393,7 +393,7 @@ def _status(
     """A spinner and progress line while the run lasts (nothing without a console)."""
     if console is None:
         return contextlib.nullcontext()
+    kills = f"a kill every ~{config.kill_every:g} s" if config.kill_every > 0 else "no killer"
     return console.status(
-        f"chaos run: {config.messages} payments, {config.consumers} consumers, a kill every "
-        f"~{config.kill_every:g} s ..."
+        f"chaos run: {config.messages} payments, {config.consumers} consumers, {kills} ..."
     )
