@@ -221,12 +221,15 @@ def check_session_factory(factory: object, *, entry: str, asynchronous: bool) ->
             "commits the transaction)"
         )
     if _is_sync_factory(factory) if asynchronous else is_asyncio_object(factory):
-        makes, wanted = (
-            ("Sessions", "an AsyncSession") if asynchronous else ("AsyncSessions", "a Session")
+        makes, wanted, other = (
+            ("Sessions", "an AsyncSession", "sa_inbox's sync API")
+            if asynchronous
+            else ("AsyncSessions", "a Session", "sa_inbox.asyncio")
         )
         raise InvalidSessionFactory(
             f"{entry} was given {_factory_name(factory)}, a session factory of the other half "
-            f"of the API: it makes {makes}, not {wanted}; pass {expected}(engine)"
+            f"of the API: it makes {makes}, not {wanted}; pass {expected}(engine), or use "
+            f"{other} with this factory"
         )
 
 
