@@ -5,6 +5,7 @@
 #   scripts/venv.sh                                  pip install -e .
 #   scripts/venv.sh '.[postgresql,mysql,oracle,test]'
 #
+# pip runs once per SPEC until pyproject.toml changes (delete .venv to start over).
 # Used by scripts/test.sh and scripts/demo.sh. SA_INBOX_PYTHON picks the
 # interpreter that creates the virtualenv (default python3).
 set -euo pipefail
@@ -46,6 +47,15 @@ if ! venv_works; then
     "$PYTHON" -m venv "$VENV"
 fi
 
+# The install is editable (the code is read from the checkout), so pip runs again only
+# when pyproject.toml changed since this SPEC was installed: one line per SPEC in $STAMP.
+STAMP=$VENV/.sa-inbox-installed
+WANT="$(sha256sum pyproject.toml | cut -d' ' -f1) $SPEC"
+if [ -f "$STAMP" ] && grep -qxF -- "$WANT" "$STAMP"; then
+    log "'$SPEC' installed already (pyproject.toml unchanged)"
+    exit 0
+fi
+
 log "pip install -e '$SPEC'"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$SPEC"
 
@@ -57,3 +67,4 @@ if [[ $SPEC == *test* ]]; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
         'sqlalchemy-cockroachdb>=2.0.4'
 fi
+echo "$WANT" >>"$STAMP"
