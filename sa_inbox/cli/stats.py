@@ -66,7 +66,7 @@ __all__ = ["render", "stats_command"]
     help="The purge's retention window (e.g. 7d): warn when the oldest row is older "
     "than it plus --margin.",
 )
-@click.option("--margin", type=DURATION, default="1h", show_default=True)
+@setting("--margin", "1h", DURATION, "Slack on top of --retention before the oldest row warns.")
 @setting(
     "--pending-threshold",
     "5m",
