@@ -105,14 +105,30 @@ servers_or_all() {
     echo "$@"
 }
 
-# Prints N distinct free TCP ports of 127.0.0.1 (all bound at once, so distinct).
+# Prints N distinct free TCP ports of 127.0.0.1 (all bound at once, so distinct), drawn
+# below the kernel's ephemeral range (net.ipv4.ip_local_port_range): a server killed and
+# restarted on its port finds it free, as no outgoing connection is given a port there
+# meanwhile (ip(7), ip_local_port_range).
 free_ports() {
     python3 - "$1" <<'EOF'
-import socket, sys
+import random, socket, sys
+try:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+candidates = list(range(10000, max(low, 20000)))
+random.shuffle(candidates)
 socks = []
-for _ in range(int(sys.argv[1])):
+for port in candidates:
+    if len(socks) == int(sys.argv[1]):
+        break
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        continue
     socks.append(s)
 print(" ".join(str(s.getsockname()[1]) for s in socks))
 EOF

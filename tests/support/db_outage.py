@@ -826,7 +826,9 @@ class SqsLane(Lane):
     message in flight through it: :attr:`paused` makes publishes fail (attempted, not
     sent), and :attr:`pause_after_one` sets it after the next publish that succeeds; with
     :attr:`hold_next` set, the next message the handler gets waits in it until
-    :attr:`release` is set (:attr:`holding` says it is there)."""
+    :attr:`release` is set (:attr:`holding` says it is there). A publish holds
+    :attr:`publishing` from its check of :attr:`paused` to its pause after one: set
+    :attr:`paused` under it, and no send is still on its way to the queue."""
 
     name = "sqs"
 
@@ -835,6 +837,7 @@ class SqsLane(Lane):
         self.dead = f"{self.token}-dead"
         self.make_queues()
         self.paused = threading.Event()
+        self.publishing = threading.Lock()
         self.pause_after_one = threading.Event()
         self.hold_next = threading.Event()
         self.holding = threading.Event()
@@ -907,16 +910,22 @@ class SqsLane(Lane):
         super().handler(session, delivery)
 
     def publish(self, message_id: str) -> None:
-        if self.paused.is_set():
-            raise RuntimeError("publishing paused")
-        self.client.send_message(
-            QueueUrl=self.url,
-            MessageBody="{}",
-            MessageAttributes={"message_id": {"DataType": "String", "StringValue": message_id}},
-        )
-        if self.pause_after_one.is_set():
+        with self.publishing:
+            if self.paused.is_set():
+                raise RuntimeError("publishing paused")
+            self.client.send_message(
+                QueueUrl=self.url,
+                MessageBody="{}",
+                MessageAttributes={"message_id": {"DataType": "String", "StringValue": message_id}},
+            )
+            if self.pause_after_one.is_set():
+                self.paused.set()
+                self.pause_after_one.clear()
+
+    def pause(self) -> None:
+        """Stop publishing; returns once no send is on its way."""
+        with self.publishing:
             self.paused.set()
-            self.pause_after_one.clear()
 
     def stop(self) -> None:
         self.consumer.stop()
@@ -1074,6 +1083,8 @@ def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -
     directory = str(settings.server_dir)
     published: dict[str, list[str]] = {lane.name: [] for lane in lanes}
     attempted: Counter[str] = Counter()
+    publishing = threading.Event()
+    stopped = False
     try:
         with recording() as records:
             for lane in lanes:
@@ -1084,7 +1095,6 @@ def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -
             for lane in lanes:
                 lane.start()
             time.sleep(2.0)  # the consumers connect and check their tables
-            publishing = threading.Event()
             publishers = [
                 threading.Thread(
                     target=_publish_steadily,
@@ -1126,11 +1136,8 @@ def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -
                 import sys
 
                 faulthandler.dump_traceback(sys.stdout, all_threads=True)
-            for lane in lanes:
-                lane.stop()
-            for lane in lanes:
-                if lane.thread is not None:
-                    lane.thread.join(30)
+            _stop(lanes)
+            stopped = True
         figures = []
         for lane in lanes:
             drain = drained[lane.name] - restarted_at if lane.name in drained else -1.0
@@ -1148,10 +1155,25 @@ def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -
             figures.append(lane_figures)
         return figures
     finally:
+        publishing.set()  # a failed run leaves no publisher or consumer to the next test
+        if not stopped:
+            _stop(lanes, quiet=True)
         for lane in lanes:
             with contextlib.suppress(Exception):
                 lane.close()
         ledger.drop()
+
+
+def _stop(lanes: list[Lane], *, quiet: bool = False) -> None:
+    """Stop each started lane's consumer (``quiet``: whatever a stop raises), then wait up
+    to 30 s for each thread."""
+    for lane in lanes:
+        if lane.thread is not None:
+            with contextlib.suppress(*((Exception,) if quiet else ())):
+                lane.stop()
+    for lane in lanes:
+        if lane.thread is not None:
+            lane.thread.join(30)
 
 
 def _outage_ending(lanes: list[Lane]) -> None:

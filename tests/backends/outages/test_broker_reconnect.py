@@ -178,7 +178,7 @@ def restart_moto(server_dir: Path, lanes: list[SqsLane]) -> Callable[[], None]:
 
     def disrupt() -> None:
         for lane in lanes:
-            lane.paused.set()
+            lane.pause()
         try:
             wait_for(drained, "the queues drained")
             for lane in lanes:
