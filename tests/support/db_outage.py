@@ -656,6 +656,9 @@ class CeleryLane(Lane):
             worker_hijack_root_logger=False,
             broker_connection_retry_on_startup=True,
             worker_cancel_long_running_tasks_on_connection_loss=False,
+            # a publish returns once RabbitMQ confirmed it: one the kill took is not
+            # counted as sent (kombu's pyamqp transport, "Transport Options")
+            broker_transport_options={"confirm_publish": True},
         )
         self.engine = sa.create_engine(self.urls.sync_db)
         lane = self
@@ -842,6 +845,7 @@ class SqsLane(Lane):
         self.hold_next = threading.Event()
         self.holding = threading.Event()
         self.release = threading.Event()
+        self.held_id: str | None = None
 
     def make_client(self) -> Any:
         import boto3
@@ -867,6 +871,10 @@ class SqsLane(Lane):
     def waiting(self) -> int:
         """Messages the queue holds that no receive took (visible or delayed)."""
         return self.count("", "Delayed")
+
+    def empty(self) -> bool:
+        """Whether the queue holds nothing: none waiting, none received and not deleted."""
+        return self.count("", "Delayed", "NotVisible") == 0
 
     def outage_ending(self) -> None:
         self.hidden_at_restart = self.count("NotVisible")
@@ -897,15 +905,16 @@ class SqsLane(Lane):
         finally:
             engine.dispose()
 
-    def held(self) -> bool:
+    def held(self, delivery: Delivery) -> bool:
         """Whether this message is the one to hold (the first after :attr:`hold_next`)."""
         if not self.hold_next.is_set() or self.holding.is_set():
             return False
+        self.held_id = delivery.message_id
         self.holding.set()
         return True
 
     def handler(self, session: Session, delivery: Delivery) -> None:
-        if self.held():
+        if self.held(delivery):
             self.release.wait(60)
         super().handler(session, delivery)
 
@@ -965,7 +974,7 @@ class AsyncSqsLane(_LoopLane, SqsLane):
             await engine.dispose()
 
     async def handler_async(self, session: AsyncSession, delivery: Delivery) -> None:
-        if self.held():
+        if self.held(delivery):
             # as the sync lane's release.wait(60): a disruption that failed never hangs the run
             deadline = time.monotonic() + 60
             while not self.release.is_set() and time.monotonic() < deadline:

@@ -155,19 +155,23 @@ def test_a_consumer_blocked_past_its_heartbeat_reconnects(server_dir: Path, brok
 STEP = 30.0
 
 
-def wait_for(condition: Callable[[], bool], what: str) -> None:
+def wait_for(
+    condition: Callable[[], bool], what: str, state: Callable[[], object] = lambda: None
+) -> None:
+    """Wait up to :data:`STEP` seconds for ``condition``; the failure says ``state()``."""
     deadline = time.monotonic() + STEP
     while not condition():
-        assert time.monotonic() < deadline, f"not within {STEP} s: {what}"
+        assert time.monotonic() < deadline, f"not within {STEP} s: {what}; {state()}"
         time.sleep(0.05)
 
 
 def restart_moto(server_dir: Path, lanes: list[SqsLane]) -> Callable[[], None]:
-    """The disruption: publishing paused until each queue is drained, then one message
-    published to each lane and held in its handler, so nothing else waits in its queue;
-    moto is SIGKILLed; the handlers go on (they commit, and the deletes find no server);
-    moto is restarted after :data:`DOWN` seconds, empty, and the queues are made again (as
-    a deployment would), then publishing resumes.
+    """The disruption: publishing paused until each queue is empty (a message received
+    but not yet in its handler would be the one held, and the next one would wait), then
+    one message published to each lane and held in its handler, so nothing else waits in
+    its queue; moto is SIGKILLed; the handlers go on (they commit, and the deletes find no
+    server); moto is restarted after :data:`DOWN` seconds, empty, and the queues are made
+    again (as a deployment would), then publishing resumes.
 
     moto keeps its queues in memory: a message it held unreceived at the kill would be
     gone, which SQS never does; hence the drained queue at the kill (a message published
@@ -176,18 +180,33 @@ def restart_moto(server_dir: Path, lanes: list[SqsLane]) -> Callable[[], None]:
     def drained() -> bool:
         return all(lane.waiting() == 0 for lane in lanes)
 
+    def empty() -> bool:
+        return all(lane.empty() for lane in lanes)
+
+    def state() -> dict[str, tuple[int, int, str | None, bool]]:
+        """Each lane's (visible, in flight, message held, paused)."""
+        return {
+            lane.name: (
+                lane.count(""),
+                lane.count("NotVisible"),
+                lane.held_id,
+                lane.paused.is_set(),
+            )
+            for lane in lanes
+        }
+
     def disrupt() -> None:
         for lane in lanes:
             lane.pause()
         try:
-            wait_for(drained, "the queues drained")
+            wait_for(empty, "the queues emptied", state)
             for lane in lanes:
                 lane.hold_next.set()
                 lane.pause_after_one.set()
                 lane.paused.clear()
             wait_for(lambda: all(lane.holding.is_set() for lane in lanes), "a message held")
             wait_for(lambda: all(lane.paused.is_set() for lane in lanes), "publishing paused")
-            wait_for(drained, "the held message received")
+            wait_for(drained, "the held message received", state)
             servers_sh("kill", str(server_dir), "sqs")
         finally:
             for lane in lanes:
