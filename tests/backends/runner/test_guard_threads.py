@@ -37,7 +37,10 @@ def test_the_guard_never_disturbs_other_threads_commits(app: App) -> None:
 
     errors: list[BaseException] = []
     counter = itertools.count()
-    for iteration in range(40):
+    # SQLite takes one writer at a time: each handle() waits behind the three threads'
+    # commits (about 0.5 s), and the listeners' race is the same Python on every backend
+    iterations = 10 if app.engine.dialect.name == "sqlite" else 40
+    for iteration in range(iterations):
         factory = sessionmaker(app.engine)  # a new Session class
         install(factory)
         stop = threading.Event()
@@ -64,7 +67,7 @@ def test_the_guard_never_disturbs_other_threads_commits(app: App) -> None:
                 thread.join()
     contention = ("locked", "deadlock", "Deadlock")  # the databases' own, retried by users
     assert [e for e in errors if not any(word in str(e) for word in contention)] == []
-    assert app.ledger_rows() == 40
+    assert app.ledger_rows() == iterations
 
 
 def deliver_with(app: App, factory: sessionmaker[Session], message_id: str) -> tuple[Any, Broker]:
