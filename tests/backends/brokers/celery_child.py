@@ -28,15 +28,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from sa_inbox.brokers import Settlement
 from sa_inbox.brokers.celery import inbox_task
 from tests.support.app import CONSUMER, App
+from tests.support.child import say
 
 TASK = "sa_inbox_tests.pay"
 PLAIN = "sa_inbox_tests.plain"
 #: More than Celery's default max_retries (3): the inbox's limit, not Celery's, applies.
 MAX_DELIVERIES = 5
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 def make_app(broker_url: str, queue: str) -> Celery:

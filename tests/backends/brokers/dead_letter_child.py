@@ -16,12 +16,9 @@ import time
 from typing import Any
 
 from sa_inbox.brokers.dead_letters import replay
+from tests.support.child import say
 
 HANG_SECONDS = 120
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 def hang_at(at: int, word: str) -> Any:

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 from sa_inbox.brokers import Settlement
 from sa_inbox.brokers.faststream import InboxMiddleware
 from tests.support.app import CONSUMER, App
+from tests.support.child import say
 
 #: Consumer-side timings of the tests (seconds): redelivery after a crash comes this soon.
 ACK_WAIT = 2
@@ -35,10 +36,6 @@ MIN_IDLE_MS = 1000
 #: FastStream's logs and errors go to stderr (stdout is the parent's protocol).
 logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 LOG = logging.getLogger("faststream_child")
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 def make_broker(kind: str, url: str, name: str, middleware: InboxMiddleware, pay: Any) -> Any:

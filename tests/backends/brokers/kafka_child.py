@@ -36,12 +36,9 @@ from sa_inbox.brokers.kafka import AsyncConsumer, Consumer
 from tests.backends.brokers.kafka_support import FAST_ASYNC, FAST_SYNC, kafka_tables
 from tests.backends.brokers.payments import pay, pay_async
 from tests.support.app import CONSUMER, App, sync_driver_url
+from tests.support.child import say
 
 DEADLINE = 60.0
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 def crashing(handler: Callable[..., Any]) -> Callable[..., Any]:

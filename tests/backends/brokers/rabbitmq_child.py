@@ -38,12 +38,9 @@ from sa_inbox.brokers.rabbitmq import (
 )
 from sa_inbox.chaos.drivers import driver_for
 from tests.support.app import CONSUMER, App
+from tests.support.child import say
 
 AMOUNT = Decimal("42.00")
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 def die(line: str) -> None:

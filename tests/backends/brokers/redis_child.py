@@ -37,13 +37,10 @@ from sa_inbox.brokers.redis.core import RedisSettler
 from sa_inbox.chaos.drivers import driver_for
 from tests.backends.brokers.payments import pay
 from tests.support.app import CONSUMER, App
+from tests.support.child import say
 
 VISIBILITY_TIMEOUT = 0.5
 DEADLINE = 20.0
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 def die() -> None:

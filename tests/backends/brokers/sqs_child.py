@@ -30,13 +30,10 @@ from sa_inbox.brokers.sqs import consumer as sync_module
 from tests.backends.brokers.payments import pay, pay_async
 from tests.backends.brokers.sqs_support import sqs_client
 from tests.support.app import CONSUMER, App
+from tests.support.child import say
 
 VISIBILITY_TIMEOUT = 1
 DEADLINE = 20.0
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 def report(settlement: Settlement) -> None:

@@ -18,12 +18,9 @@ from sqlalchemy.orm import Session
 
 from sa_inbox import handle
 from tests.support.app import CONSUMER, App
+from tests.support.child import say
 
 AMOUNT = Decimal("42.00")
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 def main(url: str, message_id: str, mode: str) -> None:

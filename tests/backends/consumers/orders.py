@@ -30,6 +30,7 @@ import sa_inbox.asyncio
 from sa_inbox import Inbox
 from sa_inbox.consumers import handler_name
 from sa_inbox.exc import ConsumerNameTaken
+from tests.support.child import say
 
 CONSUMER = "orders"
 #: Exit status of a process refused the consumer name.
@@ -115,10 +116,6 @@ HANDLERS = {
     "create_order_async": create_order_async,
     "send_invoice_async": send_invoice_async,
 }
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 class Broker:

@@ -34,11 +34,8 @@ from sa_inbox.brokers import Delivery, Settlement
 from sa_inbox.brokers.rabbitmq import Consumer, PikaSettler, Publisher
 from sa_inbox.outbox import OutboxMessage, OutboxRelay
 from sa_inbox.outbox.relay import RelayCore
+from tests.support.child import say
 from tests.support.outbox_app import OutboxApp
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 def crash_in_mark(self: RelayCore, messages: Sequence[OutboxMessage], now: Any = None) -> int:

@@ -33,11 +33,8 @@ from sqlalchemy.orm import Session
 
 from sa_inbox.store import StoredMessage
 from sa_inbox.store.worker import Backoff, Worker
+from tests.support.child import say
 from tests.support.store_app import StoreApp, make_engine
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 def batch_log(log_path: str) -> Callable[[str, Sequence[StoredMessage]], None]:
