@@ -1093,7 +1093,6 @@ def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -
     published: dict[str, list[str]] = {lane.name: [] for lane in lanes}
     attempted: Counter[str] = Counter()
     publishing = threading.Event()
-    stopped = False
     try:
         with recording() as records:
             for lane in lanes:
@@ -1146,7 +1145,6 @@ def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -
 
                 faulthandler.dump_traceback(sys.stdout, all_threads=True)
             _stop(lanes)
-            stopped = True
         figures = []
         for lane in lanes:
             drain = drained[lane.name] - restarted_at if lane.name in drained else -1.0
@@ -1165,8 +1163,7 @@ def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -
         return figures
     finally:
         publishing.set()  # a failed run leaves no publisher or consumer to the next test
-        if not stopped:
-            _stop(lanes, quiet=True)
+        _stop(lanes, quiet=True)
         for lane in lanes:
             with contextlib.suppress(Exception):
                 lane.close()
@@ -1174,15 +1171,15 @@ def run_outage(settings: Outage, types: Mapping[str, type[Lane]] = LANE_TYPES) -
 
 
 def _stop(lanes: list[Lane], *, quiet: bool = False) -> None:
-    """Stop each started lane's consumer (``quiet``: whatever a stop raises), then wait up
-    to 30 s for each thread."""
-    for lane in lanes:
-        if lane.thread is not None:
-            with contextlib.suppress(*((Exception,) if quiet else ())):
-                lane.stop()
-    for lane in lanes:
-        if lane.thread is not None:
-            lane.thread.join(30)
+    """Stop each lane whose consumer still runs (``quiet``: whatever a stop raises), then
+    wait up to 30 s for each thread."""
+    running = [lane for lane in lanes if lane.thread is not None and lane.thread.is_alive()]
+    for lane in running:
+        with contextlib.suppress(*((Exception,) if quiet else ())):
+            lane.stop()
+    for lane in running:
+        assert lane.thread is not None
+        lane.thread.join(30)
 
 
 def _outage_ending(lanes: list[Lane]) -> None:
