@@ -73,7 +73,13 @@ def test_worker_processes_drain_the_store_exactly_once(
     assert len(claimed) == len(set(claimed)) == count, "no row was in two batches"
     pids = {b["pid"] for b in batches}
     assert len(pids) == 2, "both processes took part"
-    assert all(len(tasks_of(batches, pid)) > 1 for pid in pids), "several tasks in each"
+    per_process = [len(tasks_of(batches, pid)) for pid in pids]
+    if async_url.startswith("sqlite"):
+        # one writer at a time: a process's tasks take turns at the file's lock, and on a
+        # loaded machine one task can win every turn of its process
+        assert sum(per_process) > len(pids), "several tasks took batches"
+    else:
+        assert all(n > 1 for n in per_process), "several tasks in each"
     assert sum(s.get("done", 0) for s in stats) == count
     effects = store_app.effect_ids()
     assert len(effects) == len(set(effects)) == count, "every message processed exactly once"
