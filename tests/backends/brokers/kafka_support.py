@@ -31,9 +31,9 @@ __all__ = [
 
 #: aiokafka options that keep rebalances short on Tansu (it holds a JoinGroup for half the
 #: session timeout while the group forms).
-FAST_ASYNC = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
+FAST_ASYNC = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 300}
 #: The same for librdkafka.
-FAST_SYNC = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+FAST_SYNC = {"session.timeout.ms": 3000, "heartbeat.interval.ms": 300}
 
 
 def bootstrap(url: str) -> str:

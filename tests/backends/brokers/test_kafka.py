@@ -452,7 +452,7 @@ def test_rebalance_mid_poll_both_see_the_records_each_effect_lands_once(
             await release.wait()
 
     seen_a, seen_b = Collected(), Collected()
-    evicted = {**FAST_ASYNC, "rebalance_timeout_ms": 7000, "max_poll_interval_ms": 7000}
+    evicted = {**FAST_ASYNC, "rebalance_timeout_ms": 4000, "max_poll_interval_ms": 4000}
 
     async def scenario() -> None:
         a = async_consumer(
