@@ -38,7 +38,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "asyncio": ("greenlet",),
     "bench": ("matplotlib",),
     "celery": ("celery",),
-    "console": ("starlette", "jinja2", "itsdangerous"),
+    "console": ("starlette", "jinja2", "itsdangerous", "uvicorn"),
     "faststream": ("faststream", "greenlet"),
     "kafka": ("aiokafka", "confluent_kafka", "greenlet"),
     "nats": ("nats", "greenlet"),

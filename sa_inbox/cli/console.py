@@ -16,6 +16,7 @@ import os
 
 import click
 
+from .._optional import optional_dependencies
 from .retention import DURATION
 
 __all__ = ["console_command"]
@@ -69,7 +70,8 @@ def console_command(
     SA_INBOX_CONSOLE_PASSWORD, or their _FILE variants naming secret files) are required for
     --allow-replay and for any --host that is not loopback.
     """
-    import uvicorn
+    with optional_dependencies(__name__, "console", "uvicorn"):
+        import uvicorn
 
     from ..console import Credentials, check_bind, create_app
     from ..console.security import ENVIRONMENT

@@ -71,6 +71,7 @@ def test_every_command_answers_help_without_the_extras() -> None:
             "sa_inbox.brokers.dead_letters.rabbitmq",
             "rabbitmq",
         ),
+        (["console", "--url", "sqlite:///{tmp}/c.db"], "sa_inbox.cli.console", "console"),
         (
             ["dead-letters", "count", "--broker", "nats://x", "--queue", "Q"],
             "sa_inbox.brokers.dead_letters.nats",
