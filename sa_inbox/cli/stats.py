@@ -5,7 +5,9 @@ Prints :func:`sa_inbox.stats.collect`'s sample as a rich report, or JSON with ``
 (:func:`sa_inbox.stats.stats_warnings`, which lists them) are printed with the report; with
 ``--check`` every failing check is printed on one stderr line and the exit status is the
 lowest warning's code (:data:`sa_inbox.stats.WARNING_CODES`, 9-21; 0 for none), for a probe
-or a cron job, and 3 when the database cannot be read (as every command).
+or a cron job, and 3 when the database cannot be read (as every command). Without
+``--check``, a report that found none of its tables (a wrong database or table names)
+exits 3 too.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._common import connected, setting, url_option
+from ._common import CannotRun, connected, setting, url_option
 from .retention import DURATION
 
 if TYPE_CHECKING:
@@ -117,7 +119,8 @@ def stats_command(
     relay stuck (the oldest pending outbox row is older than --pending-threshold), 19 a
     renamed consumer (a new name claiming ids an old one had claimed), 20 a --dead-letters
     queue / stream holds dead letters, 21 one cannot be read (broker unreachable, queue
-    missing); 3 the database cannot be read. When several checks fail, every one is
+    missing); 3 the database cannot be read, or (without --check) none of the tables
+    exists. When several checks fail, every one is
     printed (in the report, and on stderr as one line naming each code) and the exit
     status is the lowest of their codes.
     """
@@ -148,6 +151,9 @@ def stats_command(
             _print(stats, found, as_json)
     if check and found:
         click.get_current_context().exit(_failed(found))
+    nothing = [w.text for w in found if w.kind == "no-tables"]
+    if nothing and not watch:
+        raise CannotRun(nothing[0])
 
 
 def _failed(found: list[StatsWarning]) -> int:

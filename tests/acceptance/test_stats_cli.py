@@ -229,8 +229,9 @@ def test_warning_cases_on_every_backend(engine_: sa.Engine) -> None:
 
 
 def test_check_fails_when_none_of_the_tables_exists(tmp_path: Path) -> None:
-    """A probe pointed at the wrong database (or wrong table names) is not healthy: 9;
-    one of the two tables is enough to judge by (0)."""
+    """A probe pointed at the wrong database (or wrong table names) is not healthy: 9
+    (without --check the report could not run: 3); one of the two tables is enough to
+    judge by (0)."""
     url = f"sqlite:///{tmp_path}/empty.db"
     engine = sa.create_engine(url)
     with engine.begin() as conn:
@@ -238,10 +239,15 @@ def test_check_fails_when_none_of_the_tables_exists(tmp_path: Path) -> None:
     code, text = finish(stats(url, "--check", names=("nope", "nope_store")))
     assert code == WARNING_CODES["no-tables"] == 9, text
     assert "nope" in text
+    for report in ((), ("--json",)):  # without --check: the command could not run
+        code, text = finish(stats(url, *report, names=("nope", "nope_store")))
+        assert code == 3, text
+        assert "Error: none of the tables to check exists (nope, nope_store)" in text, text
     Tables(engine, "_only_inbox").inbox.table.create(engine)
-    code, text = finish(stats(url, "--check", names=(f"{INBOX}_only_inbox", "nope_store")))
+    for check in (("--check",), ()):
+        code, text = finish(stats(url, *check, names=(f"{INBOX}_only_inbox", "nope_store")))
+        assert code == 0, text
     engine.dispose()
-    assert code == 0, text
 
 
 def test_the_consumers_table_is_not_read_as_an_inbox(tables: Tables, url: str) -> None:
