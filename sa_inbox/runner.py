@@ -19,7 +19,9 @@ handler is checked first (:mod:`sa_inbox.handlers`).
 
 from __future__ import annotations
 
+import difflib
 import enum
+import inspect
 import logging
 import time
 import warnings
@@ -207,6 +209,24 @@ def retry_options(
             f"retry_backoff must be a Backoff(base=seconds, maximum=seconds), not {retry_backoff!r}"
         )
     return non_negative_int(max_retries, "max_retries", InvalidArgument), retry_backoff
+
+
+#: The keyword arguments the runners pass on to the claim (:meth:`Inbox.validate`).
+CLAIM_EXTRA = ("message_type", "correlation_id", "payload_hash")
+
+
+def check_claim_extra(entry: str, runner: Callable[..., object], extra: Mapping[str, Any]) -> None:
+    """Refuse a keyword argument that neither ``runner`` nor the claim takes, naming
+    ``entry`` (not the claim's validation it would reach) and the closest known name.
+
+    :raises InvalidArgument: for an unknown keyword, before anything is sent.
+    """
+    for name in extra:
+        if name not in CLAIM_EXTRA:
+            known = [*inspect.signature(runner).parameters, *CLAIM_EXTRA]
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InvalidArgument(f"{entry} got an unexpected keyword argument {name!r}{hint}")
 
 
 def _renamed(entry: str, old: str, new: str) -> None:
@@ -463,7 +483,7 @@ def handle(
     :raises InvalidMessageId: for an invalid id, before anything is sent (not acked: the
         caller decides whether such a message goes to a dead-letter queue).
     :raises InvalidArgument: for a bad ``max_retries`` (see :func:`retry_options`), before
-        anything.
+        anything, or a keyword argument it does not take.
     :raises ConfigurationError: raised to the caller with **neither ack nor nack** (the same
         error would fail every message; nacking would loop the queue through it), nothing
         committed: :class:`~sa_inbox.exc.InvalidHandler` (not callable as
@@ -490,8 +510,8 @@ def handle(
       DBAPI ``commit()`` or a textual ``COMMIT`` bypasses SQLAlchemy and cannot be
       intercepted; writes through a second Session are outside the guarantee.
     """
-
     with logged_configuration_errors(message_id):
+        check_claim_extra("sa_inbox.handle()", handle, claim_extra)
         inbox = require(
             inbox,
             Inbox,

@@ -77,7 +77,8 @@ async def handle(
     :param max_attempts: the deprecated spelling of ``max_retries + 1``.
     :param claim_extra: ``message_type``, ``correlation_id``, ``payload_hash``.
     :returns: a :class:`~sa_inbox.Result`.
-    :raises InvalidMessageId, InvalidArgument: before anything is sent.
+    :raises InvalidMessageId, InvalidArgument: before anything is sent (InvalidArgument also
+        for a keyword argument it does not take).
     :raises ConfigurationError: with neither ack nor nack, as :func:`sa_inbox.handle`:
         :class:`~sa_inbox.exc.InvalidSessionFactory` for a factory that does not make
         AsyncSessions (a ``sessionmaker`` is refused before anything is sent),
@@ -91,6 +92,7 @@ async def handle(
         not by the runner's wrapper), before anything is claimed.
     """
     with runner.logged_configuration_errors(message_id):
+        runner.check_claim_extra("sa_inbox.asyncio.handle()", handle, claim_extra)
         sync_inbox = unwrap(inbox, Inbox, "inbox", entry="sa_inbox.asyncio.handle()")
         max_retries, _ = runner.retry_options(
             "sa_inbox.asyncio.handle()", max_retries, None, max_attempts=max_attempts

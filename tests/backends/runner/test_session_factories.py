@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from sa_inbox import Inbox, Outcome, handle
 from sa_inbox.exc import (
+    InvalidArgument,
     InvalidBind,
     InvalidObject,
     InvalidSessionFactory,
@@ -240,4 +241,67 @@ def test_the_asyncio_runner_refuses_an_ack_or_nack_that_is_not_callable(settler:
                 async_sessionmaker(engine), inbox, "m4", CONSUMER, apply, **settlers
             )
         )
+    assert statements == [] and (broker.acks, broker.nacks) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("keyword", "hint"),
+    [
+        ("max_retry", " (did you mean 'max_retries'?)"),
+        ("payload_hsh", " (did you mean 'payload_hash'?)"),
+        ("colour", ""),
+    ],
+)
+def test_a_misspelled_keyword_names_the_runner_before_any_sql(
+    app: App, keyword: str, hint: str
+) -> None:
+    """An unknown keyword is refused naming ``handle()`` (not the claim's own validation
+    it is passed on to) and the closest name it takes."""
+    broker = Broker()
+    statements: list[str] = []
+    sa.event.listen(app.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    wrong = {keyword: 3}
+    with pytest.raises(InvalidArgument) as info:
+        handle(
+            app.Session, app.inbox, "m5", CONSUMER, pay(app, "m5"),
+            ack=broker.ack, nack=broker.nack, **wrong,
+        )  # fmt: skip
+    assert (
+        str(info.value) == f"sa_inbox.handle() got an unexpected keyword argument {keyword!r}{hint}"
+    )
+    assert statements == [] and (broker.acks, broker.nacks) == (0, 0)
+    assert app.inbox_rows() == 0 and app.ledger_rows() == 0
+
+
+def test_the_asyncio_runner_names_itself_for_a_misspelled_keyword() -> None:
+    sa_inbox_asyncio = pytest.importorskip("sa_inbox.asyncio")
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
+    engine = create_async_engine("sqlite+aiosqlite://")
+    statements: list[str] = []
+    sa.event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    broker = Broker()
+
+    async def apply(session: object) -> None:
+        raise AssertionError("never called")
+
+    inbox = sa_inbox_asyncio.AsyncInbox(Inbox(sa.MetaData()))
+    wrong = {"max_retry": 1}
+    with pytest.raises(InvalidArgument) as info:
+        asyncio.run(
+            sa_inbox_asyncio.handle(
+                async_sessionmaker(engine),
+                inbox,
+                "m6",
+                CONSUMER,
+                apply,
+                ack=broker.ack,
+                nack=broker.nack,
+                **wrong,
+            )
+        )
+    assert str(info.value) == (
+        "sa_inbox.asyncio.handle() got an unexpected keyword argument 'max_retry' "
+        "(did you mean 'max_retries'?)"
+    )
     assert statements == [] and (broker.acks, broker.nacks) == (0, 0)
