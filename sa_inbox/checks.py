@@ -25,6 +25,7 @@ from .exc import (
     InvalidBind,
     InvalidObject,
     InvalidSessionFactory,
+    InvalidTable,
     InvalidTableType,
     SyncAsyncMismatch,
 )
@@ -182,17 +183,35 @@ def unwrap(value: object, expected: type[T], what: str, *, entry: str) -> T:
     )
 
 
-def check_metadata(metadata: object, *, entry: str) -> sa.MetaData:
-    """``metadata``, if it is a :class:`~sqlalchemy.MetaData`.
+def check_metadata(
+    metadata: object, *, entry: str, table_name: object = None, schema: str | None = None
+) -> sa.MetaData:
+    """``metadata``, if it is a :class:`~sqlalchemy.MetaData` that can take ``table_name``.
 
-    :raises InvalidTableType: otherwise; for a declarative base (``Base`` instead of
-        ``Base.metadata``) the message says so.
+    :param table_name: the name of the table to define on it, or None not to check one.
+    :raises InvalidTableType: if ``metadata`` is not a MetaData; for a declarative base
+        (``Base`` instead of ``Base.metadata``) the message says so.
+    :raises InvalidTable: if ``table_name`` is not a non-empty string, or the MetaData
+        already holds a table of that name (SQLAlchemy would refuse a second definition).
     """
-    if isinstance(metadata, sa.MetaData):
+    if not isinstance(metadata, sa.MetaData):
+        inner = getattr(metadata, "metadata", None)
+        hint = (
+            f": pass {_factory_name(metadata)}.metadata" if isinstance(inner, sa.MetaData) else ""
+        )
+        raise InvalidTableType(f"{entry} takes a MetaData, not {_factory_name(metadata)}{hint}")
+    if table_name is None:
         return metadata
-    inner = getattr(metadata, "metadata", None)
-    hint = f": pass {_factory_name(metadata)}.metadata" if isinstance(inner, sa.MetaData) else ""
-    raise InvalidTableType(f"{entry} takes a MetaData, not {_factory_name(metadata)}{hint}")
+    if not isinstance(table_name, str) or not table_name.strip():
+        raise InvalidTable(f"{entry}: table_name must be a non-empty string, not {table_name!r}")
+    owner = schema if schema is not None else metadata.schema
+    key = f"{owner}.{table_name}" if owner else table_name
+    if key in metadata.tables:
+        raise InvalidTable(
+            f"{entry}: the MetaData already holds a table {key!r}: define it once and share "
+            "the object, or give another table_name"
+        )
+    return metadata
 
 
 def check_session_factory(factory: object, *, entry: str, asynchronous: bool) -> None:

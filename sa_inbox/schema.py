@@ -178,9 +178,10 @@ def processed_messages_table(
     :param schema: the schema, or ``None`` for the default.
     :param message_id_length: the length in characters of ``message_id`` and
         ``consumer_name``; longer values are refused before any SQL is sent.
-    :raises InvalidTable: if ``message_id_length`` is not a positive int.
+    :raises InvalidTable: if ``message_id_length`` is not a positive int, ``table_name``
+        is empty, or the MetaData already holds that table.
     """
-    check_metadata(metadata, entry="the inbox table")
+    check_metadata(metadata, entry="the inbox table", table_name=table_name, schema=schema)
     positive_int(message_id_length, "message_id_length", InvalidTable)
     return sa.Table(
         table_name,

@@ -102,9 +102,10 @@ def outbox_table(
     :param table_name: the table's name.
     :param schema: the schema, or ``None``.
     :param message_id_length: length in characters of ``message_id`` (>= 36, a UUIDv7).
-    :raises InvalidTable: if ``message_id_length`` is not an int >= 36.
+    :raises InvalidTable: if ``message_id_length`` is not an int >= 36, ``table_name``
+        is empty, or the MetaData already holds that table.
     """
-    check_metadata(metadata, entry="the outbox table")
+    check_metadata(metadata, entry="the outbox table", table_name=table_name, schema=schema)
     positive_int(message_id_length, "message_id_length", InvalidTable)
     if message_id_length < 36:
         raise InvalidTable(

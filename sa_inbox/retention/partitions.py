@@ -103,8 +103,15 @@ def partitioned_processed_messages_table(
     :param message_id_length: length of ``message_id`` and ``consumer_name``.
     :raises UnsafePartitionKey: if ``partition_key`` is an arrival time (``received_at``).
     :raises InvalidTableType: if ``metadata`` is not a MetaData (a declarative base).
+    :raises InvalidTable: if ``table_name`` is empty, or the MetaData already holds that
+        table.
     """
-    check_metadata(metadata, entry="partitioned_processed_messages_table()")
+    check_metadata(
+        metadata,
+        entry="partitioned_processed_messages_table()",
+        table_name=table_name,
+        schema=schema,
+    )
     if partition_key in ARRIVAL_COLUMNS:
         raise UnsafePartitionKey(
             f"partition key {partition_key!r} is the arrival time: a redelivery would land "

@@ -182,9 +182,10 @@ def inbox_store_table(
     :param table_name: the table's name.
     :param schema: the schema, or ``None``.
     :param message_id_length: length in characters of ``message_id`` and ``consumer_name``.
-    :raises InvalidTable: if ``message_id_length`` is not a positive int.
+    :raises InvalidTable: if ``message_id_length`` is not a positive int, ``table_name``
+        is empty, or the MetaData already holds that table.
     """
-    check_metadata(metadata, entry="the inbox store table")
+    check_metadata(metadata, entry="the inbox store table", table_name=table_name, schema=schema)
     positive_int(message_id_length, "message_id_length", InvalidTable)
     statuses = ", ".join(f"'{status}'" for status in STATUSES)
     return sa.Table(
