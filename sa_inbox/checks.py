@@ -29,6 +29,7 @@ from .exc import (
     InvalidTableType,
     SyncAsyncMismatch,
 )
+from .validation import shown
 
 __all__ = [
     "ASYNCIO_FACE",
@@ -103,7 +104,7 @@ def require(value: object, expected: type[T], what: str, *, entry: str, instead:
             f"takes {_article(expected.__name__)} (the synchronous API): {instead}"
         )
     raise InvalidObject(
-        f"{entry} takes {_article(expected.__name__)} as {what}, not {given} ({value!r:.80})"
+        f"{entry} takes {_article(expected.__name__)} as {what}, not {given} ({shown(value)})"
     )
 
 
@@ -231,7 +232,8 @@ def check_session_factory(factory: object, *, entry: str, asynchronous: bool) ->
     name = type(factory).__name__
     if not callable(factory):
         raise InvalidSessionFactory(
-            f"{entry} takes a session factory, {expected}(engine), not {name} ({factory!r:.60})"
+            f"{entry} takes a session factory, {expected}(engine), "
+            f"not {name} ({shown(factory, 60)})"
         )
     if getattr(factory, "__name__", None) == "begin":
         raise InvalidSessionFactory(

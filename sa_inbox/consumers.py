@@ -60,7 +60,7 @@ from .exc import (
     SyncAsyncMismatch,
 )
 from .schema import DEFAULT_MESSAGE_ID_LENGTH, NOW, TIMESTAMP_TZ, key_type
-from .validation import positive_int, validate_key
+from .validation import positive_int, shown, validate_key
 
 __all__ = [
     "DEFAULT_CONSUMERS_TABLE",
@@ -543,7 +543,7 @@ def _owner_string(owner: object) -> str:
     if not isinstance(owner, str) or not owner.strip() or len(owner) > HANDLER_LENGTH:
         raise InvalidArgument(
             f"an owner name is a non-empty string of at most {HANDLER_LENGTH} characters, "
-            f"not {owner!r:.80}"
+            f"not {shown(owner)}"
         )
     return owner
 

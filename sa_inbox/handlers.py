@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from .exc import AsyncHandlerError, AsyncHandlerInSyncRunner, InvalidHandler, InvalidObject
+from .validation import shown
 
 __all__ = ["call_handler", "check_handler", "check_settlers", "is_async_callable"]
 
@@ -88,7 +89,7 @@ def check_settlers(entry: str, **settlers: object) -> None:
         if not callable(value):
             raise InvalidObject(
                 f"{entry}: {name} must be callable with no arguments, not "
-                f"{type(value).__name__} {value!r:.60}"
+                f"{type(value).__name__} {shown(value, 60)}"
             )
 
 

@@ -8,6 +8,7 @@ up front instead of trusting the database to reject them.
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -21,9 +22,18 @@ __all__ = [
     "non_negative_int",
     "positive_int",
     "positive_seconds",
+    "shown",
     "validate_key",
     "validate_keys",
 ]
+
+
+def shown(value: object, width: int = 80) -> str:
+    """``repr(value)`` for an error message, at most about ``width`` characters: a longer one
+    keeps its start and its end, ``...`` between (:mod:`reprlib`)."""
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = width
+    return short.repr(value)
 
 
 def bool_flag(value: object, name: str) -> bool:

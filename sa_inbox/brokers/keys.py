@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..exc import InvalidArgument, MissingKeyHeader
+from ..validation import shown
 from .delivery import Delivery
 
 __all__ = [
@@ -90,8 +91,8 @@ def read_key(value: object) -> tuple[str | None, str | None]:
         try:
             return bytes(value).decode("utf-8"), None
         except UnicodeDecodeError:
-            return None, f"the key is bytes that are not UTF-8 ({bytes(value)!r:.60})"
-    return None, f"the key is {type(value).__name__} {value!r:.60}, not a string"
+            return None, f"the key is bytes that are not UTF-8 ({shown(bytes(value), 60)})"
+    return None, f"the key is {type(value).__name__} {shown(value, 60)}, not a string"
 
 
 class GivesBack(Protocol):

@@ -32,6 +32,7 @@ from ..exc import InvalidArgument, InvalidObject, SyncAsyncMismatch
 from ..outbox.schema import DEFAULT_OUTBOX_TABLE
 from ..schema import DEFAULT_TABLE_NAME
 from ..store.schema import DEFAULT_STORE_TABLE
+from ..validation import shown
 from .queries import Tables
 from .routes import routes
 from .security import (
@@ -168,7 +169,7 @@ def _engine(engine_or_url: Any) -> sa.Engine:
         return sa.create_engine(url, pool_pre_ping=True)
     raise InvalidObject(
         f"the console needs an Engine or a database URL, not {type(engine_or_url).__name__} "
-        f"({engine_or_url!r:.80})"
+        f"({shown(engine_or_url)})"
     )
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy.orm import sessionmaker
 
-from sa_inbox.exc import InvalidMessageId
-from sa_inbox.validation import validate_key, validate_keys
+from sa_inbox import handle
+from sa_inbox.exc import InvalidMessageId, InvalidObject
+from sa_inbox.validation import shown, validate_key, validate_keys
 
 
 @given(st.text(min_size=1, max_size=255))
@@ -50,3 +53,24 @@ def test_rejects_lone_surrogates_before_the_driver_would() -> None:
 def test_rejects_a_non_iterable_batch(bad: object) -> None:
     with pytest.raises(InvalidMessageId, match="iterable"):
         validate_keys(bad, "message_id", 255)  # type: ignore[arg-type]
+
+
+@given(st.text(min_size=0, max_size=400))
+def test_shown_keeps_a_short_repr_whole_and_the_ends_of_a_long_one(value: str) -> None:
+    text = shown(value, 60)
+    if len(repr(value)) <= 60:
+        assert text == repr(value)
+    else:
+        assert "..." in text and len(text) <= 62
+        assert text[0] == repr(value)[0] and text[-1] == repr(value)[-1]
+
+
+def test_an_object_in_an_error_is_shown_with_its_end() -> None:
+    """Arguments swapped: the sessionmaker where the Inbox belongs is shown cut in its
+    middle, its closing bracket kept."""
+    factory = sessionmaker(sa.create_engine("sqlite://"))
+    with pytest.raises(InvalidObject) as info:
+        handle(factory, factory, "m1", "billing", print, ack=print, nack=print)  # type: ignore[arg-type]
+    message = str(info.value)
+    assert message.startswith("sa_inbox.handle() takes an Inbox as inbox, not sessionmaker (")
+    assert "..." in message and message.endswith("expire_on_commit=True))"), message

@@ -46,7 +46,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from ...backoff import Backoff
 from ...exc import ConfigurationError, InvalidArgument, InvalidObject, SyncAsyncMismatch
-from ...validation import positive_int
+from ...validation import positive_int, shown
 from .. import steps
 from ..delivery import DeadLetterReason, Delivery
 from ..process import DEFAULT_MAX_DELIVERIES
@@ -695,7 +695,7 @@ def check_client(client: object, *, asynchronous: bool, entry: str) -> None:
     if not client_like:
         wanted = "an entered aiobotocore" if asynchronous else "a boto3"
         raise InvalidObject(
-            f"{entry} takes {wanted} SQS client, not {type(client).__name__} ({client!r:.80})"
+            f"{entry} takes {wanted} SQS client, not {type(client).__name__} ({shown(client)})"
         )
 
 
