@@ -15,6 +15,7 @@ from sqlalchemy.exc import UnboundExecutionError
 from sqlalchemy.orm import Session, scoped_session
 from sqlalchemy.sql.expression import Executable
 
+from .checks import is_asyncio_object
 from .collision import CollisionCheck, CollisionMode, check_mode
 from .consumers import Consumers, consumers_flag, consumers_for
 from .dialects import ClaimDialect, Strategy, claim_dialect_for, is_autocommit
@@ -739,8 +740,14 @@ def connection_for(bind: Bind, table: sa.Table) -> Connection:
             ) from exc
     if isinstance(bind, Connection):
         return bind
+    hint = (
+        ": for an AsyncSession or AsyncConnection use sa-inbox's asyncio API "
+        "(sa_inbox.asyncio: AsyncInbox(inbox), AsyncInboxStore, AsyncOutbox)"
+        if is_asyncio_object(bind)
+        else ""
+    )
     raise InvalidBind(
-        f"bind must be a Session, scoped_session or Connection, not {type(bind).__name__}"
+        f"bind must be a Session, scoped_session or Connection, not {type(bind).__name__}{hint}"
     )
 
 

@@ -141,6 +141,11 @@ def test_bad_input_sends_nothing(app: App, async_url: str) -> None:
             assert not session.sync_session.get_transaction().connections  # type: ignore[union-attr]
         with Session(app.engine) as sync_session, pytest.raises(InvalidBind):
             await inbox.claim(sync_session, "m1", CONSUMER)  # type: ignore[arg-type]
+        async with async_sessionmaker(engine).begin() as session:
+            # the other way round: the synchronous Inbox given the AsyncSession
+            with pytest.raises(InvalidBind, match="use sa-inbox's asyncio API"):
+                app.inbox.claim(session, "m1", CONSUMER)  # type: ignore[arg-type]
+            assert not session.sync_session.get_transaction().connections  # type: ignore[union-attr]
 
     run(async_url, scenario)
     assert app.inbox_rows() == 0
