@@ -73,16 +73,17 @@ if [ ! -f "$WHEEL" ] || [ ! -f "$SDIST" ]; then die "build made no wheel or no s
 "$TOOLS/check-wheel-contents" "$WHEEL"
 
 "$TOOLS/python" - "$WHEEL" "$SDIST" <<'EOF'
-"""The wheel holds the sa_inbox package (its templates and data) and its metadata and
-licence, nothing else; the sdist holds the licence."""
+"""The wheel holds the sa_inbox package (its templates and data), the pytest plugin's
+module and its metadata and licence, nothing else; the sdist holds the licence."""
 import sys, tarfile, zipfile
 from pathlib import Path
 
 wheel, sdist = Path(sys.argv[1]), Path(sys.argv[2])
 names = zipfile.ZipFile(wheel).namelist()
 dist_info = wheel.name.split("-py3")[0] + ".dist-info/"
-stray = [n for n in names if not n.startswith(("sa_inbox/", dist_info))]
-needed = ["sa_inbox/py.typed", "sa_inbox/bench/growth_figures.json", dist_info + "licenses/LICENSE"]
+plugin = "_sa_inbox_pytestplugin.py"
+stray = [n for n in names if not n.startswith(("sa_inbox/", dist_info)) and n != plugin]
+needed = [plugin, "sa_inbox/py.typed", "sa_inbox/bench/growth_figures.json", dist_info + "licenses/LICENSE"]
 needed += [f"sa_inbox/alembic_templates/sa_inbox/{f}"
            for f in ("README", "alembic.ini.mako", "env.py", "script.py.mako")]
 missing = [n for n in needed if n not in names]

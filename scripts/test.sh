@@ -196,11 +196,11 @@ finish_queue() {
     rm -rf "$QUEUE_DIR"
 }
 
-# Existing ones of the given directories (ruff fails on missing paths).
-existing_dirs() {
+# Those of the given paths that exist (ruff fails on missing paths).
+existing_paths() {
     local dir
     for dir in "$@"; do
-        [ -d "$dir" ] && echo "$dir"
+        [ -e "$dir" ] && echo "$dir"
     done
     return 0
 }
@@ -248,7 +248,7 @@ export SA_INBOX_TEST_GALERA_DIR
 
 # The checks that need no server run beside pytest (see queue_check).
 if [ -z "${SA_INBOX_SKIP_LINT:-}" ]; then
-    mapfile -t LINT_DIRS < <(existing_dirs sa_inbox tests benchmarks scripts)
+    mapfile -t LINT_DIRS < <(existing_paths sa_inbox _sa_inbox_pytestplugin.py tests benchmarks scripts)
     queue_check "ruff" check_ruff
     queue_check "ruff format" check_ruff_format
     queue_check "import contracts" check_imports

@@ -1,44 +1,15 @@
-"""The pytest plugin of sa-inbox: the ``exactly_once`` fixture.
-
-Installed with ``pip install 'sa-inbox[testing]'`` and registered under pytest's
-``pytest11`` entry point (as pytest-django and pytest-asyncio are), so pytest loads it in
-every project where sa-inbox is installed. Loading it changes no test run: it defines one
-fixture and nothing else (no hook that collects, reorders, marks, skips or reports
-anything), and the fixture does nothing until a test asks for it; a fixture of the same
-name in the project's own ``conftest.py`` takes precedence. Where plugins are not loaded
-automatically (``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``), enable it with ``-p
-sa_inbox.testing.plugin`` or ``pytest_plugins = ["sa_inbox.testing.plugin"]``; ``-p
-no:sa_inbox`` turns it off.
-
-Example::
-
-    def test_billing_is_exactly_once(exactly_once):
-        exactly_once(
-            apply_payment,                     # handler(session, delivery), def or async def
-            session_factory=Session, inbox=inbox, consumer_name="billing",
-            message=lambda message_id: Message(message_id, b'{"account": 7, "cents": 500}'),
-            state=lambda session, message: ledger_rows(session, message.message_id),
-        )
+"""The pytest plugin of sa-inbox under its documented name, for ``-p
+sa_inbox.testing.plugin`` and ``pytest_plugins = ["sa_inbox.testing.plugin"]``: the
+``exactly_once`` fixture of :mod:`_sa_inbox_pytestplugin`, the module the ``pytest11``
+entry point loads (it imports neither sa-inbox nor SQLAlchemy, so loading it costs a
+project that does not use it nothing).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from .._optional import optional_dependencies
 
 with optional_dependencies(__name__, "testing", "pytest"):
-    import pytest
+    from _sa_inbox_pytestplugin import exactly_once
 
 __all__ = ["exactly_once"]
-
-
-@pytest.fixture
-def exactly_once() -> Any:
-    """:func:`sa_inbox.testing.check_exactly_once`: call it with your handler (or broker
-    adapter, or ``consumer=``), a session factory on your test database, a message factory
-    and a state function. The test fails with the report (each failure mode, the rule, the
-    fix) when a check fails."""
-    from .kit import check_exactly_once
-
-    return check_exactly_once

@@ -1,12 +1,13 @@
 """The pytest plugin is opt-in in effect: loaded by its ``pytest11`` entry point wherever
-sa-inbox is installed, it defines one fixture and nothing else, so a project that does not
-ask for ``exactly_once`` runs exactly as without it; with autoloading off it is enabled by
-``-p sa_inbox.testing.plugin``."""
+sa-inbox is installed, it defines one fixture and nothing else and imports neither sa-inbox
+nor SQLAlchemy, so a project that does not ask for ``exactly_once`` runs exactly as without
+it; with autoloading off it is enabled by ``-p sa_inbox.testing.plugin``."""
 
 from __future__ import annotations
 
 import pytest
 
+import _sa_inbox_pytestplugin as entry_point
 import sa_inbox.testing.plugin as plugin
 
 pytest_plugins = ["pytester"]
@@ -57,10 +58,25 @@ def test_it_is_loaded_by_its_entry_point_and_offers_one_fixture(
     pytester: pytest.Pytester,
 ) -> None:
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fixtures")
-    result.stdout.fnmatch_lines(
-        ["*fixtures defined from sa_inbox.testing.plugin*", "exactly_once*"]
+    result.stdout.fnmatch_lines(["*fixtures defined from _sa_inbox_pytestplugin*", "exactly_once*"])
+    for module in (entry_point, plugin):
+        assert [name for name in vars(module) if name.startswith("pytest_")] == []
+    assert plugin.exactly_once is entry_point.exactly_once
+
+
+def test_loading_it_imports_neither_sa_inbox_nor_sqlalchemy(pytester: pytest.Pytester) -> None:
+    """A project's run pays nothing for it: the module the entry point names is outside the
+    package, and the fixture imports the checks only when a test asks for it."""
+    pytester.makepyfile(
+        test_modules="import sys\n\n"
+        "def test_untouched():\n"
+        "    assert [m for m in ('sa_inbox', 'sqlalchemy') if m in sys.modules] == []\n\n"
+        "def test_used(exactly_once):\n"
+        "    assert exactly_once.__name__ == 'check_exactly_once'\n"
+        "    assert 'sa_inbox' in sys.modules\n"
     )
-    assert [name for name in vars(plugin) if name.startswith("pytest_")] == []
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
 
 
 def test_with_autoloading_off_it_is_enabled_by_name(
