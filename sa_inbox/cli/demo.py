@@ -53,8 +53,8 @@ __all__ = ["demo"]
     "Share of deliveries whose worker crashes after the commit, before the ack.",
 )
 @url_option(
-    "Database URL (PostgreSQL, MariaDB/MySQL); the demo drops and creates its own demo_* "
-    "tables there. Default: a SQLite file.",
+    "Database URL (PostgreSQL, MariaDB/MySQL, a SQLite file), a synchronous driver; the demo "
+    "drops and creates its own demo_* tables there. Default: a SQLite file of its own.",
     default=None,
 )
 @click.option(
