@@ -40,6 +40,7 @@ __all__ = [
     "PURGE_ROWS",
     "PURGE_SECONDS",
     "RECORDED_COLLISIONS",
+    "SAMPLE_UP",
     "SPANS",
     "STORE_ATTEMPTS",
     "STORE_MESSAGES",
@@ -320,6 +321,13 @@ STORE_ATTEMPTS = Name(
     ("attempts",),
     sampled=True,
 )
+SAMPLE_UP = Name(
+    "sa_inbox_sample_up",
+    "gauge",
+    "1 if the scrape's sample read the database, 0 if it failed (the other sampled "
+    "gauges are then left out).",
+    sampled=True,
+)
 RELAY_MESSAGES = Name(
     "sa_inbox_relay_messages_total",
     "counter",
@@ -348,6 +356,7 @@ METRICS = (
     STORE_MESSAGES,
     STORE_OLDEST_PENDING_SECONDS,
     STORE_ATTEMPTS,
+    SAMPLE_UP,
     RELAY_MESSAGES,
     RELAY_BATCHES,
 )

@@ -17,6 +17,7 @@ dashboard in ``dashboards/sa-inbox.json`` plots it).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import sqlalchemy as sa
@@ -32,6 +33,8 @@ with optional_dependencies(__name__, "prometheus", "prometheus_client"):
     from prometheus_client.registry import REGISTRY, Collector
 
 __all__ = ["InboxCollector", "PrometheusHooks", "RelayMetrics"]
+
+logger = logging.getLogger(__name__)
 
 
 class PrometheusHooks(InboxHooks):
@@ -145,7 +148,10 @@ class InboxCollector(Collector):
 
     One scrape runs the queries of :func:`~sa_inbox.stats.collect` on ``engine`` (counts,
     ``MIN(received_at)``, the catalog's sizes), at most once per ``min_interval`` seconds;
-    scrapes in between get the cached sample.
+    scrapes in between get the cached sample. A sample that fails (the database down, a
+    table unreadable) leaves the sampled gauges out of that scrape and sets
+    ``sa_inbox_sample_up`` to 0, logged at WARNING: the registry's other metrics are still
+    served.
 
     :param engine: the database.
     :param inbox_table: the processed-messages table's name, or None.
@@ -174,7 +180,17 @@ class InboxCollector(Collector):
         return self.sampler.sample()
 
     def collect(self) -> Iterator[Metric]:
-        stats = self.sample()
+        up = _gauge(names.SAMPLE_UP)
+        try:
+            stats = self.sample()
+        except sa.exc.SQLAlchemyError as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            logger.warning("the inbox metrics' sample failed: %s", first)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
         rows, size = _gauge(names.TABLE_ROWS), _gauge(names.TABLE_BYTES)
         for table in stats.tables:
             rows.add_metric([table.name], table.rows)

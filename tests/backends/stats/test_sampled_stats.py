@@ -238,7 +238,35 @@ def test_the_prometheus_scrape_reports_the_sample(large: sa.Engine) -> None:
         for sample in family.samples
     }
     expected = sample(large)
+    assert scraped[("sa_inbox_sample_up", ())] == 1
     assert scraped[("sa_inbox_table_rows", (("table", TABLE),))] == expected.tables[0].rows
     for consumer in expected.consumers:
         key = ("sa_inbox_consumer_rows", (("consumer", consumer.consumer_name),))
         assert scraped[key] == consumer.rows
+
+
+def test_a_failed_sample_leaves_the_rest_of_the_scrape_served(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The database refusing connections (a port nothing listens on): the scrape still
+    serves the registry's other metrics, with ``sa_inbox_sample_up`` 0 and no sampled
+    gauge, and one WARNING line; the next scrape tries the database again."""
+    importorskip("sa_inbox.hooks.prometheus", "prometheus")
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from sa_inbox.hooks.prometheus import InboxCollector, PrometheusHooks
+
+    down = sa.create_engine("postgresql+psycopg://nobody@127.0.0.1:9/none?connect_timeout=2")
+    registry = CollectorRegistry()
+    hooks = PrometheusHooks(registry)
+    hooks.claimed("billing", new=1, duplicates=0, collisions=0, seconds=0.001)
+    InboxCollector(down, inbox_table=TABLE, min_interval=0, registry=registry)
+    for _ in range(2):
+        with caplog.at_level("WARNING", logger="sa_inbox.hooks.prometheus"):
+            text = generate_latest(registry).decode()
+        assert "sa_inbox_sample_up 0.0" in text
+        assert 'sa_inbox_claims_total{consumer="billing"} 1.0' in text
+        assert "sa_inbox_table_rows{" not in text
+    warned = [r for r in caplog.records if r.name == "sa_inbox.hooks.prometheus"]
+    assert len(warned) == 2 and all("sample failed" in r.getMessage() for r in warned)
+    assert all("\n" not in r.getMessage() for r in warned)
