@@ -75,7 +75,7 @@ def console_command(
 
     from ..console import Credentials, check_bind, create_app
     from ..console.security import ENVIRONMENT
-    from ..exc import InvalidArgument
+    from ..exc import InvalidArgument, InvalidObject
 
     try:
         credentials = Credentials.from_environment()
@@ -93,7 +93,7 @@ def console_command(
             retention=retention,  # type: ignore[arg-type]
             pending_threshold=pending_threshold,  # type: ignore[arg-type]
         )
-    except InvalidArgument as exc:
+    except (InvalidArgument, InvalidObject) as exc:
         raise click.UsageError(str(exc)) from exc
     # the replays and logins logged with their user (logger sa_inbox.console) go to stderr
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import sqlalchemy as sa
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData, QueryParams
 from starlette.exceptions import HTTPException
@@ -38,6 +39,7 @@ from starlette.routing import Route
 
 from ..brokers.delivery import DeadLetterReason
 from ..exc import DeadLetterQueueUnavailable, InvalidArgument
+from ..outage import is_unavailable
 from ..stats import DeadLetterFilter
 from ..store.schema import DEAD
 from . import queries
@@ -97,6 +99,8 @@ def endpoint(*, api: bool, write: bool = False, public: bool = False) -> Callabl
                 response = _error(request, visit, 400, str(exc))
             except DeadLetterQueueUnavailable as exc:
                 response = _error(request, visit, 502, str(exc))
+            except sa.exc.SQLAlchemyError as exc:
+                response = _database_error(request, visit, exc)
             if visit.csrf_new:
                 _set_cookie(request, response, console.csrf.COOKIE, visit.csrf_value)
             return response
@@ -195,6 +199,17 @@ def _unauthenticated(request: Request, visit: Visit) -> Response:
             schemes.append('Bearer realm="sa-inbox console"')
         response.headers["www-authenticate"] = ", ".join(schemes)
     return response
+
+
+def _database_error(request: Request, visit: Visit, exc: sa.exc.SQLAlchemyError) -> Response:
+    """503 when the database cannot be reached (:func:`sa_inbox.outage.is_unavailable`),
+    500 for any other database error; one line, the statement and parameters left out."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if is_unavailable(exc):
+        logger.warning("console: the database cannot be reached: %s", first)
+        return _error(request, visit, 503, f"the database cannot be reached: {first}")
+    logger.error("console: database error on %s", request.url.path, exc_info=exc)
+    return _error(request, visit, 500, f"database error: {first}")
 
 
 def _error(request: Request, visit: Visit, status: int, detail: str) -> Response:

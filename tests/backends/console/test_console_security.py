@@ -278,6 +278,11 @@ def test_bad_settings_are_refused_before_any_sql(tmp_path: Path) -> None:
 
     with pytest.raises(SyncAsyncMismatch):
         create_app(create_async_engine("sqlite+aiosqlite://"))
+    with pytest.raises(SyncAsyncMismatch, match="not sqlite\\+aiosqlite"):
+        create_app(f"sqlite+aiosqlite:///{tmp_path}/c.db")
+    done = console_cli("--url", f"sqlite+aiosqlite:///{tmp_path}/c.db")  # the last --url wins
+    assert done.returncode == 2 and "reads with a sync driver" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
     for bad in ({"auth": "token"}, {"secret_key": "short"}, {"store_table": ""},
                 {"dead_letter_queues": "redis://x/0/q"}, {"replay_rate": (0, 60.0)},
                 {"replay_rate": 5}, {"retention": 7}, {"pending_threshold": None},
@@ -356,3 +361,24 @@ def test_the_origin_check_compares_hosts_not_schemes(capp: ConsoleApp) -> None:
     assert same.status_code == 200 and 'id="would-replay">1<' in same.text
     other = c.post("/replay", data=form, headers={"Origin": "https://console.internal.evil"})
     assert other.status_code == 403
+
+
+def test_a_database_that_cannot_be_reached_is_a_503_of_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The database refusing connections (a port nothing listens on): each page and API
+    answers 503 with what happened, as JSON or as the error page, and the log has one
+    line per request, not a traceback."""
+    app = create_app("postgresql+psycopg://nobody@127.0.0.1:9/none?connect_timeout=2")
+    with TestClient(app) as client, caplog.at_level("WARNING", logger="sa_inbox.console"):
+        answer = client.get("/api/overview")
+        assert answer.status_code == 503, answer.text
+        body = answer.json()
+        assert body["status"] == 503
+        assert body["error"].startswith(
+            "the database cannot be reached: (psycopg.OperationalError)"
+        )
+        page = client.get("/")
+        assert page.status_code == 503 and "the database cannot be reached" in page.text
+    lines = [r for r in caplog.records if r.name == "sa_inbox.console"]
+    assert len(lines) == 2 and all(r.exc_info is None for r in lines)
