@@ -47,6 +47,9 @@ __all__ = ["Duration", "partitions_group", "purge_command"]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+#: The longest duration taken (a century): windows and margins are added to it, and
+#: ``datetime`` ends at the year 9999.
+_LONGEST = datetime.timedelta(days=36500)
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]
@@ -65,7 +68,10 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
         match = _DURATION.match(str(value))
         if match is None:
             self.fail(f"{value!r} is not a duration like 90s, 15m, 12h, 7d or 2w", param, ctx)
-        return datetime.timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+        if seconds > _LONGEST.total_seconds():
+            self.fail(f"{value!r} is longer than {_LONGEST.days} days", param, ctx)
+        return datetime.timedelta(seconds=seconds)
 
 
 DURATION = Duration()

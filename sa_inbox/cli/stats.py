@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ._common import CannotRun, connected, setting, url_option
+from ._common import SECONDS, CannotRun, connected, setting, url_option
 from .retention import DURATION
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ __all__ = ["render", "stats_command"]
     "processed-messages table is estimated and sampled (printed with ~).",
 )
 @click.option("--watch", is_flag=True, help="Refresh in place every --interval seconds.")
-@setting("--interval", 2.0, float, "For --watch.")
+@setting("--interval", 2.0, SECONDS, "Seconds between refreshes, for --watch.")
 @click.option("--check", is_flag=True, help="Exit non-zero for a warning (see the help).")
 @click.option(
     "--retention",

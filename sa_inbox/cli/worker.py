@@ -39,9 +39,9 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
     """The callable named by ``"package.module:function"`` (``"module:obj.method"`` works):
     a plain function, or an ``async def`` one (run by the asyncio worker).
 
-    :raises click.BadParameter: if ``spec`` has no ``:``, the module cannot be imported, the
-        name is missing, the object is not callable, or it cannot be called with the two
-        arguments the worker passes (``handler(session, message)``).
+    :raises click.BadParameter: if ``spec`` has no ``:``, the module cannot be imported (or
+        raises while it is), the name is missing, the object is not callable, or it cannot
+        be called with the two arguments the worker passes (``handler(session, message)``).
     """
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
@@ -51,6 +51,11 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
     except ImportError as exc:
         raise click.BadParameter(
             f"cannot import {module_name!r}: {exc}", param_hint="--handler"
+        ) from exc
+    except Exception as exc:  # the module's own code failed while it was imported
+        raise click.BadParameter(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {exc}",
+            param_hint="--handler",
         ) from exc
     for part in attribute.split("."):
         if not hasattr(target, part):

@@ -75,6 +75,12 @@ def test_a_window_inside_the_policy_is_refused_with_exit_2(
     assert _rows(engine, inbox.table) == 400
     bad = run_cli("purge", "--url", url, "--max-redelivery", "soon")
     assert bad.returncode == 2 and "not a duration" in bad.stderr
+    for huge in ("99999999999d", "999999999d", "36501d"):  # past datetime's range, or close
+        long = run_cli("purge", "--url", url, "--max-redelivery", huge, "--max-replay", "7d")
+        assert long.returncode == 2, long.stderr
+        assert f"'{huge}' is longer than 36500 days" in long.stderr
+        assert "Traceback" not in long.stderr
+    assert _rows(engine, inbox.table) == 400
 
 
 def test_the_replay_limit_is_a_required_option(

@@ -218,6 +218,22 @@ def test_bad_handler_is_a_usage_error(tmp_path: Path, handler: str, message: str
     assert message in err
 
 
+def test_a_handler_module_that_fails_on_import_is_a_usage_error(tmp_path: Path) -> None:
+    """Not only a missing module: one whose own code raises while it is imported is one
+    ``Error:`` line naming what it raised (exit 2), not a traceback."""
+    (tmp_path / "broken_handlers.py").write_text('raise RuntimeError("import-time failure")\n')
+    child = subprocess.Popen(
+        [sys.executable, "-m", "sa_inbox.cli", "worker", "--url", f"sqlite:///{tmp_path}/x.db",
+         "--consumer", "c", "--handler", "broken_handlers:pay"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])},
+    )  # fmt: skip
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 2, err
+    assert "importing 'broken_handlers' failed: RuntimeError: import-time failure" in err, err
+    assert "Traceback" not in err and not (tmp_path / "x.db").exists()
+
+
 def test_a_handler_with_the_wrong_signature_is_refused_before_any_message(
     url: str, store_app: StoreApp
 ) -> None:
