@@ -128,7 +128,8 @@ class _ExtraNotInstalled(click.ClickException):
 class Group(click.Group):
     """The ``sa-inbox`` group: a command (or an option's callback) whose module needs an
     extra that is not installed ends as one ``Error: <module> needs the '<extra>' extra:
-    pip install 'sa-inbox[<extra>]'`` line, exit :data:`EXIT_USAGE`, not a traceback.
+    pip install 'sa-inbox[<extra>]'`` line, exit :data:`EXIT_USAGE`, not a traceback; one
+    cut short by Ctrl-C ends with ``interrupted``, exit :data:`EXIT_INTERRUPTED`.
 
     Nested groups run inside its :meth:`invoke`, so they need no class of their own.
     """
@@ -138,6 +139,9 @@ class Group(click.Group):
             return super().invoke(ctx)
         except MissingExtra as exc:
             raise _ExtraNotInstalled(str(exc)) from exc
+        except KeyboardInterrupt:  # click's own handling would say "Aborted!" and exit 1
+            click.echo("interrupted", err=True)
+            raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 #: Where the parts of SQLAlchemy's error text that a user of the command does not need

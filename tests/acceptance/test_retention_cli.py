@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ from sa_inbox.bench.purge import load_rows
 from sa_inbox.retention.partitions import list_partitions, partitioned_processed_messages_table
 from sa_inbox.store import DONE, InboxStore, Incoming, utc_now
 from tests.conftest import backend_url
-from tests.support.cli import run_cli
+from tests.support.cli import ROOT, run_cli
 
 DAY = datetime.timedelta(days=1)
 POLICY_ARGS = ["--max-redelivery", "1d", "--max-replay", "2d", "--margin", "1h"]
@@ -81,6 +84,28 @@ def test_a_window_inside_the_policy_is_refused_with_exit_2(
         assert f"'{huge}' is longer than 36500 days" in long.stderr
         assert "Traceback" not in long.stderr
     assert _rows(engine, inbox.table) == 400
+
+
+def test_ctrl_c_in_a_purge_exits_130(sqlite_db: tuple[str, sa.Engine, Inbox]) -> None:
+    """SIGINT while the purge deletes (100 expired rows, one per batch, a tenth of a
+    second between batches): ``interrupted``, exit 130, no traceback; the batches that
+    committed stay deleted."""
+    url, engine, inbox = sqlite_db
+    child = subprocess.Popen(
+        [sys.executable, "-m", "sa_inbox.cli", "purge", "--url", url, *POLICY_ARGS,
+         "--batch-size", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while _rows(engine, inbox.table) == 400:  # the first batch committed: it is deleting
+        assert time.monotonic() < deadline and child.poll() is None, child.communicate()
+        time.sleep(0.05)
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    assert err.rstrip().endswith("interrupted") and "Traceback" not in err, err
+    assert 300 < _rows(engine, inbox.table) < 400, "stopped part of the way"
 
 
 def test_the_replay_limit_is_a_required_option(
