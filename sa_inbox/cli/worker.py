@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .._signals import on_signals
+from ..consumers import owner_name
 from ..exc import InvalidHandler
 from ..handlers import check_handler, is_async_callable
 from ._common import POSITIVE, SECONDS, WAIT, CannotRun, Database, bind_store, connected, setting
@@ -106,6 +107,12 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
     help="Process the messages of every consumer (instead of --consumer NAME).",
 )
 @click.option(
+    "--hand-over",
+    is_flag=True,
+    help="Give --consumer NAME to HANDLER first: a handler renamed or moved since the name's "
+    "last run takes over the name and its claims (stop the old handler's workers first).",
+)
+@click.option(
     "--until-empty",
     is_flag=True,
     help="Exit once nothing of the consumer is pending or processing (failed messages are "
@@ -152,6 +159,7 @@ def worker_command(
     max_backoff: float,
     poll_interval: float,
     all_consumers: bool,
+    hand_over: bool,
     until_empty: bool,
     max_messages: int | None,
     max_seconds: float | None,
@@ -189,7 +197,7 @@ def worker_command(
     failures and seconds, retries, database outages) are served for Prometheus on
     http://--metrics-host:PORT/metrics (the [prometheus] extra).
     """
-    from ..exc import ConfigurationError
+    from ..exc import ConfigurationError, ConsumerNameTaken
     from ..store import Backoff, Worker
 
     if (consumer is None) == (not all_consumers):
@@ -197,6 +205,8 @@ def worker_command(
             "name the consumer whose messages HANDLER processes with --consumer NAME, or "
             "pass --all-consumers (exactly one of the two)"
         )
+    if hand_over and consumer is None:
+        raise click.UsageError("--hand-over gives one consumer name: pass --consumer NAME")
     _put_first_on_path(app_dir)
     handler = resolve_handler(handler_spec)
     asynchronous = is_async_callable(handler)
@@ -227,6 +237,8 @@ def worker_command(
         connected(url, "the worker failed", needs_async=needs_async) as db,
     ):
         store = db.call(bind_store, db.engine, table, schema)
+        if hand_over:
+            _hand_over(db, store, consumer, handler)
         worker = _worker(db, store, handler, options)
         if stop_requested.is_set():
             worker.stop()
@@ -238,8 +250,23 @@ def worker_command(
         except ConfigurationError as exc:
             click.echo(json.dumps(worker.summary.as_dict()))
             first_line = (str(exc).strip().splitlines() or [""])[0]
+            if isinstance(exc, ConsumerNameTaken):
+                first_line += " (here: run the worker once with --hand-over)"
             raise CannotRun(f"{type(exc).__name__}: {first_line}") from exc
         click.echo(json.dumps(worker.summary.as_dict()))
+
+
+def _hand_over(db: Database, store: InboxStore, consumer: str | None, handler: object) -> None:
+    """``--hand-over``: ``store.consumers.hand_over()`` for ``consumer``, logged.
+
+    :raises CannotRun: if the store keeps no owners of consumer names.
+    """
+    if store.consumers is None:
+        raise CannotRun("--hand-over: this store keeps no owners of consumer names")
+    previous = db.call(store.consumers.hand_over, db.engine, consumer, handler)
+    logging.getLogger("sa_inbox.cli").info(
+        "consumer name %r handed over from %s to %s", consumer, previous, owner_name(handler)
+    )
 
 
 def _worker(

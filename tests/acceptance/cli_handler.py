@@ -58,6 +58,11 @@ async def record_async(session: Any, message: StoredMessage) -> None:
     )
 
 
+def record_renamed(session: Session, message: StoredMessage) -> None:
+    """``record`` under another name (a handler renamed in a deploy)."""
+    record(session, message)
+
+
 def record_but_3(session: Session, message: StoredMessage) -> None:
     """``record``, then raise for the message whose seq is 3 (its effect rolled back)."""
     record(session, message)

@@ -89,6 +89,36 @@ def test_worker_command_drains_the_store(url: str, store_app: StoreApp) -> None:
     assert json.loads(out) == {PENDING: 0, PROCESSING: 0, DONE: 30, DEAD: 0}, err
 
 
+def test_a_renamed_handler_takes_its_consumer_name_over_with_hand_over(
+    url: str, store_app: StoreApp
+) -> None:
+    """The name's owner is the handler that first ran it: a renamed handler is refused
+    (exit 3, the hint names --hand-over, nothing processed); with --hand-over it takes the
+    name over and drains the store."""
+    receive(store_app, 2)
+    worker = ["worker", "--url", url, "--table", TABLE, "--consumer", "default", "--until-empty"]
+    first = cli(*worker, "--handler", HANDLER)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0 and summary(out)["processed"] == 2, err
+    with store_app.engine.begin() as conn:
+        more = [Incoming(f"n-{i}", {"seq": 10 + i}) for i in range(3)]
+        store_app.store.receive_many(conn, more, consumer_name="default")
+    renamed = [*worker, "--handler", "tests.acceptance.cli_handler:record_renamed"]
+    refused = cli(*renamed)
+    out, err = refused.communicate(timeout=120)
+    assert refused.returncode == 3, err
+    assert "ConsumerNameTaken" in err and "run the worker once with --hand-over" in err, err
+    assert summary(out)["processed"] == 0 and len(store_app.effect_ids()) == 2
+    taken = cli(*renamed, "--hand-over")
+    out, err = taken.communicate(timeout=120)
+    assert taken.returncode == 0, err
+    assert summary(out)["processed"] == 3 and len(store_app.effect_ids()) == 5
+    assert "handed over from tests.acceptance.cli_handler.record to" in err, err
+    usage = cli("worker", "--url", url, "--all-consumers", "--hand-over", "--handler", HANDLER)
+    _, err = usage.communicate(timeout=60)
+    assert usage.returncode == 2 and "--hand-over gives one consumer name" in err, err
+
+
 @pytest.mark.parametrize("handler", ["record_but_3", "record_async_but_3"])
 def test_worker_command_in_batch_mode_fails_one_message_alone(
     url: str, store_app: StoreApp, handler: str
