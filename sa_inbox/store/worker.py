@@ -36,6 +36,7 @@ import itertools
 import logging
 import os
 import random
+import signal
 import socket
 import threading
 import time
@@ -424,8 +425,9 @@ class Worker:
                 self._configuration_error(exc)
                 self._release(batch[index:], quietly=True)
                 raise
-            except Exception:
-                # its failure could not be recorded (database gone): the message waits for
+            except BaseException:
+                # its failure could not be recorded (database gone), or the run is stopping
+                # at once (a second Ctrl-C, a handler's SystemExit): the message waits for
                 # the visibility timeout; the unstarted rest is given back if possible
                 self._release(batch[index + 1 :], quietly=True)
                 raise
@@ -613,7 +615,9 @@ class Worker:
             the run returns; ``None``: no limit. A handler that runs past it is not
             interrupted, so the run can last longer by one handler.
         :param handle_signals: in the main thread, turn SIGTERM and SIGINT into
-            :meth:`stop` while running (the previous handlers are restored after).
+            :meth:`stop` while running (the previous handlers are restored after); a
+            second SIGINT raises :class:`KeyboardInterrupt` at once, the rest of each
+            leased batch given back first.
         :param shutdown_timeout: seconds to wait for the threads after a stop; a handler
             still running then is abandoned, and its message is leased again after the
             visibility timeout.
@@ -633,10 +637,14 @@ class Worker:
         )
         if run.owns_consumer_name():
             with self._signals(handle_signals):
-                if self.concurrency == 1:
-                    run.loop(0)
-                else:
-                    self._run_threads(shutdown_timeout)
+                try:
+                    if self.concurrency == 1:
+                        run.loop(0)
+                    else:
+                        self._run_threads(shutdown_timeout)
+                except KeyboardInterrupt:  # a second Ctrl-C (or one without our handlers)
+                    self._abandon("stopped at once")
+                    raise
         return run.finish()
 
     def begin_run(
@@ -722,17 +730,18 @@ class Worker:
         if any(thread.is_alive() for thread in threads):
             self._abandon()
 
-    def _abandon(self) -> None:
-        """Give back the unstarted messages of the batches whose handler outlasted the
-        shutdown timeout (their thread is abandoned, the message in hand is leased again
-        after the visibility timeout)."""
+    def _abandon(self, why: str = "shutdown timeout") -> None:
+        """Give back the unstarted messages of the batches whose handler is abandoned (it
+        outlasted the shutdown timeout, or the run was stopped at once): the message in
+        hand is leased again after the visibility timeout."""
         with self._lock:
             rests = [list(rest) for rest in self._unstarted.values() if rest]
             self._unstarted.clear()
         if rests:
             logger.warning(
-                "shutdown timeout: %d handler(s) still running are abandoned; their "
-                "messages are leased again after the visibility timeout",
+                "%s: %d handler(s) still running are abandoned; their messages are leased "
+                "again after the visibility timeout",
+                why,
                 len(rests),
                 extra={"action": "abandon", "count": len(rests)},
             )
@@ -933,6 +942,10 @@ class Worker:
 
     def _note_signal(self, signum: int) -> None:
         # In the signal handler: no lock (see sa_inbox._signals); stopping() reads it.
+        if self._signalled and signum == signal.SIGINT:
+            # a second Ctrl-C: stop now, in the main thread (the handler's transaction
+            # there rolls back; the messages in hand are leased again after the timeout)
+            raise KeyboardInterrupt
         self._signalled = True
 
     def _on_signal(self, signum: int) -> None:

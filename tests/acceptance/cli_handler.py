@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -61,6 +62,18 @@ async def record_async(session: Any, message: StoredMessage) -> None:
 def record_renamed(session: Session, message: StoredMessage) -> None:
     """``record`` under another name (a handler renamed in a deploy)."""
     record(session, message)
+
+
+def record_slowly(session: Session, message: StoredMessage) -> None:
+    """``record``, then 60 s more in the transaction (a handler to stop mid-way)."""
+    record(session, message)
+    time.sleep(60)
+
+
+def exit_5(session: Session, message: StoredMessage) -> None:
+    """``record``, then ``raise SystemExit(5)`` (a handler that ends the process)."""
+    record(session, message)
+    raise SystemExit(5)
 
 
 def record_but_3(session: Session, message: StoredMessage) -> None:

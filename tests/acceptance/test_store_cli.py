@@ -142,6 +142,43 @@ def test_worker_command_in_batch_mode_fails_one_message_alone(
     }  # fmt: skip
 
 
+def _leased(store_app: StoreApp, child: subprocess.Popen[str], count: int) -> None:
+    deadline = time.monotonic() + 60
+    while store_app.store.counts(store_app.engine)[PROCESSING] < count:
+        assert time.monotonic() < deadline and child.poll() is None, child.communicate()
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("handler", "stop", "code"),
+    [("record_slowly", "a second SIGINT", 130), ("exit_5", "the handler's SystemExit", 5)],
+)
+def test_a_worker_stopped_at_once_gives_back_the_unstarted_messages(
+    url: str, store_app: StoreApp, handler: str, stop: str, code: int
+) -> None:
+    """A worker that must stop at once (Ctrl-C twice while a handler runs, or a handler
+    raising SystemExit) ends without waiting for the handler: its transaction rolls back
+    (no effect), the rest of the leased batch is pending again, and only the message in
+    hand waits for the visibility timeout."""
+    receive(store_app, 3)
+    child = cli(
+        "worker", "--url", url, "--table", TABLE, "--consumer", "default",
+        "--handler", f"tests.acceptance.cli_handler:{handler}", "--batch-size", "3",
+    )  # fmt: skip
+    if stop == "a second SIGINT":
+        _leased(store_app, child, 3)
+        child.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == code, err
+    assert "released 2 unstarted messages" in err, err
+    assert store_app.effect_ids() == []
+    assert store_app.store.counts(store_app.engine) == {
+        PENDING: 2, PROCESSING: 1, DONE: 0, DEAD: 0
+    }  # fmt: skip
+
+
 def test_worker_command_stops_on_sigterm(url: str, store_app: StoreApp) -> None:
     child = cli(
         "worker", "--url", url, "--table", TABLE, "--consumer", "default", "--handler", HANDLER,
