@@ -16,7 +16,7 @@ import click
 import sqlalchemy as sa
 
 from ._common import connected, options, require_table, setting, url_option
-from .store import replay_options, run_replay
+from .store import replay_options, require_rows, run_replay
 
 if TYPE_CHECKING:
     from ..outbox.relay import RelayCore
@@ -82,6 +82,7 @@ def replay_command(
     --yes (without it: the count is printed, nothing changes, exit code 2). --id or --status
     is required. --dry-run prints {"would_replay": N} and changes nothing.
     """
+    require_rows(ids, status)
     filters: dict[str, Any] = {"ids": ids or None, "destination": destination}
     again = "dispatched rows would be reset to pending and their messages published again"
     with connected(url, "replay failed") as db:

@@ -16,7 +16,14 @@ import click
 
 from ._common import EXIT_USAGE, bind_store, connected, options, setting, url_option
 
-__all__ = ["ConfirmationNeeded", "replay_options", "run_replay", "store_group", "store_options"]
+__all__ = [
+    "ConfirmationNeeded",
+    "replay_options",
+    "require_rows",
+    "run_replay",
+    "store_group",
+    "store_options",
+]
 
 
 #: ``--url``, ``--table``, ``--schema`` and ``--consumer``: the options of every command on
@@ -101,6 +108,7 @@ def replay_command(
     nothing changes, exit code 2). --id or --status is required. --dry-run prints
     {"would_replay": N} and changes nothing.
     """
+    require_rows(ids, status)
     filters: dict[str, Any] = {"ids": ids or None, "consumer_name": consumer}
     with connected(url, "replay failed") as db:
         store = db.call(bind_store, db.engine, table, schema)
@@ -113,6 +121,15 @@ def replay_command(
             dry_run=dry_run,
             yes=yes,
         )
+
+
+def require_rows(ids: tuple[int, ...], status: str | None) -> None:
+    """Refuse a replay command that names no rows (neither ``--id`` nor ``--status``).
+
+    :raises click.UsageError: (exit 2) then, before the database is opened.
+    """
+    if status is None and not ids:
+        raise click.UsageError("name the rows to replay: --id ID (repeatable) or --status")
 
 
 def run_replay(

@@ -238,6 +238,11 @@ def test_replaying_done_rows_needs_yes_and_dry_run_only_counts(
         conn.execute(t.update().where(t.c.message_id != "m-2").values(status=DONE))
     before = {PENDING: 1, PROCESSING: 0, DONE: 2, DEAD: 0}
     replay = ["store", "replay", "--url", url, "--table", TABLE, "--status", "done"]
+    for group in ("store", "outbox"):  # no row named: a usage error, before the database
+        unnamed = cli(group, "replay", "--url", "postgresql+psycopg://u@127.0.0.1:1/db")
+        _, err = unnamed.communicate(timeout=60)
+        assert unnamed.returncode == 2, err
+        assert "name the rows to replay: --id ID (repeatable) or --status" in err, err
 
     refused = cli(*replay)
     out, err = refused.communicate(timeout=60)

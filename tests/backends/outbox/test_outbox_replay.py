@@ -125,7 +125,10 @@ def test_the_outbox_command_counts_and_replays(oapp: OutboxApp) -> None:
     by_id = outbox_cli(oapp, "replay", "--id", sent_id)  # a dispatched row: --yes as well
     assert by_id.returncode == 2 and "1 dispatched rows would be reset" in by_id.stderr
     no_filter = outbox_cli(oapp, "replay", "--destination", "payments")
-    assert no_filter.returncode == 2 and "needs ids, a status or a time range" in no_filter.stderr
+    assert (
+        no_filter.returncode == 2
+        and "name the rows to replay: --id ID (repeatable) or --status" in no_filter.stderr
+    )
     assert [r["status"] for r in oapp.outbox_rows()] == ["dead", "dead", "dispatched", "dead"]
 
     replayed = outbox_cli(oapp, "replay", "--status", "dead", "--destination", "payments")
