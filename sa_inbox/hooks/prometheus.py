@@ -158,6 +158,8 @@ class InboxCollector(Collector):
     :param store_table: the inbox store's table name, or None.
     :param min_interval: seconds a sample is reused for.
     :param registry: registered there (None: not registered; call ``registry.register``).
+    :raises ValueError: (``prometheus_client``'s) if the registry already holds metrics of
+        these names (another ``InboxCollector``: make one per registry).
     """
 
     def __init__(
@@ -178,6 +180,14 @@ class InboxCollector(Collector):
     def sample(self) -> InboxStats:
         """The latest sample (see :class:`~sa_inbox.stats.Sampler`)."""
         return self.sampler.sample()
+
+    def describe(self) -> Iterator[Metric]:
+        """The families :meth:`collect` yields, empty: the registry checks their names when
+        it registers the collector (a second collector of the same names is refused) and
+        reads no sample then."""
+        for metric in names.METRICS:
+            if metric.sampled:
+                yield _gauge(metric)
 
     def collect(self) -> Iterator[Metric]:
         up = _gauge(names.SAMPLE_UP)

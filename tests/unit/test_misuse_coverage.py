@@ -274,6 +274,7 @@ TAKES_NO_OBJECT = {
         for member in ("()", *members)
     },
     "InboxCollector.collect": "the collector's own Sampler, checked when it was made",
+    "InboxCollector.describe": "takes nothing: the metric families' names, from names.METRICS",
     "InboxCollector.sample": "the collector's own Sampler, checked when it was made",
     "Sampler.sample": "the sampler's own engine, checked when it was made",
     # the in-memory store of sa_inbox.testing: no database, no SQLAlchemy object

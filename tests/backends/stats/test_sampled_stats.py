@@ -270,3 +270,24 @@ def test_a_failed_sample_leaves_the_rest_of_the_scrape_served(
     warned = [r for r in caplog.records if r.name == "sa_inbox.hooks.prometheus"]
     assert len(warned) == 2 and all("sample failed" in r.getMessage() for r in warned)
     assert all("\n" not in r.getMessage() for r in warned)
+
+
+def test_registering_reads_nothing_and_a_second_collector_is_refused(tmp_path: Any) -> None:
+    """The registry learns the collector's names from ``describe()`` (no sample at
+    registration) and refuses a second collector of the same names, whose series every
+    scrape would list twice."""
+    importorskip("sa_inbox.hooks.prometheus", "prometheus")
+    from prometheus_client import CollectorRegistry
+
+    from sa_inbox.hooks.prometheus import InboxCollector
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path}/metrics.db")
+    statements: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    registry = CollectorRegistry()
+    InboxCollector(engine, inbox_table=TABLE, registry=registry)
+    assert statements == []
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        InboxCollector(engine, inbox_table=TABLE, registry=registry)
+    scraped = [s.name for family in registry.collect() for s in family.samples]
+    assert scraped.count("sa_inbox_sample_up") == 1 and statements != []
