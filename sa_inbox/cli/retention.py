@@ -139,7 +139,8 @@ def _writable_json_path(
     "--dead-older-than",
     type=DURATION,
     default=None,
-    help="With --store: also delete dead rows older than this (default: keep them).",
+    help="With --store: also delete dead rows received longer ago than this (their received_at; "
+    "default: keep them).",
 )
 @setting("--batch-size", 5000, POSITIVE, "Rows per transaction, at most.")
 @json_option(
