@@ -220,6 +220,9 @@ class AsyncWorker:
         #: The stop signal the tasks wait on, on the event loop (the sync worker's
         #: ``stop_event``).
         self.waiting = LoopWaiting()
+        #: Set by a second SIGINT in a run: the run stops at once (made by :meth:`run`).
+        self._at_once = asyncio.Event()
+        self._interrupts = 0
         #: The synchronous worker whose loops the tasks run: its ``stats``, ``summary``
         #: and ``stop_event`` are this worker's.
         self.sync_worker = Worker(
@@ -258,7 +261,8 @@ class AsyncWorker:
 
         Arguments, limits and errors as :meth:`sa_inbox.Worker.run`; ``handle_signals``
         turns SIGTERM and SIGINT into :meth:`stop` through the running loop's
-        ``add_signal_handler`` (Unix).
+        ``add_signal_handler`` (Unix), and a second SIGINT cancels the tasks at once (the
+        rest of their batches given back) and raises :class:`KeyboardInterrupt`.
 
         :raises ConfigurationError: as :meth:`sa_inbox.Worker.run`: every task stops.
         :raises asyncio.CancelledError: when ``run()`` is cancelled (``asyncio.wait_for``, an
@@ -272,6 +276,7 @@ class AsyncWorker:
         )
         if not await in_greenlet(run.owns_consumer_name):
             return run.finish()
+        self._at_once, self._interrupts = asyncio.Event(), 0
         with self._signals(handle_signals):
             tasks = [
                 asyncio.create_task(in_greenlet(run.loop, i)) for i in range(worker.concurrency)
@@ -291,7 +296,9 @@ class AsyncWorker:
     async def _join(
         self, run: WorkerRun, tasks: list[asyncio.Task[None]], shutdown_timeout: float
     ) -> None:
-        """Wait for every task; after a stop, at most ``shutdown_timeout`` seconds more."""
+        """Wait for every task; after a stop, at most ``shutdown_timeout`` seconds more (or
+        until a second SIGINT: then :class:`KeyboardInterrupt`, once the tasks left are
+        cancelled)."""
         stopped = asyncio.create_task(self.waiting.until_set())
         pending = set(tasks)
         try:
@@ -301,11 +308,33 @@ class AsyncWorker:
         finally:
             stopped.cancel()
         if pending:
-            _, pending = await asyncio.wait(pending, timeout=shutdown_timeout)
+            pending = await self._wait_for_shutdown(pending, shutdown_timeout)
         await self._give_up(run, pending)
+        if self._at_once.is_set():
+            raise KeyboardInterrupt
         for task in tasks:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
+
+    async def _wait_for_shutdown(
+        self, pending: set[asyncio.Task[None]], shutdown_timeout: float
+    ) -> set[asyncio.Task[None]]:
+        """The tasks still running after ``shutdown_timeout`` seconds, or at a second
+        SIGINT, whichever comes first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + shutdown_timeout
+        at_once = asyncio.create_task(self._at_once.wait())
+        try:
+            while pending and not at_once.done() and loop.time() < deadline:
+                await asyncio.wait(
+                    {*pending, at_once},
+                    timeout=deadline - loop.time(),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                pending = {task for task in pending if not task.done()}
+        finally:
+            at_once.cancel()
+        return pending
 
     async def _give_up(self, run: WorkerRun, pending: set[asyncio.Task[None]]) -> None:
         """Cancel the tasks whose handler outlasted the shutdown timeout (the message in hand
@@ -315,7 +344,8 @@ class AsyncWorker:
             return
         for task in pending:
             task.cancel()
-        await in_greenlet(run.abandon)
+        why = "stopped at once" if self._at_once.is_set() else "shutdown timeout"
+        await in_greenlet(run.abandon, why)
         # Let the cancelled handlers roll back before run() returns: the caller disposes
         # the engine next, and a rollback on a disposed connection would never complete.
         await asyncio.wait(pending, timeout=CANCEL_GRACE)
@@ -342,6 +372,11 @@ class AsyncWorker:
                 loop.remove_signal_handler(sig)
 
     def _on_signal(self, signum: int) -> None:
+        if signum == signal.SIGINT:
+            self._interrupts += 1
+            if self._interrupts > 1:  # a second Ctrl-C: stop now
+                self._at_once.set()
+                return
         logger.info(
             "stop requested (signal %s)", signum, extra={"action": "stop", "signal": signum}
         )

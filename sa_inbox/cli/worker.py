@@ -253,6 +253,9 @@ def worker_command(
             if isinstance(exc, ConsumerNameTaken):
                 first_line += " (here: run the worker once with --hand-over)"
             raise CannotRun(f"{type(exc).__name__}: {first_line}") from exc
+        except KeyboardInterrupt:  # a second Ctrl-C: the summary so far, then exit 130
+            click.echo(json.dumps(worker.summary.as_dict()))
+            raise
         click.echo(json.dumps(worker.summary.as_dict()))
 
 

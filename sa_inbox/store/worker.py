@@ -427,9 +427,12 @@ class Worker:
                 raise
             except BaseException:
                 # its failure could not be recorded (database gone), or the run is stopping
-                # at once (a second Ctrl-C, a handler's SystemExit): the message waits for
-                # the visibility timeout; the unstarted rest is given back if possible
-                self._release(batch[index + 1 :], quietly=True)
+                # at once (a second Ctrl-C, a handler's SystemExit, a cancelled task): the
+                # message waits for the visibility timeout; the unstarted rest is given back
+                # if possible, unless a shutdown gave it back already (_abandon)
+                with self._lock:
+                    rest = list(self._unstarted.pop(token, ()))
+                self._release(rest, quietly=True)
                 raise
             self.count(outcome)
             self._notify(message, outcome)
@@ -1050,10 +1053,10 @@ class WorkerRun:
         when the run ends (a stop, a limit, a configuration error)."""
         self.worker._loop(thread)
 
-    def abandon(self) -> None:
-        """Give back the unstarted messages of the batches whose loops outlasted the
-        shutdown timeout."""
-        self.worker._abandon()
+    def abandon(self, why: str = "shutdown timeout") -> None:
+        """Give back the unstarted messages of the batches whose loops are abandoned (they
+        outlasted the shutdown timeout, or the run stops at once: ``why``, for the log)."""
+        self.worker._abandon(why)
 
     def finish(self) -> WorkerSummary:
         """End the run: its :class:`WorkerSummary`.

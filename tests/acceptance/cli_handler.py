@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -68,6 +69,12 @@ def record_slowly(session: Session, message: StoredMessage) -> None:
     """``record``, then 60 s more in the transaction (a handler to stop mid-way)."""
     record(session, message)
     time.sleep(60)
+
+
+async def record_slowly_async(session: Any, message: StoredMessage) -> None:
+    """``record_async``, then 60 s more in the transaction, on the event loop."""
+    await record_async(session, message)
+    await asyncio.sleep(60)
 
 
 def exit_5(session: Session, message: StoredMessage) -> None:
