@@ -184,16 +184,21 @@ def unwrap(value: object, expected: type[T], what: str, *, entry: str) -> T:
     )
 
 
+#: ``check_metadata``'s default: no table name to check.
+_NO_TABLE = object()
+
+
 def check_metadata(
-    metadata: object, *, entry: str, table_name: object = None, schema: str | None = None
+    metadata: object, *, entry: str, table_name: object = _NO_TABLE, schema: object = None
 ) -> sa.MetaData:
     """``metadata``, if it is a :class:`~sqlalchemy.MetaData` that can take ``table_name``.
 
-    :param table_name: the name of the table to define on it, or None not to check one.
+    :param table_name: the name of the table to define on it (not given: none checked).
     :raises InvalidTableType: if ``metadata`` is not a MetaData; for a declarative base
         (``Base`` instead of ``Base.metadata``) the message says so.
-    :raises InvalidTable: if ``table_name`` is not a non-empty string, or the MetaData
-        already holds a table of that name (SQLAlchemy would refuse a second definition).
+    :raises InvalidTable: if ``table_name`` is not a non-empty string, ``schema`` is
+        neither None nor one, or the MetaData already holds a table of that name
+        (SQLAlchemy would refuse a second definition).
     """
     if not isinstance(metadata, sa.MetaData):
         inner = getattr(metadata, "metadata", None)
@@ -201,10 +206,12 @@ def check_metadata(
             f": pass {_factory_name(metadata)}.metadata" if isinstance(inner, sa.MetaData) else ""
         )
         raise InvalidTableType(f"{entry} takes a MetaData, not {_factory_name(metadata)}{hint}")
-    if table_name is None:
+    if table_name is _NO_TABLE:
         return metadata
     if not isinstance(table_name, str) or not table_name.strip():
         raise InvalidTable(f"{entry}: table_name must be a non-empty string, not {table_name!r}")
+    if schema is not None and (not isinstance(schema, str) or not schema.strip()):
+        raise InvalidTable(f"{entry}: schema must be None or a non-empty string, not {schema!r}")
     owner = schema if schema is not None else metadata.schema
     key = f"{owner}.{table_name}" if owner else table_name
     if key in metadata.tables:

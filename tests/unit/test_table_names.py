@@ -23,7 +23,7 @@ FACTORIES: dict[str, Callable[..., object]] = {
 
 
 @pytest.mark.parametrize("factory", FACTORIES)
-@pytest.mark.parametrize("name", ["", "   ", 7, b"inbox"])
+@pytest.mark.parametrize("name", ["", "   ", 7, b"inbox", None])
 def test_an_empty_or_non_string_table_name_is_refused(factory: str, name: object) -> None:
     metadata = sa.MetaData()
     with pytest.raises(InvalidTable, match=r"table_name must be a non-empty string, not "):
@@ -52,3 +52,13 @@ def test_the_metadatas_own_schema_counts() -> None:
     Inbox(metadata)
     with pytest.raises(InvalidTable, match=r"'billing\.inbox_processed_messages'"):
         Inbox(metadata)
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+@pytest.mark.parametrize("schema", ["", "  ", 5])
+def test_an_empty_or_non_string_schema_is_refused(factory: str, schema: object) -> None:
+    """``schema=""`` would name a table ``.t`` beside ``t``, and escape the check above."""
+    metadata = sa.MetaData()
+    with pytest.raises(InvalidTable, match=r"schema must be None or a non-empty string, not "):
+        FACTORIES[factory](metadata, table_name="t", schema=schema)
+    assert list(metadata.tables) == []
