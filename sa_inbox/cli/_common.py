@@ -73,6 +73,7 @@ __all__ = [
     "finish",
     "is_async_url",
     "json_option",
+    "missing_driver",
     "one_line",
     "open_database",
     "options",
@@ -214,7 +215,7 @@ def check_url(url: str, *, sync_only: str) -> sa.URL:
     try:
         parsed.get_dialect().import_dbapi()
     except ImportError as exc:
-        raise CannotRun(_missing_driver(parsed, exc)) from exc
+        raise CannotRun(missing_driver(parsed, exc)) from exc
     return parsed
 
 
@@ -294,7 +295,7 @@ def open_database(url: str, *, existing: bool = True, needs_async: str | None = 
         try:
             return Database(sa.create_engine(parsed))
         except ImportError as exc:
-            raise CannotRun(_missing_driver(parsed, exc)) from exc
+            raise CannotRun(missing_driver(parsed, exc)) from exc
     async_engine = _async_engine(parsed, needs_async)
     return Database(async_engine.sync_engine, async_engine)
 
@@ -312,7 +313,7 @@ def _async_engine(url: sa.URL, needs_async: str | None) -> AsyncEngine:
     try:
         return create_async_engine(url)
     except ImportError as exc:
-        raise CannotRun(_missing_driver(url, exc)) from exc
+        raise CannotRun(missing_driver(url, exc)) from exc
     except sa.exc.InvalidRequestError as exc:  # a sync-only driver ("... is not async")
         examples = ASYNC_URL_EXAMPLES.get(url.get_backend_name(), "one with an asyncio side")
         raise click.BadParameter(
@@ -352,7 +353,7 @@ def _sync_example(url: sa.URL) -> str:
     return f"{DRIVER_EXTRAS[backend][1]}://" if backend in DRIVER_EXTRAS else "its sync driver"
 
 
-def _missing_driver(url: sa.URL, exc: ImportError) -> str:
+def missing_driver(url: sa.URL, exc: ImportError) -> str:
     """The message for a driver that cannot be imported, naming the extra to install."""
     backend = url.get_backend_name()
     found = f"the database driver for {url.drivername!r} is not installed ({exc})"

@@ -15,8 +15,10 @@ import logging
 import os
 
 import click
+import sqlalchemy as sa
 
 from .._optional import optional_dependencies
+from ._common import CannotRun, missing_driver
 from .retention import DURATION
 
 __all__ = ["console_command"]
@@ -95,6 +97,8 @@ def console_command(
         )
     except (InvalidArgument, InvalidObject) as exc:
         raise click.UsageError(str(exc)) from exc
+    except ImportError as exc:  # the URL's driver is not installed
+        raise CannotRun(missing_driver(sa.make_url(url), exc)) from exc
     # the replays and logins logged with their user (logger sa_inbox.console) go to stderr
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     click.echo(

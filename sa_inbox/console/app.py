@@ -166,14 +166,12 @@ def _engine(engine_or_url: Any) -> sa.Engine:
             url = sa.make_url(engine_or_url)
         except sa.exc.ArgumentError as exc:
             raise InvalidArgument(f"not a database URL: {exc}") from exc
-        engine = sa.create_engine(url, pool_pre_ping=True)
-        if engine.dialect.is_async:
-            engine.dispose()
+        if url.get_dialect().is_async:  # the dialect class only: its driver not imported
             raise SyncAsyncMismatch(
                 f"the console reads with a sync driver, not {url.drivername}: use "
                 "postgresql+psycopg, mysql+pymysql or sqlite for the same database"
             )
-        return engine
+        return sa.create_engine(url, pool_pre_ping=True)
     raise InvalidObject(
         f"the console needs an Engine or a database URL, not {type(engine_or_url).__name__} "
         f"({shown(engine_or_url)})"

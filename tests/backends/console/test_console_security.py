@@ -363,6 +363,26 @@ def test_the_origin_check_compares_hosts_not_schemes(capp: ConsoleApp) -> None:
     assert other.status_code == 403
 
 
+def test_a_url_whose_driver_is_not_installed_is_one_error_line() -> None:
+    """PyMySQL hidden (scripts/import_matrix.py's finder): ``sa-inbox console`` on a
+    ``mysql+pymysql`` URL exits 3 naming the extra that installs the driver, as the other
+    commands do, instead of a traceback."""
+    matrix = ROOT / "scripts" / "import_matrix.py"
+    code = (
+        "import runpy, sys\n"
+        f"matrix = runpy.run_path({str(matrix)!r})\n"
+        "sys.meta_path.insert(0, matrix['Hidden']({'pymysql'}))\n"
+        "from sa_inbox.cli import main\n"
+        "main(['console', '--url', 'mysql+pymysql://u@127.0.0.1:9/x'], prog_name='sa-inbox')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.startswith("Error: the database driver for 'mysql+pymysql' is not installed")
+    assert "pip install 'sa-inbox[mysql]'" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_a_database_that_cannot_be_reached_is_a_503_of_its_own(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
