@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import math
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -65,6 +66,7 @@ __all__ = [
     "WAIT",
     "CannotRun",
     "Database",
+    "FiniteRange",
     "Group",
     "Verified",
     "bind_store",
@@ -424,14 +426,26 @@ def connected(url: str, failure: str, *, needs_async: str | None = None) -> Iter
 
 # -- options every command spells alike -------------------------------------------------
 
+
+class FiniteRange(click.FloatRange):
+    """A :class:`click.FloatRange` of finite numbers: ``nan`` passes its comparisons (every
+    one is false) and ``inf`` its open upper end, and either would spin or hang a loop."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 #: A count: messages, workers, rows, attempts (at least 1).
 POSITIVE = click.IntRange(min=1)
 #: A period in seconds that must pass (above 0).
-SECONDS = click.FloatRange(min=0, min_open=True)
+SECONDS = FiniteRange(min=0, min_open=True)
 #: A wait in seconds that may be none (0 or more).
-WAIT = click.FloatRange(min=0)
+WAIT = FiniteRange(min=0)
 #: A share of messages or deliveries, 0 to 1.
-SHARE = click.FloatRange(0, 1)
+SHARE = FiniteRange(0, 1)
 
 
 def options(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:

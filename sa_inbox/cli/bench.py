@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from ..bench import OPTIONAL_SCENARIOS, SCENARIOS
-from ._common import POSITIVE, CannotRun, check_url, setting, url_option
+from ._common import POSITIVE, SECONDS, CannotRun, check_url, setting, url_option
 
 __all__ = ["bench"]
 
@@ -65,7 +65,7 @@ and bytes the inbox holds at R messages/s over --window.
 )
 @click.option(
     "--rate",
-    type=click.FloatRange(min=0, min_open=True),
+    type=SECONDS,
     default=None,
     help="growth calculator: messages per second.",
 )

@@ -20,6 +20,7 @@ from ._common import (
     SHARE,
     WAIT,
     CannotRun,
+    FiniteRange,
     check_url,
     finish,
     json_option,
@@ -141,7 +142,7 @@ def database_url(url: str) -> str:
 @click.option(
     "--timeout",
     default=None,
-    type=click.FloatRange(min=1),
+    type=FiniteRange(min=1),
     help="Seconds the run may take; past it the run fails (exit 3). "
     "Default: 300 s + 50 ms per message.",
 )

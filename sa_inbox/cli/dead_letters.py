@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..brokers.delivery import DeadLetterReason
-from ._common import EXIT_FAILED, POSITIVE, CannotRun, options, setting
+from ._common import EXIT_FAILED, POSITIVE, SECONDS, CannotRun, options, setting
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -47,7 +47,7 @@ target_options = options(
         required=True,
         help="The dead-letter queue (RabbitMQ) or stream (Redis, NATS JetStream).",
     ),
-    setting("--timeout", 10.0, float, "Seconds to connect and to wait for each reply."),
+    setting("--timeout", 10.0, SECONDS, "Seconds to connect and to wait for each reply."),
 )
 
 

@@ -87,7 +87,7 @@ __all__ = ["render", "stats_command"]
 )
 @click.option(
     "--broker-timeout",
-    type=float,
+    type=SECONDS,
     default=5.0,
     show_default=True,
     help="Seconds to connect to each --dead-letters broker and for each reply.",

@@ -239,7 +239,7 @@ def test_check_fails_when_none_of_the_tables_exists(tmp_path: Path) -> None:
     code, text = finish(stats(url, "--check", names=("nope", "nope_store")))
     assert code == WARNING_CODES["no-tables"] == 9, text
     assert "nope" in text
-    for interval in ("0", "-1"):  # a refresh loop without a pause: refused
+    for interval in ("0", "-1", "nan", "inf"):  # a loop without a pause, or one forever
         code, text = finish(stats(url, "--watch", "--interval", interval, names=("a", "b")))
         assert code == 2 and "Invalid value for '--interval'" in text, text
     for report in ((), ("--json",)):  # without --check: the command could not run
