@@ -267,9 +267,14 @@ def _hand_over(db: Database, store: InboxStore, consumer: str | None, handler: o
     if store.consumers is None:
         raise CannotRun("--hand-over: this store keeps no owners of consumer names")
     previous = db.call(store.consumers.hand_over, db.engine, consumer, handler)
-    logging.getLogger("sa_inbox.cli").info(
-        "consumer name %r handed over from %s to %s", consumer, previous, owner_name(handler)
-    )
+    owner = owner_name(handler)
+    if previous == owner:
+        said = f"consumer name {consumer!r}: {owner} owns it already"
+    elif previous is None:
+        said = f"consumer name {consumer!r} given to {owner} (it had no owner)"
+    else:
+        said = f"consumer name {consumer!r} handed over from {previous} to {owner}"
+    logging.getLogger("sa_inbox.cli").info(said)
 
 
 def _worker(

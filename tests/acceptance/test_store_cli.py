@@ -114,6 +114,9 @@ def test_a_renamed_handler_takes_its_consumer_name_over_with_hand_over(
     assert taken.returncode == 0, err
     assert summary(out)["processed"] == 3 and len(store_app.effect_ids()) == 5
     assert "handed over from tests.acceptance.cli_handler.record to" in err, err
+    again = cli(*renamed, "--hand-over")  # nothing to hand over: said so, and it runs
+    out, err = again.communicate(timeout=120)
+    assert again.returncode == 0 and "record_renamed owns it already" in err, err
     usage = cli("worker", "--url", url, "--all-consumers", "--hand-over", "--handler", HANDLER)
     _, err = usage.communicate(timeout=60)
     assert usage.returncode == 2 and "--hand-over gives one consumer name" in err, err
