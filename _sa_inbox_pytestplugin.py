@@ -7,8 +7,9 @@ imports neither sa-inbox nor SQLAlchemy. It defines one fixture and nothing else
 that collects, reorders, marks, skips or reports anything), and the fixture imports the
 checks only when a test asks for it; a fixture of the same name in the project's own
 ``conftest.py`` takes precedence. Where plugins are not loaded automatically
-(``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``), enable it with ``-p sa_inbox.testing.plugin`` or
-``pytest_plugins = ["sa_inbox.testing.plugin"]``; ``-p no:sa_inbox`` turns it off.
+(``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``), enable it with ``-p sa_inbox`` (the entry point's
+name; ``-p sa_inbox.testing.plugin`` and ``pytest_plugins = ["sa_inbox.testing.plugin"]``
+work too, importing sa-inbox as they load); ``-p no:sa_inbox`` turns it off.
 
 Example::
 

@@ -90,8 +90,9 @@ def test_with_autoloading_off_it_is_enabled_by_name(
     off = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     off.assert_outcomes(errors=1)
     off.stdout.fnmatch_lines(["*fixture 'exactly_once' not found*"])
-    on = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "sa_inbox.testing.plugin")
-    on.assert_outcomes(passed=1)
+    for name in ("sa_inbox", "sa_inbox.testing.plugin"):  # the entry point's, the module's
+        on = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", name)
+        on.assert_outcomes(passed=1)
 
 
 def test_a_projects_own_fixture_of_that_name_wins(pytester: pytest.Pytester) -> None:
