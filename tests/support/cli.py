@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["ROOT", "run_cli"]
+__all__ = ["ROOT", "run_cli", "run_hiding"]
 
 #: The repository's root: the child's working directory and first import path.
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,3 +42,23 @@ def run_cli(
     if not traceback:
         assert "Traceback" not in completed.stderr, completed.stderr
     return completed
+
+
+def run_hiding(
+    hidden: set[str], code: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` with the modules ``hidden`` made unimportable (the finder of
+    scripts/import_matrix.py), from the repository root."""
+    prelude = (
+        "import runpy, sys\n"
+        f"matrix = runpy.run_path({str(ROOT / 'scripts' / 'import_matrix.py')!r})\n"
+        f"sys.meta_path.insert(0, matrix['Hidden']({set(hidden)!r}))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=ROOT,
+    )

@@ -24,6 +24,7 @@ from packaging.utils import canonicalize_name
 import sa_inbox
 from sa_inbox._optional import EXTRAS, import_optional_dependency, optional_dependencies
 from sa_inbox.exc import ConfigurationError, MissingExtra
+from tests.support.cli import run_hiding
 
 ROOT = Path(__file__).resolve().parents[2]
 MATRIX = ROOT / "scripts" / "import_matrix.py"
@@ -82,18 +83,13 @@ def test_the_sync_broker_adapters_do_not_import_sqlalchemy_asyncio() -> None:
     """[mysql,rabbitmq,redis] without greenlet: the sync adapters import and run without
     sqlalchemy.ext.asyncio (it stays unimported); the async ones need it only for the
     AsyncSession their caller brings."""
-    code = (
-        "import runpy, sys\n"
-        f"matrix = runpy.run_path({str(MATRIX)!r})\n"
-        "sys.meta_path.insert(0, matrix['Hidden']({'greenlet', 'sqlalchemy.ext.asyncio'}))\n"
+    done = run_hiding(
+        {"greenlet", "sqlalchemy.ext.asyncio"},
         "from sa_inbox.brokers import rabbitmq, redis\n"
         "rabbitmq.Consumer, rabbitmq.AsyncConsumer, redis.Consumer, redis.AsyncConsumer\n"
         "import sa_inbox.brokers.celery, sa_inbox.chaos.drivers.rabbitmq\n"
         "import sa_inbox.chaos.drivers.redis, sa_inbox.outbox.publisher\n"
-        "print(sorted(m for m in sys.modules if m.startswith('sqlalchemy.ext.asyncio')))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+        "print(sorted(m for m in sys.modules if m.startswith('sqlalchemy.ext.asyncio')))\n",
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[]\n"

@@ -22,6 +22,7 @@ from starlette.testclient import TestClient
 from sa_inbox.console import Credentials, check_bind, create_app
 from sa_inbox.exc import InvalidArgument, InvalidObject, SyncAsyncMismatch
 from tests.backends.console.conftest import BEARER, PASSWORD, TOKEN, USER
+from tests.support.cli import run_hiding
 from tests.support.console_app import CSRF_REFUSED, ConsoleApp, csrf_token
 
 pytestmark = pytest.mark.backend
@@ -367,16 +368,10 @@ def test_a_url_whose_driver_is_not_installed_is_one_error_line() -> None:
     """PyMySQL hidden (scripts/import_matrix.py's finder): ``sa-inbox console`` on a
     ``mysql+pymysql`` URL exits 3 naming the extra that installs the driver, as the other
     commands do, instead of a traceback."""
-    matrix = ROOT / "scripts" / "import_matrix.py"
-    code = (
-        "import runpy, sys\n"
-        f"matrix = runpy.run_path({str(matrix)!r})\n"
-        "sys.meta_path.insert(0, matrix['Hidden']({'pymysql'}))\n"
+    done = run_hiding(
+        {"pymysql"},
         "from sa_inbox.cli import main\n"
-        "main(['console', '--url', 'mysql+pymysql://u@127.0.0.1:9/x'], prog_name='sa-inbox')\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+        "main(['console', '--url', 'mysql+pymysql://u@127.0.0.1:9/x'], prog_name='sa-inbox')\n",
     )
     assert done.returncode == 3, done.stderr
     assert done.stderr.startswith("Error: the database driver for 'mysql+pymysql' is not installed")
