@@ -18,6 +18,7 @@ __all__ = [
     "JSONSerializer",
     "bool_flag",
     "check_json_serializer",
+    "first_line",
     "json_text",
     "non_negative_int",
     "positive_int",
@@ -26,6 +27,13 @@ __all__ = [
     "validate_key",
     "validate_keys",
 ]
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s text (a driver's error without SQLAlchemy's statement,
+    parameters and link), or its class name if it has none: for one log line."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def shown(value: object, width: int = 80) -> str:

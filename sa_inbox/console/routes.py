@@ -42,6 +42,7 @@ from ..exc import DeadLetterQueueUnavailable, InvalidArgument
 from ..outage import is_unavailable
 from ..stats import DeadLetterFilter
 from ..store.schema import DEAD
+from ..validation import first_line
 from . import queries
 from .security import RateLimiter
 from .settings import Console
@@ -204,7 +205,7 @@ def _unauthenticated(request: Request, visit: Visit) -> Response:
 def _database_error(request: Request, visit: Visit, exc: sa.exc.SQLAlchemyError) -> Response:
     """503 when the database cannot be reached (:func:`sa_inbox.outage.is_unavailable`),
     500 for any other database error; one line, the statement and parameters left out."""
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    first = first_line(exc)
     if is_unavailable(exc):
         logger.warning("console: the database cannot be reached: %s", first)
         return _error(request, visit, 503, f"the database cannot be reached: {first}")

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from .._optional import optional_dependencies
 from ..outbox.relay import RelayBatch
 from ..stats import InboxStats, Sampler
+from ..validation import first_line
 from . import InboxHooks, names
 
 with optional_dependencies(__name__, "prometheus", "prometheus_client"):
@@ -194,8 +195,7 @@ class InboxCollector(Collector):
         try:
             stats = self.sample()
         except sa.exc.SQLAlchemyError as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            logger.warning("the inbox metrics' sample failed: %s", first)
+            logger.warning("the inbox metrics' sample failed: %s", first_line(exc))
             up.add_metric([], 0)
             yield up
             return
