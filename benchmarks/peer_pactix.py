@@ -11,8 +11,8 @@ async only and needs Python >= 3.12, so this runs in its own virtualenv::
 
 (the URLs default to ``SA_INBOX_TEST_POSTGRESQL_URL`` / ``SA_INBOX_TEST_MYSQL_URL``; their
 driver is swapped for the async one.) Three ways to take in a message, each its own
-transaction, ``async with engine.begin() as conn`` (a pool checkout, the statement, the
-commit), on the same engine:
+transaction, as ``async with engine.begin() as conn`` runs it (a pool checkout, the
+statement, the commit, the connection's return), on the same engine:
 
 * ``pactix``: ``await pactix.InboxStore(PactixConfig()).save_received(conn, source,
   MessageEnvelope(MessageMetadata(message_id, event_type), payload))``, on the table of
@@ -23,6 +23,17 @@ commit), on the same engine:
 * ``sa-inbox claim``: ``await AsyncInbox(inbox).claim(conn, message_id, source)``: the
   processed-messages key only (what an idempotent consumer that applies the message in the
   same transaction stores).
+
+* ``driver floor``: sa-inbox's receive row and driver SQL text sent on the DBAPI cursor
+  (through ``run_sync``, as the async layer runs), without SQLAlchemy's statement execution
+  nor sa-inbox's claim path: the ceiling of any library sending this statement in this
+  transaction;
+* ``exec_driver_sql floor``: the same text and parameters through SQLAlchemy's
+  ``Connection.exec_driver_sql`` (what sa-inbox's receive sends them through): the driver
+  floor plus SQLAlchemy's execution of one statement.
+
+Each transaction's parts are timed apart (checkout, statements, commit, return), and on
+MariaDB the statements the server counted per message, per way (``SHOW GLOBAL STATUS``).
 
 With ``--compiled-receive``, a fourth way, ``sa-inbox receive (compiled)``, receives on a
 store of its own table whose receive statement runs through ``Connection.execute()`` (the
@@ -68,12 +79,23 @@ from benchmarks.loadavg import LoadSampler, read_loadavg
 from sa_inbox import Inbox, InboxStore
 from sa_inbox.asyncio import AsyncInbox, AsyncInboxStore
 from sa_inbox.claim import PreparedInsert
+from sa_inbox.dialects.driver_sql import DriverSQL
 from sa_inbox.store.store import receive_insert
 
 SOURCE = "billing"
 EVENT_TYPE = "payment.captured"
-WAYS: tuple[str, ...] = ("pactix", "sa-inbox receive", "sa-inbox claim")
+FLOOR = "driver floor"
+SA_FLOOR = "exec_driver_sql floor"
+WAYS: tuple[str, ...] = ("pactix", "sa-inbox receive", "sa-inbox claim", SA_FLOOR, FLOOR)
 COMPILED = "sa-inbox receive (compiled)"
+#: The parts of one transaction, timed apart: the pool checkout and ``BEGIN`` (no round trip
+#: on these drivers), the way's own statements, the ``COMMIT``, the connection's return to
+#: the pool (its reset: a ``ROLLBACK`` sent by the driver).
+PHASES = ("checkout", "statements", "commit", "return")
+#: MariaDB's server counters read around each way's statement count (``SHOW GLOBAL STATUS``,
+#: MariaDB manual, "Server Status Variables": ``Questions`` counts the statements clients
+#: send; ``Com_*`` one kind each).
+COUNTERS = ("Questions", "Com_insert", "Com_select", "Com_commit", "Com_rollback")
 DRIVERS = {"postgresql": "postgresql+asyncpg", "mariadb": "mysql+aiomysql"}
 DEFAULT_OUT = Path(__file__).parent / "results" / "peer_pactix.json"
 
@@ -86,6 +108,11 @@ PACTIX = PactixInboxStore(PactixConfig())
 # benchmark only).
 STORE_COMPILED = AsyncInboxStore(InboxStore(METADATA, table_name="peer_sa_inbox_compiled"))
 STORE_COMPILED.sync_store._insert = PreparedInsert(STORE_COMPILED.table, build=receive_insert)
+# The floor: sa-inbox's receive row and driver text on the DBAPI cursor, with neither
+# SQLAlchemy's statement execution nor sa-inbox's claim path (private members, benchmark
+# only).
+STORE_FLOOR = InboxStore(METADATA, table_name="peer_driver_floor")
+STORE_SA_FLOOR = InboxStore(METADATA, table_name="peer_sa_floor")
 
 
 def payload(i: int) -> dict[str, Any]:
@@ -115,17 +142,59 @@ async def sa_inbox_claim(conn: AsyncConnection, message_id: str, body: Any) -> N
     assert await CLAIMS.claim(conn, message_id, SOURCE)
 
 
+async def driver_floor(conn: AsyncConnection, message_id: str, body: Any) -> None:
+    await conn.run_sync(_send_on_cursor, message_id, body)
+
+
+async def exec_driver_sql_floor(conn: AsyncConnection, message_id: str, body: Any) -> None:
+    await conn.run_sync(_send_driver_sql, message_id, body)
+
+
+def _driver_sql(
+    store: InboxStore, sync_conn: sa.Connection, message_id: str, body: Any
+) -> tuple[str, Any]:
+    """The receive's driver text and parameters for one message, as sa-inbox builds them."""
+    row = store._row(message_id, body, None, EVENT_TYPE, SOURCE, None)
+    _, driver = store._insert.single(sync_conn)
+    if not isinstance(driver, DriverSQL):
+        raise SystemExit(f"no driver SQL for the receive on {sync_conn.dialect.driver}")
+    values = driver.values(row)
+    if driver.names is None:
+        return driver.sql, tuple(values)
+    return driver.sql, dict(zip(driver.names, values, strict=True))
+
+
+def _send_on_cursor(sync_conn: sa.Connection, message_id: str, body: Any) -> None:
+    sql, params = _driver_sql(STORE_FLOOR, sync_conn, message_id, body)
+    cursor = sync_conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql, params)
+        assert cursor.rowcount == 1
+    finally:
+        cursor.close()
+
+
+def _send_driver_sql(sync_conn: sa.Connection, message_id: str, body: Any) -> None:
+    sql, params = _driver_sql(STORE_SA_FLOOR, sync_conn, message_id, body)
+    result = sync_conn.exec_driver_sql(sql, params, execution_options={"preserve_rowcount": True})
+    assert result.rowcount == 1
+
+
 RECEIVERS: dict[str, Callable[[AsyncConnection, str, Any], Awaitable[None]]] = {
     "pactix": pactix_receive,
     "sa-inbox receive": sa_inbox_receive,
     "sa-inbox claim": sa_inbox_claim,
     COMPILED: sa_inbox_receive_compiled,
+    SA_FLOOR: exec_driver_sql_floor,
+    FLOOR: driver_floor,
 }
 TABLES = {
     "pactix": PACTIX_TABLE,
     "sa-inbox receive": STORE.table,
     "sa-inbox claim": CLAIMS.table,
     COMPILED: STORE_COMPILED.table,
+    SA_FLOOR: STORE_SA_FLOOR.table,
+    FLOOR: STORE_FLOOR.table,
 }
 
 
@@ -147,21 +216,44 @@ async def drop(engine: AsyncEngine) -> None:
             await conn.run_sync(table.drop, checkfirst=True)
 
 
+async def timed(
+    engine: AsyncEngine,
+    receive: Callable[[AsyncConnection, str, Any], Awaitable[None]],
+    message_id: str,
+    body: Any,
+) -> dict[str, float]:
+    """One message in its own transaction, as ``engine.begin()`` runs it, each phase timed
+    (seconds): checkout, statements, commit, return."""
+    t0 = time.perf_counter()
+    conn = await engine.connect().start()
+    try:
+        trans = await conn.begin()
+        t1 = time.perf_counter()
+        await receive(conn, message_id, body)
+        t2 = time.perf_counter()
+        await trans.commit()
+        t3 = time.perf_counter()
+    finally:
+        await conn.close()
+    t4 = time.perf_counter()
+    return dict(zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True))
+
+
 async def one_run(engine: AsyncEngine, messages: int, warmup: int) -> dict[str, Any]:
     """``warmup`` + ``messages`` messages per way, alternating; each way's figures."""
     await reset(engine)
     times: dict[str, list[float]] = {way: [] for way in WAYS}
+    phases: dict[str, dict[str, list[float]]] = {w: {p: [] for p in PHASES} for w in WAYS}
     prefix = uuid.uuid4().hex[:8]
     for i in range(-warmup, messages):
         shift = i % len(WAYS)
         for way in WAYS[shift:] + WAYS[:shift]:  # rotate who goes first
             message_id = f"{prefix}-{i + warmup:07d}"
-            t0 = time.perf_counter()
-            async with engine.begin() as conn:
-                await RECEIVERS[way](conn, message_id, payload(i))
-            elapsed = time.perf_counter() - t0
+            parts = await timed(engine, RECEIVERS[way], message_id, payload(i))
             if i >= 0:
-                times[way].append(elapsed)
+                times[way].append(sum(parts.values()))
+                for phase, seconds in parts.items():
+                    phases[way][phase].append(seconds)
     async with engine.connect() as conn:
         rows = {
             way: (await conn.execute(sa.select(sa.func.count()).select_from(t))).scalar_one()
@@ -175,9 +267,39 @@ async def one_run(engine: AsyncEngine, messages: int, warmup: int) -> dict[str, 
             "per_second": messages / sum(times[way]),
             "median_us": statistics.median(times[way]) * 1e6,
             "p95_us": sorted(times[way])[int(0.95 * (len(times[way]) - 1))] * 1e6,
+            "phases_median_us": {
+                phase: statistics.median(values) * 1e6 for phase, values in phases[way].items()
+            },
         }
         for way in WAYS
     }
+
+
+async def statement_counts(engine: AsyncEngine, messages: int) -> dict[str, dict[str, float]]:
+    """Per way, the statements the server counted per message (MariaDB's global status
+    counters, read before and after ``messages`` messages of that way alone; the reads' own
+    share, measured with no message between them, taken off)."""
+
+    async def counters() -> dict[str, int]:
+        async with engine.connect() as conn:
+            result = await conn.exec_driver_sql("SHOW GLOBAL STATUS")
+            return {name: int(value) for name, value in result if name in COUNTERS}
+
+    async def between(way: str | None) -> dict[str, int]:
+        before = await counters()
+        for i in range(messages if way else 0):
+            async with engine.begin() as conn:
+                await RECEIVERS[way](conn, f"count-{uuid.uuid4().hex}", payload(i))  # type: ignore[index]
+        after = await counters()
+        return {name: after[name] - before[name] for name in COUNTERS}
+
+    await reset(engine)
+    idle = await between(None)
+    out: dict[str, dict[str, float]] = {}
+    for way in WAYS:
+        sent = await between(way)
+        out[way] = {name: (sent[name] - idle[name]) / messages for name in COUNTERS}
+    return out
 
 
 async def server_version(engine: AsyncEngine) -> str:
@@ -192,6 +314,10 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         out[way] = {
             key: statistics.median(r[way][key] for r in runs)
             for key in ("per_second", "median_us", "p95_us")
+        }
+        out[way]["phases_median_us"] = {
+            phase: statistics.median(r[way]["phases_median_us"][phase] for r in runs)
+            for phase in PHASES
         }
         ratios = [r[way]["per_second"] / r["pactix"]["per_second"] for r in runs]
         out[way]["x_pactix"] = statistics.median(ratios)
@@ -229,6 +355,30 @@ def table(results: dict[str, Any]) -> Table:
     return out
 
 
+def phase_table(results: dict[str, Any]) -> Table:
+    """Each way's transaction in parts (median µs), and on MariaDB the statements the server
+    counted per message."""
+    out = Table(
+        "backend",
+        "way",
+        *(f"{phase} µs" for phase in PHASES),
+        "statements / message (MariaDB: Questions, insert, select, commit, rollback)",
+        title="one transaction in parts: median µs (median over runs)",
+    )
+    for backend, figures in results["summary"].items():
+        counted = results["statements_per_message"].get(backend, {})
+        for way in WAYS:
+            parts = figures[way]["phases_median_us"]
+            count = counted.get(way)
+            out.add_row(
+                backend,
+                way,
+                *(f"{parts[phase]:.0f}" for phase in PHASES),
+                "-" if count is None else " / ".join(f"{count[c]:.2f}" for c in COUNTERS),
+            )
+    return out
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     urls = {"postgresql": args.postgresql_url, "mariadb": args.mysql_url}
     missing = [name for name, url in urls.items() if not url]
@@ -247,6 +397,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 for backend, engine in engines.items():  # the backends interleaved
                     runs[backend].append(await one_run(engine, args.messages, args.warmup))
                     print(f"run {repeat + 1}/{args.repeat} {backend} done", flush=True)
+            counts = {
+                backend: await statement_counts(engine, args.count_messages)
+                for backend, engine in engines.items()
+                if engine.dialect.name == "mysql"
+            }
         for engine in engines.values():
             await drop(engine)
     finally:
@@ -280,6 +435,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         },
         "runs": runs,
         "summary": {backend: summarise(r) for backend, r in runs.items()},
+        "statements_per_message": counts,
     }
 
 
@@ -291,6 +447,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--postgresql-url", default=os.environ.get("SA_INBOX_TEST_POSTGRESQL_URL"))
     parser.add_argument("--mysql-url", default=os.environ.get("SA_INBOX_TEST_MYSQL_URL"))
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--count-messages",
+        type=int,
+        default=200,
+        help="messages per way for MariaDB's statement counts",
+    )
     parser.add_argument(
         "--compiled-receive",
         action="store_true",
@@ -310,4 +472,5 @@ if __name__ == "__main__":
     arguments.out.parent.mkdir(parents=True, exist_ok=True)
     arguments.out.write_text(json.dumps(results, indent=2) + "\n")
     Console(width=160).print(table(results))
+    Console(width=160).print(phase_table(results))
     print(f"wrote {arguments.out}")
