@@ -431,7 +431,11 @@ async def dead_letter_api(request: Request, visit: Visit) -> Response:
 
 def _replay_request(params: FormData | QueryParams | dict[str, Any]) -> queries.ReplayRequest:
     """A replay's rows, from a form (``id`` repeated, ``scope`` selected / filter) or the
-    API's JSON body (``ids`` a list)."""
+    API's JSON body (``ids`` a list).
+
+    :raises InvalidArgument: for a body that names no rows (no ``ids``, ``status`` or
+        filter), as the CLI's replay refuses one; or a field of the wrong type.
+    """
     if isinstance(params, dict):
         source = params.get("source", "store")
         raw_ids = params.get("ids")
@@ -443,6 +447,10 @@ def _replay_request(params: FormData | QueryParams | dict[str, Any]) -> queries.
         text = {k: params.get(k) for k in ("group", "error", "from", "before", "status")}
         if not all(v is None or isinstance(v, str) for v in text.values()):
             raise InvalidArgument("group, error, from, before and status are strings")
+        if raw_ids is None and "status" not in params and not any(text.values()):
+            raise InvalidArgument(
+                "name the rows to replay: ids, a status, or a filter (group, error, from, before)"
+            )
         ids = tuple(raw_ids) if raw_ids is not None else None
         status = text["status"] if "status" in params else DEAD
     else:

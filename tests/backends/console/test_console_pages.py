@@ -281,6 +281,9 @@ def test_the_replay_api_counts_confirms_and_replays(capp: ConsoleApp) -> None:
     # the CLI's rules: no row filter, or a status that cannot be replayed, is refused
     none = c.post(api, json={"source": "store", "status": None}, headers=BEARER)
     assert none.status_code == 400 and "needs ids, a status or a time range" in none.json()["error"]
+    unnamed = c.post(api, json={"source": "store"}, headers=BEARER)
+    assert unnamed.status_code == 400 and "name the rows to replay" in unnamed.json()["error"]
+    assert capp.statuses()["m-other"] == "dead"
     bad = c.post(api, json={"source": "store", "status": "pending"}, headers=BEARER)
     assert bad.status_code == 400
     assert c.post(api, json={"source": "store", "ids": "12"}, headers=BEARER).status_code == 400
