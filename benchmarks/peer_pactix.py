@@ -10,7 +10,7 @@ async only and needs Python >= 3.12, so this runs in its own virtualenv::
         --postgresql-url postgresql://… --mysql-url mysql://…
 
 (the URLs default to ``SA_INBOX_TEST_POSTGRESQL_URL`` / ``SA_INBOX_TEST_MYSQL_URL``; their
-driver is swapped for the async one.) Three ways to take in a message, each its own
+driver is swapped for the async one.) Five ways to take in a message, each its own
 transaction, as ``async with engine.begin() as conn`` runs it (a pool checkout, the
 statement, the commit, the connection's return), on the same engine:
 
@@ -22,8 +22,7 @@ statement, the commit, the connection's return), on the same engine:
   for a worker to process later;
 * ``sa-inbox claim``: ``await AsyncInbox(inbox).claim(conn, message_id, source)``: the
   processed-messages key only (what an idempotent consumer that applies the message in the
-  same transaction stores).
-
+  same transaction stores);
 * ``driver floor``: sa-inbox's receive row and driver SQL text sent on the DBAPI cursor
   (through ``run_sync``, as the async layer runs), without SQLAlchemy's statement execution
   nor sa-inbox's claim path: the ceiling of any library sending this statement in this
@@ -35,7 +34,7 @@ statement, the commit, the connection's return), on the same engine:
 Each transaction's parts are timed apart (checkout, statements, commit, return), and on
 MariaDB the statements the server counted per message, per way (``SHOW GLOBAL STATUS``).
 
-With ``--compiled-receive``, a fourth way, ``sa-inbox receive (compiled)``, receives on a
+With ``--compiled-receive``, a sixth way, ``sa-inbox receive (compiled)``, receives on a
 store of its own table whose receive statement runs through ``Connection.execute()`` (the
 compiled-statement path every receive took before the driver-SQL receive, see
 ``sa_inbox/dialects/driver_sql.py``): the before/after of that change, in the same run.
