@@ -262,6 +262,20 @@ def owned_transaction(session: Session) -> Iterator[SessionTransaction]:
         guard.check_committed()
 
 
+def check_intact(session: Session) -> None:
+    """Raise if the transaction :func:`owned_transaction` holds on ``session`` was ended
+    (committed, refused, or rolled back) by the code run in it so far; nothing outside one.
+
+    For a block that runs several handlers in one transaction (a poll), after each: the
+    handler that ended it is the one that failed.
+
+    :raises HandlerEndedTransaction: as :func:`owned_transaction` raises it at its end.
+    """
+    guard = session.info.get(_GUARD)
+    if isinstance(guard, _Guard) and guard.transaction is not None:
+        guard.check(guard.transaction)
+
+
 def enlisted_connections(session: Session) -> list[Connection]:
     """The connections the transaction :func:`owned_transaction` holds on ``session`` has
     enlisted so far; empty outside one."""

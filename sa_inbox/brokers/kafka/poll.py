@@ -15,11 +15,13 @@ dead-letter publishes are awaited on the loop.
    cleared; with ``offsets="database"`` the partitions' next offsets are stored; one
    ``COMMIT``. A record already claimed by a committed transaction is a duplicate.
 2. **a handler fails** (or a record is past ``max_deliveries``, rule 2 of
-   :mod:`sa_inbox.brokers.process`): the transaction is rolled back, the record is a failed
-   attempt, retried (its partition is sought back to it after the commit) or, at the
-   limit, published to the dead-letter topic at once; the poll runs again without it, with
-   a savepoint per handler, so a further failure is isolated (its savepoint rolled back,
-   its claim deleted) without a third run: the shape of the inbox store's batch mode
+   :mod:`sa_inbox.brokers.process`, or its handler ended the poll's transaction: a commit
+   refused, a rollback detected, :mod:`sa_inbox.guard`): the transaction is rolled back,
+   the record is a failed attempt, retried (its partition is sought back to it after the
+   commit) or, at the limit, published to the dead-letter topic at once; the poll runs
+   again without it, with a savepoint per handler, so a further failure is isolated (its
+   savepoint rolled back, its claim deleted) without a third run: the shape of the inbox
+   store's batch mode
    (:mod:`sa_inbox.store.batch`). One transaction per poll rather than per record was
    chosen by ``benchmarks/kafka_poll.py`` (``benchmarks/RESULTS.md``, "Kafka: a poll in
    one transaction"); its cost is the batch mode's: the poll holds the locks of every row
@@ -46,7 +48,13 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from ...claim import Inbox
-from ...exc import ConfigurationError, DatabaseUnavailable, DeliveryLimitExceeded
+from ...exc import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    DeliveryLimitExceeded,
+    HandlerEndedTransaction,
+)
+from ...guard import check_intact, owned_transaction
 from ...outage import OutageGate, Verdict, guarded, is_unavailable
 from ...runner import is_transient, new_session
 from ...store.batch import BATCH_RERUNS
@@ -194,16 +202,19 @@ class PollRunner:
         keyed: Sequence[Record],
         everything: Sequence[Record],
         held: Mapping[Position, int],
+        failed: Sequence[Failure] = (),
     ) -> PollResult:
         """Settle ``keyed`` (the poll's records with a valid key) in one transaction.
 
         :param everything: every record of the poll, for the offsets stored with
             ``offsets="database"`` (see :func:`next_offsets`).
         :param held: partition -> first offset held back (not settled by this poll).
+        :param failed: records of the poll that already failed this attempt (not run;
+            their attempts written in this transaction).
         :raises ConfigurationError: nothing committed.
         :raises DatabaseUnavailable: stopped (or the partitions lost) during an outage.
         """
-        failures: list[Failure] = []
+        failures: list[Failure] = list(failed)
         reruns = reachable = 0
         while True:
             try:
@@ -261,13 +272,13 @@ class PollRunner:
             error,
             extra={"action": "poll_fallback", "error": str(error)},
         )
-        result = PollResult(failures=list(failures))
-        for record in pending:
-            one = self.run([record], [record], {})
-            result.extend(one)
-        if self.offsets is not None:  # the poll's offsets, once every record is settled
-            self.run([], everything, held)
-        return result
+        result = PollResult()
+        for record in pending:  # no offsets stored: a retried record may precede it
+            result.extend(self.run([record], [], {}))
+        # the earlier failures' attempts, and the poll's offsets once every record is
+        # settled (not past a record to retry)
+        settled = self.run([], everything, held, [*failures, *result.failures])
+        return PollResult(result.processed, result.duplicates, settled.failures)
 
     # -- the transaction -----------------------------------------------------------------
 
@@ -282,7 +293,7 @@ class PollRunner:
         failed = {_where(f.record) for f in failures}
         to_run = [r for r in keyed if _where(r) not in failed]
         result = PollResult()
-        with new_session(self.session_factory) as session, session.begin():
+        with new_session(self.session_factory) as session, owned_transaction(session):
             new = self.inbox.claim_batch(session, to_run, self.consumer_name, key=_message_id)
             claimed = {id(r) for r in new}
             result.duplicates = [r for r in to_run if id(r) not in claimed]
@@ -315,7 +326,9 @@ class PollRunner:
     ) -> bool:
         """Run the handler of one newly claimed record; True if it succeeded. Without
         savepoints a failure ends the transaction; with them it is rolled back to the
-        record's savepoint, its claim deleted, and the record recorded as failed."""
+        record's savepoint, its claim deleted, and the record recorded as failed. A
+        handler that ended the poll's transaction (:func:`~sa_inbox.guard.check_intact`)
+        fails the transaction in both cases."""
         nested = savepoint(session) if savepoints else None
         try:
             delivery = record.delivery
@@ -325,11 +338,15 @@ class PollRunner:
                     f"{self.max_deliveries}"
                 )
             self.handler(session, delivery)
+            check_intact(session)
             if nested is not None:
                 nested.commit()
             return True
         except ConfigurationError:
             raise
+        except HandlerEndedTransaction as exc:
+            # the poll's transaction is over, savepoints and claims with it
+            raise _HandlerFailed(record, exc) from exc
         except Exception as exc:
             if is_unavailable(exc) or is_transient(exc, None):
                 raise  # the database's, not the record's: the whole poll runs again

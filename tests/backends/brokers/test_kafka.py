@@ -24,13 +24,15 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import Session
 
 from sa_inbox import ConfigurationError
-from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
+from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, Settlement
 from sa_inbox.brokers.kafka import AsyncConsumer, AsyncPublisher, Consumer, Publisher
 from sa_inbox.exc import (
     AsyncHandlerError,
+    HandlerEndedTransaction,
     InvalidArgument,
     InvalidSessionFactory,
     MissingKeyHeader,
@@ -255,6 +257,71 @@ def test_async_poison_is_dead_lettered_and_the_rest_applied(
     assert seen.count(Disposition.DEAD_LETTERED) == 1
     assert dead_letters(servers, topic, 1)[0]["sa-inbox-message-id"] == "poison"
     assert attempts(aio_app) == {"poison": 2}
+
+
+# -- a handler that ends the poll's transaction -----------------------------------------
+
+
+def ending(app: App, bad: str, end: str) -> Callable[[Session, Delivery], None]:
+    """:func:`pay`, whose record ``bad`` then commits or rolls back the poll's transaction."""
+    apply = pay(app)
+
+    def handler(session: Session, delivery: Delivery) -> None:
+        apply(session, delivery)
+        if delivery.message_id == bad:
+            getattr(session, end)()
+
+    return handler
+
+
+@pytest.mark.parametrize("end", ["commit", "rollback"])
+def test_a_handler_that_ends_the_polls_transaction_fails_alone(
+    servers: str, sync_app: App, end: str
+) -> None:
+    topic = create_topic(servers, partitions=1)
+    publish(servers, topic, amounts(["a", "bad", "b", "c"]))
+    seen = Collected()
+    consumer = sync_consumer(
+        servers, topic, sync_app, handler=ending(sync_app, "bad", end), on_settled=seen,
+        max_deliveries=2, offsets="database",
+    )  # fmt: skip
+    run_sync_until(consumer, lambda: seen.final() >= 4)
+    assert ledger(sync_app) == ["a", "b", "c"] and balance(sync_app) == Decimal(3)
+    bad = [s for s in seen.items if s.delivery.message_id == "bad"]
+    assert [(s.disposition, s.delivery.delivery_count) for s in bad] == [
+        (Disposition.RETRY, 1),
+        (Disposition.DEAD_LETTERED, 2),
+    ]
+    assert all(isinstance(s.error, HandlerEndedTransaction) for s in bad)
+    processed = [
+        s.delivery.message_id for s in seen.items if s.disposition is Disposition.PROCESSED
+    ]
+    assert sorted(processed) == ["a", "b", "c"], (
+        "once each (b and c again after the retry: duplicates)"
+    )
+    assert dead_letters(servers, topic, 1)[0]["sa-inbox-message-id"] == "bad"
+    assert attempts(sync_app) == {"bad": 2}
+    assert stored_offsets(sync_app) == {(topic, 0): 4}
+
+
+def test_async_a_handler_that_commits_fails_alone(servers: str, aio_app: App, aio_url: str) -> None:
+    topic = create_topic(servers, partitions=1)
+    publish(servers, topic, amounts(["a", "bad", "b"]))
+    seen = Collected()
+    apply = pay_async(aio_app)
+
+    async def handler(session: AsyncSession, delivery: Delivery) -> None:
+        await apply(session, delivery)
+        if delivery.message_id == "bad":
+            await session.commit()
+
+    consumer = async_consumer(
+        servers, topic, aio_app, aio_url, handler=handler, on_settled=seen, max_deliveries=2
+    )
+    asyncio.run(run_async_until(consumer, lambda: seen.final() >= 3))
+    assert ledger(aio_app) == ["a", "b"] and balance(aio_app) == Decimal(2)
+    assert seen.count(Disposition.DEAD_LETTERED) == 1 and seen.count(Disposition.PROCESSED) == 2
+    assert attempts(aio_app) == {"bad": 2}
 
 
 # -- crashes: a real consumer process SIGKILLed after the database commit ------------------
