@@ -691,6 +691,7 @@ class _KafkaSettler(_Settler):
                 self.record, self._error(detail), self.config.process.session_factory
             )
         await self.side.publish_dead_letter(self.broker, self.record, reason, detail)
+        await self.side.forget(self.record, self.config.process.session_factory)
         await self.msg.ack()
 
     def _error(self, default: str = "the transaction failed") -> str:

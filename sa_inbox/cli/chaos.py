@@ -186,6 +186,12 @@ def chaos(
     """
     from ..chaos.run import ChaosConfig
 
+    if crash_in_handler > 0 and broker.startswith("kafka://"):
+        raise click.BadParameter(
+            "Kafka keeps no delivery count: a record whose handler kills its process comes "
+            "back as a first delivery every time, so it would crash its consumer forever",
+            param_hint="--crash-in-handler",
+        )
     config = ChaosConfig(
         broker=broker,
         url=database_url(url),

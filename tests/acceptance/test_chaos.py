@@ -319,6 +319,18 @@ def run_errors(*args: str) -> tuple[int, str]:
         (["chaos", "--broker", "http://x", "--url", "sqlite://"], "expected a broker URL"),
         (["demo", "--broker", "mqtt://x"], "expected a broker URL"),
         (["demo", "--broker", "redis://127.0.0.1:1/0", "--no-inbox"], "--no-inbox runs only"),
+        (
+            [
+                "chaos",
+                "--broker",
+                "kafka://127.0.0.1:1",
+                "--url",
+                "sqlite://",
+                "--crash-in-handler",
+                "0.01",
+            ],
+            "Kafka keeps no delivery count",
+        ),
     ],
 )
 def test_usage_errors_exit_2(args: list[str], message: str) -> None:

@@ -37,6 +37,7 @@ from .state import Attempts
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
 
 __all__ = ["KafkaSide"]
 
@@ -132,17 +133,37 @@ class KafkaSide:
     ) -> None:
         """Record one failed attempt of ``record`` (its delivery count), in a transaction
         of its own."""
+        count = record.delivery.delivery_count
+        await self._write(
+            record, session_factory, lambda session, key: self.attempts.record(
+                session, key, count, error
+            )
+        )  # fmt: skip
+
+    async def forget(self, record: Record, session_factory: Callable[[], AsyncSession]) -> None:
+        """Forget the attempts of ``record``, dead-lettered (its dead letter carries them: a
+        replay starts at delivery 1), in a transaction of its own."""
+        await self._write(
+            record, session_factory, lambda session, key: self.attempts.clear(session, [key])
+        )
+
+    async def _write(
+        self,
+        record: Record,
+        session_factory: Callable[[], AsyncSession],
+        write: Callable[[Session, str], None],
+    ) -> None:
         key = record.delivery.message_id
         if key is None:
             return
 
-        def write() -> None:
+        def run() -> None:
             with new_session(_sync(session_factory)) as session, session.begin():
-                self.attempts.record(session, key, record.delivery.delivery_count, error)
+                write(session, key)
 
         from ...asyncio._bridge import in_greenlet
 
-        await in_greenlet(write)
+        await in_greenlet(run)
 
     # -- the dead-letter topic ---------------------------------------------------------
 

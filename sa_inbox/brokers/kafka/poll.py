@@ -11,9 +11,10 @@ dead-letter publishes are awaited on the loop.
 1. **the transaction**: :meth:`~sa_inbox.Inbox.claim_batch` claims the poll in one
    statement and returns the first record of each id newly claimed; their failed attempts
    are read from the attempts table (one ``SELECT``; the delivery count is that plus one);
-   each handler runs; the attempts of failed records are written, those of processed ones
-   cleared; with ``offsets="database"`` the partitions' next offsets are stored; one
-   ``COMMIT``. A record already claimed by a committed transaction is a duplicate.
+   each handler runs; the attempts of failed records are written, those of processed and
+   dead-lettered ones cleared (a dead letter republished, a replay, starts at delivery 1);
+   with ``offsets="database"`` the partitions' next offsets are stored; one ``COMMIT``. A
+   record already claimed by a committed transaction is a duplicate.
 2. **a handler fails** (or a record is past ``max_deliveries``, rule 2 of
    :mod:`sa_inbox.brokers.process`, or its handler ended the poll's transaction: a commit
    refused, a rollback detected, :mod:`sa_inbox.guard`): the transaction is rolled back,
@@ -308,6 +309,9 @@ class PollRunner:
                     if stored:
                         cleared.append(_message_id(record))
             for failure in failures:
+                if failure.dead:  # its dead letter carries the count: a replay starts anew
+                    cleared.append(_message_id(failure.record))
+                    continue
                 self.attempts.record(
                     session,
                     _message_id(failure.record),
