@@ -20,9 +20,10 @@ from sqlalchemy.orm import Session
 from .checks import check_session_factory, require, unwrap
 from .claim import Inbox
 from .dialects import classifier_for, is_autocommit
-from .exc import AutocommitConnection, InvalidSessionFactory
+from .exc import AutocommitConnection, InvalidSessionFactory, MissingTable
 from .handlers import check_handler
 from .runner import engine_of, new_session
+from .validation import first_line
 
 if TYPE_CHECKING:  # the synchronous half never imports sqlalchemy.ext.asyncio
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -138,6 +139,8 @@ def probe_tables(session: Session, tables: Iterable[sa.Table]) -> None:
     :raises AutocommitConnection: if a table's connection is autocommit
         (:func:`sa_inbox.dialects.is_autocommit`).
     :raises MissingTable: for a table or column the database does not have.
+    :raises InvalidSessionFactory: for a Session with no engine for a table (the Session
+        class itself, an unbound ``sessionmaker``).
     :raises SyncAsyncMismatch: for an AsyncSession (run it with ``session.run_sync``), and
         :class:`~sa_inbox.exc.InvalidObject` for anything but a Session, before any SQL.
     """
@@ -152,14 +155,34 @@ def probe_tables(session: Session, tables: Iterable[sa.Table]) -> None:
         for table in tables:
             query = sa.select(sa.literal(1)).select_from(table).where(sa.false())
             query = query.add_columns(*table.primary_key.columns)
-            conn = session.connection(bind_arguments={"clause": query})
+            try:
+                conn = session.connection(bind_arguments={"clause": query})
+            except sa.exc.UnboundExecutionError as exc:
+                raise InvalidSessionFactory(
+                    f"the session factory's Session has no engine for table {table.name!r}: "
+                    "pass sessionmaker(engine) (or bind the table's MetaData), not the "
+                    "Session class or an unbound sessionmaker"
+                ) from exc
             if is_autocommit(conn):
                 raise AutocommitConnection(
                     f"the connection for table {table.name!r} commits each statement on its "
                     "own (AUTOCOMMIT or the driver's autocommit): a claim would commit apart "
                     "from the business change; use a transactional engine"
                 )
-            with classifier_for(conn.dialect.name).translate_configuration_errors():
-                session.execute(query)
+            try:
+                with classifier_for(conn.dialect.name).translate_configuration_errors():
+                    session.execute(query)
+            except MissingTable as exc:
+                missing = f"table {table.name!r}: {first_line(exc)}{_defined_by(table)}"
+                raise MissingTable(missing) from exc
     finally:
         session.rollback()
+
+
+def _defined_by(table: sa.Table) -> str:
+    """How to define a missing table of sa-inbox's own that the application defines
+    through a function of ours (``Table.info["sa_inbox.defined_by"]``)."""
+    defined_by = table.info.get("sa_inbox.defined_by")
+    if defined_by is None:
+        return ""
+    return f"; it is defined by {defined_by}: call it before metadata.create_all()"

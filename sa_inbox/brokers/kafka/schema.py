@@ -99,6 +99,7 @@ def _attempts(metadata: sa.MetaData, schema: str | None, length: int) -> sa.Tabl
         sa.PrimaryKeyConstraint("consumer_name", "message_id", name=f"pk_{ATTEMPTS_TABLE}"),
         schema=schema,
         comment="sa-inbox: failed attempts of Kafka messages, per consumer",
+        info={"sa_inbox.defined_by": "sa_inbox.brokers.kafka.kafka_tables(inbox)"},
     )
 
 
@@ -114,4 +115,5 @@ def _offsets(metadata: sa.MetaData, schema: str | None, length: int) -> sa.Table
         sa.PrimaryKeyConstraint("consumer_name", "topic", "partition", name=f"pk_{OFFSETS_TABLE}"),
         schema=schema,
         comment="sa-inbox: the next Kafka offset per consumer and partition",
+        info={"sa_inbox.defined_by": "sa_inbox.brokers.kafka.kafka_tables(inbox)"},
     )

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from sa_inbox.brokers.kafka import kafka_tables
 from sa_inbox.exc import AutocommitConnection, InvalidHandler, InvalidSessionFactory, MissingTable
 from sa_inbox.readiness import check_ready, check_ready_async, inbox_tables
 from tests.backends.asyncio import conftest as async_fixtures
@@ -41,6 +42,20 @@ def test_a_missing_table_is_found(app: App) -> None:
     app.inbox.table.drop(app.engine)
     with pytest.raises(MissingTable):
         check_ready(app.Session, inbox_tables(app.inbox), entry=ENTRY)
+
+
+def test_a_missing_kafka_table_names_the_function_that_defines_it(app: App) -> None:
+    tables = kafka_tables(app.inbox)  # defined after the app created its tables: not created
+    with pytest.raises(MissingTable, match=r"inbox_kafka_attempts.*kafka_tables\(inbox\)"):
+        check_ready(app.Session, [app.inbox.table, tables.attempts], entry=ENTRY)
+    assert app.inbox_rows() == 0
+
+
+@pytest.mark.parametrize("wrong", ["the Session class", "an unbound sessionmaker"])
+def test_a_factory_of_sessions_with_no_engine_is_refused(app: App, wrong: str) -> None:
+    factory: Any = {"the Session class": Session, "an unbound sessionmaker": sessionmaker()}[wrong]
+    with pytest.raises(InvalidSessionFactory, match="has no engine for table"):
+        check_ready(factory, inbox_tables(app.inbox), entry=ENTRY)
 
 
 def test_a_missing_key_column_is_found(app: App) -> None:
