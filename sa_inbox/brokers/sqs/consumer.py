@@ -60,8 +60,9 @@ class Consumer(ConsumerBase[Any, Session]):
     def queue(self) -> QueueInfo:
         """The queue, found and checked (once; again after a lost connection).
 
-        :raises ConfigurationError: see :func:`~sa_inbox.brokers.sqs.core.resolve`.
-        :raises botocore.exceptions.ClientError: e.g. ``QueueDoesNotExist``.
+        :raises ConfigurationError: see :func:`~sa_inbox.brokers.sqs.core.resolve` (a
+            queue that does not exist included).
+        :raises botocore.exceptions.ClientError: another refusal of SQS.
         """
         if self.info is None:
             self._found(drive(resolve(self.settings), self.client))

@@ -46,7 +46,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from ...backoff import Backoff
 from ...exc import ConfigurationError, InvalidArgument, InvalidObject, SyncAsyncMismatch
-from ...validation import positive_int, shown
+from ...validation import first_line, positive_int, shown
 from .. import steps
 from ..delivery import DeadLetterReason, Delivery
 from ..process import DEFAULT_MAX_DELIVERIES
@@ -247,11 +247,11 @@ def resolve(settings: QueueSettings) -> Step[QueueInfo]:
         ``maxReceiveCount`` when the policy is the dead-letter path; ``deduplication_id_key``
         on a standard queue or a queue with content-based deduplication; a dead-letter queue
         of the other kind (FIFO / standard) than the queue.
-    :raises botocore.exceptions.ClientError: ``QueueDoesNotExist`` and other refusals.
+        A queue or dead-letter queue that does not exist is one too, naming the setting.
+    :raises botocore.exceptions.ClientError: other refusals.
     """
-    url = yield from _queue_url(settings.queue)
-    reply = yield Call("get_queue_attributes", {"QueueUrl": url, "AttributeNames": ["All"]})
-    attributes: Mapping[str, str] = reply.get("Attributes", {})
+    url = yield from _queue_url(settings.queue, "queue")
+    attributes = yield from _attributes(url, ["All"], "queue")
     fifo = attributes.get("FifoQueue") == "true"
     name = queue_name(url)
     redrive_limit = _redrive_limit(attributes)
@@ -259,11 +259,9 @@ def resolve(settings: QueueSettings) -> Step[QueueInfo]:
         _check_deduplication_key(name, fifo, attributes)
     dead_letter_url = None
     if settings.dead_letter_queue is not None:
-        dead_letter_url = yield from _queue_url(settings.dead_letter_queue)
-        dead = yield Call(
-            "get_queue_attributes", {"QueueUrl": dead_letter_url, "AttributeNames": ["FifoQueue"]}
-        )
-        if (dead.get("Attributes", {}).get("FifoQueue") == "true") != fifo:
+        dead_letter_url = yield from _queue_url(settings.dead_letter_queue, "dead_letter_queue")
+        dead = yield from _attributes(dead_letter_url, ["FifoQueue"], "dead_letter_queue")
+        if (dead.get("FifoQueue") == "true") != fifo:
             kind = "FIFO" if fifo else "standard"
             raise ConfigurationError(
                 f"SQS queue {name} is a {kind} queue: its dead_letter_queue must be one too "
@@ -274,11 +272,31 @@ def resolve(settings: QueueSettings) -> Step[QueueInfo]:
     )
 
 
-def _queue_url(queue: str) -> Step[str]:
+def _queue_url(queue: str, role: str) -> Step[str]:
     if _is_url(queue):
         return queue
-    reply = yield Call("get_queue_url", {"QueueName": queue})
+    reply = yield from _found(Call("get_queue_url", {"QueueName": queue}), queue, role)
     return str(reply["QueueUrl"])
+
+
+def _attributes(url: str, names: list[str], role: str) -> Step[Mapping[str, str]]:
+    call = Call("get_queue_attributes", {"QueueUrl": url, "AttributeNames": names})
+    reply = yield from _found(call, queue_name(url), role)
+    return dict(reply.get("Attributes", {}))
+
+
+def _found(call: Call, queue: str, role: str) -> Step[Any]:
+    """``call``'s reply; SQS's "no such queue" as a :class:`ConfigurationError` naming the
+    consumer's setting (``queue`` or ``dead_letter_queue``)."""
+    try:
+        return (yield call)
+    except ClientError as exc:
+        if is_missing_queue(exc):
+            raise ConfigurationError(
+                f"SQS {role} {queue!r} does not exist at this endpoint (region): create it, "
+                f"or check the name ({first_line(exc)})"
+            ) from exc
+        raise
 
 
 def _redrive_limit(attributes: Mapping[str, str]) -> int | None:

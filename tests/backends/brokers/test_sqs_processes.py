@@ -9,6 +9,7 @@ wrongly is refused before any SQL.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -253,4 +254,10 @@ def test_queue_misconfigurations_are_refused_before_any_sql(
                 make(app, fifo, dead_letter_queue=other.name).run()
         finally:
             other.delete()
+    for plain in queues(client):
+        missing = f"{plain.name}-missing"
+        with pytest.raises(ConfigurationError, match=f"dead_letter_queue '{missing}' does not"):
+            make(app, plain, dead_letter_queue=missing).run()
+        with pytest.raises(ConfigurationError, match=f"SQS queue '{missing}' does not exist"):
+            make(app, dataclasses.replace(plain, name=missing)).run()
     assert statements == [], "each refusal came before the database was asked anything"
