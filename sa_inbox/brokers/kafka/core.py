@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
@@ -32,7 +33,7 @@ from sqlalchemy.orm import Session
 from ...claim import Inbox
 from ...exc import InvalidArgument, MissingKeyHeader
 from ...readiness import check_ready, check_ready_async
-from ...validation import positive_int, positive_seconds
+from ...validation import positive_int, positive_seconds, shown
 from ..delivery import DeadLetterReason, Delivery, Settlement
 from ..keys import DEFAULT_MAX_KEYLESS, check_max_keyless
 from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, _detail, _refuse_unkeyed, _reporting
@@ -283,6 +284,8 @@ class ConsumerCore(abc.ABC, Generic[SessionT]):
                 f"{entry}: dead_letter_topic must be a topic name other than the consumed "
                 f"ones, not {dead_letter_topic!r}"
             )
+        if dead_letter_topic is not None:
+            _check_topic(dead_letter_topic, "dead_letter_topic", entry)
         self.dead_letter_topic = dead_letter_topic
         self.max_records = positive_int(max_records, "max_records", InvalidArgument)
         self.poll_timeout = positive_seconds(poll_timeout, "poll_timeout", InvalidArgument)
@@ -464,8 +467,23 @@ def _wrong(records: Sequence[Record], key_header: str) -> dict[str, int]:
     return counts
 
 
+#: A legal Kafka topic name: ASCII letters and digits, ``.``, ``_`` and ``-``, at most 249
+#: characters (Kafka's ``Topic.validate``; Kafka documentation, "Topic-Level Configs").
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
 def _topics(topics: object, entry: str) -> tuple[str, ...]:
     names = (topics,) if isinstance(topics, str) else tuple(topics)  # type: ignore[arg-type]
     if not names or not all(isinstance(n, str) and n for n in names):
         raise InvalidArgument(f"{entry}: topics must be a topic name or a list of them")
+    for name in names:
+        _check_topic(name, "topic", entry)
     return names
+
+
+def _check_topic(name: str, what: str, entry: str) -> None:
+    if not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+        raise InvalidArgument(
+            f"{entry}: {what} {shown(name)} is not a Kafka topic name (ASCII letters, digits, "
+            "'.', '_' and '-', at most 249 characters)"
+        )

@@ -607,6 +607,10 @@ def test_the_wrong_half_of_the_api_is_refused_before_any_sql(
         sync_consumer(servers, "t", sync_app, offsets="zookeeper")
     with pytest.raises(InvalidArgument, match="dead_letter_topic"):
         sync_consumer(servers, "t", sync_app, dead_letter_topic="t")
+    with pytest.raises(InvalidArgument, match="'bad topic!' is not a Kafka topic name"):
+        sync_consumer(servers, "bad topic!", sync_app)
+    with pytest.raises(InvalidArgument, match=r"dead_letter_topic '\.\.' is not a Kafka topic"):
+        async_consumer(servers, "t", sync_app, aio_url, dead_letter_topic="..")
 
 
 # -- the outbox publishers ---------------------------------------------------------------
