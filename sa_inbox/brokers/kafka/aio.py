@@ -25,6 +25,7 @@ checked against Tansu by ``tests/backends/brokers/test_kafka.py``:
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -77,7 +78,26 @@ def client_options(config: Mapping[str, Any] | None, *, entry: str) -> dict[str,
             f"{entry}: config may not set {taken}: the consumer sets them (the group is "
             "group_id=..., offsets are committed only after the database commit)"
         )
+    check_options(AIOKafkaConsumer, options, "config", entry)
     return options
+
+
+def check_options(client: type, options: Mapping[str, Any], name: str, entry: str) -> None:
+    """Refuse an option ``client``'s constructor does not take (aiokafka's clients take
+    keyword arguments, not a properties dict: ``auto_offset_reset``, not
+    ``auto.offset.reset``).
+
+    :raises InvalidArgument: naming the options unknown to ``client``.
+    """
+    accepted = inspect.signature(client).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        return
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise InvalidArgument(
+            f"{entry}: {name} has options {client.__name__} does not take: {unknown} "
+            "(aiokafka's keyword names, such as auto_offset_reset)"
+        )
 
 
 class AsyncConsumer(ConsumerCore[AsyncSession]):
@@ -165,6 +185,7 @@ class AsyncConsumer(ConsumerCore[AsyncSession]):
         self, bootstrap_servers: str, config: dict[str, Any], producer_config: dict[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         consumer = {"auto_offset_reset": "earliest", **client_options(config, entry=self.entry)}
+        check_options(AIOKafkaProducer, producer_config, "producer_config", self.entry)
         return consumer, {"acks": "all", **producer_config}
 
     def _client_state(self) -> None:

@@ -154,46 +154,63 @@ class Consumer(ConsumerCore[Session]):
         then poll and settle until :meth:`stop` is called or ``stop`` (a
         :class:`threading.Event`) is set; then the member leaves the group.
 
+        :raises InvalidArgument: for a ``config`` or ``producer_config`` property that
+            librdkafka refuses, before any SQL.
         :raises ConfigurationError: from :meth:`check`; from a poll, nothing of it
             committed.
         :raises MissingKeyHeader: see ``max_keyless``.
         """
         self._extra_stop = stop
-        starting = OutageGate(
-            self.consumer_name, hooks=self.inbox.hooks, sleep=self._sleep_unless_stopped
-        )
-        if not self.readiness.start(starting):
-            return
-        runner = PollRunner(
-            session_factory=self.session_factory,
-            inbox=self.inbox,
-            consumer_name=self.consumer_name,
-            handler=self.handler,
-            max_deliveries=self.max_deliveries,
-            attempts=self.attempts,
-            offsets=self.offsets,
-            dead_letter=self._publish_dead_letter,
-            gate=OutageGate(
-                self.consumer_name, hooks=self.inbox.hooks, sleep=self._sleep_unless_stopped
-            ),
-            probe=probe_sessions(self.session_factory),
-            sleep=time.sleep,
-        )
-        self.producer = Producer(self.producer_config)
-        self.consumer = KafkaConsumer(self.config)
-        self.consumer.subscribe(
-            list(self.topics),
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-        )
+        self.producer, self.consumer = self._clients()
         try:
+            starting = OutageGate(
+                self.consumer_name, hooks=self.inbox.hooks, sleep=self._sleep_unless_stopped
+            )
+            if not self.readiness.start(starting):
+                return
+            runner = PollRunner(
+                session_factory=self.session_factory,
+                inbox=self.inbox,
+                consumer_name=self.consumer_name,
+                handler=self.handler,
+                max_deliveries=self.max_deliveries,
+                attempts=self.attempts,
+                offsets=self.offsets,
+                dead_letter=self._publish_dead_letter,
+                gate=OutageGate(
+                    self.consumer_name, hooks=self.inbox.hooks, sleep=self._sleep_unless_stopped
+                ),
+                probe=probe_sessions(self.session_factory),
+                sleep=time.sleep,
+            )
+            self.consumer.subscribe(
+                list(self.topics),
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
             while not self._stopping():
                 self._poll_once(runner)
         finally:
             self.consumer.close()
             self.producer.flush(10)
             self.consumer = self.producer = None
+
+    def _clients(self) -> tuple[Producer, KafkaConsumer]:
+        """The dead letters' producer and the group's consumer, made (not yet connected)
+        before any SQL.
+
+        :raises InvalidArgument: for a property librdkafka refuses (its ``_INVALID_ARG``:
+            librdkafka's CONFIGURATION.md lists the properties).
+        """
+        made: list[str] = []
+        try:
+            producer = Producer(self.producer_config)
+            made.append("producer_config")
+            return producer, KafkaConsumer(self.config)
+        except KafkaException as exc:
+            name = "config" if made else "producer_config"
+            raise InvalidArgument(f"{self.entry}: {name}: {exc.args[0].str()}") from exc
 
     def _poll_once(self, runner: PollRunner) -> None:
         assert self.consumer is not None

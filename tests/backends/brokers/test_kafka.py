@@ -613,6 +613,22 @@ def test_the_wrong_half_of_the_api_is_refused_before_any_sql(
         async_consumer(servers, "t", sync_app, aio_url, dead_letter_topic="..")
 
 
+def test_client_options_the_kafka_client_refuses_are_refused_before_any_sql(
+    servers: str, sync_app: App, aio_url: str
+) -> None:
+    statements: list[str] = []
+    sa.event.listen(sync_app.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    with pytest.raises(InvalidArgument, match=r"config: .*no\.such\.property"):
+        sync_consumer(servers, "t", sync_app, config={"no.such.property": 1}).run()
+    with pytest.raises(InvalidArgument, match=r"producer_config: .*no\.such\.property"):
+        sync_consumer(servers, "t", sync_app, producer_config={"no.such.property": 1}).run()
+    assert statements == []
+    with pytest.raises(InvalidArgument, match=r"AIOKafkaConsumer does not take: \['auto\."):
+        async_consumer(servers, "t", sync_app, aio_url, config={"auto.offset.reset": "latest"})
+    with pytest.raises(InvalidArgument, match="AIOKafkaProducer does not take"):
+        async_consumer(servers, "t", sync_app, aio_url, producer_config={"linger": 5})
+
+
 # -- the outbox publishers ---------------------------------------------------------------
 
 
