@@ -56,6 +56,7 @@ from ..exc import (
 from ..handlers import check_handler
 from ..hooks import InboxHooks, as_hooks
 from ..outage import OutageGate, Verdict
+from ..validation import validate_key
 from .batch import BATCH_RERUNS, commit_batch
 from .protocol import LOST, RELEASED, RETRY, Handler, MessageStore, StoredMessage
 from .schema import DEAD, DEFAULT_CONSUMER, DONE, utc_now
@@ -180,8 +181,11 @@ class Worker:
     :raises SyncAsyncMismatch: for a store bound to an AsyncEngine (use
         :class:`~sa_inbox.asyncio.AsyncWorker`), or an event loop's ``waiting`` with a
         synchronous store; :class:`~sa_inbox.exc.InvalidObject` for an unbound
-        :class:`~sa_inbox.InboxStore`, or a ``waiting`` that is not a
+        :class:`~sa_inbox.InboxStore`, an object that is no store (an ``Inbox``, an
+        Engine, a session factory), or a ``waiting`` that is not a
         :class:`~sa_inbox.store.waiting.Waiting`.
+    :raises InvalidMessageId: for an empty ``consumer_name``, or one with leading or
+        trailing whitespace.
 
     The same ``visibility_timeout`` and ``max_attempts`` must be used by every worker of a
     consumer.
@@ -237,6 +241,8 @@ class Worker:
                 )
         if consumer_name is not None and not isinstance(consumer_name, str):
             raise InvalidArgument(f"consumer_name must be a str or None, not {consumer_name!r}")
+        if consumer_name is not None:
+            validate_key(consumer_name, "consumer_name", len(consumer_name))
         self.store = store
         self._store_lease = lease_of(store)
         self.handler = handler

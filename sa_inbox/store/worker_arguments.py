@@ -69,7 +69,9 @@ def check_store(store: object) -> None:
     """Refuse a store the worker cannot run on, before anything is sent.
 
     :raises SyncAsyncMismatch: for a store of the asyncio API (bound to an AsyncEngine).
-    :raises InvalidObject: for an unbound :class:`~sa_inbox.InboxStore`.
+    :raises InvalidObject: for an unbound :class:`~sa_inbox.InboxStore`, or an object
+        without a store's ``lease``, ``complete`` and ``fail`` (an ``Inbox``, an Engine, a
+        session factory).
     """
     if is_asyncio_object(store):
         raise SyncAsyncMismatch(
@@ -82,6 +84,18 @@ def check_store(store: object) -> None:
             "Worker() takes the store bound to an engine, store.bind(engine), not the "
             f"{type(store).__name__} itself"
         )
+    missing = [name for name in STORE_METHODS if not callable(getattr(store, name, None))]
+    if not any(callable(getattr(store, name, None)) for name in ("lease", "claim")):
+        missing.insert(0, "lease")
+    if missing:
+        raise InvalidObject(
+            f"Worker() takes a store, InboxStore(metadata).bind(engine) (or a MessageStore of "
+            f"your own), not {type(store).__name__}: it has no {', '.join(missing)}"
+        )
+
+
+#: What a store must have besides ``lease`` (:class:`~sa_inbox.store.MessageStore`).
+STORE_METHODS = ("complete", "fail")
 
 
 def check_waiting(waiting: object, store: object) -> Waiting:

@@ -473,12 +473,18 @@ TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 def _topics(topics: object, entry: str) -> tuple[str, ...]:
-    names = (topics,) if isinstance(topics, str) else tuple(topics)  # type: ignore[arg-type]
+    if isinstance(topics, str):
+        names: tuple[object, ...] = (topics,)
+    elif isinstance(topics, Iterable):
+        names = tuple(topics)
+    else:
+        names = ()
     if not names or not all(isinstance(n, str) and n for n in names):
         raise InvalidArgument(f"{entry}: topics must be a topic name or a list of them")
-    for name in names:
+    checked = tuple(str(name) for name in names)
+    for name in checked:
         _check_topic(name, "topic", entry)
-    return names
+    return checked
 
 
 def _check_topic(name: str, what: str, entry: str) -> None:

@@ -609,6 +609,8 @@ def test_the_wrong_half_of_the_api_is_refused_before_any_sql(
         sync_consumer(servers, "t", sync_app, dead_letter_topic="t")
     with pytest.raises(InvalidArgument, match="'bad topic!' is not a Kafka topic name"):
         sync_consumer(servers, "bad topic!", sync_app)
+    with pytest.raises(InvalidArgument, match="topics must be a topic name or a list"):
+        sync_consumer(servers, None, sync_app)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match=r"dead_letter_topic '\.\.' is not a Kafka topic"):
         async_consumer(servers, "t", sync_app, aio_url, dead_letter_topic="..")
 

@@ -447,7 +447,8 @@ def _store_handler(env: Env) -> Callable[[Session, StoredMessage], None]:
     return pay
 
 
-for _store in ("InboxStore", "AsyncInboxStore", "AsyncBoundStore"):
+for _store in ("InboxStore", "AsyncInboxStore", "AsyncBoundStore", "Inbox", "sessionmaker",
+               "Engine"):  # fmt: skip
 
     @case("Worker()", _store, state=_worked)
     def _(env: Env, mid: str, store: str = _store) -> None:

@@ -18,6 +18,7 @@ import pytest
 from sa_inbox.exc import (
     InvalidArgument,
     InvalidHandler,
+    InvalidMessageId,
     InvalidSessionFactory,
     MissingTable,
 )
@@ -142,6 +143,14 @@ def test_threads_claim_disjoint_batches(store: MemoryStore, clock: Clock) -> Non
 def test_bad_worker_arguments(store: MemoryStore, kw: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgument):
         Worker(store, lambda ctx, m: None, **kw)
+
+
+@pytest.mark.parametrize("name", ["", " billing", "billing\n"])
+def test_a_consumer_name_no_claim_could_take_is_refused_when_made(
+    store: MemoryStore, name: str
+) -> None:
+    with pytest.raises(InvalidMessageId, match="consumer_name"):
+        Worker(store, lambda ctx, m: None, consumer_name=name)
 
 
 def test_backoff_doubles_and_caps() -> None:
