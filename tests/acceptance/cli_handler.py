@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -65,15 +67,29 @@ def record_renamed(session: Session, message: StoredMessage) -> None:
     record(session, message)
 
 
+#: The file a slow handler creates once it has started (a test's signal to stop it then).
+STARTED = "SA_INBOX_TEST_HANDLER_STARTED"
+
+
+def _started() -> None:
+    path = os.environ.get(STARTED)
+    if path:
+        Path(path).touch()
+
+
 def record_slowly(session: Session, message: StoredMessage) -> None:
-    """``record``, then 60 s more in the transaction (a handler to stop mid-way)."""
+    """``record``, then 60 s more in the transaction (a handler to stop mid-way); the file
+    named by :data:`STARTED` is created once it has started."""
     record(session, message)
+    _started()
     time.sleep(60)
 
 
 async def record_slowly_async(session: Any, message: StoredMessage) -> None:
-    """``record_async``, then 60 s more in the transaction, on the event loop."""
+    """``record_async``, then 60 s more in the transaction, on the event loop (see
+    :func:`record_slowly`)."""
     await record_async(session, message)
+    _started()
     await asyncio.sleep(60)
 
 

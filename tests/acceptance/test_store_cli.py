@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from sa_inbox.cli._common import ASYNC_URL_EXAMPLES
 from sa_inbox.store import DEAD, DONE, PENDING, PROCESSING, Incoming
+from tests.acceptance.cli_handler import STARTED
 from tests.support.store_app import TABLE, StoreApp
 
 pytestmark = pytest.mark.backend
@@ -24,14 +25,14 @@ ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "tests.acceptance.cli_handler:record"
 
 
-def cli(*args: str) -> subprocess.Popen[str]:
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "sa_inbox.cli", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
     )
 
 
@@ -161,7 +162,7 @@ def _leased(store_app: StoreApp, child: subprocess.Popen[str], count: int) -> No
     ],
 )
 def test_a_worker_stopped_at_once_gives_back_the_unstarted_messages(
-    url: str, store_app: StoreApp, handler: str, stop: str, code: int
+    url: str, store_app: StoreApp, handler: str, stop: str, code: int, tmp_path: Path
 ) -> None:
     """A worker that must stop at once (Ctrl-C twice while a handler runs, or a handler
     raising SystemExit) ends without waiting for the handler: its transaction rolls back
@@ -170,12 +171,18 @@ def test_a_worker_stopped_at_once_gives_back_the_unstarted_messages(
     receive(store_app, 3)
     if handler.endswith("_async"):  # the asyncio worker, on the database's async driver
         url = async_url_of(url)
+    started = tmp_path / "started"
     child = cli(
         "worker", "--url", url, "--table", TABLE, "--consumer", "default",
         "--handler", f"tests.acceptance.cli_handler:{handler}", "--batch-size", "3",
+        env={STARTED: str(started)},
     )  # fmt: skip
     if stop == "a second SIGINT":
         _leased(store_app, child, 3)
+        deadline = time.monotonic() + 60  # the first handler in hand, the others not started
+        while not started.exists():
+            assert time.monotonic() < deadline and child.poll() is None, child.communicate()
+            time.sleep(0.05)
         child.send_signal(signal.SIGINT)
         time.sleep(0.5)
         child.send_signal(signal.SIGINT)
