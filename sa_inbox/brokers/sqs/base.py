@@ -287,9 +287,11 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
         return delivery, SqsSettler(info, self.settings, self.held, message, delivery, run)
 
     def _connection_lost(self, exc: BaseException) -> bool:
-        """A connection error, or (while the connection is lost) a missing queue: a
-        LocalStack restarted without its state."""
-        return is_connection_error(exc) or (self.reconnects.lost and is_missing_queue(exc))
+        """A connection error, or (while the connection is lost) a missing queue, raised
+        or behind the start's :class:`~sa_inbox.exc.ConfigurationError`: a server
+        restarted without its state."""
+        missing = is_missing_queue(exc) or is_missing_queue(exc.__cause__)
+        return is_connection_error(exc) or (self.reconnects.lost and missing)
 
     def _lost(self, exc: BaseException) -> float:
         """A lost connection: what is held shows again after its visibility timeout; the

@@ -129,7 +129,7 @@ def is_connection_error(exc: BaseException) -> bool:
     return False
 
 
-def is_missing_queue(exc: BaseException) -> bool:
+def is_missing_queue(exc: BaseException | None) -> bool:
     """Whether ``exc`` is SQS's "no such queue" (``QueueDoesNotExist``, or the query
     protocol's ``AWS.SimpleQueueService.NonExistentQueue``)."""
     if not isinstance(exc, ClientError):

@@ -367,7 +367,16 @@ def test_batch_needs_a_known_mode_and_a_store_that_can(store_app: StoreApp) -> N
         Worker(store_app.store.bind(store_app.engine), store_app.apply, transaction="bulk")
 
     class NoBatch:
-        pass
+        """The bound store without ``complete_batch`` (a MessageStore of the user's)."""
 
+        def __init__(self, store: object) -> None:
+            self.store = store
+
+        def __getattr__(self, name: str) -> object:
+            if name == "complete_batch":
+                raise AttributeError(name)
+            return getattr(self.store, name)
+
+    bound = store_app.store.bind(store_app.engine)
     with pytest.raises(InvalidArgument, match="complete_batch"):
-        Worker(NoBatch(), store_app.apply, transaction="batch")  # type: ignore[arg-type]
+        Worker(NoBatch(bound), store_app.apply, transaction="batch")  # type: ignore[arg-type]
