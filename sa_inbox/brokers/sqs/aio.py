@@ -10,15 +10,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from ...exc import DatabaseUnavailable, MissingKeyHeader
+from ...exc import MissingKeyHeader
 from .. import steps
 from ..delivery import Delivery, Settlement
 from ..keys import flush_async, give_back_async, offer_async
 from ..process import process_async
 from ..reconnect import sleep_unless
-from .base import ConsumerBase, Each, settle_each
+from .base import PASS_ERRORS, ConsumerBase, Each, settle_each
 from .core import (
     CLIENT_ERRORS,
     Call,
@@ -123,7 +121,7 @@ class AsyncConsumer(ConsumerBase[Any, "AsyncSession"]):
                 try:
                     await self.poll()
                     self.reconnects.connected()
-                except (DatabaseUnavailable, ClientError, BotoCoreError) as exc:
+                except PASS_ERRORS as exc:
                     if (seconds := self._wait_after(exc)) is None:
                         raise
                     await self._outage_sleep(seconds)

@@ -7,8 +7,10 @@ import abc
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Generic, TypeVar
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from ...claim import Inbox
-from ...exc import MissingKeyHeader
+from ...exc import ConfigurationError, DatabaseUnavailable, MissingKeyHeader
 from ...outage import OutageGate
 from ..delivery import Delivery, Disposition, Settlement
 from ..keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless
@@ -34,7 +36,12 @@ from .core import (
 )
 from .message import DEFAULT_KEY_ATTRIBUTE, Received
 
-__all__ = ["ConsumerBase", "FifoGroups", "settle_each"]
+__all__ = ["PASS_ERRORS", "ConsumerBase", "FifoGroups", "settle_each"]
+
+#: What may end one pass of a consumer's loop for :meth:`ConsumerBase._wait_after` to judge:
+#: an outage, SQS's and botocore's errors, and the queue's ConfigurationError (a queue
+#: missing on a server restarted without its state is a lost connection).
+PASS_ERRORS = (DatabaseUnavailable, ClientError, BotoCoreError, ConfigurationError)
 
 ClientT = TypeVar("ClientT")
 SessionT = TypeVar("SessionT")

@@ -8,16 +8,15 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
 from sqlalchemy.orm import Session
 
-from ...exc import DatabaseUnavailable, MissingKeyHeader
+from ...exc import MissingKeyHeader
 from .. import steps
 from ..delivery import Delivery, Settlement
 from ..keys import flush, give_back, offer
 from ..process import process
 from ..reconnect import wait_unless
-from .base import ConsumerBase, Each, settle_each
+from .base import PASS_ERRORS, ConsumerBase, Each, settle_each
 from .core import (
     QueueInfo,
     SqsSettler,
@@ -128,7 +127,7 @@ class Consumer(ConsumerBase[Any, Session]):
                 try:
                     self.poll()
                     self.reconnects.connected()
-                except (DatabaseUnavailable, ClientError, BotoCoreError) as exc:
+                except PASS_ERRORS as exc:
                     if (seconds := self._wait_after(exc)) is None:
                         raise
                     self._outage_sleep(seconds)

@@ -49,6 +49,8 @@ pytestmark = [
 RATE = 10.0
 #: Seconds a killed broker stays down (a closed connection: seconds of publishing after).
 DOWN = 3.0
+#: Seconds a restarted moto runs without the queues, before the test makes them again.
+QUEUELESS = 2.0
 #: The lanes of each broker, and which of them are sa-inbox's own consumers.
 RABBITMQ_LANES = ("pika", "aio-pika", "faststream", "celery")
 OWN = {"pika", "aio-pika", "redis", "redis-async", "nats", "sqs", "sqs-async"}
@@ -170,8 +172,9 @@ def restart_moto(server_dir: Path, lanes: list[SqsLane]) -> Callable[[], None]:
     but not yet in its handler would be the one held, and the next one would wait), then
     one message published to each lane and held in its handler, so nothing else waits in
     its queue; moto is SIGKILLed; the handlers go on (they commit, and the deletes find no
-    server); moto is restarted after :data:`DOWN` seconds, empty, and the queues are made
-    again (as a deployment would), then publishing resumes.
+    server); moto is restarted after :data:`DOWN` seconds, empty, and after
+    :data:`QUEUELESS` seconds more without queues (the consumers' lookups find none) the
+    queues are made again (as a deployment would), then publishing resumes.
 
     moto keeps its queues in memory: a message it held unreceived at the kill would be
     gone, which SQS never does; hence the drained queue at the kill (a message published
@@ -213,6 +216,7 @@ def restart_moto(server_dir: Path, lanes: list[SqsLane]) -> Callable[[], None]:
                 lane.release.set()  # a held handler never outlives a failed disruption
         time.sleep(DOWN)
         servers_sh("restart", str(server_dir), "sqs")
+        time.sleep(QUEUELESS)  # each consumer finds the server without its queues
         for lane in lanes:
             lane.make_queues()
             lane.paused.clear()
