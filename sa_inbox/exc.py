@@ -313,7 +313,7 @@ class MissingKeyHeader(ConfigurationError):
     """The key header was missing (or not text) on ``deliveries`` consecutive deliveries.
 
     One delivery without the key is the producer's bug and is dead-lettered; a run of them
-    is the consumer's: a misspelled ``key_header`` would dead-letter the whole queue. A run
+    is the consumer's: a misspelled ``key_source`` would dead-letter the whole queue. A run
     counts every keyless delivery since the last keyed one, however far apart; at the limit
     the consumer gives the deliveries it holds back to the broker unprocessed and
     ``run()`` / ``consume()`` raises this. Those of the run that came one at a time on a

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from sa_inbox import Inbox
+from sa_inbox.brokers import DeliveryOptions
 from sa_inbox.brokers.rabbitmq import AsyncConsumer, declare_queue_async
 
 AMQP_URL = os.environ["AMQP_URL"]
@@ -47,8 +48,7 @@ async def main():
         inbox=inbox,
         consumer_name="billing",
         handler=apply,
-        max_deliveries=5,
-        on_settled=settled.append,
+        options=DeliveryOptions(max_deliveries=5, on_settled=settled.append),
     )
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, consumer.stop)
     running = asyncio.create_task(consumer.run())  # until stop()

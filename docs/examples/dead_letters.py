@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
 from sa_inbox import Inbox
-from sa_inbox.brokers import dead_letters
+from sa_inbox.brokers import DeliveryOptions, dead_letters
 from sa_inbox.brokers.redis import Consumer
 
 REDIS_URL = os.environ["REDIS_URL"]
@@ -36,9 +36,9 @@ def consume(handler, settlements):
         session_factory=Session,
         inbox=inbox,
         handler=handler,
-        max_deliveries=1,  # the first failure is the last: dead-lettered at once
+        # the first failure is the last: dead-lettered at once
+        options=DeliveryOptions(max_deliveries=1, on_settled=settled.append),
         visibility_timeout=1.0,
-        on_settled=settled.append,
     )
     thread = threading.Thread(target=consumer.run)
     thread.start()

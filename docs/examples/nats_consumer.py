@@ -11,6 +11,7 @@ from nats.js.errors import NotFoundError
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from sa_inbox import Inbox
+from sa_inbox.brokers import DeliveryOptions
 from sa_inbox.brokers.nats import AsyncConsumer
 
 metadata = sa.MetaData()
@@ -54,8 +55,7 @@ async def main():
         session_factory=async_sessionmaker(engine),
         inbox=inbox,
         handler=apply,
-        dead_letter_subject="payments.dead",
-        on_settled=on_settled,
+        options=DeliveryOptions(dead_letter="payments.dead", on_settled=on_settled),
         fetch_timeout=0.5,
     )
     await consumer.run()  # until consumer.stop()

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
 from sa_inbox import Inbox
+from sa_inbox.brokers import DeliveryOptions
 from sa_inbox.brokers.redis import Consumer
 
 metadata = sa.MetaData()
@@ -41,8 +42,7 @@ consumer = Consumer(
     inbox=inbox,
     handler=apply,
     visibility_timeout=30.0,  # seconds before a failed or abandoned entry is taken over
-    max_deliveries=5,
-    on_settled=settled.append,
+    options=DeliveryOptions(max_deliveries=5, on_settled=settled.append),
 )
 thread = threading.Thread(target=consumer.run)  # consumer.stop() from any thread
 thread.start()

@@ -24,17 +24,17 @@ body's own name: two tasks under one ``consumer_name`` are refused with
 :class:`~sa_inbox.exc.ConsumerNameTaken`, and a task renamed in a new release takes the
 name over with ``inbox.consumers.hand_over(engine, consumer_name, new_task.name)``.
 
-**The key is a keyword argument the producer sets** (``key_kwarg``, ``"idempotency_key"`` by
-default), passed on to the body with the others; a body without that parameter (a misspelled
-``key_kwarg``) is refused when it is decorated, so a keyless task is its producer's, not
-the consumer's misspelling: each is rejected at once (the other adapters count a run of
-keyless deliveries and stop at ``max_keyless``, :mod:`sa_inbox.brokers.keys`; a task has no
-way to stop its worker's consumer short of a broadcast control command). Celery's task id
-is never the key: a task sent again (the producer retrying ``apply_async`` after a timeout)
-gets a new id. A message without the key is rejected with ``Reject(reason,
+**The key is a keyword argument the producer sets** (``options.key_source``,
+``"idempotency_key"`` by default), passed on to the body with the others; a body without
+that parameter (a misspelled key) is refused when it is decorated, so a keyless task is its
+producer's, not the consumer's misspelling: each is rejected at once (the other adapters
+count a run of keyless deliveries and stop at ``max_keyless``, :mod:`sa_inbox.brokers.keys`;
+a task has no way to stop its worker's consumer short of a broadcast control command).
+Celery's task id is never the key: a task sent again (the producer retrying ``apply_async``
+after a timeout) gets a new id. A message without the key is rejected with ``Reject(reason,
 requeue=False)`` (Celery docs, "Tasks" → "Reject"), which RabbitMQ routes to the queue's
-dead-letter exchange when the queue has one (``x-dead-letter-exchange``, RabbitMQ docs
-"Dead Letter Exchanges"); nothing is processed.
+dead-letter exchange when the queue has one (``x-dead-letter-exchange``, RabbitMQ docs "Dead
+Letter Exchanges"); nothing is processed.
 
 **A database outage costs no retry.** While the database cannot be reached the task waits
 in the worker (the message unacked, ``request.retries`` unchanged) while the task's
@@ -60,8 +60,8 @@ worker needs neither: the broker requeues what the dead connection left unacked.
 :class:`~sa_inbox.ConfigurationError`.
 
 A failing body is rolled back and the task is retried with :meth:`celery.Task.retry` (a new
-message with the same arguments, so the same key), after ``retry_backoff`` seconds doubling
-per retry (1, 2, 4, … up to ``retry_backoff_max``), until ``max_deliveries``, then rejected
+message with the same arguments, so the same key), after ``options.retry_delay`` seconds
+(1, 2, 4, … up to 60 by default), until ``options.max_deliveries``, then rejected
 without requeue. **A rejected message is dropped unless its queue has a dead-letter exchange**
 (``x-dead-letter-exchange``, RabbitMQ docs "Dead Letter Exchanges"; Celery's default queues
 have none): declare your task queues with one, or rejected tasks (no key, or past the
@@ -80,13 +80,15 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from .._optional import optional_dependencies
+from ..backoff import Backoff
 from ..claim import Inbox
 from ..consumers import owned_as
 from ..exc import ConfigurationError, InvalidArgument, InvalidHandler
 from ..handlers import check_handler, is_async_callable
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement
-from .keys import check_key_name, read_key
-from .process import DEFAULT_MAX_DELIVERIES, OnSettled, Options, process
+from .keys import DEFAULT_MAX_KEYLESS, read_key
+from .options import DeliveryOptions, RetryDelay, options_of
+from .process import Options, process
 from .startup import NO_HANDLER, check_consumer
 
 with optional_dependencies(__name__, "celery", "celery"):
@@ -95,21 +97,34 @@ with optional_dependencies(__name__, "celery", "celery"):
 
 __all__ = [
     "DEFAULT_KEY_KWARG",
-    "DEFAULT_RETRY_BACKOFF",
-    "DEFAULT_RETRY_BACKOFF_MAX",
+    "DEFAULT_RETRY_DELAY",
+    "FORMER_KEYWORDS",
     "REQUIRED_OPTIONS",
     "delivery_of",
     "inbox_task",
 ]
 
-#: The keyword argument carrying the producer's idempotency key, unless ``key_kwarg`` names
-#: another.
+#: The keyword argument carrying the producer's idempotency key, unless
+#: ``options.key_source`` names another.
 DEFAULT_KEY_KWARG = "idempotency_key"
 
-#: Seconds before the first retry of a failed task (doubling per retry).
-DEFAULT_RETRY_BACKOFF = 1.0
-#: The longest delay between two retries, in seconds.
-DEFAULT_RETRY_BACKOFF_MAX = 60.0
+#: Seconds before the retry of a failed task, from its delivery count: 1 s doubling to 60 s.
+DEFAULT_RETRY_DELAY: RetryDelay = Backoff(base=1.0, maximum=60.0).delay
+
+#: The keywords :func:`inbox_task` took before :class:`~sa_inbox.brokers.DeliveryOptions`,
+#: each with its place now: refused in ``task_options``, which Celery would take silently.
+FORMER_KEYWORDS = {
+    "key_kwarg": "key_source",
+    "max_deliveries": "max_deliveries",
+    "on_settled": "on_settled",
+    "retry_backoff": "retry_delay",
+    "retry_backoff_max": "retry_delay",
+}
+#: Why a task refuses ``DeliveryOptions.dead_letter``: ``Reject(requeue=False)`` goes where
+#: the task's queue routes it (RabbitMQ, "Dead Letter Exchanges").
+NO_DEAD_LETTER = "a rejected task goes to its queue's own dead-letter exchange"
+#: Why a task refuses a run of keyless tasks: a task cannot stop its worker's consumer.
+NO_KEYLESS_RUN = "a keyless task is rejected at once (a task cannot stop its worker)"
 
 #: The task options :func:`inbox_task` requires (and sets).
 REQUIRED_OPTIONS = {"acks_late": True, "reject_on_worker_lost": True}
@@ -121,11 +136,7 @@ def inbox_task(
     session_factory: Callable[[], Session],
     inbox: Inbox,
     consumer_name: str,
-    key_kwarg: str = DEFAULT_KEY_KWARG,
-    max_deliveries: int = DEFAULT_MAX_DELIVERIES,
-    on_settled: OnSettled | None = None,
-    retry_backoff: float = DEFAULT_RETRY_BACKOFF,
-    retry_backoff_max: float = DEFAULT_RETRY_BACKOFF_MAX,
+    options: DeliveryOptions | None = None,
     **task_options: Any,
 ) -> Callable[[Callable[..., Any]], Task]:
     """Registers ``body(session, *args, **kwargs)`` as a Celery task processed exactly once.
@@ -134,14 +145,16 @@ def inbox_task(
     :param session_factory: a ``sessionmaker``.
     :param inbox: the inbox to claim in.
     :param consumer_name: this consumer's name (``str``; the claim is per consumer).
-    :param key_kwarg: the keyword argument holding the producer's key (``str``).
-    :param max_deliveries: deliveries allowed (``int`` >= 1; see the module's docstring for
-        how they are counted) before the task is rejected.
-    :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
-    :param retry_backoff: the first retry's delay in seconds (``countdown``), doubling with
-        each retry (as Celery's own ``retry_backoff``), so that a failure that passes (a
-        database restarting) does not spend every delivery in a moment; >= 0.
-    :param retry_backoff_max: the longest delay between two deliveries, in seconds.
+    :param options: the settings every consumer shares
+        (:class:`~sa_inbox.brokers.DeliveryOptions`). ``key_source``: the keyword argument
+        holding the producer's key (default ``idempotency_key``). ``max_deliveries``:
+        deliveries allowed (see the module's docstring for how they are counted) before the
+        task is rejected. ``retry_delay``: ``delay(retries + 1) -> seconds``, the retry's
+        ``countdown`` (default 1 s doubling to 60 s, as Celery's own ``retry_backoff``), so
+        that a failure that passes (a database restarting) does not spend every delivery in a
+        moment. ``on_settled``. ``dead_letter`` is refused (a rejected task goes to its
+        queue's dead-letter exchange), and ``max_keyless`` other than its default or None
+        (a keyless task is rejected at once).
     :param task_options: passed to ``app.task`` (``name``, ``queue``, ...); ``bind`` is set.
     :returns: a decorator; the body gets the transaction's Session first, then the task's
         arguments (the key included); it must not commit. The task returns the body's result
@@ -149,10 +162,11 @@ def inbox_task(
     :raises ConfigurationError: at once, if ``task_options`` turn ``acks_late`` or
         ``reject_on_worker_lost`` off; for a session factory of the asyncio half or
         ``Session.begin`` (:class:`~sa_inbox.exc.InvalidSessionFactory`), an AsyncInbox
-        (:class:`~sa_inbox.exc.SyncAsyncMismatch`), an empty ``key_kwarg``
-        (:class:`~sa_inbox.exc.InvalidArgument`); when the body is decorated, for a body
-        without a ``key_kwarg`` parameter (and no ``**kwargs``: a misspelled key_kwarg) or
-        an ``async def`` one.
+        (:class:`~sa_inbox.exc.SyncAsyncMismatch`), ``options`` that are not a
+        DeliveryOptions or set what a task cannot serve, a former keyword of this function
+        in ``task_options`` (:class:`~sa_inbox.exc.InvalidArgument`); when the body is
+        decorated, for a body without the ``key_source`` parameter (and no ``**kwargs``: a
+        misspelled key) or an ``async def`` one.
 
     The registered task has ``task.check()``: the readiness check (the inbox table exists,
     the session factory makes Sessions, the engine is not autocommit; returns None or
@@ -170,24 +184,31 @@ def inbox_task(
                 f"inbox_task requires {option}=True: without it a message is acked before "
                 "the commit or when the worker dies, and is lost"
             )
-    for name, value in (("retry_backoff", retry_backoff), ("retry_backoff_max", retry_backoff_max)):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-            raise InvalidArgument(f"{name} must be a number of seconds >= 0, not {value!r}")
     entry = "inbox_task()"
+    former = sorted(FORMER_KEYWORDS.keys() & task_options.keys())
+    if former:
+        raise InvalidArgument(
+            f"{entry}: {', '.join(former)} moved to options=DeliveryOptions(...) "
+            f"({', '.join(FORMER_KEYWORDS[name] for name in former)})"
+        )
+    shared = options_of(options, entry, refused=[("dead_letter", NO_DEAD_LETTER)])
+    if shared.max_keyless not in (None, DEFAULT_MAX_KEYLESS):
+        raise InvalidArgument(f"{entry}: options.max_keyless cannot be served: {NO_KEYLESS_RUN}")
     readiness = check_consumer(
         entry,
         session_factory=session_factory,
         inbox=inbox,
         handler=NO_HANDLER,
         consumer_name=consumer_name,
-        max_deliveries=max_deliveries,
+        max_deliveries=shared.limit(),
         asynchronous=False,
     )
     config = _Config(
-        Options.of(session_factory, readiness.inbox, consumer_name, max_deliveries, on_settled),
-        key_kwarg=check_key_name(key_kwarg, "key_kwarg", entry=entry),
-        retry_backoff=float(retry_backoff),
-        retry_backoff_max=float(retry_backoff_max),
+        Options.of(
+            session_factory, readiness.inbox, consumer_name, shared.limit(), shared.on_settled
+        ),
+        key_kwarg=shared.key(DEFAULT_KEY_KWARG),
+        retry_delay=shared.delay(DEFAULT_RETRY_DELAY),
     )
 
     def decorator(body: Callable[..., Any]) -> Task:
@@ -233,8 +254,9 @@ def _check_body(body: Callable[..., Any], key_kwarg: str) -> None:
     if key_kwarg not in names:
         raise InvalidArgument(
             f"inbox_task(): the task body {body.__qualname__} takes no keyword argument "
-            f"{key_kwarg!r} (key_kwarg), only {', '.join(map(repr, names))}: every task "
-            "would be rejected for a missing key; name the body's key parameter in key_kwarg"
+            f"{key_kwarg!r} (options.key_source), only {', '.join(map(repr, names))}: every task "
+            "would be rejected for a missing key; name the body's key parameter in "
+            "options.key_source"
         )
 
 
@@ -242,8 +264,7 @@ def _check_body(body: Callable[..., Any], key_kwarg: str) -> None:
 class _Config:
     process: Options
     key_kwarg: str
-    retry_backoff: float
-    retry_backoff_max: float
+    retry_delay: RetryDelay
 
 
 def delivery_of(task: Task, kwargs: dict[str, Any], key_kwarg: str) -> Delivery:
@@ -328,5 +349,5 @@ def _settle(
     # max_retries=None would mean the task's own (3 by default): past it Celery fails the task
     # and acks it, so a poison message would skip the dead-letter path; the inbox counts.
     retries = int(task.request.retries or 0)
-    countdown = min(config.retry_backoff * 2**retries, config.retry_backoff_max)
+    countdown = config.retry_delay(retries + 1)
     raise task.retry(exc=error, countdown=countdown, max_retries=config.process.max_deliveries)

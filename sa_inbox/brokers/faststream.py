@@ -55,7 +55,7 @@ middleware can make ``FastStream.run()`` raise); the
 by :meth:`InboxMiddleware.check` from then on, so a readiness probe fails. Every other
 subscriber of the middleware stops at its next keyless message.
 
-**The key is a header the producer sets** (``key_header``, ``"idempotency-key"`` by
+**The key is a header the producer sets** (``options.key_source``, ``"idempotency-key"`` by
 default), the same on all four brokers. FastStream's own ``message_id`` cannot be the key:
 when the producer sets none, FastStream fills in a random one on the consumer side
 (``StreamMessage.__init__``: ``message_id or correlation_id``, and ``correlation_id or
@@ -122,12 +122,12 @@ through FastStream's ``ack`` and ``nack`` above, one record at a time
   once. The record's delivery count is its failed attempts plus one (read before its claim);
   its row is deleted in the transaction that processes it;
 * at ``max_deliveries`` (or without a valid key): published to the dead-letter topic (the
-  adapter's: ``<topic>.dead`` unless ``dead_letter_topic`` names one, the original's value,
+  adapter's: ``<topic>.dead`` unless ``options.dead_letter`` names one, the original's value,
   Kafka key and headers plus the adapter's ``sa-inbox-*`` headers,
   :func:`sa_inbox.brokers.kafka.dead_letter_headers`) through the ``KafkaBroker``'s own
   producer, awaiting the broker's acknowledgement, then ``ack``: the partition goes on;
-* the key is the ``key_header`` header (the last one of that name), as on every broker;
-  names of a record's coordinates (``offset``, ``partition``...) are refused;
+* the key is the ``options.key_source`` header (the last one of that name), as on every
+  broker; names of a record's coordinates (``offset``, ``partition``...) are refused;
 * a record that cannot be settled (a :class:`~sa_inbox.exc.ConfigurationError` of the run,
   the consumer stopped during a database outage, a lost connection) is sought back before the
   error goes on: left unsettled, the next record's ``ack`` would commit past it. A
@@ -162,8 +162,9 @@ from ..claim import Inbox
 from ..consumers import stands_for
 from ..exc import ConfigurationError, InvalidArgument
 from .delivery import DeadLetterReason, Delivery, Disposition
-from .keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless, read_key
-from .process import DEFAULT_MAX_DELIVERIES, OnSettled, Options, process_async
+from .keys import KeylessStreak, read_key
+from .options import DeliveryOptions, options_of
+from .process import Options, process_async
 from .startup import NO_HANDLER, Readiness, check_consumer
 
 with optional_dependencies(__name__, "faststream", "faststream"):
@@ -186,8 +187,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The header carrying the producer's idempotency key, unless ``key_header`` names another.
+#: The header carrying the producer's idempotency key, unless ``options.key_source`` names
+#: another.
 DEFAULT_KEY_HEADER = "idempotency-key"
+#: Why the middleware refuses ``DeliveryOptions.retry_delay``: a failed message is nacked
+#: for its broker to redeliver at once (FastStream's ``nack()``).
+NO_RETRY_DELAY = "a failed message is nacked for its broker to redeliver at once"
 #: The FastStream context name of the transaction's AsyncSession.
 SESSION_CONTEXT_KEY = "inbox_session"
 #: Appended to a Redis stream's name for its dead-letter stream.
@@ -204,27 +209,26 @@ class InboxMiddleware:
     :param session_factory: an :class:`~sqlalchemy.ext.asyncio.async_sessionmaker`.
     :param inbox: the inbox to claim in.
     :param consumer_name: this consumer's name (``str``; the claim is per consumer).
-    :param key_header: the header holding the producer's key (``str``).
-    :param max_deliveries: deliveries allowed per message (``int`` >= 1) before it is
-        dead-lettered (:func:`sa_inbox.brokers.process_async`'s rules).
     :param context_key: the FastStream context name the AsyncSession is set under.
     :param dead_letter_suffix: Redis Streams only: the dead-letter stream is the stream's
         name plus this.
-    :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
-    :param max_keyless: consecutive keyless messages (``int`` >= 1) after which a subscriber
-        stops (see the module's docstring), or None: never (each is dead-lettered).
     :param kafka: serve a ``KafkaBroker``: failed attempts counted in
         ``inbox_kafka_attempts``, checked by :meth:`check` (see the module's docstring,
         "Kafka"); needs the ``kafka`` extra.
-    :param dead_letter_topic: ``kafka=True`` only: the dead-letter topic of every record;
-        default ``<topic>.dead``.
+    :param options: the settings every consumer shares
+        (:class:`~sa_inbox.brokers.DeliveryOptions`): ``key_source``, the header holding the
+        producer's key; ``max_deliveries`` (:func:`sa_inbox.brokers.process_async`'s rules);
+        ``max_keyless`` (see the module's docstring); ``on_settled``; ``dead_letter``, with
+        ``kafka=True`` only, the dead-letter topic of every record (default
+        ``<topic>.dead``). ``retry_delay`` is refused: a failed message is nacked for the
+        broker to redeliver at once.
     :raises ConfigurationError: when it is made, for a session factory of the sync half or
         ``async_sessionmaker.begin`` (:class:`~sa_inbox.exc.InvalidSessionFactory`), an inbox
-        that is neither an Inbox nor an AsyncInbox (:class:`~sa_inbox.exc.InvalidObject`), an
-        empty ``key_header`` or a bad ``max_keyless`` (:class:`~sa_inbox.exc.InvalidArgument`);
-        with ``kafka=True``, a ``key_header`` naming a record's coordinates or an empty
-        ``dead_letter_topic`` (:class:`~sa_inbox.exc.InvalidArgument`; a
-        ``dead_letter_topic`` without ``kafka=True`` too).
+        that is neither an Inbox nor an AsyncInbox (:class:`~sa_inbox.exc.InvalidObject`),
+        ``options`` that are not a DeliveryOptions or set ``retry_delay``
+        (:class:`~sa_inbox.exc.InvalidArgument`); with ``kafka=True``, a ``key_source``
+        naming a record's coordinates (:class:`~sa_inbox.exc.InvalidArgument`; a
+        ``dead_letter`` without ``kafka=True`` too).
 
     **Outages and reconnects.** While the database cannot be reached each message in hand is
     held in its handler, unsettled and uncounted, while one
@@ -253,36 +257,37 @@ class InboxMiddleware:
         session_factory: Callable[[], AsyncSession],
         inbox: Inbox,
         consumer_name: str,
-        key_header: str = DEFAULT_KEY_HEADER,
-        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
         context_key: str = SESSION_CONTEXT_KEY,
         dead_letter_suffix: str = DEFAULT_DEAD_LETTER_SUFFIX,
-        on_settled: OnSettled | None = None,
-        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
         kafka: bool = False,
-        dead_letter_topic: str | None = None,
+        options: DeliveryOptions | None = None,
     ) -> None:
         entry = "InboxMiddleware()"
+        shared = options_of(options, entry, refused=[("retry_delay", NO_RETRY_DELAY)])
         readiness = check_consumer(
             entry,
             session_factory=session_factory,
             inbox=inbox,
             handler=NO_HANDLER,
             consumer_name=consumer_name,
-            max_deliveries=max_deliveries,
+            max_deliveries=shared.limit(),
             asynchronous=True,
         )
-        key_header = check_key_name(key_header, "key_header", entry=entry)
-        side = _kafka_side(kafka, readiness.inbox, consumer_name, key_header, dead_letter_topic)
+        key_header = shared.key(DEFAULT_KEY_HEADER)
+        side = _kafka_side(kafka, readiness.inbox, consumer_name, key_header, shared.dead_letter)
         self.readiness: Readiness = readiness if side is None else side.readiness(readiness)
         self.config = _Config(
             Options.of(
-                session_factory, self.readiness.inbox, consumer_name, max_deliveries, on_settled
+                session_factory,
+                self.readiness.inbox,
+                consumer_name,
+                shared.limit(),
+                shared.on_settled,
             ),
             key_header=key_header,
             context_key=context_key,
             dead_letter_suffix=dead_letter_suffix,
-            keyless=KeylessStreak(key_header, check_max_keyless(max_keyless, entry=entry)),
+            keyless=KeylessStreak(key_header, shared.max_keyless),
             kafka=side,
         )
 
@@ -488,7 +493,8 @@ def _kafka_side(
     if not kafka:
         if topic is not None:
             raise InvalidArgument(
-                "InboxMiddleware(): dead_letter_topic is for kafka=True (a KafkaBroker) only"
+                "InboxMiddleware(): options.dead_letter is for kafka=True (a KafkaBroker) "
+                "only; RabbitMQ and Redis subscribers dead-letter by dead_letter_suffix"
             )
         return None
     from .kafka.faststream import KafkaSide

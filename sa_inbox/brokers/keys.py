@@ -1,5 +1,5 @@
-"""The producer's key as every adapter reads it, and the run of keyless deliveries that
-stops a consumer.
+"""The producer's key as every adapter reads it, and the run of keyless deliveries that stops a
+consumer.
 
 **Reading the key** (:func:`read_key`): a ``str`` is the key; ``bytes`` are decoded as
 UTF-8; anything else the broker's client returns (an AMQP ``int``, ``float``, ``list``,
@@ -9,8 +9,8 @@ and is dead-lettered ``invalid_message_id`` with that reason, never taken as ``s
 
 **A run of keyless deliveries** (:class:`KeylessStreak`). One delivery without the key is
 the producer's bug: dead-lettered ``missing_message_id``. ``max_keyless`` consecutive ones
-are the consumer's (a misspelled ``key_header`` would dead-letter the whole queue). The
-run counts every keyless delivery since the last keyed one, however far apart they come:
+are the consumer's (a misspelled ``key_source`` would dead-letter the whole queue). The run
+counts every keyless delivery since the last keyed one, however far apart they come:
 time never ends a run, only a keyed delivery does. The adapter holds each keyless delivery
 unsettled while more may follow at once; a keyed delivery, or no delivery for a moment (the
 adapter's idle wait), settles the held ones as the producer's (dead-lettered), and the run

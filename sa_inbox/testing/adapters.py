@@ -3,10 +3,11 @@ key reading, without a broker.
 
 A profile (:class:`AdapterProfile`) takes from a consumer object made as in production
 (``rabbitmq.Consumer(url, "payments", session_factory=..., inbox=..., handler=...,
-key_header=...)``; making one connects to nothing) what :func:`sa_inbox.brokers.process`
-needs, and turns a :class:`~sa_inbox.testing.BrokerDelivery` into the broker's own message
-fields and then into a :class:`~sa_inbox.brokers.Delivery` through the adapter's own
-mapping: the same key reading as in production, fed deliveries whose broker metadata differ.
+options=DeliveryOptions(key_source=...))``; making one connects to nothing) what
+:func:`sa_inbox.brokers.process` needs, and turns a
+:class:`~sa_inbox.testing.BrokerDelivery` into the broker's own message fields and then into
+a :class:`~sa_inbox.brokers.Delivery` through the adapter's own mapping: the same key
+reading as in production, fed deliveries whose broker metadata differ.
 
 Profiles exist for the RabbitMQ consumers (pika and aio-pika) and the Redis Streams
 consumers. An adapter package adds its own with :func:`register_adapter` (a Kafka or SQS
@@ -112,7 +113,7 @@ def _profile(
 
 def _rabbitmq(adapter: Any) -> AdapterProfile:
     """The RabbitMQ ``Consumer`` (pika) and ``AsyncConsumer`` (aio-pika): the ``message_id``
-    property (or the ``key_header`` header), a quorum queue's ``x-delivery-count``."""
+    property (or the ``options.key_source`` header), a quorum queue's ``x-delivery-count``."""
     from ..brokers.rabbitmq.message import DELIVERY_COUNT_HEADER, to_delivery
 
     readiness = _readiness(adapter)
@@ -136,9 +137,9 @@ def _rabbitmq(adapter: Any) -> AdapterProfile:
 
 
 def _redis(adapter: Any) -> AdapterProfile:
-    """The Redis Streams consumers: the entry's fields (the producer's id in ``key_field``,
-    as :class:`~sa_inbox.brokers.redis.Publisher` writes it), the group's
-    times-delivered counter."""
+    """The Redis Streams consumers: the entry's fields (the producer's id in the field
+    ``options.key_source`` names, as :class:`~sa_inbox.brokers.redis.Publisher` writes it),
+    the group's times-delivered counter."""
     from ..brokers.redis.core import Entry, to_delivery
 
     readiness = _readiness(adapter)

@@ -43,7 +43,7 @@ class Message:
         stream, ``Nats-Msg-Id``; ``None`` for a message that carries none.
     :param body: the body, bytes.
     :param headers: headers (stream fields) the producer sets, e.g. the header a consumer
-        configured with ``key_header`` reads its key from.
+        configured with ``options.key_source`` reads its key from.
     """
 
     message_id: str | None

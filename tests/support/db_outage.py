@@ -41,9 +41,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 from sqlalchemy.orm import Session, sessionmaker
 
 from sa_inbox import Inbox
-from sa_inbox.brokers import Delivery, Disposition, Settlement
+from sa_inbox.brokers import Delivery, DeliveryOptions, Disposition, Settlement
 from sa_inbox.brokers.rabbitmq.message import dead_letter_queue_name
 from sa_inbox.outage import DEFAULT_OUTAGE_BACKOFF
+from tests.support.options import with_options
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS_SH = ROOT / "scripts" / "servers.sh"
@@ -387,7 +388,7 @@ class PikaLane(Lane):
             inbox=self.ledger.inbox,
             consumer_name=self.consumer_name,
             handler=self.handler,
-            on_settled=self.settled,
+            options=DeliveryOptions(on_settled=self.settled),
             prefetch=10,
         )
         try:
@@ -424,7 +425,7 @@ class AioPikaLane(_LoopLane):
             inbox=self.ledger.inbox,
             consumer_name=self.consumer_name,
             handler=self.handler_async,
-            on_settled=self.settled,
+            options=DeliveryOptions(on_settled=self.settled),
             prefetch=10,
         )
         try:
@@ -464,7 +465,7 @@ class RedisLane(Lane):
             session_factory=sessionmaker(engine),
             inbox=self.ledger.inbox,
             handler=self.handler,
-            on_settled=self.settled,
+            options=DeliveryOptions(on_settled=self.settled),
             visibility_timeout=LEASE,
             block_timeout=0.5,
         )
@@ -502,7 +503,7 @@ class AsyncRedisLane(_LoopLane, RedisLane):
             session_factory=async_sessionmaker(engine),
             inbox=self.ledger.inbox,
             handler=self.handler_async,
-            on_settled=self.settled,
+            options=DeliveryOptions(on_settled=self.settled),
             visibility_timeout=LEASE,
             block_timeout=0.5,
         )
@@ -544,10 +545,9 @@ class NatsLane(_LoopLane):
                 session_factory=async_sessionmaker(engine),
                 inbox=self.ledger.inbox,
                 handler=self.handler_async,
-                dead_letter_subject=f"{self.token}.dead",
+                options=DeliveryOptions(dead_letter=f"{self.token}.dead", on_settled=self.settled),
                 consumer_name=self.consumer_name,
                 ack_wait=LEASE,
-                on_settled=self.settled,
             ).run(self.stop_flag)
         finally:
             await self.nc.close()
@@ -601,7 +601,7 @@ class FastStreamLane(_LoopLane):
             session_factory=async_sessionmaker(engine),
             inbox=self.ledger.inbox,
             consumer_name=self.consumer_name,
-            on_settled=self.settled,
+            options=DeliveryOptions(on_settled=self.settled),
         )
         broker = RabbitBroker(self.urls.amqp, middlewares=[middleware], logger=None)
         queue = RabbitQueue(self.token, queue_type=QueueType.QUORUM, declare=False)
@@ -668,7 +668,7 @@ class CeleryLane(Lane):
             session_factory=sessionmaker(self.engine),
             inbox=self.ledger.inbox,
             consumer_name=self.consumer_name,
-            on_settled=self.settled,
+            options=DeliveryOptions(on_settled=self.settled),
             name=f"{self.token}.pay",
         )
         def pay(session: Session, idempotency_key: str) -> None:
@@ -883,7 +883,7 @@ class SqsLane(Lane):
         return {
             "consumer_name": self.consumer_name,
             "inbox": self.ledger.inbox,
-            "dead_letter_queue": self.dead,
+            "dead_letter": self.dead,
             "visibility_timeout": int(SQS_LEASE),
             "wait_time": 1,
             "on_settled": self.settled,
@@ -898,7 +898,7 @@ class SqsLane(Lane):
             self.token,
             session_factory=sessionmaker(engine),
             handler=self.handler,
-            **self.consumer_options(),
+            **with_options(self.consumer_options()),
         )
         try:
             self.consumer.run()
@@ -967,7 +967,7 @@ class AsyncSqsLane(_LoopLane, SqsLane):
                     self.token,
                     session_factory=async_sessionmaker(engine),
                     handler=self.handler_async,
-                    **self.consumer_options(),
+                    **with_options(self.consumer_options()),
                 )
                 await self.consumer.run()
         finally:

@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
-from sa_inbox.brokers import Settlement
+from sa_inbox.brokers import DeliveryOptions, Settlement
 from sa_inbox.brokers.rabbitmq import Consumer
 from tests.support import kit_app
 
@@ -32,7 +32,7 @@ def main(db_url: str, amqp_url: str, queue: str) -> None:
         inbox=kit_app.inbox,
         consumer_name=kit_app.CONSUMER,
         handler=kit_app.apply,
-        on_settled=settled,
+        options=DeliveryOptions(on_settled=settled),
         prefetch=1,
     )
 

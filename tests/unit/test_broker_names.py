@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sa_inbox import Inbox
 from sa_inbox.brokers import Delivery
 from sa_inbox.exc import ConfigurationError, InvalidArgument, InvalidSessionFactory
+from tests.support.options import with_options
 
 #: (package, former name, new name) for each rename.
 RENAMED = [
@@ -73,14 +74,14 @@ def consumer_kw() -> dict[str, Any]:
         "session_factory": async_sessionmaker(create_async_engine("sqlite+aiosqlite://")),
         "inbox": Inbox(sa.MetaData()),
         "handler": handler,
-        "dead_letter_subject": "payments.dead",
+        "dead_letter": "payments.dead",
     }
 
 
 def test_the_nats_async_consumer_is_made_without_a_request(consumer_kw: dict[str, Any]) -> None:
     from sa_inbox.brokers.nats import AsyncConsumer
 
-    consumer = AsyncConsumer(NoJetStream(), "PAYMENTS", "billing", **consumer_kw)  # type: ignore[arg-type]
+    consumer = AsyncConsumer(NoJetStream(), "PAYMENTS", "billing", **with_options(consumer_kw))  # type: ignore[arg-type]
     consumer.stop()
     assert (consumer.stream, consumer.durable) == ("PAYMENTS", "billing")
 
@@ -88,20 +89,24 @@ def test_the_nats_async_consumer_is_made_without_a_request(consumer_kw: dict[str
 @pytest.mark.parametrize(
     ("wrong", "error"),
     [
-        ({"key_header": ""}, InvalidArgument),
+        ({"key_source": ""}, InvalidArgument),
         ({"max_keyless": 0}, InvalidArgument),
         ({"max_deliveries": 0}, InvalidArgument),
         ({"session_factory": sa.orm.sessionmaker()}, InvalidSessionFactory),
     ],
-    ids=["empty key_header", "max_keyless 0", "max_deliveries 0", "sessionmaker"],
+    ids=["empty key_source", "max_keyless 0", "max_deliveries 0", "sessionmaker"],
 )
 def test_the_nats_async_consumer_refuses_a_bad_argument_when_made(
     consumer_kw: dict[str, Any], wrong: dict[str, Any], error: type[Exception]
 ) -> None:
     from sa_inbox.brokers.nats import AsyncConsumer
 
-    with pytest.raises(error, match=r"nats\.AsyncConsumer\(\)|max_deliveries") as info:
-        AsyncConsumer(NoJetStream(), "PAYMENTS", "billing", **{**consumer_kw, **wrong})  # type: ignore[arg-type]
+    with pytest.raises(
+        error, match=r"nats\.AsyncConsumer\(\)|DeliveryOptions\(\)|max_deliveries"
+    ) as info:
+        AsyncConsumer(
+            NoJetStream(), "PAYMENTS", "billing", **with_options({**consumer_kw, **wrong})
+        )  # type: ignore[arg-type]
     assert isinstance(info.value, ConfigurationError)
 
 
@@ -112,7 +117,7 @@ def test_the_nats_consume_function_is_deprecated_for_the_async_consumer(
 
     from sa_inbox.brokers.nats import consume
 
-    bad = {**consumer_kw, "key_header": ""}
+    bad = {**with_options(consumer_kw), "options": "not options"}
     with (
         pytest.warns(DeprecationWarning, match=r"consume\(\) is deprecated: use .*AsyncConsumer"),
         pytest.raises(InvalidArgument, match=r"nats\.AsyncConsumer\(\)"),
@@ -127,4 +132,4 @@ def test_the_nats_async_consumer_refuses_an_empty_stream_or_durable_name(
     from sa_inbox.brokers.nats import AsyncConsumer
 
     with pytest.raises(InvalidArgument, match=r"nats\.AsyncConsumer\(\): (stream|durable) must"):
-        AsyncConsumer(NoJetStream(), stream, durable, **consumer_kw)  # type: ignore[arg-type]
+        AsyncConsumer(NoJetStream(), stream, durable, **with_options(consumer_kw))  # type: ignore[arg-type]

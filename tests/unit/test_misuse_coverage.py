@@ -49,6 +49,7 @@ INTERNAL: dict[str, str] = {
     "sa_inbox.sharding.shardmap": "the shard map's validation, run by ShardedInbox()",
     "sa_inbox.brokers.delivery": "exported by sa_inbox.brokers",
     "sa_inbox.brokers.process": "exported by sa_inbox.brokers",
+    "sa_inbox.brokers.options": "exported by sa_inbox.brokers",
     "sa_inbox.brokers.keys": "the key header's rules, run by each adapter",
     "sa_inbox.brokers.reconnect": "the reconnect loop of each adapter",
     "sa_inbox.brokers.startup": "each adapter's checks when made and at start",
@@ -170,6 +171,10 @@ TAKES_NO_OBJECT = {
     # the broker adapters: what is not a consumer takes a broker's message, channel or
     # client, or values; the consumers' objects are checked when they are made
     "Delivery()": "a delivery's values",
+    "DeliveryOptions()": "values and callables, checked when made (test_delivery_options.py)",
+    "DeliveryOptions.limit": "a default count",
+    "DeliveryOptions.key": "a default name",
+    "DeliveryOptions.delay": "a default delay function",
     "Settlement()": "a settlement's values",
     "Settler()": "a Protocol: process() is given the adapter's settler",
     "Settler.ack": "a Protocol method",

@@ -109,7 +109,7 @@ class AsyncConsumer(ConsumerCore[AsyncSession]):
     or held). Kafka keeps no delivery count: failed attempts are counted in the
     ``inbox_kafka_attempts`` table, and at ``max_deliveries`` the record goes to the
     dead-letter topic, so its partition moves on. The key is the producer's header
-    ``key_header``, never the record's topic, partition or offset.
+    ``options.key_source``, never the record's topic, partition or offset.
 
     Example::
 
@@ -129,15 +129,6 @@ class AsyncConsumer(ConsumerCore[AsyncSession]):
         not commit, and may run again for the same record if its poll's transaction is
         rolled back (another record failed, a deadlock).
     :param consumer_name: the inbox's consumer name; default ``group_id``.
-    :param key_header: the header of the producer's key (default ``message_id``); a name
-        of the record's coordinates (``offset``, ``partition``, ``topic``) is refused.
-    :param dead_letter_topic: where dead letters go; default ``<topic>.dead``.
-    :param max_deliveries: attempts per message before its dead letter, >= 1.
-    :param max_keyless: keyless records in a row after which :meth:`run` raises
-        :class:`~sa_inbox.exc.MissingKeyHeader` with none of them dead-lettered or
-        committed (a misspelled ``key_header``); fewer are dead-lettered
-        ``missing_message_id``. None: each at once.
-    :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
     :param offsets: ``"kafka"`` (the default): committed to the group after the database
         commit; a consumer killed between the two replays the poll (duplicates, skipped).
         ``"database"``: also stored in the poll's own transaction (the
@@ -152,6 +143,16 @@ class AsyncConsumer(ConsumerCore[AsyncSession]):
     :param config: more aiokafka ``AIOKafkaConsumer`` options (``session_timeout_ms``,
         ``auto_offset_reset``, default ``"earliest"``, security settings); the options
         the adapter sets are refused.
+    :param options: the settings every consumer shares
+        (:class:`~sa_inbox.brokers.DeliveryOptions`). ``key_source``: the header of the
+        producer's key (default ``message_id``); a name of the record's coordinates
+        (``offset``, ``partition``, ``topic``) is refused. ``dead_letter``: the dead-letter
+        topic (default ``<topic>.dead``). ``max_deliveries``: attempts per message before
+        its dead letter. ``max_keyless``: keyless records in a row after which :meth:`run`
+        raises :class:`~sa_inbox.exc.MissingKeyHeader` with none of them dead-lettered or
+        committed (a misspelled ``key_source``); fewer are dead-lettered
+        ``missing_message_id``. ``retry_delay`` is refused: a failed record is fetched again
+        at the next poll, in its partition's order.
     :param producer_config: options of the ``AIOKafkaProducer`` that publishes dead letters
         (``acks="all"`` by default). Its idempotent producer is off by default: Tansu 0.6.0
         answers aiokafka's ``InitProducerId`` with an unknown error (librdkafka's works).
@@ -159,8 +160,8 @@ class AsyncConsumer(ConsumerCore[AsyncSession]):
         commit) carries the same ``sa-inbox-message-id`` header.
     :raises ConfigurationError: when made, before any connection or SQL: objects of the
         wrong kind or half (:func:`sa_inbox.brokers.startup.check_consumer`), an invalid
-        ``key_header``, ``offsets``, ``dead_letter_topic``, ``max_records``,
-        ``poll_timeout`` or ``config`` (:class:`~sa_inbox.exc.InvalidArgument`).
+        ``offsets``, ``max_records``, ``poll_timeout``, ``config`` or ``options``
+        (:class:`~sa_inbox.exc.InvalidArgument`).
 
     **Rebalances.** The revocation waits for the poll in hand: its transaction commits and
     its offsets are committed before the partitions go (or, during a database outage, it is
@@ -223,7 +224,7 @@ class AsyncConsumer(ConsumerCore[AsyncSession]):
 
         :raises ConfigurationError: from :meth:`check` before the group is joined; from a
             poll, with nothing of it committed.
-        :raises MissingKeyHeader: see ``max_keyless``.
+        :raises MissingKeyHeader: see ``options.max_keyless``.
         :raises KafkaError: if the first connection to the broker fails.
         """
         self._extra_stop = stop

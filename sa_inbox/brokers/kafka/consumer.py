@@ -158,7 +158,7 @@ class Consumer(ConsumerCore[Session]):
             librdkafka refuses, before any SQL.
         :raises ConfigurationError: from :meth:`check`; from a poll, nothing of it
             committed.
-        :raises MissingKeyHeader: see ``max_keyless``.
+        :raises MissingKeyHeader: see ``options.max_keyless``.
         """
         self._extra_stop = stop
         self.producer, self.consumer = self._clients()

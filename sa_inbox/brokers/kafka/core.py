@@ -35,8 +35,8 @@ from ...exc import InvalidArgument, MissingKeyHeader
 from ...readiness import check_ready, check_ready_async
 from ...validation import positive_int, positive_seconds, shown
 from ..delivery import DeadLetterReason, Delivery, Settlement
-from ..keys import DEFAULT_MAX_KEYLESS, check_max_keyless
-from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, _detail, _refuse_unkeyed, _reporting
+from ..options import DeliveryOptions, options_of
+from ..process import _detail, _refuse_unkeyed, _reporting
 from ..process import _settled as _log_settled
 from ..reconnect import Reconnects
 from ..startup import Readiness, check_consumer
@@ -75,6 +75,11 @@ DEFAULT_POLL_TIMEOUT = 1.0
 #: after the database commit) or ``"database"`` (stored in the claim's transaction too, and
 #: sought to on assignment).
 OFFSETS = ("kafka", "database")
+#: Why a Kafka consumer refuses ``DeliveryOptions.retry_delay``: a failed record's
+#: partition is sought back to it and fetched again at the next poll, and the records
+#: behind it wait for it (a partition is one ordered log).
+NO_RETRY_DELAY = "a failed record is fetched again at the next poll, in its partition's order"
+
 #: The default dead-letter topic of topic ``t``: ``t`` + this.
 DEAD_LETTER_SUFFIX = ".dead"
 
@@ -244,19 +249,18 @@ class ConsumerCore(abc.ABC, Generic[SessionT]):
         inbox: Inbox | Any,
         handler: Callable[[SessionT, Delivery], Any],
         consumer_name: str | None = None,
-        key_header: str = DEFAULT_KEY_HEADER,
-        dead_letter_topic: str | None = None,
-        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
-        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
-        on_settled: OnSettled | None = None,
         offsets: Literal["kafka", "database"] = "kafka",
         max_records: int = DEFAULT_MAX_RECORDS,
         poll_timeout: float = DEFAULT_POLL_TIMEOUT,
         config: Mapping[str, Any] | None = None,
         producer_config: Mapping[str, Any] | None = None,
+        options: DeliveryOptions | None = None,
     ) -> None:
         entry = f"{type(self).__name__}()"
         self.entry = entry
+        shared = options_of(options, entry, refused=[("retry_delay", NO_RETRY_DELAY)])
+        max_deliveries = shared.limit()
+        dead_letter_topic = shared.dead_letter
         self.topics = _topics(topics, entry)
         if not isinstance(group_id, str) or not group_id:
             raise InvalidArgument(f"{entry}: group_id must be a non-empty string")
@@ -274,18 +278,20 @@ class ConsumerCore(abc.ABC, Generic[SessionT]):
             max_deliveries=max_deliveries,
             asynchronous=self.asynchronous,
         )
-        self.key_header = check_key_header(key_header, entry=entry)
+        self.key_header = check_key_header(
+            shared.key(DEFAULT_KEY_HEADER), entry=entry, what="options.key_source"
+        )
         if offsets not in OFFSETS:
             raise InvalidArgument(f"{entry}: offsets must be one of {OFFSETS}, not {offsets!r}")
         if dead_letter_topic is not None and (
             not isinstance(dead_letter_topic, str) or dead_letter_topic in self.topics
         ):
             raise InvalidArgument(
-                f"{entry}: dead_letter_topic must be a topic name other than the consumed "
+                f"{entry}: options.dead_letter must be a topic name other than the consumed "
                 f"ones, not {dead_letter_topic!r}"
             )
         if dead_letter_topic is not None:
-            _check_topic(dead_letter_topic, "dead_letter_topic", entry)
+            _check_topic(dead_letter_topic, "options.dead_letter", entry)
         self.dead_letter_topic = dead_letter_topic
         self.max_records = positive_int(max_records, "max_records", InvalidArgument)
         self.poll_timeout = positive_seconds(poll_timeout, "poll_timeout", InvalidArgument)
@@ -297,13 +303,13 @@ class ConsumerCore(abc.ABC, Generic[SessionT]):
         self.readiness = KafkaReadiness(**vars(readiness), tables=tuple(used))
         self.session_factory = session_factory
         self.handler = handler
-        self.on_settled = _reporting(self.inbox, self.consumer_name, on_settled)
+        self.on_settled = _reporting(self.inbox, self.consumer_name, shared.on_settled)
         self.attempts = Attempts(self.tables, self.consumer_name)
         self.offsets = (
             Offsets(self.tables, self.consumer_name) if self.offsets_in_database else None
         )
         self.assignment = Assignment()
-        self._keyless = _Keyless(check_max_keyless(max_keyless, entry=entry))
+        self._keyless = _Keyless(shared.max_keyless)
         self.config, self.producer_config = self._client_configs(
             bootstrap_servers, dict(config or {}), dict(producer_config or {})
         )

@@ -14,7 +14,7 @@ run: FastStream hands the middleware one record at a time, so
   back (retried) or dead-lettered.
 
 A dead letter is the adapter's (:func:`~sa_inbox.brokers.kafka.dead_letter_headers`, the
-topic ``<topic>.dead`` unless ``dead_letter_topic`` names one), published with FastStream's
+topic ``<topic>.dead`` unless ``options.dead_letter`` names one), published with FastStream's
 own producer (``KafkaBroker.publish``, which awaits the broker's acknowledgement).
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ...claim import Inbox
-from ...exc import ConfigurationError, DatabaseUnavailable, InvalidArgument
+from ...exc import ConfigurationError, DatabaseUnavailable
 from ...outage import OutageGate, Verdict, database_of, is_unavailable, probe_sessions_async
 from ...runner import new_session
 from ..delivery import DeadLetterReason
@@ -47,10 +47,11 @@ class KafkaSide:
 
     :param inbox: the middleware's inbox; its MetaData gets the adapter's tables.
     :param consumer_name: the consumer whose attempts are counted.
-    :param key_header: the middleware's ``key_header`` (a record coordinate's name is
-        refused: :func:`~sa_inbox.brokers.kafka.check_key_header`).
-    :param dead_letter_topic: where dead letters go, or None: ``<topic>.dead``.
-    :raises InvalidArgument: for such a ``key_header`` or an empty ``dead_letter_topic``.
+    :param key_header: the middleware's ``options.key_source`` (a record coordinate's name
+        is refused: :func:`~sa_inbox.brokers.kafka.check_key_header`).
+    :param dead_letter_topic: the middleware's ``options.dead_letter``: where dead letters
+        go, or None: ``<topic>.dead``.
+    :raises InvalidArgument: for such a key header.
     """
 
     def __init__(
@@ -62,13 +63,7 @@ class KafkaSide:
         *,
         entry: str,
     ) -> None:
-        self.key_header = check_key_header(key_header, entry=entry)
-        if dead_letter_topic is not None and (
-            not isinstance(dead_letter_topic, str) or not dead_letter_topic
-        ):
-            raise InvalidArgument(
-                f"{entry}: dead_letter_topic must be a topic name, not {dead_letter_topic!r}"
-            )
+        self.key_header = check_key_header(key_header, entry=entry, what="options.key_source")
         self.dead_letter_topic = dead_letter_topic
         self.inbox = inbox
         self.consumer_name = consumer_name

@@ -44,19 +44,20 @@ COORDINATES = frozenset(
 )
 
 
-def check_key_header(name: object, *, entry: str) -> str:
+def check_key_header(name: object, *, entry: str, what: str = "key_header") -> str:
     """``name`` if it can name the header of the producer's key.
 
+    :param what: the setting as the messages name it.
     :raises InvalidArgument: for an empty name, one with surrounding spaces, or one naming a
         record's coordinates (``offset``, ``partition``, ``topic``, ``timestamp``, with or
         without a ``kafka_`` prefix): those are the delivery's position in the log, which
         changes with every copy of a message (a producer retry, a replay, a mirror), so a
         key built from them would let each copy through as a new message.
     """
-    checked = check_key_name(name, "key_header", entry=entry)
+    checked = check_key_name(name, what, entry=entry)
     if checked.lower() in COORDINATES:
         raise InvalidArgument(
-            f"{entry}: key_header={checked!r} names the record's position in the log, not "
+            f"{entry}: {what}={checked!r} names the record's position in the log, not "
             "the message: a producer retry or a replay writes the same message at another "
             "offset, so every copy would be applied. Use the header in which the producer "
             "puts its own id, set once when the message is created (default "

@@ -38,6 +38,7 @@ from ...exc import NoPubAckError as NoPubAckError
 from .._renamed import former_names
 
 with optional_dependencies(__name__, "nats", "nats"):
+    from ..options import RetryDelay as RetryDelay
     from .consumer import DEFAULT_ACK_WAIT as DEFAULT_ACK_WAIT
     from .consumer import DEFAULT_BATCH as DEFAULT_BATCH
     from .consumer import DEFAULT_FETCH_TIMEOUT as DEFAULT_FETCH_TIMEOUT
@@ -63,7 +64,6 @@ with optional_dependencies(__name__, "nats", "nats"):
     from .publisher import Publisher as Publisher
     from .settler import DEFAULT_ACK_TIMEOUT as DEFAULT_ACK_TIMEOUT
     from .settler import JetStreamSettler as JetStreamSettler
-    from .settler import RetryDelay as RetryDelay
     from .settler import backoff as backoff
 
 # The former names, kept for one release (not in __all__), with a DeprecationWarning.

@@ -24,22 +24,15 @@ from nats.js.errors import NotFoundError
 from ...claim import Inbox
 from ...exc import ConfigurationError, DatabaseUnavailable, InvalidArgument, MissingKeyHeader
 from ...outage import OutageGate
-from ..delivery import Delivery, Settlement
-from ..keys import (
-    DEFAULT_MAX_KEYLESS,
-    KeylessStreak,
-    check_key_name,
-    check_max_keyless,
-    flush_async,
-    give_back_async,
-    offer_async,
-)
+from ..delivery import Delivery
+from ..keys import KeylessStreak, flush_async, give_back_async, offer_async
+from ..options import DeliveryOptions, options_of
 from ..process import DEFAULT_MAX_DELIVERIES, process_async
 from ..reconnect import Reconnects
 from ..startup import check_consumer
 from ._compat import delivered_unfetched, reconnecting
 from .delivery import DEFAULT_KEY_HEADER, to_delivery
-from .settler import DEFAULT_ACK_TIMEOUT, JetStreamSettler, RetryDelay, backoff
+from .settler import DEFAULT_ACK_TIMEOUT, JetStreamSettler, backoff
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -206,7 +199,7 @@ class AsyncConsumer:
         consumer = AsyncConsumer(
             js, "PAYMENTS", "billing",
             session_factory=async_sessionmaker(engine), inbox=inbox, handler=apply,
-            dead_letter_subject="payments.dead",
+            options=DeliveryOptions(dead_letter="payments.dead"),
         )
         await consumer.run()  # until consumer.stop()
 
@@ -215,10 +208,11 @@ class AsyncConsumer:
     engine is not autocommit, the handler fits), so a consumer set up wrongly fails before
     it consumes.
     Each message is fetched (``fetch(batch, timeout=fetch_timeout)``), mapped by
-    :func:`~sa_inbox.brokers.nats.delivery.to_delivery` (the key from ``key_header``), and
+    :func:`~sa_inbox.brokers.nats.delivery.to_delivery` (the key from ``options.key_source``), and
     run through :func:`~sa_inbox.brokers.process_async` with a
     :class:`~sa_inbox.brokers.nats.settler.JetStreamSettler`: acked after the commit,
-    ``nak``-ed with ``retry_delay`` on failure, published to ``dead_letter_subject`` then
+    ``nak``-ed with ``options.retry_delay`` on failure, published to
+    ``options.dead_letter`` then
     terminated at the limit or without a key.
 
     **Two layers of dedup.** JetStream drops a *publish* whose ``Nats-Msg-Id`` it stored
@@ -244,35 +238,34 @@ class AsyncConsumer:
     :param inbox: the :class:`~sa_inbox.Inbox` (or its AsyncInbox) to claim in.
     :param handler: ``async def handler(session, delivery)``, the business change; must not
         commit.
-    :param dead_letter_subject: where dead letters are published: a subject of another
-        stream (the dead-letter stream), kept apart from processed messages.
+    :param options: the settings every consumer shares
+        (:class:`~sa_inbox.brokers.DeliveryOptions`). ``dead_letter`` (required): the
+        subject dead letters are published to, a subject of another stream (the dead-letter
+        stream), kept apart from processed messages. ``key_source``: the header holding the
+        producer's dedup key (default ``Nats-Msg-Id``). ``max_deliveries``: deliveries
+        allowed per message (``num_delivered``). ``retry_delay``: seconds before a failed
+        delivery comes back, from its delivery count; default
+        :func:`~sa_inbox.brokers.nats.settler.backoff` ``()`` (1 s doubling to 60 s).
+        ``max_keyless``: messages without the key since the last keyed one, however far
+        apart, after which those held are given back (``-NAK`` without delay; JetStream
+        counts each in ``num_delivered``) and :class:`~sa_inbox.exc.MissingKeyHeader` is
+        raised: a misspelled ``key_source``. A keyed message, or an empty fetch, settles
+        those held as the producer's (dead-lettered ``missing_message_id``)
+        (:mod:`sa_inbox.brokers.keys`).
     :param consumer_name: the inbox's consumer name (the claim is per consumer); defaults
         to ``durable``.
     :param filter_subject: the consumer's filter subject when it is created.
-    :param key_header: the header holding the producer's dedup key (default
-        ``Nats-Msg-Id``); an empty name is refused.
-    :param max_deliveries: deliveries allowed per message (``num_delivered``), >= 1.
-    :param max_keyless: messages without ``key_header`` since the last keyed one, however far
-        apart, after which those held are given back (``-NAK`` without delay; JetStream
-        counts each in ``num_delivered``) and :class:`~sa_inbox.exc.MissingKeyHeader` is
-        raised: a misspelled ``key_header``. A keyed message, or an empty fetch, settles
-        those held as the producer's (dead-lettered ``missing_message_id``) and the run
-        counts on: at most ``max_keyless - 1`` of a run are dead-lettered
-        (:mod:`sa_inbox.brokers.keys`). None: each at once.
     :param ack_wait: seconds, the visibility timeout, when the consumer is created.
-    :param retry_delay: seconds before a failed delivery comes back, from its delivery
-        count; default :func:`~sa_inbox.brokers.nats.settler.backoff` ``()`` (1 s doubling
-        to 60 s).
     :param batch: messages per fetch, >= 1.
     :param fetch_timeout: seconds one fetch waits, > 0.
     :param ack_timeout: seconds to wait for the server to confirm an ack.
-    :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
     :raises ConfigurationError: before any request, for objects of the wrong kind or half
-        (:func:`sa_inbox.brokers.startup.check_consumer`), an empty ``key_header``
-        (:class:`~sa_inbox.exc.InvalidArgument`) and :func:`check`'s findings; from
+        (:func:`sa_inbox.brokers.startup.check_consumer`), ``options`` that are not a
+        DeliveryOptions or name no ``dead_letter`` (:class:`~sa_inbox.exc.InvalidArgument`)
+        and :func:`check`'s findings; from
         :func:`ensure_consumer`; the first message whose handling raised one (that message
         is left unsettled; see :func:`~sa_inbox.brokers.process_async`);
-        :class:`~sa_inbox.exc.MissingKeyHeader` (see ``max_keyless``).
+        :class:`~sa_inbox.exc.MissingKeyHeader` (see ``options.max_keyless``).
 
     **Outages and reconnects.** While the database cannot be reached the message in hand is
     held, uncounted: nothing new is fetched, and every third of the consumer's ``ack_wait``
@@ -302,23 +295,24 @@ class AsyncConsumer:
         session_factory: Callable[[], AsyncSession],
         inbox: Inbox | Any,
         handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
-        dead_letter_subject: str,
+        options: DeliveryOptions,
         consumer_name: str | None = None,
         filter_subject: str | None = None,
-        key_header: str = DEFAULT_KEY_HEADER,
-        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
-        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
         ack_wait: float = DEFAULT_ACK_WAIT,
-        retry_delay: RetryDelay | None = None,
         batch: int = DEFAULT_BATCH,
         fetch_timeout: float = DEFAULT_FETCH_TIMEOUT,
         ack_timeout: float = DEFAULT_ACK_TIMEOUT,
-        on_settled: Callable[[Settlement], Any] | None = None,
     ) -> None:
         entry = "sa_inbox.brokers.nats.AsyncConsumer()"
         for name, value in (("stream", stream), ("durable", durable)):
             if not isinstance(value, str) or not value:
                 raise InvalidArgument(f"{entry}: {name} must be a non-empty string, not {value!r}")
+        shared = options_of(options, entry)
+        if shared.dead_letter is None:
+            raise InvalidArgument(
+                f"{entry}: options.dead_letter must name the dead-letter subject (JetStream "
+                "has none of its own)"
+            )
         self.consumer_name = consumer_name or durable
         self.readiness = check_consumer(
             entry,
@@ -326,19 +320,20 @@ class AsyncConsumer:
             inbox=inbox,
             handler=handler,
             consumer_name=self.consumer_name,
-            max_deliveries=max_deliveries,
+            max_deliveries=shared.limit(),
             asynchronous=True,
         )
-        self.key_header = check_key_name(key_header, "key_header", entry=entry)
-        self.max_keyless = check_max_keyless(max_keyless, entry=entry)
+        self.key_header = shared.key(DEFAULT_KEY_HEADER)
+        self.max_keyless = shared.max_keyless
         self.js, self.stream, self.durable = js, stream, durable
         self.session_factory, self.handler = session_factory, handler
-        self.dead_letter_subject = dead_letter_subject
+        self.dead_letter_subject = shared.dead_letter
         self.filter_subject = filter_subject
-        self.max_deliveries = max_deliveries
-        self.ack_wait, self.retry_delay, self.ack_timeout = ack_wait, retry_delay, ack_timeout
+        self.max_deliveries = shared.limit()
+        self.ack_wait, self.ack_timeout = ack_wait, ack_timeout
+        self.retry_delay = shared.delay(backoff())
         self.batch, self.fetch_timeout = batch, fetch_timeout
-        self.on_settled = on_settled
+        self.on_settled = shared.on_settled
         self._stop = _Stop()
 
     async def check(self) -> None:
@@ -388,7 +383,6 @@ async def _consume(consumer: AsyncConsumer, stop: StopFlag) -> int:
     config = consumer_config(durable, filter_subject=consumer.filter_subject, ack_wait=ack_wait)
     info = await ensure_consumer(js, stream, config)
     subscription = await js.pull_subscribe_bind(durable=durable, stream=stream)
-    delay = consumer.retry_delay or backoff()
     reconnects = Reconnects(f"JetStream consumer {stream}/{durable}")
     unsettled: list[Msg] = []
 
@@ -410,7 +404,7 @@ async def _consume(consumer: AsyncConsumer, stop: StopFlag) -> int:
             delivery,
             js=js,
             dead_letter_subject=consumer.dead_letter_subject,
-            retry_delay=delay,
+            retry_delay=consumer.retry_delay,
             ack_timeout=consumer.ack_timeout,
         )
 

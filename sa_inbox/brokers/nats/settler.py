@@ -3,22 +3,18 @@ or a dead letter then ``term``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from ...exc import InvalidArgument
 from ..delivery import DeadLetterReason, Delivery
+from ..options import RetryDelay
 from .delivery import dead_letter_headers
 
-__all__ = ["DEFAULT_ACK_TIMEOUT", "JetStreamSettler", "RetryDelay", "backoff"]
+__all__ = ["DEFAULT_ACK_TIMEOUT", "JetStreamSettler", "backoff"]
 
 #: Seconds to wait for the server's confirmation of an ack (``ack_sync``).
 DEFAULT_ACK_TIMEOUT = 5.0
-
-#: ``delay(delivery_count) -> seconds`` before a failed delivery is redelivered.
-RetryDelay = Callable[[int], float]
 
 
 def backoff(first: float = 1.0, cap: float = 60.0) -> RetryDelay:

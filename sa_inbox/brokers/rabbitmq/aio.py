@@ -42,8 +42,9 @@ from ...claim import Inbox
 from ...exc import DatabaseUnavailable
 from ...outage import OutageGate
 from ..delivery import DeadLetterReason, Delivery
-from ..keys import DEFAULT_MAX_KEYLESS, flush_async, offer_async
-from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, process_async
+from ..keys import flush_async, offer_async
+from ..options import DeliveryOptions
+from ..process import process_async
 from ..reconnect import Reconnecting, Reconnects
 from .consumer import DEFAULT_KEYLESS_WAIT, QueueConsumer, is_configuration_close
 from .message import (
@@ -158,8 +159,7 @@ class AsyncConsumer(QueueConsumer, Reconnecting):
     :raises ConfigurationError: when it is made, as :class:`~.blocking.Consumer`
         (here a ``sessionmaker`` is the other half's factory).
 
-    ``max_deliveries``, ``prefetch``, ``key_header``, ``max_keyless``, ``keyless_wait``,
-    ``dead_letter_queue``, ``on_settled`` and ``consumer_name`` are as for
+    ``prefetch``, ``keyless_wait``, ``options`` and ``consumer_name`` are as for
     :class:`~.blocking.Consumer`.
 
     **Readiness.** :meth:`run` first awaits :meth:`check`; await it from a health endpoint
@@ -175,28 +175,20 @@ class AsyncConsumer(QueueConsumer, Reconnecting):
         inbox: Inbox | Any,
         consumer_name: str,
         handler: Callable[[AsyncSession, Delivery], Awaitable[Any] | Any],
-        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
         prefetch: int = DEFAULT_PREFETCH,
-        key_header: str | None = None,
-        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
         keyless_wait: float = DEFAULT_KEYLESS_WAIT,
-        dead_letter_queue: str | None = None,
-        on_settled: OnSettled | None = None,
+        options: DeliveryOptions | None = None,
     ) -> None:
         super().__init__(
             queue,
             prefetch=prefetch,
-            key_header=key_header,
-            max_keyless=max_keyless,
             keyless_wait=keyless_wait,
-            dead_letter_queue=dead_letter_queue,
+            options=options,
             asynchronous=True,
             session_factory=session_factory,
             inbox=inbox,
             consumer_name=consumer_name,
             handler=handler,
-            max_deliveries=max_deliveries,
-            on_settled=on_settled,
         )
         self.url = url
         self._stop = asyncio.Event()

@@ -33,8 +33,9 @@ from ...claim import Inbox
 from ...exc import DatabaseUnavailable
 from ...outage import OutageGate
 from ..delivery import DeadLetterReason, Delivery
-from ..keys import DEFAULT_MAX_KEYLESS, flush, offer
-from ..process import DEFAULT_MAX_DELIVERIES, OnSettled, process
+from ..keys import flush, offer
+from ..options import DeliveryOptions
+from ..process import process
 from ..reconnect import Reconnecting, Reconnects
 from .consumer import DEFAULT_KEYLESS_WAIT, QueueConsumer, is_configuration_close
 from .message import DEFAULT_PREFETCH, dead_letter_properties, to_delivery
@@ -183,32 +184,29 @@ class Consumer(QueueConsumer, Reconnecting):
     :param inbox: the inbox to claim in.
     :param consumer_name: this consumer's name (the claim is per consumer name).
     :param handler: ``handler(session, delivery)``, the business change; must not commit.
-    :param max_deliveries: deliveries allowed before a failing message is dead-lettered.
     :param prefetch: ``basic.qos`` prefetch count: at most this many unacked deliveries in
         this consumer at once (RabbitMQ docs, "Consumer Prefetch"), >= 1; while a run of
         keyless deliveries fills it, the consumer reads on with ``basic.get``.
-    :param key_header: the header holding the producer's key (a string or UTF-8 bytes; a
-        value of another type is dead-lettered ``invalid_message_id``); None (default): the
-        AMQP ``message_id`` property. An empty name is refused.
-    :param max_keyless: deliveries without the key (or with one that is no text) since the
-        last keyed one, however far apart, after which :meth:`run` gives back those it
-        holds (``basic.nack(requeue=True)``) and raises
-        :class:`~sa_inbox.exc.MissingKeyHeader`: a misspelled ``key_header``. The run is held
-        unacked while deliveries follow one another; a keyed delivery, or ``keyless_wait``
-        seconds without one (or an empty ``basic.get``), settles those held as the
-        producer's (dead-lettered ``missing_message_id``) and the run counts on: at most
-        ``max_keyless - 1`` of a run are dead-lettered (:mod:`sa_inbox.brokers.keys`). None:
-        each keyless delivery is dead-lettered at once.
-    :param keyless_wait: seconds, > 0 (see ``max_keyless``).
-    :param dead_letter_queue: default :func:`~.message.dead_letter_queue_name`.
-    :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
-    :raises InvalidArgument: if ``prefetch`` is not an int >= 1.
+    :param keyless_wait: seconds without a delivery after which the keyless deliveries
+        held (see ``options.max_keyless``) are settled as the producer's, > 0.
+    :param options: the settings every consumer shares (:class:`~sa_inbox.brokers.DeliveryOptions`).
+        ``key_source``: a header holding the producer's key (a string or UTF-8 bytes; a
+        value of another type is dead-lettered ``invalid_message_id``); None: the AMQP
+        ``message_id`` property. ``dead_letter``: default
+        :func:`~.message.dead_letter_queue_name`. ``max_keyless``: deliveries without the key
+        since the last keyed one after which :meth:`run` gives back those it holds
+        (``basic.nack(requeue=True)``) and raises :class:`~sa_inbox.exc.MissingKeyHeader`;
+        the run is held unacked while deliveries follow one another, and a keyed delivery,
+        or ``keyless_wait`` seconds without one (or an empty ``basic.get``), settles those
+        held as the producer's (:mod:`sa_inbox.brokers.keys`). ``retry_delay`` is refused:
+        RabbitMQ requeues a nacked message at once.
+    :raises InvalidArgument: if ``prefetch`` is not an int >= 1, ``options`` is not a
+        DeliveryOptions or sets ``retry_delay``.
     :raises ConfigurationError: when it is made, for what it cannot use, before connecting:
         a session factory of the asyncio half or ``Session.begin``
         (:class:`~sa_inbox.exc.InvalidSessionFactory`), an :class:`~sa_inbox.asyncio.AsyncInbox`
         (:class:`~sa_inbox.exc.SyncAsyncMismatch`), a handler that cannot take
-        ``(session, delivery)`` (:class:`~sa_inbox.exc.InvalidHandler`), an empty
-        ``key_header`` (:class:`~sa_inbox.exc.InvalidArgument`).
+        ``(session, delivery)`` (:class:`~sa_inbox.exc.InvalidHandler`).
 
     **Readiness.** :meth:`run` first runs :meth:`check` (the inbox table exists, the
     session factory makes Sessions, the engine is not autocommit, the handler fits), so a
@@ -225,28 +223,20 @@ class Consumer(QueueConsumer, Reconnecting):
         inbox: Inbox,
         consumer_name: str,
         handler: Callable[[Session, Delivery], object],
-        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
         prefetch: int = DEFAULT_PREFETCH,
-        key_header: str | None = None,
-        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
         keyless_wait: float = DEFAULT_KEYLESS_WAIT,
-        dead_letter_queue: str | None = None,
-        on_settled: OnSettled | None = None,
+        options: DeliveryOptions | None = None,
     ) -> None:
         super().__init__(
             queue,
             prefetch=prefetch,
-            key_header=key_header,
-            max_keyless=max_keyless,
             keyless_wait=keyless_wait,
-            dead_letter_queue=dead_letter_queue,
+            options=options,
             asynchronous=False,
             session_factory=session_factory,
             inbox=inbox,
             consumer_name=consumer_name,
             handler=handler,
-            max_deliveries=max_deliveries,
-            on_settled=on_settled,
         )
         self.parameters = (
             pika.URLParameters(parameters) if isinstance(parameters, str) else parameters

@@ -8,7 +8,8 @@ from typing import Any
 
 from ...exc import InvalidArgument
 from ...validation import positive_seconds
-from ..keys import KeylessStreak, check_key_name, check_max_keyless
+from ..keys import KeylessStreak
+from ..options import DeliveryOptions, options_of
 from ..startup import check_consumer
 from .message import check_prefetch, dead_letter_queue_name
 
@@ -34,6 +35,11 @@ def is_configuration_close(reply_code: object) -> bool:
     return reply_code in CONFIGURATION_REPLY_CODES
 
 
+#: Why a RabbitMQ consumer refuses ``DeliveryOptions.retry_delay``: ``basic.nack`` with
+#: ``requeue=True`` puts the message back at once (AMQP 0-9-1, ``basic.nack``); a delayed
+#: retry needs a delayed-message exchange or a TTL queue of the application's own.
+NO_RETRY_DELAY = "RabbitMQ requeues a nacked message at once"
+
 #: Seconds a consumer holding keyless deliveries waits for the next delivery before it
 #: dead-letters them as the producer's; the run counts on (see :mod:`sa_inbox.brokers.keys`).
 DEFAULT_KEYLESS_WAIT = 1.0
@@ -44,17 +50,16 @@ class QueueConsumer:
 
     :param queue: the queue to consume.
     :param prefetch: ``basic.qos`` prefetch count, >= 1.
-    :param key_header: the header with the producer's key, or None for ``message_id``.
-    :param max_keyless: keyless deliveries since the last keyed one that stop the consumer,
-        or None.
     :param keyless_wait: seconds without a delivery after which held keyless deliveries are
         dead-lettered (the run counts on).
-    :param dead_letter_queue: the dead-letter queue, or None for the default name.
+    :param options: the shared settings; ``key_source`` is a header (None: the AMQP
+        ``message_id`` property), ``dead_letter`` a queue (None: ``<queue>.dead``).
     :param asynchronous: True for the aio-pika consumer.
-    :param process: the keyword arguments of ``process()`` besides the delivery and settler.
-    :raises InvalidArgument: if ``prefetch`` is not an int >= 1, or
-        ``keyless_wait`` not a number of seconds > 0.
-    :raises InvalidArgument: for an empty ``key_header`` or a bad ``max_keyless``.
+    :param process: ``session_factory``, ``inbox``, ``consumer_name`` and ``handler`` for
+        ``process()``.
+    :raises InvalidArgument: if ``prefetch`` is not an int >= 1, ``keyless_wait`` not a
+        number of seconds > 0, ``options`` not a DeliveryOptions or it sets ``retry_delay``
+        (RabbitMQ requeues a nacked message at once).
     :raises ConfigurationError: for objects the consumer cannot use
         (:func:`~sa_inbox.brokers.startup.check_consumer`).
     """
@@ -64,33 +69,35 @@ class QueueConsumer:
         queue: str,
         *,
         prefetch: int,
-        key_header: str | None,
-        max_keyless: int | None,
         keyless_wait: float,
-        dead_letter_queue: str | None,
+        options: DeliveryOptions | None,
         asynchronous: bool,
         **process: Any,
     ) -> None:
         entry = f"{type(self).__name__}()"
+        settings = options_of(options, entry, refused=[("retry_delay", NO_RETRY_DELAY)])
         self.readiness = check_consumer(
             entry,
             session_factory=process["session_factory"],
             inbox=process["inbox"],
             handler=process["handler"],
             consumer_name=process["consumer_name"],
-            max_deliveries=process["max_deliveries"],
+            max_deliveries=settings.limit(),
             asynchronous=asynchronous,
         )
         self.queue = queue
         self.prefetch = check_prefetch(prefetch)
-        self.key_header = (
-            None if key_header is None else check_key_name(key_header, "key_header", entry=entry)
-        )
-        self.max_keyless = check_max_keyless(max_keyless, entry=entry)
+        self.key_header = settings.key_source
+        self.max_keyless = settings.max_keyless
         self.keyless_wait = positive_seconds(keyless_wait, "keyless_wait", InvalidArgument)
-        self.dead_letter_queue = dead_letter_queue or dead_letter_queue_name(queue)
-        self.process_options = {**process, "inbox": self.readiness.inbox}
-        self._streak = KeylessStreak(key_header or "message_id", self.max_keyless)
+        self.dead_letter_queue = settings.dead_letter or dead_letter_queue_name(queue)
+        self.process_options = {
+            **process,
+            "inbox": self.readiness.inbox,
+            "max_deliveries": settings.limit(),
+            "on_settled": settings.on_settled,
+        }
+        self._streak = KeylessStreak(settings.key("message_id"), self.max_keyless)
 
     @property
     def holds_every_slot(self) -> bool:

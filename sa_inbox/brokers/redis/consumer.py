@@ -60,7 +60,7 @@ class Consumer(ConsumerBase[redis.Redis, Session]):
         :returns: the settlements, in order (empty if nothing came).
         :raises ConfigurationError: from :func:`~sa_inbox.brokers.process`; this entry and
             the rest of the batch stay pending, taken over after the visibility timeout.
-        :raises MissingKeyHeader: at ``max_keyless`` keyless entries in a row; they and the
+        :raises MissingKeyHeader: at ``options.max_keyless`` keyless entries in a row; they and the
             rest of the batch are given back.
         :raises redis.RedisError: on a connection or server error (entries not acked stay
             pending, and come back).

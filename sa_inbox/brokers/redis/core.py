@@ -52,8 +52,9 @@ from ...outage import OutageGate
 from ...validation import positive_int, positive_seconds
 from .. import steps
 from ..delivery import DeadLetterReason, Delivery
-from ..keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless, read_key
-from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
+from ..keys import KeylessStreak, read_key
+from ..options import DeliveryOptions, options_of
+from ..process import DEFAULT_MAX_DELIVERIES
 from ..reconnect import Reconnecting, Reconnects
 from ..startup import check_consumer
 
@@ -466,12 +467,16 @@ def _stream_entries(reply: Any) -> list[tuple[Any, Any]]:
 
 # -- the consumers' shared half ----------------------------------------------------------
 
+#: Why a Redis consumer refuses ``DeliveryOptions.retry_delay``: a failed entry stays
+#: pending and comes back when ``XAUTOCLAIM`` takes it over, after ``visibility_timeout``.
+NO_RETRY_DELAY = "a failed entry comes back by XAUTOCLAIM after visibility_timeout"
+
 
 class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
     """Consume one Redis stream through a consumer group, exactly once in effect.
 
     Each entry becomes a :class:`~sa_inbox.brokers.Delivery` keyed on the producer's field
-    ``key_field`` (never the entry id) and goes through :func:`sa_inbox.brokers.process`
+    ``options.key_source`` (never the entry id) and goes through :func:`sa_inbox.brokers.process`
     (:func:`~sa_inbox.brokers.process_async`): claim, ``handler(session, delivery)``, commit,
     then ``XACK``. A failed entry is left pending; once idle for ``visibility_timeout`` it is
     taken over by ``XAUTOCLAIM`` (by this or another consumer of the group) with its delivery
@@ -495,9 +500,7 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
     :param consumer_name: the inbox's consumer name; default the group's name (all members
         of a group are one logical consumer).
     :param member: this consumer's name in the group; default ``host-pid-random``.
-    :param key_field: the field holding the producer's dedup key (default ``message_id``).
     :param body_field: the field holding the body (default ``body``; absent: ``b""``).
-    :param dead_letter_stream: default ``<stream>:dead``.
     :param visibility_timeout: seconds an entry stays pending before it may be taken over
         (``XAUTOCLAIM``'s min-idle-time, sent in ms); a failed entry is retried after it
         too. An entry's idle time runs from its delivery, and the entries of a batch wait
@@ -508,10 +511,13 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
     :param block_timeout: seconds one ``XREADGROUP`` blocks waiting for entries (a stop is
         seen within it).
     :param batch_size: entries per read (``COUNT``).
-    :param max_deliveries: deliveries allowed before the dead-letter stream (>= 1).
-    :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
     :param start_id: where a newly created group starts (``"0"``: the whole stream; ``"$"``:
         only entries added later).
+    :param options: the settings every consumer shares
+        (:class:`~sa_inbox.brokers.DeliveryOptions`): ``key_source`` is the entry field
+        holding the producer's key (default ``message_id``), ``dead_letter`` the dead-letter
+        stream (default ``<stream>:dead``); ``retry_delay`` is refused (a failed entry comes
+        back after ``visibility_timeout``). ``max_keyless`` is below.
     **Outages and reconnects.** While the database cannot be reached the entry in hand stays
     pending, uncounted: the consumer reads nothing new, and every third of
     ``visibility_timeout`` sets the idle time of its batch's unsettled entries back to 0
@@ -524,23 +530,24 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
     counted as Redis counts a claim. A Redis that kept no data (no AOF, no RDB) has lost the
     stream's entries: no consumer can bring those back.
 
-    :param max_keyless: entries without the key field (or with one that is not UTF-8) since
-        the last keyed one, however far apart, after which ``run()`` / ``poll()`` gives back
-        those it holds (left pending, their delivery counters as they were, free to take at
-        once: see :meth:`RedisSettler.give_back`) and raises
-        :class:`~sa_inbox.exc.MissingKeyHeader`: a misspelled ``key_field``. A keyed entry,
-        or a read that brings nothing, settles those held as the producer's (dead-lettered
-        ``missing_message_id``) and the run counts on: at most ``max_keyless - 1`` of a run
-        are dead-lettered (:mod:`sa_inbox.brokers.keys`). None: each keyless entry is
-        dead-lettered at once.
+    **Keyless entries.** With ``options.max_keyless``, entries without the key field (or
+    with one that is not UTF-8) since the last keyed one, however far apart, after which
+    ``run()`` / ``poll()`` gives back those it holds (left pending, their delivery counters
+    as they were, free to take at once: see :meth:`RedisSettler.give_back`) and raises
+    :class:`~sa_inbox.exc.MissingKeyHeader`: a misspelled ``key_source``. A keyed entry, or
+    a read that brings nothing, settles those held as the producer's (dead-lettered
+    ``missing_message_id``) and the run counts on: at most ``max_keyless - 1`` of a run are
+    dead-lettered (:mod:`sa_inbox.brokers.keys`). None: each keyless entry is dead-lettered
+    at once.
+
     :raises InvalidArgument: for invalid settings (see :class:`StreamSettings`).
     :raises ConfigurationError: when it is made, before any command or SQL, for objects it
         cannot use: a session factory of the other half or ``Session.begin``
         (:class:`~sa_inbox.exc.InvalidSessionFactory`), an asyncio inbox given to the sync
         consumer (:class:`~sa_inbox.exc.SyncAsyncMismatch`; the asyncio consumer takes an
         Inbox or its AsyncInbox), a handler that cannot take ``(session, delivery)``
-        (:class:`~sa_inbox.exc.InvalidHandler`), a ``key_field`` with surrounding spaces
-        (:class:`~sa_inbox.exc.InvalidArgument`).
+        (:class:`~sa_inbox.exc.InvalidHandler`), ``options`` that are not a DeliveryOptions
+        or set ``retry_delay`` (:class:`~sa_inbox.exc.InvalidArgument`).
 
     **Readiness.** ``run()`` first runs ``check()`` (the inbox table exists, the session
     factory makes sessions of the consumer's half, the engine is not autocommit, the handler
@@ -562,51 +569,48 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
         handler: Callable[[SessionT, Delivery], Any],
         consumer_name: str | None = None,
         member: str | None = None,
-        key_field: str = DEFAULT_KEY_FIELD,
         body_field: str = DEFAULT_BODY_FIELD,
-        dead_letter_stream: str | None = None,
         visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT,
         block_timeout: float = DEFAULT_BLOCK_TIMEOUT,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        max_deliveries: int = DEFAULT_MAX_DELIVERIES,
-        on_settled: OnSettled | None = None,
         start_id: str = "0",
-        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
+        options: DeliveryOptions | None = None,
     ) -> None:
+        entry = f"{type(self).__name__}()"
+        shared = options_of(options, entry, refused=[("retry_delay", NO_RETRY_DELAY)])
+        key_field = shared.key(DEFAULT_KEY_FIELD)
         self.settings = StreamSettings(
             stream,
             group,
             member or default_member(),
             key_field,
             body_field,
-            dead_letter_stream or "",
+            shared.dead_letter or "",
             visibility_timeout,
             block_timeout,
             batch_size,
-            max_deliveries,
+            shared.limit(),
             start_id,
         )
-        entry = f"{type(self).__name__}()"
         self.readiness = check_consumer(
             entry,
             session_factory=session_factory,
             inbox=inbox,
             handler=handler,
             consumer_name=consumer_name or group,
-            max_deliveries=max_deliveries,
+            max_deliveries=shared.limit(),
             asynchronous=self.asynchronous,
         )
-        check_key_name(key_field, "key_field", entry=entry)
         self.client = client
         self._core = StreamCore(self.settings)
-        self._streak = KeylessStreak(key_field, check_max_keyless(max_keyless, entry=entry))
+        self._streak = KeylessStreak(key_field, shared.max_keyless)
         self._process_kw: dict[str, Any] = {
             "session_factory": session_factory,
             "inbox": self.readiness.inbox,
             "consumer_name": consumer_name or group,
             "handler": handler,
-            "max_deliveries": max_deliveries,
-            "on_settled": on_settled,
+            "max_deliveries": shared.limit(),
+            "on_settled": shared.on_settled,
         }
         self._group_ready = False
         self._stop = self._stop_event()

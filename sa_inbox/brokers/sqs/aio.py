@@ -49,8 +49,9 @@ class AsyncConsumer(ConsumerBase[Any, "AsyncSession"]):
         session = aiobotocore.session.get_session()
         async with session.create_client("sqs") as client:
             consumer = AsyncConsumer(
-                client, "payments", dead_letter_queue="payments-dead",
+                client, "payments",
                 session_factory=async_sessionmaker(engine), inbox=inbox, handler=apply,
+                options=DeliveryOptions(dead_letter="payments-dead"),
             )
             await consumer.run()
 

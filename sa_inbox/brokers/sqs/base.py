@@ -13,8 +13,8 @@ from ...claim import Inbox
 from ...exc import ConfigurationError, DatabaseUnavailable, MissingKeyHeader
 from ...outage import OutageGate
 from ..delivery import Delivery, Disposition, Settlement
-from ..keys import DEFAULT_MAX_KEYLESS, KeylessStreak, check_key_name, check_max_keyless
-from ..process import DEFAULT_MAX_DELIVERIES, OnSettled
+from ..keys import KeylessStreak
+from ..options import DeliveryOptions, options_of
 from ..reconnect import Reconnecting, Reconnects
 from ..startup import check_consumer
 from .core import (
@@ -25,7 +25,6 @@ from .core import (
     Held,
     QueueInfo,
     QueueSettings,
-    RetryDelay,
     SqsSettler,
     Step,
     check_client,
@@ -106,7 +105,7 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
     """Consume one SQS queue exactly once in effect.
 
     Each received message becomes a :class:`~sa_inbox.brokers.Delivery` keyed on the
-    producer's message attribute ``key_attribute`` (never SQS's ``MessageId`` or receipt
+    producer's message attribute ``options.key_source`` (never SQS's ``MessageId`` or receipt
     handle, which change with each send and each receive) and goes through
     :func:`sa_inbox.brokers.process` (:func:`~sa_inbox.brokers.process_async`): claim,
     ``handler(session, delivery)``, commit; the receive's committed messages are then
@@ -123,15 +122,16 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
     does not delete, as AWS documents) is logged, never raised: the message comes back and
     is skipped as a duplicate once committed.
 
-    **Failures and dead letters.** A failed message is hidden ``retry_delay(receive count)``
-    seconds (``ChangeMessageVisibility``) and comes back then. Its dead-letter path is either
-    the consumer's or the queue's:
+    **Failures and dead letters.** A failed message is hidden
+    ``options.retry_delay(receive count)`` seconds (``ChangeMessageVisibility``) and comes
+    back then. Its dead-letter path is either the consumer's or the queue's:
 
-    - ``dead_letter_queue`` given: after ``max_deliveries`` (default 5) the message is sent
-      there with its reason (the attribute ``sa_inbox_dead_letter``, a JSON object) and
-      deleted; a message without its key, at once. The queue may also have a redrive policy
-      (SQS then moves a message still coming back after ``maxReceiveCount`` receives);
-    - no ``dead_letter_queue``: the queue's redrive policy is the path, and
+    - ``options.dead_letter`` given: after ``options.max_deliveries`` (default 5) the
+      message is sent there with its reason (the attribute ``sa_inbox_dead_letter``, a JSON
+      object) and deleted; a message without its key, at once. The queue may also have a
+      redrive policy (SQS then moves a message still coming back after ``maxReceiveCount``
+      receives);
+    - no ``options.dead_letter``: the queue's redrive policy is the path, and
       ``max_deliveries`` is its ``maxReceiveCount``: a message to dead-letter is made
       visible again and SQS moves it at its next receive (its reason is logged only). A
       queue with neither is refused at start: a poison message would come back for the
@@ -141,7 +141,7 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
     order, and a failed one keeps the later messages of its group (only) out of the receive
     (see :class:`FifoGroups`), as SQS keeps its group waiting until it is received again.
 
-    **The key.** ``key_attribute`` names a message attribute of data type ``String``
+    **The key.** ``options.key_source`` names a message attribute of data type ``String``
     (or ``Binary`` holding UTF-8); a ``Number`` attribute is no key (dead-lettered
     ``invalid_message_id``). ``deduplication_id_key=True`` takes the key from the FIFO
     ``MessageDeduplicationId`` instead: use it only when every producer sets that id itself,
@@ -172,24 +172,22 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
     :param handler: ``handler(session, delivery)``, the business change (must not commit;
         ``async def`` for asyncio).
     :param consumer_name: the inbox's consumer name; default the queue's name.
-    :param key_attribute: the message attribute holding the producer's key (default
-        ``message_id``).
     :param deduplication_id_key: key on the FIFO ``MessageDeduplicationId`` (see above).
-    :param dead_letter_queue: the dead-letter queue's name or URL, or None for the queue's
-        redrive policy (see above).
     :param visibility_timeout: seconds a received message stays hidden, a whole number from
         1 to 43,200 (SQS takes integers).
     :param heartbeat: keep the visibility of held messages up while they wait and run.
     :param wait_time: seconds one receive long-polls (0-20); a stop is seen within it.
     :param batch_size: messages per receive (1-10).
-    :param max_deliveries: receives allowed before a dead letter, >= 1 (see above).
-    :param max_keyless: consecutive messages without the key after which they are all made
-        visible again unprocessed and :class:`~sa_inbox.exc.MissingKeyHeader` is raised (a
-        misspelled ``key_attribute``); fewer are dead-lettered ``missing_message_id``. None:
-        each at once.
-    :param retry_delay: ``delay(receive count) -> seconds`` a failed message stays hidden
-        (default 1 s doubling to 60 s; rounded up to whole seconds).
-    :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
+    :param options: the settings every consumer shares
+        (:class:`~sa_inbox.brokers.DeliveryOptions`). ``key_source``: the message attribute
+        holding the producer's key (default ``message_id``). ``dead_letter``: the
+        dead-letter queue's name or URL, or None for the queue's redrive policy (see above).
+        ``max_deliveries``: receives allowed before a dead letter (see above).
+        ``retry_delay``: ``delay(receive count) -> seconds`` a failed message stays hidden
+        (default 1 s doubling to 60 s; rounded up to whole seconds). ``max_keyless``:
+        consecutive messages without the key after which they are all made visible again
+        unprocessed and :class:`~sa_inbox.exc.MissingKeyHeader` is raised (a misspelled
+        ``key_source``); fewer are dead-lettered ``missing_message_id``.
     :raises InvalidArgument: for invalid settings (see
         :class:`~sa_inbox.brokers.sqs.core.QueueSettings`), before any request.
     :raises SyncAsyncMismatch: when it is made, for a client of the other half (an
@@ -215,31 +213,27 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
         inbox: Inbox,
         handler: Callable[[SessionT, Delivery], Any],
         consumer_name: str | None = None,
-        key_attribute: str = DEFAULT_KEY_ATTRIBUTE,
         deduplication_id_key: bool = False,
-        dead_letter_queue: str | None = None,
         visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT,
         heartbeat: bool = True,
         wait_time: int = DEFAULT_WAIT_TIME,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        max_deliveries: int | None = None,
-        max_keyless: int | None = DEFAULT_MAX_KEYLESS,
-        retry_delay: RetryDelay = DEFAULT_RETRY_DELAY,
-        on_settled: OnSettled | None = None,
+        options: DeliveryOptions | None = None,
     ) -> None:
         entry = f"{type(self).__name__}()"
-        check_key_name(key_attribute, "key_attribute", entry=entry)
+        shared = options_of(options, entry)
+        key_attribute = shared.key(DEFAULT_KEY_ATTRIBUTE)
         self.settings = QueueSettings(
             queue,
             key_attribute,
             bool(deduplication_id_key),
-            dead_letter_queue,
+            shared.dead_letter,
             visibility_timeout,
             bool(heartbeat),
             wait_time,
             batch_size,
-            max_deliveries,
-            retry_delay,
+            shared.max_deliveries,
+            shared.delay(DEFAULT_RETRY_DELAY),
         )
         check_client(client, asynchronous=self.asynchronous, entry=entry)
         name = consumer_name or queue_name(queue)
@@ -249,7 +243,7 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
             inbox=inbox,
             handler=handler,
             consumer_name=name,
-            max_deliveries=max_deliveries or DEFAULT_MAX_DELIVERIES,
+            max_deliveries=shared.limit(),
             asynchronous=self.asynchronous,
         )
         self.client = client
@@ -257,15 +251,15 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
         #: The queue as found at start (None until then, and after a lost connection).
         self.info: QueueInfo | None = None
         key = "MessageDeduplicationId" if deduplication_id_key else key_attribute
-        self._streak = KeylessStreak(key, check_max_keyless(max_keyless, entry=entry))
+        self._streak = KeylessStreak(key, shared.max_keyless)
         self.reconnects = Reconnects(f"SQS consumer of {queue_name(queue)}")
         self._process_kw: dict[str, Any] = {
             "session_factory": session_factory,
             "inbox": self.readiness.inbox,
             "consumer_name": name,
             "handler": handler,
-            "max_deliveries": max_deliveries or DEFAULT_MAX_DELIVERIES,
-            "on_settled": on_settled,
+            "max_deliveries": shared.limit(),
+            "on_settled": shared.on_settled,
             "outage": OutageGate(
                 name,
                 hooks=self.readiness.inbox.hooks,

@@ -41,8 +41,9 @@ class Consumer(ConsumerBase[Any, Session]):
     Example::
 
         consumer = Consumer(
-            boto3.client("sqs"), "payments", dead_letter_queue="payments-dead",
+            boto3.client("sqs"), "payments",
             session_factory=Session, inbox=inbox, handler=apply,
+            options=DeliveryOptions(dead_letter="payments-dead"),
         )
         with stop_on_signals(consumer.stop):  # sa_inbox.brokers: SIGTERM, SIGINT
             consumer.run()
@@ -86,7 +87,7 @@ class Consumer(ConsumerBase[Any, Session]):
         :returns: the settlements, in order (empty if nothing came).
         :raises ConfigurationError: from :func:`~sa_inbox.brokers.process`; this message and
             the rest of the receive show again after their visibility timeout.
-        :raises MissingKeyHeader: at ``max_keyless`` keyless messages in a row; they and the
+        :raises MissingKeyHeader: at ``options.max_keyless`` keyless messages in a row; they and the
             rest of the receive are made visible again.
         :raises botocore.exceptions.BotoCoreError: a lost connection (what was received
             shows again after its visibility timeout).

@@ -49,6 +49,7 @@ from ...exc import ConfigurationError, InvalidArgument, InvalidObject, SyncAsync
 from ...validation import first_line, positive_int, shown
 from .. import steps
 from ..delivery import DeadLetterReason, Delivery
+from ..options import RetryDelay
 from ..process import DEFAULT_MAX_DELIVERIES
 from .message import (
     DEFAULT_KEY_ATTRIBUTE,
@@ -99,7 +100,6 @@ MAX_VISIBILITY_TIMEOUT = 43_200
 BATCH_ENTRIES = 10
 
 #: ``delay(receive_count) -> seconds`` a failed message stays hidden before its next receive.
-RetryDelay = Callable[[int], float]
 #: 1 s after the first failure, doubling, at most 60 s.
 DEFAULT_RETRY_DELAY: RetryDelay = Backoff(base=1.0, maximum=60.0).delay
 
@@ -189,16 +189,15 @@ class QueueSettings:
     retry_delay: RetryDelay = DEFAULT_RETRY_DELAY
 
     def __post_init__(self) -> None:
-        for name in ("queue", "key_attribute"):
-            value = getattr(self, name)
+        for name, value in (("queue", self.queue), ("options.key_source", self.key_attribute)):
             if not isinstance(value, str) or not value or value != value.strip():
                 raise InvalidArgument(f"{name} must be a non-empty name, not {value!r}")
         if self.dead_letter_queue is not None:
             dead = self.dead_letter_queue
             if not isinstance(dead, str) or not dead or dead != dead.strip():
-                raise InvalidArgument(f"dead_letter_queue must be a queue name or URL: {dead!r}")
+                raise InvalidArgument(f"options.dead_letter must be a queue name or URL: {dead!r}")
             if queue_name(dead) == queue_name(self.queue):
-                raise InvalidArgument("dead_letter_queue must differ from the queue")
+                raise InvalidArgument("options.dead_letter must differ from the queue")
         _whole_seconds(self.visibility_timeout, "visibility_timeout", 1, MAX_VISIBILITY_TIMEOUT)
         _whole_seconds(self.wait_time, "wait_time", 0, 20)
         positive_int(self.batch_size, "batch_size", InvalidArgument)
@@ -242,7 +241,7 @@ def resolve(settings: QueueSettings) -> Step[QueueInfo]:
     """Find the queue (and the dead-letter queue), read their attributes, and refuse what
     the consumer cannot serve.
 
-    :raises ConfigurationError: no dead-letter path (no ``dead_letter_queue`` and no redrive
+    :raises ConfigurationError: no dead-letter path (no ``options.dead_letter`` and no redrive
         policy); a ``max_deliveries`` that differs from the redrive policy's
         ``maxReceiveCount`` when the policy is the dead-letter path; ``deduplication_id_key``
         on a standard queue or a queue with content-based deduplication; a dead-letter queue
@@ -259,12 +258,12 @@ def resolve(settings: QueueSettings) -> Step[QueueInfo]:
         _check_deduplication_key(name, fifo, attributes)
     dead_letter_url = None
     if settings.dead_letter_queue is not None:
-        dead_letter_url = yield from _queue_url(settings.dead_letter_queue, "dead_letter_queue")
-        dead = yield from _attributes(dead_letter_url, ["FifoQueue"], "dead_letter_queue")
+        dead_letter_url = yield from _queue_url(settings.dead_letter_queue, "options.dead_letter")
+        dead = yield from _attributes(dead_letter_url, ["FifoQueue"], "options.dead_letter")
         if (dead.get("FifoQueue") == "true") != fifo:
             kind = "FIFO" if fifo else "standard"
             raise ConfigurationError(
-                f"SQS queue {name} is a {kind} queue: its dead_letter_queue must be one too "
+                f"SQS queue {name} is a {kind} queue: its options.dead_letter must be one too "
                 "(SQS: a queue and its dead-letter queue are of one kind)"
             )
     return QueueInfo(
@@ -287,7 +286,7 @@ def _attributes(url: str, names: list[str], role: str) -> Step[Mapping[str, str]
 
 def _found(call: Call, queue: str, role: str) -> Step[Any]:
     """``call``'s reply; SQS's "no such queue" as a :class:`ConfigurationError` naming the
-    consumer's setting (``queue`` or ``dead_letter_queue``)."""
+    consumer's setting (``queue`` or ``options.dead_letter``)."""
     try:
         return (yield call)
     except ClientError as exc:
@@ -320,7 +319,7 @@ def _check_deduplication_key(name: str, fifo: bool, attributes: Mapping[str, str
             f"deduplication_id_key: SQS queue {name} has content-based deduplication, so a "
             "message sent without a MessageDeduplicationId gets the SHA-256 of its body: two "
             "messages with the same body would be one. Key on a message attribute the "
-            "producer sets (key_attribute), or turn content-based deduplication off"
+            "producer sets (options.key_source), or turn content-based deduplication off"
         )
 
 
@@ -330,16 +329,16 @@ def _limit(settings: QueueSettings, name: str, redrive_limit: int | None) -> int
         return settings.max_deliveries or DEFAULT_MAX_DELIVERIES
     if redrive_limit is None:
         raise ConfigurationError(
-            f"SQS queue {name} has no redrive policy and no dead_letter_queue was given: a "
+            f"SQS queue {name} has no redrive policy and no options.dead_letter was given: a "
             "poison message would come back for its whole retention period. Give the queue "
-            "a redrive policy (SQS moves it after maxReceiveCount receives) or name a "
-            "dead_letter_queue (the consumer moves it after max_deliveries)"
+            "a redrive policy (SQS moves it after maxReceiveCount receives) or name a dead-letter "
+            "queue in options.dead_letter (the consumer moves it after max_deliveries)"
         )
     if settings.max_deliveries not in (None, redrive_limit):
         raise ConfigurationError(
-            f"SQS queue {name}: max_deliveries={settings.max_deliveries}, but its redrive "
+            f"SQS queue {name}: options.max_deliveries={settings.max_deliveries}, but its redrive "
             f"policy moves a message after maxReceiveCount={redrive_limit} receives and it is "
-            "the dead-letter path here (no dead_letter_queue): leave max_deliveries unset or "
+            "the dead-letter path here (no options.dead_letter): leave max_deliveries None or "
             "make them equal"
         )
     return redrive_limit
@@ -570,11 +569,11 @@ class SqsSettler:
       before that leaves them to come back, as duplicates);
     - :meth:`retry` hides the message ``retry_delay(receive count)`` seconds
       (``ChangeMessageVisibility``), so it comes back then, counted;
-    - :meth:`dead_letter` sends it to the consumer's ``dead_letter_queue`` (the body, its
+    - :meth:`dead_letter` sends it to the consumer's ``options.dead_letter`` (the body, its
       attributes and :data:`~sa_inbox.brokers.sqs.message.DEAD_LETTER_ATTRIBUTE`; on a FIFO
       queue its ``MessageGroupId`` and, as ``MessageDeduplicationId``, its SQS
       ``MessageId``, so a second dead letter of it inside SQS's 5-minute deduplication
-      interval is dropped), then deletes it; without a ``dead_letter_queue`` it makes the
+      interval is dropped), then deletes it; without an ``options.dead_letter`` it makes the
       message visible again for the queue's redrive policy to move (the receive after
       ``maxReceiveCount``); the reason is then only logged;
     - :meth:`give_back` makes it visible again at once (a run of keyless messages): SQS

@@ -11,12 +11,12 @@ import abc
 import importlib
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from ...brokers import Delivery, Settlement
+from ...brokers import Delivery, DeliveryOptions, Settlement
 from ...brokers.schemes import BROKERS
 from ...claim import Inbox
 from ...exc import UnsupportedBroker
@@ -36,9 +36,20 @@ class Consumption:
     max_deliveries: int
     on_settled: Callable[[Settlement], Any]
 
-    def adapter_options(self) -> dict[str, Any]:
-        """The fields as keyword arguments of a broker consumer."""
-        return {field.name: getattr(self, field.name) for field in fields(self)}
+    def adapter_options(self, **delivery: Any) -> dict[str, Any]:
+        """The keyword arguments of a broker consumer: the objects, and its
+        :class:`~sa_inbox.brokers.DeliveryOptions` from ``max_deliveries``, ``on_settled``
+        and ``delivery`` (more of its fields)."""
+        options = DeliveryOptions(
+            max_deliveries=self.max_deliveries, on_settled=self.on_settled, **delivery
+        )
+        return {
+            "session_factory": self.session_factory,
+            "inbox": self.inbox,
+            "consumer_name": self.consumer_name,
+            "handler": self.handler,
+            "options": options,
+        }
 
 
 class ChaosDriver(abc.ABC):

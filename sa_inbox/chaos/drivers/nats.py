@@ -136,17 +136,17 @@ class Driver(ChaosDriver):
                         js,
                         name,
                         _durable(name),
-                        session_factory=async_sessionmaker(engine),
-                        inbox=consumption.inbox,
-                        handler=run_sync_handler,
-                        dead_letter_subject=_dead_subject(name),
-                        consumer_name=consumption.consumer_name,
-                        key_header=self.key_header,
-                        max_deliveries=consumption.max_deliveries,
+                        **{
+                            **consumption.adapter_options(
+                                dead_letter=_dead_subject(name),
+                                key_source=self.key_header,
+                                retry_delay=backoff(0.1, 1.0),
+                            ),
+                            "session_factory": async_sessionmaker(engine),
+                            "handler": run_sync_handler,
+                        },
                         ack_wait=self.ack_wait,
-                        retry_delay=backoff(0.1, 1.0),
                         fetch_timeout=0.5,
-                        on_settled=consumption.on_settled,
                     ).run(stop)
             finally:
                 await engine.dispose()

@@ -106,12 +106,12 @@ class Driver(ChaosDriver):
         Consumer(
             self.client,
             name,
-            **consumption.adapter_options(),
-            dead_letter_queue=dead_letter_queue(name),
+            **consumption.adapter_options(
+                dead_letter=dead_letter_queue(name), retry_delay=lambda count: 0
+            ),
             visibility_timeout=VISIBILITY_TIMEOUT,
             batch_size=BATCH_SIZE,
             wait_time=1,
-            retry_delay=lambda count: 0,
         ).run(stop)
 
     def unsettled(self, name: str) -> int:

@@ -25,7 +25,8 @@ from kombu import Queue
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
-from sa_inbox.brokers import Settlement
+from sa_inbox.backoff import Backoff
+from sa_inbox.brokers import DeliveryOptions, Settlement
 from sa_inbox.brokers.celery import inbox_task
 from tests.support.app import CONSUMER, App
 from tests.support.child import say
@@ -76,9 +77,12 @@ def register(app: Celery, db_url: str, crash: str) -> None:
         session_factory=sessionmaker(engine),
         inbox=payments.inbox,
         consumer_name=CONSUMER,
-        max_deliveries=MAX_DELIVERIES,
-        on_settled=settled,
-        retry_backoff=0.05,  # 0.05, 0.1, 0.2, 0.4 s: the poison case stays quick
+        options=DeliveryOptions(
+            max_deliveries=MAX_DELIVERIES,
+            on_settled=settled,
+            # 0.05, 0.1, 0.2, 0.4 s: the poison case stays quick
+            retry_delay=Backoff(base=0.05, maximum=60.0),
+        ),
         name=TASK,
     )
     def pay(session: Session, account: int, amount: str, idempotency_key: str) -> None:

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
 from sa_inbox import Inbox
-from sa_inbox.brokers import Delivery, Settlement
+from sa_inbox.brokers import Delivery, DeliveryOptions, Settlement
 from tests.support.app import CONSUMER, App
 
 #: The async driver of each backend (the NATS consumer is asyncio only).
@@ -151,9 +151,11 @@ class Rabbit(Side):
             inbox=inbox,
             consumer_name=CONSUMER,
             handler=handler.sync,
-            max_deliveries=MAX_DELIVERIES,
+            options=DeliveryOptions(
+                max_deliveries=MAX_DELIVERIES,
+                on_settled=_until(seen, settlements, lambda: consumer and consumer.stop()),
+            ),
             keyless_wait=0.2,
-            on_settled=_until(seen, settlements, lambda: consumer and consumer.stop()),
         )
         timer = threading.Timer(RUN_TIMEOUT, consumer.stop)
         timer.start()
@@ -206,7 +208,7 @@ class Redis(Side):
             session_factory=app.Session,
             inbox=inbox,
             handler=handler.sync,
-            max_deliveries=MAX_DELIVERIES,
+            options=DeliveryOptions(max_deliveries=MAX_DELIVERIES),
             visibility_timeout=0.3,
             block_timeout=0.1,
         )
@@ -305,13 +307,15 @@ class Nats(Side):
                         session_factory=async_sessionmaker(engine),
                         inbox=inbox,
                         handler=handler.asynchronous,
-                        dead_letter_subject=self.dead_subject,
+                        options=DeliveryOptions(
+                            dead_letter=self.dead_subject,
+                            max_deliveries=MAX_DELIVERIES,
+                            retry_delay=backoff(0.05, 0.2),
+                            on_settled=_until(seen, settlements, stop.set),
+                        ),
                         consumer_name=CONSUMER,
-                        max_deliveries=MAX_DELIVERIES,
                         ack_wait=2.0,
-                        retry_delay=backoff(0.05, 0.2),
                         fetch_timeout=0.3,
-                        on_settled=_until(seen, settlements, stop.set),
                     ).run(stop),
                     RUN_TIMEOUT,
                 )
@@ -384,9 +388,9 @@ class FastStreamRun:
             session_factory=async_sessionmaker(self.engine),
             inbox=self.inbox,
             consumer_name=CONSUMER,
-            key_header=self.KEY,
-            max_deliveries=MAX_DELIVERIES,
-            on_settled=settled,
+            options=DeliveryOptions(
+                key_source=self.KEY, max_deliveries=MAX_DELIVERIES, on_settled=settled
+            ),
         )
         handler = self.handler
 

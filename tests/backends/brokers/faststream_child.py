@@ -24,7 +24,7 @@ from faststream import AckPolicy, Context, FastStream, Header
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
-from sa_inbox.brokers import Settlement
+from sa_inbox.brokers import DeliveryOptions, Settlement
 from sa_inbox.brokers.faststream import InboxMiddleware
 from tests.support.app import CONSUMER, App
 from tests.support.child import say
@@ -84,8 +84,7 @@ async def main(kind: str, broker_url: str, db_url: str, name: str, crash: str) -
         session_factory=async_sessionmaker(engine),
         inbox=app.inbox,
         consumer_name=CONSUMER,
-        max_deliveries=3,
-        on_settled=settled,
+        options=DeliveryOptions(max_deliveries=3, on_settled=settled),
     )
 
     async def pay(

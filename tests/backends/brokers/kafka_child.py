@@ -37,6 +37,7 @@ from tests.backends.brokers.kafka_support import FAST_ASYNC, FAST_SYNC, kafka_ta
 from tests.backends.brokers.payments import pay, pay_async
 from tests.support.app import CONSUMER, App, sync_driver_url
 from tests.support.child import say
+from tests.support.options import with_options
 
 DEADLINE = 60.0
 
@@ -99,11 +100,16 @@ def main(
     if asynchronous:
         engine = create_async_engine(url, poolclass=sa.NullPool)
         consumer = AsyncConsumer(
-            topic, session_factory=async_sessionmaker(engine), config=FAST_ASYNC, **options
+            topic,
+            session_factory=async_sessionmaker(engine),
+            config=FAST_ASYNC,
+            **with_options(options),
         )
         asyncio.run(run_async(consumer, settled, n))
     else:
-        sync = Consumer(topic, session_factory=app.Session, config=FAST_SYNC, **options)
+        sync = Consumer(
+            topic, session_factory=app.Session, config=FAST_SYNC, **with_options(options)
+        )
         run_sync(sync, settled, n)
     app.engine.dispose()
 

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_asyn
 from sa_inbox.brokers import Delivery, Settlement
 from sa_inbox.brokers.nats import AsyncConsumer, backoff
 from tests.support.app import CONSUMER, App
+from tests.support.options import with_options
 
 #: Seconds JetStream waits for an ack in these tests (a killed consumer's message returns).
 ACK_WAIT = 1.0
@@ -131,9 +132,9 @@ async def run_consumer(
                 session_factory=async_sessionmaker(engine),
                 inbox=app.inbox,
                 handler=handler or pay(app),
-                dead_letter_subject=names.dead_subject,
-                on_settled=on_settled,
-                **options,
+                **with_options(
+                    {"dead_letter": names.dead_subject, "on_settled": on_settled, **options}
+                ),
             ).run(stop),
             timeout,
         )

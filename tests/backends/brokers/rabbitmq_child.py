@@ -39,6 +39,7 @@ from sa_inbox.brokers.rabbitmq import (
 from sa_inbox.chaos.drivers import driver_for
 from tests.support.app import CONSUMER, App
 from tests.support.child import say
+from tests.support.options import with_options
 
 AMOUNT = Decimal("42.00")
 
@@ -74,7 +75,9 @@ def main(client: str, amqp_url: str, db_url: str, queue: str, mode: str) -> None
                 session.flush()
                 die("APPLIED")
 
-        consumers.append(Consumer(amqp_url, queue, handler=handler, **common(app, settled)))
+        consumers.append(
+            Consumer(amqp_url, queue, handler=handler, **with_options(common(app, settled)))
+        )
         consumers[0].run()
         return
 
@@ -89,7 +92,7 @@ def main(client: str, amqp_url: str, db_url: str, queue: str, mode: str) -> None
                 die("APPLIED")
 
         kw = common(app, settled) | {"session_factory": async_sessionmaker(engine)}
-        consumers.append(AsyncConsumer(amqp_url, queue, handler=handler, **kw))
+        consumers.append(AsyncConsumer(amqp_url, queue, handler=handler, **with_options(kw)))
         await consumers[0].run()
         await engine.dispose()
 

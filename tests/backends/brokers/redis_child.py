@@ -38,6 +38,7 @@ from sa_inbox.chaos.drivers import driver_for
 from tests.backends.brokers.payments import pay
 from tests.support.app import CONSUMER, App
 from tests.support.child import say
+from tests.support.options import with_options
 
 VISIBILITY_TIMEOUT = 0.5
 DEADLINE = 20.0
@@ -76,7 +77,7 @@ def main_sync(db_url: str, redis_url: str, stream: str, mode: str) -> None:
         session_factory=app.Session,
         inbox=app.inbox,
         handler=handler,
-        **options(stream),
+        **with_options(options(stream)),
     )
     deadline = time.monotonic() + DEADLINE
     while not consumer.poll() and time.monotonic() < deadline:
@@ -102,7 +103,7 @@ async def main_async(db_url: str, redis_url: str, stream: str, mode: str) -> Non
         session_factory=async_sessionmaker(engine),
         inbox=app.inbox,
         handler=handler,
-        **options(stream),
+        **with_options(options(stream)),
     )
     deadline = asyncio.get_running_loop().time() + DEADLINE
     while not await consumer.poll() and asyncio.get_running_loop().time() < deadline:

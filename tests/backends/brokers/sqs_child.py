@@ -31,6 +31,7 @@ from tests.backends.brokers.payments import pay, pay_async
 from tests.backends.brokers.sqs_support import sqs_client
 from tests.support.app import CONSUMER, App
 from tests.support.child import say
+from tests.support.options import with_options
 
 VISIBILITY_TIMEOUT = 1
 DEADLINE = 20.0
@@ -43,7 +44,7 @@ def report(settlement: Settlement) -> None:
 def options(dead: str) -> dict[str, Any]:
     return {
         "consumer_name": CONSUMER,
-        "dead_letter_queue": dead,
+        "dead_letter": dead,
         "visibility_timeout": VISIBILITY_TIMEOUT,
         "wait_time": 1,
         "on_settled": report,
@@ -65,7 +66,7 @@ def main_sync(db_url: str, sqs_url: str, queue: str, dead: str) -> None:
         session_factory=app.Session,
         inbox=app.inbox,
         handler=pay(app),
-        **options(dead),
+        **with_options(options(dead)),
     )
     deadline = time.monotonic() + DEADLINE
     while not reader.poll() and time.monotonic() < deadline:
@@ -83,7 +84,7 @@ async def main_async(db_url: str, sqs_url: str, queue: str, dead: str) -> None:
             session_factory=async_sessionmaker(engine),
             inbox=app.inbox,
             handler=pay_async(app),
-            **options(dead),
+            **with_options(options(dead)),
         )
         deadline = asyncio.get_running_loop().time() + DEADLINE
         while not await reader.poll() and asyncio.get_running_loop().time() < deadline:

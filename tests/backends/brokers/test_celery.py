@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from sa_inbox.brokers import DeliveryOptions
 from tests.backends.brokers.celery_child import MAX_DELIVERIES, PLAIN, TASK, make_app
 from tests.conftest import backend_url, broker_url
 from tests.support.app import App
@@ -172,20 +173,43 @@ def test_decorator_refuses_to_turn_late_acks_off(option: str) -> None:
         )
 
 
-@pytest.mark.parametrize("value", [-1, "1", True, float("nan")])
-def test_retry_backoff_must_be_seconds(value: object) -> None:
+@pytest.mark.parametrize(
+    ("keywords", "error"),
+    [
+        ({"retry_backoff": 2.0}, "retry_backoff moved to options"),
+        ({"key_kwarg": "key", "max_deliveries": 3}, "key_kwarg, max_deliveries moved to options"),
+        ({"options": DeliveryOptions(dead_letter="q.dead")}, "options.dead_letter cannot be"),
+        ({"options": DeliveryOptions(max_keyless=2)}, "options.max_keyless cannot be"),
+        ({"options": {"max_deliveries": 3}}, r"options must be a sa_inbox\.brokers\.Delivery"),
+    ],
+    ids=["former keyword", "former keywords", "dead letter", "max_keyless", "a dict"],
+)
+def test_inbox_task_refuses_what_a_task_cannot_serve(keywords: dict[str, Any], error: str) -> None:
+    """A former keyword would reach ``app.task`` silently; a setting a task cannot serve
+    would be ignored: both are refused before the task is registered."""
     from sa_inbox import Inbox
     from sa_inbox.brokers.celery import inbox_task
     from sa_inbox.exc import InvalidArgument
 
-    with pytest.raises(InvalidArgument, match="retry_backoff"):
+    app = make_app("memory://", "q")
+    before = set(app.tasks)
+    with pytest.raises(InvalidArgument, match=error):
         inbox_task(
-            make_app("memory://", "q"),
+            app,
             session_factory=lambda: None,  # type: ignore[arg-type,return-value]
             inbox=Inbox(sa.MetaData()),
             consumer_name="billing",
-            retry_backoff=value,  # type: ignore[arg-type]
+            **keywords,
         )
+    assert set(app.tasks) == before, "no task registered"
+
+
+@pytest.mark.parametrize("value", [-1, "1", True, float("nan")])
+def test_the_retry_delay_must_be_a_function(value: object) -> None:
+    from sa_inbox.exc import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="retry_delay must be a callable"):
+        DeliveryOptions(retry_delay=value)  # type: ignore[arg-type]
 
 
 def test_registered_task_acks_late_and_rejects_on_worker_lost() -> None:

@@ -21,7 +21,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from prometheus_client import CollectorRegistry
 from sqlalchemy.orm import Session
 
-from sa_inbox.brokers import DeadLetterReason, Delivery, Disposition, process
+from sa_inbox.brokers import DeadLetterReason, Delivery, DeliveryOptions, Disposition, process
 from sa_inbox.brokers import dead_letters as dl
 from sa_inbox.hooks import MultiHooks
 from sa_inbox.hooks.opentelemetry import (
@@ -238,7 +238,7 @@ def test_celery_dead_letters_are_counted_with_their_reason(counted: Counted) -> 
         session_factory=app.Session,
         inbox=app.inbox,
         consumer_name=CONSUMER,
-        max_deliveries=3,
+        options=DeliveryOptions(max_deliveries=3),
         name="dead_letters.pay",
     )
     def pay(session: Session, amount: str, idempotency_key: Any = None) -> None:

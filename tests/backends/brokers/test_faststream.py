@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import pytest
 import sqlalchemy as sa
 
+from sa_inbox.brokers import DeliveryOptions
 from tests.conftest import backend_url, broker_url
 from tests.support.app import App
 
@@ -403,9 +404,11 @@ async def _keyless_run(kind: str, url: str, db_url: str, name: str) -> tuple[Any
         session_factory=async_sessionmaker(engine),
         inbox=app.inbox,
         consumer_name="billing",
-        key_header="payment_id",
-        max_keyless=MAX_KEYLESS,
-        on_settled=lambda s: settled.append(s.disposition.value),
+        options=DeliveryOptions(
+            key_source="payment_id",
+            max_keyless=MAX_KEYLESS,
+            on_settled=lambda s: settled.append(s.disposition.value),
+        ),
     )
 
     async def pay(body: dict[str, Any], session: AsyncSession) -> None:

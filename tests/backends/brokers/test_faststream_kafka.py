@@ -30,6 +30,7 @@ from tests.backends.brokers.kafka_support import (
     publish,
 )
 from tests.support.app import App
+from tests.support.options import with_options
 
 pytestmark = pytest.mark.backend
 
@@ -54,7 +55,7 @@ def _middleware(aio_url: str, app: App, **options: Any) -> tuple[Any, Any]:
         inbox=app.inbox,
         consumer_name="billing",
         kafka=True,
-        **options,
+        **with_options(options),
     )
     return middleware, engine
 

@@ -55,6 +55,7 @@ from tests.backends.brokers.kafka_support import (
 )
 from tests.backends.brokers.payments import pay, pay_async
 from tests.support.app import CONSUMER, App
+from tests.support.options import with_options
 
 pytestmark = pytest.mark.backend
 
@@ -146,7 +147,7 @@ def sync_consumer(servers: str, topic: str, app: App, **kw: Any) -> Consumer:
         "config": FAST_SYNC,
     }
     options.update(kw)
-    return Consumer(topic, **options)
+    return Consumer(topic, **with_options(options))
 
 
 def async_consumer(servers: str, topic: str, app: App, url: str, **kw: Any) -> AsyncConsumer:
@@ -163,7 +164,7 @@ def async_consumer(servers: str, topic: str, app: App, url: str, **kw: Any) -> A
         "config": FAST_ASYNC,
     }
     options.update(kw)
-    return AsyncConsumer(topic, **options)
+    return AsyncConsumer(topic, **with_options(options))
 
 
 def balance(app: App, account: int = 1) -> Decimal:
@@ -586,7 +587,7 @@ def test_a_key_header_naming_the_records_coordinates_is_refused(
     servers: str, sync_app: App, header: str
 ) -> None:
     with pytest.raises(InvalidArgument, match="position in the log"):
-        sync_consumer(servers, "t", sync_app, key_header=header)
+        sync_consumer(servers, "t", sync_app, key_source=header)
 
 
 def test_the_wrong_half_of_the_api_is_refused_before_any_sql(
@@ -605,14 +606,14 @@ def test_the_wrong_half_of_the_api_is_refused_before_any_sql(
         sync_consumer(servers, "t", sync_app, config={"enable.auto.commit": True})
     with pytest.raises(InvalidArgument, match="offsets"):
         sync_consumer(servers, "t", sync_app, offsets="zookeeper")
-    with pytest.raises(InvalidArgument, match="dead_letter_topic"):
-        sync_consumer(servers, "t", sync_app, dead_letter_topic="t")
+    with pytest.raises(InvalidArgument, match=r"options\.dead_letter"):
+        sync_consumer(servers, "t", sync_app, dead_letter="t")
     with pytest.raises(InvalidArgument, match="'bad topic!' is not a Kafka topic name"):
         sync_consumer(servers, "bad topic!", sync_app)
     with pytest.raises(InvalidArgument, match="topics must be a topic name or a list"):
         sync_consumer(servers, None, sync_app)  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgument, match=r"dead_letter_topic '\.\.' is not a Kafka topic"):
-        async_consumer(servers, "t", sync_app, aio_url, dead_letter_topic="..")
+    with pytest.raises(InvalidArgument, match=r"options.dead_letter '\.\.' is not a Kafka topic"):
+        async_consumer(servers, "t", sync_app, aio_url, dead_letter="..")
 
 
 def test_client_options_the_kafka_client_refuses_are_refused_before_any_sql(
@@ -706,7 +707,7 @@ def test_a_misspelled_key_header_stops_the_consumer_with_nothing_dead_lettered(
     publish(servers, topic, amounts([f"k{i}" for i in range(5)]))
     seen = Collected()
     consumer = sync_consumer(
-        servers, topic, sync_app, key_header="Message-Id", max_keyless=3, on_settled=seen
+        servers, topic, sync_app, key_source="Message-Id", max_keyless=3, on_settled=seen
     )
     with pytest.raises(MissingKeyHeader, match="Message-Id"):
         run_sync_until(consumer, lambda: False)

@@ -25,7 +25,7 @@ import redis
 import redis.asyncio
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
+from sa_inbox.brokers import DeadLetterReason, DeliveryOptions, Disposition, Settlement
 from sa_inbox.brokers.nats import AsyncConsumer as NatsConsumer
 from sa_inbox.brokers.rabbitmq import AsyncConsumer, Consumer
 from sa_inbox.brokers.redis import AsyncConsumer as AsyncRedisConsumer
@@ -37,6 +37,7 @@ from tests.backends.brokers.nats_support import Names, declare, delete
 from tests.backends.brokers.nats_support import pay as nats_pay
 from tests.conftest import broker_url
 from tests.support.app import CONSUMER, App
+from tests.support.options import with_options
 
 pytestmark = pytest.mark.backend
 
@@ -98,7 +99,7 @@ def test_rabbitmq_a_misspelled_key_header_stops_the_consumer_and_loses_nothing(
     """With a prefetch count below max_keyless the consumer reads on with basic.get."""
     rabbit_publish(channel, queue, [f"pay-{n}" for n in range(MESSAGES)])
     with pytest.raises(MissingKeyHeader) as info:
-        rabbit_run(app, queue, client, MESSAGES, key_header=MISSPELLED, prefetch=prefetch)
+        rabbit_run(app, queue, client, MESSAGES, key_source=MISSPELLED, prefetch=prefetch)
     assert info.value.key == MISSPELLED and info.value.deliveries == MAX_KEYLESS
     # basic.get adds x-delivery-count (0) to what it takes from a quorum queue
     assert info.value.carried[HEADER] == MAX_KEYLESS
@@ -106,7 +107,7 @@ def test_rabbitmq_a_misspelled_key_header_stops_the_consumer_and_loses_nothing(
     assert (app.ledger_rows(), app.inbox_rows()) == (0, 0)
     assert rmq.dead_letters(channel, queue) == [], "nothing dead-lettered"
     rmq.eventually(lambda: rmq.ready(channel, queue) == MESSAGES)  # all given back
-    settled = rabbit_run(app, queue, client, MESSAGES, key_header=HEADER)
+    settled = rabbit_run(app, queue, client, MESSAGES, key_source=HEADER)
     assert [s.disposition for s in settled] == [Disposition.PROCESSED] * MESSAGES
     counts = sorted(s.delivery.delivery_count for s in settled)
     assert counts.count(2) >= MAX_KEYLESS, "the run returned once (counted); the rest never read"
@@ -133,7 +134,7 @@ def test_rabbitmq_keyless_deliveries_spread_over_time_stop_the_consumer_at_the_l
 
     publisher = spread(publish_one, MAX_KEYLESS)
     with pytest.raises(MissingKeyHeader) as info:
-        rabbit_run(app, queue, client, MESSAGES, key_header=MISSPELLED)
+        rabbit_run(app, queue, client, MESSAGES, key_source=MISSPELLED)
     publisher.join()
     assert (info.value.deliveries, info.value.dead_lettered) == (MAX_KEYLESS, MAX_KEYLESS - 1)
     assert f"{MAX_KEYLESS - 1} dead-lettered before the run reached the limit" in str(info.value)
@@ -149,7 +150,7 @@ def test_rabbitmq_a_short_run_of_keyless_messages_is_dead_lettered(
 ) -> None:
     """Two keyless, a keyed one, then a keyless one at the end (the queue then idle)."""
     rabbit_publish(channel, queue, [None, None, "pay-1", None])
-    settled = rabbit_run(app, queue, client, 4, key_header=HEADER, prefetch=prefetch)
+    settled = rabbit_run(app, queue, client, 4, key_source=HEADER, prefetch=prefetch)
     assert [(s.disposition, s.reason) for s in settled] == [
         (Disposition.DEAD_LETTERED, DeadLetterReason.MISSING_MESSAGE_ID),
         (Disposition.DEAD_LETTERED, DeadLetterReason.MISSING_MESSAGE_ID),
@@ -165,7 +166,7 @@ def test_rabbitmq_key_header_values_bytes_are_keys_other_types_invalid(
 ) -> None:
     """pika sends a ``bytes`` value as a byte array ('x'), a Python int as a long ('l')."""
     rabbit_publish(channel, queue, [b"pay-1", 7, "pay-1"])
-    settled = rabbit_run(app, queue, client, 3, key_header=HEADER)
+    settled = rabbit_run(app, queue, client, 3, key_source=HEADER)
     assert [(s.delivery.message_id, s.disposition, s.reason) for s in settled] == [
         ("pay-1", Disposition.PROCESSED, None),
         (None, Disposition.DEAD_LETTERED, DeadLetterReason.INVALID_MESSAGE_ID),
@@ -182,7 +183,7 @@ def test_rabbitmq_a_wrong_setup_fails_before_consuming(channel: Any, queue: str,
     """The readiness check at run(): the table missing fails at once, on an empty queue."""
     app.drop()
     kw = rmq.options(app, rmq.pay(app), None)
-    consumer = Consumer(broker_url("rabbitmq"), queue, **kw)
+    consumer = Consumer(broker_url("rabbitmq"), queue, **with_options(kw))
     with pytest.raises(Exception, match="does not exist") as info:
         consumer.run()
     assert type(info.value).__name__ == "MissingTable"
@@ -208,10 +209,15 @@ def redis_run(
 ) -> list[Settlement]:
     """Poll the sync consumer (``url`` None) or the asyncio one on ``url``'s driver until
     ``count`` settlements (or it raises)."""
-    kw = {**rds.FAST, "max_keyless": MAX_KEYLESS, "key_field": key_field, "group": CONSUMER}
+    kw = {**rds.FAST, "max_keyless": MAX_KEYLESS, "key_source": key_field, "group": CONSUMER}
     if url is None:
         consumer = RedisConsumer(
-            client, stream, session_factory=app.Session, inbox=app.inbox, handler=rds.pay(app), **kw
+            client,
+            stream,
+            session_factory=app.Session,
+            inbox=app.inbox,
+            handler=rds.pay(app),
+            **with_options(kw),
         )
         return rds.drain(consumer.poll, count)
 
@@ -224,7 +230,7 @@ def redis_run(
             session_factory=async_sessionmaker(engine),
             inbox=app.inbox,
             handler=rds.pay_async(app),
-            **kw,
+            **with_options(kw),
         )
         settled: list[Settlement] = []
         try:
@@ -375,12 +381,14 @@ async def nats_run(
                 session_factory=async_sessionmaker(engine),
                 inbox=app.inbox,
                 handler=nats_pay(app),
-                dead_letter_subject=names.dead_subject,
+                options=DeliveryOptions(
+                    dead_letter=names.dead_subject,
+                    key_source=key_header,
+                    max_keyless=MAX_KEYLESS,
+                    on_settled=on_settled,
+                ),
                 consumer_name=CONSUMER,
-                key_header=key_header,
-                max_keyless=MAX_KEYLESS,
                 fetch_timeout=0.3,
-                on_settled=on_settled,
             ).run(stop),
             20,
         )
@@ -483,28 +491,32 @@ def test_nats_a_short_run_of_keyless_messages_is_dead_lettered(
 
 
 @pytest.mark.parametrize("make", ["pika", "aio-pika", "redis", "redis-asyncio"])
-def test_an_empty_key_header_is_refused_when_the_consumer_is_made(app: App, make: str) -> None:
+def test_an_empty_key_source_is_refused_when_the_consumer_is_made(app: App, make: str) -> None:
     from sa_inbox.exc import InvalidArgument
 
     kw: dict[str, Any] = {"inbox": app.inbox, "handler": rmq.pay(app)}
+    rabbit = rmq.options(app, rmq.pay(app), None)
     with pytest.raises(InvalidArgument, match="key_"):
         if make == "pika":
-            Consumer("amqp://x/", "q", **rmq.options(app, rmq.pay(app), None), key_header="")
+            Consumer("amqp://x/", "q", **with_options({**rabbit, "key_source": ""}))
         elif make == "aio-pika":
             AsyncConsumer(
                 "amqp://x/",
                 "q",
-                **{**rmq.options(app, rmq.pay(app), None), "session_factory": _async_factory()},
-                key_header=" ",
+                **with_options({**rabbit, "session_factory": _async_factory(), "key_source": " "}),
             )
         elif make == "redis":
             RedisConsumer(
-                redis.Redis(), "s", group="g", session_factory=app.Session, key_field=" k", **kw
+                redis.Redis(),
+                "s",
+                group="g",
+                session_factory=app.Session,
+                **with_options({**kw, "key_source": " k"}),
             )
         else:
             AsyncRedisConsumer(
                 redis.asyncio.Redis(), "s", group="g", session_factory=_async_factory(),
-                key_field="k ", **kw,
+                **with_options({**kw, "key_source": "k "}),
             )  # fmt: skip
 
 

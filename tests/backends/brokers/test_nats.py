@@ -134,7 +134,7 @@ def test_duplicate_publishes_are_applied_once_per_key(
             await publish(js, names, [keyed(k, b, "Idempotency-Key") for k, b in sends])
             assert (await js.stream_info(names.stream)).state.messages == 6
             seen = await run_consumer(
-                js, names, async_url, app, settlements=6, key_header="Idempotency-Key"
+                js, names, async_url, app, settlements=6, key_source="Idempotency-Key"
             )
             assert [s.disposition for s in seen].count(Disposition.PROCESSED) == 3
             assert [s.disposition for s in seen].count(Disposition.DUPLICATE) == 3

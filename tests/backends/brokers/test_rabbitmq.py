@@ -44,6 +44,7 @@ from tests.backends.brokers.rabbitmq_child import AMOUNT
 from tests.conftest import broker_url
 from tests.support.app import CONSUMER, App
 from tests.support.locks import assert_no_lock_held
+from tests.support.options import with_options
 from tests.support.pool import ONE_CONNECTION
 from tests.support.waiting import eventually
 
@@ -150,7 +151,9 @@ def consume(
             if len(settlements) >= count and consumer is not None:
                 consumer.stop()
 
-        consumer = Consumer(amqp_url, queue, **{**options(app, pay(app), settled), **kw})
+        consumer = Consumer(
+            amqp_url, queue, **with_options({**options(app, pay(app), settled), **kw})
+        )
         timer = threading.Timer(20, consumer.stop)
         timer.start()
         try:
@@ -171,7 +174,7 @@ def consume(
         kw_async = options(app, handler_async or pay_async(app), settled) | {
             "session_factory": async_sessionmaker(engine)
         }
-        consumer = AsyncConsumer(amqp_url, queue, **{**kw_async, **kw})
+        consumer = AsyncConsumer(amqp_url, queue, **with_options({**kw_async, **kw}))
         try:
             await asyncio.wait_for(consumer.run(stop), 20)
         finally:
@@ -230,7 +233,7 @@ def test_the_key_can_come_from_a_named_header(
 ) -> None:
     publish(channel, queue, "random-1", b"5.00", headers={"payment-id": "pay-9"})
     publish(channel, queue, "random-2", b"5.00", headers={"payment-id": "pay-9"})
-    settlements = consume(amqp_url, app, queue, 2, key_header="payment-id")
+    settlements = consume(amqp_url, app, queue, 2, key_source="payment-id")
     assert dispositions(settlements) == {"pay-9": ["processed", "duplicate"]}
     assert app.ledger_rows("pay-9") == 1 and app.balance(1) == Decimal("5.00")
     assert ready(channel, queue) == 0
@@ -344,7 +347,7 @@ def test_prefetch_bounds_the_unacked_deliveries_and_stop_works_from_another_thre
         pay(app)(session, delivery)
 
     consumer = Consumer(
-        amqp_url, queue, **{**options(app, slow, settlements.append), "prefetch": 2}
+        amqp_url, queue, **with_options({**options(app, slow, settlements.append), "prefetch": 2})
     )
     worker = threading.Thread(target=consumer.run)
     worker.start()
@@ -364,7 +367,7 @@ def test_prefetch_bounds_the_unacked_deliveries_and_stop_works_from_another_thre
 
 def test_prefetch_must_be_positive(amqp_url: str, app: App) -> None:
     with pytest.raises(InvalidArgument, match="prefetch"):
-        Consumer(amqp_url, "q", **{**options(app, pay(app), None), "prefetch": 0})
+        Consumer(amqp_url, "q", **with_options({**options(app, pay(app), None), "prefetch": 0}))
 
 
 # -- crashes ---------------------------------------------------------------------------
@@ -600,7 +603,7 @@ def test_aio_pika_respects_prefetch_and_stops_on_request(
             await pay_async(app)(session, delivery)
 
         kw = options(app, slow, settled.append) | {"session_factory": async_sessionmaker(engine)}
-        consumer = AsyncConsumer(amqp_url, queue, **{**kw, "prefetch": 2})
+        consumer = AsyncConsumer(amqp_url, queue, **with_options({**kw, "prefetch": 2}))
         task = asyncio.create_task(consumer.run())
         deadline = time.monotonic() + 10
         while ready(channel, queue) > 3 and time.monotonic() < deadline:

@@ -27,7 +27,7 @@ import redis.asyncio
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from sa_inbox import ConfigurationError
-from sa_inbox.brokers import DeadLetterReason, Disposition, Settlement
+from sa_inbox.brokers import DeadLetterReason, DeliveryOptions, Disposition, Settlement
 from sa_inbox.brokers.redis import AsyncConsumer, Consumer, StreamSettings
 from sa_inbox.brokers.redis.core import Entry, RedisSettler, run_call
 from sa_inbox.chaos.drivers import driver_for
@@ -36,6 +36,7 @@ from sa_inbox.exc import InvalidArgument
 from tests.backends.brokers.payments import pay, pay_async
 from tests.conftest import broker_url
 from tests.support.app import CONSUMER, App, fresh_app
+from tests.support.options import with_options
 
 pytestmark = pytest.mark.backend
 
@@ -92,7 +93,7 @@ def consumer(
         session_factory=app.Session,
         inbox=app.inbox,
         handler=handler or pay(app),
-        **{**FAST, **kw},
+        **with_options({**FAST, **kw}),
     )
 
 
@@ -205,7 +206,7 @@ def test_a_custom_key_field_is_the_dedup_key_with_decoded_responses(
     for key in ("k-1", "k-1", "k-2"):
         client.xadd(stream, {"idempotency-key": key, "message_id": uuid.uuid4().hex, "body": "2"})
     text_client = redis.Redis.from_url(redis_url, decode_responses=True)
-    reader = consumer(text_client, stream, app, key_field="idempotency-key")
+    reader = consumer(text_client, stream, app, key_source="idempotency-key")
     settled = drain(reader.poll, 3)
     text_client.close()
     assert dispositions(settled) == [
@@ -355,7 +356,7 @@ def run_async(
             group=CONSUMER,
             session_factory=async_sessionmaker(engine),
             inbox=app.inbox,
-            **{"handler": pay_async(app), **FAST, **kw},
+            **with_options({"handler": pay_async(app), **FAST, **kw}),
         )
         settled: list[Settlement] = []
         deadline = time.monotonic() + 15
@@ -513,7 +514,7 @@ def test_async_two_consumers_run_until_stopped_drain_duplicates_exactly_once(
                 inbox=aio_app.inbox,
                 handler=pay_async(aio_app),
                 batch_size=3,
-                on_settled=settled.append,
+                options=DeliveryOptions(on_settled=settled.append),
                 **{**FAST, "visibility_timeout": 5},
             )
             for each in clients

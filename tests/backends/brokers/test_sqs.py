@@ -26,6 +26,7 @@ from tests.backends.brokers.payments import pay
 from tests.backends.brokers.sqs_support import Queues, drain, queues, sqs_client
 from tests.conftest import broker_url
 from tests.support.app import CONSUMER, App
+from tests.support.options import with_options
 
 pytestmark = pytest.mark.backend
 
@@ -64,7 +65,7 @@ def consumer(q: Queues, app: App, handler: Any = None, **kw: Any) -> Consumer:
         session_factory=app.Session,
         inbox=app.inbox,
         handler=handler or pay(app),
-        **{"dead_letter_queue": q.dead_name, **FAST, **kw},
+        **with_options({"dead_letter": q.dead_name, **FAST, **kw}),
     )
 
 
@@ -145,7 +146,7 @@ def test_the_redrive_policy_is_the_dead_letter_path_without_a_dead_letter_queue(
 ) -> None:
     for q in queues(client, redrive=2):
         q.send([("p-bad", "2.00"), ("p-1", "1.00")])
-        reader = consumer(q, app, pay(app, poison="p-bad"), dead_letter_queue=None)
+        reader = consumer(q, app, pay(app, poison="p-bad"), dead_letter=None)
         settled = drain(reader.poll, 3)
         assert reader.info is not None and reader.info.max_deliveries == 2
         bad = [

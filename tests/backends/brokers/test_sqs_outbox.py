@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from botocore.exceptions import ClientError
 
-from sa_inbox.brokers import Disposition
+from sa_inbox.brokers import DeliveryOptions, Disposition
 from sa_inbox.brokers.sqs import AsyncPublisher, Consumer, Publisher
 from sa_inbox.outbox import OutboxRelay
 from sa_inbox.outbox.message import OutboxMessage
@@ -79,7 +79,7 @@ def consume(app: OutboxApp, q: Queues, count: int) -> list[Any]:
         session_factory=app.Session,
         inbox=app.inbox,
         handler=pay(app),
-        dead_letter_queue=q.dead_name,
+        options=DeliveryOptions(dead_letter=q.dead_name),
         wait_time=1,
     )
     settled = drain(reader.poll, count)

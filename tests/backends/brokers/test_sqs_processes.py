@@ -33,6 +33,7 @@ from tests.backends.brokers.payments import pay, pay_async
 from tests.backends.brokers.sqs_support import Queues, queues, sqs_client
 from tests.conftest import broker_url
 from tests.support.app import CONSUMER, App, fresh_app
+from tests.support.options import with_options
 
 pytestmark = pytest.mark.backend
 
@@ -122,14 +123,16 @@ def run_async(
                 consumer_name=CONSUMER,
                 session_factory=async_sessionmaker(engine),
                 inbox=app.inbox,
-                **{
-                    "handler": pay_async(app),
-                    "dead_letter_queue": q.dead_name,
-                    "wait_time": 1,
-                    "visibility_timeout": 2,
-                    "retry_delay": lambda n: 0,
-                    **kw,
-                },
+                **with_options(
+                    {
+                        "handler": pay_async(app),
+                        "dead_letter": q.dead_name,
+                        "wait_time": 1,
+                        "visibility_timeout": 2,
+                        "retry_delay": lambda n: 0,
+                        **kw,
+                    }
+                ),
             )
             deadline = time.monotonic() + 30
             try:
@@ -196,7 +199,7 @@ def statements(app: App) -> Iterator[list[str]]:
 
 def make(app: App, q: Queues, **kw: Any) -> Consumer:
     defaults = {"session_factory": app.Session, "inbox": app.inbox, "handler": pay(app)}
-    return Consumer(q.client, q.name, **{**defaults, "wait_time": 0, **kw})
+    return Consumer(q.client, q.name, **with_options({**defaults, "wait_time": 0, **kw}))
 
 
 @pytest.mark.parametrize(
@@ -207,8 +210,8 @@ def make(app: App, q: Queues, **kw: Any) -> Consumer:
         ({"wait_time": 21}, InvalidArgument),
         ({"batch_size": 11}, InvalidArgument),
         ({"max_deliveries": 0}, InvalidArgument),
-        ({"key_attribute": " message_id"}, InvalidArgument),
-        ({"dead_letter_queue": "QUEUE"}, InvalidArgument),
+        ({"key_source": " message_id"}, InvalidArgument),
+        ({"dead_letter": "QUEUE"}, InvalidArgument),
         ({"handler": pay_async}, AsyncHandlerError),
     ],
 )
@@ -239,25 +242,25 @@ def test_queue_misconfigurations_are_refused_before_any_sql(
         with pytest.raises(ConfigurationError, match="no redrive policy"):
             make(app, plain).run()
         with pytest.raises(ConfigurationError, match="standard queue"):
-            make(app, plain, dead_letter_queue=plain.dead_name, deduplication_id_key=True).run()
+            make(app, plain, dead_letter=plain.dead_name, deduplication_id_key=True).run()
     for redriven in queues(client, redrive=3):
         with pytest.raises(ConfigurationError, match="maxReceiveCount=3"):
             make(app, redriven, max_deliveries=5).run()
     content = {"ContentBasedDeduplication": "true"}
     for fifo in queues(client, fifo=True, attributes=content):
         with pytest.raises(ConfigurationError, match="content-based deduplication"):
-            make(app, fifo, dead_letter_queue=fifo.dead_name, deduplication_id_key=True).run()
+            make(app, fifo, dead_letter=fifo.dead_name, deduplication_id_key=True).run()
     for fifo in queues(client, fifo=True):
         other = Queues.make(client)
         try:
             with pytest.raises(ConfigurationError, match="must be one too"):
-                make(app, fifo, dead_letter_queue=other.name).run()
+                make(app, fifo, dead_letter=other.name).run()
         finally:
             other.delete()
     for plain in queues(client):
         missing = f"{plain.name}-missing"
-        with pytest.raises(ConfigurationError, match=f"dead_letter_queue '{missing}' does not"):
-            make(app, plain, dead_letter_queue=missing).run()
+        with pytest.raises(ConfigurationError, match=f"options.dead_letter '{missing}' does not"):
+            make(app, plain, dead_letter=missing).run()
         with pytest.raises(ConfigurationError, match=f"SQS queue '{missing}' does not exist"):
             make(app, dataclasses.replace(plain, name=missing)).run()
     assert statements == [], "each refusal came before the database was asked anything"

@@ -21,6 +21,7 @@ from tests.backends.brokers import test_rabbitmq as rmq
 from tests.backends.brokers import test_redis as rds
 from tests.conftest import broker_url
 from tests.support.app import CONSUMER, App
+from tests.support.options import with_options
 
 pytestmark = pytest.mark.backend
 
@@ -82,7 +83,7 @@ def test_rabbitmq_asyncio_a_missing_table_fails_run_on_an_empty_queue(
         engine = create_async_engine(rmq.async_url(app))
         kw = rmq.options(app, rmq.pay_async(app), None)
         kw["session_factory"] = async_sessionmaker(engine)
-        consumer = AsyncConsumer(broker_url("rabbitmq"), queue, **kw)
+        consumer = AsyncConsumer(broker_url("rabbitmq"), queue, **with_options(kw))
         try:
             with pytest.raises(MissingTable):
                 await asyncio.wait_for(consumer.run(), 10)
@@ -108,7 +109,7 @@ def test_rabbitmq_a_handler_under_another_handlers_name_fails_run_before_a_deliv
     app.inbox.consumers.hand_over(app.engine, CONSUMER, owner)
     rmq.publish(channel, queue, "pay-1", b"1.00")
     for _ in range(3):  # a supervisor restarting it
-        refused = Consumer(amqp_url, queue, **rmq.options(app, invoice, None))
+        refused = Consumer(amqp_url, queue, **with_options(rmq.options(app, invoice, None)))
         with pytest.raises(ConsumerNameTaken):
             refused.run()
     method, properties, _ = rmq.get(channel, queue)

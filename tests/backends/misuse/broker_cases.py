@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session, sessionmaker
 
 from sa_inbox import ConfigurationError
-from sa_inbox.brokers import Delivery, Settlement
+from sa_inbox.brokers import Delivery, DeliveryOptions, Settlement
 from tests.conftest import broker_url
 
 from .cases import case
@@ -150,7 +150,7 @@ def _delete_queues(*names: str) -> None:
     connection.close()
 
 
-def _run_blocking(env: Env, mid: str, wrong: str, **kw: Any) -> None:
+def _run_blocking(env: Env, mid: str, wrong: str) -> None:
     from sa_inbox.brokers.rabbitmq import Consumer
 
     queue = _rabbit_queue(env, mid)
@@ -163,9 +163,8 @@ def _run_blocking(env: Env, mid: str, wrong: str, **kw: Any) -> None:
         broker_url("rabbitmq"),
         queue,
         consumer_name=CONSUMER,
-        on_settled=settled,
+        options=DeliveryOptions(on_settled=settled),
         **_objects(env, wrong, asynchronous=False),
-        **kw,
     )
     timer = threading.Timer(DEADLINE, consumer.stop)
     timer.start()
@@ -175,7 +174,7 @@ def _run_blocking(env: Env, mid: str, wrong: str, **kw: Any) -> None:
         timer.cancel()
 
 
-async def _run_aio_pika(env: Env, mid: str, wrong: str, **kw: Any) -> None:
+async def _run_aio_pika(env: Env, mid: str, wrong: str) -> None:
     from sa_inbox.brokers.rabbitmq import AsyncConsumer
 
     queue = await asyncio.to_thread(_rabbit_queue, env, mid)
@@ -184,9 +183,8 @@ async def _run_aio_pika(env: Env, mid: str, wrong: str, **kw: Any) -> None:
         broker_url("rabbitmq"),
         queue,
         consumer_name=CONSUMER,
-        on_settled=lambda _: stop.set(),
+        options=DeliveryOptions(on_settled=lambda _: stop.set()),
         **_objects(env, wrong, asynchronous=True),
-        **kw,
     )
     await asyncio.wait_for(consumer.run(stop), DEADLINE)
 
@@ -205,9 +203,19 @@ for _wrong in (
         _run_blocking(env, mid, wrong)
 
 
-@case(f"{_PIKA}()", "key_header ''", kind=ConfigurationError, left=_rabbit_left)
+@case(f"{_PIKA}()", "options a dict", kind=ConfigurationError, left=_rabbit_left)
 def _(env: Env, mid: str) -> None:
-    _run_blocking(env, mid, "-", key_header="")
+    from sa_inbox.brokers.rabbitmq import Consumer
+
+    queue = _rabbit_queue(env, mid)
+    objects = _objects(env, "-", asynchronous=False)
+    Consumer(
+        broker_url("rabbitmq"),
+        queue,
+        consumer_name=CONSUMER,
+        options={"key_source": ""},  # type: ignore[arg-type]
+        **objects,
+    ).run()
 
 
 for _entry in (f"{_PIKA}.run", f"{_PIKA}.check"):
@@ -426,15 +434,18 @@ async def _nats_consume(
         await js.publish(f"misuse.{token}", b"10.00", headers=headers)
         objects = _objects(env, wrong, asynchronous=True)
         options: dict[str, Any] = {
-            "dead_letter_subject": f"misuse.{token}.dead",
             "consumer_name": CONSUMER,
-            "key_header": "Idempotency-Key",
             "fetch_timeout": 0.1,
             **objects,
         }
+        shared = {"dead_letter": f"misuse.{token}.dead", "key_source": "Idempotency-Key"}
         if as_object:
             consumer = AsyncConsumer(
-                js, f"misuse_{token}", "billing", on_settled=lambda _: consumer.stop(), **options
+                js,
+                f"misuse_{token}",
+                "billing",
+                options=DeliveryOptions(**shared, on_settled=lambda _: consumer.stop()),
+                **options,
             )
             if check_only:
                 await consumer.check()
@@ -452,7 +463,7 @@ async def _nats_consume(
                 f"misuse_{token}",
                 "billing",
                 stop=stop,
-                on_settled=lambda _: stop.set(),
+                options=DeliveryOptions(**shared, on_settled=lambda _: stop.set()),
                 **options,
             )
             await asyncio.wait_for(consuming, DEADLINE)

@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from sa_inbox import ConfigurationError
-from sa_inbox.brokers import Settlement
+from sa_inbox.brokers import DeliveryOptions, Settlement
 from sa_inbox.outbox import OutboxMessage
 from tests.conftest import broker_url
 
@@ -76,7 +76,7 @@ def _kafka_consumer(env: Env, mid: str, wrong: str, *, asynchronous: bool, **kw:
         consumer_name=CONSUMER,
         config=FAST_ASYNC if asynchronous else FAST_SYNC,
         **_objects(env, wrong, asynchronous=asynchronous),
-        **kw,
+        options=DeliveryOptions(**kw),
     )
 
 
@@ -213,7 +213,7 @@ def _sqs_consumer(env: Env, client: Any, mid: str, wrong: str, *, asynchronous: 
         client,
         queues.name,
         consumer_name=CONSUMER,
-        dead_letter_queue=queues.dead_name,
+        options=DeliveryOptions(dead_letter=queues.dead_name),
         wait_time=0,
         **objects,
     )

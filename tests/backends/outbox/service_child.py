@@ -30,7 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from sa_inbox.brokers import Delivery, Settlement
+from sa_inbox.brokers import Delivery, DeliveryOptions, Settlement
 from sa_inbox.brokers.rabbitmq import Consumer, PikaSettler, Publisher
 from sa_inbox.outbox import OutboxMessage, OutboxRelay
 from sa_inbox.outbox.relay import RelayCore
@@ -100,8 +100,7 @@ def main(role: str, amqp_url: str, db_url: str, queue: str, out_queue: str = "")
         consumer_name="service-a" if role == "a-consumer" else "service-b",
         handler=a_handler if role == "a-consumer" else b_handler,
         prefetch=2,
-        max_deliveries=20,
-        on_settled=settled,
+        options=DeliveryOptions(max_deliveries=20, on_settled=settled),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: (stop.set(), consumer.stop()))

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from sa_inbox import Backoff
-from sa_inbox.brokers import Delivery, Disposition, Settlement
+from sa_inbox.brokers import Delivery, DeliveryOptions, Disposition, Settlement
 from sa_inbox.brokers.rabbitmq import (
     Consumer,
     Publisher,
@@ -228,7 +228,7 @@ def test_a_relay_killed_between_confirm_and_mark_republishes_and_the_inbox_drops
         inbox=oapp.inbox,
         consumer_name="service-b",
         handler=handler,
-        on_settled=settled.append,
+        options=DeliveryOptions(on_settled=settled.append),
     )
     thread = threading.Thread(target=consumer.run)
     thread.start()

@@ -160,9 +160,13 @@ def cases(asynchronous: bool) -> list[Case]:
                 before=(
                     '    consumer = Consumer("amqp://127.0.0.1:1/", "payments", '
                     'session_factory=Session, inbox=app.inbox, consumer_name="billing", '
-                    'handler=app.apply, key_header="x-payment-id")\n'
+                    "handler=app.apply, "
+                    'options=DeliveryOptions(key_source="x-payment-id"))\n'
                 ),
-                imports="from sa_inbox.brokers.rabbitmq import Consumer",
+                imports=(
+                    "from sa_inbox.brokers import DeliveryOptions\n"
+                    "from sa_inbox.brokers.rabbitmq import Consumer"
+                ),
             ),
         ]
     return found

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
-from sa_inbox.brokers import Disposition, Settlement
+from sa_inbox.brokers import DeliveryOptions, Disposition, Settlement
 from sa_inbox.testing import Message
 from sa_inbox.testing.faults import (
     claims_held_together,
@@ -91,7 +91,7 @@ def consume(
             inbox=kit_app.inbox,
             consumer_name=kit_app.CONSUMER,
             handler=kit_app.apply,
-            on_settled=settled.append,
+            options=DeliveryOptions(on_settled=settled.append),
             prefetch=1,
         )
         for _ in range(consumers)
@@ -182,7 +182,7 @@ def test_a_stall_past_the_visibility_timeout_gives_the_message_to_another_consum
             handler=kit_app.apply,
             visibility_timeout=visibility,
             block_timeout=0.1,
-            on_settled=settled[name].append,
+            options=DeliveryOptions(on_settled=settled[name].append),
         )
 
     first, second = member("a"), member("b")

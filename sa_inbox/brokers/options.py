@@ -1,0 +1,123 @@
+"""The settings every broker consumer shares: the delivery limit, the back-off, the dead
+letter, where the key is read, and the settlement callback.
+
+Each consumer takes them as one :class:`DeliveryOptions` (``options=``), beside the few
+arguments of its own broker (its connection, queue or stream, and its poll settings).
+
+.. seealso:: :doc:`/how-to/brokers` for what each broker does with each setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from ..backoff import Backoff
+from ..exc import InvalidArgument
+from ..validation import positive_int, shown
+from .keys import DEFAULT_MAX_KEYLESS, check_key_name, check_max_keyless
+from .process import DEFAULT_MAX_DELIVERIES, OnSettled
+
+__all__ = ["DeliveryOptions", "RetryDelay", "options_of"]
+
+#: ``delay(delivery count) -> seconds`` before a failed message comes back, such as
+#: :meth:`sa_inbox.backoff.Backoff.delay`.
+RetryDelay = Callable[[int], float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeliveryOptions:
+    """What a broker consumer does with each delivery, whatever the broker.
+
+    Example::
+
+        options = DeliveryOptions(max_deliveries=5, dead_letter="payments.dead")
+        Consumer(url, "payments", ..., options=options)
+
+    :param max_deliveries: deliveries allowed per message (the broker's own count), an int
+        >= 1, before it is dead-lettered; None: 5, or on SQS the queue's redrive policy's
+        ``maxReceiveCount``.
+    :param retry_delay: ``delay(delivery count) -> seconds`` a failed message waits before
+        it comes back, or a :class:`~sa_inbox.backoff.Backoff` (its ``delay``); None: the
+        broker's default. Only NATS (``nak`` with a delay) and SQS
+        (the message's visibility) can delay one message; the other consumers refuse it.
+    :param dead_letter: the dead-letter queue (RabbitMQ, SQS), stream (Redis), topic (Kafka)
+        or subject (NATS, required there); None: the broker's default (``<queue>.dead``,
+        ``<stream>:dead``, ``<topic>.dead``, the SQS queue's redrive policy).
+    :param key_source: the header (RabbitMQ, Kafka, NATS), entry field (Redis) or message
+        attribute (SQS) holding the producer's key, the message_id; None: the broker's
+        default (AMQP ``message_id``, ``message_id``, ``Nats-Msg-Id``).
+    :param max_keyless: keyless messages since the last keyed one after which the consumer
+        gives back those it holds and raises :class:`~sa_inbox.exc.MissingKeyHeader` (a
+        misspelled ``key_source``); None: each keyless message is dead-lettered at once
+        (see :mod:`sa_inbox.brokers.keys`).
+    :param on_settled: called with each :class:`~sa_inbox.brokers.Settlement`.
+    :raises InvalidArgument: when made, for a value of the wrong type or range.
+    """
+
+    max_deliveries: int | None = None
+    retry_delay: RetryDelay | Backoff | None = None
+    dead_letter: str | None = None
+    key_source: str | None = None
+    max_keyless: int | None = DEFAULT_MAX_KEYLESS
+    on_settled: OnSettled | None = None
+
+    def __post_init__(self) -> None:
+        entry = "DeliveryOptions()"
+        if self.max_deliveries is not None:
+            positive_int(self.max_deliveries, "max_deliveries", InvalidArgument)
+        if self.key_source is not None:
+            check_key_name(self.key_source, "key_source", entry=entry)
+        check_max_keyless(self.max_keyless, entry=entry)
+        if self.dead_letter is not None and (
+            not isinstance(self.dead_letter, str) or not self.dead_letter.strip()
+        ):
+            raise InvalidArgument(
+                f"{entry}: dead_letter must be a non-empty name or None, "
+                f"not {shown(self.dead_letter)}"
+            )
+        retry_delay = self.retry_delay
+        if isinstance(retry_delay, Backoff):
+            retry_delay = retry_delay.delay
+        for name, value in (("retry_delay", retry_delay), ("on_settled", self.on_settled)):
+            if value is not None and not callable(value):
+                raise InvalidArgument(
+                    f"{entry}: {name} must be a callable or None, not {shown(value)}"
+                )
+
+    def limit(self, default: int = DEFAULT_MAX_DELIVERIES) -> int:
+        """``max_deliveries``, or ``default`` when it is None."""
+        return default if self.max_deliveries is None else self.max_deliveries
+
+    def delay(self, default: RetryDelay) -> RetryDelay:
+        """``retry_delay`` (a Backoff's :meth:`~sa_inbox.backoff.Backoff.delay`), or
+        ``default`` when it is None."""
+        if self.retry_delay is None:
+            return default
+        return self.retry_delay.delay if isinstance(self.retry_delay, Backoff) else self.retry_delay
+
+    def key(self, default: str) -> str:
+        """``key_source``, or ``default`` when it is None."""
+        return default if self.key_source is None else self.key_source
+
+
+def options_of(
+    value: object, entry: str, *, refused: Iterable[tuple[str, str]] = ()
+) -> DeliveryOptions:
+    """``value`` if it is a :class:`DeliveryOptions` (None: the defaults) that sets none of
+    ``refused``.
+
+    :param entry: the consumer, for the messages (``"Consumer()"``).
+    :param refused: ``(setting, why)`` pairs the consumer cannot serve when set.
+    :raises InvalidArgument: for anything else, before any request or SQL.
+    """
+    if value is None:
+        return DeliveryOptions()
+    if not isinstance(value, DeliveryOptions):
+        raise InvalidArgument(
+            f"{entry}: options must be a sa_inbox.brokers.DeliveryOptions, not {shown(value)}"
+        )
+    for name, why in refused:
+        if getattr(value, name) is not None:
+            raise InvalidArgument(f"{entry}: options.{name} cannot be served: {why}")
+    return value

@@ -1,0 +1,171 @@
+"""The settings every broker consumer shares: refused when made if out of type or range, and
+refused by a consumer that cannot serve them, before any request or SQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from sa_inbox import ConfigurationError, Inbox
+from sa_inbox.backoff import Backoff
+from sa_inbox.brokers import DEFAULT_MAX_DELIVERIES, DeliveryOptions
+from sa_inbox.brokers.keys import DEFAULT_MAX_KEYLESS
+from sa_inbox.exc import InvalidArgument
+
+
+def test_the_defaults_leave_each_choice_to_the_broker() -> None:
+    options = DeliveryOptions()
+    assert (options.max_deliveries, options.dead_letter, options.key_source) == (None, None, None)
+    assert (options.retry_delay, options.on_settled) == (None, None)
+    assert options.max_keyless == DEFAULT_MAX_KEYLESS
+    assert options.limit() == DEFAULT_MAX_DELIVERIES and options.limit(7) == 7
+    assert options.key("message_id") == "message_id"
+    set_ = DeliveryOptions(max_deliveries=3, key_source="Idempotency-Key")
+    assert (set_.limit(7), set_.key("message_id")) == (3, "Idempotency-Key")
+
+
+def test_the_retry_delay_is_a_function_or_a_backoff() -> None:
+    backoff = Backoff(base=2.0, maximum=60.0)
+    assert DeliveryOptions(retry_delay=backoff).delay(lambda count: 0.0)(3) == 8.0
+    assert DeliveryOptions(retry_delay=lambda count: 5.0).delay(backoff.delay)(3) == 5.0
+    assert DeliveryOptions().delay(backoff.delay)(1) == 2.0
+
+
+def test_the_options_are_frozen_and_keyword_only() -> None:
+    options = DeliveryOptions(retry_delay=Backoff(base=1.0, maximum=60.0).delay)
+    with pytest.raises(AttributeError):
+        options.max_deliveries = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        DeliveryOptions(5)  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("wrong", "named"),
+    [
+        ({"max_deliveries": 0}, "max_deliveries"),
+        ({"max_deliveries": True}, "max_deliveries"),
+        ({"max_deliveries": "5"}, "max_deliveries"),
+        ({"key_source": ""}, "key_source"),
+        ({"key_source": " message_id"}, "key_source"),
+        ({"key_source": 7}, "key_source"),
+        ({"max_keyless": 0}, "max_keyless"),
+        ({"dead_letter": ""}, "dead_letter"),
+        ({"dead_letter": "  "}, "dead_letter"),
+        ({"dead_letter": b"q.dead"}, "dead_letter"),
+        ({"retry_delay": 5}, "retry_delay"),
+        ({"on_settled": "log"}, "on_settled"),
+    ],
+)
+def test_a_wrong_value_is_refused_when_made(wrong: dict[str, Any], named: str) -> None:
+    with pytest.raises(InvalidArgument, match=named) as info:
+        DeliveryOptions(**wrong)
+    assert isinstance(info.value, ConfigurationError)
+
+
+def _rabbitmq(options: Any) -> Any:
+    from sa_inbox.brokers.rabbitmq import Consumer
+
+    return Consumer(
+        "amqp://127.0.0.1:1/",
+        "payments",
+        session_factory=sa.orm.sessionmaker(),
+        inbox=Inbox(sa.MetaData()),
+        consumer_name="billing",
+        handler=lambda session, delivery: None,
+        options=options,
+    )
+
+
+def _redis(options: Any) -> Any:
+    import redis
+
+    from sa_inbox.brokers.redis import Consumer
+
+    return Consumer(
+        redis.Redis(port=1),
+        "payments",
+        group="billing",
+        session_factory=sa.orm.sessionmaker(),
+        inbox=Inbox(sa.MetaData()),
+        handler=lambda session, delivery: None,
+        options=options,
+    )
+
+
+def _kafka(options: Any) -> Any:
+    from sqlalchemy.ext.asyncio import async_sessionmaker
+
+    from sa_inbox.brokers.kafka import AsyncConsumer
+
+    return AsyncConsumer(
+        "payments",
+        bootstrap_servers="127.0.0.1:1",
+        group_id="billing",
+        session_factory=async_sessionmaker(),
+        inbox=Inbox(sa.MetaData()),
+        handler=lambda session, delivery: None,
+        options=options,
+    )
+
+
+def _nats(options: Any) -> Any:
+    from sqlalchemy.ext.asyncio import async_sessionmaker
+
+    from sa_inbox.brokers.nats import AsyncConsumer
+
+    return AsyncConsumer(
+        object(),  # type: ignore[arg-type]
+        "PAYMENTS",
+        "billing",
+        session_factory=async_sessionmaker(),
+        inbox=Inbox(sa.MetaData()),
+        handler=lambda session, delivery: None,
+        options=options,
+    )
+
+
+CONSUMERS = {"rabbitmq": _rabbitmq, "redis": _redis, "kafka": _kafka, "nats": _nats}
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq", "redis", "kafka"])
+def test_a_consumer_that_redelivers_at_once_refuses_a_retry_delay(broker: str) -> None:
+    options = DeliveryOptions(retry_delay=Backoff(base=1.0, maximum=60.0).delay)
+    with pytest.raises(InvalidArgument, match=r"options\.retry_delay cannot be served"):
+        CONSUMERS[broker](options)
+
+
+@pytest.mark.parametrize("broker", sorted(CONSUMERS))
+def test_a_consumer_refuses_options_that_are_no_delivery_options(broker: str) -> None:
+    with pytest.raises(InvalidArgument, match=r"options must be a sa_inbox\.brokers\.Delivery"):
+        CONSUMERS[broker]({"max_deliveries": 3})
+
+
+def test_the_nats_consumer_needs_a_dead_letter_subject() -> None:
+    with pytest.raises(InvalidArgument, match=r"options\.dead_letter must name"):
+        _nats(None)
+    with pytest.raises(InvalidArgument, match=r"options\.dead_letter must name"):
+        _nats(DeliveryOptions(max_deliveries=3))
+    consumer = _nats(DeliveryOptions(dead_letter="payments.dead", max_deliveries=3))
+    assert (consumer.dead_letter_subject, consumer.max_deliveries) == ("payments.dead", 3)
+
+
+def test_each_consumer_reads_its_settings_from_the_options() -> None:
+    settled: list[Any] = []
+    options = DeliveryOptions(
+        max_deliveries=3, dead_letter="dead", key_source="Payment-Id", on_settled=settled.append
+    )
+    rabbit = _rabbitmq(options)
+    assert (rabbit.dead_letter_queue, rabbit.key_header) == ("dead", "Payment-Id")
+    assert rabbit.process_options["max_deliveries"] == 3
+    assert rabbit.process_options["on_settled"] == settled.append
+    stream = _redis(options)
+    assert (stream.settings.dead_letter_stream, stream.settings.key_field) == ("dead", "Payment-Id")
+    assert stream.settings.max_deliveries == 3
+    kafka = _kafka(options)
+    assert (kafka.dead_letter_topic, kafka.key_header, kafka.max_deliveries) == (
+        "dead",
+        "Payment-Id",
+        3,
+    )
