@@ -98,12 +98,13 @@ def positive_seconds(value: object, name: str, error: type[InboxError]) -> float
     return float(value)
 
 
-def validate_key(value: object, field: str, max_length: int) -> str:
+def validate_key(value: object, field: str, max_length: int | None) -> str:
     """Return ``value`` unchanged if it is a valid ``message_id`` or ``consumer_name``.
 
     :param value: the candidate; must be a ``str``.
     :param field: the name used in the error message (``"message_id"``, ``"consumer_name"``).
-    :param max_length: the column length in characters.
+    :param max_length: the column length in characters; None where no column is known yet
+        (the claim checks the length).
     :raises InvalidMessageId: if ``value`` is ``None``, not a ``str`` (ints and bytes are
         not coerced), empty, has leading or trailing whitespace, contains NUL (PostgreSQL
         rejects NUL in text), is not encodable as UTF-8 (a lone surrogate), or is longer
@@ -124,7 +125,7 @@ def validate_key(value: object, field: str, max_length: int) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidMessageId(f"{field} {value!r} is not valid Unicode (lone surrogate)") from None
-    if len(value) > max_length:
+    if max_length is not None and len(value) > max_length:
         raise InvalidMessageId(
             f"{field} is {len(value)} characters long; the column holds {max_length}"
         )

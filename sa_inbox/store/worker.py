@@ -242,7 +242,7 @@ class Worker:
         if consumer_name is not None and not isinstance(consumer_name, str):
             raise InvalidArgument(f"consumer_name must be a str or None, not {consumer_name!r}")
         if consumer_name is not None:
-            validate_key(consumer_name, "consumer_name", len(consumer_name))
+            validate_key(consumer_name, "consumer_name", None)
         self.store = store
         self._store_lease = lease_of(store)
         self.handler = handler
