@@ -72,6 +72,7 @@ Celery keeps no other count).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -120,6 +121,8 @@ FORMER_KEYWORDS = {
     "retry_backoff": "retry_delay",
     "retry_backoff_max": "retry_delay",
 }
+#: The fields of :class:`~sa_inbox.brokers.DeliveryOptions`: refused in ``task_options``.
+OPTION_FIELDS = frozenset(field.name for field in dataclasses.fields(DeliveryOptions))
 #: Why a task refuses ``DeliveryOptions.dead_letter``: ``Reject(requeue=False)`` goes where
 #: the task's queue routes it (RabbitMQ, "Dead Letter Exchanges").
 NO_DEAD_LETTER = "a rejected task goes to its queue's own dead-letter exchange"
@@ -163,10 +166,10 @@ def inbox_task(
         ``reject_on_worker_lost`` off; for a session factory of the asyncio half or
         ``Session.begin`` (:class:`~sa_inbox.exc.InvalidSessionFactory`), an AsyncInbox
         (:class:`~sa_inbox.exc.SyncAsyncMismatch`), ``options`` that are not a
-        DeliveryOptions or set what a task cannot serve, a former keyword of this function
-        in ``task_options`` (:class:`~sa_inbox.exc.InvalidArgument`); when the body is
-        decorated, for a body without the ``key_source`` parameter (and no ``**kwargs``: a
-        misspelled key) or an ``async def`` one.
+        DeliveryOptions or set what a task cannot serve, a former keyword of this function or
+        a DeliveryOptions field in ``task_options`` (:class:`~sa_inbox.exc.InvalidArgument`);
+        when the body is decorated, for a body without the ``key_source`` parameter (and no
+        ``**kwargs``: a misspelled key) or an ``async def`` one.
 
     The registered task has ``task.check()``: the readiness check (the inbox table exists,
     the session factory makes Sessions, the engine is not autocommit; returns None or
@@ -185,11 +188,12 @@ def inbox_task(
                 "the commit or when the worker dies, and is lost"
             )
     entry = "inbox_task()"
-    former = sorted(FORMER_KEYWORDS.keys() & task_options.keys())
-    if former:
+    misplaced = sorted((FORMER_KEYWORDS.keys() | OPTION_FIELDS) & task_options.keys())
+    if misplaced:
+        fields = dict.fromkeys(FORMER_KEYWORDS.get(name, name) for name in misplaced)
         raise InvalidArgument(
-            f"{entry}: {', '.join(former)} moved to options=DeliveryOptions(...) "
-            f"({', '.join(FORMER_KEYWORDS[name] for name in former)})"
+            f"{entry}: {', '.join(misplaced)} belong in options=DeliveryOptions(...) "
+            f"({', '.join(fields)}), not in Celery's task options"
         )
     shared = options_of(options, entry, refused=[("dead_letter", NO_DEAD_LETTER)])
     if shared.max_keyless not in (None, DEFAULT_MAX_KEYLESS):
@@ -244,7 +248,7 @@ def _check_body(body: Callable[..., Any], key_kwarg: str) -> None:
         signature.bind_partial(None)  # the session, first
     except TypeError as exc:
         raise InvalidHandler(
-            f"inbox_task(): the task body {body.__qualname__}{signature} cannot take the "
+            f"inbox_task(): the task's function {body.__qualname__}{signature} cannot take the "
             f"session as its first argument ({exc})"
         ) from exc
     parameters = signature.parameters.values()
@@ -253,7 +257,7 @@ def _check_body(body: Callable[..., Any], key_kwarg: str) -> None:
     names = [p.name for p in parameters if p.kind is not p.POSITIONAL_ONLY]
     if key_kwarg not in names:
         raise InvalidArgument(
-            f"inbox_task(): the task body {body.__qualname__} takes no keyword argument "
+            f"inbox_task(): the task's function {body.__qualname__} takes no keyword argument "
             f"{key_kwarg!r} (options.key_source), only {', '.join(map(repr, names))}: every task "
             "would be rejected for a missing key; name the body's key parameter in "
             "options.key_source"

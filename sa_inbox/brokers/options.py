@@ -9,6 +9,7 @@ arguments of its own broker (its connection, queue or stream, and its poll setti
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -37,16 +38,20 @@ class DeliveryOptions:
     :param max_deliveries: deliveries allowed per message (the broker's own count), an int
         >= 1, before it is dead-lettered; None: 5, or on SQS the queue's redrive policy's
         ``maxReceiveCount``.
-    :param retry_delay: ``delay(delivery count) -> seconds`` a failed message waits before
-        it comes back, or a :class:`~sa_inbox.backoff.Backoff` (its ``delay``); None: the
-        broker's default. Only NATS (``nak`` with a delay) and SQS
-        (the message's visibility) can delay one message; the other consumers refuse it.
+    :param retry_delay: ``delay(delivery count) -> seconds`` (>= 0) a failed message waits
+        before it comes back, or a :class:`~sa_inbox.backoff.Backoff` (its ``delay``); None:
+        the broker's default. NATS (``nak`` with a delay), SQS (the message's visibility)
+        and Celery (the retry's ``countdown``) can delay one message; the other consumers
+        refuse it.
     :param dead_letter: the dead-letter queue (RabbitMQ, SQS), stream (Redis), topic (Kafka)
-        or subject (NATS, required there); None: the broker's default (``<queue>.dead``,
-        ``<stream>:dead``, ``<topic>.dead``, the SQS queue's redrive policy).
-    :param key_source: the header (RabbitMQ, Kafka, NATS), entry field (Redis) or message
-        attribute (SQS) holding the producer's key, the message_id; None: the broker's
-        default (AMQP ``message_id``, ``message_id``, ``Nats-Msg-Id``).
+        or subject (NATS, required there); None: the broker's default
+        (``<queue>.dead-letter``, ``<stream>:dead``, ``<topic>.dead``, the SQS queue's
+        redrive policy).
+    :param key_source: the header (RabbitMQ, Kafka, NATS, FastStream), entry field (Redis),
+        message attribute (SQS) or keyword argument (Celery) holding the producer's key, the
+        message_id; None: the broker's default (RabbitMQ: the AMQP ``message_id`` property;
+        Kafka, Redis, SQS: ``message_id``; NATS: ``Nats-Msg-Id``; FastStream:
+        ``idempotency-key``; Celery: ``idempotency_key``).
     :param max_keyless: keyless messages since the last keyed one after which the consumer
         gives back those it holds and raises :class:`~sa_inbox.exc.MissingKeyHeader` (a
         misspelled ``key_source``); None: each keyless message is dead-lettered at once
@@ -65,25 +70,19 @@ class DeliveryOptions:
     def __post_init__(self) -> None:
         entry = "DeliveryOptions()"
         if self.max_deliveries is not None:
-            positive_int(self.max_deliveries, "max_deliveries", InvalidArgument)
+            positive_int(self.max_deliveries, f"{entry}: max_deliveries", InvalidArgument)
         if self.key_source is not None:
             check_key_name(self.key_source, "key_source", entry=entry)
-        check_max_keyless(self.max_keyless, entry=entry)
-        if self.dead_letter is not None and (
-            not isinstance(self.dead_letter, str) or not self.dead_letter.strip()
-        ):
+        dead = self.dead_letter
+        if dead is not None and (not isinstance(dead, str) or not dead or dead != dead.strip()):
             raise InvalidArgument(
-                f"{entry}: dead_letter must be a non-empty name or None, "
-                f"not {shown(self.dead_letter)}"
+                f"{entry}: dead_letter must be a non-empty name without surrounding spaces, "
+                f"or None, not {shown(dead)}"
             )
-        retry_delay = self.retry_delay
-        if isinstance(retry_delay, Backoff):
-            retry_delay = retry_delay.delay
-        for name, value in (("retry_delay", retry_delay), ("on_settled", self.on_settled)):
-            if value is not None and not callable(value):
-                raise InvalidArgument(
-                    f"{entry}: {name} must be a callable or None, not {shown(value)}"
-                )
+        check_max_keyless(self.max_keyless, entry=entry)
+        if not isinstance(self.retry_delay, Backoff):
+            _check_function(self.retry_delay, "retry_delay", entry)
+        _check_function(self.on_settled, "on_settled", entry)
 
     def limit(self, default: int = DEFAULT_MAX_DELIVERIES) -> int:
         """``max_deliveries``, or ``default`` when it is None."""
@@ -99,6 +98,28 @@ class DeliveryOptions:
     def key(self, default: str) -> str:
         """``key_source``, or ``default`` when it is None."""
         return default if self.key_source is None else self.key_source
+
+
+def _check_function(value: object, name: str, entry: str) -> None:
+    """Refuse ``value`` unless it is None or a function taking one positional argument (a
+    class is refused: calling it makes an object, not seconds or a report).
+
+    :raises InvalidArgument: otherwise.
+    """
+    if value is None:
+        return
+    takes_one = callable(value) and not isinstance(value, type)
+    if callable(value) and takes_one:
+        try:
+            inspect.signature(value).bind(None)
+        except TypeError:
+            takes_one = False
+        except ValueError:  # a builtin without a signature: taken as it is
+            pass
+    if not takes_one:
+        raise InvalidArgument(
+            f"{entry}: {name} must be a function of one argument or None, not {shown(value)}"
+        )
 
 
 def options_of(

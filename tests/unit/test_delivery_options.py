@@ -55,11 +55,15 @@ def test_the_options_are_frozen_and_keyword_only() -> None:
         ({"dead_letter": "  "}, "dead_letter"),
         ({"dead_letter": b"q.dead"}, "dead_letter"),
         ({"retry_delay": 5}, "retry_delay"),
+        ({"retry_delay": Backoff}, "retry_delay"),
+        ({"retry_delay": lambda: 1.0}, "retry_delay"),
+        ({"retry_delay": lambda count, more: 1.0}, "retry_delay"),
+        ({"dead_letter": " q.dead"}, "dead_letter"),
         ({"on_settled": "log"}, "on_settled"),
     ],
 )
 def test_a_wrong_value_is_refused_when_made(wrong: dict[str, Any], named: str) -> None:
-    with pytest.raises(InvalidArgument, match=named) as info:
+    with pytest.raises(InvalidArgument, match=rf"DeliveryOptions\(\): {named}") as info:
         DeliveryOptions(**wrong)
     assert isinstance(info.value, ConfigurationError)
 

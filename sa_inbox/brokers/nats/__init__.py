@@ -17,7 +17,7 @@ Consumer side::
     consumer = AsyncConsumer(
         js, "PAYMENTS", "billing",
         session_factory=async_sessionmaker(engine), inbox=inbox, handler=apply,
-        dead_letter_subject="payments.dead",
+        options=DeliveryOptions(dead_letter="payments.dead"),
     )
     await consumer.run()  # until consumer.stop()
 

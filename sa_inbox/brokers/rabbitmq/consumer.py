@@ -53,7 +53,7 @@ class QueueConsumer:
     :param keyless_wait: seconds without a delivery after which held keyless deliveries are
         dead-lettered (the run counts on).
     :param options: the shared settings; ``key_source`` is a header (None: the AMQP
-        ``message_id`` property), ``dead_letter`` a queue (None: ``<queue>.dead``).
+        ``message_id`` property), ``dead_letter`` a queue (None: ``<queue>.dead-letter``).
     :param asynchronous: True for the aio-pika consumer.
     :param process: ``session_factory``, ``inbox``, ``consumer_name`` and ``handler`` for
         ``process()``.

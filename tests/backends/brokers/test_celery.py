@@ -176,13 +176,14 @@ def test_decorator_refuses_to_turn_late_acks_off(option: str) -> None:
 @pytest.mark.parametrize(
     ("keywords", "error"),
     [
-        ({"retry_backoff": 2.0}, "retry_backoff moved to options"),
-        ({"key_kwarg": "key", "max_deliveries": 3}, "key_kwarg, max_deliveries moved to options"),
+        ({"retry_backoff": 2.0}, r"retry_backoff belong in options=.*\(retry_delay\)"),
+        ({"key_kwarg": "key", "max_deliveries": 3}, "key_kwarg, max_deliveries belong in"),
+        ({"key_source": "key", "dead_letter": "q.dead"}, "dead_letter, key_source belong in"),
         ({"options": DeliveryOptions(dead_letter="q.dead")}, "options.dead_letter cannot be"),
         ({"options": DeliveryOptions(max_keyless=2)}, "options.max_keyless cannot be"),
         ({"options": {"max_deliveries": 3}}, r"options must be a sa_inbox\.brokers\.Delivery"),
     ],
-    ids=["former keyword", "former keywords", "dead letter", "max_keyless", "a dict"],
+    ids=["former keyword", "former keywords", "fields", "dead letter", "max_keyless", "a dict"],
 )
 def test_inbox_task_refuses_what_a_task_cannot_serve(keywords: dict[str, Any], error: str) -> None:
     """A former keyword would reach ``app.task`` silently; a setting a task cannot serve
@@ -208,7 +209,7 @@ def test_inbox_task_refuses_what_a_task_cannot_serve(keywords: dict[str, Any], e
 def test_the_retry_delay_must_be_a_function(value: object) -> None:
     from sa_inbox.exc import InvalidArgument
 
-    with pytest.raises(InvalidArgument, match="retry_delay must be a callable"):
+    with pytest.raises(InvalidArgument, match="retry_delay must be a function of one argument"):
         DeliveryOptions(retry_delay=value)  # type: ignore[arg-type]
 
 
