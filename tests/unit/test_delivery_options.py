@@ -130,10 +130,52 @@ def _nats(options: Any) -> Any:
     )
 
 
-CONSUMERS = {"rabbitmq": _rabbitmq, "redis": _redis, "kafka": _kafka, "nats": _nats}
+def _sqs(options: Any) -> Any:
+    import boto3
+
+    from sa_inbox.brokers.sqs import Consumer
+
+    client = boto3.client(
+        "sqs",
+        region_name="us-east-1",
+        endpoint_url="http://127.0.0.1:1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+    )
+    return Consumer(
+        client,
+        "payments",
+        session_factory=sa.orm.sessionmaker(),
+        inbox=Inbox(sa.MetaData()),
+        handler=lambda session, delivery: None,
+        options=options,
+    )
 
 
-@pytest.mark.parametrize("broker", ["rabbitmq", "redis", "kafka"])
+def _faststream(options: Any) -> Any:
+    from sqlalchemy.ext.asyncio import async_sessionmaker
+
+    from sa_inbox.brokers.faststream import InboxMiddleware
+
+    return InboxMiddleware(
+        session_factory=async_sessionmaker(),
+        inbox=Inbox(sa.MetaData()),
+        consumer_name="billing",
+        options=options,
+    )
+
+
+CONSUMERS = {
+    "rabbitmq": _rabbitmq,
+    "redis": _redis,
+    "kafka": _kafka,
+    "nats": _nats,
+    "sqs": _sqs,
+    "faststream": _faststream,
+}
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq", "redis", "kafka", "faststream"])
 def test_a_consumer_that_redelivers_at_once_refuses_a_retry_delay(broker: str) -> None:
     options = DeliveryOptions(retry_delay=Backoff(base=1.0, maximum=60.0).delay)
     with pytest.raises(InvalidArgument, match=r"options\.retry_delay cannot be served"):
@@ -173,3 +215,13 @@ def test_each_consumer_reads_its_settings_from_the_options() -> None:
         "Payment-Id",
         3,
     )
+    delay = DeliveryOptions(retry_delay=Backoff(base=2.0, maximum=60.0), dead_letter="dead")
+    queue = _sqs(delay).settings
+    assert (queue.dead_letter_queue, queue.key_attribute, queue.retry_delay(2)) == (
+        "dead",
+        "message_id",
+        4.0,
+    )
+    middleware = _faststream(DeliveryOptions(key_source="Payment-Id", max_deliveries=3))
+    assert middleware.config.key_header == "Payment-Id"
+    assert middleware.config.process.max_deliveries == 3
