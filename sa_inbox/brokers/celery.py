@@ -190,10 +190,13 @@ def inbox_task(
     entry = "inbox_task()"
     misplaced = sorted((FORMER_KEYWORDS.keys() | OPTION_FIELDS) & task_options.keys())
     if misplaced:
-        fields = dict.fromkeys(FORMER_KEYWORDS.get(name, name) for name in misplaced)
+        fields = dict.fromkeys(f"{FORMER_KEYWORDS.get(name, name)}=..." for name in misplaced)
+        verb = (
+            "is not a Celery task option" if len(misplaced) == 1 else "are not Celery task options"
+        )
         raise InvalidArgument(
-            f"{entry}: {', '.join(misplaced)} belong in options=DeliveryOptions(...) "
-            f"({', '.join(fields)}), not in Celery's task options"
+            f"{entry}: {', '.join(misplaced)} {verb}: pass "
+            f"options=DeliveryOptions({', '.join(fields)})"
         )
     shared = options_of(options, entry, refused=[("dead_letter", NO_DEAD_LETTER)])
     if shared.max_keyless not in (None, DEFAULT_MAX_KEYLESS):

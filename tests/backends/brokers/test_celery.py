@@ -176,9 +176,12 @@ def test_decorator_refuses_to_turn_late_acks_off(option: str) -> None:
 @pytest.mark.parametrize(
     ("keywords", "error"),
     [
-        ({"retry_backoff": 2.0}, r"retry_backoff belong in options=.*\(retry_delay\)"),
-        ({"key_kwarg": "key", "max_deliveries": 3}, "key_kwarg, max_deliveries belong in"),
-        ({"key_source": "key", "dead_letter": "q.dead"}, "dead_letter, key_source belong in"),
+        (
+            {"retry_backoff": 2.0},
+            r"retry_backoff is not a Celery task option: .*DeliveryOptions\(retry_delay=\.\.\.\)",
+        ),
+        ({"key_kwarg": "key", "max_deliveries": 3}, "key_kwarg, max_deliveries are not"),
+        ({"key_source": "key", "dead_letter": "q.dead"}, "dead_letter, key_source are not"),
         ({"options": DeliveryOptions(dead_letter="q.dead")}, "options.dead_letter cannot be"),
         ({"options": DeliveryOptions(max_keyless=2)}, "options.max_keyless cannot be"),
         ({"options": {"max_deliveries": 3}}, r"options must be a sa_inbox\.brokers\.Delivery"),
