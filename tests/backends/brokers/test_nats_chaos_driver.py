@@ -5,18 +5,17 @@ driver swaps in the async driver)."""
 from __future__ import annotations
 
 import os
-import threading
 import uuid
 from decimal import Decimal
 
 import pytest
-from sqlalchemy.orm import Session
 
-from sa_inbox.brokers import Delivery, Disposition, Settlement
+from sa_inbox.brokers import Disposition
 from sa_inbox.chaos.drivers import driver_for
 from sa_inbox.chaos.drivers.nats import Driver
+from tests.backends.brokers.chaos_support import consume_until
 from tests.conftest import broker_url
-from tests.support.app import CONSUMER, App
+from tests.support.app import App
 
 pytestmark = pytest.mark.backend
 
@@ -25,42 +24,6 @@ pytestmark = pytest.mark.backend
 def run_name() -> str:
     prefix = os.environ.get("SA_INBOX_TEST_NATS_PREFIX")
     return f"{prefix}_chaos_{uuid.uuid4().hex[:8]}" if prefix else f"chaos_{uuid.uuid4().hex[:8]}"
-
-
-def consume_until(driver: Driver, name: str, app: App, settlements: int) -> list[Settlement]:
-    """Runs the driver's consume in a thread until ``settlements`` messages are settled."""
-    seen: list[Settlement] = []
-    stop = threading.Event()
-
-    def on_settled(settlement: Settlement) -> None:
-        seen.append(settlement)
-        if len(seen) >= settlements:
-            stop.set()
-
-    def handler(session: Session, delivery: Delivery) -> None:
-        if delivery.body == b"boom":
-            raise ValueError("poison")
-        app.apply_payment(session, delivery.message_id or "", 1, Decimal(delivery.body.decode()))
-
-    thread = threading.Thread(
-        target=driver.consume,
-        args=(name,),
-        kwargs={
-            "session_factory": app.Session,
-            "inbox": app.inbox,
-            "consumer_name": CONSUMER,
-            "handler": handler,
-            "max_deliveries": 2,
-            "on_settled": on_settled,
-            "stop": stop,
-        },
-    )
-    thread.start()
-    thread.join(timeout=30)
-    stop.set()
-    thread.join(timeout=5)
-    assert not thread.is_alive()
-    return seen
 
 
 @pytest.mark.parametrize("key_header", ["Nats-Msg-Id", "Idempotency-Key"])

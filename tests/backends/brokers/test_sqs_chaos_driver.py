@@ -9,55 +9,19 @@ import uuid
 from decimal import Decimal
 
 import pytest
-from sqlalchemy.orm import Session
 
-from sa_inbox.brokers import Delivery, Disposition, Settlement
+from sa_inbox.brokers import Disposition
 from sa_inbox.chaos.drivers import driver_for
 from sa_inbox.chaos.drivers.sqs import BACKLOG_EVERY, MAX_BACKLOG, VISIBILITY_TIMEOUT, Driver
+from tests.backends.brokers.chaos_support import consume_until
 from tests.conftest import broker_url
-from tests.support.app import CONSUMER, App
+from tests.support.app import App
 
 pytestmark = pytest.mark.backend
 
 #: Seconds the consume may take: the poison's deliveries each wait at most a receive's long
 #: poll, a few receives in all, on a loaded machine.
 CONSUME_BOUND = 30 + 3 * VISIBILITY_TIMEOUT
-
-
-def consume_until(driver: Driver, name: str, app: App, settlements: int) -> list[Settlement]:
-    """Run the driver's consume in a thread until ``settlements`` messages are settled."""
-    seen: list[Settlement] = []
-    stop = threading.Event()
-
-    def on_settled(settlement: Settlement) -> None:
-        seen.append(settlement)
-        if len(seen) >= settlements:
-            stop.set()
-
-    def handler(session: Session, delivery: Delivery) -> None:
-        if delivery.body == b"boom":
-            raise ValueError("poison")
-        app.apply_payment(session, delivery.message_id or "", 1, Decimal(delivery.body.decode()))
-
-    thread = threading.Thread(
-        target=driver.consume,
-        args=(name,),
-        kwargs={
-            "session_factory": app.Session,
-            "inbox": app.inbox,
-            "consumer_name": CONSUMER,
-            "handler": handler,
-            "max_deliveries": 2,
-            "on_settled": on_settled,
-            "stop": stop,
-        },
-    )
-    thread.start()
-    thread.join(timeout=CONSUME_BOUND)
-    stop.set()
-    thread.join(timeout=10)
-    assert not thread.is_alive()
-    return seen
 
 
 def test_the_chaos_driver_runs_the_payments_once_and_counts_what_is_left(
@@ -71,7 +35,8 @@ def test_the_chaos_driver_runs_the_payments_once_and_counts_what_is_left(
         sends = [(f"p-{i}", b"1.00") for i in range(5)] + [("p-0", b"1.00"), ("bad", b"boom")]
         driver.publish(name, sends)
         assert driver.unsettled(name) == 7  # SQS keeps both copies of p-0
-        seen = consume_until(driver, name, app, settlements=8)  # bad: retry, dead letter
+        # bad: retry, then dead letter
+        seen = consume_until(driver, name, app, settlements=8, seconds=CONSUME_BOUND)
         assert [s.disposition for s in seen].count(Disposition.PROCESSED) == 5
         assert [s.disposition for s in seen].count(Disposition.DUPLICATE) == 1
         assert driver.unsettled(name) == 0

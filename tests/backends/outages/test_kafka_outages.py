@@ -30,7 +30,7 @@ from tests.backends.brokers.kafka_support import (
     publish,
 )
 from tests.backends.brokers.payments import pay
-from tests.backends.brokers.test_kafka import Collected, sync_consumer
+from tests.backends.brokers.test_kafka import Collected, run_sync_until, sync_consumer
 from tests.support.app import App
 from tests.support.servers import OwnServers, own_servers, servers_sh
 
@@ -67,29 +67,6 @@ def restart_later(servers: OwnServers, name: str) -> threading.Thread:
     return thread
 
 
-def run_until(consumer: Any, done: Any, seconds: float = SETTLE_S) -> None:
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            consumer.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + seconds
-    try:
-        while not done() and not errors:
-            assert time.monotonic() < deadline, "not settled in time"
-            time.sleep(0.1)
-    finally:
-        consumer.stop()
-        thread.join(60)
-    if errors:
-        raise errors[0]
-
-
 def test_a_database_outage_mid_poll_costs_no_attempt(
     kafka_servers: OwnServers, pg_app: App, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -116,7 +93,7 @@ def test_a_database_outage_mid_poll_costs_no_attempt(
     seen = Collected()
     consumer = sync_consumer(servers, topic, pg_app, handler=handler, on_settled=seen)
     with caplog.at_level(logging.INFO, logger="sa_inbox.outage"):
-        run_until(consumer, lambda: seen.final() >= 10)
+        run_sync_until(consumer, lambda: seen.final() >= 10, SETTLE_S)
     for thread in restarts:
         thread.join(60)
     assert killed.is_set()
