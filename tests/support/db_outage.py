@@ -458,8 +458,9 @@ class RedisLane(Lane):
         from sa_inbox.brokers.redis import Consumer as RedisConsumer
 
         engine = sa.create_engine(self.urls.sync_db)
+        client = redis.Redis.from_url(self.urls.redis)
         self.consumer = RedisConsumer(
-            redis.Redis.from_url(self.urls.redis),
+            client,
             self.token,
             group=self.consumer_name,
             session_factory=sessionmaker(engine),
@@ -472,6 +473,7 @@ class RedisLane(Lane):
         try:
             self.consumer.run()
         finally:
+            client.close()
             engine.dispose()
 
     def publish(self, message_id: str) -> None:
@@ -481,8 +483,10 @@ class RedisLane(Lane):
         self.consumer.stop()
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.producer.delete(self.token, f"{self.token}:dead")
+        try:
+            with contextlib.suppress(Exception):
+                self.producer.delete(self.token, f"{self.token}:dead")
+        finally:
             self.producer.close()
 
 
