@@ -310,6 +310,9 @@ class ConsumerCore(abc.ABC, Generic[SessionT]):
         )
         self.assignment = Assignment()
         self._keyless = _Keyless(shared.max_keyless)
+        #: The records dead-lettered unread behind a record to retry: their partition is
+        #: sought back before them, so they are fetched again, and not published twice.
+        self._dead_lettered: set[tuple[Position, int]] = set()
         self.config, self.producer_config = self._client_configs(
             bootstrap_servers, dict(config or {}), dict(producer_config or {})
         )
@@ -353,6 +356,7 @@ class ConsumerCore(abc.ABC, Generic[SessionT]):
         flushed: list[Record] = []
         keyed: list[Record] = []
         settled: list[Settlement] = []
+        unread: list[Record] = []  # dead-lettered without a transaction
         for record in records:
             delivery = record.delivery
             if streak.limit is not None and delivery.message_id is None:
@@ -369,7 +373,8 @@ class ConsumerCore(abc.ABC, Generic[SessionT]):
             if rejected is None:
                 keyed.append(record)
             else:
-                settled.append(self._dead_letter_now(record, rejected, runner))
+                unread.append(record)
+                settled += self._dead_letter_now(record, rejected, runner)
         if not records and streak.held:
             flushed, streak.held = streak.held, []
         for record in flushed:
@@ -377,7 +382,8 @@ class ConsumerCore(abc.ABC, Generic[SessionT]):
                 record.delivery, self.inbox, self.consumer_name, self.max_deliveries
             )
             assert rejected is not None  # keyless
-            settled.append(self._dead_letter_now(record, rejected, runner))
+            unread.append(record)
+            settled += self._dead_letter_now(record, rejected, runner)
         everything = [*flushed, *records]
         held = streak.first_held()
         result = runner.run(keyed, everything, held)
@@ -386,6 +392,11 @@ class ConsumerCore(abc.ABC, Generic[SessionT]):
             _log_settled(settlement, self.on_settled)
         commit = next_offsets(everything, result.retried, held)
         seek = {r.position: r.offset for r in reversed(result.retried)}
+        self._dead_lettered.update(
+            (r.position, r.offset)
+            for r in unread
+            if r.position in seek and r.offset > seek[r.position]
+        )
         return Settled(settled, commit, seek)
 
     def _give_back(self) -> None:
@@ -401,11 +412,16 @@ class ConsumerCore(abc.ABC, Generic[SessionT]):
 
     def _dead_letter_now(
         self, record: Record, settlement: Settlement, runner: PollRunner
-    ) -> Settlement:
-        """Publish ``record``'s dead letter (rule 1: no valid key), awaiting the broker."""
+    ) -> list[Settlement]:
+        """Publish ``record``'s dead letter (rule 1: no valid key), awaiting the broker;
+        nothing for a record fetched again behind a retry, whose dead letter was published
+        (and reported) when it was first fetched."""
+        if (record.position, record.offset) in self._dead_lettered:
+            self._dead_lettered.discard((record.position, record.offset))
+            return []
         assert settlement.reason is not None
         runner.dead_letter(record, settlement.reason, _detail(settlement))
-        return settlement
+        return [settlement]
 
     # -- the records' owners -----------------------------------------------------------
 
@@ -414,6 +430,7 @@ class ConsumerCore(abc.ABC, Generic[SessionT]):
         owner fetches them again); offsets fetched before are no longer committed."""
         positions = set(positions)
         self._keyless.drop(positions)
+        self._dead_lettered = {d for d in self._dead_lettered if d[0] not in positions}
         self.assignment.revoked(positions)
 
     def assigned(

@@ -239,6 +239,29 @@ def test_poison_goes_to_the_dead_letter_topic_without_stopping_its_partition(
     assert committed(servers, f"group-{topic}", topic, 1) == {0: 4}
 
 
+def test_a_keyless_record_behind_a_retry_is_dead_lettered_once(servers: str, sync_app: App) -> None:
+    """The partition is sought back to the record to retry, so the keyless record behind it
+    is fetched again: its dead letter is published, and reported, once."""
+    topic = create_topic(servers, partitions=1)
+    publish(servers, topic, [("poison", "1.00"), (None, "2.00"), ("b", "3.00")])
+    seen = Collected()
+    consumer = sync_consumer(
+        servers, topic, sync_app, handler=pay(sync_app, poison="poison"), on_settled=seen,
+        max_deliveries=3,
+    )  # fmt: skip
+    run_sync_until(consumer, lambda: seen.final() >= 3 and committed_past(servers, topic, 3))
+    keyless = [s for s in seen.items if s.delivery.message_id is None]
+    assert [(s.disposition, s.reason) for s in keyless] == [
+        (Disposition.DEAD_LETTERED, DeadLetterReason.MISSING_MESSAGE_ID)
+    ]
+    dead = dead_letters(servers, topic, 3, seconds=5)
+    assert sorted(d["sa-inbox-dead-letter-reason"] for d in dead) == [
+        "delivery_limit",
+        "missing_message_id",
+    ]
+    assert ledger(sync_app) == ["b"], "applied once, a duplicate when fetched again"
+
+
 def test_a_dead_letter_republished_after_the_fix_is_processed(servers: str, sync_app: App) -> None:
     """A replay: the dead-lettered record published again (the same id) once its handler is
     fixed starts at delivery 1, and is applied once."""
