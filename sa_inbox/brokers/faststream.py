@@ -494,7 +494,8 @@ def _kafka_side(
         if topic is not None:
             raise InvalidArgument(
                 "InboxMiddleware(): options.dead_letter is for kafka=True (a KafkaBroker) "
-                "only; RabbitMQ and Redis subscribers dead-letter by dead_letter_suffix"
+                "only: a RabbitMQ queue dead-letters through its own dead-letter exchange, a "
+                "Redis stream to its name plus dead_letter_suffix"
             )
         return None
     from .kafka.faststream import KafkaSide

@@ -35,9 +35,9 @@ class DeliveryOptions:
         options = DeliveryOptions(max_deliveries=5, dead_letter="payments.dead")
         Consumer(url, "payments", ..., options=options)
 
-    :param max_deliveries: deliveries allowed per message (the broker's own count), an int
-        >= 1, before it is dead-lettered; None: 5, or on SQS the queue's redrive policy's
-        ``maxReceiveCount``.
+    :param max_deliveries: deliveries allowed per message (the broker's count; on Kafka the
+        failed attempts counted in the database), an int >= 1, before it is dead-lettered;
+        None: 5, or on SQS the queue's redrive policy's ``maxReceiveCount``.
     :param retry_delay: ``delay(delivery count) -> seconds`` (>= 0) a failed message waits
         before it comes back, or a :class:`~sa_inbox.backoff.Backoff` (its ``delay``); None:
         the broker's default. NATS (``nak`` with a delay), SQS (the message's visibility)
