@@ -16,6 +16,7 @@ deleted); 3 the command could not run (database error).
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import re
@@ -78,7 +79,7 @@ DURATION = Duration()
 
 
 #: ``--max-redelivery``, ``--max-replay`` and ``--margin``: the retention policy.
-_policy_options = options(
+_policy_settings = options(
     click.option(
         "--max-redelivery",
         type=DURATION,
@@ -94,6 +95,31 @@ _policy_options = options(
     ),
     setting("--margin", "1h", DURATION, "Safety margin on top (clock skew, consumer lag)."),
 )
+
+
+def _policy_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The retention policy's options, handed to ``command`` as one ``policy``
+    (:class:`~sa_inbox.retention.RetentionPolicy`); a policy it refuses is a usage error."""
+
+    @functools.wraps(command)
+    def with_policy(
+        *,
+        max_redelivery: datetime.timedelta,
+        max_replay: datetime.timedelta,
+        margin: datetime.timedelta,
+        **arguments: Any,
+    ) -> None:
+        from ..exc import InboxError
+        from ..retention import RetentionPolicy
+
+        try:
+            policy = RetentionPolicy(max_redelivery, max_replay=max_replay, margin=margin)
+        except InboxError as exc:
+            raise click.UsageError(str(exc)) from exc
+        command(policy=policy, **arguments)
+
+    return _policy_settings(with_policy)
+
 
 #: ``--url``, ``--table`` and ``--schema``: the table a command works on.
 _target_options = options(
@@ -152,9 +178,7 @@ def purge_command(
     url: str,
     table: str | None,
     schema: str | None,
-    max_redelivery: datetime.timedelta,
-    max_replay: datetime.timedelta,
-    margin: datetime.timedelta,
+    policy: RetentionPolicy,
     older_than: datetime.timedelta | None,
     store: bool,
     dead_older_than: datetime.timedelta | None,
@@ -170,18 +194,15 @@ def purge_command(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from .. import retention
-    from ..exc import InboxError, RetentionWindowTooShort
+    from ..exc import InboxError
 
     if dead_older_than is not None and not store:
         raise click.UsageError("--dead-older-than needs --store")
     try:
-        policy = retention.RetentionPolicy(max_redelivery, max_replay=max_replay, margin=margin)
         window = retention.resolve_window(older_than or policy, policy)
         dead_window = None
         if dead_older_than is not None:
             dead_window = retention.resolve_window(dead_older_than, policy)
-    except RetentionWindowTooShort as exc:
-        raise click.UsageError(str(exc)) from exc
     except InboxError as exc:
         raise click.UsageError(str(exc)) from exc
 
@@ -349,9 +370,7 @@ def maintain_command(
     url: str,
     table: str | None,
     schema: str | None,
-    max_redelivery: datetime.timedelta,
-    max_replay: datetime.timedelta,
-    margin: datetime.timedelta,
+    policy: RetentionPolicy,
     interval: datetime.timedelta,
     ahead: datetime.timedelta,
 ) -> None:
@@ -360,14 +379,8 @@ def maintain_command(
     Refuses (exit 2, nothing changed) a table partitioned by arrival time.
     """
 
-    from ..exc import InboxError, UnsafePartitionKey
-    from ..retention import RetentionPolicy
+    from ..exc import UnsafePartitionKey
     from ..retention.partitions import maintain_partitions
-
-    try:
-        policy = RetentionPolicy(max_redelivery, max_replay=max_replay, margin=margin)
-    except InboxError as exc:
-        raise click.UsageError(str(exc)) from exc
 
     def maintain(engine: sa.Engine) -> MaintenanceResult:
         parent = _partitioned_table(engine, table, schema)
