@@ -50,6 +50,7 @@ from sqlalchemy.exc import DBAPIError
 from .backoff import Backoff
 from .dialects import classifier_for
 from .hooks import NOOP, InboxHooks, as_hooks
+from .steps import drive, drive_async
 
 __all__ = [
     "DEFAULT_OUTAGE_BACKOFF",
@@ -309,39 +310,31 @@ class OutageGate:
         :param probe: raises while the database cannot be reached (:func:`probe_sessions`).
         :returns: the :class:`Verdict`.
         """
-        steps = self.steps(error, self.clock())
-        reply: Any = None
-        while True:
-            try:
-                step = steps.send(reply)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+
+        def run(step: Step) -> object:
             if isinstance(step, _Probe):
-                reply = _probe(probe)
-            elif isinstance(step, _Wait):
-                reply = (self.sleep or _sleep)(step.seconds)
-            else:
-                _keep_alive(self.keep_alive)
-                reply = None
+                return _probe(probe)
+            if isinstance(step, _Wait):
+                return (self.sleep or _sleep)(step.seconds)
+            _keep_alive(self.keep_alive)
+            return None
+
+        return drive(self.steps(error, self.clock()), run, ())
 
     async def wait_async(
         self, error: BaseException, probe: Callable[[], Awaitable[object]]
     ) -> Verdict:
         """:meth:`wait` on the event loop, with an ``async`` probe and sleep."""
-        steps = self.steps(error, self.clock())
-        reply: Any = None
-        while True:
-            try:
-                step = steps.send(reply)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
+
+        async def run(step: Step) -> object:
             if isinstance(step, _Probe):
-                reply = await _probe_async(probe)
-            elif isinstance(step, _Wait):
-                reply = await (self.sleep or _sleep_async)(step.seconds)
-            else:
-                await _keep_alive_async(self.keep_alive)
-                reply = None
+                return await _probe_async(probe)
+            if isinstance(step, _Wait):
+                return await (self.sleep or _sleep_async)(step.seconds)
+            await _keep_alive_async(self.keep_alive)
+            return None
+
+        return await drive_async(self.steps(error, self.clock()), run, ())
 
 
 def _sleep(seconds: float) -> bool:

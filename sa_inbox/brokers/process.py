@@ -54,10 +54,10 @@ from ..outage import (
     probe_sessions_async,
 )
 from ..runner import Outcome, Result, handle
+from ..steps import drive, drive_async
 from ..validation import positive_int
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement, Settler
 from .startup import check_consumer
-from .steps import drive, drive_async
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession

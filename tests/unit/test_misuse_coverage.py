@@ -53,7 +53,7 @@ INTERNAL: dict[str, str] = {
     "sa_inbox.brokers.keys": "the key header's rules, run by each adapter",
     "sa_inbox.brokers.reconnect": "the reconnect loop of each adapter",
     "sa_inbox.brokers.startup": "each adapter's checks when made and at start",
-    "sa_inbox.brokers.steps": "the adapters' step driver, run on their own clients",
+    "sa_inbox.steps": "the step driver the adapters and the outage gate run on their own clients",
     "sa_inbox.brokers.rabbitmq.": "exported by sa_inbox.brokers.rabbitmq",
     "sa_inbox.brokers.redis.": "exported by sa_inbox.brokers.redis",
     "sa_inbox.brokers.nats.": "exported by sa_inbox.brokers.nats",

@@ -11,8 +11,8 @@ import redis
 import redis.asyncio
 from redis.exceptions import ResponseError
 
+from ... import steps
 from ...exc import DatabaseUnavailable, MissingKeyHeader
-from .. import steps
 from ..delivery import Delivery, Settlement
 from ..keys import flush_async, give_back_async, offer_async
 from ..process import process_async

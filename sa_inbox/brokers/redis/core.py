@@ -45,12 +45,12 @@ from typing import Any, Generic, TypeVar
 import redis.exceptions
 from redis.exceptions import ResponseError
 
+from ... import steps
 from ...claim import Inbox
 from ...exc import InvalidArgument
 from ...exc import InvalidStreamSettings as InvalidStreamSettings
 from ...outage import OutageGate
 from ...validation import positive_int, positive_seconds
-from .. import steps
 from ..delivery import DeadLetterReason, Delivery
 from ..keys import KeylessStreak, read_key
 from ..options import DeliveryOptions, options_of

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ... import steps
 from ...exc import MissingKeyHeader
-from .. import steps
 from ..delivery import Delivery, Settlement
 from ..keys import flush_async, give_back_async, offer_async
 from ..process import process_async

@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from ... import steps
 from ...exc import MissingKeyHeader
-from .. import steps
 from ..delivery import Delivery, Settlement
 from ..keys import flush, give_back, offer
 from ..process import process

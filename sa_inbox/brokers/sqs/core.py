@@ -44,10 +44,10 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from ... import steps
 from ...backoff import Backoff
 from ...exc import ConfigurationError, InvalidArgument, InvalidObject, SyncAsyncMismatch
 from ...validation import first_line, positive_int, shown
-from .. import steps
 from ..delivery import DeadLetterReason, Delivery
 from ..options import RetryDelay
 from ..process import DEFAULT_MAX_DELIVERIES
