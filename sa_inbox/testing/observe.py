@@ -213,14 +213,7 @@ def _ignored(watch: Watch, context: Any) -> bool:
     return bool(tables) and tables <= watch.ignore
 
 
-def _before(
-    conn: Connection,
-    cursor: Any,
-    statement: str,
-    parameters: Any,
-    context: Any,
-    executemany: bool,
-) -> None:
+def _before(conn: Connection, cursor: Any, statement: str, context: Any, **_: Any) -> None:
     watch = CURRENT.get()
     if watch is None or _ignored(watch, context):
         return
@@ -235,14 +228,7 @@ def _before(
             watch.gate.arrive()
 
 
-def _after(
-    conn: Connection,
-    cursor: Any,
-    statement: str,
-    parameters: Any,
-    context: Any,
-    executemany: bool,
-) -> None:
+def _after(conn: Connection, cursor: Any, statement: str, context: Any, **_: Any) -> None:
     watch = CURRENT.get()
     if watch is None or statement_kind(statement) != "write" or _ignored(watch, context):
         return
@@ -272,6 +258,7 @@ def _rollback(conn: Connection) -> None:
         watch.pending.pop(_connection_key(conn), None)
 
 
+#: The listeners, each taking the event's arguments by name (``named=True``).
 _LISTENERS: tuple[tuple[str, Callable[..., None]], ...] = (
     ("before_cursor_execute", _before),
     ("after_cursor_execute", _after),
@@ -289,7 +276,7 @@ def observing() -> Iterator[None]:
     with _lock:
         if _active == 0:
             for name, listener in _LISTENERS:
-                event.listen(Engine, name, listener)
+                event.listen(Engine, name, listener, named=True)
         _active += 1
     try:
         yield
