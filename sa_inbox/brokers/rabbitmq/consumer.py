@@ -75,29 +75,29 @@ class QueueConsumer:
         **process: Any,
     ) -> None:
         entry = f"{type(self).__name__}()"
-        settings = options_of(options, entry, refused=[("retry_delay", NO_RETRY_DELAY)])
+        shared = options_of(options, entry, refused=[("retry_delay", NO_RETRY_DELAY)])
         self.readiness = check_consumer(
             entry,
             session_factory=process["session_factory"],
             inbox=process["inbox"],
             handler=process["handler"],
             consumer_name=process["consumer_name"],
-            max_deliveries=settings.limit(),
+            max_deliveries=shared.limit(),
             asynchronous=asynchronous,
         )
         self.queue = queue
         self.prefetch = check_prefetch(prefetch)
-        self.key_header = settings.key_source
-        self.max_keyless = settings.max_keyless
+        self.key_header = shared.key_source
+        self.max_keyless = shared.max_keyless
         self.keyless_wait = positive_seconds(keyless_wait, "keyless_wait", InvalidArgument)
-        self.dead_letter_queue = settings.dead_letter or dead_letter_queue_name(queue)
+        self.dead_letter_queue = shared.dead_letter or dead_letter_queue_name(queue)
         self.process_options = {
             **process,
             "inbox": self.readiness.inbox,
-            "max_deliveries": settings.limit(),
-            "on_settled": settings.on_settled,
+            "max_deliveries": shared.limit(),
+            "on_settled": shared.on_settled,
         }
-        self._streak = KeylessStreak(settings.key("message_id"), self.max_keyless)
+        self._streak = KeylessStreak(shared.key("message_id"), self.max_keyless)
 
     @property
     def holds_every_slot(self) -> bool:
