@@ -87,7 +87,7 @@ from ..consumers import owned_as
 from ..exc import ConfigurationError, InvalidArgument, InvalidHandler
 from ..handlers import check_handler, is_async_callable
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement
-from .keys import DEFAULT_MAX_KEYLESS, read_key
+from .keys import read_key
 from .options import DeliveryOptions, RetryDelay, options_of
 from .process import Options, process
 from .startup import NO_HANDLER, check_consumer
@@ -198,9 +198,11 @@ def inbox_task(
             f"{entry}: {', '.join(misplaced)} {verb}: pass "
             f"options=DeliveryOptions({', '.join(fields)})"
         )
-    shared = options_of(options, entry, refused=[("dead_letter", NO_DEAD_LETTER)])
-    if shared.max_keyless not in (None, DEFAULT_MAX_KEYLESS):
-        raise InvalidArgument(f"{entry}: options.max_keyless cannot be served: {NO_KEYLESS_RUN}")
+    shared = options_of(
+        options,
+        entry,
+        refused=[("dead_letter", NO_DEAD_LETTER), ("max_keyless", NO_KEYLESS_RUN)],
+    )
     readiness = check_consumer(
         entry,
         session_factory=session_factory,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..backoff import Backoff
 from ..exc import InvalidArgument
@@ -126,7 +126,7 @@ def options_of(
     value: object, entry: str, *, refused: Iterable[tuple[str, str]] = ()
 ) -> DeliveryOptions:
     """``value`` if it is a :class:`DeliveryOptions` (None: the defaults) that sets none of
-    ``refused``.
+    ``refused`` to a value other than None or its default.
 
     :param entry: the consumer, for the messages (``"Consumer()"``).
     :param refused: ``(setting, why)`` pairs the consumer cannot serve when set.
@@ -138,7 +138,8 @@ def options_of(
         raise InvalidArgument(
             f"{entry}: options must be a sa_inbox.brokers.DeliveryOptions, not {shown(value)}"
         )
+    defaults = {field.name: field.default for field in fields(DeliveryOptions)}
     for name, why in refused:
-        if getattr(value, name) is not None:
+        if getattr(value, name) not in (None, defaults[name]):
             raise InvalidArgument(f"{entry}: options.{name} cannot be served: {why}")
     return value

@@ -12,6 +12,7 @@ from sa_inbox import ConfigurationError, Inbox
 from sa_inbox.backoff import Backoff
 from sa_inbox.brokers import DEFAULT_MAX_DELIVERIES, DeliveryOptions
 from sa_inbox.brokers.keys import DEFAULT_MAX_KEYLESS
+from sa_inbox.brokers.options import options_of
 from sa_inbox.exc import InvalidArgument
 
 
@@ -225,3 +226,25 @@ def test_each_consumer_reads_its_settings_from_the_options() -> None:
     middleware = _faststream(DeliveryOptions(key_source="Payment-Id", max_deliveries=3))
     assert middleware.config.key_header == "Payment-Id"
     assert middleware.config.process.max_deliveries == 3
+
+
+@pytest.mark.parametrize(
+    ("options", "refused"),
+    [
+        (DeliveryOptions(max_keyless=None), False),
+        (DeliveryOptions(max_keyless=DEFAULT_MAX_KEYLESS), False),
+        (DeliveryOptions(max_keyless=DEFAULT_MAX_KEYLESS + 1), True),
+        (DeliveryOptions(dead_letter=None), False),
+        (DeliveryOptions(dead_letter="dead"), True),
+    ],
+    ids=["keyless none", "keyless default", "keyless set", "dead letter none", "dead letter set"],
+)
+def test_a_consumer_refuses_a_setting_moved_from_none_or_its_default(
+    options: DeliveryOptions, refused: bool
+) -> None:
+    why = [("max_keyless", "no keyless run here"), ("dead_letter", "no dead letter here")]
+    if not refused:
+        assert options_of(options, "Consumer()", refused=why) is options
+        return
+    with pytest.raises(InvalidArgument, match=r"^Consumer\(\): options\.\w+ cannot be served"):
+        options_of(options, "Consumer()", refused=why)
