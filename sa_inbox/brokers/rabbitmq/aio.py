@@ -53,6 +53,7 @@ from .message import (
     dead_letter_properties,
     to_delivery,
 )
+from .url import amqp_url
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -190,7 +191,7 @@ class AsyncConsumer(QueueConsumer, Reconnecting):
             consumer_name=consumer_name,
             handler=handler,
         )
-        self.url = url
+        self.url = amqp_url(url, "AsyncConsumer()")
         self._stop = asyncio.Event()
         self._extra_stop: asyncio.Event | None = None
         self.reconnects = Reconnects(f"RabbitMQ consumer of {queue}")

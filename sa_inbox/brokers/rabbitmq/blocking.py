@@ -39,6 +39,7 @@ from ..process import process
 from ..reconnect import Reconnecting, Reconnects
 from .consumer import DEFAULT_KEYLESS_WAIT, QueueConsumer, is_configuration_close
 from .message import DEFAULT_PREFETCH, dead_letter_properties, to_delivery
+from .url import connection_parameters
 
 __all__ = ["Consumer", "PikaSettler", "pika_delivery"]
 
@@ -238,9 +239,7 @@ class Consumer(QueueConsumer, Reconnecting):
             consumer_name=consumer_name,
             handler=handler,
         )
-        self.parameters = (
-            pika.URLParameters(parameters) if isinstance(parameters, str) else parameters
-        )
+        self.parameters = connection_parameters(parameters, "Consumer()")
         self._stop: threading.Event = threading.Event()
         self._connection: Any = None
         self._channel: Any = None

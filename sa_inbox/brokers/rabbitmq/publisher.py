@@ -20,6 +20,7 @@ import pika
 import pika.exceptions
 
 from ...outbox.message import OutboxMessage
+from .url import amqp_url, connection_parameters
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncPublisher", "Publisher"]
 
@@ -53,9 +54,7 @@ class Publisher:
         exchange: str = "",
         key_header: str | None = None,
     ) -> None:
-        self.parameters = (
-            pika.URLParameters(parameters) if isinstance(parameters, str) else parameters
-        )
+        self.parameters = connection_parameters(parameters, "Publisher()")
         self.exchange = exchange
         self.key_header = key_header
         self._connection: Any = None
@@ -145,7 +144,7 @@ class AsyncPublisher:
         key_header: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        self.url = url
+        self.url = amqp_url(url, "AsyncPublisher()")
         self.exchange_name = exchange
         self.key_header = key_header
         self.timeout = timeout
