@@ -84,8 +84,9 @@ from .._optional import optional_dependencies
 from ..backoff import Backoff
 from ..claim import Inbox
 from ..consumers import owned_as
-from ..exc import ConfigurationError, InvalidArgument, InvalidHandler
+from ..exc import ConfigurationError, InvalidArgument, InvalidHandler, InvalidObject
 from ..handlers import check_handler, is_async_callable
+from ..validation import shown
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement
 from .keys import read_key
 from .options import DeliveryOptions, RetryDelay, options_of
@@ -162,7 +163,8 @@ def inbox_task(
     :returns: a decorator; the body gets the transaction's Session first, then the task's
         arguments (the key included); it must not commit. The task returns the body's result
         (None for a duplicate).
-    :raises ConfigurationError: at once, if ``task_options`` turn ``acks_late`` or
+    :raises ConfigurationError: at once, for an ``app`` that is no Celery app
+        (:class:`~sa_inbox.exc.InvalidObject`), if ``task_options`` turn ``acks_late`` or
         ``reject_on_worker_lost`` off; for a session factory of the asyncio half or
         ``Session.begin`` (:class:`~sa_inbox.exc.InvalidSessionFactory`), an AsyncInbox
         (:class:`~sa_inbox.exc.SyncAsyncMismatch`), ``options`` that are not a
@@ -188,6 +190,8 @@ def inbox_task(
                 "the commit or when the worker dies, and is lost"
             )
     entry = "inbox_task()"
+    if not callable(getattr(app, "task", None)):
+        raise InvalidObject(f"{entry} takes a Celery app first, not {shown(app)}")
     misplaced = sorted((FORMER_KEYWORDS.keys() | OPTION_FIELDS) & task_options.keys())
     if misplaced:
         fields = dict.fromkeys(f"{FORMER_KEYWORDS.get(name, name)}=..." for name in misplaced)

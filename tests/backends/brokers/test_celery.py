@@ -208,6 +208,22 @@ def test_inbox_task_refuses_what_a_task_cannot_serve(keywords: dict[str, Any], e
     assert set(app.tasks) == before, "no task registered"
 
 
+@pytest.mark.parametrize("app", [None, "memory://", object()], ids=["None", "a URL", "object"])
+def test_inbox_task_refuses_what_is_no_celery_app(app: object) -> None:
+    """Refused when the decorator is made, not when it is applied to a body."""
+    from sa_inbox import Inbox
+    from sa_inbox.brokers.celery import inbox_task
+    from sa_inbox.exc import InvalidObject
+
+    with pytest.raises(InvalidObject, match=r"^inbox_task\(\) takes a Celery app first"):
+        inbox_task(
+            app,  # type: ignore[arg-type]
+            session_factory=lambda: None,  # type: ignore[arg-type,return-value]
+            inbox=Inbox(sa.MetaData()),
+            consumer_name="billing",
+        )
+
+
 @pytest.mark.parametrize("value", [-1, "1", True, float("nan")])
 def test_the_retry_delay_must_be_a_function(value: object) -> None:
     from sa_inbox.exc import InvalidArgument
