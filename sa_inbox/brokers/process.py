@@ -237,7 +237,7 @@ class _Run:
             session_factory=session_factory,
             inbox=inbox,
             handler=handler,
-            consumer_name=None,
+            consumer_name=consumer_name,
             max_deliveries=max_deliveries,
             asynchronous=asynchronous,
         ).inbox

@@ -1,6 +1,7 @@
 """What every broker adapter checks when it is made and when it starts.
 
 **When it is made** (:func:`check_consumer`, before connecting, before any SQL): the
+broker client is of the adapter's half (:func:`check_client`), the
 session factory is of the adapter's half (:func:`sa_inbox.checks.check_session_factory`),
 the inbox is an :class:`~sa_inbox.Inbox` (the asyncio adapters also take its
 :class:`~sa_inbox.asyncio.AsyncInbox` face), the handler can be called as
@@ -26,7 +27,7 @@ from typing import Any
 
 from ..checks import check_session_factory, require, unwrap
 from ..claim import Inbox
-from ..exc import InvalidArgument
+from ..exc import InvalidArgument, InvalidObject, SyncAsyncMismatch
 from ..handlers import check_handler
 from ..outage import (
     OutageGate,
@@ -37,9 +38,17 @@ from ..outage import (
     probe_sessions_async,
 )
 from ..readiness import check_owner, check_ready, check_ready_async, inbox_tables
-from ..validation import positive_int
+from ..validation import positive_int, shown
 
-__all__ = ["HANDLER_ARGUMENTS", "NO_HANDLER", "Readiness", "check_consumer"]
+__all__ = [
+    "HANDLER_ARGUMENTS",
+    "NO_CONSUMER_NAME",
+    "NO_HANDLER",
+    "ClientKind",
+    "Readiness",
+    "check_client",
+    "check_consumer",
+]
 
 #: How every adapter calls the handler.
 HANDLER_ARGUMENTS = ("session", "delivery")
@@ -48,6 +57,60 @@ HANDLER_ARGUMENTS = ("session", "delivery")
 #: ``(session, delivery)`` (FastStream's middleware, Celery's task body).
 NO_HANDLER: object = object()
 
+#: ``consumer_name`` of a readiness check made without a consumer
+#: (:func:`sa_inbox.brokers.nats.check`): no name is checked, and no owner.
+NO_CONSUMER_NAME: Any = object()
+
+
+@dataclass(frozen=True)
+class ClientKind:
+    """A broker's client library, as :func:`check_client` tells its halves apart.
+
+    :param broker: the broker, for the messages (``"SQS"``).
+    :param method: a method every client of the library has (``"get_queue_url"``).
+    :param asyncio_module: the module prefix of the asyncio client's classes
+        (``"aiobotocore"``).
+    :param blocking: the blocking client, as the messages name it (``"boto3.client('sqs')"``).
+    :param asyncio: the asyncio client, as the messages name it.
+    """
+
+    broker: str
+    method: str
+    asyncio_module: str
+    blocking: str
+    asyncio: str
+
+
+def check_client(client: object, kind: ClientKind, *, asynchronous: bool, entry: str) -> None:
+    """Refuse a client the adapter cannot drive, before any request or SQL.
+
+    A blocking client's calls return the reply; an asyncio client's return a coroutine,
+    which synchronous code never awaits (a command never sent, yet taken as done), and
+    awaiting a blocking reply fails after the call was made.
+
+    :param asynchronous: the adapter awaits the client's calls.
+    :raises SyncAsyncMismatch: for a client of the other half.
+    :raises InvalidObject: for anything that is not a client of ``kind``.
+    """
+    aio = any(cls.__module__.startswith(kind.asyncio_module) for cls in type(client).__mro__)
+    client_like = callable(getattr(client, kind.method, None))
+    if asynchronous and client_like and not aio:
+        raise SyncAsyncMismatch(
+            f"{entry} was given a blocking {kind.broker} client ({type(client).__name__}); "
+            f"it takes {kind.asyncio}, or use the synchronous class on this client"
+        )
+    if not asynchronous and aio:
+        raise SyncAsyncMismatch(
+            f"{entry} was given an asyncio {kind.broker} client ({type(client).__name__}), "
+            f"whose calls return coroutines this synchronous class never awaits; it takes "
+            f"{kind.blocking}, or use the asyncio class on this client"
+        )
+    if not client_like:
+        wanted = kind.asyncio if asynchronous else kind.blocking
+        raise InvalidObject(
+            f"{entry} takes {wanted}, not {type(client).__name__} ({shown(client)})"
+        )
+
 
 def check_consumer(
     entry: str,
@@ -55,7 +118,7 @@ def check_consumer(
     session_factory: object,
     inbox: object,
     handler: object,
-    consumer_name: str | None,
+    consumer_name: str,
     max_deliveries: int,
     asynchronous: bool,
 ) -> Readiness:
@@ -63,15 +126,15 @@ def check_consumer(
 
     :param entry: the consumer as messages name it (``"Consumer()"``).
     :param handler: the handler, or :data:`NO_HANDLER`.
-    :param consumer_name: the inbox's consumer name, or None when the adapter defaults it
-        (checked where it is chosen).
+    :param consumer_name: the inbox's consumer name (an adapter that defaults it passes the
+        name it chose), or :data:`NO_CONSUMER_NAME`.
     :param asynchronous: True for the asyncio adapters.
     :raises InvalidSessionFactory: see :func:`~sa_inbox.checks.check_session_factory`.
     :raises SyncAsyncMismatch: for an asyncio inbox given to a synchronous adapter.
     :raises InvalidObject: for an inbox that is no Inbox.
     :raises InvalidHandler: for a handler that cannot take ``(session, delivery)``.
     :raises AsyncHandlerError: for an ``async def`` handler given to a synchronous adapter.
-    :raises InvalidMessageId: for an invalid ``consumer_name``.
+    :raises InvalidMessageId: for an invalid ``consumer_name`` (None included).
     :raises InvalidArgument: if ``max_deliveries`` is not an int >= 1.
     """
     check_session_factory(session_factory, entry=entry, asynchronous=asynchronous)
@@ -88,7 +151,8 @@ def check_consumer(
     )
     if handler is not NO_HANDLER:
         check_handler(handler, HANDLER_ARGUMENTS, asynchronous=asynchronous)
-    if consumer_name is not None:
+    named = consumer_name is not NO_CONSUMER_NAME
+    if named:
         checked.validate("x", consumer_name)
     positive_int(max_deliveries, "max_deliveries", InvalidArgument)
     shown = None if handler is NO_HANDLER else handler
@@ -98,7 +162,7 @@ def check_consumer(
         checked,
         shown,
         asynchronous,
-        consumer_name,
+        consumer_name if named else None,
     )
 
 

@@ -29,7 +29,7 @@ from ..keys import KeylessStreak, flush_async, give_back_async, offer_async
 from ..options import DeliveryOptions, options_of
 from ..process import DEFAULT_MAX_DELIVERIES, process_async
 from ..reconnect import Reconnects
-from ..startup import check_consumer
+from ..startup import NO_CONSUMER_NAME, check_consumer
 from ._compat import delivered_unfetched, reconnecting
 from .delivery import DEFAULT_KEY_HEADER, to_delivery
 from .settler import DEFAULT_ACK_TIMEOUT, JetStreamSettler, backoff
@@ -182,7 +182,7 @@ async def check(
         session_factory=session_factory,
         inbox=inbox,
         handler=handler,
-        consumer_name=None,
+        consumer_name=NO_CONSUMER_NAME,
         max_deliveries=DEFAULT_MAX_DELIVERIES,
         asynchronous=True,
     )

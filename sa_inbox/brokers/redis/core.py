@@ -56,9 +56,10 @@ from ..keys import KeylessStreak, read_key
 from ..options import DeliveryOptions, options_of
 from ..process import DEFAULT_MAX_DELIVERIES
 from ..reconnect import Reconnecting, Reconnects
-from ..startup import check_consumer
+from ..startup import ClientKind, check_client, check_consumer
 
 __all__ = [
+    "CLIENT",
     "DEAD_LETTER_FIELDS",
     "DEAD_LETTER_SCRIPT",
     "DEFAULT_BATCH_SIZE",
@@ -78,6 +79,15 @@ __all__ = [
     "run_call",
     "to_delivery",
 ]
+
+#: The Redis clients: redis-py's blocking one and its asyncio one.
+CLIENT = ClientKind(
+    broker="Redis",
+    method="xreadgroup",
+    asyncio_module="redis.asyncio",
+    blocking="a redis.Redis client",
+    asyncio="a redis.asyncio.Redis client",
+)
 
 #: The stream field holding the producer's dedup key, by default.
 DEFAULT_KEY_FIELD = "message_id"
@@ -542,7 +552,10 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
 
     :raises InvalidArgument: for invalid settings (see :class:`StreamSettings`).
     :raises ConfigurationError: when it is made, before any command or SQL, for objects it
-        cannot use: a session factory of the other half or ``Session.begin``
+        cannot use: a Redis client of the other half
+        (:class:`~sa_inbox.exc.SyncAsyncMismatch`) or no Redis client
+        (:class:`~sa_inbox.exc.InvalidObject`), a session factory of the other half or
+        ``Session.begin``
         (:class:`~sa_inbox.exc.InvalidSessionFactory`), an asyncio inbox given to the sync
         consumer (:class:`~sa_inbox.exc.SyncAsyncMismatch`; the asyncio consumer takes an
         Inbox or its AsyncInbox), a handler that cannot take ``(session, delivery)``
@@ -592,6 +605,7 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
             shared.limit(),
             start_id,
         )
+        check_client(client, CLIENT, asynchronous=self.asynchronous, entry=entry)
         self.readiness = check_consumer(
             entry,
             session_factory=session_factory,

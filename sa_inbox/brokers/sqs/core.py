@@ -46,11 +46,13 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from ... import steps
 from ...backoff import Backoff
-from ...exc import ConfigurationError, InvalidArgument, InvalidObject, SyncAsyncMismatch
-from ...validation import first_line, positive_int, shown
+from ...exc import ConfigurationError, InvalidArgument
+from ...validation import first_line, positive_int
 from ..delivery import DeadLetterReason, Delivery
 from ..options import RetryDelay
 from ..process import DEFAULT_MAX_DELIVERIES
+from ..startup import ClientKind
+from ..startup import check_client as check_kind
 from .message import (
     DEFAULT_KEY_ATTRIBUTE,
     SYSTEM_ATTRIBUTES,
@@ -60,6 +62,7 @@ from .message import (
 )
 
 __all__ = [
+    "CLIENT",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_RETRY_DELAY",
     "DEFAULT_VISIBILITY_TIMEOUT",
@@ -682,38 +685,26 @@ def delivery_of(settings: QueueSettings, info: QueueInfo, message: Received) -> 
 # -- the client -------------------------------------------------------------------------------
 
 
+#: The SQS clients: boto3's blocking one, aiobotocore's asyncio one.
+CLIENT = ClientKind(
+    broker="SQS",
+    method="get_queue_url",
+    asyncio_module="aiobotocore",
+    blocking="boto3.client('sqs')",
+    asyncio="an entered aiobotocore client (async with "
+    "get_session().create_client('sqs') as client)",
+)
+
+
 def check_client(client: object, *, asynchronous: bool, entry: str) -> None:
-    """Refuse a client the consumer or publisher cannot drive, before any request.
+    """Refuse a client the consumer or publisher cannot drive, before any request
+    (:func:`sa_inbox.brokers.startup.check_client` with :data:`CLIENT`; an aiobotocore
+    client not entered with ``async with`` is no client).
 
-    A boto3 client's calls return the reply; an aiobotocore client's return a coroutine,
-    which synchronous code never awaits (a ``SendMessage`` never sent, yet taken as done),
-    and awaiting a boto3 reply fails after the call was made (a message sent, then sent
-    again on the retry).
-
-    :param asynchronous: the caller drives an aiobotocore client (``await``).
     :raises SyncAsyncMismatch: for a client of the other half.
-    :raises InvalidObject: for anything that is not an SQS client (an aiobotocore client
-        not entered with ``async with``).
+    :raises InvalidObject: for anything that is not an SQS client.
     """
-    aio = any(kind.__module__.startswith("aiobotocore") for kind in type(client).__mro__)
-    client_like = callable(getattr(client, "get_queue_url", None))
-    if asynchronous and client_like and not aio:
-        raise SyncAsyncMismatch(
-            f"{entry} was given a boto3 client, whose calls block; it takes an entered "
-            "aiobotocore client (async with get_session().create_client('sqs') as client), "
-            "or use the synchronous class on the boto3 client"
-        )
-    if not asynchronous and aio:
-        raise SyncAsyncMismatch(
-            f"{entry} was given an aiobotocore client, whose calls return coroutines this "
-            "synchronous class never awaits; it takes boto3.client('sqs'), or use the "
-            "asyncio class on the aiobotocore client"
-        )
-    if not client_like:
-        wanted = "an entered aiobotocore" if asynchronous else "a boto3"
-        raise InvalidObject(
-            f"{entry} takes {wanted} SQS client, not {type(client).__name__} ({shown(client)})"
-        )
+    check_kind(client, CLIENT, asynchronous=asynchronous, entry=entry)
 
 
 # -- the sync I/O edge -----------------------------------------------------------------------

@@ -310,7 +310,10 @@ def _delete_stream(name: str) -> None:
     client.close()
 
 
-def _run_redis(env: Env, mid: str, wrong: str, *, check_only: bool = False) -> None:
+def _run_redis(
+    env: Env, mid: str, wrong: str, *, check_only: bool = False, given: Any = None
+) -> None:
+    """The sync consumer on a redis-py client (or on ``given``): run, or ``check()``."""
     import redis
 
     from sa_inbox.brokers.redis import Consumer
@@ -319,7 +322,11 @@ def _run_redis(env: Env, mid: str, wrong: str, *, check_only: bool = False) -> N
     client = redis.Redis.from_url(broker_url("redis"))
     try:
         consumer = Consumer(
-            client, stream, group=CONSUMER, **_objects(env, wrong, asynchronous=False), **_FAST
+            client if given is None else given,
+            stream,
+            group=CONSUMER,
+            **_objects(env, wrong, asynchronous=False),
+            **_FAST,
         )
         if check_only:
             consumer.check()
@@ -338,7 +345,10 @@ def _poll_once(consumer: Any) -> None:
     raise AssertionError("nothing settled")
 
 
-async def _run_redis_async(env: Env, mid: str, wrong: str, *, check_only: bool = False) -> None:
+async def _run_redis_async(
+    env: Env, mid: str, wrong: str, *, check_only: bool = False, given: Any = None
+) -> None:
+    """The asyncio consumer on a redis.asyncio client (or on ``given``): run, or ``check()``."""
     import redis.asyncio
 
     from sa_inbox.brokers.redis import AsyncConsumer
@@ -347,7 +357,11 @@ async def _run_redis_async(env: Env, mid: str, wrong: str, *, check_only: bool =
     client = redis.asyncio.Redis.from_url(broker_url("redis"))
     try:
         consumer = AsyncConsumer(
-            client, stream, group=CONSUMER, **_objects(env, wrong, asynchronous=True), **_FAST
+            client if given is None else given,
+            stream,
+            group=CONSUMER,
+            **_objects(env, wrong, asynchronous=True),
+            **_FAST,
         )
         if check_only:
             await consumer.check()
@@ -375,6 +389,22 @@ for _wrong in (
         _run_redis(env, mid, wrong)
 
 
+@case(f"{_REDIS}()", "redis.asyncio client", left=_redis_left)
+async def _(env: Env, mid: str) -> None:
+    import redis.asyncio
+
+    given = redis.asyncio.Redis.from_url(broker_url("redis"))
+    try:
+        await asyncio.to_thread(_run_redis, env, mid, "-", given=given)
+    finally:
+        await given.aclose()
+
+
+@case(f"{_REDIS}()", "a URL string", left=_redis_left)
+def _(env: Env, mid: str) -> None:
+    _run_redis(env, mid, "-", given=broker_url("redis"))
+
+
 for _entry in (f"{_REDIS}.run", f"{_REDIS}.check"):
 
     @case(_entry, "AUTOCOMMIT sessionmaker", kind=ConfigurationError, left=_redis_left)
@@ -394,6 +424,17 @@ for _inbox in ("Inbox", "AsyncInbox", "plain def handler"):
     @case(f"{_AREDIS}()", _inbox, expect="once")
     async def _(env: Env, mid: str, inbox: str = _inbox) -> None:
         await _run_redis_async(env, mid, inbox)
+
+
+@case(f"{_AREDIS}()", "redis.Redis client", left=_redis_left)
+async def _(env: Env, mid: str) -> None:
+    import redis
+
+    given = redis.Redis.from_url(broker_url("redis"))
+    try:
+        await _run_redis_async(env, mid, "-", given=given)
+    finally:
+        given.close()
 
 
 for _entry in (f"{_AREDIS}.run", f"{_AREDIS}.check"):
