@@ -54,12 +54,16 @@ _LONGEST = datetime.timedelta(days=36500)
 
 
 class Duration(click.ParamType):  # type: ignore[type-arg]
-    """A duration such as ``90s``, ``15m``, ``12h``, ``7d`` or ``2w``, as a timedelta.
+    """A duration such as ``90s``, ``15m``, ``12h``, ``7d`` or ``2w``, as a timedelta, of
+    ``minimum`` at least.
 
     (``click.ParamType`` is generic only in newer click releases, hence the ignore.)
     """
 
     name = "duration"
+
+    def __init__(self, minimum: datetime.timedelta = datetime.timedelta(0)) -> None:
+        self.minimum = minimum
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
@@ -72,10 +76,21 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
         if seconds > _LONGEST.total_seconds():
             self.fail(f"{value!r} is longer than {_LONGEST.days} days", param, ctx)
+        if seconds < self.minimum.total_seconds():
+            self.fail(f"{value!r} is shorter than {_shown(self.minimum)}", param, ctx)
         return datetime.timedelta(seconds=seconds)
 
 
 DURATION = Duration()
+
+
+def _shown(duration: datetime.timedelta) -> str:
+    """``duration`` in the largest unit that writes it whole (``1m``, ``90s``)."""
+    seconds = duration.total_seconds()
+    for unit, size in sorted(_UNITS.items(), key=lambda item: -item[1]):
+        if seconds and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 #: ``--max-redelivery``, ``--max-replay`` and ``--margin``: the retention policy.
@@ -364,7 +379,7 @@ def _partitioned_table(engine: Any, table: str | None, schema: str | None) -> An
 @partitions_group.command("maintain")
 @_target_options
 @_policy_options
-@setting("--interval", "1d", DURATION, "Width.")
+@setting("--interval", "1d", Duration(datetime.timedelta(minutes=1)), "Width (1m at least).")
 @setting("--ahead", "7d", DURATION, "Create partitions ahead.")
 def maintain_command(
     url: str,

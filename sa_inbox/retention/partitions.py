@@ -397,6 +397,18 @@ def partition_range(
     return lower, lower + interval
 
 
+def _check_schedule(policy: object, interval: object, ahead: object) -> None:
+    """Refuse a policy, interval or look-ahead :func:`ensure_partitions` cannot use.
+
+    :raises InvalidArgument: then, before any SQL.
+    """
+    if not isinstance(policy, RetentionPolicy):
+        raise InvalidArgument(f"policy must be a RetentionPolicy, not {type(policy).__name__}")
+    _check_interval(interval)
+    if not isinstance(ahead, datetime.timedelta) or ahead < datetime.timedelta(0):
+        raise InvalidArgument(f"ahead must be a timedelta of zero or more, not {ahead!r}")
+
+
 def _check_interval(interval: object) -> None:
     if not isinstance(interval, datetime.timedelta) or interval < datetime.timedelta(minutes=1):
         raise InvalidArgument(
@@ -514,8 +526,11 @@ def ensure_partitions(
         created).
     :raises SyncAsyncMismatch, InvalidBind: for a ``bind`` that is neither an Engine nor a
         Connection (an AsyncEngine: pass its ``sync_engine``), before any SQL.
+    :raises InvalidArgument: for a ``policy`` that is no RetentionPolicy, an ``interval``
+        under one minute or a negative ``ahead``, before any SQL.
     """
     _checked(bind, table, "ensure_partitions()", (sa.Engine, Connection))
+    _check_schedule(policy, interval, ahead)
     with _maintenance(bind, table) as conn:
         now = database_now(conn)
         existing = {p.name for p in list_partitions(conn, table)}
@@ -596,7 +611,7 @@ def maintain_partitions(
 ) -> MaintenanceResult:
     """:func:`ensure_partitions` then :func:`drop_expired_partitions`: run it daily.
 
-    :raises SyncAsyncMismatch, InvalidBind: as :func:`ensure_partitions`.
+    :raises SyncAsyncMismatch, InvalidBind, InvalidArgument: as :func:`ensure_partitions`.
     """
     _checked(bind, table, "maintain_partitions()", (sa.Engine, Connection))
     created = ensure_partitions(bind, table, policy=policy, interval=interval, ahead=ahead)

@@ -122,6 +122,17 @@ def test_the_replay_limit_is_a_required_option(
     assert _rows(engine, inbox.table) == 300, "rows 10 days old go, rows 1 day old stay"
 
 
+@pytest.mark.parametrize("interval", ["0s", "30s"])
+def test_a_partition_interval_under_a_minute_is_a_usage_error(
+    sqlite_db: tuple[str, sa.Engine, Inbox], interval: str
+) -> None:
+    url, _, _ = sqlite_db
+    args = ("--url", url, "--max-redelivery", "1d", "--max-replay", "0s", "--interval", interval)
+    refused = run_cli("partitions", "maintain", *args)
+    assert refused.returncode == 2, refused.stderr
+    assert f"'{interval}' is shorter than 1m" in refused.stderr
+
+
 def test_purge_of_the_store(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/store.db"
     engine = sa.create_engine(url)

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from sa_inbox.exc import (
     AutocommitConnection,
+    InvalidArgument,
     InvalidMessageId,
     UnsafePartitionKey,
     UnsupportedBackend,
@@ -425,6 +426,26 @@ def test_two_maintainers_at_once_create_each_partition_once(pg: sa.Engine, table
         existing = [p.name for p in list_partitions(conn, table)]
     assert sorted(created) == sorted(existing), "each partition created exactly once"
     assert len(existing) >= 6
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"interval": datetime.timedelta(seconds=30)}, "interval"),
+        ({"interval": 3600}, "interval"),
+        ({"ahead": -DAY}, "ahead"),
+        ({"policy": DAY}, "policy"),
+    ],
+    ids=["interval under a minute", "interval a number", "ahead negative", "policy"],
+)
+@pytest.mark.parametrize("maintain", [ensure_partitions, maintain_partitions])
+def test_a_schedule_it_cannot_use_is_refused_before_any_sql(
+    maintain: Any, arguments: dict[str, Any], named: str
+) -> None:
+    unreachable = sa.create_engine("postgresql+psycopg://u@127.0.0.1:1/none")
+    table = partitioned_processed_messages_table(sa.MetaData(), table_name=TABLE)
+    with pytest.raises(InvalidArgument, match=f"^{named} must be"):
+        maintain(unreachable, table, **{"policy": POLICY, **arguments})
 
 
 @pytest.mark.backend
