@@ -8,38 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import async_sessionmaker
-from sqlalchemy.orm import sessionmaker
 
-from sa_inbox import Inbox
 from sa_inbox.exc import InvalidArgument
-
-
-def _consumer(url: Any) -> object:
-    from sa_inbox.brokers.rabbitmq import Consumer
-
-    return Consumer(
-        url,
-        "payments",
-        session_factory=sessionmaker(),
-        inbox=Inbox(sa.MetaData()),
-        consumer_name="billing",
-        handler=lambda session, delivery: None,
-    )
-
-
-def _async_consumer(url: Any) -> object:
-    from sa_inbox.brokers.rabbitmq import AsyncConsumer
-
-    return AsyncConsumer(
-        url,
-        "payments",
-        session_factory=async_sessionmaker(),
-        inbox=Inbox(sa.MetaData()),
-        consumer_name="billing",
-        handler=lambda session, delivery: None,
-    )
+from tests.support import unconnected
 
 
 def _publisher(url: Any) -> object:
@@ -55,8 +26,8 @@ def _async_publisher(url: Any) -> object:
 
 
 MADE: dict[str, Callable[[Any], object]] = {
-    "Consumer": _consumer,
-    "AsyncConsumer": _async_consumer,
+    "Consumer": lambda url: unconnected.rabbitmq(url=url),
+    "AsyncConsumer": lambda url: unconnected.rabbitmq(url=url, asynchronous=True),
     "Publisher": _publisher,
     "AsyncPublisher": _async_publisher,
 }

@@ -14,6 +14,7 @@ from sa_inbox.brokers import DEFAULT_MAX_DELIVERIES, DeliveryOptions
 from sa_inbox.brokers.keys import DEFAULT_MAX_KEYLESS
 from sa_inbox.brokers.options import options_of
 from sa_inbox.exc import InvalidArgument
+from tests.support import unconnected
 
 
 def test_the_defaults_leave_each_choice_to_the_broker() -> None:
@@ -70,17 +71,7 @@ def test_a_wrong_value_is_refused_when_made(wrong: dict[str, Any], named: str) -
 
 
 def _rabbitmq(options: Any) -> Any:
-    from sa_inbox.brokers.rabbitmq import Consumer
-
-    return Consumer(
-        "amqp://127.0.0.1:1/",
-        "payments",
-        session_factory=sa.orm.sessionmaker(),
-        inbox=Inbox(sa.MetaData()),
-        consumer_name="billing",
-        handler=lambda session, delivery: None,
-        options=options,
-    )
+    return unconnected.rabbitmq(options=options)
 
 
 def _redis(options: Any) -> Any:
@@ -154,16 +145,7 @@ def _sqs(options: Any) -> Any:
 
 
 def _faststream(options: Any) -> Any:
-    from sqlalchemy.ext.asyncio import async_sessionmaker
-
-    from sa_inbox.brokers.faststream import InboxMiddleware
-
-    return InboxMiddleware(
-        session_factory=async_sessionmaker(),
-        inbox=Inbox(sa.MetaData()),
-        consumer_name="billing",
-        options=options,
-    )
+    return unconnected.faststream(options=options)
 
 
 CONSUMERS = {
