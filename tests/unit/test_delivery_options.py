@@ -107,12 +107,13 @@ def _kafka(options: Any) -> Any:
 
 
 def _nats(options: Any) -> Any:
+    from nats.aio.client import Client
     from sqlalchemy.ext.asyncio import async_sessionmaker
 
     from sa_inbox.brokers.nats import AsyncConsumer
 
     return AsyncConsumer(
-        object(),  # type: ignore[arg-type]
+        Client().jetstream(),
         "PAYMENTS",
         "billing",
         session_factory=async_sessionmaker(),

@@ -452,11 +452,18 @@ _NATS = "sa_inbox.brokers.nats.AsyncConsumer"
 
 
 async def _nats_consume(
-    env: Env, mid: str, wrong: str, *, check_only: bool = False, as_object: bool = False
+    env: Env,
+    mid: str,
+    wrong: str,
+    *,
+    check_only: bool = False,
+    as_object: bool = False,
+    on_connection: bool = False,
 ) -> None:
     """Publish ``mid`` (its own Nats-Msg-Id header: the stream's duplicate window is off) to
     the case's stream and consume until one message is settled: with :func:`consume`, or
-    ``as_object`` with :class:`AsyncConsumer`."""
+    ``as_object`` with :class:`AsyncConsumer`; ``on_connection``, given the connection
+    instead of its JetStream context."""
     import nats
 
     from sa_inbox.brokers.nats import AsyncConsumer, check, consume
@@ -482,7 +489,7 @@ async def _nats_consume(
         shared = {"dead_letter": f"misuse.{token}.dead", "key_source": "Idempotency-Key"}
         if as_object:
             consumer = AsyncConsumer(
-                js,
+                nc if on_connection else js,
                 f"misuse_{token}",
                 "billing",
                 options=DeliveryOptions(**shared, on_settled=lambda _: consumer.stop()),
@@ -543,6 +550,11 @@ async def _delete_streams(token: str) -> None:
     for name in (f"misuse_{token}", f"misuse_{token}_dead"):
         await js.delete_stream(name)
     await nc.close()
+
+
+@case(f"{_NATS}()", "the NATS connection", left=_nats_left)
+async def _(env: Env, mid: str) -> None:
+    await _nats_consume(env, mid, "-", as_object=True, on_connection=True)
 
 
 for _wrong in ("sessionmaker", "sessionmaker.begin", "async_sessionmaker.begin", "AsyncConnection"):
