@@ -89,11 +89,13 @@ def check_client(client: object, kind: ClientKind, *, asynchronous: bool, entry:
     awaiting a blocking reply fails after the call was made.
 
     :param asynchronous: the adapter awaits the client's calls.
-    :raises SyncAsyncMismatch: for a client of the other half.
+    :raises SyncAsyncMismatch: for a client of the other half (told by its class: nothing
+        of the client itself is read).
     :raises InvalidObject: for anything that is not a client of ``kind``.
     """
-    aio = any(cls.__module__.startswith(kind.asyncio_module) for cls in type(client).__mro__)
-    client_like = callable(getattr(client, kind.method, None))
+    mro = type(client).__mro__
+    aio = any(cls.__module__.startswith(kind.asyncio_module) for cls in mro)
+    client_like = callable(getattr(type(client), kind.method, None))
     if asynchronous and client_like and not aio:
         raise SyncAsyncMismatch(
             f"{entry} was given a blocking {kind.broker} client ({type(client).__name__}); "

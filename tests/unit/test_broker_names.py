@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 import pytest
 import sqlalchemy as sa
+from nats.js import JetStreamContext
 
 from sa_inbox import Inbox
 from sa_inbox.brokers import Delivery
@@ -55,10 +56,13 @@ def test_every_broker_package_has_the_same_class_names(package: str) -> None:
     assert all(isinstance(getattr(module, name), type) for name in names)
 
 
-class NoJetStream:
+class NoJetStream(JetStreamContext):
     """A JetStream context that fails the test when anything of it is used."""
 
-    def __getattr__(self, name: str) -> NoReturn:
+    def __init__(self) -> None:
+        """No connection."""
+
+    def __getattribute__(self, name: str) -> NoReturn:
         raise AssertionError(f"the JetStream context was used: {name}")
 
 
@@ -133,3 +137,16 @@ def test_the_nats_async_consumer_refuses_an_empty_stream_or_durable_name(
 
     with pytest.raises(InvalidArgument, match=r"nats\.AsyncConsumer\(\): (stream|durable) must"):
         AsyncConsumer(NoJetStream(), stream, durable, **with_options(consumer_kw))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("given", ["connection", "None", "URL"])
+def test_the_nats_publisher_refuses_what_is_no_jetstream_context(given: str) -> None:
+    from nats.aio.client import Client
+
+    from sa_inbox.brokers.nats import AsyncPublisher
+    from sa_inbox.exc import InvalidObject
+
+    wrong = {"connection": Client(), "None": None, "URL": "nats://127.0.0.1:1"}[given]
+    with pytest.raises(InvalidObject, match=r"^AsyncPublisher\(\) takes a JetStream context"):
+        AsyncPublisher(wrong)
+    assert AsyncPublisher(Client().jetstream()).timeout > 0

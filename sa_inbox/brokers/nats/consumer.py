@@ -29,8 +29,9 @@ from ..keys import KeylessStreak, flush_async, give_back_async, offer_async
 from ..options import DeliveryOptions, options_of
 from ..process import DEFAULT_MAX_DELIVERIES, process_async
 from ..reconnect import Reconnects
-from ..startup import NO_CONSUMER_NAME, ClientKind, check_client, check_consumer
+from ..startup import NO_CONSUMER_NAME, check_client, check_consumer
 from ._compat import delivered_unfetched, reconnecting
+from .client import CLIENT
 from .delivery import DEFAULT_KEY_HEADER, to_delivery
 from .settler import DEFAULT_ACK_TIMEOUT, JetStreamSettler, backoff
 
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
 __all__ = [
-    "CLIENT",
     "DEFAULT_ACK_WAIT",
     "DEFAULT_BATCH",
     "DEFAULT_FETCH_TIMEOUT",
@@ -49,15 +49,6 @@ __all__ = [
     "consumer_config",
     "ensure_consumer",
 ]
-
-#: The JetStream context of nats-py (an asyncio client only).
-CLIENT = ClientKind(
-    broker="NATS",
-    method="pull_subscribe",
-    asyncio_module="nats",
-    blocking="a JetStream context",
-    asyncio="a JetStream context (nc.jetstream())",
-)
 
 logger = logging.getLogger("sa_inbox.brokers.nats")
 

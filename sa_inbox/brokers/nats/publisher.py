@@ -19,8 +19,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from nats.aio.client import Client
+
 from ...exc import NoPubAckError
 from ...outbox.message import OutboxMessage
+from ..startup import check_client
+from .client import CLIENT
 from .delivery import DEFAULT_KEY_HEADER
 
 __all__ = [
@@ -54,6 +58,8 @@ class AsyncPublisher:
     :param js: a nats-py ``JetStreamContext`` (``nc.jetstream()``).
     :param key_header: the header the consumers read the key from (default ``Nats-Msg-Id``).
     :param timeout: seconds to wait for the PubAck.
+    :raises InvalidObject: for a ``js`` that is no JetStream context (the connection
+        itself), before any request.
     """
 
     def __init__(
@@ -63,6 +69,7 @@ class AsyncPublisher:
         key_header: str = DEFAULT_KEY_HEADER,
         timeout: float = DEFAULT_PUBLISH_TIMEOUT,
     ) -> None:
+        check_client(js, CLIENT, asynchronous=True, entry="AsyncPublisher()")
         self.js = js
         self.key_header = key_header
         self.timeout = timeout
@@ -168,7 +175,8 @@ class ConnectingJetStreamPublisher:
         self._options = {"error_cb": _log_nats_error, **(connect_options or {})}
         self._settings = settings
         self._nc: Any = None
-        self._publisher = AsyncPublisher(None, **settings)  # connected by publish
+        # on an unconnected client's context until publish connects: its settings checked now
+        self._publisher = AsyncPublisher(Client().jetstream(), **settings)
 
     async def _connect(self) -> None:
         import nats
