@@ -6,7 +6,7 @@ from __future__ import annotations
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-__all__ = ["delivered_unfetched", "reconnecting"]
+__all__ = ["delivered_unfetched", "reconnecting", "term_sync"]
 
 
 def delivered_unfetched(subscription: JetStreamContext.PullSubscription) -> list[Msg]:
@@ -25,3 +25,17 @@ def reconnecting(js: JetStreamContext) -> bool:
     the context keeps its client as ``_nc``)."""
     client = getattr(js, "_nc", None)
     return bool(getattr(client, "is_reconnecting", False))
+
+
+async def term_sync(msg: Msg, timeout: float) -> None:
+    """``+TERM`` sent as a request, which JetStream answers once the consumer processed it,
+    as nats-py's ``Msg.ack_sync`` does for ``+ACK`` (nats-py 2.x has no ``term_sync``; the
+    message keeps its client as ``_client``).
+
+    :raises nats.errors.TimeoutError: if the server did not answer within ``timeout``.
+    :raises nats.errors.NotJSMessageError: for a message that is no JetStream delivery (no
+        reply subject), as ``Msg.term`` raises it.
+    """
+    msg._check_reply()
+    await msg._client.request(msg.reply, Msg.Ack.Term, timeout=timeout)
+    msg._ackd = True

@@ -9,6 +9,7 @@ from nats.js import JetStreamContext
 from ...exc import InvalidArgument
 from ..delivery import DeadLetterReason, Delivery
 from ..options import RetryDelay
+from ._compat import term_sync
 from .delivery import dead_letter_headers
 
 __all__ = ["DEFAULT_ACK_TIMEOUT", "JetStreamSettler", "backoff"]
@@ -100,11 +101,14 @@ class JetStreamSettler:
         await self.msg.nak()
 
     async def dead_letter(self, reason: DeadLetterReason, detail: str) -> None:
-        """Publish the dead letter (awaiting its PubAck), then ``+TERM`` the original.
+        """Publish the dead letter (awaiting its PubAck), then ``+TERM`` the original,
+        confirmed by the server as :meth:`ack` is.
 
         :raises nats.js.errors.NoStreamResponseError: if no stream holds
             ``dead_letter_subject`` (the original is then left unsettled).
+        :raises nats.errors.TimeoutError: if the server did not confirm the ``+TERM`` in
+            ``ack_timeout`` (the original comes back after ``ack_wait``).
         """
         headers = dead_letter_headers(self.msg, self.delivery, reason, detail)
         await self._js.publish(self._dead_letter_subject, self.msg.data, headers=headers)
-        await self.msg.term()
+        await term_sync(self.msg, self._ack_timeout)
