@@ -1,9 +1,10 @@
 """Run a sans-I/O step on a client: a step is a generator that yields the calls it needs and
 gets each one's reply (or its error, thrown in) back; what it returns is the result.
 
-The broker adapters (:mod:`sa_inbox.brokers.process`) and the database outage gate
-(:mod:`sa_inbox.outage`) write their rules once as steps and run them with :func:`drive` on
-a thread and :func:`drive_async` on the event loop.
+The Redis Streams and SQS adapters write their protocol once as steps,
+:mod:`sa_inbox.brokers.process` its outage rules, and the database outage gate
+(:mod:`sa_inbox.outage`) its probes and waits; each runs them with :func:`drive` on a
+thread and :func:`drive_async` on the event loop.
 """
 
 from __future__ import annotations
