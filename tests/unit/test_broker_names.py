@@ -150,3 +150,24 @@ def test_the_nats_publisher_refuses_what_is_no_jetstream_context(given: str) -> 
     with pytest.raises(InvalidObject, match=r"^AsyncPublisher\(\) takes a JetStream context"):
         AsyncPublisher(wrong)
     assert AsyncPublisher(Client().jetstream()).timeout > 0
+
+
+@pytest.mark.parametrize(
+    ("subject", "pattern", "matches"),
+    [
+        ("orders.dead", "orders.dead", True),
+        ("orders.dead", "orders.*", True),
+        ("orders.dead", "orders.>", True),
+        ("orders", "orders.>", False),
+        ("orders.new.eu", "orders.*", False),
+        ("orders.new.eu", "orders.>", True),
+        ("orders.dead", "orders.new", False),
+        ("orders.dead", "*.dead", True),
+    ],
+)
+def test_a_nats_subject_matches_a_filter_as_nats_wildcards_say(
+    subject: str, pattern: str, matches: bool
+) -> None:
+    from sa_inbox.brokers.nats.consumer import subject_matches
+
+    assert subject_matches(subject, pattern) is matches

@@ -142,6 +142,48 @@ async def ensure_consumer(
     return info
 
 
+async def check_dead_letter_subject(
+    js: JetStreamContext, stream: str, subject: str, filter_subject: str | None = None
+) -> str:
+    """The stream that stores the dead letters published to ``subject``.
+
+    JetStream stores a publish only in a stream whose subjects match it, and answers no
+    other with a PubAck (JetStream docs, "Streams": Subjects).
+
+    :param filter_subject: the consumer's filter subject (None: the whole ``stream``).
+    :returns: the name of the stream that captures ``subject``.
+    :raises ConfigurationError: if no stream captures ``subject`` (every dead letter would
+        be refused, and its message redelivered for ever), or if ``stream`` does and the
+        consumer reads it (each dead letter would be consumed again).
+    """
+    try:
+        found = await js.find_stream_name_by_subject(subject)
+    except NotFoundError as exc:
+        raise ConfigurationError(
+            f"no JetStream stream captures the dead-letter subject {subject!r}: add one "
+            f"(js.add_stream(name=..., subjects=[{subject!r}])) before the consumer runs"
+        ) from exc
+    if found == stream and (filter_subject is None or subject_matches(subject, filter_subject)):
+        raise ConfigurationError(
+            f"the dead-letter subject {subject!r} is captured by {stream!r}, the stream the "
+            "consumer reads: each dead letter would be consumed again; capture it in a "
+            "stream of its own"
+        )
+    return str(found)
+
+
+def subject_matches(subject: str, pattern: str) -> bool:
+    """Whether ``subject`` matches ``pattern``: ``*`` stands for one token, a final ``>``
+    for one or more (NATS docs, "Subject-Based Messaging": Wildcards)."""
+    tokens, wanted = subject.split("."), pattern.split(".")
+    for index, token in enumerate(wanted):
+        if token == ">":
+            return len(tokens) > index
+        if index >= len(tokens) or token not in ("*", tokens[index]):
+            return False
+    return len(tokens) == len(wanted)
+
+
 async def consume(
     js: JetStreamContext,
     stream: str,
@@ -343,8 +385,12 @@ class AsyncConsumer:
         factory makes AsyncSessions, the engine is not autocommit, the handler fits, the
         consumer name's owner); returns None or raises, for a health endpoint.
 
-        :raises ConfigurationError: see :func:`sa_inbox.readiness.check_ready_async`.
+        :raises ConfigurationError: see :func:`check_dead_letter_subject` and
+            :func:`sa_inbox.readiness.check_ready_async`.
         """
+        await check_dead_letter_subject(
+            self.js, self.stream, self.dead_letter_subject, self.filter_subject
+        )
         await self.readiness.check_async()
 
     def stop(self) -> None:
@@ -382,6 +428,9 @@ async def _consume(consumer: AsyncConsumer, stop: StopFlag) -> int:
     starting = OutageGate(consumer_name, hooks=readiness.inbox.hooks, sleep=stopped_within)
     if not await readiness.start_async(starting):
         return 0
+    await check_dead_letter_subject(
+        js, stream, consumer.dead_letter_subject, consumer.filter_subject
+    )
     config = consumer_config(durable, filter_subject=consumer.filter_subject, ack_wait=ack_wait)
     info = await ensure_consumer(js, stream, config)
     subscription = await js.pull_subscribe_bind(durable=durable, stream=stream)

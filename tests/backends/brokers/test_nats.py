@@ -355,17 +355,26 @@ def test_an_existing_consumer_with_a_delivery_limit_is_refused(nats_url: str) ->
 def test_a_dead_letter_the_broker_refuses_is_left_unsettled_and_comes_back(
     nats_url: str, async_url: str, app: App
 ) -> None:
-    """No stream holds the dead-letter subject: the publish fails, the consumer goes on
-    with the next message, and JetStream redelivers the refused one after ack_wait."""
+    """The dead-letter stream is deleted while the consumer runs: the publish fails, the
+    consumer goes on with the next message, and JetStream redelivers the refused one after
+    ack_wait."""
 
     async def test() -> None:
         async with streams(nats_url) as (js, names):
-            await publish(js, names, [(None, b"9.00"), keyed("p-1", "1.00")])
-            nowhere = Names(**{**vars(names), "dead_subject": names.dead_subject + "x"})
-            seen = await run_consumer(js, nowhere, async_url, app, settlements=1)
+            await publish(js, names, [keyed("p-1", "1.00"), (None, b"9.00")])
+            paid, dropped = pay(app), []
+
+            async def pay_then_drop_the_dead_stream(session: Any, delivery: Any) -> None:
+                if not dropped:  # once: the consumer name stays this handler's
+                    dropped.append(await js.delete_stream(names.dead_stream))
+                await paid(session, delivery)
+
+            handler = pay_then_drop_the_dead_stream
+            seen = await run_consumer(js, names, async_url, app, settlements=1, handler=handler)
             assert [s.delivery.message_id for s in seen] == ["p-1"]
             assert (await consumer_info(js, names)).num_ack_pending == 1, "left unsettled"
-            [again] = await run_consumer(js, names, async_url, app, settlements=1)
+            await js.add_stream(name=names.dead_stream, subjects=[names.dead_subject])
+            [again] = await run_consumer(js, names, async_url, app, settlements=1, handler=handler)
             assert (again.reason, again.delivery.delivery_count) == (
                 DeadLetterReason.MISSING_MESSAGE_ID,
                 2,
@@ -375,6 +384,29 @@ def test_a_dead_letter_the_broker_refuses_is_left_unsettled_and_comes_back(
 
     run(test)
     assert app.ledger_rows() == 1
+
+
+@pytest.mark.parametrize("where", ["no stream", "the source stream"])
+def test_a_dead_letter_subject_no_other_stream_captures_is_refused_at_start(
+    nats_url: str, async_url: str, app: App, where: str
+) -> None:
+    """Refused before anything is fetched: with no stream, every dead letter would be
+    refused and its message redelivered for ever; in the source stream, consumed again."""
+
+    async def test() -> None:
+        async with streams(nats_url) as (js, names):
+            await publish(js, names, [keyed("p-1", "1.00")])
+            subject = names.dead_subject + "x" if where == "no stream" else names.subject
+            wrong = Names(**{**vars(names), "dead_subject": subject})
+            said = "no JetStream stream captures" if where == "no stream" else "consumed again"
+            with pytest.raises(ConfigurationError, match=said):
+                await run_consumer(js, wrong, async_url, app, settlements=1)
+            with pytest.raises(nats.js.errors.NotFoundError):  # not even made
+                await consumer_info(js, names)
+            assert (await js.stream_info(names.stream)).state.messages == 1
+
+    run(test)
+    assert app.ledger_rows() == 0
 
 
 def test_a_missing_table_stops_the_consumer_before_it_fetches(
