@@ -48,6 +48,7 @@ __all__ = [
     "Readiness",
     "check_client",
     "check_consumer",
+    "default_name",
 ]
 
 #: How every adapter calls the handler.
@@ -60,6 +61,12 @@ NO_HANDLER: object = object()
 #: ``consumer_name`` of a readiness check made without a consumer
 #: (:func:`sa_inbox.brokers.nats.check`): no name is checked, and no owner.
 NO_CONSUMER_NAME: Any = object()
+
+
+def default_name(consumer_name: str | None, default: str) -> str:
+    """``consumer_name``, or ``default`` (the group, durable or queue) when it is None; an
+    empty name stays, for :func:`check_consumer` to refuse."""
+    return default if consumer_name is None else consumer_name
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The adapters that take no default consumer name refuse None when made, as they refuse an
-empty one, before connecting to the broker or the database."""
+empty one; those that default it (to the group, durable or queue) refuse an empty one, which
+is no default. Both before connecting to the broker or the database."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from sa_inbox.brokers import DeliveryOptions
 from sa_inbox.exc import InvalidMessageId
 from tests.support import unconnected
 
@@ -32,3 +34,21 @@ def test_a_consumer_without_a_default_name_refuses_none_when_made(
 @pytest.mark.parametrize("made", sorted(MADE))
 def test_a_named_consumer_is_made(made: str) -> None:
     assert MADE[made](consumer_name="billing") is not None
+
+
+DEFAULTED: dict[str, Callable[..., Any]] = {
+    "redis.Consumer": unconnected.redis,
+    "kafka.AsyncConsumer": unconnected.kafka,
+    "nats.AsyncConsumer": unconnected.nats,
+    "sqs.Consumer": unconnected.sqs,
+}
+
+
+@pytest.mark.parametrize("made", sorted(DEFAULTED))
+def test_a_consumer_with_a_default_name_refuses_an_empty_one(made: str) -> None:
+    options = DeliveryOptions(dead_letter="payments.dead")
+    with pytest.raises(InvalidMessageId, match="consumer_name"):
+        DEFAULTED[made](consumer_name="", options=options)
+    assert DEFAULTED[made](options=options).readiness.consumer_name == (
+        "payments" if made == "sqs.Consumer" else "billing"
+    )

@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
-from sa_inbox import ConfigurationError, Inbox
+from sa_inbox import ConfigurationError
 from sa_inbox.backoff import Backoff
 from sa_inbox.brokers import DEFAULT_MAX_DELIVERIES, DeliveryOptions
 from sa_inbox.brokers.keys import DEFAULT_MAX_KEYLESS
@@ -75,74 +74,19 @@ def _rabbitmq(options: Any) -> Any:
 
 
 def _redis(options: Any) -> Any:
-    import redis
-
-    from sa_inbox.brokers.redis import Consumer
-
-    return Consumer(
-        redis.Redis(port=1),
-        "payments",
-        group="billing",
-        session_factory=sa.orm.sessionmaker(),
-        inbox=Inbox(sa.MetaData()),
-        handler=lambda session, delivery: None,
-        options=options,
-    )
+    return unconnected.redis(options=options)
 
 
 def _kafka(options: Any) -> Any:
-    from sqlalchemy.ext.asyncio import async_sessionmaker
-
-    from sa_inbox.brokers.kafka import AsyncConsumer
-
-    return AsyncConsumer(
-        "payments",
-        bootstrap_servers="127.0.0.1:1",
-        group_id="billing",
-        session_factory=async_sessionmaker(),
-        inbox=Inbox(sa.MetaData()),
-        handler=lambda session, delivery: None,
-        options=options,
-    )
+    return unconnected.kafka(options=options)
 
 
 def _nats(options: Any) -> Any:
-    from nats.aio.client import Client
-    from sqlalchemy.ext.asyncio import async_sessionmaker
-
-    from sa_inbox.brokers.nats import AsyncConsumer
-
-    return AsyncConsumer(
-        Client().jetstream(),
-        "PAYMENTS",
-        "billing",
-        session_factory=async_sessionmaker(),
-        inbox=Inbox(sa.MetaData()),
-        handler=lambda session, delivery: None,
-        options=options,
-    )
+    return unconnected.nats(options=options)
 
 
 def _sqs(options: Any) -> Any:
-    import boto3
-
-    from sa_inbox.brokers.sqs import Consumer
-
-    client = boto3.client(
-        "sqs",
-        region_name="us-east-1",
-        endpoint_url="http://127.0.0.1:1",
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-    )
-    return Consumer(
-        client,
-        "payments",
-        session_factory=sa.orm.sessionmaker(),
-        inbox=Inbox(sa.MetaData()),
-        handler=lambda session, delivery: None,
-        options=options,
-    )
+    return unconnected.sqs(options=options)
 
 
 def _faststream(options: Any) -> Any:

@@ -39,7 +39,7 @@ from ..options import DeliveryOptions, options_of
 from ..process import _detail, _refuse_unkeyed, _reporting
 from ..process import _settled as _log_settled
 from ..reconnect import Reconnects
-from ..startup import Readiness, check_consumer
+from ..startup import Readiness, check_consumer, default_name
 from .poll import PollRunner, next_offsets
 from .records import DEFAULT_KEY_HEADER, Record, check_key_header
 from .schema import KafkaTables, kafka_tables
@@ -268,7 +268,7 @@ class ConsumerCore(abc.ABC, Generic[SessionT]):
             raise InvalidArgument(f"{entry}: bootstrap_servers must be 'host:port'")
         self.bootstrap_servers = bootstrap_servers
         self.group_id = group_id
-        self.consumer_name = consumer_name or group_id
+        self.consumer_name = default_name(consumer_name, group_id)
         readiness = check_consumer(
             entry,
             session_factory=session_factory,

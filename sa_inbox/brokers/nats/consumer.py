@@ -29,7 +29,7 @@ from ..keys import KeylessStreak, flush_async, give_back_async, offer_async
 from ..options import DeliveryOptions, options_of
 from ..process import DEFAULT_MAX_DELIVERIES, process_async
 from ..reconnect import Reconnects
-from ..startup import NO_CONSUMER_NAME, check_client, check_consumer
+from ..startup import NO_CONSUMER_NAME, check_client, check_consumer, default_name
 from ._compat import delivered_unfetched, reconnecting
 from .client import CLIENT
 from .delivery import DEFAULT_KEY_HEADER, to_delivery
@@ -357,7 +357,7 @@ class AsyncConsumer:
                 f"{entry}: options.dead_letter must name the dead-letter subject (JetStream "
                 "has none of its own)"
             )
-        self.consumer_name = consumer_name or durable
+        self.consumer_name = default_name(consumer_name, durable)
         self.readiness = check_consumer(
             entry,
             session_factory=session_factory,

@@ -56,7 +56,7 @@ from ..keys import KeylessStreak, read_key
 from ..options import DeliveryOptions, options_of
 from ..process import DEFAULT_MAX_DELIVERIES
 from ..reconnect import Reconnecting, Reconnects
-from ..startup import ClientKind, check_client, check_consumer
+from ..startup import ClientKind, check_client, check_consumer, default_name
 
 __all__ = [
     "CLIENT",
@@ -606,12 +606,13 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
             start_id,
         )
         check_client(client, CLIENT, asynchronous=self.asynchronous, entry=entry)
+        name = default_name(consumer_name, group)
         self.readiness = check_consumer(
             entry,
             session_factory=session_factory,
             inbox=inbox,
             handler=handler,
-            consumer_name=consumer_name or group,
+            consumer_name=name,
             max_deliveries=shared.limit(),
             asynchronous=self.asynchronous,
         )
@@ -621,7 +622,7 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
         self._process_kw: dict[str, Any] = {
             "session_factory": session_factory,
             "inbox": self.readiness.inbox,
-            "consumer_name": consumer_name or group,
+            "consumer_name": name,
             "handler": handler,
             "max_deliveries": shared.limit(),
             "on_settled": shared.on_settled,
@@ -632,7 +633,7 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
         self._unsettled: Sequence[Entry] = ()
         self.reconnects = Reconnects(f"Redis consumer {self.settings.member} of {stream}")
         self._process_kw["outage"] = OutageGate(
-            consumer_name or group,
+            name,
             hooks=self.readiness.inbox.hooks,
             sleep=self._outage_sleep,
             keep_alive=self._keep_alive,

@@ -16,7 +16,7 @@ from ..delivery import Delivery, Disposition, Settlement
 from ..keys import KeylessStreak
 from ..options import DeliveryOptions, options_of
 from ..reconnect import Reconnecting, Reconnects
-from ..startup import check_consumer
+from ..startup import check_consumer, default_name
 from .core import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_RETRY_DELAY,
@@ -236,7 +236,7 @@ class ConsumerBase(Reconnecting, abc.ABC, Generic[ClientT, SessionT]):
             shared.delay(DEFAULT_RETRY_DELAY),
         )
         check_client(client, asynchronous=self.asynchronous, entry=entry)
-        name = consumer_name or queue_name(queue)
+        name = default_name(consumer_name, queue_name(queue))
         self.readiness = check_consumer(
             entry,
             session_factory=session_factory,
