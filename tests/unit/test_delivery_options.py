@@ -3,6 +3,7 @@ refused by a consumer that cannot serve them, before any request or SQL."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -69,37 +70,14 @@ def test_a_wrong_value_is_refused_when_made(wrong: dict[str, Any], named: str) -
     assert isinstance(info.value, ConfigurationError)
 
 
-def _rabbitmq(options: Any) -> Any:
-    return unconnected.rabbitmq(options=options)
-
-
-def _redis(options: Any) -> Any:
-    return unconnected.redis(options=options)
-
-
-def _kafka(options: Any) -> Any:
-    return unconnected.kafka(options=options)
-
-
-def _nats(options: Any) -> Any:
-    return unconnected.nats(options=options)
-
-
-def _sqs(options: Any) -> Any:
-    return unconnected.sqs(options=options)
-
-
-def _faststream(options: Any) -> Any:
-    return unconnected.faststream(options=options)
-
-
-CONSUMERS = {
-    "rabbitmq": _rabbitmq,
-    "redis": _redis,
-    "kafka": _kafka,
-    "nats": _nats,
-    "sqs": _sqs,
-    "faststream": _faststream,
+#: Each consumer, made with ``options=`` and its other arguments valid.
+CONSUMERS: dict[str, Callable[..., Any]] = {
+    "rabbitmq": unconnected.rabbitmq,
+    "redis": unconnected.redis,
+    "kafka": unconnected.kafka,
+    "nats": unconnected.nats,
+    "sqs": unconnected.sqs,
+    "faststream": unconnected.faststream,
 }
 
 
@@ -107,21 +85,23 @@ CONSUMERS = {
 def test_a_consumer_that_redelivers_at_once_refuses_a_retry_delay(broker: str) -> None:
     options = DeliveryOptions(retry_delay=Backoff(base=1.0, maximum=60.0).delay)
     with pytest.raises(InvalidArgument, match=r"options\.retry_delay cannot be served"):
-        CONSUMERS[broker](options)
+        CONSUMERS[broker](options=options)
 
 
 @pytest.mark.parametrize("broker", sorted(CONSUMERS))
 def test_a_consumer_refuses_options_that_are_no_delivery_options(broker: str) -> None:
     with pytest.raises(InvalidArgument, match=r"options must be a sa_inbox\.brokers\.Delivery"):
-        CONSUMERS[broker]({"max_deliveries": 3})
+        CONSUMERS[broker](options={"max_deliveries": 3})
 
 
 def test_the_nats_consumer_needs_a_dead_letter_subject() -> None:
     with pytest.raises(InvalidArgument, match=r"options\.dead_letter must name"):
-        _nats(None)
+        unconnected.nats(options=None)
     with pytest.raises(InvalidArgument, match=r"options\.dead_letter must name"):
-        _nats(DeliveryOptions(max_deliveries=3))
-    consumer = _nats(DeliveryOptions(dead_letter="payments.dead", max_deliveries=3))
+        unconnected.nats(options=DeliveryOptions(max_deliveries=3))
+    consumer = unconnected.nats(
+        options=DeliveryOptions(dead_letter="payments.dead", max_deliveries=3)
+    )
     assert (consumer.dead_letter_subject, consumer.max_deliveries) == ("payments.dead", 3)
 
 
@@ -130,27 +110,29 @@ def test_each_consumer_reads_its_settings_from_the_options() -> None:
     options = DeliveryOptions(
         max_deliveries=3, dead_letter="dead", key_source="Payment-Id", on_settled=settled.append
     )
-    rabbit = _rabbitmq(options)
+    rabbit = unconnected.rabbitmq(options=options)
     assert (rabbit.dead_letter_queue, rabbit.key_header) == ("dead", "Payment-Id")
     assert rabbit.process_options["max_deliveries"] == 3
     assert rabbit.process_options["on_settled"] == settled.append
-    stream = _redis(options)
+    stream = unconnected.redis(options=options)
     assert (stream.settings.dead_letter_stream, stream.settings.key_field) == ("dead", "Payment-Id")
     assert stream.settings.max_deliveries == 3
-    kafka = _kafka(options)
+    kafka = unconnected.kafka(options=options)
     assert (kafka.dead_letter_topic, kafka.key_header, kafka.max_deliveries) == (
         "dead",
         "Payment-Id",
         3,
     )
     delay = DeliveryOptions(retry_delay=Backoff(base=2.0, maximum=60.0), dead_letter="dead")
-    queue = _sqs(delay).settings
+    queue = unconnected.sqs(options=delay).settings
     assert (queue.dead_letter_queue, queue.key_attribute, queue.retry_delay(2)) == (
         "dead",
         "message_id",
         4.0,
     )
-    middleware = _faststream(DeliveryOptions(key_source="Payment-Id", max_deliveries=3))
+    middleware = unconnected.faststream(
+        options=DeliveryOptions(key_source="Payment-Id", max_deliveries=3)
+    )
     assert middleware.config.key_header == "Payment-Id"
     assert middleware.config.process.max_deliveries == 3
 
