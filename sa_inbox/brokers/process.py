@@ -57,7 +57,7 @@ from ..runner import Outcome, Result, handle
 from ..steps import drive, drive_async
 from ..validation import positive_int
 from .delivery import DeadLetterReason, Delivery, Disposition, Settlement, Settler
-from .startup import check_consumer
+from .startup import NO_CONSUMER_NAME, check_consumer
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -237,7 +237,7 @@ class _Run:
             session_factory=session_factory,
             inbox=inbox,
             handler=handler,
-            consumer_name=consumer_name,
+            consumer_name=NO_CONSUMER_NAME,  # checked by the claim, once per delivery
             max_deliveries=max_deliveries,
             asynchronous=asynchronous,
         ).inbox

@@ -58,8 +58,9 @@ HANDLER_ARGUMENTS = ("session", "delivery")
 #: ``(session, delivery)`` (FastStream's middleware, Celery's task body).
 NO_HANDLER: object = object()
 
-#: ``consumer_name`` of a readiness check made without a consumer
-#: (:func:`sa_inbox.brokers.nats.check`): no name is checked, and no owner.
+#: ``consumer_name`` of a check made without a consumer (:func:`sa_inbox.brokers.nats.check`)
+#: or for one delivery (:func:`sa_inbox.brokers.process`, whose claim checks the name): no
+#: name is checked here, and no owner.
 NO_CONSUMER_NAME: Any = object()
 
 
