@@ -99,6 +99,9 @@ def test_the_nats_consumer_needs_a_dead_letter_subject() -> None:
         unconnected.nats(options=None)
     with pytest.raises(InvalidArgument, match=r"options\.dead_letter must name"):
         unconnected.nats(options=DeliveryOptions(max_deliveries=3))
+    for wildcard in ("payments.>", "payments.*"):
+        with pytest.raises(InvalidArgument, match=r"options\.dead_letter must be a subject"):
+            unconnected.nats(options=DeliveryOptions(dead_letter=wildcard))
     consumer = unconnected.nats(
         options=DeliveryOptions(dead_letter="payments.dead", max_deliveries=3)
     )

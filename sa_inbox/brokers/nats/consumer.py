@@ -143,7 +143,11 @@ async def ensure_consumer(
 
 
 async def check_dead_letter_subject(
-    js: JetStreamContext, stream: str, subject: str, filter_subject: str | None = None
+    js: JetStreamContext,
+    stream: str,
+    subject: str,
+    filter_subject: str | None = None,
+    durable: str | None = None,
 ) -> str:
     """The stream that stores the dead letters published to ``subject``.
 
@@ -151,6 +155,8 @@ async def check_dead_letter_subject(
     other with a PubAck (JetStream docs, "Streams": Subjects).
 
     :param filter_subject: the consumer's filter subject (None: the whole ``stream``).
+    :param durable: the durable consumer: where it exists, its own filter subject is the
+        one read (JetStream keeps an existing consumer's configuration on bind).
     :returns: the name of the stream that captures ``subject``.
     :raises ConfigurationError: if no stream captures ``subject`` (every dead letter would
         be refused, and its message redelivered for ever), or if ``stream`` does and the
@@ -163,6 +169,9 @@ async def check_dead_letter_subject(
             f"no JetStream stream captures the dead-letter subject {subject!r}: add one "
             f"(js.add_stream(name=..., subjects=[{subject!r}])) before the consumer runs"
         ) from exc
+    if found == stream and durable is not None:
+        with contextlib.suppress(NotFoundError):
+            filter_subject = (await js.consumer_info(stream, durable)).config.filter_subject
     if found == stream and (filter_subject is None or subject_matches(subject, filter_subject)):
         raise ConfigurationError(
             f"the dead-letter subject {subject!r} is captured by {stream!r}, the stream the "
@@ -357,6 +366,11 @@ class AsyncConsumer:
                 f"{entry}: options.dead_letter must name the dead-letter subject (JetStream "
                 "has none of its own)"
             )
+        if {"*", ">"} & set(shared.dead_letter.split(".")):
+            raise InvalidArgument(
+                f"{entry}: options.dead_letter must be a subject without wildcards (a "
+                f"publish goes to one subject), not {shared.dead_letter!r}"
+            )
         self.consumer_name = default_name(consumer_name, durable)
         self.readiness = check_consumer(
             entry,
@@ -389,7 +403,7 @@ class AsyncConsumer:
             :func:`sa_inbox.readiness.check_ready_async`.
         """
         await check_dead_letter_subject(
-            self.js, self.stream, self.dead_letter_subject, self.filter_subject
+            self.js, self.stream, self.dead_letter_subject, self.filter_subject, self.durable
         )
         await self.readiness.check_async()
 
@@ -429,7 +443,7 @@ async def _consume(consumer: AsyncConsumer, stop: StopFlag) -> int:
     if not await readiness.start_async(starting):
         return 0
     await check_dead_letter_subject(
-        js, stream, consumer.dead_letter_subject, consumer.filter_subject
+        js, stream, consumer.dead_letter_subject, consumer.filter_subject, durable
     )
     config = consumer_config(durable, filter_subject=consumer.filter_subject, ack_wait=ack_wait)
     info = await ensure_consumer(js, stream, config)

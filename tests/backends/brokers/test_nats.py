@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import nats
 import pytest
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig
+from nats.js.api import AckPolicy, ConsumerConfig
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from sa_inbox import ConfigurationError
@@ -407,6 +407,57 @@ def test_a_dead_letter_subject_no_other_stream_captures_is_refused_at_start(
 
     run(test)
     assert app.ledger_rows() == 0
+
+
+@pytest.mark.parametrize(
+    ("existing", "given", "refused"),
+    [
+        (None, "pay", False),
+        (None, None, True),
+        ("none", "pay", True),
+        ("pay", None, False),
+    ],
+    ids=[
+        "new consumer filtered",
+        "new consumer unfiltered",
+        "existing unfiltered, filter given",
+        "existing filtered, none given",
+    ],
+)
+def test_the_dead_letter_subject_is_checked_against_the_consumer_jetstream_keeps(
+    nats_url: str, existing: str | None, given: str | None, refused: bool
+) -> None:
+    """The source stream captures both subjects: the dead letters are consumed again unless
+    the consumer's filter leaves them out, and an existing consumer keeps its own filter."""
+    from sa_inbox.brokers.nats.consumer import check_dead_letter_subject
+
+    async def test() -> None:
+        nc = await nats.connect(nats_url)
+        js = nc.jetstream()
+        names = Names.fresh()
+        filters = {"pay": names.subject, "none": None, None: None}
+        try:
+            await js.add_stream(name=names.stream, subjects=[names.subject, names.dead_subject])
+            if existing is not None:
+                config = ConsumerConfig(
+                    durable_name=names.durable,
+                    ack_policy=AckPolicy.EXPLICIT,
+                    filter_subject=filters[existing],
+                )
+                await js.add_consumer(names.stream, config)
+            checked = check_dead_letter_subject(
+                js, names.stream, names.dead_subject, filters[given], names.durable
+            )
+            if refused:
+                with pytest.raises(ConfigurationError, match="consumed again"):
+                    await checked
+            else:
+                assert await checked == names.stream
+        finally:
+            await delete(js, names)
+            await nc.close()
+
+    run(test)
 
 
 def test_a_missing_table_stops_the_consumer_before_it_fetches(
