@@ -42,11 +42,13 @@ SQS_LANES = {"sqs", "sqs-async"}
 def check_no_delivery_spent(figures: list[LaneFigures], settings: Outage) -> None:
     for lane in figures:
         name = f"{lane.lane} on {lane.database}"
-        # publishing never stopped: at least the outage's worth of messages was tried (and
-        # sent, where the producer writes to a broker, not to the database that is down)
-        assert lane.attempted >= settings.rate * settings.outage, name
+        # publishing never stopped: the outage's worth of messages, less one second's for
+        # the paced producer's scheduling on a loaded machine, was tried (and sent, where
+        # the producer writes to a broker, not to the database that is down)
+        floor = settings.rate * (settings.outage - 1.0)
+        assert lane.attempted >= floor, name
         if lane.lane not in DATABASE_PRODUCERS:
-            assert lane.published >= settings.rate * settings.outage, name
+            assert lane.published >= floor, name
         assert not lane.stopped_early, f"{name}: the consumer stopped"
         assert lane.drain_seconds >= 0, f"{name}: not drained within its bound: {lane}"
         assert (lane.lost, lane.doubled) == (0, 0), name
